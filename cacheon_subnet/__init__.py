@@ -1,0 +1,3 @@
+"""Cacheon Subnet: faster, faithful GPU kernels for a version-pinned SGLang engine."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,203 @@
+"""`cacheon ...`: thin faces over the library. Exit codes: 0 ok/PASS, 1 FAIL, 2 usage or internal error."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from cacheon_subnet.errors import BundleError, CacheonError
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+Command = Callable[[argparse.Namespace], int]
+_COMMANDS: dict[str, Command] = {}
+
+
+def command(name: str) -> Callable[[Command], Command]:
+    def deco(fn: Command) -> Command:
+        _COMMANDS[name] = fn
+        return fn
+
+    return deco
+
+
+def _emit(args: argparse.Namespace, payload: object, text: str) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(payload, indent=2, sort_keys=True, default=str))
+    else:
+        print(text)
+
+
+# -- slots / bundles -------------------------------------------------------------------------
+@command("slots")
+def cmd_slots(args: argparse.Namespace) -> int:
+    from cacheon_subnet.slots import all_slots
+
+    specs = all_slots()
+    payload = [
+        {"id": s.id, "version": s.version, "signature": s.signature(), "summary": s.summary, "dtypes": list(s.dtypes),
+         "graph_dynamic": list(s.graph_dynamic), "sglang_target": s.sglang_target,
+         "args": [{"name": a.name, "role": a.role, "dtype": a.dtype, "shape": list(a.shape), "layout": a.layout,
+                   "graph_dynamic": a.graph_dynamic, "doc": a.doc} for a in s.args],
+         "params": [{"name": p.name, "kind": p.kind, "doc": p.doc} for p in s.params]}
+        for s in specs
+    ]
+    lines = []
+    for s in specs:
+        lines += [f"{s.key:28} {s.summary}", f"    {s.signature()}", f"    sglang: {s.sglang_target}"]
+    _emit(args, payload, "\n".join(lines))
+    return EXIT_OK
+
+
+@command("pack")
+def cmd_pack(args: argparse.Namespace) -> int:
+    from cacheon_subnet.bundle import pack
+
+    out = args.out or f"{Path(args.src).resolve().name}.tar.gz"
+    bundle = pack(args.src, out)
+    payload = {"archive": str(out), "digest": bundle.digest, "files": len(bundle.files), "bytes": bundle.size}
+    if args.hotkey:
+        from cacheon_subnet.bundle import hotkey_bound_digest
+
+        payload["hotkey_digest"] = hotkey_bound_digest(bundle.digest, args.hotkey)
+    _emit(args, payload, "\n".join(f"{k}: {v}" for k, v in payload.items()))
+    return EXIT_OK
+
+
+@command("digest")
+def cmd_digest(args: argparse.Namespace) -> int:
+    from cacheon_subnet.bundle import hotkey_bound_digest, load_bundle
+
+    bundle = load_bundle(args.bundle)
+    payload = {"digest": bundle.digest, "files": len(bundle.files), "ops": [o.key for o in bundle.manifest.ops]}
+    if args.hotkey:
+        payload["hotkey_digest"] = hotkey_bound_digest(bundle.digest, args.hotkey)
+    _emit(args, payload, "\n".join(f"{k}: {v}" for k, v in payload.items()))
+    return EXIT_OK
+
+
+@command("verify")
+def cmd_verify(args: argparse.Namespace) -> int:
+    from cacheon_subnet.bundle import load_bundle
+    from cacheon_subnet.verify import VerifyOptions, verify_bundle
+
+    try:
+        bundle = load_bundle(args.bundle)
+    except BundleError as e:
+        reason = "manifest" if e.rule.startswith("manifest") else "bundle"
+        payload = {"status": "FAIL", "reasons": [f"{reason}: {e}"], "source": args.bundle}
+        _emit(args, payload, f"cacheon verify: FAIL\n  {reason}: {e}")
+        return EXIT_FAIL
+    opts = VerifyOptions(device=args.device, tier=args.tier, call_timeout_s=args.call_timeout,
+                         import_timeout_s=args.import_timeout, seed=args.seed, max_cases=args.max_cases,
+                         graph_check=False if args.no_graph else None, compile_check=not args.no_compile)
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise CacheonError("--device cuda requested but no CUDA device is visible")
+    report = verify_bundle(bundle, opts)
+    _emit(args, report.to_json(), report.render())
+    return EXIT_OK if report.passed else EXIT_FAIL
+
+
+@command("bench")
+def cmd_bench(args: argparse.Namespace) -> int:
+    from cacheon_subnet.bench import BenchOptions, bench_bundle
+    from cacheon_subnet.bundle import load_bundle
+
+    bundle = load_bundle(args.bundle)
+    report = bench_bundle(bundle, BenchOptions(device=args.device, budget_s=args.budget, tier=args.tier,
+                                               target_rel_err=args.target_rel_err, max_cases=args.max_cases))
+    _emit(args, report.to_json(), report.render())
+    return EXIT_OK if report.ok else EXIT_FAIL
+
+
+@command("miner init")
+def cmd_miner_init(args: argparse.Namespace) -> int:
+    from cacheon_subnet.miner.scaffold import scaffold
+
+    path = scaffold(args.slot, Path(args.dir), force=args.force)
+    _emit(args, {"created": str(path), "slot": args.slot},
+          f"created {path} for slot {args.slot}\nnext: cacheon verify {path} --device cpu")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cacheon", description=__doc__)
+    p.add_argument("--log-level", default=None, help="debug|info|warning|error (env CACHEON_LOG_LEVEL)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("slots", help="list the slot ABI catalog")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("pack", help="deterministic .tar.gz of a bundle directory")
+    s.add_argument("src")
+    s.add_argument("-o", "--out")
+    s.add_argument("--hotkey", help="also print the hotkey-bound digest")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("digest", help="canonical content digest of a bundle")
+    s.add_argument("bundle")
+    s.add_argument("--hotkey")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("verify", help="check a bundle exactly as a validator would (exit 0 PASS, 1 FAIL)")
+    s.add_argument("bundle")
+    s.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    s.add_argument("--tier", choices=["verify", "gpu", "bench"], help="workload shape set (default by device)")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--seed", type=int, help="fix the input seed (debugging; validators use a secret one)")
+    s.add_argument("--call-timeout", type=float, default=120.0, help="seconds per kernel call")
+    s.add_argument("--import-timeout", type=float, default=120.0)
+    s.add_argument("--max-cases", type=int)
+    s.add_argument("--no-graph", action="store_true", help="skip CUDA graph capture/replay")
+    s.add_argument("--no-compile", action="store_true", help="skip torch.compile(fullgraph=True)")
+
+    s = sub.add_parser("bench", help="time a bundle's kernels against stock SGLang (or the reference)")
+    s.add_argument("bundle")
+    s.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
+    s.add_argument("--tier", default="bench", choices=["verify", "gpu", "bench"])
+    s.add_argument("--budget", type=float, default=3.0, help="seconds of timing per case and side")
+    s.add_argument("--target-rel-err", type=float, default=0.001, help="stop when stderr/mean falls below")
+    s.add_argument("--max-cases", type=int)
+    s.add_argument("--json", action="store_true")
+
+    m = sub.add_parser("miner", help="miner tools").add_subparsers(dest="miner_cmd", required=True)
+    s = m.add_parser("init", help="scaffold a bundle that passes verify")
+    s.add_argument("--slot", required=True)
+    s.add_argument("dir")
+    s.add_argument("--force", action="store_true")
+    s.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from cacheon_subnet import log
+
+    log.configure(level=args.log_level)
+    name = args.cmd
+    for attr in ("miner_cmd",):
+        if getattr(args, attr, None):
+            name = f"{name} {getattr(args, attr)}"
+    fn = _COMMANDS.get(name)
+    if fn is None:
+        parser.error(f"unknown command {name!r}")
+    try:
+        return fn(args)
+    except KeyboardInterrupt:
+        return 130
+    except BundleError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAIL
+    except CacheonError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

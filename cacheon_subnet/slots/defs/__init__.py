@@ -1,0 +1,1 @@
+"""One module per slot family; each exports `SLOTS`."""

@@ -1,0 +1,38 @@
+"""Realistic input distributions. Never zeros: zeros hide unwritten outputs and wrong indexing
+and can run faster than real data."""
+
+from __future__ import annotations
+
+import torch
+
+
+def hidden_states(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator, scale: float = 1.0) -> torch.Tensor:
+    """Transformer activations: roughly normal, with a few heavy outlier channels as seen in
+    real LLM residual streams (they stress reductions and bf16 rounding)."""
+    x = torch.randn(shape, generator=gen, dtype=torch.float32) * scale
+    h = shape[-1]
+    n_out = max(1, h // 256)
+    cols = torch.randperm(h, generator=gen)[:n_out]
+    x[..., cols] *= 8.0 + 8.0 * torch.rand((n_out,), generator=gen)
+    return x.to(dtype)
+
+
+def norm_weight(h: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    """Trained RMSNorm gains: positive, spread over about an order of magnitude."""
+    w = torch.exp(0.5 * torch.randn((h,), generator=gen)) * (0.5 + torch.rand((h,), generator=gen))
+    return w.to(dtype)
+
+
+def uniform(shape: tuple[int, ...], lo: float, hi: float, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    return (lo + (hi - lo) * torch.rand(shape, generator=gen)).to(dtype)
+
+
+def weights(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator, fan_in: int) -> torch.Tensor:
+    """Linear weights with the usual 1/sqrt(fan_in) scale so products stay O(1)."""
+    return (torch.randn(shape, generator=gen) / fan_in**0.5).to(dtype)
+
+
+def seed_generator(seed: int) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g

@@ -1,0 +1,130 @@
+"""Host side of the worker channel: start the sandboxed worker, talk to it with deadlines."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cacheon_subnet import sandbox
+from cacheon_subnet.bundle import Bundle, Scratch
+from cacheon_subnet.verify import wire
+
+
+class WorkerTimeout(Exception):
+    """The worker did not answer within the deadline (it has been killed)."""
+
+
+class WorkerDied(Exception):
+    """The worker exited or broke the protocol (it has been killed)."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    device: str = "cpu"
+    policy: sandbox.SandboxPolicy = sandbox.SandboxPolicy()
+
+
+def package_name(digest: str) -> str:
+    """Sealed import namespace: contribution modules never shadow anything else."""
+    return f"cacheon_c_{digest}"
+
+
+class WorkerClient:
+    """One sandboxed worker process holding one bundle. Use as a context manager."""
+
+    def __init__(self, bundle: Bundle, config: WorkerConfig) -> None:
+        self.bundle = bundle
+        self.config = config
+        self.scratch = Scratch("cacheon-verify-")
+        self.proc = None
+        self.sock: socket.socket | None = None
+        self.log_path = self.scratch.path / "worker.log"
+
+    def __enter__(self) -> "WorkerClient":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        base = self.scratch.path
+        os.chmod(base, 0o755)
+        pkg = package_name(self.bundle.digest)
+        ns = base / "ns"
+        ns.mkdir()
+        self.bundle.write_to(ns / pkg, read_only=True)
+        os.chmod(ns, 0o555)
+        work = base / "work"
+        host_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = dict(self.config.policy.extra_env)
+        if self.config.device == "cpu":
+            env.setdefault("TRITON_INTERPRET", "1")
+            env.setdefault("CUDA_VISIBLE_DEVICES", "")
+        policy = sandbox.SandboxPolicy(**{**self.config.policy.__dict__, "extra_env": env})
+        with open(self.log_path, "wb") as log:
+            self.proc = sandbox.launch(
+                [sys.executable, "-m", "cacheon_subnet.verify.worker", "--fd", str(child_sock.fileno()),
+                 "--bundle-root", str(ns), "--package", pkg, "--device", self.config.device],
+                scratch=work, policy=policy, pass_fds=[child_sock.fileno()], stdout=log.fileno(), stderr=log.fileno(),
+            )
+        child_sock.close()
+        self.sock = host_sock
+
+    def request(self, msg: dict[str, Any], tensors: dict[str, torch.Tensor] | None, timeout_s: float
+                ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        assert self.sock is not None
+        deadline = time.monotonic() + timeout_s
+        fd = self.sock.fileno()
+        try:
+            wire.send(fd, msg, tensors, deadline)
+            return wire.recv(fd, deadline=deadline)
+        except TimeoutError:
+            self.close()
+            raise WorkerTimeout(f"no answer within {timeout_s:.0f} s") from None
+        except (EOFError, OSError, wire.WireError) as e:
+            code = self.proc.poll() if self.proc else None
+            self.close()
+            raise WorkerDied(f"worker exited (code {code}): {e}; log tail: {self.log_tail()}") from None
+
+    def log_tail(self, limit: int = 1200) -> str:
+        try:
+            return self.log_path.read_bytes()[-limit:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None and self.sock is not None
+
+    def close(self) -> None:
+        if self.sock is not None:
+            try:
+                if self.proc is not None and self.proc.poll() is None:
+                    wire.send(self.sock.fileno(), {"type": "exit"}, None, time.monotonic() + 1)
+            except (OSError, TimeoutError):
+                pass
+            self.sock.close()
+            self.sock = None
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=3)
+            except Exception:  # noqa: BLE001
+                pass
+            sandbox.stop(self.proc)
+
+    def cleanup(self) -> None:
+        self.close()
+        self.scratch.cleanup()
+
+
+def run_id(digest: str) -> str:
+    return hashlib.sha256(f"{digest}{time.time_ns()}".encode()).hexdigest()[:12]

@@ -1,0 +1,101 @@
+"""Pure checks on what the worker sent back. The host alone decides; the worker only runs."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from cacheon_subnet.slots.compare import compare, nonfinite_count
+from cacheon_subnet.slots.spec import SlotSpec
+from cacheon_subnet.verify.report import Failure
+
+POISON_FLOAT = (float("nan"), -31337.0)
+POISON_INT = (-0x5A5A5A5A, 0x3C3C3C3C)
+
+
+def poison_value(dtype: torch.dtype, which: int) -> torch.Tensor:
+    """The poison exactly as the worker's fill_ stores it in `dtype` (bf16 rounds -31337)."""
+    if dtype.is_floating_point:
+        return torch.tensor(POISON_FLOAT[which], dtype=dtype)
+    if dtype == torch.bool:
+        return torch.tensor(which == 0, dtype=dtype)
+    return torch.tensor(POISON_INT[which], dtype=torch.int64).to(dtype)
+
+
+def bit_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equality that treats NaN == NaN (for inputs that legitimately hold NaN nowhere)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+    return bool((a == b).all())
+
+
+def check_reply(reply: Mapping[str, Any]) -> Failure | None:
+    """Failures the worker observed directly (exceptions, syncs, aliasing, return values)."""
+    if not reply.get("ok"):
+        return Failure(reply.get("reason", "exception"), str(reply.get("error", ""))[-900:])
+    if reply.get("returned"):
+        return Failure("return_value", f"kernel returned {reply['returned']}; write into out/inout args and return None")
+    if reply.get("host_sync"):
+        return Failure("host_sync", "; ".join(reply["host_sync"][:3]))
+    if reply.get("aliases"):
+        return Failure("output_aliasing", "; ".join(reply["aliases"][:3]))
+    return None
+
+
+def check_inputs_untouched(spec: SlotSpec, sent: Mapping[str, torch.Tensor], got: Mapping[str, torch.Tensor]) -> Failure | None:
+    for a in spec.by_role("in"):
+        if not bit_equal(got[a.name], sent[a.name]):
+            diff = int((got[a.name] != sent[a.name]).sum()) if got[a.name].shape == sent[a.name].shape else -1
+            return Failure("input_mutated", f"{a.name} changed ({diff} elements) but the slot declares it read-only")
+    return None
+
+
+def unwritten(t1: torch.Tensor, t2: torch.Tensor) -> int:
+    """Elements that still hold poison 0 in run 1 and poison 1 in run 2: never written."""
+    p1, p2 = poison_value(t1.dtype, 0), poison_value(t2.dtype, 1)
+    first = torch.isnan(t1) if t1.is_floating_point() else t1 == p1
+    return int((first & (t2 == p2)).sum())
+
+
+def check_pair(spec: SlotSpec, act: str, sent: Mapping[str, torch.Tensor], r1: Mapping[str, torch.Tensor],
+               r2: Mapping[str, torch.Tensor], ref: Mapping[str, torch.Tensor]) -> Failure | None:
+    """Two runs on identical inputs with different poisons: writes, NaN, determinism, accuracy."""
+    for got in (r1, r2):
+        f = check_inputs_untouched(spec, sent, got)
+        if f:
+            return f
+    for a in spec.by_role("out"):
+        n = unwritten(r1[a.name], r2[a.name])
+        if n:
+            return Failure("partial_write", f"{a.name}: {n} of {r1[a.name].numel()} elements never written")
+    f = check_outputs(spec, act, r2, ref)
+    if f:
+        return f
+    if spec.deterministic:
+        for a in spec.args:
+            if a.written and not bit_equal(r1[a.name], r2[a.name]):
+                n = int((r1[a.name] != r2[a.name]).sum())
+                return Failure("nondeterministic", f"{a.name}: {n} elements differ between two runs on identical inputs")
+    return None
+
+
+def check_outputs(spec: SlotSpec, act: str, got: Mapping[str, torch.Tensor], ref: Mapping[str, torch.Tensor]) -> Failure | None:
+    """NaN/Inf never passes; then the slot's tolerance against the reference."""
+    for a in spec.args:
+        if a.written:
+            n = nonfinite_count(got[a.name])
+            if n:
+                return Failure("nan_inf", f"{a.name}: {n} of {got[a.name].numel()} elements are NaN/Inf")
+    outs = {a.name: got[a.name] for a in spec.args if a.written}
+    refs = dict(ref)
+    if spec.canonicalize is not None:
+        outs, refs = spec.canonicalize(outs), spec.canonicalize(refs)
+    for name, expected in refs.items():
+        c = compare(outs[name], expected, spec.tolerance(name, act))
+        if not c.ok:
+            where = f" first bad index {c.first_bad}" if c.first_bad else ""
+            return Failure("mismatch", f"{name}: {c.detail}{where}")
+    return None

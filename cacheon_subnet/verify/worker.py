@@ -1,0 +1,258 @@
+"""The sandboxed side of verify/bench: imports the bundle and runs its kernels on request.
+
+It decides nothing. The host generates inputs, computes references and judges; this process
+only executes calls and ships every argument back, so faking a verdict through the result
+channel is impossible: the host checks the numbers itself.
+
+    python -m cacheon_subnet.verify.worker --fd N --bundle-root DIR --package NAME --device D
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+from typing import Any, Callable
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from cacheon_subnet.slots import get_slot
+from cacheon_subnet.slots.spec import SlotSpec, dtype_of
+from cacheon_subnet.verify import wire
+
+_SYNC_METHODS = frozenset({"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__",
+                           "nonzero", "synchronize"})
+
+
+class HostSyncWatch(TorchFunctionMode):
+    """Flags device->host reads made directly by bundle code (graph-unsafe on CUDA)."""
+
+    def __init__(self, bundle_root: str) -> None:
+        super().__init__()
+        self.root = bundle_root
+        self.hits: list[str] = []
+
+    def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        name = getattr(func, "__name__", "")
+        if name in _SYNC_METHODS or (name == "to" and any(str(a) == "cpu" for a in args[1:])):
+            caller = sys._getframe(1)
+            if caller.f_code.co_filename.startswith(self.root):
+                self.hits.append(f"{name}() at {os.path.relpath(caller.f_code.co_filename, self.root)}:{caller.f_lineno}")
+        return func(*args, **(kwargs or {}))
+
+
+class Worker:
+    def __init__(self, fd: int, bundle_root: str, package: str, device: str) -> None:
+        self.fd = fd
+        self.root = os.path.realpath(bundle_root) + os.sep
+        self.package = package
+        self.device = torch.device(device)
+        self.kernels: dict[str, tuple[SlotSpec, Callable[..., Any]]] = {}
+        self.compiled: dict[str, Callable[..., Any]] = {}
+
+    # -- protocol ---------------------------------------------------------------------------
+    def serve(self) -> None:
+        while True:
+            try:
+                msg, tensors = wire.recv(self.fd)
+            except EOFError:
+                return
+            kind = msg.get("type")
+            if kind == "exit":
+                return
+            handler = getattr(self, f"on_{kind}", None)
+            if handler is None:
+                wire.send(self.fd, {"type": "error", "error": f"unknown message {kind!r}"})
+                continue
+            handler(msg, tensors)
+
+    def on_load(self, msg: dict[str, Any], _: dict) -> None:
+        results = {}
+        for op in msg["ops"]:
+            try:
+                module = importlib.import_module(f"{self.package}.{op['module']}")
+                fn = getattr(module, op["attr"], None)
+                if fn is None:
+                    results[op["key"]] = {"ok": False, "reason": "entry_missing",
+                                          "error": f"{op['module']} has no attribute {op['attr']!r}"}
+                    continue
+                if not callable(fn):
+                    results[op["key"]] = {"ok": False, "reason": "entry_missing", "error": f"{op['attr']} is not callable"}
+                    continue
+                self.kernels[op["key"]] = (get_slot(op["slot"]), fn)
+                results[op["key"]] = {"ok": True}
+            except BaseException as e:  # noqa: BLE001 - any import failure is the bundle's
+                results[op["key"]] = {"ok": False, "reason": "import_error", "error": _tail(e)}
+        wire.send(self.fd, {"type": "loaded", "results": results, "env": _env(self.device)})
+
+    def on_call(self, msg: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
+        spec, fn = self.kernels[msg["op"]]
+        if msg.get("mode") == "compile":
+            fn = self._compiled(msg["op"], spec, fn)
+        args = self._materialise(spec, msg, tensors)
+        reply = self._invoke(spec, fn, args, msg["params"], watch_sync=bool(msg.get("watch_sync")))
+        wire.send(self.fd, reply, {k: v.detach().cpu() for k, v in args.items()} if reply["ok"] else None)
+
+    def on_graph(self, msg: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
+        """Capture one call in a CUDA graph, then replay it with new graph-dynamic values."""
+        spec, fn = self.kernels[msg["op"]]
+        args = self._materialise(spec, msg, {k: v for k, v in tensors.items() if "." not in k})
+        params = msg["params"]
+        out: dict[str, torch.Tensor] = {}
+        try:
+            warm = self._invoke(spec, fn, {k: v.clone() for k, v in args.items()}, params, watch_sync=False)
+            if not warm["ok"]:
+                wire.send(self.fd, warm)
+                return
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                fn(**args, **params)
+        except BaseException as e:  # noqa: BLE001
+            wire.send(self.fd, {"type": "result", "ok": False, "reason": "graph_capture", "error": _tail(e)})
+            return
+        try:
+            for i in range(int(msg["replays"])):
+                for k, v in tensors.items():
+                    if k.startswith(f"r{i}."):
+                        args[k.split(".", 1)[1]].copy_(v.to(self.device))
+                for name, a in ((a.name, a) for a in spec.args if a.role == "out"):
+                    args[name].fill_(_poison(args[name].dtype, 0))
+                graph.replay()
+                torch.cuda.synchronize()
+                for a in spec.args:
+                    if a.written:
+                        out[f"r{i}.{a.name}"] = args[a.name].detach().cpu().clone()
+        except BaseException as e:  # noqa: BLE001
+            wire.send(self.fd, {"type": "result", "ok": False, "reason": "graph_replay", "error": _tail(e)})
+            return
+        wire.send(self.fd, {"type": "result", "ok": True}, out)
+
+    def on_bench(self, msg: dict[str, Any], _: dict) -> None:
+        from cacheon_subnet.bench_timing import run_bench_request
+
+        spec, fn = self.kernels[msg["op"]]
+        try:
+            reply, tensors = run_bench_request(spec, fn, msg, self.device)
+        except BaseException as e:  # noqa: BLE001
+            reply, tensors = {"type": "bench", "ok": False, "reason": "exception", "error": _tail(e)}, None
+        wire.send(self.fd, reply, tensors)
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _materialise(self, spec: SlotSpec, msg: dict[str, Any], tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Inputs to the device (views preserved); outputs allocated and poisoned; scratch filled."""
+        args: dict[str, torch.Tensor] = {}
+        bases: dict[int, torch.Tensor] = {}
+        for name, t in tensors.items():
+            key = t.untyped_storage().data_ptr()
+            if key not in bases:
+                bases[key] = torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage()).to(self.device)
+            base = bases[key]
+            args[name] = torch.empty(0, dtype=t.dtype, device=self.device).set_(
+                base.untyped_storage(), t.storage_offset(), t.shape, t.stride())
+        for name, a in msg.get("alloc", {}).items():
+            t = torch.empty(a["shape"], dtype=dtype_of(a["dtype"]), device=self.device)
+            args[name] = t.fill_(_poison(t.dtype, int(a.get("poison", 0))))
+        return args
+
+    def _invoke(self, spec: SlotSpec, fn: Callable[..., Any], args: dict[str, torch.Tensor],
+                params: dict[str, Any], watch_sync: bool) -> dict[str, Any]:
+        before = {k: (v.data_ptr(), v.untyped_storage().data_ptr()) for k, v in args.items()}
+        watch = HostSyncWatch(self.root)
+        cuda = self.device.type == "cuda"
+        try:
+            if cuda and watch_sync:
+                torch.cuda.synchronize()
+                torch.cuda.set_sync_debug_mode("error")
+            if watch_sync:
+                with watch:
+                    result = fn(**args, **params)
+            else:
+                result = fn(**args, **params)
+            if cuda:
+                torch.cuda.set_sync_debug_mode(0)
+                torch.cuda.synchronize()
+        except BaseException as e:  # noqa: BLE001
+            if cuda:
+                torch.cuda.set_sync_debug_mode(0)
+            reason = "host_sync" if "synchroniz" in str(e) and watch_sync else "exception"
+            return {"type": "result", "ok": False, "reason": reason, "error": _tail(e)}
+        aliases = []
+        input_storages = {v.untyped_storage().data_ptr() for k, v in args.items() if spec.arg(k).role == "in"}
+        for k, v in args.items():
+            if (v.data_ptr(), v.untyped_storage().data_ptr()) != before[k]:
+                aliases.append(f"{k} was re-pointed to other storage")
+            elif spec.arg(k).role == "out" and v.untyped_storage().data_ptr() in input_storages:
+                aliases.append(f"{k} shares storage with an input")
+        return {"type": "result", "ok": True, "returned": None if result is None else type(result).__name__,
+                "host_sync": watch.hits, "aliases": aliases}
+
+    def _compiled(self, key: str, spec: SlotSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """The dispatch path SGLang's piecewise graphs trace: custom op + Dynamo fullgraph."""
+        if key not in self.compiled:
+            from cacheon_subnet.slots.custom_op import register_slot_op
+
+            tag = f"{abs(hash(key)) % 10**8}_{len(self.compiled)}"
+            call = register_slot_op(spec, fn, "cacheon_verify", tag)
+
+            def dispatch(**kw: Any) -> None:
+                call(**kw)
+
+            self.compiled[key] = torch.compile(dispatch, fullgraph=True, backend="aot_eager", dynamic=False)
+        return self.compiled[key]
+
+
+def _poison(dtype: torch.dtype, which: int) -> float | int | bool:
+    if dtype.is_floating_point:
+        return float("nan") if which == 0 else -31337.0
+    if dtype == torch.bool:
+        return which == 0
+    return -0x5A5A5A5A if which == 0 else 0x3C3C3C3C
+
+
+def _tail(e: BaseException, limit: int = 1500) -> str:
+    text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    return text[-limit:]
+
+
+def _env(device: torch.device) -> dict[str, Any]:
+    env: dict[str, Any] = {"torch": torch.__version__, "python": sys.version.split()[0], "device": str(device)}
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except ImportError:
+        pass
+    env["triton_interpret"] = os.environ.get("TRITON_INTERPRET") == "1"
+    if device.type == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(device)
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fd", type=int, required=True)
+    ap.add_argument("--bundle-root", required=True)
+    ap.add_argument("--package", required=True)
+    ap.add_argument("--device", default="cpu")
+    a = ap.parse_args(argv)
+    if a.device.startswith("cuda"):
+        torch.cuda.init()
+    try:
+        import triton  # noqa: F401 - imported before the guard so its own setup is not audited
+    except ImportError:
+        pass
+    from cacheon_subnet.guard import install_guard
+
+    scratch = os.environ.get("CACHEON_SANDBOX_SCRATCH", os.getcwd())
+    install_guard(os.path.join(a.bundle_root, a.package), [scratch])
+    sys.path.insert(0, a.bundle_root)
+    Worker(a.fd, os.path.join(a.bundle_root, a.package), a.package, a.device).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
