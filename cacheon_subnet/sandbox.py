@@ -201,19 +201,19 @@ def launch(
 
 
 def stop(proc: subprocess.Popen[bytes], grace_s: float = 2.0) -> None:
-    """Kill the child's whole process group (it called setsid) and reap it."""
-    if proc.poll() is not None:
-        return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                return
-            time.sleep(0.02)
+    """End the child's whole process group (it called setsid): TERM, a grace period, then KILL
+    for every member still there, even when the leader already exited."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:

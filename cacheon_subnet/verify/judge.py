@@ -45,7 +45,24 @@ def check_reply(reply: Mapping[str, Any]) -> Failure | None:
     return None
 
 
+def check_shapes(spec: SlotSpec, sent: Mapping[str, torch.Tensor], got: Mapping[str, torch.Tensor]) -> Failure | None:
+    """The worker is untrusted: every argument must come back, with the shape/dtype it went out with."""
+    for a in spec.args:
+        if a.role == "scratch":
+            continue
+        t = got.get(a.name)
+        if t is None:
+            return Failure("protocol", f"worker did not return argument {a.name!r}")
+        ref = sent.get(a.name)
+        if ref is not None and (t.shape != ref.shape or t.dtype != ref.dtype):
+            return Failure("protocol", f"{a.name} came back as {t.dtype}{tuple(t.shape)}, sent {ref.dtype}{tuple(ref.shape)}")
+    return None
+
+
 def check_inputs_untouched(spec: SlotSpec, sent: Mapping[str, torch.Tensor], got: Mapping[str, torch.Tensor]) -> Failure | None:
+    f = check_shapes(spec, sent, got)
+    if f:
+        return f
     for a in spec.by_role("in"):
         if not bit_equal(got[a.name], sent[a.name]):
             diff = int((got[a.name] != sent[a.name]).sum()) if got[a.name].shape == sent[a.name].shape else -1
@@ -84,6 +101,9 @@ def check_pair(spec: SlotSpec, act: str, sent: Mapping[str, torch.Tensor], r1: M
 
 def check_outputs(spec: SlotSpec, act: str, got: Mapping[str, torch.Tensor], ref: Mapping[str, torch.Tensor]) -> Failure | None:
     """NaN/Inf never passes; then the slot's tolerance against the reference."""
+    missing = [a.name for a in spec.args if a.written and a.name not in got]
+    if missing:
+        return Failure("protocol", f"worker did not return {missing}")
     for a in spec.args:
         if a.written:
             n = nonfinite_count(got[a.name])

@@ -28,6 +28,7 @@ REASONS = {
     "graph_capture": "CUDA graph capture failed",
     "graph_replay": "CUDA graph replay with new inputs gave wrong results",
     "compile": "torch.compile(fullgraph=True) of the dispatch wrapper failed",
+    "protocol": "the worker's reply was malformed or incomplete (fails closed)",
     "not_run": "not checked because an earlier failure stopped the worker",
 }
 

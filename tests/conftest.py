@@ -1,0 +1,48 @@
+"""Shared fixtures: repo paths and a bundle factory."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+CONTROLS = EXAMPLES / "controls"
+
+MANIFEST = """schema = "cacheon.bundle/1"
+
+[[ops]]
+slot = "norm.rmsnorm"
+entry = "kernel:rmsnorm"
+dtypes = ["bfloat16"]
+"""
+
+
+@pytest.fixture
+def make_bundle(tmp_path: Path):
+    """Write {path: text|bytes} into a fresh directory and return it."""
+
+    def _make(files: dict[str, str | bytes], name: str = "bundle") -> Path:
+        root = tmp_path / name
+        root.mkdir()
+        for rel, data in files.items():
+            p = root / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data.encode() if isinstance(data, str) else data)
+        return root
+
+    return _make
+
+
+@pytest.fixture
+def example_copy(tmp_path: Path):
+    """Copy an example bundle into tmp_path so a test may modify it."""
+
+    def _copy(rel: str) -> Path:
+        dst = tmp_path / Path(rel).name
+        shutil.copytree(EXAMPLES / rel, dst)
+        return dst
+
+    return _copy

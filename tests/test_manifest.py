@@ -1,0 +1,58 @@
+"""manifest.toml errors name the field and say why."""
+
+import pytest
+
+from cacheon_subnet.bundle import bundle_from_files, parse_manifest
+from cacheon_subnet.errors import BundleError, ManifestError
+
+OK = {"kernel.py": b"def rmsnorm(x, weight, out, eps):\n    pass\n"}
+
+
+def _m(text: str) -> str:
+    return 'schema = "cacheon.bundle/1"\n' + text
+
+
+def test_minimal_manifest_defaults():
+    m = parse_manifest(_m('[[ops]]\nslot = "norm.rmsnorm"\nentry = "kernel:rmsnorm"\n'), frozenset(OK))
+    op = m.ops[0]
+    assert op.variant == "default" and op.slot_version == 1 and "bfloat16" in op.dtypes
+    assert op.entry == "kernel:rmsnorm"
+
+
+@pytest.mark.parametrize("text,field", [
+    ('schema = "cacheon.bundle/9"\n[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n', "schema"),
+    (_m('extra = 1\n[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n'), "extra"),
+    (_m(''), "ops"),
+    (_m('[[ops]]\nslot="norm.nope"\nentry="kernel:rmsnorm"\n'), "ops[0].slot"),
+    (_m('[[ops]]\nslot="norm.rmsnorm"\nslot_version=7\nentry="kernel:rmsnorm"\n'), "ops[0].slot"),
+    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel.rmsnorm"\n'), "ops[0].entry"),
+    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="missing:rmsnorm"\n'), "ops[0].entry"),
+    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="torch:rmsnorm"\n'), "ops[0].entry"),
+    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\ndtypes=["int8"]\n'), "ops[0].dtypes"),
+    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\ndtypes=[]\n'), "ops[0].dtypes"),
+    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\nvariant="Bad Name"\n'), "ops[0].variant"),
+    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\nbogus=1\n'), "ops[0].bogus"),
+    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n[ops.constraints]\nZ={max=4}\n'), "ops[0].constraints.Z"),
+    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n[ops.constraints]\nH={multiple_of=0}\n'), "ops[0].constraints.H.multiple_of"),
+    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n'), "ops[1].variant"),
+    ("not toml = = =", ""),
+])
+def test_manifest_errors_name_the_field(text, field):
+    with pytest.raises(ManifestError) as e:
+        parse_manifest(text, frozenset(OK))
+    assert e.value.field == field, str(e.value)
+    assert "manifest.toml" in str(e.value)
+
+
+def test_constraints_gate_eligibility():
+    m = parse_manifest(_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n[ops.constraints]\n'
+                          'H={multiple_of=1024, max=4096}\nT={in=[1,7]}\n'), frozenset(OK))
+    op = m.ops[0]
+    assert op.eligible({"T": 1, "H": 4096}) and not op.eligible({"T": 2, "H": 4096})
+    assert not op.eligible({"T": 1, "H": 8192}) and not op.eligible({"T": 7, "H": 1000})
+
+
+def test_missing_manifest():
+    with pytest.raises(BundleError) as e:
+        bundle_from_files(OK)
+    assert e.value.rule == "manifest-missing"

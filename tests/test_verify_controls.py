@@ -1,0 +1,95 @@
+"""Every verify gate has a broken control that it rejects with the right reason."""
+
+from pathlib import Path
+
+import pytest
+
+from cacheon_subnet.bundle import load_bundle
+from cacheon_subnet.verify import VerifyOptions, verify_bundle
+
+from conftest import CONTROLS, EXAMPLES
+
+OPTS = VerifyOptions(device="cpu", max_cases=2, call_timeout_s=30)
+
+EXPECTED = {
+    "wrong_math": "mismatch",
+    "partial_write": "partial_write",
+    "nan_output": "nan_inf",
+    "input_mutation": "input_mutated",
+    "output_aliasing": "output_aliasing",
+    "host_sync": "host_sync",
+    "import_crash": "import_error",
+    "nondeterministic": "nondeterministic",
+    "endless_loop": "timeout",
+}
+
+
+def reason(report) -> str:
+    fails = [op.failure.reason for op in report.ops if op.failure]
+    return fails[0] if fails else ""
+
+
+def test_every_cpu_control_is_listed():
+    on_disk = {p.name for p in CONTROLS.iterdir() if (p / "manifest.toml").exists()}
+    assert on_disk - set(EXPECTED) == {"policy_violation", "graph_cheat"}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_control_fails_with_its_reason(name):
+    opts = OPTS if name != "endless_loop" else VerifyOptions(device="cpu", max_cases=1, call_timeout_s=4)
+    report = verify_bundle(load_bundle(CONTROLS / name), opts)
+    assert report.status == "FAIL"
+    assert reason(report) == EXPECTED[name], report.render()
+
+
+def test_policy_control_is_never_executed():
+    report = verify_bundle(load_bundle(CONTROLS / "policy_violation"), OPTS)
+    assert report.status == "FAIL" and report.findings
+    assert {op.failure.reason for op in report.ops} == {"not_run"}
+    assert any("P001" in f for f in report.findings) and any("P004" in f for f in report.findings)
+
+
+def test_faithful_example_passes():
+    report = verify_bundle(load_bundle(EXAMPLES / "norm.rmsnorm"), OPTS)
+    assert report.status == "PASS", report.render()
+    assert all(op.calls > 0 for op in report.ops)
+
+
+def test_fresh_inputs_every_trial_and_secret_seed():
+    a = verify_bundle(load_bundle(EXAMPLES / "norm.rmsnorm"), VerifyOptions(device="cpu", max_cases=1))
+    b = verify_bundle(load_bundle(EXAMPLES / "norm.rmsnorm"), VerifyOptions(device="cpu", max_cases=1))
+    assert a.seed != b.seed
+
+
+def test_constraints_excluding_every_shape_fail(example_copy):
+    root = example_copy("norm.rmsnorm")
+    m = root / "manifest.toml"
+    m.chmod(0o644)
+    m.write_text(m.read_text() + "\n[ops.constraints]\nH = { max = 8 }\n")
+    report = verify_bundle(load_bundle(root), OPTS)
+    assert reason(report) == "no_cases"
+
+
+class _FakeClient:
+    """Stands in for the worker: answers compile-mode calls the way a failing dispatch would."""
+
+    def __init__(self, reply):
+        self.reply = reply
+
+    def request(self, msg, tensors, timeout_s):
+        return self.reply, {}
+
+
+def test_compile_gate_maps_worker_failures():
+    from cacheon_subnet.slots import get_slot
+    from cacheon_subnet.verify.runner import _Run
+
+    bundle = load_bundle(EXAMPLES / "norm.rmsnorm")
+    run = _Run(bundle, OPTS, seed=1)
+    run.client = _FakeClient({"type": "result", "ok": False, "reason": "exception", "error": "Unsupported: dynamo"})
+    spec = get_slot("norm.rmsnorm")
+    f = run._compile_trial(bundle.manifest.ops[0], spec, "bfloat16", spec.cases("verify")[0])
+    assert f is not None and f.reason == "compile" and f.stage == "compile"
+    run.client = _FakeClient({"type": "result", "ok": True, "returned": None, "host_sync": [], "aliases": []})
+    f = run._compile_trial(bundle.manifest.ops[0], spec, "bfloat16", spec.cases("verify")[0])
+    assert f is not None and f.reason == "protocol"  # no tensors came back: never a silent pass
