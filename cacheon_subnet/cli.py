@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from cacheon_subnet.errors import BundleError, CacheonError
+from cacheon_subnet.errors import BundleError, CacheonError, UsageError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 Command = Callable[[argparse.Namespace], int]
@@ -86,6 +86,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     try:
         bundle = load_bundle(args.bundle)
     except BundleError as e:
+        if e.rule == "not-found":
+            raise UsageError(str(e)) from None
         reason = "manifest" if e.rule.startswith("manifest") else "bundle"
         payload = {"status": "FAIL", "reasons": [f"{reason}: {e}"], "source": args.bundle}
         _emit(args, payload, f"cacheon verify: FAIL\n  {reason}: {e}")

@@ -22,7 +22,7 @@ _BUNDLE_ONLY = frozenset({"ctypes.dlopen", "ctypes.dlsym", "gc.get_objects", "gc
                           "gc.get_referents", "os.putenv", "os.unsetenv", "sys.settrace", "sys.setprofile",
                           "ctypes.cdata", "ctypes.addressof"})
 ALLOWED_TOOLS = frozenset({"ptxas", "cc", "gcc", "x86_64-linux-gnu-gcc", "clang", "ldconfig", "nvcc",
-                           "cuobjdump", "nvdisasm", "uname", "which"})
+                           "cuobjdump", "nvdisasm", "uname", "which", "ninja", "c++", "g++"})
 _WRITE_CHARS = set("wax+")
 
 _state: dict[str, Any] = {}

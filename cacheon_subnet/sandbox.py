@@ -38,6 +38,8 @@ _ENV_KEEP = (
     "TRITON_INTERPRET", "TRITON_PTXAS_PATH", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
     "NVSHMEM_DISABLE_NVLS", "CACHEON_LOG_LEVEL", "VIRTUAL_ENV",
 )
+# Engine/JIT settings the operator chose (cache dirs, feature switches) pass through by prefix.
+_ENV_KEEP_PREFIXES = ("SGLANG_", "FLASHINFER_", "TVM_FFI_", "CUDA_")
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ def probe_isolation(policy: SandboxPolicy) -> Isolation:
 
 
 def child_env(scratch: Path, policy: SandboxPolicy) -> dict[str, str]:
-    env = {k: os.environ[k] for k in _ENV_KEEP if k in os.environ}
+    env = {k: v for k, v in os.environ.items() if k in _ENV_KEEP or k.startswith(_ENV_KEEP_PREFIXES)}
     home = scratch / "home"
     tmp = scratch / "tmp"
     for d in (home, tmp, scratch / "cache"):

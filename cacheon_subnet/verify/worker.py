@@ -248,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     from cacheon_subnet.guard import install_guard
 
     scratch = os.environ.get("CACHEON_SANDBOX_SCRATCH", os.getcwd())
-    install_guard(os.path.join(a.bundle_root, a.package), [scratch])
+    writable = [scratch] + [os.environ[k] for k in ("TVM_FFI_CACHE_DIR",) if os.environ.get(k)]
+    install_guard(os.path.join(a.bundle_root, a.package), writable)
     sys.path.insert(0, a.bundle_root)
     Worker(a.fd, os.path.join(a.bundle_root, a.package), a.package, a.device).serve()
     return 0

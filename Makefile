@@ -1,0 +1,27 @@
+# Two commands on a fresh machine:  `make demo` (main job on the embedded local chain + CPU
+# arena) and `make test` (the CPU test suite). Both create .venv and install on first use.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# CPU wheel of torch for laptops/CI; on a GPU box install the `gpu` extra instead.
+TORCH_SPEC ?= torch==2.13.0
+TRITON_SPEC ?= triton==3.6.0
+
+.PHONY: demo test install clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)" "$(TRITON_SPEC)"
+	$(PY) -m pip install -q -e '.[dev,chain]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/cacheon demo
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache .cacheon

@@ -1,0 +1,143 @@
+"""`cacheon bench`: per-shape timing of a bundle's kernels against stock SGLang (or the reference).
+
+The kernels run in the sandboxed worker (bench_timing.py); the host picks the shapes, checks
+a fresh-input run of every timed kernel against the reference (a kernel that is fast because it
+is wrong shows up as such) and renders speedup and % of measured HBM copy bandwidth.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from cacheon_subnet import sandbox
+from cacheon_subnet.bundle import Bundle
+from cacheon_subnet.log import get_logger
+from cacheon_subnet.slots import get_slot
+from cacheon_subnet.slots.spec import dtype_of
+from cacheon_subnet.verify import judge
+from cacheon_subnet.verify.client import WorkerClient, WorkerConfig, WorkerDied, WorkerTimeout
+
+log = get_logger("cacheon.bench")
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    device: str = "cuda"
+    tier: str = "bench"
+    budget_s: float = 3.0
+    target_rel_err: float = 0.001
+    max_cases: int | None = None
+    dtype: str | None = None  # default: the op's first declared dtype
+    seed: int | None = None
+    call_timeout_s: float = 900.0
+    stock: bool = True
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    op: str
+    case: str
+    dtype: str
+    candidate_us: float
+    baseline_us: float
+    speedup: float
+    baseline: str
+    bytes: int
+    candidate_gbps: float
+    pct_hbm: float | None
+    n: int
+    rel_stderr: float
+    recheck: str
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    digest: str
+    device: str
+    rows: tuple[BenchRow, ...]
+    errors: tuple[str, ...]
+    env: dict[str, Any] = field(default_factory=dict)
+    hbm_gbps: float | None = None
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.rows) and not self.errors and all(r.recheck == "ok" for r in self.rows)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def render(self) -> str:
+        gpu = self.env.get("gpu", self.device)
+        hdr = f"cacheon bench  digest {self.digest[:16]}…  {gpu}"
+        if self.hbm_gbps:
+            hdr += f"  (measured copy bandwidth {self.hbm_gbps:,.0f} GB/s = 100 %)"
+        lines = [hdr, f"{'op':30} {'case':28} {'dtype':9} {'cand µs':>9} {'base µs':>9} {'speedup':>8} {'GB/s':>8} {'%HBM':>6} {'n':>6} {'±':>7}  recheck  baseline"]
+        for r in self.rows:
+            pct = f"{r.pct_hbm:5.1f}" if r.pct_hbm is not None else "   - "
+            lines.append(f"{r.op:30} {r.case:28} {r.dtype:9} {r.candidate_us:9.2f} {r.baseline_us:9.2f} {r.speedup:7.3f}x "
+                         f"{r.candidate_gbps:8.1f} {pct:>6} {r.n:6d} {100 * r.rel_stderr:6.2f}%  {r.recheck:7}  {r.baseline}")
+        lines += [f"error: {e}" for e in self.errors]
+        lines.append(f"({self.duration_s:.1f} s)")
+        return "\n".join(lines)
+
+
+def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchReport:
+    t0 = time.monotonic()
+    seed = opts.seed if opts.seed is not None else secrets.randbits(40)
+    policy = sandbox.SandboxPolicy(wall_timeout_s=opts.call_timeout_s, cpu_seconds=None)
+    client = WorkerClient(bundle, WorkerConfig(device=opts.device, policy=policy))
+    rows: list[BenchRow] = []
+    errors: list[str] = []
+    env: dict[str, Any] = {}
+    hbm = None
+    try:
+        client.start()
+        ops = bundle.manifest.ops
+        reply, _ = client.request({"type": "load", "ops": [{"key": o.key, "slot": o.slot, "module": o.module, "attr": o.attr} for o in ops]},
+                                  None, 300)
+        env = reply.get("env", {})
+        for op in ops:
+            res = reply["results"][op.key]
+            if not res["ok"]:
+                errors.append(f"{op.key}: {res['reason']}: {res['error'].strip().splitlines()[-1]}")
+                continue
+            spec = get_slot(op.slot)
+            dtype = opts.dtype or op.dtypes[0]
+            if dtype not in op.dtypes:
+                errors.append(f"{op.key}: dtype {dtype} not declared by the bundle")
+                continue
+            cases = [c for c in spec.cases(opts.tier) if op.eligible(c.dims)][: opts.max_cases or None]
+            for i, case in enumerate(cases):
+                msg = {"type": "bench", "op": op.key, "case": case.to_json(), "dtype": dtype, "seed": seed + 1000 * i,
+                       "budget_s": opts.budget_s, "target_rel_err": opts.target_rel_err, "stock": opts.stock}
+                log.info("bench.case", op=op.key, case=case.label, dtype=dtype)
+                r, tensors = client.request(msg, None, opts.call_timeout_s)
+                if not r.get("ok"):
+                    errors.append(f"{op.key} {case.label}: {r.get('reason')}: {str(r.get('error', '')).strip().splitlines()[-1:]}")
+                    continue
+                hbm = hbm if hbm is not None else r.get("hbm_gbps")
+                rows.append(_row(op.key, spec, case, dtype, r, tensors, hbm))
+    except (WorkerTimeout, WorkerDied) as e:
+        errors.append(f"worker: {e}")
+    finally:
+        client.cleanup()
+    return BenchReport(bundle.digest, opts.device, tuple(rows), tuple(errors), env, hbm, time.monotonic() - t0)
+
+
+def _row(key: str, spec, case, dtype: str, r: dict[str, Any], tensors: dict, hbm: float | None) -> BenchRow:
+    cand, base = r["timings"]["candidate"], r["timings"]["baseline"]
+    sent = {k[3:]: v for k, v in tensors.items() if k.startswith("in.")}
+    got = {**sent, **{k[4:]: v for k, v in tensors.items() if k.startswith("out.")}}
+    f = judge.check_outputs(spec, dtype, got, spec.reference(sent, case.params))
+    nbytes = spec.default_bytes(case, dtype_of(dtype))
+    gbps = nbytes / (cand["median_us"] * 1e-6) / 1e9 if cand["median_us"] > 0 else 0.0
+    return BenchRow(
+        op=key, case=case.label, dtype=dtype, candidate_us=cand["median_us"], baseline_us=base["median_us"],
+        speedup=base["median_us"] / cand["median_us"] if cand["median_us"] > 0 else 0.0, baseline=r["baseline"],
+        bytes=nbytes, candidate_gbps=gbps, pct_hbm=100 * gbps / hbm if hbm else None, n=int(cand["n"]),
+        rel_stderr=max(cand["rel_stderr"], base["rel_stderr"]), recheck="ok" if f is None else f"FAIL {f.reason}",
+    )

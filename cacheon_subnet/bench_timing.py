@@ -1,0 +1,180 @@
+"""Worker-side timing for `cacheon bench` (runs inside the sandboxed worker, next to the kernel).
+
+Method (GPU MODE / KernelBench practice): CUDA events around the call only, the L2 flushed by
+a large write before every timed iteration, inout args restored from a pristine copy before
+every iteration (outside the timed region), warm-up excluded, candidate and baseline
+interleaved in alternating order so drift hits both, adaptive stop once stderr/mean falls under
+the target for both sides (or the time budget runs out). The result is advisory for miners; the
+validator's authority is end-to-end throughput in the arena.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+
+from cacheon_subnet.slots.gen import seed_generator
+from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_of
+
+_flush_cache: dict[str, torch.Tensor] = {}
+_hbm_gbps: dict[str, float | None] = {}
+
+
+def _to_device(inputs: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """Move tensors keeping views that share one storage sharing one device storage."""
+    bases: dict[int, torch.Tensor] = {}
+    out = {}
+    for name, t in inputs.items():
+        key = t.untyped_storage().data_ptr()
+        if key not in bases:
+            bases[key] = torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage()).to(device)
+        out[name] = torch.empty(0, dtype=t.dtype, device=device).set_(
+            bases[key].untyped_storage(), t.storage_offset(), t.shape, t.stride())
+    return out
+
+
+def build_args(spec: SlotSpec, case: ShapeCase, act: torch.dtype, seed: int, device: torch.device) -> dict[str, torch.Tensor]:
+    inputs = spec.make_inputs(case, act, seed_generator(seed))
+    args = _to_device({k: v for k, v in inputs.items() if spec.arg(k).role in ("in", "inout")}, device)
+    for a in spec.args:
+        if a.role in ("out", "scratch"):
+            args[a.name] = torch.full(a.concrete_shape(case.dims), float("nan") if a.torch_dtype(act).is_floating_point else -1,
+                                      dtype=a.torch_dtype(act), device=device)
+    return args
+
+
+def reference_kernel(spec: SlotSpec) -> Callable[..., None]:
+    """The fp32 reference behind the slot calling convention (baseline when SGLang is absent)."""
+    def run(**kw: Any) -> None:
+        tensors = {a.name: kw[a.name] for a in spec.args}
+        params = {p.name: kw[p.name] for p in spec.params}
+        for name, val in spec.reference(tensors, params).items():
+            tensors[name].copy_(val.to(tensors[name].device))
+
+    return run
+
+
+class _Timer:
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20)
+            key = str(device)
+            if key not in _flush_cache:
+                _flush_cache[key] = torch.empty(max(2 * l2, 256 << 20) // 4, dtype=torch.int32, device=device)
+            self.flush_buf = _flush_cache[key]
+
+    def time_once(self, fn: Callable[[], None]) -> Any:
+        if not self.cuda:
+            t0 = time.perf_counter_ns()
+            fn()
+            return (time.perf_counter_ns() - t0) / 1e3
+        self.flush_buf.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        return (start, end)
+
+    def read(self, token: Any) -> float:
+        if not self.cuda:
+            return float(token)
+        start, end = token
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3  # microseconds
+
+
+def _stats(xs: list[float]) -> dict[str, float]:
+    mean = statistics.fmean(xs)
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return {"median_us": statistics.median(xs), "mean_us": mean, "rel_stderr": (sd / math.sqrt(len(xs))) / mean if mean else 0.0,
+            "min_us": min(xs), "n": len(xs)}
+
+
+def time_pair(sides: dict[str, Callable[[], None]], restore: Callable[[], None], device: torch.device,
+              budget_s: float, target: float, min_iters: int = 20, max_iters: int = 100_000) -> dict[str, dict[str, float]]:
+    timer = _Timer(device)
+    for fn in sides.values():  # warm-up: compile, autotune, first-touch; excluded
+        for _ in range(3):
+            restore()
+            fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    samples: dict[str, list[float]] = {k: [] for k in sides}
+    names = list(sides)
+    t_end = time.monotonic() + budget_s
+    rounds = 0
+    while True:
+        order = names if rounds % 2 == 0 else names[::-1]
+        tokens = []
+        for name in order:
+            restore()
+            tokens.append((name, timer.time_once(sides[name])))
+        for name, tok in tokens:
+            samples[name].append(timer.read(tok))
+        rounds += 1
+        if rounds >= max_iters:
+            break
+        if rounds >= min_iters and rounds % 10 == 0:
+            done = all(_stats(v)["rel_stderr"] < target for v in samples.values())
+            if done or time.monotonic() > t_end:
+                break
+    return {k: _stats(v) for k, v in samples.items()}
+
+
+def measure_copy_bandwidth(device: torch.device) -> float | None:
+    """Device-to-device copy GB/s counting bytes read + written: the roofline for % of HBM."""
+    if device.type != "cuda":
+        return None
+    src = torch.empty(1 << 28, dtype=torch.int32, device=device)  # 1 GiB
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        dst.copy_(src)
+    end.record()
+    end.synchronize()
+    secs = start.elapsed_time(end) / 1e3
+    return 10 * 2 * src.numel() * 4 / secs / 1e9
+
+
+def run_bench_request(spec: SlotSpec, fn: Callable[..., None], msg: dict[str, Any], device: torch.device
+                      ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """Time candidate vs baseline on one case; return timings plus a fresh-input recheck run."""
+    from seams.stock import stock_kernel
+
+    case = ShapeCase(**msg["case"])
+    act = dtype_of(msg["dtype"])
+    params = dict(case.params)
+    args = build_args(spec, case, act, int(msg["seed"]), device)
+    pristine = {a.name: args[a.name].clone() for a in spec.args if a.role == "inout"}
+    base, why = stock_kernel(spec.id) if msg.get("stock", True) else (None, "stock disabled")
+    baseline = f"stock: {why.splitlines()[0]}" if base is not None else f"reference fp32 ({why})"
+    base = base or reference_kernel(spec)
+    base_args = {k: v.clone() for k, v in args.items()}
+
+    def restore() -> None:
+        for k, v in pristine.items():
+            args[k].copy_(v)
+            base_args[k].copy_(v)
+
+    sides = {"candidate": lambda: fn(**args, **params), "baseline": lambda: base(**base_args, **params)}
+    timings = time_pair(sides, restore, device, float(msg["budget_s"]), float(msg["target_rel_err"]))
+    check = build_args(spec, case, act, int(msg["seed"]) + 1, device)
+    sent = {k: v.detach().cpu().clone() for k, v in check.items() if spec.arg(k).role in ("in", "inout")}
+    fn(**check, **params)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    tensors = {f"in.{k}": v for k, v in sent.items()}
+    tensors.update({f"out.{a.name}": check[a.name].detach().cpu() for a in spec.args if a.written})
+    if str(device) not in _hbm_gbps:
+        _hbm_gbps[str(device)] = measure_copy_bandwidth(device)
+    reply = {"type": "bench", "ok": True, "timings": timings, "baseline": baseline, "hbm_gbps": _hbm_gbps[str(device)]}
+    return reply, tensors

@@ -1,0 +1,1 @@
+"""Miner-side tools: scaffold, local checks, submit (see cli.py)."""

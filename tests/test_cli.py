@@ -1,0 +1,98 @@
+"""The `cacheon` command line: verbs, flags, exit codes and JSON shapes other tools rely on."""
+
+import json
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from cacheon_subnet.slots import all_slots
+
+from conftest import CONTROLS, EXAMPLES, REPO
+
+
+def cacheon(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cacheon_subnet.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+
+
+def test_slots_json_lists_catalog_with_signatures():
+    r = cacheon("slots", "--json")
+    assert r.returncode == 0
+    data = json.loads(r.stdout)
+    assert {d["id"] for d in data} == {s.id for s in all_slots()}
+    for d in data:
+        assert d["version"] >= 1 and d["signature"].startswith(f"{d['id']}@{d['version']}(")
+        assert all({"name", "role", "dtype", "shape", "layout"} <= set(a) for a in d["args"])
+    text = cacheon("slots").stdout
+    assert "norm.rmsnorm@1" in text
+
+
+def test_verify_exit_codes_and_json():
+    ok = cacheon("verify", str(EXAMPLES / "norm.rmsnorm"), "--json", "--max-cases", "1")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    data = json.loads(ok.stdout)
+    assert data["status"] == "PASS" and data["digest"] and data["ops"][0]["status"] == "PASS"
+    bad = cacheon("verify", str(CONTROLS / "wrong_math"), "--json", "--max-cases", "1")
+    assert bad.returncode == 1
+    data = json.loads(bad.stdout)
+    assert data["status"] == "FAIL" and data["ops"][0]["failure"]["reason"] == "mismatch"
+    assert cacheon("verify", "/definitely/not/here").returncode == 2
+    assert cacheon("verify").returncode == 2
+    assert cacheon("verify", str(EXAMPLES / "norm.rmsnorm"), "--device", "tpu").returncode == 2
+
+
+def test_verify_bundle_rule_violation_is_fail(make_bundle):
+    root = make_bundle({"manifest.toml": 'schema = "cacheon.bundle/1"\n', "evil.so": "x"})
+    r = cacheon("verify", str(root), "--json")
+    assert r.returncode == 1
+    assert "file-type" in json.loads(r.stdout)["reasons"][0]
+
+
+def test_pack_and_digest_agree(tmp_path):
+    out = tmp_path / "b.tar.gz"
+    p = cacheon("pack", str(EXAMPLES / "norm.rmsnorm"), "-o", str(out), "--json", "--hotkey", "hk1")
+    assert p.returncode == 0, p.stderr
+    packed = json.loads(p.stdout)
+    d = json.loads(cacheon("digest", str(out), "--json", "--hotkey", "hk1").stdout)
+    assert packed["digest"] == d["digest"] and packed["hotkey_digest"] == d["hotkey_digest"]
+    with tarfile.open(out) as t:
+        assert "manifest.toml" in t.getnames()
+    again = tmp_path / "c.tar.gz"
+    cacheon("pack", str(EXAMPLES / "norm.rmsnorm"), "-o", str(again))
+    assert out.read_bytes() == again.read_bytes()
+
+
+@pytest.mark.parametrize("slot", [s.id for s in all_slots()])
+def test_miner_init_scaffold_passes_verify(tmp_path, slot):
+    dest = tmp_path / "mine"
+    r = cacheon("miner", "init", "--slot", slot, str(dest))
+    assert r.returncode == 0, r.stderr
+    assert (dest / "manifest.toml").is_file() and (dest / "README.md").is_file()
+    v = cacheon("verify", str(dest), "--device", "cpu", "--max-cases", "1")
+    assert v.returncode == 0, v.stdout + v.stderr
+    again = cacheon("miner", "init", "--slot", slot, str(dest))
+    assert again.returncode == 2 and "not empty" in again.stderr
+
+
+def test_miner_init_unknown_slot():
+    r = cacheon("miner", "init", "--slot", "norm.nope", "/tmp/never")
+    assert r.returncode == 2 and "unknown slot" in r.stderr
+
+
+def test_bench_on_cpu_reports_rows(tmp_path):
+    r = cacheon("bench", str(EXAMPLES / "norm.rmsnorm"), "--device", "cpu", "--tier", "verify", "--budget", "0.2",
+                "--max-cases", "1", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = json.loads(r.stdout)
+    (row,) = data["rows"]
+    assert row["recheck"] == "ok" and row["candidate_us"] > 0 and row["baseline_us"] > 0 and row["n"] >= 20
+    assert "reference" in row["baseline"] or "stock" in row["baseline"]
+
+
+def test_bench_recheck_catches_wrong_kernel():
+    r = cacheon("bench", str(CONTROLS / "wrong_math"), "--device", "cpu", "--tier", "verify", "--budget", "0.2",
+                "--max-cases", "1", "--json")
+    assert r.returncode == 1
+    assert json.loads(r.stdout)["rows"][0]["recheck"] == "FAIL mismatch"
