@@ -127,6 +127,16 @@ def cmd_miner_init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@command("chain-compat")
+def cmd_chain_compat(args: argparse.Namespace) -> int:
+    from cacheon_subnet.chain.compat import check_sdk, render
+
+    report = check_sdk()
+    _emit(args, {"exit_code": report.exit_code, "rows": [r.__dict__ if hasattr(r, "__dict__") else list(r) for r in report.rows]},
+          render(report))
+    return report.exit_code
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cacheon", description=__doc__)
     p.add_argument("--log-level", default=None, help="debug|info|warning|error (env CACHEON_LOG_LEVEL)")
@@ -167,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-cases", type=int)
     s.add_argument("--json", action="store_true")
 
+    s = sub.add_parser("chain-compat", help="check the installed bittensor SDK still has every call we use")
+    s.add_argument("--json", action="store_true")
+
     m = sub.add_parser("miner", help="miner tools").add_subparsers(dest="miner_cmd", required=True)
     s = m.add_parser("init", help="scaffold a bundle that passes verify")
     s.add_argument("--slot", required=True)
@@ -193,6 +206,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fn(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # e.g. `cacheon slots --json | head`
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except BundleError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAIL
