@@ -3,7 +3,7 @@
 Method (GPU MODE / KernelBench practice): CUDA events around the call only, the L2 flushed by
 a large write before every timed iteration, inout args restored from a pristine copy before
 every iteration (outside the timed region), warm-up excluded, candidate and baseline
-interleaved in alternating order so drift hits both, adaptive stop once stderr/mean falls under
+interleaved in rotating order so drift and position effects hit all sides alike, adaptive stop once stderr/mean falls under
 the target for both sides (or the time budget runs out). The result is advisory for miners; the
 validator's authority is end-to-end throughput in the arena.
 """
@@ -109,7 +109,8 @@ def time_pair(sides: dict[str, Callable[[], None]], restore: Callable[[], None],
     t_end = time.monotonic() + budget_s
     rounds = 0
     while True:
-        order = names if rounds % 2 == 0 else names[::-1]
+        k = rounds % len(names)  # rotate: every side takes every position equally often
+        order = names[k:] + names[:k]
         tokens = []
         for name in order:
             restore()
@@ -159,13 +160,17 @@ def run_bench_request(spec: SlotSpec, fn: Callable[..., None], msg: dict[str, An
     baseline = f"stock: {why.splitlines()[0]}" if base is not None else f"reference fp32 ({why})"
     base = base or reference_kernel(spec)
     base_args = {k: v.clone() for k, v in args.items()}
+    base2_args = {k: v.clone() for k, v in args.items()}
 
     def restore() -> None:
         for k, v in pristine.items():
             args[k].copy_(v)
             base_args[k].copy_(v)
+            base2_args[k].copy_(v)
 
     sides = {"candidate": lambda: fn(**args, **params), "baseline": lambda: base(**base_args, **params)}
+    if msg.get("bprime"):  # B' = the baseline timed again: its distance from B is the noise band
+        sides["baseline2"] = lambda: base(**base2_args, **params)
     timings = time_pair(sides, restore, device, float(msg["budget_s"]), float(msg["target_rel_err"]))
     check = build_args(spec, case, act, int(msg["seed"]) + 1, device)
     sent = {k: v.detach().cpu().clone() for k, v in check.items() if spec.arg(k).role in ("in", "inout")}

@@ -186,7 +186,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("dir")
     s.add_argument("--force", action="store_true")
     s.add_argument("--json", action="store_true")
+
+    # Feature packages add their own verbs: register(sub, groups) calls add_parser(...) and
+    # set_defaults(handler=fn) where fn(args) -> exit code.
+    import importlib
+    import importlib.util
+
+    for name in EXTENSIONS:
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name).register(sub, {"miner": m})
     return p
+
+
+EXTENSIONS = ("cacheon_subnet.miner.commands", "cacheon_subnet.validator.commands", "cacheon_subnet.demo",
+              "seams.commands", "arena.commands")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -199,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for attr in ("miner_cmd",):
         if getattr(args, attr, None):
             name = f"{name} {getattr(args, attr)}"
-    fn = _COMMANDS.get(name)
+    fn = getattr(args, "handler", None) or _COMMANDS.get(name)
     if fn is None:
         parser.error(f"unknown command {name!r}")
     try:

@@ -1,0 +1,1 @@
+"""The long-running validator: durable state, fetch, screen, qualify, settle, publish."""

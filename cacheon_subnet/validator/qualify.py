@@ -1,0 +1,108 @@
+"""Qualification: how fast is a verified op, relative to the incumbent stack, and how sure are we.
+
+`Qualifier` is the seam between the validator loop and an arena. The GPU arena (arena/) runs
+the real SGLang engine; `CpuQualifier` is what a CPU-only validator (and the local demo) can do:
+slot-level timing of the kernel against the fp32 reference in the sandboxed worker, with B, C
+and B' interleaved. Its results are labelled "cpu-timing" and its arena id differs from every
+GPU arena, so they never mix with engine measurements.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from cacheon_subnet import sandbox
+from cacheon_subnet.bundle import Bundle, OpEntry
+from cacheon_subnet.scoring.settle import Crown
+from cacheon_subnet.slots import get_slot
+from cacheon_subnet.verify import judge
+from cacheon_subnet.verify.client import WorkerClient, WorkerConfig, WorkerDied, WorkerTimeout
+
+
+@dataclass(frozen=True)
+class QualifyResult:
+    target: str
+    verdict: str  # PASS | FAIL | NO_DECISION
+    quality_ok: bool
+    speedup: float  # vs the incumbent stack (what settlement compares against the bar)
+    speedup_vs_stock: float
+    noise: float  # relative noise band (B vs B')
+    arena_id: str
+    label: str
+    reason: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class Qualifier(Protocol):
+    arena_id: str
+    label: str
+
+    def qualify(self, bundle: Bundle, op: OpEntry, incumbent: Crown | None) -> QualifyResult: ...
+
+
+@dataclass(frozen=True)
+class CpuQualifier:
+    """Slot-level CPU timing vs the fp32 reference (advisory; clearly labelled)."""
+
+    tier: str = "verify"
+    cases: int = 3
+    budget_s: float = 1.0
+    target_rel_err: float = 0.01
+    max_noise: float = 0.05
+    call_timeout_s: float = 300.0
+    label: str = "cpu-timing"
+
+    @property
+    def arena_id(self) -> str:
+        ident = f"cpu-slot-timing/v1/{self.tier}/{self.cases}"
+        return "cpu-" + hashlib.sha256(ident.encode()).hexdigest()[:12]
+
+    def qualify(self, bundle: Bundle, op: OpEntry, incumbent: Crown | None) -> QualifyResult:
+        spec = get_slot(op.slot)
+        cases = [c for c in spec.cases(self.tier) if op.eligible(c.dims)][: self.cases]
+        dtype = op.dtypes[0]
+        policy = sandbox.SandboxPolicy(wall_timeout_s=self.call_timeout_s)
+        client = WorkerClient(bundle, WorkerConfig(device="cpu", policy=policy))
+        ratios, noises, rows = [], [], []
+        try:
+            client.start()
+            load = {"type": "load", "ops": [{"key": op.key, "slot": op.slot, "module": op.module, "attr": op.attr}]}
+            reply, _ = client.request(load, None, self.call_timeout_s)
+            if not reply["results"][op.key]["ok"]:
+                return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, f"import failed: {reply['results'][op.key]['reason']}")
+            for i, case in enumerate(cases):
+                msg = {"type": "bench", "op": op.key, "case": case.to_json(), "dtype": dtype, "seed": 1000 + i,
+                       "budget_s": self.budget_s, "target_rel_err": self.target_rel_err, "stock": False, "bprime": True}
+                r, tensors = client.request(msg, None, self.call_timeout_s)
+                if not r.get("ok"):
+                    return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, f"timing run failed: {r.get('reason')}")
+                sent = {k[3:]: v for k, v in tensors.items() if k.startswith("in.")}
+                got = {**sent, **{k[4:]: v for k, v in tensors.items() if k.startswith("out.")}}
+                f = judge.check_outputs(spec, dtype, got, spec.reference(sent, case.params))
+                if f:
+                    return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, f"recheck on timed kernel: {f}")
+                t = r["timings"]
+                b, b2, c = t["baseline"]["median_us"], t["baseline2"]["median_us"], t["candidate"]["median_us"]
+                ratios.append(((b + b2) / 2) / c)
+                noises.append(max(abs(b - b2) / ((b + b2) / 2), t["candidate"]["rel_stderr"], t["baseline"]["rel_stderr"]))
+                rows.append({"case": case.label, "baseline_us": b, "baseline2_us": b2, "candidate_us": c})
+        except (WorkerTimeout, WorkerDied) as e:
+            return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, f"worker: {e}")
+        finally:
+            client.cleanup()
+        vs_stock = math.exp(statistics.fmean(math.log(x) for x in ratios))
+        noise = statistics.median(noises)
+        vs_incumbent = vs_stock / incumbent.speedup_vs_stock if incumbent else vs_stock
+        if noise > self.max_noise:
+            return self._result(op, "NO_DECISION", True, vs_incumbent, vs_stock, noise,
+                                f"too noisy: {noise:.3%} > {self.max_noise:.0%}", rows)
+        return self._result(op, "PASS", True, vs_incumbent, vs_stock, noise,
+                            f"{vs_stock:.3f}x vs fp32 reference over {len(rows)} shapes (noise {noise:.2%})", rows)
+
+    def _result(self, op: OpEntry, verdict: str, ok: bool, sp: float, vs: float, noise: float, reason: str,
+                rows: list | None = None) -> QualifyResult:
+        return QualifyResult(op.slot, verdict, ok, sp, vs, noise, self.arena_id, self.label, reason, {"cases": rows or []})
