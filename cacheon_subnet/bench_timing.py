@@ -19,27 +19,15 @@ import torch
 
 from cacheon_subnet.slots.gen import seed_generator
 from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_of
+from cacheon_subnet.tensor_views import rebase
 
 _flush_cache: dict[str, torch.Tensor] = {}
 _hbm_gbps: dict[str, float | None] = {}
 
 
-def _to_device(inputs: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    """Move tensors keeping views that share one storage sharing one device storage."""
-    bases: dict[int, torch.Tensor] = {}
-    out = {}
-    for name, t in inputs.items():
-        key = t.untyped_storage().data_ptr()
-        if key not in bases:
-            bases[key] = torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage()).to(device)
-        out[name] = torch.empty(0, dtype=t.dtype, device=device).set_(
-            bases[key].untyped_storage(), t.storage_offset(), t.shape, t.stride())
-    return out
-
-
 def build_args(spec: SlotSpec, case: ShapeCase, act: torch.dtype, seed: int, device: torch.device) -> dict[str, torch.Tensor]:
     inputs = spec.make_inputs(case, act, seed_generator(seed))
-    args = _to_device({k: v for k, v in inputs.items() if spec.arg(k).role in ("in", "inout")}, device)
+    args = rebase({k: v for k, v in inputs.items() if spec.arg(k).role in ("in", "inout")}, device)
     for a in spec.args:
         if a.role in ("out", "scratch"):
             args[a.name] = torch.full(a.concrete_shape(case.dims), float("nan") if a.torch_dtype(act).is_floating_point else -1,
@@ -155,12 +143,12 @@ def run_bench_request(spec: SlotSpec, fn: Callable[..., None], msg: dict[str, An
     act = dtype_of(msg["dtype"])
     params = dict(case.params)
     args = build_args(spec, case, act, int(msg["seed"]), device)
-    pristine = {a.name: args[a.name].clone() for a in spec.args if a.role == "inout"}
+    pristine = rebase({a.name: args[a.name] for a in spec.args if a.role == "inout"})
     base, why = stock_kernel(spec.id) if msg.get("stock", True) else (None, "stock disabled")
     baseline = f"stock: {why.splitlines()[0]}" if base is not None else f"reference fp32 ({why})"
     base = base or reference_kernel(spec)
-    base_args = {k: v.clone() for k, v in args.items()}
-    base2_args = {k: v.clone() for k, v in args.items()}
+    base_args = rebase(args)
+    base2_args = rebase(args)
 
     def restore() -> None:
         for k, v in pristine.items():

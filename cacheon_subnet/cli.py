@@ -193,7 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
     import importlib.util
 
     for name in EXTENSIONS:
-        if importlib.util.find_spec(name) is not None:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # parent package not built / not installed here
+            found = False
+        if found:
             importlib.import_module(name).register(sub, {"miner": m})
     return p
 

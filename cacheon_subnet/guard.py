@@ -44,6 +44,23 @@ def _bundle_frame() -> str | None:
     return None
 
 
+def _spawned_by_toolchain() -> bool:
+    """True when the nearest non-stdlib frame asking for the spawn lives in triton or torch:
+    their compilers run ptxas / ldconfig / cc themselves while a bundle kernel is launching."""
+    f = sys._getframe(2)
+    stdlib = _state["stdlib"]
+    while f is not None:
+        fn = f.f_code.co_filename
+        if fn.startswith(_state["bundle_root"]):
+            return False
+        if any(fn.startswith(t) for t in _state["toolchains"]):
+            return True
+        if not (fn.startswith(stdlib) or fn.startswith("<")):
+            return False
+        f = f.f_back
+    return False
+
+
 def _writable(path: str) -> bool:
     p = os.path.realpath(path)
     if p.startswith(_state["bundle_root"]):
@@ -69,7 +86,7 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         if isinstance(exe, (list, tuple)):
             exe = exe[0] if exe else ""
         name = os.path.basename(os.fsdecode(exe)) if isinstance(exe, (str, bytes, os.PathLike)) else ""
-        if event == "subprocess.Popen" and name in ALLOWED_TOOLS and _bundle_frame() is None:
+        if name in ALLOWED_TOOLS and (_bundle_frame() is None or _spawned_by_toolchain()):
             return
         _deny(event, f"process spawning is not allowed ({name or exe!r})")
     elif event in _BUNDLE_ONLY:
@@ -89,4 +106,13 @@ def install_guard(bundle_root: str, writable: list[str]) -> None:
         return
     _state["bundle_root"] = os.path.realpath(bundle_root) + os.sep
     _state["writable"] = [os.path.realpath(w) for w in writable] + ["/dev/null", "/dev/shm"]
+    import sysconfig
+
+    _state["stdlib"] = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    roots = []
+    for mod in ("triton", "torch"):
+        m = sys.modules.get(mod)
+        if m is not None and getattr(m, "__file__", None):
+            roots.append(os.path.dirname(os.path.realpath(m.__file__)) + os.sep)
+    _state["toolchains"] = tuple(roots)
     sys.addaudithook(_hook)

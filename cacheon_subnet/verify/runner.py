@@ -21,6 +21,7 @@ from cacheon_subnet.log import get_logger
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.gen import seed_generator
 from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_name, dtype_of
+from cacheon_subnet.tensor_views import rebase
 from cacheon_subnet.verify import judge, policy
 from cacheon_subnet.verify.client import WorkerClient, WorkerConfig, WorkerDied, WorkerTimeout
 from cacheon_subnet.verify.report import Failure, OpResult, VerifyReport
@@ -169,7 +170,7 @@ class _Run:
         ref = spec.reference(inputs, case.params)
         got = []
         for poison, watch in ((0, False), (1, True)):
-            reply, tensors = self._call(op, spec, act, case, {k: v.clone() for k, v in inputs.items()}, poison, watch)
+            reply, tensors = self._call(op, spec, act, case, rebase(inputs), poison, watch)
             f = judge.check_reply(reply)
             if f:
                 return Failure(f.reason, f.detail, stage="eager", **where)
@@ -178,7 +179,7 @@ class _Run:
         if f:
             return Failure(f.reason, f.detail, stage="eager", **where)
         fresh = self._inputs(spec, case, act)
-        reply, tensors = self._call(op, spec, act, case, {k: v.clone() for k, v in fresh.items()}, 0, True)
+        reply, tensors = self._call(op, spec, act, case, rebase(fresh), 0, True)
         f = judge.check_reply(reply) or judge.check_inputs_untouched(spec, fresh, tensors) or judge.check_outputs(
             spec, act_name, tensors, spec.reference(fresh, case.params))
         return Failure(f.reason, f.detail, stage="eager-fresh", **where) if f else None
@@ -187,7 +188,7 @@ class _Run:
         act = dtype_of(act_name)
         self._stage = f"compile {act_name} {case.label}"
         inputs = self._inputs(spec, case, act)
-        reply, tensors = self._call(op, spec, act, case, {k: v.clone() for k, v in inputs.items()}, 0, False, mode="compile")
+        reply, tensors = self._call(op, spec, act, case, rebase(inputs), 0, False, mode="compile")
         f = judge.check_reply(reply)
         if f:
             reason = "compile" if f.reason == "exception" else f.reason
@@ -200,14 +201,14 @@ class _Run:
         self._stage = f"graph {act_name} {case.label}"
         capture = self._inputs(spec, case, act)
         dynamic = {a.name for a in spec.args if a.graph_dynamic or a.role == "inout"}
-        tensors = {k: v.clone() for k, v in capture.items()}
+        tensors = rebase(capture)
         replays = []
         for i in range(self.opts.graph_replays):
             fresh = self._inputs(spec, case, act)
             merged = {k: (fresh[k] if k in dynamic else capture[k]) for k in capture}
             replays.append(merged)
-            for k in dynamic & set(fresh):
-                tensors[f"r{i}.{k}"] = fresh[k].clone()
+            for k, v in rebase({k: fresh[k] for k in sorted(dynamic & set(fresh))}).items():
+                tensors[f"r{i}.{k}"] = v
         alloc = {a.name: {"dtype": dtype_name(a.torch_dtype(act)), "shape": list(a.concrete_shape(case.dims)), "poison": 0}
                  for a in spec.args if a.role in ("out", "scratch")}
         msg = {"type": "graph", "op": op.key, "params": dict(case.params), "alloc": alloc, "replays": len(replays)}

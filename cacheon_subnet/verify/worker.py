@@ -21,6 +21,7 @@ from torch.overrides import TorchFunctionMode
 
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.spec import SlotSpec, dtype_of
+from cacheon_subnet.tensor_views import rebase
 from cacheon_subnet.verify import wire
 
 _SYNC_METHODS = frozenset({"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__",
@@ -103,7 +104,7 @@ class Worker:
         params = msg["params"]
         out: dict[str, torch.Tensor] = {}
         try:
-            warm = self._invoke(spec, fn, {k: v.clone() for k, v in args.items()}, params, watch_sync=False)
+            warm = self._invoke(spec, fn, rebase(args), params, watch_sync=False)
             if not warm["ok"]:
                 wire.send(self.fd, warm)
                 return
@@ -144,15 +145,7 @@ class Worker:
     # -- helpers ----------------------------------------------------------------------------
     def _materialise(self, spec: SlotSpec, msg: dict[str, Any], tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Inputs to the device (views preserved); outputs allocated and poisoned; scratch filled."""
-        args: dict[str, torch.Tensor] = {}
-        bases: dict[int, torch.Tensor] = {}
-        for name, t in tensors.items():
-            key = t.untyped_storage().data_ptr()
-            if key not in bases:
-                bases[key] = torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage()).to(self.device)
-            base = bases[key]
-            args[name] = torch.empty(0, dtype=t.dtype, device=self.device).set_(
-                base.untyped_storage(), t.storage_offset(), t.shape, t.stride())
+        args = rebase(tensors, self.device)
         for name, a in msg.get("alloc", {}).items():
             t = torch.empty(a["shape"], dtype=dtype_of(a["dtype"]), device=self.device)
             args[name] = t.fill_(_poison(t.dtype, int(a.get("poison", 0))))

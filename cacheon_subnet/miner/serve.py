@@ -1,0 +1,350 @@
+"""Self-hosting a miner's bundle archives: a tiny static server that serves only `<digest>.tar.gz`.
+
+Validators fetch the URL a miner commits. The server exposes nothing else from the directory:
+no listing, no other names (a strict regex, so traversal cannot even be spelled), no symlinks
+(opened with O_NOFOLLOW), GET and HEAD only. Archives are streamed in chunks with an exact
+Content-Length and `application/gzip` without Content-Encoding, so HTTP clients never unzip
+the bytes whose digest a validator checks.
+
+In process: `async with BundleServer(dir, port=0) as srv: srv.url_for(digest)`; from sync code
+(tests, the demo): `start_in_thread(dir)`; blocking: `serve_forever(dir, host, port)`.
+`probe(url, digest)` is the client side: fetch a URL the way a validator would and say whether
+its bytes unpack to the expected content digest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import stat
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import hdrs, web
+
+from cacheon_subnet.errors import CacheonError
+from cacheon_subnet.log import get_logger
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8787
+CHUNK = 256 * 1024
+ARCHIVE_NAME = re.compile(r"[0-9a-f]{64}\.tar\.gz")
+CONTENT_TYPE = "application/gzip"
+
+log = get_logger("cacheon.miner.serve")
+
+
+class ServeError(CacheonError):
+    """The server could not start (bad directory, port in use, ...)."""
+
+
+def archive_name(digest: str) -> str:
+    """File name (and URL path) of a bundle archive: the content digest names it."""
+    name = f"{digest}.tar.gz"
+    if not ARCHIVE_NAME.fullmatch(name):
+        raise ValueError(f"not a 64-hex lowercase digest: {digest!r}")
+    return name
+
+
+def base_url(host: str, port: int) -> str:
+    """http://host:port, bracketing IPv6 literals."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _open_archive(directory: Path, name: str) -> tuple[int, int] | None:
+    """(fd, size) of a regular, non-symlink archive called `name` in `directory`, else None."""
+    if not ARCHIVE_NAME.fullmatch(name):
+        return None
+    try:
+        fd = os.open(directory / name, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:  # missing, a symlink (ELOOP), unreadable
+        return None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return None
+    return fd, st.st_size
+
+
+def make_app(directory: str | os.PathLike[str]) -> web.Application:
+    """The aiohttp application serving `directory` (must exist)."""
+    root = Path(directory).resolve()
+    if not root.is_dir():
+        raise ServeError(f"serve directory {root} does not exist or is not a directory")
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if request.method not in (hdrs.METH_GET, hdrs.METH_HEAD):
+            return _plain(405, "method not allowed: GET or HEAD only", {"Allow": "GET, HEAD"})
+        # match_info is the decoded path; one segment that must be a digest archive name.
+        name = request.match_info.get("name", "")
+        opened = _open_archive(root, name)
+        if opened is None:
+            log.debug("serve.miss", path=request.path, peer=request.remote)
+            return _plain(404, "not found")
+        fd, size = opened
+        with os.fdopen(fd, "rb") as f:
+            resp = web.StreamResponse(status=200, headers={
+                hdrs.CONTENT_TYPE: CONTENT_TYPE,
+                hdrs.CACHE_CONTROL: "no-cache",
+                "X-Content-Type-Options": "nosniff",
+            })
+            resp.content_length = size
+            await resp.prepare(request)
+            sent = 0
+            if request.method == hdrs.METH_GET:
+                loop = asyncio.get_running_loop()
+                while sent < size:
+                    chunk = await loop.run_in_executor(None, f.read, min(CHUNK, size - sent))
+                    if not chunk:  # file shrank under us: the client sees a short body
+                        break
+                    await resp.write(chunk)
+                    sent += len(chunk)
+            await resp.write_eof()
+        log.info("serve.sent", name=name, method=request.method, bytes=sent, size=size,
+                 peer=request.remote)
+        return resp
+
+    app = web.Application()
+    app.router.add_route("*", "/{name}", handle)
+    app.router.add_route("*", "/{tail:.*}", _not_found)  # "/", nested paths: nothing to see
+    return app
+
+
+async def _not_found(request: web.Request) -> web.StreamResponse:
+    if request.method not in (hdrs.METH_GET, hdrs.METH_HEAD):
+        return _plain(405, "method not allowed: GET or HEAD only", {"Allow": "GET, HEAD"})
+    return _plain(404, "not found")
+
+
+def _plain(status: int, text: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, text=text + "\n", headers=headers)
+
+
+class BundleServer:
+    """An aiohttp site bound to host:port (port 0 picks a free one) serving `directory`."""
+
+    def __init__(self, directory: str | os.PathLike[str], host: str = DEFAULT_HOST,
+                 port: int = DEFAULT_PORT) -> None:
+        self.directory = Path(directory)
+        self.host = host
+        self.port = port  # the real port once started
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> str:
+        """Bind and start serving; returns the base URL (with the real port)."""
+        app = make_app(self.directory)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise ServeError(f"cannot listen on {self.host}:{self.port}: {exc}") from exc
+        server = site._server  # the asyncio Server: the only place the bound port lives
+        sockets = getattr(server, "sockets", None) or ()
+        if sockets:
+            self.port = int(sockets[0].getsockname()[1])
+        self._runner = runner
+        log.info("serve.start", dir=str(self.directory), url=self.base_url)
+        return self.base_url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+            log.info("serve.stop", url=self.base_url)
+
+    @property
+    def base_url(self) -> str:
+        return base_url(self.host, self.port)
+
+    def url_for(self, digest: str) -> str:
+        return f"{self.base_url}/{archive_name(digest)}"
+
+    async def __aenter__(self) -> "BundleServer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+
+class ThreadedServer:
+    """A BundleServer running on its own event loop in a daemon thread (for sync callers)."""
+
+    def __init__(self, directory: str | os.PathLike[str], host: str = DEFAULT_HOST,
+                 port: int = 0) -> None:
+        self.server = BundleServer(Path(directory), host, port)
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="cacheon-serve", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self.server.start())
+        except BaseException as exc:  # reported to the starting thread
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self.server.stop())
+        self._loop.close()
+
+    def start(self) -> "ThreadedServer":
+        """Start once (idempotent: `with start_in_thread(d) as srv:` works too)."""
+        if not (self._thread.is_alive() or self._ready.is_set()):
+            self._thread.start()
+            self._ready.wait(30)
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
+
+    def url_for(self, digest: str) -> str:
+        return self.server.url_for(digest)
+
+    def __enter__(self) -> "ThreadedServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def start_in_thread(directory: str | os.PathLike[str], host: str = DEFAULT_HOST,
+                    port: int = 0) -> ThreadedServer:
+    """Serve `directory` from a background thread; call `.stop()` when done."""
+    return ThreadedServer(directory, host, port).start()
+
+
+def serve_forever(directory: str | os.PathLike[str], host: str = DEFAULT_HOST,
+                  port: int = DEFAULT_PORT) -> None:
+    """Block serving `directory` until SIGINT/SIGTERM."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):  # not the main thread
+                pass
+        async with BundleServer(Path(directory), host, port):
+            await stop.wait()
+
+    asyncio.run(main())
+
+
+# -- client side: what a validator would get from a URL --------------------------------------
+
+PROBE_REASONS = ("ok", "unreachable", "timeout", "redirect", "http_status", "content_encoding",
+                 "too_large", "not_bundle", "digest_mismatch")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One fetch of `url`. `reason` is one of PROBE_REASONS; `digest` is the content digest."""
+
+    url: str
+    ok: bool
+    reason: str
+    detail: str
+    http_status: int | None = None
+    size: int | None = None
+    sha256: str | None = None
+    digest: str | None = None
+
+
+async def aprobe(url: str, expected_digest: str | None = None, *, timeout_s: float = 60.0,
+                 max_bytes: int | None = None) -> Probe:
+    """GET `url` without redirects or decompression (strict, like a validator) and digest it."""
+    import hashlib
+    import tempfile
+
+    import aiohttp
+
+    from cacheon_subnet.bundle import DEFAULT_LIMITS, load_bundle
+    from cacheon_subnet.errors import BundleError
+
+    cap = DEFAULT_LIMITS.archive_bytes if max_bytes is None else max_bytes
+
+    def fail(reason: str, detail: str, **kw: Any) -> Probe:
+        return Probe(url, False, reason, detail, **kw)
+
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as session:
+            async with session.get(url, allow_redirects=False) as resp:
+                status = resp.status
+                if 300 <= status < 400:
+                    return fail("redirect", f"HTTP {status} to {resp.headers.get('Location')!r}; "
+                                "validators do not follow redirects: commit the final URL",
+                                http_status=status)
+                if status != 200:
+                    return fail("http_status", f"HTTP {status} (expected 200)", http_status=status)
+                enc = resp.headers.get(hdrs.CONTENT_ENCODING, "identity").lower()
+                if enc != "identity":
+                    return fail("content_encoding", f"server sends Content-Encoding: {enc}; "
+                                "clients may unzip the archive, serve it as application/gzip "
+                                "without Content-Encoding", http_status=status)
+                if resp.content_length is not None and resp.content_length > cap:
+                    return fail("too_large", f"Content-Length {resp.content_length} > {cap}",
+                                http_status=status, size=resp.content_length)
+                buf = bytearray()
+                async for chunk in resp.content.iter_chunked(CHUNK):
+                    buf += chunk
+                    if len(buf) > cap:
+                        return fail("too_large", f"body exceeds {cap} bytes", http_status=status)
+    except asyncio.TimeoutError:
+        return fail("timeout", f"no complete answer within {timeout_s:.0f} s")
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        return fail("unreachable", f"{type(exc).__name__}: {exc}")
+    data = bytes(buf)
+    sha = hashlib.sha256(data).hexdigest()
+    with tempfile.TemporaryDirectory(prefix="cacheon-probe-") as tmp:
+        path = Path(tmp) / "fetched.tar.gz"
+        path.write_bytes(data)
+        try:
+            digest = load_bundle(path).digest
+        except BundleError as exc:
+            return fail("not_bundle", f"served bytes are not a valid bundle archive: {exc}",
+                        http_status=200, size=len(data), sha256=sha)
+    if expected_digest is not None and digest != expected_digest:
+        return fail("digest_mismatch", f"serves content digest {digest}, expected "
+                    f"{expected_digest}", http_status=200, size=len(data), sha256=sha,
+                    digest=digest)
+    return Probe(url, True, "ok", f"{len(data)} bytes, content digest {digest}", 200, len(data),
+                 sha, digest)
+
+
+def probe(url: str, expected_digest: str | None = None, *, timeout_s: float = 60.0,
+          max_bytes: int | None = None) -> Probe:
+    """Blocking `aprobe`; safe to call from a thread that already runs an event loop."""
+    coro_args = (url, expected_digest)
+    kw = {"timeout_s": timeout_s, "max_bytes": max_bytes}
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(aprobe(*coro_args, **kw))
+    out: list[Probe] = []
+    t = threading.Thread(target=lambda: out.append(asyncio.run(aprobe(*coro_args, **kw))))
+    t.start()
+    t.join()
+    if not out:
+        raise ServeError(f"probe of {url} failed without a result")
+    return out[0]

@@ -1,0 +1,35 @@
+"""Faithful Triton fused add + RMSNorm for slot norm.fused_add_rmsnorm@1 (in place):
+residual <- x + residual (fp32 sum, rounded once); x <- sum * rsqrt(mean(sum^2) + eps) * weight.
+
+The normalisation uses the unrounded fp32 sum held in registers, so the row is read once
+(x, residual, weight) and written once (residual, x).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _fused_add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, x_row_stride, r_row_stride, H, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < H
+    x_row = x_ptr + row * x_row_stride
+    r_row = r_ptr + row * r_row_stride
+    s = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32) + tl.load(r_row + cols, mask=mask, other=0.0).to(
+        tl.float32)
+    tl.store(r_row + cols, s.to(r_ptr.dtype.element_ty), mask=mask)
+    var = tl.sum(s * s, axis=0) / H
+    rstd = 1.0 / tl.sqrt(var + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(x_row + cols, (s * rstd * w).to(x_ptr.dtype.element_ty), mask=mask)
+
+
+def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    T, H = x.shape
+    if T == 0:
+        return
+    block = triton.next_power_of_2(H)
+    _fused_add_rmsnorm_kernel[(T,)](x, residual, weight, x.stride(0), residual.stride(0), H, eps, BLOCK=block,
+                                    num_warps=max(1, min(16, block // 256)))
