@@ -88,7 +88,9 @@ class BenchReport:
 def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchReport:
     t0 = time.monotonic()
     seed = opts.seed if opts.seed is not None else secrets.randbits(40)
-    policy = sandbox.SandboxPolicy(wall_timeout_s=opts.call_timeout_s, cpu_seconds=None)
+    # Bench is the miner's own tool on the miner's machine: keep network isolation and the audit
+    # guard but not the uid drop, so stock SGLang can reuse its JIT cache (owned by the user).
+    policy = sandbox.SandboxPolicy(wall_timeout_s=opts.call_timeout_s, cpu_seconds=None, drop_privileges=False)
     client = WorkerClient(bundle, WorkerConfig(device=opts.device, policy=policy))
     rows: list[BenchRow] = []
     errors: list[str] = []

@@ -8,6 +8,7 @@ once and rebuilds every view on the copy with its original offset, shape and str
 
 from __future__ import annotations
 
+import hashlib
 from typing import Mapping
 
 import torch
@@ -26,3 +27,10 @@ def rebase(tensors: Mapping[str, torch.Tensor], device: torch.device | str | Non
         out[name] = torch.empty(0, dtype=t.dtype, device=base.device).set_(
             base.untyped_storage(), t.storage_offset(), t.shape, t.stride())
     return out
+
+
+def tensor_digest(t: torch.Tensor) -> str:
+    """SHA-256 of a tensor's values (layout-independent): lets the worker prove a large input
+    came back unchanged without shipping gigabytes of expert weights back to the host."""
+    flat = t.detach().contiguous().view(-1).view(torch.uint8).cpu()
+    return hashlib.sha256(flat.numpy().tobytes()).hexdigest()

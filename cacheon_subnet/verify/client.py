@@ -69,6 +69,9 @@ class WorkerClient:
         if self.config.device == "cpu":
             env.setdefault("TRITON_INTERPRET", "1")
             env.setdefault("CUDA_VISIBLE_DEVICES", "")
+            # The interpreter runs one numpy op per program: BLAS thread pools only contend.
+            for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+                env.setdefault(k, "1")
         policy = sandbox.SandboxPolicy(**{**self.config.policy.__dict__, "extra_env": env})
         with open(self.log_path, "wb") as log:
             self.proc = sandbox.launch(

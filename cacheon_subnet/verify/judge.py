@@ -36,6 +36,8 @@ def check_reply(reply: Mapping[str, Any]) -> Failure | None:
     """Failures the worker observed directly (exceptions, syncs, aliasing, return values)."""
     if not reply.get("ok"):
         return Failure(reply.get("reason", "exception"), str(reply.get("error", ""))[-900:])
+    if reply.get("mutated_inputs"):
+        return Failure("input_mutated", f"{reply['mutated_inputs']} changed (digest differs) but the slot declares them read-only")
     if reply.get("returned"):
         return Failure("return_value", f"kernel returned {reply['returned']}; write into out/inout args and return None")
     if reply.get("host_sync"):

@@ -21,7 +21,7 @@ from cacheon_subnet.log import get_logger
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.gen import seed_generator
 from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_name, dtype_of
-from cacheon_subnet.tensor_views import rebase
+from cacheon_subnet.tensor_views import rebase, tensor_digest
 from cacheon_subnet.verify import judge, policy
 from cacheon_subnet.verify.client import WorkerClient, WorkerConfig, WorkerDied, WorkerTimeout
 from cacheon_subnet.verify.report import Failure, OpResult, VerifyReport
@@ -156,7 +156,14 @@ class _Run:
                  for a in spec.args if a.role in ("out", "scratch")}
         msg = {"type": "call", "op": op.key, "params": dict(case.params), "alloc": alloc, "watch_sync": watch_sync, "mode": mode}
         self.calls += 1
-        return self.client.request(msg, inputs, self.opts.call_timeout_s)
+        reply, tensors = self.client.request(msg, inputs, self.opts.call_timeout_s)
+        for name, digest in (reply.get("digests") or {}).items():
+            # A large read-only input came back as a digest: unchanged -> reuse what we sent.
+            if name in inputs and name not in tensors and tensor_digest(inputs[name]) == digest:
+                tensors[name] = inputs[name]
+            else:
+                reply.setdefault("mutated_inputs", []).append(name)
+        return reply, tensors
 
     def _inputs(self, spec: SlotSpec, case: ShapeCase, act: torch.dtype) -> dict[str, torch.Tensor]:
         inputs = spec.make_inputs(case, act, self.generator())

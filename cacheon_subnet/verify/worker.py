@@ -21,7 +21,9 @@ from torch.overrides import TorchFunctionMode
 
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.spec import SlotSpec, dtype_of
-from cacheon_subnet.tensor_views import rebase
+from cacheon_subnet.tensor_views import rebase, tensor_digest
+
+BIG_INPUT = 64 << 20  # read-only inputs above this come back as a digest, not as bytes
 from cacheon_subnet.verify import wire
 
 _SYNC_METHODS = frozenset({"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__",
@@ -95,7 +97,12 @@ class Worker:
             fn = self._compiled(msg["op"], spec, fn)
         args = self._materialise(spec, msg, tensors)
         reply = self._invoke(spec, fn, args, msg["params"], watch_sync=bool(msg.get("watch_sync")))
-        wire.send(self.fd, reply, {k: v.detach().cpu() for k, v in args.items()} if reply["ok"] else None)
+        if not reply["ok"]:
+            wire.send(self.fd, reply)
+            return
+        big = {a.name for a in spec.args if a.role == "in" and args[a.name].numel() * args[a.name].element_size() > BIG_INPUT}
+        reply["digests"] = {k: tensor_digest(args[k]) for k in sorted(big)}
+        wire.send(self.fd, reply, {k: v.detach().cpu() for k, v in args.items() if k not in big})
 
     def on_graph(self, msg: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
         """Capture one call in a CUDA graph, then replay it with new graph-dynamic values."""
@@ -238,6 +245,10 @@ def main(argv: list[str] | None = None) -> int:
         import triton  # noqa: F401 - imported before the guard so its own setup is not audited
     except ImportError:
         pass
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        from cacheon_subnet.verify import interp_fix
+
+        interp_fix.apply()
     from cacheon_subnet.guard import install_guard
 
     scratch = os.environ.get("CACHEON_SANDBOX_SCRATCH", os.getcwd())

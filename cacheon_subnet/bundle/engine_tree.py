@@ -1,0 +1,108 @@
+"""The sealed engine tree: what a scheduler rank is allowed to import, and nothing else.
+
+The host materialises the selected ops of one or more verified bundles under
+`<root>/cacheon_c_<digest>/` (read-only) plus `tree.json` listing them. The tree's identity is
+the SHA-256 of the canonical tree.json; a scheduler reopens the tree, recomputes every
+package's content digest and refuses to load anything if one differs from its name, or if the
+tree digest differs from the one the host put in the launch environment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from cacheon_subnet.bundle.archive import Bundle
+from cacheon_subnet.bundle.digest import content_digest
+from cacheon_subnet.bundle.manifest import OpEntry
+from cacheon_subnet.errors import BundleError
+
+TREE_FILE = "tree.json"
+TREE_VERSION = 1
+
+
+def package_for(digest: str) -> str:
+    return f"cacheon_c_{digest}"
+
+
+@dataclass(frozen=True)
+class TreeOp:
+    package: str
+    digest: str
+    slot: str
+    variant: str
+    module: str
+    attr: str
+    dtypes: tuple[str, ...]
+    constraints: tuple[tuple[str, dict[str, Any]], ...]
+
+    @property
+    def qualified_module(self) -> str:
+        return f"{self.package}.{self.module}"
+
+
+@dataclass(frozen=True)
+class SealedTree:
+    root: Path
+    digest: str
+    ops: tuple[TreeOp, ...]
+
+
+def _op_json(pkg: str, digest: str, op: OpEntry) -> dict[str, Any]:
+    cons = {c.dim: {k: v for k, v in (("min", c.min), ("max", c.max), ("multiple_of", c.multiple_of),
+                                      ("in", list(c.one_of) if c.one_of else None)) if v is not None}
+            for c in op.constraints}
+    return {"package": pkg, "digest": digest, "slot": op.slot, "variant": op.variant, "module": op.module,
+            "attr": op.attr, "dtypes": list(op.dtypes), "constraints": cons}
+
+
+def canonical(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def build_tree(root: Path, selections: Sequence[tuple[Bundle, Sequence[OpEntry]]]) -> SealedTree:
+    """Write the sealed tree for `selections` (bundle, the ops of it to activate) into `root`."""
+    root.mkdir(parents=True, exist_ok=False)
+    ops = []
+    for bundle, chosen in selections:
+        pkg = package_for(bundle.digest)
+        if not (root / pkg).exists():
+            bundle.write_to(root / pkg, read_only=True)
+        ops += [_op_json(pkg, bundle.digest, op) for op in chosen]
+    doc = {"version": TREE_VERSION, "ops": sorted(ops, key=lambda o: (o["slot"], o["variant"], o["package"]))}
+    data = canonical(doc)
+    (root / TREE_FILE).write_bytes(data)
+    os.chmod(root / TREE_FILE, 0o444)
+    os.chmod(root, 0o555)
+    return open_tree(root, hashlib.sha256(data).hexdigest())
+
+
+def open_tree(root: Path, expected_digest: str) -> SealedTree:
+    """Reopen and check a tree (in the scheduler). Raises BundleError on any mismatch."""
+    data = (root / TREE_FILE).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != expected_digest:
+        raise BundleError(TREE_FILE, "tree-digest", f"engine tree digest {digest[:16]}… != expected {expected_digest[:16]}…")
+    doc = json.loads(data)
+    if doc.get("version") != TREE_VERSION:
+        raise BundleError(TREE_FILE, "tree-version", f"unsupported engine tree version {doc.get('version')!r}")
+    checked: set[str] = set()
+    ops = []
+    for o in doc["ops"]:
+        pkg = o["package"]
+        if pkg != package_for(o["digest"]):
+            raise BundleError(TREE_FILE, "tree-package", f"package {pkg} does not match digest {o['digest'][:16]}…")
+        if pkg not in checked:
+            files = {p.relative_to(root / pkg).as_posix(): p.read_bytes() for p in (root / pkg).rglob("*")
+                     if p.is_file() and "__pycache__" not in p.parts}
+            got = content_digest(files)
+            if got != o["digest"]:
+                raise BundleError(pkg, "tree-content", f"content digest {got[:16]}… != sealed {o['digest'][:16]}…")
+            checked.add(pkg)
+        ops.append(TreeOp(pkg, o["digest"], o["slot"], o["variant"], o["module"], o["attr"], tuple(o["dtypes"]),
+                          tuple(sorted((k, v) for k, v in o["constraints"].items()))))
+    return SealedTree(root, digest, tuple(ops))

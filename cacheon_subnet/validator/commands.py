@@ -1,0 +1,158 @@
+"""CLI verbs for the validator: `cacheon status` and `cacheon validator run` (same flags as
+neurons/validator.py, which is a thin wrapper around `add_run_args` + `run_from_args`)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import signal
+import sys
+import threading
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from cacheon_subnet.errors import CacheonError, UsageError
+
+DEFAULT_STATE_DIR = ".cacheon/validator"
+CPU_ARENA_KEYS = {"kind", "name", "tier", "cases", "budget_s", "target_rel_err", "max_noise", "call_timeout_s"}
+
+
+def load_qualifier(spec: str) -> Any:
+    """--arena: "cpu" (slot-level CPU timing, labelled cpu-timing) or a configs/arena/*.toml.
+
+    A `kind = "gpu"` config needs the GPU arena package (`arena.qualifier_from_config`); if it is
+    missing we stop with an error rather than quietly timing on the CPU, because CPU numbers
+    published as if they were engine measurements would crown the wrong kernels."""
+    from cacheon_subnet.validator.qualify import CpuQualifier
+
+    if spec == "cpu":
+        return CpuQualifier()
+    path = Path(spec)
+    if not path.is_file():
+        raise UsageError(f"--arena {spec!r}: not 'cpu' and no such file (expected configs/arena/<name>.toml)")
+    try:
+        conf = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--arena {path}: not valid TOML ({exc})") from None
+    kind = conf.get("kind")
+    if kind == "cpu":
+        unknown = set(conf) - CPU_ARENA_KEYS
+        if unknown:
+            raise UsageError(f"--arena {path}: unknown keys {sorted(unknown)} for kind = \"cpu\"")
+        opts = {k: v for k, v in conf.items() if k not in ("kind", "name")}
+        return CpuQualifier(**opts)
+    if kind == "gpu":
+        try:
+            arena = importlib.import_module("arena")
+        except ImportError as exc:
+            arena, why = None, f"import arena failed: {exc}"
+        else:
+            why = "arena.qualifier_from_config is missing"
+        factory = getattr(arena, "qualifier_from_config", None) if arena is not None else None
+        if factory is None:
+            raise UsageError(
+                f"--arena {path}: kind = \"gpu\" needs the GPU arena package `arena` "
+                f"(entry point arena.qualifier_from_config(path)), which is not built in this checkout "
+                f"({why}). Not falling back to CPU timing; pass --arena cpu to run CPU-only slot timing.")
+        return factory(path)
+    raise UsageError(f"--arena {path}: kind = {kind!r}; expected \"gpu\" or \"cpu\"")
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    """The validator flags, in the conventions Bittensor operators expect."""
+    p.add_argument("--netuid", type=int, required=True)
+    p.add_argument("--subtensor.network", dest="subtensor_network", default="finney",
+                   help="finney | test | local | ws://... (bittensor chain only)")
+    p.add_argument("--wallet.name", dest="wallet_name", default="default")
+    p.add_argument("--wallet.hotkey", dest="wallet_hotkey", default="default",
+                   help="wallet hotkey name; on --chain local it is the hotkey itself")
+    p.add_argument("--wallet.path", dest="wallet_path", default=None)
+    p.add_argument("--chain", choices=("local", "bittensor"), default="bittensor")
+    p.add_argument("--local-chain", dest="local_chain", help="LocalChain SQLite file (--chain local)")
+    p.add_argument("--state-dir", dest="state_dir", default=DEFAULT_STATE_DIR)
+    p.add_argument("--arena", default="cpu", help='"cpu" or configs/arena/<name>.toml')
+    p.add_argument("--screen-device", dest="screen_device", default="cpu")
+    p.add_argument("--interval", type=float, default=60.0, help="seconds between passes")
+    p.add_argument("--once", action="store_true", help="one pass, print its summary as JSON, exit")
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    from cacheon_subnet.chain import LocalChain, make_backend
+    from cacheon_subnet.validator.loop import Validator, ValidatorConfig
+
+    if args.chain == "local":
+        if not args.local_chain:
+            raise UsageError("--chain local needs --local-chain PATH")
+        backend: Any = LocalChain.open(args.local_chain)
+        hotkey = args.wallet_hotkey
+    else:
+        backend = make_backend("bittensor", network=args.subtensor_network, wallet_name=args.wallet_name,
+                               wallet_hotkey=args.wallet_hotkey, wallet_path=args.wallet_path)
+        hotkey = backend.hotkey
+    qualifier = load_qualifier(args.arena)
+    config = ValidatorConfig(netuid=args.netuid, hotkey=hotkey, state_dir=Path(args.state_dir),
+                             interval_s=args.interval, screen_device=args.screen_device)
+    validator = Validator(config, backend, qualifier)
+    try:
+        if args.once:
+            summary = validator.run_once()
+            print(json.dumps({**summary.__dict__, "idle": summary.idle}, indent=2, sort_keys=True, default=str))
+            return 0 if summary.chain_error is None else 1
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        validator.run_forever(stop)
+        return 0
+    finally:
+        validator.close()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from cacheon_subnet.validator import status
+
+    try:
+        report = status.collect(args.state_dir)
+    except CacheonError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True, default=str))
+    else:
+        print(status.render(report))
+    return 0
+
+
+def register(sub: Any, groups: dict[str, Any]) -> None:
+    """cli.EXTENSIONS hook."""
+    s = sub.add_parser("status", help="the validator's queue, verdicts, crowns and weights")
+    s.add_argument("--state-dir", dest="state_dir", default=DEFAULT_STATE_DIR)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(handler=cmd_status)
+    v = sub.add_parser("validator", help="validator tools").add_subparsers(dest="validator_cmd", required=True)
+    r = v.add_parser("run", help="run the validator loop (same flags as neurons/validator.py)")
+    add_run_args(r)
+    r.set_defaults(handler=run_from_args)
+    s = v.add_parser("status", help="same as `cacheon status`")
+    s.add_argument("--state-dir", dest="state_dir", default=DEFAULT_STATE_DIR)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(handler=cmd_status)
+    groups["validator"] = v
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for neurons/validator.py."""
+    p = argparse.ArgumentParser(prog="neurons/validator.py", description="Cacheon subnet validator")
+    add_run_args(p)
+    p.add_argument("--log-level", default=None, help="debug|info|warning|error")
+    args = p.parse_args(argv)
+    from cacheon_subnet import log
+
+    log.configure(level=args.log_level)
+    try:
+        return run_from_args(args)
+    except KeyboardInterrupt:
+        return 130
+    except CacheonError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

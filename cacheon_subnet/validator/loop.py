@@ -1,0 +1,375 @@
+"""The validator loop: sync -> intake -> fetch -> screen -> verify -> qualify -> settle -> publish.
+
+Every stage reads its work from the state DB and ends each item in one transaction, so the
+loop is resumable from any kill -9: nothing is held only in memory between stages. Chain
+failures (anything the backend raises) are logged to the DB and backed off exponentially with
+jitter; work that needs no chain (fetch, screen, verify) still proceeds during an outage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import aiohttp
+
+from cacheon_subnet.bundle import Bundle
+from cacheon_subnet.chain.backend import ChainBackend
+from cacheon_subnet.log import get_logger
+from cacheon_subnet.scoring.settle import VERDICTS, ScoringError, SpeedPolicy
+from cacheon_subnet.scoring.weights import WeightPolicy
+from cacheon_subnet.validator import ledger
+from cacheon_subnet.validator.chainguard import ChainDown, GuardedChain
+from cacheon_subnet.validator.fetch import FetchError, FetchPolicy, clear_partials, fetch_bundle, load_cached
+from cacheon_subnet.validator.intake import IntakePolicy, intake
+from cacheon_subnet.validator.publish import Publisher, PublishPolicy
+from cacheon_subnet.validator.qualify import Qualifier
+from cacheon_subnet.validator.screen import Screener, VerifyScreener, static_screen
+from cacheon_subnet.validator.state import Contribution, StateDB, acquire_run_lock
+
+Fetcher = Callable[[str, str, Path, FetchPolicy, aiohttp.ClientSession], Awaitable[Path]]
+
+
+@dataclass(frozen=True)
+class ValidatorConfig:
+    """Everything a validator run is parameterised by (flags -> this; nothing else)."""
+
+    netuid: int
+    hotkey: str
+    state_dir: Path
+    interval_s: float = 60.0
+    screen_device: str = "cpu"
+    verify_max_cases: int | None = None
+    targets: tuple[str, ...] = ()  # empty: every slot in the catalog
+    fetch: FetchPolicy = field(default_factory=FetchPolicy)
+    intake: IntakePolicy = field(default_factory=IntakePolicy)
+    speed: SpeedPolicy = field(default_factory=SpeedPolicy)
+    weights: WeightPolicy = field(default_factory=WeightPolicy)
+    publish: PublishPolicy = field(default_factory=PublishPolicy)
+    max_attempts: int = 4  # transient failures per stage before giving up
+    retry_base_s: float = 30.0
+    retry_max_s: float = 1800.0
+    chain_backoff_base_s: float = 2.0  # between passes after a chain failure, doubling
+    chain_backoff_max_s: float = 300.0
+    chain_call_retries: int = 2  # in-place retries of one backend call before the pass backs off
+    chain_call_retry_s: float = 0.5
+    settle_hold_blocks: int = 300  # how long an earlier in-progress commit may hold a settlement
+    max_remeasure: int = 1
+    max_items_per_pass: int = 16  # per stage, so settlement and weights are never starved
+    fetch_concurrency: int = 4
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state_dir", Path(self.state_dir))
+        if self.netuid < 0 or not self.hotkey:
+            raise ValueError(f"ValidatorConfig: netuid must be >= 0 and hotkey non-empty ({self.netuid}, {self.hotkey!r})")
+        if self.max_attempts < 1 or self.interval_s < 0 or self.max_items_per_pass < 1:
+            raise ValueError("ValidatorConfig: max_attempts and max_items_per_pass >= 1, interval_s >= 0")
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.state_dir / "bundles"
+
+
+@dataclass(frozen=True)
+class PassSummary:
+    block: int | None = None
+    intake: int = 0
+    moved: dict[str, int] = field(default_factory=dict)  # stage -> items advanced
+    settled: tuple[str, ...] = ()
+    crowns_changed: tuple[str, ...] = ()
+    weights: str | None = None
+    chain_error: str | None = None
+    active: int = 0  # contributions not yet terminal
+    unsettled: int = 0  # targets with unsettled evidence
+    next_delay_s: float = 0.0
+
+    @property
+    def idle(self) -> bool:
+        """No work left that the loop could do without new commitments."""
+        return self.active == 0 and self.unsettled == 0 and self.chain_error is None
+
+
+class Validator:
+    def __init__(self, config: ValidatorConfig, backend: ChainBackend, qualifier: Qualifier, *,
+                 screener: Screener | None = None, fetcher: Fetcher | None = None) -> None:
+        self.cfg = config
+        self._lock_fd = acquire_run_lock(config.state_dir)
+        self.db = StateDB(config.state_dir)
+        self.chain = GuardedChain(backend, self.db, config.chain_call_retries, config.chain_call_retry_s)
+        self.qualifier = qualifier
+        self.screener = screener or VerifyScreener(device=config.screen_device, max_cases=config.verify_max_cases)
+        self.fetcher: Fetcher = fetcher or fetch_bundle
+        self.log = get_logger("cacheon.validator", netuid=config.netuid)
+        self._chain_failures = 0
+        self._s: dict[str, Any] = {}
+        targets = config.targets
+        if not targets:
+            from cacheon_subnet.slots import all_slots
+
+            targets = tuple(s.id for s in all_slots())
+        self.targets = targets
+        self.publisher = Publisher(self.db, self.chain, config.netuid, config.hotkey, targets,
+                                   config.weights, config.publish)
+        removed = clear_partials(config.cache_dir)
+        self.log.info("validator.start", state=str(self.db.path), hotkey=config.hotkey,
+                      arena=getattr(qualifier, "arena_id", "?"), partials_removed=removed,
+                      **self.db.counts())
+
+    def close(self) -> None:
+        self.db.close()
+        os.close(self._lock_fd)
+
+    # -- the pass --------------------------------------------------------------------------
+
+    def run_once(self) -> PassSummary:
+        """One pass. Stages are independent: a chain failure in one is logged and the next
+        still runs (fetch/screen/verify need no chain; publishing keeps weights fresh)."""
+        self._s = {"moved": {}, "settled": [], "crowns": [], "intake": 0, "block": None, "weights": None}
+        errors: list[ChainDown] = []
+        for stage in (self._sync, self._fetch_stage, self._screen_stage, self._verify_stage,
+                      self._qualify_stage, self._settle_stage, self._publish_stage):
+            try:
+                stage()
+            except ChainDown as exc:
+                errors.append(exc)
+        return self._summary(errors[0] if errors else None)
+
+    def run_forever(self, stop: threading.Event) -> None:
+        """Passes until `stop` is set; a pass never takes the process down."""
+        while not stop.is_set():
+            try:
+                delay = self.run_once().next_delay_s
+            except Exception as exc:  # noqa: BLE001 - a bug in one pass must not stop validating
+                self.log.exception("pass.crashed", error=f"{type(exc).__name__}: {exc}")
+                self._chain_failures += 1
+                delay = self._backoff()
+            stop.wait(delay)
+        self.log.info("validator.stop")
+
+    def _summary(self, error: ChainDown | None) -> PassSummary:
+        if error is not None:
+            self._chain_failures += 1
+            delay = self._backoff()
+            self.log.warning("chain.error", op=error.op, error=str(error.cause)[:300],
+                             consecutive=self._chain_failures, retry_in_s=round(delay, 2))
+        else:
+            self._chain_failures = 0
+            delay = self.cfg.interval_s
+        counts = self.db.counts()
+        s = self._s
+        summary = PassSummary(
+            block=s["block"], intake=s["intake"], moved=dict(s["moved"]), settled=tuple(s["settled"]),
+            crowns_changed=tuple(s["crowns"]), weights=s["weights"],
+            chain_error=None if error is None else str(error),
+            active=sum(counts[k] for k in ("queued", "fetched", "screened", "verified")),
+            unsettled=len(ledger.unsettled_targets(self.db)), next_delay_s=delay)
+        self.log.info("pass.done", **{k: v for k, v in summary.__dict__.items() if k != "moved"}, **summary.moved)
+        return summary
+
+    def _backoff(self) -> float:
+        base = min(self.cfg.chain_backoff_max_s,
+                   self.cfg.chain_backoff_base_s * 2 ** max(0, self._chain_failures - 1))
+        return base * random.uniform(0.5, 1.0)
+
+    def _retry_delay(self, attempts: int) -> float:
+        return min(self.cfg.retry_max_s, self.cfg.retry_base_s * 2 ** attempts) * random.uniform(0.5, 1.0)
+
+    def _moved(self, stage: str) -> None:
+        self._s["moved"][stage] = self._s["moved"].get(stage, 0) + 1
+
+    # -- stages ----------------------------------------------------------------------------
+
+    def _sync(self) -> None:
+        block = self.chain.current_block()
+        self._s["block"] = block
+        mg = self.chain.metagraph(self.cfg.netuid)
+        commitments = self.chain.revealed_commitments(self.cfg.netuid)
+        events = intake(self.db, commitments, self.cfg.intake, block)
+        for e in events:
+            self.log.info("intake." + e.outcome, contribution=e.contribution_id, hotkey=e.hotkey,
+                          reason=e.reason[:300])
+        self._s["intake"] = len(events)
+        with self.db.tx() as con:
+            self.db.put("last_sync_block", block, con)
+            self.db.put("metagraph_neurons", len(mg.neurons), con)
+            self.db.put("last_sync_at", time.time(), con)
+
+    def _transient(self, c: Contribution, stage: str, why: str, give_up: str) -> None:
+        """Count a transient failure; after max_attempts end in `give_up` (failed/no_decision)."""
+        if c.attempts + 1 >= self.cfg.max_attempts:
+            self.db.transition(c.id, give_up, f"{stage}: {why} (gave up after {c.attempts + 1} attempts)")
+            self.log.warning(f"{stage}.gave_up", contribution=c.id, state=give_up, reason=why[:300])
+        else:
+            delay = self._retry_delay(c.attempts)
+            self.db.retry_later(c.id, f"{stage}: {why} (attempt {c.attempts + 1}, retry in {delay:.0f} s)", delay)
+            self.log.info(f"{stage}.retry", contribution=c.id, reason=why[:300], retry_in_s=round(delay, 1))
+
+    def _fetch_stage(self) -> None:
+        items = self.db.due("queued")[: self.cfg.max_items_per_pass]
+        if items:
+            asyncio.run(self._fetch_all(items))
+
+    async def _fetch_all(self, items: list[Contribution]) -> None:
+        sem = asyncio.Semaphore(self.cfg.fetch_concurrency)
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.cfg.fetch.connect_timeout_s,
+                                        sock_connect=self.cfg.fetch.connect_timeout_s)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            async def one(c: Contribution) -> None:
+                async with sem:
+                    self.log.info("fetch.start", contribution=c.id, url=c.url)
+                    try:
+                        path = await self.fetcher(c.url or "", c.digest or "", self.cfg.cache_dir,
+                                                  self.cfg.fetch, session)
+                    except FetchError as exc:
+                        if exc.transient:
+                            self._transient(c, "fetch", str(exc), "failed")
+                        else:
+                            self.db.transition(c.id, "failed", f"{exc.reason}: {exc.detail}"[:2000])
+                            self.log.info("fetch.failed", contribution=c.id, reason=str(exc)[:300])
+                        return
+                    except Exception as exc:  # noqa: BLE001 - our side (disk, a bug): not the miner's fault
+                        self._transient(c, "fetch", f"{type(exc).__name__}: {exc}", "no_decision")
+                        return
+                    self.db.transition(c.id, "fetched", "archive cached, content digest matches",
+                                       detail={**c.detail, "archive": path.name})
+                    self._moved("fetched")
+                    self.log.info("fetch.ok", contribution=c.id, archive=path.name)
+
+            await asyncio.gather(*(one(c) for c in items))
+
+    def _bundle(self, c: Contribution) -> Bundle | None:
+        bundle = load_cached(self.cfg.cache_dir, c.digest or "")
+        if bundle is None:
+            self.db.transition(c.id, "queued", "cached archive missing; fetching again")
+            self.log.warning("cache.missing", contribution=c.id)
+        return bundle
+
+    def _screen_stage(self) -> None:
+        for c in self.db.due("fetched")[: self.cfg.max_items_per_pass]:
+            bundle = self._bundle(c)
+            if bundle is None:
+                continue
+            result = static_screen(bundle)
+            if result.passed:
+                self.db.transition(c.id, "screened", "static screen clean")
+                self._moved("screened")
+                self.log.info("screen.ok", contribution=c.id, ops=result.detail.get("ops"))
+            else:
+                self.db.transition(c.id, "failed", "screen: " + "; ".join(result.reasons)[:2000])
+                self.log.info("screen.failed", contribution=c.id, reasons=list(result.reasons)[:5])
+
+    def _verify_stage(self) -> None:
+        for c in self.db.due("screened")[: self.cfg.max_items_per_pass]:
+            bundle = self._bundle(c)
+            if bundle is None:
+                continue
+            self.log.info("verify.start", contribution=c.id, device=self.cfg.screen_device)
+            try:
+                result = self.screener(bundle)
+            except Exception as exc:  # noqa: BLE001 - infrastructure, not the bundle's fault
+                self._transient(c, "verify", f"{type(exc).__name__}: {exc}", "no_decision")
+                continue
+            detail = {**c.detail, "verify": result.detail}
+            if result.passed:
+                todo = tuple(sorted({op.slot for op in bundle.manifest.ops}))
+                self.db.transition(c.id, "verified", "verify PASS", todo=todo, detail=detail)
+                self._moved("verified")
+                self.log.info("verify.pass", contribution=c.id, targets=list(todo))
+            else:
+                self.db.transition(c.id, "failed", "verify: " + "; ".join(result.reasons)[:2000], detail=detail)
+                self.log.info("verify.failed", contribution=c.id, reasons=list(result.reasons)[:5])
+
+    def _qualify_stage(self) -> None:
+        for c in self.db.due("verified")[: self.cfg.max_items_per_pass]:
+            bundle = self._bundle(c)
+            if bundle is not None:
+                self._qualify(c, bundle)
+
+    def _qualify(self, c: Contribution, bundle: Bundle) -> None:
+        if not c.todo:  # defensive: nothing left to measure, close it
+            with self.db.tx() as con:
+                self._finish(con, c)
+            return
+        for target in c.todo:
+            op = next((o for o in bundle.manifest.ops if o.slot == target), None)
+            incumbent = ledger.crown_of(self.db, target)
+            start = self.chain.current_block()
+            if incumbent is not None and start <= incumbent.crowned_block:
+                self.log.info("qualify.wait_block", contribution=c.id, target=target)
+                return  # measured in the crown's own block it would be stale; next pass
+            self.log.info("qualify.start", contribution=c.id, target=target,
+                          incumbent=incumbent.contribution_id if incumbent else "stock")
+            try:
+                if op is None:
+                    raise LookupError(f"bundle has no op for target {target}")
+                result = self.qualifier.qualify(bundle, op, incumbent)
+                if result.verdict not in VERDICTS:
+                    raise ValueError(f"qualifier returned verdict {result.verdict!r}, not one of {VERDICTS}")
+            except Exception as exc:  # noqa: BLE001 - arena trouble says nothing about the bundle
+                self._transient(c, "qualify", f"{target}: {type(exc).__name__}: {exc}", "no_decision")
+                return
+            if result.target != target:
+                result = replace(result, target=target)
+            evaluated = max(start, self.chain.current_block())
+            with self.db.tx() as con:
+                ledger.record_evidence(con, c.id, result, evaluated, incumbent.contribution_id if incumbent else None)
+                c = self.db.contribution(c.id, con)
+                todo = tuple(t for t in c.todo if t != target)
+                if todo:
+                    self.db.update(con, c.id, {"todo": todo, "attempts": 0})
+                else:
+                    self._finish(con, c)
+            self.log.info("qualify.op", contribution=c.id, target=target, verdict=result.verdict,
+                          speedup=round(result.speedup, 4), vs_stock=round(result.speedup_vs_stock, 4),
+                          noise=round(result.noise, 4), arena=result.arena_id, label=result.label)
+        self._moved("qualified")
+
+    def _finish(self, con: Any, c: Contribution) -> None:
+        rows = con.execute("SELECT target, verdict, reason FROM evidence WHERE contribution_id=? AND id IN"
+                           " (SELECT MAX(id) FROM evidence WHERE contribution_id=? GROUP BY target)",
+                           (c.id, c.id)).fetchall()
+        text = "; ".join(f"{r['target']} {r['verdict']}: {r['reason']}" for r in rows)[:2000]
+        if rows and all(r["verdict"] == "FAIL" for r in rows):
+            self.db.move(con, c.id, "failed", "qualify: " + text, todo=())
+        else:
+            self.db.move(con, c.id, "qualified", text, todo=())
+
+    def _settle_stage(self) -> None:
+        targets = ledger.unsettled_targets(self.db)
+        if not targets:
+            return
+        block = self.chain.current_block()
+        for target in targets:
+            try:
+                out = ledger.settle(self.db, target, self.cfg.speed, block, hold_blocks=self.cfg.settle_hold_blocks,
+                                    max_remeasure=self.cfg.max_remeasure)
+            except ScoringError as exc:  # rolled back; one bad target must not stop the others or weights
+                self.log.error("settle.error", target=target, error=str(exc)[:500])
+                continue
+            if out is None:
+                continue
+            if isinstance(out, list):
+                self.log.info("settle.held", target=target, waiting_for=out[:5])
+                continue
+            self._s["settled"].append(target)
+            for d in out.decisions:
+                self.log.info("settle.decision", target=target, contribution=d.contribution_id,
+                              outcome=d.outcome, reason=d.reason[:300])
+            if out.changed and out.crown is not None:
+                self._s["crowns"].append(target)
+                self.log.info("settle.crown", target=target, contribution=out.crown.contribution_id,
+                              hotkey=out.crown.hotkey, speedup_vs_stock=round(out.crown.speedup_vs_stock, 4),
+                              block=out.block)
+            for cid in out.remeasure:
+                self.log.info("settle.remeasure", target=target, contribution=cid)
+
+    def _publish_stage(self) -> None:
+        result = self.publisher.step()
+        self._s["weights"] = result.action
+        self.log.info("weights." + result.action, weights_id=result.weights_id, detail=result.detail[:300])

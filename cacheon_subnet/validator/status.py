@@ -1,0 +1,96 @@
+"""`cacheon status`: what the validator knows, read from its state DB (read-only, safe while it runs).
+
+One function builds a JSON-able report (the contract for tools), one renders it for humans.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from cacheon_subnet.validator.state import STATES, StateDB
+
+
+def _short(cid: str | None) -> str:
+    return "-" if not cid else cid if cid.startswith("malformed:") else cid[:12]
+
+
+def collect(state_dir: str | Path) -> dict[str, Any]:
+    """Queue counts, every contribution with its verdicts and reason, crowns, weights, errors."""
+    db = StateDB(state_dir, readonly=True)
+    try:
+        con = db.con
+        evidence: dict[str, list[dict[str, Any]]] = {}
+        for r in con.execute("SELECT contribution_id, target, round, verdict, speedup, speedup_vs_stock, noise,"
+                             " arena_id, label, evaluated_block, settled, outcome, outcome_reason, reason"
+                             " FROM evidence ORDER BY id"):
+            evidence.setdefault(r["contribution_id"], []).append(dict(r))
+        contributions = []
+        for r in con.execute("SELECT * FROM contributions ORDER BY commit_block, id"):
+            contributions.append({
+                "id": r["id"], "hotkey": r["hotkey"], "uid": r["uid"], "commit_block": r["commit_block"],
+                "state": r["state"], "rule": r["rule"], "reason": r["reason"], "attempts": r["attempts"],
+                "url": r["url"], "digest": r["digest"], "todo": json.loads(r["todo"]),
+                "evidence": evidence.get(r["id"], [])})
+        crowns = [dict(r) for r in con.execute("SELECT * FROM crowns ORDER BY target")]
+        weights = [dict(r) for r in con.execute("SELECT * FROM weights ORDER BY id DESC LIMIT 5")]
+        for w in weights:
+            w["uids"], w["vals"] = json.loads(w["uids"]), json.loads(w["vals"])
+            w["readback"] = json.loads(w["readback"]) if w["readback"] else None
+        err = con.execute("SELECT * FROM chain_errors ORDER BY id DESC LIMIT 1").fetchone()
+        n_err = con.execute("SELECT COUNT(*) FROM chain_errors").fetchone()[0]
+        kv = {r["key"]: r["value"] for r in con.execute("SELECT key, value FROM kv")}
+        return {
+            "state_dir": str(db.dir), "schema_version": db.schema_version(), "counts": db.counts(),
+            "contributions": contributions, "crowns": crowns,
+            "weights": weights[0] if weights else None, "recent_weights": weights,
+            "chain_errors": n_err, "last_chain_error": dict(err) if err else None,
+            "last_sync_block": int(kv["last_sync_block"]) if "last_sync_block" in kv else None,
+            "last_sync_at": float(kv["last_sync_at"]) if "last_sync_at" in kv else None,
+        }
+    finally:
+        db.close()
+
+
+def _ago(ts: float | None) -> str:
+    if ts is None:
+        return "never"
+    s = max(0, int(time.time() - ts))
+    return f"{s}s ago" if s < 120 else f"{s // 60}m ago" if s < 7200 else f"{s // 3600}h ago"
+
+
+def render(report: dict[str, Any]) -> str:
+    out = [f"cacheon validator state: {report['state_dir']} (schema v{report['schema_version']})",
+           f"last sync: block {report['last_sync_block']} ({_ago(report['last_sync_at'])})", "",
+           "queue: " + "  ".join(f"{s} {report['counts'][s]}" for s in STATES), ""]
+    out.append(f"contributions ({len(report['contributions'])}):")
+    for c in report["contributions"]:
+        out.append(f"  {_short(c['id']):14} {c['hotkey'][:16]:16} block {c['commit_block']:<8} "
+                   f"{c['state']:11} {c['reason'][:110]}")
+        for e in c["evidence"]:
+            settled = f"settled: {e['outcome']}" if e["settled"] else "unsettled"
+            out.append(f"      {e['target']:24} {e['verdict']:11} x{e['speedup']:.4f} "
+                       f"(vs stock x{e['speedup_vs_stock']:.4f}, noise {e['noise']:.2%}) {e['label']} "
+                       f"@{e['evaluated_block']}  {settled}")
+    out += ["", f"crowns ({len(report['crowns'])}):"]
+    for c in report["crowns"] or []:
+        out.append(f"  {c['target']:26} {c['hotkey'][:16]:16} {_short(c['contribution_id']):14} "
+                   f"x{c['speedup_vs_stock']:.4f} vs stock  crowned @{c['crowned_block']} ({c['arena_id']})")
+    if not report["crowns"]:
+        out.append("  none: every target's share burns to the owner")
+    w = report["weights"]
+    out += ["", "weights:"]
+    if w is None:
+        out.append("  never published")
+    else:
+        pairs = ", ".join(f"{u}:{v}" for u, v in zip(w["uids"], w["vals"]))
+        out.append(f"  #{w['id']} {w['state']} at block {w['block'] if w['block'] is not None else '-'} "
+                   f"(version key {w['version_key']}, attempts {w['attempts']}): {w['reason']}")
+        out.append(f"  u16 {pairs}")
+    err = report["last_chain_error"]
+    out += ["", f"chain errors: {report['chain_errors']}"]
+    if err:
+        out.append(f"  last: {err['op']} {err['error_type']}: {err['message'][:200]} ({_ago(err['at'])})")
+    return "\n".join(out)

@@ -1,0 +1,97 @@
+"""Scheduler-rank activation: the only code path that loads contribution code.
+
+Called from the AROUND hook on `Scheduler.__init__` (see plugin.py), i.e. only in a process
+positively identified as a scheduler rank, before the model is built (layers bind their
+forward at construction). The driver and every other child never reach this.
+
+Reads the fixed launch environment the host wrote:
+  CACHEON_SEAM_<BINDING>=0|1     which adapters to arm (closed vocabulary, seams/table.py)
+  CACHEON_ENGINE_TREE            sealed engine tree root (read-only)
+  CACHEON_ENGINE_TREE_DIGEST     its expected digest
+  CACHEON_RECEIPT_DIR            where receipts go
+  CACHEON_SEAM_STRICT=1|0        strict (qualification, default) or serving fallback
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+
+from cacheon_subnet.bundle.engine_tree import open_tree
+from cacheon_subnet.slots import get_slot
+from cacheon_subnet.slots.custom_op import register_slot_op
+from cacheon_subnet.slots.spec import dtype_of
+from seams.dispatch import REGISTRY, Candidate, Registry, guarded
+from seams.receipts import Receipts
+from seams.table import SEAM_ADAPTERS, SeamAdapter
+
+_state: dict[str, object] = {}
+
+
+def selected_adapters(environ: dict[str, str] | None = None) -> tuple[SeamAdapter, ...]:
+    env = os.environ if environ is None else environ
+    return tuple(a for a in SEAM_ADAPTERS if env.get(a.env_gate) == "1")
+
+
+def adapter_hooks(adapter: SeamAdapter) -> dict:
+    mod, _, fn = adapter.install.partition(":")
+    hooks = getattr(importlib.import_module(mod), fn)()
+    if set(hooks) != set(adapter.patch_points):
+        raise RuntimeError(f"adapter {adapter.binding}: hooks {sorted(hooks)} != table patch points {adapter.patch_points}")
+    return hooks
+
+
+def activate_scheduler(tp_rank: int, registry: Registry = REGISTRY, environ: dict[str, str] | None = None) -> bool:
+    """Load the sealed tree, register candidates as custom ops, install the selected adapters,
+    enable the registry. Idempotent per process. Returns True when candidates are active."""
+    if _state.get("done"):
+        return bool(registry.enabled)
+    _state["done"] = True
+    env = dict(os.environ if environ is None else environ)
+    adapters = selected_adapters(env)
+    if not adapters:
+        return False  # a pristine (T) or candidate-free engine: pure pass-through
+    receipts = Receipts(env.get("CACHEON_RECEIPT_DIR"), "scheduler", tp_rank)
+    registry.receipts = receipts
+    registry.strict = env.get("CACHEON_SEAM_STRICT", "1") != "0"
+    slots = sorted({s for a in adapters for s in a.slots})
+    try:
+        tree = open_tree(Path(env["CACHEON_ENGINE_TREE"]), env["CACHEON_ENGINE_TREE_DIGEST"])
+        if str(tree.root) not in sys.path:
+            sys.path.insert(0, str(tree.root))
+        for op in tree.ops:
+            if op.slot not in slots:
+                continue
+            spec = get_slot(op.slot)
+            fn = getattr(importlib.import_module(op.qualified_module), op.attr)
+            stock = None
+            if not registry.strict:
+                from seams.stock import stock_kernel
+
+                stock = stock_kernel(op.slot)[0]
+            body = guarded(spec, fn, registry, stock)
+            call = register_slot_op(spec, body, f"cacheon_{op.digest[:16]}", op.variant.replace("-", "_"))
+            registry.add(spec, Candidate(op.slot, op.variant, op.package, tuple(dtype_of(d) for d in op.dtypes),
+                                         op.constraints, call))
+        from seams.hooks import install_hooks
+
+        hooks: dict = {}
+        for a in adapters:
+            hooks.update(adapter_hooks(a))
+        install_hooks(hooks)
+        active = [s for s in slots if s in registry.candidates]
+        if not active:
+            raise RuntimeError(f"no candidate in the engine tree for the selected slots {slots}")
+        for s in active:
+            receipts.note(s, "active")
+        registry.enabled = True
+        return True
+    except Exception as e:  # noqa: BLE001
+        registry.disable()
+        for s in slots:
+            receipts.note(s, "load_failed", repr(e))
+        if registry.strict:
+            raise
+        return False

@@ -1,0 +1,168 @@
+"""Typed live dispatch: from SGLang's tensors to a registered candidate and back.
+
+The adapter (SGLang-specific) builds the slot's argument set from live tensors and calls
+`run`. Here: resolve an eligible candidate (registry enabled, dtype declared, constraints and
+the full ABI check on ranks/extents/dtypes/layouts hold), allocate the typed outputs the adapter
+did not supply, and call the candidate through its custom op. Ineligible -> None: the adapter
+runs stock code (normal routing before selection).
+
+This function is traced by Dynamo inside SGLang's piecewise graphs (fullgraph=True), so it does
+no I/O, keeps no per-call Python state and calls the candidate only through an opaque custom op.
+Everything that must run per call — receipts, output revalidation, strict failure — lives in the
+op body (`guarded`), which runs eagerly at warm-up, graph capture and eager batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+
+from cacheon_subnet.slots.spec import SlotSpec
+
+
+class SeamError(RuntimeError):
+    """A selected candidate failed in strict mode: the engine must stop, not fall back."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    slot: str
+    variant: str
+    package: str
+    dtypes: tuple[torch.dtype, ...]
+    constraints: tuple[tuple[str, Mapping[str, Any]], ...]
+    call: Callable[..., None]  # slot keyword args -> the registered custom op
+
+    def eligible(self, dims: Mapping[str, int], dtype: torch.dtype) -> bool:
+        if dtype not in self.dtypes:
+            return False
+        for dim, rule in self.constraints:
+            v = dims.get(dim)
+            if v is None:
+                continue
+            if ("min" in rule and v < rule["min"]) or ("max" in rule and v > rule["max"]):
+                return False
+            if "multiple_of" in rule and v % rule["multiple_of"]:
+                return False
+            if "in" in rule and v not in rule["in"]:
+                return False
+        return True
+
+
+@dataclass
+class Registry:
+    """Per-process candidate table: disabled everywhere but a positively identified scheduler."""
+
+    enabled: bool = False
+    strict: bool = True
+    specs: dict[str, SlotSpec] = field(default_factory=dict)
+    candidates: dict[str, list[Candidate]] = field(default_factory=dict)
+    receipts: Any = None
+
+    def add(self, spec: SlotSpec, cand: Candidate) -> None:
+        self.specs[spec.id] = spec
+        self.candidates.setdefault(spec.id, []).append(cand)
+
+    def disable(self) -> None:
+        """A failed activation or swap clears everything: nothing half-installed is measured."""
+        self.enabled = False
+        self.candidates.clear()
+
+
+REGISTRY = Registry()
+
+
+def bind_present(spec: SlotSpec, args: Mapping[str, torch.Tensor]) -> dict[str, int] | None:
+    """Symbolic dims from the tensors that are present; None if they do not fit the slot."""
+    dims: dict[str, int] = {}
+    for a in spec.args:
+        t = args.get(a.name)
+        if t is None:
+            continue
+        if t.dim() != len(a.shape):
+            return None
+        for expr, extent in zip(a.dims, t.shape):
+            v = expr.solve(int(extent))
+            if v is None or dims.setdefault(expr.name, v) != v:
+                return None
+    return dims
+
+
+def _layout_ok(spec: SlotSpec, args: Mapping[str, torch.Tensor], act: torch.dtype) -> bool:
+    for a in spec.args:
+        t = args[a.name]
+        if t.dtype != a.torch_dtype(act):
+            return False
+        if a.layout == "contiguous" and not t.is_contiguous():
+            return False
+        if a.layout == "rows" and t.dim() and t.stride(-1) != 1:
+            return False
+    return True
+
+
+def run(slot_id: str, tensors: Mapping[str, torch.Tensor], params: Mapping[str, Any],
+        registry: Registry = REGISTRY) -> dict[str, torch.Tensor] | None:
+    """Dispatch one call; returns every argument (allocated outputs included) or None for stock."""
+    if not registry.enabled:
+        return None
+    cands = registry.candidates.get(slot_id)
+    if not cands:
+        return None
+    spec = registry.specs[slot_id]
+    act = next((tensors[a.name].dtype for a in spec.args if a.dtype == "act" and a.name in tensors), None)
+    dims = bind_present(spec, tensors)
+    if act is None or dims is None:
+        return None
+    chosen = None
+    for c in cands:
+        if c.eligible(dims, act):
+            chosen = c
+            break
+    if chosen is None:
+        return None
+    args = dict(tensors)
+    device = next(iter(tensors.values())).device
+    for a in spec.args:
+        if a.name not in args:
+            if any(d.name not in dims for d in a.dims):
+                return None
+            args[a.name] = torch.empty(a.concrete_shape(dims), dtype=a.torch_dtype(act), device=device)
+    if not _layout_ok(spec, args, act):
+        return None
+    chosen.call(**args, **params)
+    return args
+
+
+def guarded(spec: SlotSpec, fn: Callable[..., Any], registry: Registry,
+            stock: Callable[..., None] | None) -> Callable[..., None]:
+    """The custom-op body: receipts, revalidation of every written tensor, strict failure."""
+    written = [a.name for a in spec.args if a.written]
+
+    def body(**kw: Any) -> None:
+        receipts = registry.receipts
+        if receipts is not None:
+            receipts.note(spec.id, "fired")
+        before = {n: (kw[n].data_ptr(), tuple(kw[n].shape), kw[n].dtype, tuple(kw[n].stride())) for n in written}
+        try:
+            result = fn(**kw)
+            if result is not None:
+                raise SeamError(f"{spec.id}: candidate returned {type(result).__name__}; it must write its outputs")
+            for n, sig in before.items():
+                now = (kw[n].data_ptr(), tuple(kw[n].shape), kw[n].dtype, tuple(kw[n].stride()))
+                if now != sig:
+                    raise SeamError(f"{spec.id}: output {n} changed identity/layout {sig} -> {now}")
+        except Exception as e:  # noqa: BLE001
+            if registry.strict or stock is None:
+                if receipts is not None:
+                    receipts.error(spec.id, repr(e))
+                raise SeamError(f"{spec.id}: selected candidate failed in strict mode: {e!r}") from e
+            if receipts is not None:
+                receipts.note(spec.id, "fallback", repr(e))
+            stock(**kw)
+            return
+        if receipts is not None:
+            receipts.note(spec.id, "completed")
+
+    return body

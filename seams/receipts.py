@@ -1,0 +1,114 @@
+"""Execution receipts: per scheduler rank and slot, did the candidate load, fire and complete.
+
+A green server proves nothing: stock code keeps an engine answering. The host requires, for the
+candidate's slot, `active` + `fired` + `completed` on every expected scheduler rank, zero
+`fallback` and no `load_failed` — and exactly the expected ranks (an extra receipt means
+candidate code crossed into a process role it must never reach).
+
+Counting happens inside the candidate's custom-op body, which runs eagerly (warm-up, CUDA graph
+capture, eager batches) and never while Dynamo traces, so it is graph-safe. Files are written
+atomically, debounced, and flushed at checkpoints the seam chooses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping
+
+KINDS = ("active", "load_failed", "fired", "completed", "fallback")
+
+
+class Receipts:
+    def __init__(self, directory: str | None, role: str, rank: int, flush_every_s: float = 1.0) -> None:
+        self.directory = directory
+        self.role = role
+        self.rank = rank
+        self.counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(KINDS, 0))
+        self.errors: list[str] = []
+        self.flush_every_s = flush_every_s
+        self._last_flush = 0.0
+        self._lock = threading.Lock()
+
+    def note(self, slot: str, kind: str, error: str | None = None) -> None:
+        with self._lock:
+            self.counts[slot][kind] += 1
+            if error and len(self.errors) < 20:
+                self.errors.append(f"{slot} {kind}: {error[-500:]}")
+        first = self.counts[slot][kind] == 1
+        if first or kind in ("load_failed", "fallback") or time.monotonic() - self._last_flush > self.flush_every_s:
+            self.flush()
+
+    def error(self, slot: str, message: str) -> None:
+        """Record why a selected candidate failed (strict mode raises right after)."""
+        with self._lock:
+            if len(self.errors) < 20:
+                self.errors.append(f"{slot}: {message[-500:]}")
+        self.flush()
+
+    def flush(self) -> None:
+        if not self.directory:
+            return
+        with self._lock:
+            payload = {"role": self.role, "rank": self.rank, "pid": os.getpid(), "time": time.time(),
+                       "slots": {k: dict(v) for k, v in self.counts.items()}, "errors": list(self.errors)}
+            self._last_flush = time.monotonic()
+        path = Path(self.directory) / f"receipt-{self.role}-{self.rank}-{os.getpid()}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(payload, sort_keys=True))
+        os.replace(tmp, path)
+
+
+def read_receipts(directory: str | os.PathLike[str]) -> list[dict]:
+    out = []
+    for p in sorted(Path(directory).glob("receipt-*.json")):
+        try:
+            out.append(json.loads(p.read_text()))
+        except (OSError, ValueError) as e:
+            out.append({"role": "unreadable", "rank": -1, "pid": -1, "slots": {}, "errors": [f"{p.name}: {e}"]})
+    return out
+
+
+@dataclass(frozen=True)
+class Coverage:
+    ok: bool
+    problems: tuple[str, ...]
+    per_rank: Mapping[int, Mapping[str, Mapping[str, int]]]
+
+
+def coverage(receipts: Iterable[dict], slots: Iterable[str], expected_ranks: Iterable[int]) -> Coverage:
+    """Fail closed: every expected scheduler rank present exactly once, each slot active, fired,
+    completed, with no fallback or load failure; any receipt from another role is a violation."""
+    receipts = list(receipts)
+    expected = sorted(set(expected_ranks))
+    problems: list[str] = []
+    per_rank: dict[int, dict] = {}
+    for r in receipts:
+        if r.get("role") != "scheduler":
+            problems.append(f"receipt from role {r.get('role')!r} (pid {r.get('pid')}): candidate code outside a scheduler rank")
+            continue
+        rank = int(r.get("rank", -1))
+        if rank in per_rank:
+            problems.append(f"rank {rank} reported twice (pids differ): ambiguous coverage")
+        per_rank[rank] = r.get("slots", {})
+    for rank in sorted(set(per_rank) - set(expected)):
+        problems.append(f"unexpected rank {rank} reported")
+    for rank in expected:
+        got = per_rank.get(rank)
+        if got is None:
+            problems.append(f"rank {rank}: no receipt (scheduler never activated)")
+            continue
+        for slot in slots:
+            c = got.get(slot, {})
+            for kind in ("active", "fired", "completed"):
+                if not c.get(kind):
+                    problems.append(f"rank {rank} {slot}: no '{kind}' receipt")
+            for kind in ("load_failed", "fallback"):
+                if c.get(kind):
+                    problems.append(f"rank {rank} {slot}: {c[kind]} '{kind}'")
+    return Coverage(not problems, tuple(problems), per_rank)
