@@ -37,11 +37,11 @@ def build_args(spec: SlotSpec, case: ShapeCase, act: torch.dtype, seed: int, dev
 
 def reference_kernel(spec: SlotSpec) -> Callable[..., None]:
     """The fp32 reference behind the slot calling convention (baseline when SGLang is absent)."""
-    def run(**kw: Any) -> None:
-        tensors = {a.name: kw[a.name] for a in spec.args}
-        params = {p.name: kw[p.name] for p in spec.params}
-        for name, val in spec.reference(tensors, params).items():
-            tensors[name].copy_(val.to(tensors[name].device))
+    reference = spec.reference
+
+    def run(**kw: Any) -> None:  # as lean as a candidate's call: no per-call dict building
+        for name, val in reference(kw, kw).items():
+            kw[name].copy_(val)
 
     return run
 
@@ -87,9 +87,12 @@ def time_pair(sides: dict[str, Callable[[], None]], restore: Callable[[], None],
               budget_s: float, target: float, min_iters: int = 20, max_iters: int = 100_000) -> dict[str, dict[str, float]]:
     timer = _Timer(device)
     for fn in sides.values():  # warm-up: compile, autotune, first-touch; excluded
-        for _ in range(3):
+        t_warm = time.monotonic() + min(0.25, budget_s / 4)
+        n = 0
+        while n < 3 or (time.monotonic() < t_warm and n < 200):
             restore()
             fn()
+            n += 1
     if device.type == "cuda":
         torch.cuda.synchronize()
     samples: dict[str, list[float]] = {k: [] for k in sides}
@@ -159,7 +162,8 @@ def run_bench_request(spec: SlotSpec, fn: Callable[..., None], msg: dict[str, An
     sides = {"candidate": lambda: fn(**args, **params), "baseline": lambda: base(**base_args, **params)}
     if msg.get("bprime"):  # B' = the baseline timed again: its distance from B is the noise band
         sides["baseline2"] = lambda: base(**base2_args, **params)
-    timings = time_pair(sides, restore, device, float(msg["budget_s"]), float(msg["target_rel_err"]))
+    timings = time_pair(sides, restore, device, float(msg["budget_s"]), float(msg["target_rel_err"]),
+                        min_iters=int(msg.get("min_iters", 20)))
     check = build_args(spec, case, act, int(msg["seed"]) + 1, device)
     sent = {k: v.detach().cpu().clone() for k, v in check.items() if spec.arg(k).role in ("in", "inout")}
     fn(**check, **params)
