@@ -211,7 +211,9 @@ def _unusable_reason(e: Evidence, incumbent: Crown | None, arena: str | None, po
         return f"speedup {e.speedup!r} is not a finite positive number"
     if not (_finite(e.noise) and e.noise >= 0):
         return f"noise {e.noise!r} is not a finite non-negative number"
-    if e.noise > policy.max_noise:
+    if e.noise > policy.max_noise and e.speedup * (1 + policy.k * e.noise) >= 1.0:
+        # Too noisy to judge -- unless even the top of the noise band is slower than parity:
+        # "clearly slower" is a decision (below the bar), not a reason to re-measure.
         return f"noise band {e.noise:.4f} above max_noise {policy.max_noise:.4f}: box too noisy to judge"
     if e.speedup > policy.max_speedup:
         return f"speedup {e.speedup:.4f} above max_speedup {policy.max_speedup:.4f}: implausible, re-measure"

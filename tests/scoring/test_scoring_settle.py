@@ -200,6 +200,14 @@ def test_broken_measurements_are_no_decision(speedup, noise):
     assert s.crown is None and s.outcome_of("c") == "no_decision"
 
 
+def test_clearly_slower_is_below_bar_even_when_noisy():
+    # The top of the noise band (0.30 * (1 + 2*0.5) = 0.6) is still slower than parity: a decision.
+    s = settle([ev("slow", 0.30, noise=0.5)])
+    assert s.crown is None and s.outcome_of("slow") == "below_bar"
+    # ...while a noisy measurement whose band reaches parity stays undecided.
+    assert settle([ev("maybe", 0.95, noise=0.06)]).outcome_of("maybe") == "no_decision"
+
+
 def test_reproduction_passes_settle_conservatively():
     two = SpeedPolicy(min_passes=2)
     assert settle([ev("c", 1.05)], policy=two).outcome_of("c") == "no_decision"

@@ -1,0 +1,35 @@
+"""`cacheon demo`: the README's first command, end to end on the local chain + CPU arena."""
+
+import subprocess
+import sys
+
+from cacheon_subnet.chain.local import LocalChain
+from cacheon_subnet.validator.status import collect
+
+from conftest import REPO
+
+EXPECTED_REASON = {"miner-wrong": "mismatch", "miner-partial": "partial_write", "miner-sync": "host_sync",
+                   "miner-policy": "P001", "miner-copycat": "duplicate of"}
+
+
+def test_demo_crowns_the_faithful_fast_bundle_and_publishes(tmp_path):
+    state = tmp_path / "demo"
+    r = subprocess.run([sys.executable, "-m", "cacheon_subnet.cli", "demo", "--state-dir", str(state)],
+                       capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "norm.rmsnorm             miner-fast" in r.stdout
+    assert "validator-b settled the same crowns independently" in r.stdout
+    chain = LocalChain.open(state / "chain.sqlite")
+    uid = {n.hotkey: n.uid for n in chain.metagraph(1).neurons}
+    for hk in ("validator-a", "validator-b"):
+        rep = collect(state / hk)
+        assert [(c["target"], c["hotkey"]) for c in rep["crowns"]] == [("norm.rmsnorm", "miner-fast")]
+        by_miner = {c["hotkey"]: c for c in rep["contributions"]}
+        for miner, why in EXPECTED_REASON.items():
+            assert by_miner[miner]["state"] == "failed" and why in by_miner[miner]["reason"], by_miner[miner]
+        outcomes = {c["hotkey"]: [e["outcome"] for e in c["evidence"]] for c in rep["contributions"]}
+        assert outcomes["miner-fast"] == ["crowned"] and outcomes["miner-plain"] == ["below_bar"]
+        assert rep["weights"]["state"] == "verified"
+        on_chain = chain.get_weights(1, hk)
+        assert on_chain.get(uid["miner-fast"], 0) > 0 and on_chain.get(uid["owner"], 0) > 0
+        assert all(on_chain.get(uid[m], 0) == 0 for m in EXPECTED_REASON)
