@@ -17,7 +17,7 @@ from cacheon_subnet.errors import CacheonError, UsageError
 
 DEFAULT_STATE_DIR = ".cacheon/validator"
 CPU_ARENA_KEYS = {"kind", "name", "tier", "cases", "budget_s", "target_rel_err", "max_noise", "call_timeout_s",
-                  "max_case_bytes", "min_iters"}
+                  "max_case_bytes", "min_iters", "noise_floor"}
 
 
 def load_qualifier(spec: str) -> Any:

@@ -55,6 +55,7 @@ class CpuQualifier:
     target_rel_err: float = 0.01
     max_noise: float = 0.05
     min_iters: int = 5
+    noise_floor: float = 0.01  # CPU timing is never trusted below 1 %: bar >= 1 + 2 % at k = 2
     call_timeout_s: float = 300.0
     label: str = "cpu-timing"
 
@@ -97,7 +98,7 @@ class CpuQualifier:
         finally:
             client.cleanup()
         vs_stock = math.exp(statistics.fmean(math.log(x) for x in ratios))
-        noise = statistics.median(noises)
+        noise = max(self.noise_floor, statistics.median(noises))
         vs_incumbent = vs_stock / incumbent.speedup_vs_stock if incumbent else vs_stock
         if noise > self.max_noise and vs_incumbent * (1 + 2 * noise) >= 1.0:
             # The noise band reaches above parity: we cannot tell. (Clearly slower is a verdict.)

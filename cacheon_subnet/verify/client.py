@@ -72,6 +72,10 @@ class WorkerClient:
             # The interpreter runs one numpy op per program: BLAS thread pools only contend.
             for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
                 env.setdefault(k, "1")
+            # Fixed glibc thresholds: no mmap/munmap churn (page faults) on MB-sized temporaries,
+            # which otherwise makes CPU timings depend on allocation history, not on the kernel.
+            env.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 30))
+            env.setdefault("MALLOC_TRIM_THRESHOLD_", str(1 << 30))
         policy = sandbox.SandboxPolicy(**{**self.config.policy.__dict__, "extra_env": env})
         with open(self.log_path, "wb") as log:
             self.proc = sandbox.launch(
