@@ -58,6 +58,7 @@ def activate_scheduler(tp_rank: int, registry: Registry = REGISTRY, environ: dic
     registry.strict = env.get("CACHEON_SEAM_STRICT", "1") != "0"
     slots = sorted({s for a in adapters for s in a.slots})
     try:
+        sys.dont_write_bytecode = True  # nothing but the sealed sources is ever imported from the tree
         tree = open_tree(Path(env["CACHEON_ENGINE_TREE"]), env["CACHEON_ENGINE_TREE_DIGEST"])
         if str(tree.root) not in sys.path:
             sys.path.insert(0, str(tree.root))

@@ -145,6 +145,10 @@ def guarded(spec: SlotSpec, fn: Callable[..., Any], registry: Registry,
         if receipts is not None:
             receipts.note(spec.id, "fired")
         before = {n: (kw[n].data_ptr(), tuple(kw[n].shape), kw[n].dtype, tuple(kw[n].stride())) for n in written}
+        # non-strict: a failed candidate may have re-pointed/resized an output; stock must write
+        # where SGLang reads, so keep each written tensor's storage view to restore it
+        keep = None if registry.strict or stock is None else {
+            n: (kw[n].untyped_storage(), kw[n].storage_offset(), kw[n].size(), kw[n].stride()) for n in written}
         try:
             result = fn(**kw)
             if result is not None:
@@ -160,6 +164,8 @@ def guarded(spec: SlotSpec, fn: Callable[..., Any], registry: Registry,
                 raise SeamError(f"{spec.id}: selected candidate failed in strict mode: {e!r}") from e
             if receipts is not None:
                 receipts.note(spec.id, "fallback", repr(e))
+            for n, (st, off, size, stride) in (keep or {}).items():
+                kw[n].set_(st, off, size, stride)
             stock(**kw)
             return
         if receipts is not None:

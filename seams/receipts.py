@@ -85,9 +85,13 @@ def coverage(receipts: Iterable[dict], slots: Iterable[str], expected_ranks: Ite
     """Fail closed: every expected scheduler rank present exactly once, each slot active, fired,
     completed, with no fallback or load failure; any receipt from another role is a violation."""
     receipts = list(receipts)
+    slots = list(slots)  # iterated once per rank
     expected = sorted(set(expected_ranks))
     problems: list[str] = []
+    if not expected or not slots:
+        problems.append(f"nothing to cover (slots {slots}, expected ranks {expected})")
     per_rank: dict[int, dict] = {}
+    errors: dict[int, list] = {}
     for r in receipts:
         if r.get("role") != "scheduler":
             problems.append(f"receipt from role {r.get('role')!r} (pid {r.get('pid')}): candidate code outside a scheduler rank")
@@ -96,6 +100,7 @@ def coverage(receipts: Iterable[dict], slots: Iterable[str], expected_ranks: Ite
         if rank in per_rank:
             problems.append(f"rank {rank} reported twice (pids differ): ambiguous coverage")
         per_rank[rank] = r.get("slots", {})
+        errors[rank] = list(r.get("errors", []))
     for rank in sorted(set(per_rank) - set(expected)):
         problems.append(f"unexpected rank {rank} reported")
     for rank in expected:
@@ -103,6 +108,7 @@ def coverage(receipts: Iterable[dict], slots: Iterable[str], expected_ranks: Ite
         if got is None:
             problems.append(f"rank {rank}: no receipt (scheduler never activated)")
             continue
+        problems += [f"rank {rank}: error recorded: {e}" for e in errors[rank]]  # e.g. a strict failure
         for slot in slots:
             c = got.get(slot, {})
             for kind in ("active", "fired", "completed"):

@@ -12,7 +12,8 @@ def _topk_around(original: Callable[..., Any], topk_weights: Any, topk_ids: Any,
                  renormalize: bool = False, moe_softcapping: float = 0.0, correction_bias: Any = None) -> Any:
     if not moe_softcapping and correction_bias is None:
         got = run("moe.topk_softmax", {"gating_output": gating_output, "topk_weights": topk_weights,
-                                       "topk_ids": topk_ids}, {"renormalize": bool(renormalize)})
+                                       "topk_ids": topk_ids},
+                  {"renormalize": bool(renormalize), "topk": int(topk_ids.shape[1])})
         if got is not None:
             return None
     return original(topk_weights, topk_ids, gating_output, renormalize, moe_softcapping, correction_bias)

@@ -1,0 +1,82 @@
+"""activate_scheduler in process, on its failure paths: a contribution that fails while the tree is
+being loaded leaves nothing half-installed (registry disabled and emptied, load_failed receipts),
+strict mode re-raises, and activation runs once per process."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from seam_harness import bundle_files, make_bundle
+
+from cacheon_subnet.bundle.archive import bundle_from_files
+from cacheon_subnet.bundle.engine_tree import build_tree
+from seams import activate
+from seams.dispatch import Registry
+from seams.receipts import read_receipts
+from seams.table import seam_environment
+
+NORM_SLOTS = ("norm.fused_add_rmsnorm", "norm.rmsnorm")
+
+
+@pytest.fixture
+def isolated(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """Fresh per-process activation state; sys.path / sys.modules restored afterwards."""
+    monkeypatch.setattr(activate, "_state", {})
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield
+    for name in [m for m in sys.modules if m.startswith("cacheon_c_")]:
+        del sys.modules[name]
+
+
+def _env(tmp_path: Path, strict: bool) -> dict[str, str]:
+    salt = uuid.uuid4().hex  # custom-op names derive from digests and must be new in this process
+    good = make_bundle(NORM_SLOTS, salt=salt + "good")
+    files = bundle_files(["rope.neox"], salt=salt + "bad")
+    files["kernel.py"] += b"\nraise ImportError('this kernel needs a library the rank does not have')\n"
+    bad = bundle_from_files(files)
+    tree = build_tree(tmp_path / "tree", [(good, good.manifest.ops), (bad, bad.manifest.ops)])
+    assert [o.slot for o in tree.ops] == [*NORM_SLOTS, "rope.neox"]  # the failing op loads last
+    (tmp_path / "receipts").mkdir()
+    return {**seam_environment(("norm", "rope")), "CACHEON_ENGINE_TREE": str(tree.root),
+            "CACHEON_ENGINE_TREE_DIGEST": tree.digest, "CACHEON_RECEIPT_DIR": str(tmp_path / "receipts"),
+            "CACHEON_SEAM_STRICT": "1" if strict else "0"}
+
+
+def _load_failed(tmp_path: Path) -> None:
+    [rec] = read_receipts(tmp_path / "receipts")
+    assert (rec["role"], rec["rank"]) == ("scheduler", 3)
+    assert set(rec["slots"]) == {*NORM_SLOTS, "rope.neox"}
+    assert all(c["load_failed"] == 1 and c["active"] == 0 for c in rec["slots"].values())
+    assert any("ImportError" in e for e in rec["errors"])
+
+
+def test_failure_midway_leaves_nothing_installed(tmp_path: Path, isolated: None) -> None:
+    env = _env(tmp_path, strict=False)
+    reg = Registry()
+    assert activate.activate_scheduler(3, reg, env) is False
+    assert not reg.enabled and reg.candidates == {}, "candidates registered before the failure survived"
+    _load_failed(tmp_path)
+    first = reg.receipts
+    assert activate.activate_scheduler(3, reg, env) is False  # once per process: no second attempt
+    assert reg.receipts is first and not reg.enabled
+    assert read_receipts(tmp_path / "receipts")[0]["slots"]["norm.rmsnorm"]["load_failed"] == 1
+
+
+def test_strict_failure_midway_raises(tmp_path: Path, isolated: None) -> None:
+    env = _env(tmp_path, strict=True)
+    reg = Registry()
+    with pytest.raises(ImportError, match="needs a library"):
+        activate.activate_scheduler(3, reg, env)
+    assert not reg.enabled and reg.candidates == {}
+    _load_failed(tmp_path)
+
+
+def test_no_gate_is_pass_through(tmp_path: Path, isolated: None) -> None:
+    reg = Registry()
+    assert activate.activate_scheduler(0, reg, {**seam_environment(()), "CACHEON_RECEIPT_DIR": str(tmp_path)}) is False
+    assert reg.receipts is None and list(tmp_path.iterdir()) == []
+    for stale in ("true", "yes", "01", " 1"):  # only the exact value the host writes arms a gate
+        assert activate.selected_adapters({"CACHEON_SEAM_NORM": stale}) == ()
