@@ -160,7 +160,7 @@ def render(state_dir: Path, chain: Any) -> str:
         lines += ["", "Yuma epoch over the published weights (incentive per uid)"]
         ranked = sorted(((float(v), u) for u, v in enumerate(y.incentive) if v > 0), reverse=True)
         lines += [f"  uid {u:2} {name.get(u, '?'):14} incentive {v:.3f}" for v, u in ranked]
-        lines += [f"  dividends: " + "  ".join(f"{h}={float(d):.3f}" for h, d in zip(hotkeys, y.dividends))]
+        lines += ["  dividends: " + "  ".join(f"{h}={float(d):.3f}" for h, d in zip(hotkeys, y.dividends))]
     return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@ import resource
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,8 +67,8 @@ class Isolation:
 def probe_isolation(policy: SandboxPolicy) -> Isolation:
     """Run a trivial child under the policy and report which layers actually held."""
     code = "import os,socket;print(os.getuid());s=socket.socket();\ntry:\n s.connect(('1.1.1.1',53));print('net')\nexcept OSError:\n print('nonet')"
-    with _tmpdir() as scratch:
-        proc = launch([sys.executable, "-c", code], scratch=scratch, policy=policy)
+    with tempfile.TemporaryDirectory(prefix="cacheon-probe-") as tmp:
+        proc = launch([sys.executable, "-c", code], scratch=Path(tmp), policy=policy)
         out, _ = proc.communicate(timeout=30)
     lines = out.decode().split()
     uid = int(lines[0]) if lines else -1
@@ -221,16 +222,3 @@ def stop(proc: subprocess.Popen[bytes], grace_s: float = 2.0) -> None:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
-
-
-class _tmpdir:
-    def __enter__(self) -> Path:
-        import tempfile
-
-        self.path = Path(tempfile.mkdtemp(prefix="cacheon-probe-"))
-        return self.path
-
-    def __exit__(self, *exc: object) -> None:
-        import shutil
-
-        shutil.rmtree(self.path, ignore_errors=True)

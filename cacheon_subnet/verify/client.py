@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -131,7 +129,3 @@ class WorkerClient:
     def cleanup(self) -> None:
         self.close()
         self.scratch.cleanup()
-
-
-def run_id(digest: str) -> str:
-    return hashlib.sha256(f"{digest}{time.time_ns()}".encode()).hexdigest()[:12]

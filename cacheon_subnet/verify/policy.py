@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Mapping
 
 ALLOWED_IMPORTS = frozenset({
     "torch", "triton", "triton.language", "math", "functools", "typing", "dataclasses", "itertools",
@@ -171,7 +171,3 @@ class _Visitor(ast.NodeVisitor):
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         self._check_target(node.target)
         self.generic_visit(node)
-
-
-def summarize(findings: Iterable[Finding]) -> str:
-    return "; ".join(str(f) for f in findings)
