@@ -44,7 +44,7 @@ def main() -> int:
     def save() -> None:
         Path(a.out).write_text(json.dumps(results, indent=1, default=str))
 
-    if "verify" in steps:
+    def run_verify() -> None:
         for ex in examples(only):
             t = time.time()
             r = verify_bundle(load_bundle(ex), VerifyOptions(device="cuda", call_timeout_s=300, import_timeout_s=300))
@@ -53,7 +53,8 @@ def main() -> int:
                            "; ".join(str(op.failure) for op in r.ops if op.failure)[:300])
             print(summary[-1], flush=True)
             save()
-    if "controls" in steps:
+
+    def run_controls() -> None:
         for name, expected in GRAPH_CONTROLS.items():
             r = verify_bundle(load_bundle(REPO / "examples" / "controls" / name),
                               VerifyOptions(device="cuda", max_cases=2, call_timeout_s=120))
@@ -62,12 +63,16 @@ def main() -> int:
             summary.append(f"control {name:28} expected {expected:14} got {got:14} {'OK' if got == expected else 'WRONG'}")
             print(summary[-1], flush=True)
             save()
-    if "bench" in steps:
+
+    def run_bench() -> None:
         for ex in examples(only):
             r = bench_bundle(load_bundle(ex), BenchOptions(device="cuda", budget_s=a.budget, max_cases=a.max_cases))
             results["bench"][ex.name] = r.to_json()
             print(r.render(), flush=True)
             save()
+
+    for step in steps:  # in the order given, so the most wanted step runs first
+        {"verify": run_verify, "controls": run_controls, "bench": run_bench}[step]()
     print("\n".join(["== summary"] + summary))
     save()
     return 0
