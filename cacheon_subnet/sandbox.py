@@ -52,6 +52,7 @@ class SandboxPolicy:
     file_bytes: int = 256 * 1024 * 1024
     open_files: int = 1024
     isolate_network: bool = True
+    loopback: bool = False  # bring `lo` up inside the fresh namespace (engines rendezvous on 127.0.0.1)
     drop_privileges: bool = True
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
@@ -137,14 +138,26 @@ def _unshare(flags: int) -> bool:
         return False
 
 
+def _loopback_up() -> None:
+    """SIOCSIFFLAGS(lo, UP|LOOPBACK|RUNNING) in the current (fresh) network namespace."""
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        fcntl.ioctl(s.fileno(), 0x8914, struct.pack("16sH14x", b"lo", 0x1 | 0x8 | 0x40))
+
+
 def _preexec(policy: SandboxPolicy, scratch: Path) -> None:
     """Runs in the forked child before exec. Must not raise for optional layers."""
     os.setsid()
     if policy.isolate_network:
-        if os.geteuid() == 0:
-            _unshare(CLONE_NEWNET)
-        else:
-            _unshare(CLONE_NEWUSER | CLONE_NEWNET)
+        isolated = _unshare(CLONE_NEWNET) if os.geteuid() == 0 else _unshare(CLONE_NEWUSER | CLONE_NEWNET)
+        if isolated and policy.loopback:
+            try:
+                _loopback_up()
+            except OSError:
+                pass
     limits = [
         (resource.RLIMIT_CORE, 0),
         (resource.RLIMIT_FSIZE, policy.file_bytes),
@@ -190,13 +203,14 @@ def launch(
     pass_fds: Sequence[int] = (),
     stdout: int | None = subprocess.PIPE,
     stderr: int | None = subprocess.STDOUT,
+    cwd: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start `argv` confined by `policy`. Caller owns the Popen; use `stop()` to end it."""
     env = child_env(scratch, policy)
     prepare_scratch(scratch, policy)
     try:
         return subprocess.Popen(
-            list(argv), cwd=str(scratch), env=env, stdin=subprocess.DEVNULL, stdout=stdout,
+            list(argv), cwd=str(cwd or scratch), env=env, stdin=subprocess.DEVNULL, stdout=stdout,
             stderr=stderr, pass_fds=tuple(pass_fds), close_fds=True,
             preexec_fn=lambda: _preexec(policy, scratch),
         )

@@ -56,6 +56,7 @@ class Registry:
     """Per-process candidate table: disabled everywhere but a positively identified scheduler."""
 
     enabled: bool = False
+    route_on: bool = True  # the arena's B/C swap: False routes every call to stock (seams/route.py)
     strict: bool = True
     specs: dict[str, SlotSpec] = field(default_factory=dict)
     candidates: dict[str, list[Candidate]] = field(default_factory=dict)
@@ -105,7 +106,7 @@ def _layout_ok(spec: SlotSpec, args: Mapping[str, torch.Tensor], act: torch.dtyp
 def run(slot_id: str, tensors: Mapping[str, torch.Tensor], params: Mapping[str, Any],
         registry: Registry = REGISTRY) -> dict[str, torch.Tensor] | None:
     """Dispatch one call; returns every argument (allocated outputs included) or None for stock."""
-    if not registry.enabled:
+    if not (registry.enabled and registry.route_on):
         return None
     cands = registry.candidates.get(slot_id)
     if not cands:

@@ -22,8 +22,13 @@ def _scheduler_init(original: Callable[..., Any], *args: Any, **kwargs: Any) -> 
     from seams.activate import activate_scheduler
 
     tp_rank = kwargs.get("tp_rank", args[4] if len(args) > 4 else 0)
-    activate_scheduler(int(tp_rank))
-    return original(*args, **kwargs)
+    active = activate_scheduler(int(tp_rank))
+    result = original(*args, **kwargs)
+    if active and args:
+        from seams.route import attach
+
+        attach(args[0])  # the scheduler instance: Engine.collective_rpc("cacheon_route") reaches it
+    return result
 
 
 def load() -> None:

@@ -31,6 +31,7 @@ class Receipts:
         self.rank = rank
         self.counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(KINDS, 0))
         self.errors: list[str] = []
+        self.routes: list[dict] = []  # route-swap acknowledgements (seams/route.py)
         self.flush_every_s = flush_every_s
         self._last_flush = 0.0
         self._lock = threading.Lock()
@@ -51,12 +52,19 @@ class Receipts:
                 self.errors.append(f"{slot}: {message[-500:]}")
         self.flush()
 
+    def ack_route(self, ack: dict) -> None:
+        """Record one acknowledged route swap (epoch, route, candidate calls fired at recapture)."""
+        with self._lock:
+            self.routes.append(dict(ack))
+            del self.routes[:-256]
+        self.flush()
+
     def flush(self) -> None:
         if not self.directory:
             return
         with self._lock:
             payload = {"role": self.role, "rank": self.rank, "pid": os.getpid(), "time": time.time(),
-                       "slots": {k: dict(v) for k, v in self.counts.items()}, "errors": list(self.errors)}
+                       "slots": {k: dict(v) for k, v in self.counts.items()}, "errors": list(self.errors), "routes": list(self.routes)}
             self._last_flush = time.monotonic()
         path = Path(self.directory) / f"receipt-{self.role}-{self.rank}-{os.getpid()}.json"
         tmp = path.with_suffix(".tmp")

@@ -77,6 +77,31 @@ def test_network_namespace_blocks_connections(tmp_path):
     assert out.strip().splitlines()[-1] == "1"  # only the loopback interface exists
 
 
+LOOPBACK_PROBE = """
+    import socket
+    srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
+    try:
+        socket.create_connection(srv.getsockname(), timeout=2); print("LOOPBACK")
+    except OSError as e:
+        print("NO-LOOPBACK", e.errno)
+    try:
+        socket.create_connection(("1.1.1.1", 53), timeout=2); print("OUTSIDE")
+    except OSError as e:
+        print("BLOCKED", e.errno)
+"""
+
+
+def test_engine_namespace_has_loopback_but_no_outside(tmp_path):
+    """Engines rendezvous on 127.0.0.1 (SGLang's dist init): loopback up, nothing else."""
+    if not sandbox.probe_isolation(POLICY).network_namespace:
+        pytest.skip("this platform allows no network namespace")
+    _, out = run_child(tmp_path, LOOPBACK_PROBE, sandbox.SandboxPolicy(loopback=True, drop_privileges=False))
+    assert "LOOPBACK" in out.split() and "BLOCKED" in out and "OUTSIDE" not in out
+    # control: without `loopback` the fresh namespace's lo is down
+    _, out = run_child(tmp_path, LOOPBACK_PROBE, sandbox.SandboxPolicy(loopback=False, drop_privileges=False))
+    assert "NO-LOOPBACK" in out
+
+
 def test_network_allowed_when_not_isolated_control(tmp_path):
     # Control for the test above: without isolation the same child sees the host's interfaces.
     _, out = run_child(tmp_path, "print(open('/proc/net/dev').read().count(':'))",

@@ -1,0 +1,19 @@
+"""The GPU arena: qualify one contribution end to end inside a real SGLang 0.5.13.post1 engine.
+
+Entry points: `qualifier_from_config(path)` (the validator's `--arena configs/arena/<name>.toml`)
+and `cacheon arena run --config ... --bundle ...` (arena/commands.py); both run arena/run.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from arena.config import ArenaConfig, ArenaConfigError, load_config
+from arena.qualifier import GpuQualifier
+
+
+def qualifier_from_config(path: str | Path) -> GpuQualifier:
+    return GpuQualifier(load_config(path))
+
+
+__all__ = ["ArenaConfig", "ArenaConfigError", "GpuQualifier", "load_config", "qualifier_from_config"]

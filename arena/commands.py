@@ -1,0 +1,103 @@
+"""`cacheon arena ...` (registered via cli.EXTENSIONS).
+
+  cacheon arena run --config configs/arena/dense.toml --bundle DIR|TAR [--op SLOT[/VARIANT]]
+                    [--workdir DIR] [--out result.json] [--json]
+      exit 0 PASS, 1 FAIL, 3 NO_DECISION, 2 usage error
+  cacheon arena id --config ...      the arena id and the identity it is the digest of
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from cacheon_subnet.errors import UsageError
+
+EXIT = {"PASS": 0, "FAIL": 1, "NO_DECISION": 3}
+
+
+def _pick_op(bundle: Any, want: str | None) -> Any:
+    ops = list(bundle.manifest.ops)
+    if want:
+        ops = [o for o in ops if want in (o.key, o.slot)]
+        if not ops:
+            raise UsageError(f"--op {want!r}: no such op in the bundle (ops: {[o.key for o in bundle.manifest.ops]})")
+    if len(ops) != 1:
+        raise UsageError(f"the bundle has {len(ops)} ops ({[o.key for o in ops]}): pick one with --op")
+    return ops[0]
+
+
+def summary(r: dict[str, Any]) -> str:
+    lines = [f"cacheon arena  {r['arena']} ({r['arena_id']})  bundle {r['bundle_digest'][:16]}…  {r['op']}",
+             f"verdict: {r['verdict']}  — {r['reason']}", f"wall: {r.get('wall_s')} s   result: {r.get('result_path')}"]
+    s = r.get("speed")
+    if s:
+        lines.append(f"speed: C/B median {s['ratio']:.4f}  noise {s['noise']:.3%}  bar {s['bar']:.4f}  "
+                     f"cycles {len(s['ratios'])}  drift B′/B {', '.join(f'{d:+.2%}' for d in s['drift'])}")
+    qv = r.get("quality")
+    if qv:
+        lines.append(f"quality: {qv['verdict']}  " + "; ".join(qv.get("reasons", [])[:3]))
+    ev = r.get("evidence")
+    if ev:
+        lines.append(f"evidence: {'ok' if ev['ok'] else 'FAIL: ' + '; '.join(ev['problems'][:3])}")
+    for name, st in r.get("stages", {}).items():
+        start = next((x['s'] for x in st.get("startup", []) if x.get("op") == "started"), None)
+        swaps = [x["s"] for x in st.get("routes", [])]
+        lines.append(f"engine {name}: wall {st['wall_s']} s, start {start} s, gpu free {st['gpu_free']}"
+                     + (f", {len(swaps)} route swaps (median {sorted(swaps)[len(swaps) // 2]:.1f} s)" if swaps else ""))
+    return "\n".join(lines)
+
+
+def cmd_arena_run(args: argparse.Namespace) -> int:
+    from arena.config import ArenaConfigError, load_config
+    from arena.qualifier import GpuQualifier
+    from arena.run import qualify
+    from cacheon_subnet.bundle import load_bundle
+
+    try:
+        cfg = load_config(args.config)
+    except ArenaConfigError as e:
+        raise UsageError(str(e)) from None
+    bundle = load_bundle(Path(args.bundle))
+    op = _pick_op(bundle, args.op)
+    opts = GpuQualifier(cfg).options(bundle, op)
+    if args.workdir:
+        from dataclasses import replace
+
+        opts = replace(opts, workdir=Path(args.workdir))
+    result = qualify(cfg, bundle, op, opts)
+    if args.out:
+        shutil.copyfile(result["result_path"], args.out)
+    print(json.dumps(result, indent=1, default=str) if args.json else summary(result))
+    return EXIT[result["verdict"]]
+
+
+def cmd_arena_id(args: argparse.Namespace) -> int:
+    from arena.config import ArenaConfigError, load_config
+
+    try:
+        cfg = load_config(args.config)
+    except ArenaConfigError as e:
+        raise UsageError(str(e)) from None
+    print(json.dumps({"arena_id": cfg.arena_id, "identity": cfg.identity()}, indent=1) if args.json else cfg.arena_id)
+    return 0
+
+
+def register(sub: Any, groups: dict[str, Any]) -> None:
+    a = sub.add_parser("arena", help="qualify a bundle in a real SGLang engine on the GPU (B/C/B′ + T)")
+    asub = a.add_subparsers(dest="arena_cmd", required=True)
+    r = asub.add_parser("run", help="one full verdict: exit 0 PASS, 1 FAIL, 3 NO_DECISION, 2 usage")
+    r.add_argument("--config", required=True, help="configs/arena/<name>.toml")
+    r.add_argument("--bundle", required=True, help="bundle directory or .tar.gz")
+    r.add_argument("--op", help="which op of the bundle (slot id or op key), when it has several")
+    r.add_argument("--workdir", help="where engines, receipts and result.json go (default ~/.cacheon/arena/...)")
+    r.add_argument("--out", help="also copy the result JSON here")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(handler=cmd_arena_run)
+    i = asub.add_parser("id", help="print the arena id of a config")
+    i.add_argument("--config", required=True)
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(handler=cmd_arena_id)

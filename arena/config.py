@@ -1,0 +1,235 @@
+"""Arena identity: model, engine args, workload, statistics and pins, read from
+configs/arena/*.toml. The content digest of all of it (plus the pins and the checkpoint recipe)
+is the arena id stamped on every result, so two results are comparable only when their ids match.
+
+Every key is checked: an unknown key, a wrong type or an out-of-range value is an ArenaConfigError
+naming the file, the table and the key — never a silent default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from cacheon_subnet.errors import CacheonError
+from cacheon_subnet.pins import SGLANG_KERNEL_PIN, SGLANG_PIN, TORCH_PIN
+from cacheon_subnet.slots.profiles import PROFILES, ModelProfile
+
+SCHEMA = "cacheon.arena/1"
+
+
+class ArenaConfigError(CacheonError):
+    """A configs/arena/*.toml problem: which file, which key, why."""
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    profile: str = "qwen3-0.6b"  # a name from cacheon_subnet.slots.profiles
+    layers: int | None = None  # override the profile's depth (smaller arenas)
+    seed: int = 0  # checkpoint init seed (arena/checkpoint.py)
+    dtype: str = "bfloat16"
+
+
+@dataclass(frozen=True)
+class EngineSection:
+    attention_backend: str = "triton"
+    sampling_backend: str = "pytorch"
+    cuda_graph: bool = True
+    piecewise_cuda_graph: bool = True
+    page_size: int = 1
+    context_length: int = 4096
+    mem_fraction_static: float = 0.6
+    max_running_requests: int = 256
+    cuda_graph_max_bs: int = 256
+    tp_size: int = 1
+    random_seed: int = 0
+
+
+@dataclass(frozen=True)
+class WorkloadSection:
+    prompts_per_window: int = 256
+    input_len: int = 256
+    output_len: int = 128
+    cycles: int = 6  # each cycle = windows B, C, C, B′ (ABBA: cancels linear drift)
+    warmup_windows: int = 2
+    seed: int = 1234
+    vocab_low: int = 100  # prompt token ids are drawn from [vocab_low, vocab - 1]
+
+
+@dataclass(frozen=True)
+class QualitySection:
+    prompts: int = 64
+    input_len: int = 128
+    output_len: int = 64
+    top_k: int = 8
+    seed: int = 777
+    policy: Mapping[str, float] = field(default_factory=dict)  # arena.quality.QualityPolicy overrides
+
+
+@dataclass(frozen=True)
+class SpeedSection:
+    margin: float = 0.01  # the smallest gain worth a crown
+    k_noise: float = 3.0  # bar = 1 + max(margin, k_noise * noise)
+    max_noise: float = 0.02  # above: NO_DECISION (the box is too noisy to decide)
+    metric: str = "output_tokens_per_s"
+
+
+@dataclass(frozen=True)
+class LimitsSection:
+    engine_start_timeout_s: float = 300.0
+    total_timeout_s: float = 1200.0
+    gpu_free_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class ArenaConfig:
+    name: str
+    path: str
+    model: ModelSection
+    engine: EngineSection
+    workload: WorkloadSection
+    quality: QualitySection
+    speed: SpeedSection
+    limits: LimitsSection
+
+    @property
+    def profile(self) -> ModelProfile:
+        p = PROFILES[self.model.profile]
+        if self.model.layers:
+            from dataclasses import replace
+
+            p = replace(p, layers=self.model.layers)
+        return p
+
+    def identity(self) -> dict[str, Any]:
+        """Everything that changes what the arena measures (the path and name do not)."""
+        doc = {k: v for k, v in asdict(self).items() if k not in ("path", "name")}
+        doc["schema"] = SCHEMA
+        doc["pins"] = {"sglang": SGLANG_PIN, "sglang_kernel": SGLANG_KERNEL_PIN, "torch": TORCH_PIN}
+        doc["hf_config"] = hf_config(self)
+        return doc
+
+    @property
+    def arena_id(self) -> str:
+        data = json.dumps(self.identity(), sort_keys=True, separators=(",", ":")).encode()
+        return "arena-" + hashlib.sha256(data).hexdigest()[:16]
+
+
+_SECTIONS = {"model": ModelSection, "engine": EngineSection, "workload": WorkloadSection,
+             "quality": QualitySection, "speed": SpeedSection, "limits": LimitsSection}
+
+
+def _section(path: Path, name: str, cls: type, raw: Any) -> Any:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ArenaConfigError(f"{path}: [{name}] must be a table")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ArenaConfigError(f"{path}: [{name}] unknown key(s) {unknown} (known: {sorted(known)})")
+    defaults = cls()
+    out = {}
+    for key, value in raw.items():
+        want = getattr(defaults, key)
+        ok = (isinstance(value, bool) if isinstance(want, bool) else
+              isinstance(value, (int, float)) and not isinstance(value, bool) if isinstance(want, float) else
+              isinstance(value, int) and not isinstance(value, bool) if isinstance(want, int) else
+              isinstance(value, str) if isinstance(want, str) else
+              isinstance(value, dict) if isinstance(want, Mapping) else
+              value is None or isinstance(value, int))
+        if not ok:
+            raise ArenaConfigError(f"{path}: [{name}] {key} = {value!r}: expected {type(want).__name__}")
+        out[key] = float(value) if isinstance(want, float) else value
+    return cls(**out)
+
+
+def _check(path: Path, cfg: ArenaConfig) -> None:
+    def bad(where: str, why: str) -> ArenaConfigError:
+        return ArenaConfigError(f"{path}: {where}: {why}")
+
+    if cfg.model.profile not in PROFILES:
+        raise bad("[model] profile", f"{cfg.model.profile!r} is not a known profile ({sorted(PROFILES)})")
+    if cfg.model.layers is not None and not 1 <= cfg.model.layers <= 128:
+        raise bad("[model] layers", "must be in 1..128")
+    if cfg.model.dtype not in ("bfloat16", "float16"):
+        raise bad("[model] dtype", "bfloat16 or float16")
+    if cfg.engine.tp_size not in (1, 2, 4, 8):
+        raise bad("[engine] tp_size", "1, 2, 4 or 8")
+    if not 0.1 <= cfg.engine.mem_fraction_static <= 0.95:
+        raise bad("[engine] mem_fraction_static", "must be in 0.1..0.95")
+    w = cfg.workload
+    if w.cycles < 2:
+        raise bad("[workload] cycles", "at least 2 (noise is measured between B and B′ windows)")
+    if w.prompts_per_window < 1 or w.input_len < 1 or w.output_len < 2:
+        raise bad("[workload]", "prompts_per_window, input_len >= 1 and output_len >= 2")
+    if w.input_len + w.output_len > cfg.engine.context_length:
+        raise bad("[workload]", f"input_len + output_len > context_length {cfg.engine.context_length}")
+    q = cfg.quality
+    if q.prompts < 8 or q.output_len < 4 or not 1 <= q.top_k <= 20:
+        raise bad("[quality]", "prompts >= 8, output_len >= 4, top_k in 1..20")
+    s = cfg.speed
+    if not (0 < s.margin < 1 and s.k_noise > 0 and 0 < s.max_noise < 1):
+        raise bad("[speed]", "0 < margin < 1, k_noise > 0, 0 < max_noise < 1")
+    if s.metric not in ("output_tokens_per_s", "total_tokens_per_s"):
+        raise bad("[speed] metric", "output_tokens_per_s or total_tokens_per_s")
+    if cfg.quality.policy:
+        from arena.quality import QualityPolicy
+
+        try:
+            QualityPolicy.from_mapping(dict(cfg.quality.policy))
+        except ValueError as e:
+            raise bad("[quality.policy]", str(e)) from None
+
+
+def load_config(path: str | Path) -> ArenaConfig:
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ArenaConfigError(f"{path}: no such arena config") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ArenaConfigError(f"{path}: not valid TOML ({e})") from None
+    top = {k: v for k, v in raw.items() if not isinstance(v, dict)}
+    if top.get("kind") != "gpu":
+        raise ArenaConfigError(f"{path}: kind must be \"gpu\" (got {top.get('kind')!r}; the CPU timing path is --arena cpu)")
+    unknown = sorted(set(top) - {"kind", "name", "schema"})
+    if unknown:
+        raise ArenaConfigError(f"{path}: unknown top-level key(s) {unknown} (known: kind, name, schema)")
+    if top.get("schema", SCHEMA) != SCHEMA:
+        raise ArenaConfigError(f"{path}: schema {top.get('schema')!r} != {SCHEMA!r}")
+    extra = sorted(k for k, v in raw.items() if isinstance(v, dict) and k not in _SECTIONS)
+    if extra:
+        raise ArenaConfigError(f"{path}: unknown table(s) {extra} (known: {', '.join(_SECTIONS)})")
+    sections = {n: _section(path, n, c, raw.get(n)) for n, c in _SECTIONS.items()}
+    cfg = ArenaConfig(name=str(top.get("name", path.stem)), path=str(path), **sections)
+    _check(path, cfg)
+    return cfg
+
+
+def hf_config(cfg: ArenaConfig) -> dict[str, Any]:
+    """The HF config.json of the arena's synthetic checkpoint (Qwen3 dense or Qwen3-MoE)."""
+    p = cfg.profile
+    doc: dict[str, Any] = {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+        "hidden_size": p.hidden, "intermediate_size": p.intermediate, "num_hidden_layers": p.layers,
+        "num_attention_heads": p.n_heads, "num_key_value_heads": p.n_kv_heads, "head_dim": p.head_dim,
+        "vocab_size": p.vocab, "max_position_embeddings": p.max_position, "rope_theta": p.rope_theta,
+        "rms_norm_eps": p.rms_eps, "hidden_act": "silu", "attention_bias": False, "attention_dropout": 0.0,
+        "tie_word_embeddings": p.moe is None, "torch_dtype": cfg.model.dtype, "bos_token_id": 1,
+        "eos_token_id": 2, "use_cache": True, "use_sliding_window": False, "sliding_window": None,
+        "max_window_layers": p.layers, "initializer_range": 0.02,
+    }
+    if p.moe is not None:
+        doc.update({
+            "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+            "num_experts": p.moe.n_experts, "num_experts_per_tok": p.moe.top_k,
+            "moe_intermediate_size": p.moe.moe_intermediate, "norm_topk_prob": p.moe.norm_topk_prob,
+            "decoder_sparse_step": 1, "mlp_only_layers": [], "output_router_logits": False,
+            "router_aux_loss_coef": 0.001,
+        })
+    return doc

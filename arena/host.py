@@ -1,0 +1,179 @@
+"""Host-owned engine lifecycle. The host never imports SGLang or contribution code: it writes a
+job, starts `python -m arena.engine_child` in its own process group with exactly the environment
+of the role (seam gates, sealed tree, receipts dir), enforces a hard wall-clock limit, reads the
+step records, and tears down by killing the whole group and checking the GPU is free again.
+
+Confinement of an engine: own process group and session; scrubbed environment (sandbox.child_env:
+no ambient CACHEON_SEAM_* gate can arm an adapter the host did not select); HOME/TMPDIR in its own
+scratch dir; a fresh network namespace with only loopback up (SGLang's ranks rendezvous on
+127.0.0.1) where the platform allows it; the engine tree is sealed read-only and digest-checked
+by every scheduler rank; hard wall-clock timeout -> a clear verdict, never a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from cacheon_subnet import sandbox
+from cacheon_subnet.log import get_logger
+
+log = get_logger("arena.host")
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    records: tuple[dict[str, Any], ...]
+    rc: int | None
+    timed_out: bool
+    wall_s: float
+    log_tail: str
+    gpu_free: bool | None
+
+    @property
+    def error(self) -> str | None:
+        for r in self.records:
+            if r.get("op") == "error":
+                return r["error"]
+        if self.timed_out:
+            return f"engine exceeded its wall-clock limit ({self.wall_s:.0f} s) and was killed"
+        if not any(r.get("op") == "done" for r in self.records):
+            return f"engine exited (rc {self.rc}) before finishing its steps; log tail: {self.log_tail[-600:]}"
+        return None
+
+    def step(self, tag: str) -> dict[str, Any]:
+        for r in self.records:
+            if r.get("step") == tag:
+                return r
+        raise KeyError(f"no record for step {tag!r}")
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    name: str
+    job: Mapping[str, Any]
+    env: Mapping[str, str] = field(default_factory=dict)
+    timeout_s: float = 1200.0
+    isolate_network: bool = True
+
+
+def plugin_site(workdir: Path) -> str | None:
+    """Make SGLang's plugin loader find `cacheon = seams.plugin:load` (group sglang.srt.plugins).
+
+    An installed distribution already declares it (pyproject.toml). A bare source checkout (the
+    GPU box gets the tree, not a wheel) gets a minimal dist-info on a path returned for PYTHONPATH.
+    """
+    from importlib.metadata import entry_points
+
+    if any(ep.name == "cacheon" for ep in entry_points(group="sglang.srt.plugins")):
+        return None
+    site = workdir / "plugin-site"
+    info = site / "cacheon_subnet-0.1.0.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: cacheon-subnet\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text("[sglang.srt.plugins]\ncacheon = seams.plugin:load\n")
+    return str(site)
+
+
+def gpu_pids() -> set[int] | None:
+    """PIDs holding a CUDA context (None where nvidia-smi is absent, e.g. CPU CI)."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                         capture_output=True, text=True, timeout=30).stdout
+    return {int(x) for x in out.split() if x.strip().isdigit()}
+
+
+def _group_members(pgid: int) -> set[int]:
+    members = set()
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if os.getpgid(int(d.name)) == pgid:
+                    members.add(int(d.name))
+            except (ProcessLookupError, PermissionError):
+                pass
+    return members
+
+
+def _kill_group(pgid: int, grace_s: float = 10.0) -> None:
+    """TERM, grace, KILL — for every member of the group, even after the leader exited."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and _group_members(pgid):
+            time.sleep(0.1)
+
+
+def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0) -> EngineRun:
+    """Run one engine job to completion (or its limit) and return every record it wrote."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    scratch = workdir / f"{spec.name}-scratch"
+    result = workdir / f"{spec.name}.jsonl"
+    result.unlink(missing_ok=True)
+    job = dict(spec.job, result_path=str(result))
+    job_path = workdir / f"{spec.name}.job.json"
+    job_path.write_text(json.dumps(job))
+    pythonpath = os.pathsep.join(p for p in (str(REPO), plugin_site(workdir), os.environ.get("PYTHONPATH", "")) if p)
+    policy = sandbox.SandboxPolicy(wall_timeout_s=spec.timeout_s, cpu_seconds=None, file_bytes=64 << 30,
+                                   open_files=65536, isolate_network=spec.isolate_network, loopback=True,
+                                   drop_privileges=False, extra_env={"PYTHONPATH": pythonpath, **spec.env})
+    log_path = workdir / f"{spec.name}.log"
+    t0 = time.monotonic()
+    with open(log_path, "wb") as logf:
+        proc = sandbox.launch([sys.executable, "-m", "arena.engine_child", str(job_path)], scratch=scratch,
+                              policy=policy, stdout=logf, stderr=subprocess.STDOUT, cwd=REPO)
+        log.info("arena.engine.start", engine=spec.name, pid=proc.pid, timeout_s=spec.timeout_s)
+        timed_out = False
+        try:
+            proc.wait(timeout=spec.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _kill_group(proc.pid)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+    wall = time.monotonic() - t0
+    records = []
+    if result.exists():
+        for line in result.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                records.append({"op": "corrupt", "line": line[:200]})
+    gpu_free = _wait_gpu_free(proc.pid, gpu_free_timeout_s)
+    tail = log_path.read_text(errors="replace")[-4000:] if log_path.exists() else ""
+    log.info("arena.engine.end", engine=spec.name, rc=proc.returncode, timed_out=timed_out, wall_s=round(wall, 1),
+             gpu_free=gpu_free)
+    return EngineRun(tuple(records), proc.returncode, timed_out, wall, tail, gpu_free)
+
+
+def _wait_gpu_free(pgid: int, timeout_s: float) -> bool | None:
+    """True once no process of the engine's group holds the GPU (None where it cannot be seen)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pids = gpu_pids()
+        if pids is None:
+            return None
+        # nvidia-smi lists host PIDs; the group is gone after _kill_group, so any PID we launched
+        # that still holds a context is a leak
+        leaked = {p for p in pids if p in _group_members(pgid)}
+        if not leaked:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)

@@ -1,0 +1,82 @@
+"""Build the engine jobs of one qualification: the resident engine (B / C / B′ windows and the
+quality samples, candidate route swapped in and out) and the pristine teacher T."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from arena.config import ArenaConfig, hf_config
+from arena.speed import Window, plan
+
+
+def engine_kwargs(cfg: ArenaConfig) -> dict[str, Any]:
+    e = cfg.engine
+    return {
+        "load_format": "auto", "skip_tokenizer_init": True, "attention_backend": e.attention_backend,
+        "sampling_backend": e.sampling_backend, "grammar_backend": "none", "random_seed": e.random_seed,
+        "disable_cuda_graph": not e.cuda_graph,
+        "disable_piecewise_cuda_graph": not (e.cuda_graph and e.piecewise_cuda_graph),
+        "page_size": e.page_size, "context_length": e.context_length,
+        "mem_fraction_static": e.mem_fraction_static, "max_running_requests": e.max_running_requests,
+        "cuda_graph_max_bs": e.cuda_graph_max_bs, "tp_size": e.tp_size,
+        "disable_radix_cache": True,  # repeated prompts would skip prefill (~30 % faster)
+        "log_level": "warning",
+    }
+
+
+def checkpoint_job(cfg: ArenaConfig, checkpoint_root: Path) -> dict[str, Any]:
+    from arena.checkpoint import recipe_digest
+
+    doc = hf_config(cfg)
+    digest = recipe_digest(doc, cfg.model.seed)
+    return {"hf_config": doc, "seed": cfg.model.seed, "dir": str(checkpoint_root / digest[:16]), "device": "cpu"}  # CPU draws are machine-independent
+
+
+def _prompts(cfg: ArenaConfig, seed: int, n: int, length: int) -> dict[str, int]:
+    return {"seed": seed, "n": n, "len": length, "low": cfg.workload.vocab_low, "high": cfg.profile.vocab}
+
+
+def window_tag(w: Window) -> str:
+    return f"w{w.index:03d}-{w.role}"
+
+
+def resident_steps(cfg: ArenaConfig) -> tuple[list[dict[str, Any]], tuple[Window, ...]]:
+    """Swap to stock, warm-up, the B C C B′ cycles (swapping the route where it changes), then
+    the untimed quality samples under the candidate route and under stock (same prompts)."""
+    w = cfg.workload
+    windows = plan(w.cycles, w.warmup_windows)
+    steps: list[dict[str, Any]] = []
+    route, epoch = "candidate", 0  # the engine starts with the candidate captured
+
+    def to(r: str) -> None:
+        nonlocal route, epoch
+        if r != route:
+            epoch += 1
+            steps.append({"op": "route", "route": r, "epoch": epoch, "tag": f"route-{epoch}-{r}"})
+            route = r
+
+    for win in windows:
+        to(win.route)
+        steps.append({"op": "generate", "tag": window_tag(win), "timed": True, "top_k": 0,
+                      "prompts": _prompts(cfg, w.seed + 7919 * (win.index + 1), w.prompts_per_window, w.input_len),
+                      "max_new_tokens": w.output_len})
+    q = cfg.quality
+    for r, tag in (("candidate", "quality-C"), ("stock", "quality-B")):
+        to(r)
+        steps.append({"op": "generate", "tag": tag, "timed": False, "keep_outputs": True, "top_k": q.top_k,
+                      "prompts": _prompts(cfg, q.seed, q.prompts, q.input_len), "max_new_tokens": q.output_len})
+    return steps, windows
+
+
+def teacher_steps(cfg: ArenaConfig, sequences: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [{"op": "teacher", "tag": f"T-{role}", "top_k": cfg.quality.top_k,
+             "sequences": [{"key": s["key"], "prompt": s["prompt"], "cont": s["cont"]} for s in seqs]}
+            for role, seqs in sequences.items()]
+
+
+def cache_env() -> dict[str, str]:
+    """JIT caches the operator chose (cold engine start is ~2x slower without them)."""
+    keys = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME")
+    return {k: os.environ[k] for k in keys if k in os.environ}

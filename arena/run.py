@@ -1,0 +1,169 @@
+"""One qualification, end to end: resident engine (B / C / B′ + quality samples), pristine teacher
+T, evidence, quality and speed verdicts, one JSON result written after every stage."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from arena import quality as q
+from arena.config import ArenaConfig
+from arena.evidence import check
+from arena.host import EngineRun, EngineSpec, run_engine
+from arena.jobs import cache_env, checkpoint_job, engine_kwargs, resident_steps, teacher_steps, window_tag
+from arena.speed import judge, swaps as count_swaps
+from cacheon_subnet.bundle import Bundle, OpEntry
+from cacheon_subnet.bundle.engine_tree import build_tree
+from cacheon_subnet.log import get_logger
+from seams.receipts import read_receipts
+from seams.table import adapters_for_slot, seam_environment
+
+log = get_logger("arena.run")
+VERDICTS = ("PASS", "FAIL", "NO_DECISION")
+
+
+class TeacherAlignmentError(RuntimeError):
+    """T's teacher-forced tokens do not line up with the role's continuation (a harness bug)."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    workdir: Path
+    checkpoint_root: Path
+    engine_factory: str | None = None  # tests only: a fake engine class "module:attr"
+    isolate_network: bool = True
+
+
+def _sequences(role_seqs: list[dict[str, Any]], graded: list[dict[str, Any]]) -> list[q.Sequence]:
+    by_key = {g["key"]: g for g in graded}
+    out = []
+    for s in role_seqs:
+        g = by_key.get(s["key"])
+        if g is None:
+            raise TeacherAlignmentError(f"T returned nothing for sequence {s['key']}")
+        cont, toks, top = s["cont"], g["tokens"], g["top"]
+        off = next((o for o in range(3) if [t for t, _ in toks[o:o + len(cont)]] == cont), None)
+        if off is None:
+            raise TeacherAlignmentError(f"sequence {s['key']}: T's tokens {[t for t, _ in toks[:5]]}… "
+                                        f"do not match the continuation {cont[:5]}…")
+        top = top[len(top) - len(toks) + off:] if len(top) >= len(toks) else top
+        own = s.get("logprobs") or []
+        own_top = s.get("top") or []
+        positions = []
+        for i, tok in enumerate(cont):
+            t_top = tuple((int(a), float(b)) for a, b in (top[i] if i < len(top) else []))
+            if not t_top:
+                raise TeacherAlignmentError(f"sequence {s['key']} position {i}: T returned no top-k")
+            positions.append(q.Position(
+                token=int(tok), role_logprob=float(own[i][1]) if i < len(own) else None,
+                role_top=tuple((int(a), float(b)) for a, b in (own_top[i] if i < len(own_top) else [])),
+                teacher_logprob=float(toks[off + i][1]), teacher_top=t_top))
+        out.append(q.Sequence(prompt_id=int(s["key"]), positions=tuple(positions)))
+    return out
+
+
+class Qualification:
+    def __init__(self, cfg: ArenaConfig, bundle: Bundle, op: OpEntry, opts: RunOptions) -> None:
+        self.cfg, self.bundle, self.op, self.opts = cfg, bundle, op, opts
+        self.result: dict[str, Any] = {
+            "schema": "cacheon.arena-result/1", "arena_id": cfg.arena_id, "arena": cfg.name,
+            "config": cfg.path, "bundle_digest": bundle.digest, "op": op.key, "slot": op.slot,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "stages": {}}
+        self.out = opts.workdir / "result.json"
+        self.result["result_path"] = str(self.out)
+
+    def save(self) -> None:
+        tmp = self.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.result, indent=1, default=str))
+        os.replace(tmp, self.out)
+
+    def finish(self, verdict: str, reason: str) -> dict[str, Any]:
+        assert verdict in VERDICTS
+        self.result.update(verdict=verdict, reason=reason, finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                           wall_s=round(time.monotonic() - self.t0, 1))
+        self.save()
+        log.info("arena.verdict", verdict=verdict, reason=reason, arena_id=self.cfg.arena_id, op=self.op.key)
+        return self.result
+
+    def _engine(self, name: str, job: dict[str, Any], env: dict[str, str]) -> EngineRun:
+        left = self.cfg.limits.total_timeout_s - (time.monotonic() - self.t0)
+        run = run_engine(EngineSpec(name, job, env, timeout_s=max(30.0, left), isolate_network=self.opts.isolate_network),
+                         self.opts.workdir, self.cfg.limits.gpu_free_timeout_s)
+        starts = [r for r in run.records if r.get("op") in ("checkpoint", "started")]
+        self.result["stages"][name] = {"wall_s": round(run.wall_s, 1), "rc": run.rc, "timed_out": run.timed_out,
+                                       "gpu_free": run.gpu_free, "error": run.error, "startup": starts,
+                                       "routes": [r for r in run.records if r.get("op") == "route"]}
+        self.save()
+        return run
+
+    def run(self) -> dict[str, Any]:
+        self.t0 = time.monotonic()
+        cfg, op, wd = self.cfg, self.op, self.opts.workdir
+        wd.mkdir(parents=True, exist_ok=True)
+        bindings = tuple(sorted({a.binding for a in adapters_for_slot(op.slot)}))
+        if not bindings:
+            return self.finish("FAIL", f"slot {op.slot} has no seam adapter: it cannot run inside the engine")
+        tree_root = wd / "tree"
+        if tree_root.exists():
+            shutil.rmtree(tree_root, onerror=lambda f, p, e: (os.chmod(os.path.dirname(p), 0o755), f(p)))
+        tree = build_tree(tree_root, [(self.bundle, [op])])
+        receipts_dir = wd / "receipts"
+        shutil.rmtree(receipts_dir, ignore_errors=True)
+        receipts_dir.mkdir()
+        base = {"engine_kwargs": engine_kwargs(cfg), "engine_factory": self.opts.engine_factory,
+                "checkpoint": None if self.opts.engine_factory else checkpoint_job(cfg, self.opts.checkpoint_root)}
+        steps, windows = resident_steps(cfg)
+        env = {**cache_env(), **seam_environment(bindings), "CACHEON_ENGINE_TREE": str(tree.root),
+               "CACHEON_ENGINE_TREE_DIGEST": tree.digest, "CACHEON_RECEIPT_DIR": str(receipts_dir),
+               "CACHEON_SEAM_STRICT": "1", "SGLANG_PLUGINS": "cacheon"}
+        self.result.update(bindings=list(bindings), tree_digest=tree.digest, swaps=count_swaps(windows, "candidate"))
+        resident = self._engine("resident", {**base, "steps": steps}, env)
+
+        # evidence first: a kernel that never ran is never timed as a win
+        swaps = [(s["epoch"], s["route"]) for s in steps if s["op"] == "route"]
+        receipts = read_receipts(receipts_dir)
+        ev = check(receipts, op.slot, range(cfg.engine.tp_size), swaps, graphs_on=cfg.engine.cuda_graph)
+        self.result["evidence"] = ev.to_json()
+        samples = []
+        for w in windows:
+            try:
+                rec = resident.step(window_tag(w))
+            except KeyError:
+                continue
+            samples.append((w, float(rec[cfg.speed.metric])))
+        self.result["windows"] = [{"index": w.index, "cycle": w.cycle, "role": w.role, "route": w.route,
+                                   cfg.speed.metric: v} for w, v in samples]
+        self.save()
+        if resident.error:
+            return self.finish("FAIL", f"the engine with the candidate failed: {resident.error}")
+        if not ev.ok:
+            return self.finish("FAIL", "execution evidence: " + "; ".join(ev.problems[:5]))
+        speed = judge(samples, cfg.speed)
+        self.result["speed"] = speed.to_json()
+        self.save()
+
+        seqs = {"C": resident.step("quality-C")["sequences"], "B": resident.step("quality-B")["sequences"]}
+        pristine = {**cache_env(), **seam_environment(())}
+        teacher = self._engine("teacher", {**base, "steps": teacher_steps(cfg, seqs)}, pristine)
+        if teacher.error:
+            return self.finish("NO_DECISION", f"the pristine teacher engine failed (infrastructure): {teacher.error}")
+        try:
+            graded = {r: _sequences(seqs[r], teacher.step(f"T-{r}")["graded"]) for r in ("B", "C")}
+        except TeacherAlignmentError as e:
+            return self.finish("NO_DECISION", f"teacher alignment: {e}")
+        mb, mc = q.metrics(graded["B"]), q.metrics(graded["C"])
+        qv = q.grade(mb, mc, q.QualityPolicy.from_mapping(dict(cfg.quality.policy)))
+        self.result["quality"] = (getattr(q, "verdict_to_dict", None) or q.verdict_to_json)(qv)
+        self.save()
+        if qv.verdict != "PASS":
+            return self.finish(qv.verdict, "quality: " + "; ".join(qv.reasons[:4]))
+        return self.finish(speed.verdict, "speed: " + speed.reason)
+
+
+def qualify(cfg: ArenaConfig, bundle: Bundle, op: OpEntry, opts: RunOptions) -> dict[str, Any]:
+    return Qualification(cfg, bundle, op, opts).run()

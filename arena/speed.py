@@ -1,0 +1,115 @@
+"""Window schedule and the speed verdict.
+
+Schedule: warm-up windows (stock, excluded), then `cycles` cycles of B, C, C, B′ inside one
+resident engine. ABBA order cancels linear drift within a cycle and puts stock both before and
+after the candidate, so B vs B′ measures the drift the candidate is judged against.
+
+Statistics are robust (medians over windows, see judge()), because single windows dip 10–40 % on a lent H200
+(../shared/device/README.md): per cycle i the candidate ratio r_i = mean(C_i) / mean(B_i, B′_i)
+and the stock drift d_i = B′_i / B_i − 1; the verdict uses the median ratio, and the noise band is
+the median |d_i| (or the ratios' MAD, whichever is larger). Bar = 1 + max(margin, k · noise).
+PASS: median ratio ≥ bar; NO_DECISION: noise above max_noise (the box cannot decide);
+FAIL otherwise. PASS, FAIL and NO_DECISION stay distinct all the way to the result JSON.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+from arena.config import SpeedSection
+
+ROLES = ("B", "C", "B'")
+CYCLE = ("B", "C", "C", "B'")
+ROUTE = {"B": "stock", "C": "candidate", "B'": "stock", "warmup": "stock"}
+
+
+@dataclass(frozen=True)
+class Window:
+    index: int
+    cycle: int  # -1 for warm-up
+    role: str  # warmup | B | C | B'
+
+    @property
+    def route(self) -> str:
+        return ROUTE[self.role]
+
+
+def plan(cycles: int, warmup: int) -> tuple[Window, ...]:
+    out = [Window(i, -1, "warmup") for i in range(warmup)]
+    for c in range(cycles):
+        for role in CYCLE:
+            out.append(Window(len(out), c, role))
+    return tuple(out)
+
+
+def swaps(windows: Sequence[Window], start_route: str) -> int:
+    """How many route swaps (graph recaptures) a plan costs."""
+    n, route = 0, start_route
+    for w in windows:
+        if w.route != route:
+            n, route = n + 1, w.route
+    return n
+
+
+@dataclass(frozen=True)
+class SpeedVerdict:
+    verdict: str  # PASS | FAIL | NO_DECISION
+    ratio: float  # median C / mean(B, B′) over cycles
+    ratios: tuple[float, ...]
+    drift: tuple[float, ...]  # per cycle B′/B − 1
+    noise: float
+    bar: float
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _mad(xs: Sequence[float]) -> float:
+    m = statistics.median(xs)
+    return statistics.median(abs(x - m) for x in xs)
+
+
+def _rel_se_median(xs: Sequence[float]) -> float:
+    """Relative standard error of a median from the MAD (normal-consistent; robust to dips)."""
+    return 1.2533 * 1.4826 * _mad(xs) / statistics.median(xs) / len(xs) ** 0.5
+
+
+def judge(samples: Sequence[tuple[Window, float]], policy: SpeedSection) -> SpeedVerdict:
+    """samples: (window, throughput) for every measured window (warm-up is ignored).
+
+    ratio = median(C) / median(B ∪ B′); drift = median(B′) / median(B) − 1; noise = max(|drift|,
+    the ratio's standard error from the windows' MADs). Medians, because single windows dip by
+    10–40 % on a lent H200 (measured 2026-11-29: 3 of 24 windows)."""
+    by_cycle: dict[int, dict[str, list[float]]] = {}
+    for w, value in samples:
+        if w.role == "warmup":
+            continue
+        if not value > 0:
+            raise ValueError(f"window {w.index} ({w.role}): throughput {value!r} is not positive")
+        by_cycle.setdefault(w.cycle, {}).setdefault(w.role, []).append(value)
+    complete = [c for c in sorted(by_cycle) if all(by_cycle[c].get(r) for r in ROLES)]
+    per_cycle_drift = tuple(statistics.fmean(by_cycle[c]["B'"]) / statistics.fmean(by_cycle[c]["B"]) - 1
+                            for c in complete)
+    per_cycle_ratio = tuple(statistics.fmean(by_cycle[c]["C"]) /
+                            statistics.fmean(by_cycle[c]["B"] + by_cycle[c]["B'"]) for c in complete)
+    if len(complete) < 2:
+        return SpeedVerdict("NO_DECISION", float("nan"), per_cycle_ratio, per_cycle_drift, float("nan"), float("nan"),
+                            f"only {len(complete)} complete B/C/B′ cycle(s); at least 2 are needed")
+    b = [v for c in complete for v in by_cycle[c]["B"]]
+    bp = [v for c in complete for v in by_cycle[c]["B'"]]
+    cc = [v for c in complete for v in by_cycle[c]["C"]]
+    ratio = statistics.median(cc) / statistics.median(b + bp)
+    drift = statistics.median(bp) / statistics.median(b) - 1
+    se = (_rel_se_median(cc) ** 2 + _rel_se_median(b + bp) ** 2) ** 0.5
+    noise = max(abs(drift), se)
+    bar = 1 + max(policy.margin, policy.k_noise * noise)
+    detail = f"C/B {ratio:.4f}, bar {bar:.4f} (B′/B drift {drift:+.2%}, ratio s.e. {se:.2%})"
+    if noise > policy.max_noise:
+        return SpeedVerdict("NO_DECISION", ratio, per_cycle_ratio, per_cycle_drift, noise, bar,
+                            f"noise {noise:.2%} > max {policy.max_noise:.2%}: the box is too noisy to decide; {detail}")
+    if ratio >= bar:
+        return SpeedVerdict("PASS", ratio, per_cycle_ratio, per_cycle_drift, noise, bar, detail)
+    return SpeedVerdict("FAIL", ratio, per_cycle_ratio, per_cycle_drift, noise, bar, detail)

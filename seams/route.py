@@ -1,0 +1,88 @@
+"""Swap the candidate route inside a resident engine (the arena's B / C / B′ windows).
+
+Restarted engines drift by up to 10 % (../shared/device/README.md), so the arena times stock and
+candidate inside one engine and swaps the route between windows. The host reaches every
+scheduler rank through `Engine.collective_rpc("cacheon_route", route=..., epoch=...)` (released
+Engine API: the scheduler runs it between batches, then barriers all ranks).
+
+CUDA graphs bake in whatever kernels ran at capture, so a swap flips `Registry.route_on` and
+recaptures: decode graphs with `ModelRunner.init_device_graphs()` (SGLang does the same after
+`update_weights_from_disk`) and, when the engine has them, piecewise graphs with
+`ModelRunner.init_piecewise_cuda_graphs()`. Both are internal calls, listed in docs/seams.md.
+
+Acknowledgement: each rank's receipt records (epoch, route, how many candidate calls fired while
+recapturing). The host requires every rank to acknowledge every epoch, with fired > 0 after a
+swap to the candidate and == 0 after a swap to stock; otherwise the run is invalid. A failed swap
+disables the registry (nothing half-installed is measured) and re-raises, so collective_rpc fails.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+from seams.dispatch import REGISTRY, Registry
+
+ROUTES = ("candidate", "stock")
+RPC_METHOD = "cacheon_route"
+
+
+def _fired(registry: Registry) -> dict[str, int]:
+    receipts = registry.receipts
+    if receipts is None:
+        return {}
+    slots = set(receipts.counts) | set(registry.candidates)
+    return {slot: receipts.counts[slot]["fired"] if slot in receipts.counts else 0 for slot in sorted(slots)}
+
+
+def recapture(model_runner: Any) -> list[str]:
+    """Recapture every graph set the engine was started with; returns what was recaptured."""
+    import torch
+
+    done = []
+    had_decode = getattr(model_runner, "graph_runner", None) is not None
+    had_piecewise = getattr(model_runner, "piecewise_cuda_graph_runner", None) is not None
+    model_runner.graph_runner = None
+    if had_piecewise:
+        model_runner.piecewise_cuda_graph_runner = None
+    gc.collect()
+    torch.cuda.empty_cache()
+    if had_decode:
+        model_runner.init_device_graphs()
+        done.append("decode")
+    if had_piecewise:
+        model_runner.init_piecewise_cuda_graphs()
+        done.append("piecewise")
+    return done
+
+
+def set_route(model_runner: Any, route: str, epoch: int, registry: Registry = REGISTRY) -> dict[str, Any]:
+    """Flip the route and recapture; acknowledge in the receipts. Raises on any failure."""
+    if route not in ROUTES:
+        raise ValueError(f"route {route!r}: expected one of {ROUTES}")
+    if not registry.enabled:
+        raise RuntimeError("route swap on a scheduler whose registry is disabled (load failed or an earlier swap failed)")
+    before = _fired(registry)
+    try:
+        registry.route_on = route == "candidate"
+        graphs = recapture(model_runner)
+    except Exception as e:
+        registry.disable()
+        if registry.receipts is not None:
+            registry.receipts.error("route", f"swap to {route} (epoch {epoch}) failed: {e!r}")
+        raise
+    after = _fired(registry)
+    delta = {slot: after.get(slot, 0) - before.get(slot, 0) for slot in sorted(set(after) | set(before))}
+    ack = {"epoch": int(epoch), "route": route, "graphs": graphs, "fired_during_capture": delta}
+    if registry.receipts is not None:
+        registry.receipts.ack_route(ack)
+    return ack
+
+
+def attach(scheduler: Any, registry: Registry = REGISTRY) -> None:
+    """Give the scheduler the RPC method the host calls (only where candidates are active)."""
+
+    def cacheon_route(route: str, epoch: int) -> None:
+        set_route(scheduler.tp_worker.model_runner, route, epoch, registry)
+
+    setattr(scheduler, RPC_METHOD, cacheon_route)

@@ -1,0 +1,46 @@
+"""Shared pieces of the arena CPU tests (a plain module, not a conftest): a small arena config,
+the stand-in SGLang runtime on PYTHONPATH, and a qualification with the fake engine."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "seams"))
+
+import seam_harness  # noqa: E402
+
+from arena.config import QualitySection, SpeedSection, WorkloadSection, load_config  # noqa: E402
+from arena.run import RunOptions, qualify  # noqa: E402
+from cacheon_subnet.bundle import Bundle  # noqa: E402
+
+DENSE = REPO / "configs" / "arena" / "dense.toml"
+
+
+def small_config(prompts: int = 4, output: int = 4, cycles: int = 2, max_noise: float = 0.02):
+    cfg = load_config(DENSE)
+    return replace(cfg, workload=WorkloadSection(prompts_per_window=prompts, input_len=8, output_len=output,
+                                                 cycles=cycles, warmup_windows=1),
+                   quality=QualitySection(prompts=8, input_len=8, output_len=8, top_k=4),
+                   speed=replace(SpeedSection(), max_noise=max_noise))
+
+
+def runtime_env(tmp: Path, monkeypatch: Any) -> None:
+    """The stand-in SGLang (tests/seams/seam_harness.py) first on the engine's PYTHONPATH."""
+    root = seam_harness.write_runtime(tmp / "fake-sglang")
+    monkeypatch.setenv("PYTHONPATH", str(root))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def run(bundle: Bundle, tmp: Path, engine: str = "FakeEngine", cfg: Any = None) -> dict[str, Any]:
+    opts = RunOptions(workdir=tmp / "work", checkpoint_root=tmp / "ckpt",
+                      engine_factory=f"tests.arena.fake_engine:{engine}")
+    return qualify(cfg or small_config(), bundle, bundle.manifest.ops[0], opts)
+
+
+def torch_bundle(salt: str = "a") -> Bundle:
+    """A faithful torch-only norm.rmsnorm candidate (fast on CPU, unlike interpreted Triton)."""
+    return seam_harness.make_bundle(["norm.rmsnorm"], salt=salt)

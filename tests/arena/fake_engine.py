@@ -1,0 +1,125 @@
+"""A CPU stand-in for sglang.Engine with the same calls the arena driver makes (generate with
+token ids and logprobs, collective_rpc, shutdown). Its "scheduler" activates the real seam
+(seams.activate) and its tiny LM calls the real dispatch (seams.dispatch.run) for norm.rmsnorm,
+so receipts, route swaps, strict failures and wrong kernels behave as in the engine."""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+V, H = 512, 64
+
+
+class _Runner:
+    def __init__(self, engine: "FakeEngine") -> None:
+        self.engine = engine
+        self.graph_runner = None
+        self.piecewise_cuda_graph_runner = None
+
+    def init_device_graphs(self) -> None:
+        """'Capture': one forward at a decode batch size, like CUDA graph capture does."""
+        self.engine.hidden(torch.zeros(4, 3, dtype=torch.long))
+        self.graph_runner = object()
+
+    def init_piecewise_cuda_graphs(self) -> None:
+        self.piecewise_cuda_graph_runner = object()
+
+
+class FakeEngine:
+    def __init__(self, **kwargs: Any) -> None:
+        from seams import route
+        from seams.activate import activate_scheduler
+
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            from cacheon_subnet.verify import interp_fix
+
+            interp_fix.apply()  # bf16 loads/stores under the CPU interpreter
+
+        g = torch.Generator().manual_seed(0)
+        self.emb = torch.randn(V, H, generator=g) * 0.5
+        self.weight = (1 + 0.3 * torch.randn(H, generator=g)).to(torch.bfloat16)
+        active = activate_scheduler(0)
+        self.scheduler = SimpleNamespace(tp_worker=SimpleNamespace(model_runner=_Runner(self)))
+        if not kwargs.get("disable_cuda_graph"):
+            self.scheduler.tp_worker.model_runner.init_device_graphs()
+        if active:
+            route.attach(self.scheduler)
+
+    def hidden(self, ids: torch.Tensor) -> torch.Tensor:
+        from seams.dispatch import run
+
+        x = self.emb[ids % V].mean(dim=1).to(torch.bfloat16).contiguous()
+        got = run("norm.rmsnorm", {"x": x, "weight": self.weight}, {"eps": 1e-6})
+        if got is not None:
+            return got["out"].float()
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight.float()).to(torch.bfloat16).float()
+
+    def logprobs(self, ids: list[int]) -> torch.Tensor:
+        h = self.hidden(torch.tensor([ids[-3:]]))
+        return torch.log_softmax(4.0 * h @ self.emb.T, dim=-1)[0]
+
+    def generate(self, input_ids: list[list[int]], sampling_params: dict, return_logprob: bool = False,
+                 top_logprobs_num: int = 0, logprob_start_len: Any = None) -> list[dict]:
+        outs = []
+        n_new = int(sampling_params["max_new_tokens"])
+        for i, prompt in enumerate(input_ids):
+            ids = list(prompt)
+            meta: dict[str, Any] = {}
+            if logprob_start_len is not None:
+                start = logprob_start_len[i] if isinstance(logprob_start_len, list) else logprob_start_len
+                tok, top = [(None, ids[start], None)], [None]  # SGLang's shape: first entry None
+                for pos in range(start + 1, len(ids)):
+                    lp = self.logprobs(ids[:pos])
+                    tok.append((float(lp[ids[pos] % V]), ids[pos], None))
+                    v, ix = lp.topk(top_logprobs_num)
+                    top.append([(float(a), int(b), None) for a, b in zip(v, ix)])
+                meta.update(input_token_logprobs=tok, input_top_logprobs=top)
+            out, olp, otop = [], [], []
+            for _ in range(n_new):
+                lp = self.logprobs(ids)
+                t = int(lp.argmax())
+                out.append(t)
+                ids.append(t)
+                if return_logprob:
+                    olp.append((float(lp[t]), t, None))
+                    v, ix = lp.topk(max(top_logprobs_num, 1))
+                    otop.append([(float(a), int(b), None) for a, b in zip(v, ix)])
+            if return_logprob:
+                meta.update(output_token_logprobs=olp, output_top_logprobs=otop)
+            outs.append({"output_ids": out, "meta_info": meta})
+        return outs
+
+    def collective_rpc(self, method: str, **kwargs: Any) -> None:
+        getattr(self.scheduler, method)(**kwargs)  # AttributeError when no candidate is active
+
+    def shutdown(self) -> None:
+        pass
+
+
+class SlowStockEngine(FakeEngine):
+    """Stock path 5 ms slower per call: a candidate that takes the seam is measurably faster."""
+
+    def hidden(self, ids: torch.Tensor) -> torch.Tensor:
+        from seams.dispatch import REGISTRY
+
+        if not (REGISTRY.enabled and REGISTRY.route_on):
+            import time
+
+            time.sleep(0.005)
+        return super().hidden(ids)
+
+
+class HangingEngine:
+    """Starts a grandchild and never returns: the host's wall-clock limit must kill the group."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        import subprocess
+        import time
+
+        subprocess.Popen(["sleep", "300"])
+        time.sleep(300)

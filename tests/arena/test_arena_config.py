@@ -1,0 +1,81 @@
+"""Arena identity: configs load, ids are content digests, every bad key is named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import arena_harness as h
+from arena.config import ArenaConfigError, load_config
+
+CONFIGS = h.REPO / "configs" / "arena"
+
+
+def test_shipped_arenas_load_with_distinct_stable_ids():
+    dense, moe = load_config(CONFIGS / "dense.toml"), load_config(CONFIGS / "moe.toml")
+    assert dense.arena_id != moe.arena_id
+    assert dense.arena_id == load_config(CONFIGS / "dense.toml").arena_id
+    assert dense.arena_id.startswith("arena-") and len(dense.arena_id) == 22
+    assert dense.identity()["hf_config"]["model_type"] == "qwen3"
+    assert moe.identity()["hf_config"]["model_type"] == "qwen3_moe"
+    assert dense.engine.cuda_graph and dense.engine.attention_backend == "triton"
+
+
+def _write(tmp: Path, text: str) -> Path:
+    p = tmp / "a.toml"
+    p.write_text(text)
+    return p
+
+
+def _dense_text(**subs: str) -> str:
+    text = (CONFIGS / "dense.toml").read_text()
+    for old, new in subs.items():
+        assert old in text
+        text = text.replace(old, new)
+    return text
+
+
+def test_any_identity_key_changes_the_id(tmp_path):
+    base = load_config(CONFIGS / "dense.toml").arena_id
+    for old, new in [("output_len = 128", "output_len = 64"), ("seed = 0", "seed = 1"),
+                     ("page_size = 1", "page_size = 16"), ("margin = 0.01", "margin = 0.02")]:
+        assert load_config(_write(tmp_path, _dense_text(**{old: new}))).arena_id != base, old
+
+
+def test_name_and_path_are_not_identity(tmp_path):
+    p = _write(tmp_path, _dense_text(**{'name = "qwen3-0.6b-dense"': 'name = "renamed"'}))
+    assert load_config(p).arena_id == load_config(CONFIGS / "dense.toml").arena_id
+
+
+@pytest.mark.parametrize("old,new,needle", [
+    ("page_size = 1", "page_size = 1\nbogus = 3", "[engine] unknown key(s) ['bogus']"),
+    ("cycles = 6 ", "cycles = 1 ", "[workload] cycles"),
+    ("page_size = 1", 'page_size = "one"', "[engine] page_size = 'one': expected int"),
+    ('kind = "gpu"', 'kind = "cpu"', "kind must be \"gpu\""),
+    ('profile = "qwen3-0.6b"', 'profile = "llama"', "[model] profile"),
+    ("[limits]", "[limitz]", "unknown table(s) ['limitz']"),
+    ("seed = 777", "seed = 777\n[quality.policy]\nmax_nll_mean_deltaa = 1.0", "[quality.policy]"),
+    ("mem_fraction_static = 0.6", "mem_fraction_static = 2.0", "mem_fraction_static"),
+])
+def test_bad_config_names_file_table_and_key(tmp_path, old, new, needle):
+    p = _write(tmp_path, _dense_text(**{old: new}))
+    with pytest.raises(ArenaConfigError) as e:
+        load_config(p)
+    assert str(p) in str(e.value) and needle in str(e.value)
+
+
+def test_validator_gets_the_gpu_qualifier_from_a_config():
+    from cacheon_subnet.validator.commands import load_qualifier
+
+    q = load_qualifier(str(CONFIGS / "dense.toml"))
+    assert q.arena_id == load_config(CONFIGS / "dense.toml").arena_id and q.label == "gpu-arena"
+
+
+def test_cli_arena_id_and_usage_errors(tmp_path, capsys):
+    from cacheon_subnet.cli import main
+
+    assert main(["arena", "id", "--config", str(CONFIGS / "moe.toml")]) == 0
+    assert capsys.readouterr().out.strip() == load_config(CONFIGS / "moe.toml").arena_id
+    assert main(["arena", "run", "--config", str(tmp_path / "missing.toml"), "--bundle", str(h.REPO / "examples/norm.rmsnorm")]) == 2
+    assert "no such arena config" in capsys.readouterr().err

@@ -1,0 +1,83 @@
+"""A whole qualification on CPU: host, engine driver process, real seam activation, route swaps,
+receipts, teacher grading and verdicts — only sglang.Engine is a fake (tests/arena/fake_engine.py).
+
+Each arena control from the issue: faithful passes quality; numerically wrong fails quality;
+a stock-equivalent never gets a crown; a kernel that never fires fails on evidence; a kernel that
+raises fails (strict engine abort); a candidate that is really faster passes speed."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import arena_harness as h
+from cacheon_subnet.bundle import load_bundle
+
+EXAMPLES = h.REPO / "examples"
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    h.runtime_env(tmp_path, monkeypatch)
+    return tmp_path
+
+
+def test_faithful_triton_example_passes_quality_and_is_never_crowned_on_cpu_timing(env):
+    r = h.run(load_bundle(EXAMPLES / "norm.rmsnorm"), env)
+    assert r["evidence"]["ok"], r["evidence"]
+    assert r["quality"]["verdict"] == "PASS", r["quality"]
+    assert r["verdict"] in ("FAIL", "NO_DECISION")  # the interpreted kernel is slower than stock
+    assert (env / "work" / "result.json").exists()
+    routes = r["evidence"]["routes"]["0"]
+    assert [a["route"] for a in routes][:2] == ["stock", "candidate"]
+    assert all(a["fired_during_capture"]["norm.rmsnorm"] > 0 for a in routes if a["route"] == "candidate")
+    assert all(a["fired_during_capture"]["norm.rmsnorm"] == 0 for a in routes if a["route"] == "stock")
+
+
+def test_wrong_math_fails_quality(env):
+    r = h.run(load_bundle(EXAMPLES / "controls" / "wrong_math"), env)
+    assert r["verdict"] == "FAIL"
+    assert r["reason"].startswith("quality:"), r["reason"]
+    assert r["quality"]["verdict"] == "FAIL"
+
+
+def test_raising_kernel_aborts_the_engine_and_fails(env):
+    r = h.run(load_bundle(EXAMPLES / "controls" / "raises_in_call"), env)
+    assert r["verdict"] == "FAIL"
+    assert "strict mode" in r["reason"] and "always fails" in r["reason"]
+
+
+def test_kernel_that_never_fires_fails_on_evidence(env):
+    src = env / "fp32_only"
+    shutil.copytree(EXAMPLES / "norm.rmsnorm", src)
+    m = src / "manifest.toml"
+    m.write_text(m.read_text().replace('dtypes = ["bfloat16", "float16", "float32"]', 'dtypes = ["float32"]'))
+    r = h.run(load_bundle(src), env)
+    assert r["verdict"] == "FAIL"
+    assert "execution evidence" in r["reason"] and "no 'fired' receipt" in r["reason"]
+    assert "speed" not in r  # never timed as a win
+
+
+def test_stock_speed_candidate_gets_no_crown(env):
+    r = h.run(h.torch_bundle(), env, cfg=h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5))
+    assert r["quality"]["verdict"] == "PASS"
+    assert r["verdict"] in ("FAIL", "NO_DECISION"), r["speed"]
+
+
+def test_really_faster_candidate_passes(env):
+    r = h.run(h.torch_bundle(), env, engine="SlowStockEngine",
+              cfg=h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5))
+    assert r["evidence"]["ok"] and r["quality"]["verdict"] == "PASS"
+    assert r["speed"]["ratio"] > 1.5, r["speed"]
+    assert r["verdict"] == "PASS", r["reason"]
+
+
+def test_result_json_names_arena_bundle_and_windows(env):
+    b = h.torch_bundle("ids")
+    r = h.run(b, env)
+    assert r["arena_id"] == h.small_config().arena_id and r["bundle_digest"] == b.digest
+    roles = [w["role"] for w in r["windows"]]
+    assert roles[0] == "warmup" and roles[1:5] == ["B", "C", "C", "B'"]
+    assert r["stages"]["resident"]["routes"] and r["stages"]["teacher"]["gpu_free"] is None

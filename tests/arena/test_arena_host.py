@@ -1,0 +1,33 @@
+"""Host-owned engine lifecycle: records survive, a hung engine is killed with its whole group."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+from arena.host import EngineSpec, run_engine
+
+
+def job(factory: str, steps: list) -> dict:
+    return {"engine_kwargs": {}, "engine_factory": f"tests.arena.fake_engine:{factory}", "checkpoint": None,
+            "steps": steps}
+
+
+def test_hung_engine_is_killed_with_its_group(tmp_path):
+    t = time.monotonic()
+    run = run_engine(EngineSpec("hang", job("HangingEngine", []), timeout_s=4), tmp_path)
+    assert run.timed_out and time.monotonic() - t < 60
+    assert "wall-clock limit" in run.error
+    ps = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True).stdout.split()
+    assert ps == [], "a grandchild of the engine survived"
+
+
+def test_step_records_and_errors_are_kept(tmp_path):
+    steps = [{"op": "generate", "tag": "g", "prompts": {"seed": 1, "n": 2, "len": 4, "low": 10, "high": 500},
+              "max_new_tokens": 3, "top_k": 0, "keep_outputs": True},
+             {"op": "route", "route": "stock", "epoch": 1}]  # no candidate active: the RPC must fail
+    run = run_engine(EngineSpec("e", job("FakeEngine", steps), timeout_s=120), tmp_path)
+    g = run.step("g")
+    assert g["out_tokens"] == 6 and len(g["sequences"]) == 2 and g["output_tokens_per_s"] > 0
+    assert run.error and "cacheon_route" in run.error  # recorded, not swallowed
+    assert run.rc == 3

@@ -1,0 +1,72 @@
+"""The speed verdict: ABBA plan, robust statistics, PASS / FAIL / NO_DECISION kept distinct."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from arena.config import SpeedSection
+from arena.speed import judge, plan, swaps
+
+POLICY = SpeedSection(margin=0.01, k_noise=3.0, max_noise=0.02)
+
+
+def samples(c_gain: float, noise: float, cycles: int = 6, seed: int = 0, dips: dict | None = None):
+    r = random.Random(seed)
+    out = []
+    for w in plan(cycles, 2):
+        v = 38000 * (1 + c_gain if w.role == "C" else 1) * (1 + r.gauss(0, noise))
+        if dips and w.index in dips:
+            v *= 1 - dips[w.index]
+        out.append((w, v))
+    return out
+
+
+def test_plan_is_abba_with_warmup_and_two_swaps_per_cycle():
+    p = plan(3, 2)
+    assert [w.role for w in p] == ["warmup"] * 2 + ["B", "C", "C", "B'"] * 3
+    assert swaps(p, "candidate") == 1 + 2 * 3  # to stock for warm-up, then into and out of C
+
+
+def test_real_gain_passes():
+    v = judge(samples(0.05, 0.002), POLICY)
+    assert v.verdict == "PASS" and 1.04 < v.ratio < 1.06
+
+
+def test_stock_equivalent_fails():
+    v = judge(samples(0.0, 0.002), POLICY)
+    assert v.verdict == "FAIL" and abs(v.ratio - 1) < 0.01
+
+
+def test_gain_below_the_noise_band_fails():
+    v = judge(samples(0.008, 0.012, seed=3), POLICY)
+    assert v.bar > 1.012 and v.verdict == "FAIL", v
+
+
+def test_small_real_gain_on_a_quiet_box_passes():
+    """Resolution is the point: 1.2 % with 0.4 % window noise is crownable (bar = margin)."""
+    v = judge(samples(0.012, 0.004, seed=3), POLICY)
+    assert v.bar == pytest.approx(1.01) and v.verdict == "PASS", v
+
+
+def test_too_noisy_is_no_decision():
+    v = judge(samples(0.05, 0.08, seed=1), POLICY)
+    assert v.verdict == "NO_DECISION" and "too noisy" in v.reason
+
+
+def test_window_dips_do_not_decide():
+    """Measured on the H200: 3 of 24 windows dipped 12-40 %. Dips in B′ windows would fake a
+    gain for a stock-equivalent candidate under a mean; medians must not move."""
+    dips = {5: 0.28, 11: 0.40}  # a B′ window (cycle 0) and a C window (cycle 2)
+    v = judge(samples(0.0, 0.002, dips=dips), POLICY)
+    assert v.verdict == "FAIL" and abs(v.ratio - 1) < 0.005, v
+    assert judge(samples(0.05, 0.002, dips=dips), POLICY).verdict == "PASS"
+
+
+def test_incomplete_cycles_are_no_decision_and_bad_values_rejected():
+    s = samples(0.05, 0.002, cycles=1)
+    assert judge(s, POLICY).verdict == "NO_DECISION"
+    w, _ = s[3]
+    with pytest.raises(ValueError):
+        judge(s[:3] + [(w, 0.0)], POLICY)

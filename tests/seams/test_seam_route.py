@@ -1,0 +1,89 @@
+"""Route swaps in a resident engine (seams/route.py): flip, recapture, acknowledge; a failed
+swap disables the registry so nothing half-installed is measured."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+import seam_harness as h
+from cacheon_subnet.slots import get_slot
+from seams.dispatch import Registry, run
+from seams.receipts import Receipts, read_receipts
+from seams.route import RPC_METHOD, attach, set_route
+
+SLOT = "norm.rmsnorm"
+
+
+def registry(tmp_path):
+    reg = Registry()
+    reg.receipts = Receipts(str(tmp_path), "scheduler", 0)
+    h.register_candidate(get_slot(SLOT), h.reference_kernel(SLOT), reg)
+    reg.enabled = True
+    return reg
+
+
+class Runner:
+    """Captures like CudaGraphRunner: one forward through the seam per capture."""
+
+    def __init__(self, reg, fail=False):
+        self.reg, self.fail, self.captures = reg, fail, 0
+        self.graph_runner = object()
+        self.piecewise_cuda_graph_runner = None
+
+    def init_device_graphs(self):
+        if self.fail:
+            raise RuntimeError("capture failed: out of memory")
+        inputs, params = h.slot_inputs(SLOT)
+        run(SLOT, {"x": inputs["x"], "weight": inputs["weight"]}, params, self.reg)
+        self.captures += 1
+        self.graph_runner = object()
+
+
+def test_swap_flips_route_recaptures_and_acknowledges(tmp_path):
+    reg = registry(tmp_path)
+    runner = Runner(reg)
+    a1 = set_route(runner, "stock", 1, reg)
+    assert reg.route_on is False and a1["fired_during_capture"] == {SLOT: 0} and a1["graphs"] == ["decode"]
+    a2 = set_route(runner, "candidate", 2, reg)
+    assert reg.route_on is True and a2["fired_during_capture"][SLOT] == 1 and runner.captures == 2
+    (rec,) = read_receipts(tmp_path)
+    assert [(r["epoch"], r["route"]) for r in rec["routes"]] == [(1, "stock"), (2, "candidate")]
+
+
+def test_stock_route_dispatches_nothing(tmp_path):
+    reg = registry(tmp_path)
+    reg.route_on = False
+    inputs, params = h.slot_inputs(SLOT)
+    assert run(SLOT, {"x": inputs["x"], "weight": inputs["weight"]}, params, reg) is None
+    reg.route_on = True
+    assert run(SLOT, {"x": inputs["x"], "weight": inputs["weight"]}, params, reg) is not None
+
+
+def test_failed_swap_disables_registry_records_and_raises(tmp_path):
+    reg = registry(tmp_path)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        set_route(Runner(reg, fail=True), "stock", 1, reg)
+    assert reg.enabled is False and not reg.candidates
+    (rec,) = read_receipts(tmp_path)
+    assert any("swap to stock (epoch 1) failed" in e for e in rec["errors"])
+    with pytest.raises(RuntimeError, match="registry is disabled"):
+        set_route(Runner(reg), "candidate", 2, reg)
+
+
+def test_bad_route_is_rejected(tmp_path):
+    reg = registry(tmp_path)
+    with pytest.raises(ValueError, match="route 'fast'"):
+        set_route(Runner(reg), "fast", 1, reg)
+    assert reg.enabled and reg.route_on
+
+
+def test_attach_gives_the_scheduler_the_rpc_method(tmp_path):
+    reg = registry(tmp_path)
+    sched = SimpleNamespace(tp_worker=SimpleNamespace(model_runner=Runner(reg)))
+    attach(sched, reg)
+    getattr(sched, RPC_METHOD)(route="stock", epoch=7)
+    assert reg.route_on is False
+    assert json.loads(next(tmp_path.glob("receipt-*.json")).read_text())["routes"][0]["epoch"] == 7
