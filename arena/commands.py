@@ -68,7 +68,12 @@ def cmd_arena_run(args: argparse.Namespace) -> int:
         from dataclasses import replace
 
         opts = replace(opts, workdir=Path(args.workdir))
-    result = qualify(cfg, bundle, op, opts)
+    from arena.run import ArenaUnavailable
+
+    try:
+        result = qualify(cfg, bundle, op, opts)
+    except ArenaUnavailable as e:
+        raise UsageError(f"cacheon arena run: {e}") from None
     if args.out:
         shutil.copyfile(result["result_path"], args.out)
     print(json.dumps(result, indent=1, default=str) if args.json else summary(result))

@@ -45,7 +45,9 @@ class EngineRun:
             if r.get("op") == "error":
                 return r["error"]
         if self.timed_out:
-            return f"engine exceeded its wall-clock limit ({self.wall_s:.0f} s) and was killed"
+            started = any(r.get("op") == "started" for r in self.records)
+            what = "its wall-clock limit" if started else "its start limit (or wall-clock limit) before starting"
+            return f"engine exceeded {what} ({self.wall_s:.0f} s) and was killed"
         if not any(r.get("op") == "done" for r in self.records):
             return f"engine exited (rc {self.rc}) before finishing its steps; log tail: {self.log_tail[-600:]}"
         return None
@@ -63,6 +65,7 @@ class EngineSpec:
     job: Mapping[str, Any]
     env: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = 1200.0
+    start_timeout_s: float | None = None  # no "started" record by then -> killed (a stuck start)
     isolate_network: bool = True
 
 
@@ -137,10 +140,20 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
                               policy=policy, stdout=logf, stderr=subprocess.STDOUT, cwd=REPO)
         log.info("arena.engine.start", engine=spec.name, pid=proc.pid, timeout_s=spec.timeout_s)
         timed_out = False
+        start_deadline = t0 + spec.start_timeout_s if spec.start_timeout_s else None
         try:
-            proc.wait(timeout=spec.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            while proc.poll() is None:
+                now = time.monotonic()
+                if now - t0 > spec.timeout_s:
+                    timed_out = True
+                    break
+                if start_deadline and now > start_deadline:
+                    if result.exists() and '"op": "started"' in result.read_text():
+                        start_deadline = None
+                    else:
+                        timed_out = True
+                        break
+                time.sleep(0.2)
         finally:
             _kill_group(proc.pid)
             try:

@@ -67,6 +67,35 @@ def _sequences(role_seqs: list[dict[str, Any]], graded: list[dict[str, Any]]) ->
     return out
 
 
+class ArenaUnavailable(RuntimeError):
+    """This machine cannot run the arena (no SGLang, no GPU): a usage problem, never a verdict."""
+
+
+def preflight() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is None:
+        raise ArenaUnavailable("SGLang is not importable here: the GPU arena needs the `gpu` extra "
+                               "(sglang==0.5.13.post1) on a CUDA machine; use --arena cpu for CPU timing")
+    if not shutil.which("nvidia-smi"):
+        raise ArenaUnavailable("no NVIDIA driver (nvidia-smi) on this machine: the GPU arena needs a CUDA GPU")
+
+
+def candidate_blame(receipts: list[dict[str, Any]], slot: str) -> str:
+    """Why a dead engine is the candidate's fault, or "" (fail closed only on real evidence):
+    a recorded seam error or load failure, or a call that fired and never completed (a crash or
+    hang inside the kernel)."""
+    for r in receipts:
+        if r.get("errors"):
+            return f"recorded by rank {r.get('rank')}: {r['errors'][0][:300]}"
+        c = r.get("slots", {}).get(slot, {})
+        if c.get("load_failed"):
+            return f"rank {r.get('rank')}: the bundle failed to load"
+        if c.get("fired", 0) > c.get("completed", 0) + 1:  # +1: the receipt file may trail by one call
+            return f"rank {r.get('rank')}: {c['fired'] - c['completed']} candidate calls never completed"
+    return ""
+
+
 class Qualification:
     def __init__(self, cfg: ArenaConfig, bundle: Bundle, op: OpEntry, opts: RunOptions) -> None:
         self.cfg, self.bundle, self.op, self.opts = cfg, bundle, op, opts
@@ -92,7 +121,9 @@ class Qualification:
 
     def _engine(self, name: str, job: dict[str, Any], env: dict[str, str]) -> EngineRun:
         left = self.cfg.limits.total_timeout_s - (time.monotonic() - self.t0)
-        run = run_engine(EngineSpec(name, job, env, timeout_s=max(30.0, left), isolate_network=self.opts.isolate_network),
+        run = run_engine(EngineSpec(name, job, env, timeout_s=max(30.0, left),
+                                    start_timeout_s=self.cfg.limits.engine_start_timeout_s,
+                                    isolate_network=self.opts.isolate_network),
                          self.opts.workdir, self.cfg.limits.gpu_free_timeout_s)
         starts = [r for r in run.records if r.get("op") in ("checkpoint", "started")]
         self.result["stages"][name] = {"wall_s": round(run.wall_s, 1), "rc": run.rc, "timed_out": run.timed_out,
@@ -140,7 +171,11 @@ class Qualification:
                                    cfg.speed.metric: v} for w, v in samples]
         self.save()
         if resident.error:
-            return self.finish("FAIL", f"the engine with the candidate failed: {resident.error}")
+            blame = candidate_blame(receipts, op.slot)
+            if blame:
+                return self.finish("FAIL", f"the engine with the candidate failed ({blame}): {resident.error}")
+            return self.finish("NO_DECISION", f"the engine failed before the candidate was implicated "
+                                              f"(infrastructure; retry): {resident.error}")
         if not ev.ok:
             return self.finish("FAIL", "execution evidence: " + "; ".join(ev.problems[:5]))
         speed = judge(samples, cfg.speed)
@@ -166,4 +201,6 @@ class Qualification:
 
 
 def qualify(cfg: ArenaConfig, bundle: Bundle, op: OpEntry, opts: RunOptions) -> dict[str, Any]:
+    if opts.engine_factory is None:
+        preflight()
     return Qualification(cfg, bundle, op, opts).run()

@@ -4,11 +4,10 @@ Schedule: warm-up windows (stock, excluded), then `cycles` cycles of B, C, C, B�
 resident engine. ABBA order cancels linear drift within a cycle and puts stock both before and
 after the candidate, so B vs B′ measures the drift the candidate is judged against.
 
-Statistics are robust (medians over windows, see judge()), because single windows dip 10–40 % on a lent H200
-(../shared/device/README.md): per cycle i the candidate ratio r_i = mean(C_i) / mean(B_i, B′_i)
-and the stock drift d_i = B′_i / B_i − 1; the verdict uses the median ratio, and the noise band is
-the median |d_i| (or the ratios' MAD, whichever is larger). Bar = 1 + max(margin, k · noise).
-PASS: median ratio ≥ bar; NO_DECISION: noise above max_noise (the box cannot decide);
+Statistics are medians over windows (judge()), because single windows dip 10–40 % on a lent
+H200: ratio = median(C) / median(B ∪ B′), noise = max(|median(B′)/median(B) − 1|, the ratio's
+standard error from the windows' MADs), bar = 1 + max(margin, k · noise).
+PASS: ratio ≥ bar; NO_DECISION: noise above max_noise (the box cannot decide);
 FAIL otherwise. PASS, FAIL and NO_DECISION stay distinct all the way to the result JSON.
 """
 
@@ -82,7 +81,7 @@ def judge(samples: Sequence[tuple[Window, float]], policy: SpeedSection) -> Spee
 
     ratio = median(C) / median(B ∪ B′); drift = median(B′) / median(B) − 1; noise = max(|drift|,
     the ratio's standard error from the windows' MADs). Medians, because single windows dip by
-    10–40 % on a lent H200 (measured 2026-11-29: 3 of 24 windows)."""
+    10–40 % on a lent H200 (measured 2026-11-29: 4 of 24 windows)."""
     by_cycle: dict[int, dict[str, list[float]]] = {}
     for w, value in samples:
         if w.role == "warmup":

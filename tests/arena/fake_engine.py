@@ -123,3 +123,10 @@ class HangingEngine:
 
         subprocess.Popen(["sleep", "300"])
         time.sleep(300)
+
+
+class BrokenEngine:
+    """Fails to start before any seam activation (an infrastructure failure, e.g. out of memory)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        raise RuntimeError("CUDA out of memory while allocating the KV cache")

@@ -81,3 +81,18 @@ def test_result_json_names_arena_bundle_and_windows(env):
     roles = [w["role"] for w in r["windows"]]
     assert roles[0] == "warmup" and roles[1:5] == ["B", "C", "C", "B'"]
     assert r["stages"]["resident"]["routes"] and r["stages"]["teacher"]["gpu_free"] is None
+
+
+def test_infrastructure_failure_is_no_decision_not_the_miners_fail(env):
+    r = h.run(h.torch_bundle("infra"), env, engine="BrokenEngine")
+    assert r["verdict"] == "NO_DECISION" and "infrastructure" in r["reason"] and "out of memory" in r["reason"]
+
+
+def test_blame_needs_evidence():
+    from arena.run import candidate_blame
+
+    ok = {"rank": 0, "slots": {"s": {"fired": 3, "completed": 3}}, "errors": []}
+    assert candidate_blame([ok], "s") == ""
+    assert "recorded" in candidate_blame([dict(ok, errors=["s: RuntimeError('x')"])], "s")
+    assert "never completed" in candidate_blame([{"rank": 0, "slots": {"s": {"fired": 9, "completed": 3}}}], "s")
+    assert "failed to load" in candidate_blame([{"rank": 1, "slots": {"s": {"load_failed": 1}}}], "s")

@@ -31,3 +31,10 @@ def test_step_records_and_errors_are_kept(tmp_path):
     assert g["out_tokens"] == 6 and len(g["sequences"]) == 2 and g["output_tokens_per_s"] > 0
     assert run.error and "cacheon_route" in run.error  # recorded, not swallowed
     assert run.rc == 3
+
+
+def test_stuck_start_is_killed_at_the_start_limit(tmp_path):
+    t = time.monotonic()
+    run = run_engine(EngineSpec("stuck", job("HangingEngine", []), timeout_s=120, start_timeout_s=3), tmp_path)
+    assert run.timed_out and time.monotonic() - t < 40
+    assert "start limit" in run.error

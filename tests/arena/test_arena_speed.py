@@ -56,7 +56,7 @@ def test_too_noisy_is_no_decision():
 
 
 def test_window_dips_do_not_decide():
-    """Measured on the H200: 3 of 24 windows dipped 12-40 %. Dips in B′ windows would fake a
+    """Measured on the H200: 4 of 24 windows dipped 13-40 %. Dips in B′ windows would fake a
     gain for a stock-equivalent candidate under a mean; medians must not move."""
     dips = {5: 0.28, 11: 0.40}  # a B′ window (cycle 0) and a C window (cycle 2)
     v = judge(samples(0.0, 0.002, dips=dips), POLICY)
