@@ -12,8 +12,15 @@ from arena.config import ArenaConfig, ArenaConfigError, load_config
 from arena.qualifier import GpuQualifier
 
 
-def qualifier_from_config(path: str | Path) -> GpuQualifier:
-    return GpuQualifier(load_config(path))
+def qualifier_from_config(path: str | Path, preflight: bool = True) -> GpuQualifier:
+    """The validator's `--arena <gpu config>`. Fails at start-up (ArenaConfigError for a bad
+    config, ArenaUnavailable without SGLang or a GPU) rather than on every contribution."""
+    cfg = load_config(path)
+    if preflight:
+        from arena.run import preflight as check
+
+        check()
+    return GpuQualifier(cfg)
 
 
 __all__ = ["ArenaConfig", "ArenaConfigError", "GpuQualifier", "load_config", "qualifier_from_config"]

@@ -31,7 +31,8 @@ def _pick_op(bundle: Any, want: str | None) -> Any:
 
 
 def summary(r: dict[str, Any]) -> str:
-    lines = [f"cacheon arena  {r['arena']} ({r['arena_id']})  bundle {r['bundle_digest'][:16]}…  {r['op']}",
+    lines = [f"cacheon arena  {r['arena']} ({r['arena_id']})  bundle {r['bundle_digest'][:16]}…  {r['op']}"
+             + (f"  [control: {r['control']}, role bias {r['role_bias']:+.3%}]" if r.get("role_bias") is not None else ""),
              f"verdict: {r['verdict']}  — {r['reason']}", f"wall: {r.get('wall_s')} s   result: {r.get('result_path')}"]
     s = r.get("speed")
     if s:
@@ -61,12 +62,34 @@ def cmd_arena_run(args: argparse.Namespace) -> int:
         cfg = load_config(args.config)
     except ArenaConfigError as e:
         raise UsageError(str(e)) from None
-    bundle = load_bundle(Path(args.bundle))
-    op = _pick_op(bundle, args.op)
-    opts = GpuQualifier(cfg).options(bundle, op)
-    if args.workdir:
-        from dataclasses import replace
+    from dataclasses import replace
 
+    from arena.run import stock_control_op
+
+    if args.control:
+        if args.bundle or not args.slot:
+            raise UsageError("--control stock-as-candidate takes --slot SLOT and no --bundle (it runs no contribution)")
+        from cacheon_subnet.errors import SlotError
+        from cacheon_subnet.slots import get_slot
+
+        try:
+            get_slot(args.slot)
+        except SlotError:
+            raise UsageError(f"--slot {args.slot!r}: unknown slot (see cacheon slots)") from None
+        from arena.qualifier import default_home
+        from arena.run import RunOptions
+
+        bundle, op = None, stock_control_op(args.slot)
+        home = default_home() / "arena"
+        opts = RunOptions(workdir=home / cfg.arena_id / f"control-{args.control}-{args.slot}",
+                          checkpoint_root=home / "checkpoints", control=args.control)
+    else:
+        if not args.bundle:
+            raise UsageError("--bundle is required (or --control stock-as-candidate --slot SLOT)")
+        bundle = load_bundle(Path(args.bundle))
+        op = _pick_op(bundle, args.op)
+        opts = GpuQualifier(cfg).options(bundle, op)
+    if args.workdir:
         opts = replace(opts, workdir=Path(args.workdir))
     from arena.run import ArenaUnavailable
 
@@ -96,7 +119,10 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     asub = a.add_subparsers(dest="arena_cmd", required=True)
     r = asub.add_parser("run", help="one full verdict: exit 0 PASS, 1 FAIL, 3 NO_DECISION, 2 usage")
     r.add_argument("--config", required=True, help="configs/arena/<name>.toml")
-    r.add_argument("--bundle", required=True, help="bundle directory or .tar.gz")
+    r.add_argument("--bundle", help="bundle directory or .tar.gz")
+    r.add_argument("--control", choices=["stock-as-candidate"],
+                   help="role-bias measurement: SGLang's own kernel in the candidate route (needs --slot)")
+    r.add_argument("--slot", help="the slot of a --control run")
     r.add_argument("--op", help="which op of the bundle (slot id or op key), when it has several")
     r.add_argument("--workdir", help="where engines, receipts and result.json go (default ~/.cacheon/arena/...)")
     r.add_argument("--out", help="also copy the result JSON here")

@@ -205,6 +205,10 @@ def load_config(path: str | Path) -> ArenaConfig:
     extra = sorted(k for k, v in raw.items() if isinstance(v, dict) and k not in _SECTIONS)
     if extra:
         raise ArenaConfigError(f"{path}: unknown table(s) {extra} (known: {', '.join(_SECTIONS)})")
+    missing = [n for n in _SECTIONS if n not in raw]
+    if missing:
+        raise ArenaConfigError(f"{path}: missing table(s) {missing}: every part of an arena's identity is "
+                               "written out (see configs/arena/dense.toml)")
     sections = {n: _section(path, n, c, raw.get(n)) for n, c in _SECTIONS.items()}
     cfg = ArenaConfig(name=str(top.get("name", path.stem)), path=str(path), **sections)
     _check(path, cfg)

@@ -19,6 +19,7 @@ Steps:
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -39,6 +40,10 @@ def make_prompts(seed: int, n: int, length: int, low: int, high: int) -> list[li
 def _pairs(items: Any) -> list[list[float | int]]:
     """SGLang logprob tuples (logprob, token_id, text) -> [token_id, logprob]; None stays None."""
     return [[int(t[1]), float(t[0])] for t in (items or []) if t is not None and t[0] is not None]
+
+
+class EvidenceError(RuntimeError):
+    """The candidate provably never ran (fail closed before any timing)."""
 
 
 class Driver:
@@ -74,6 +79,28 @@ class Driver:
             from sglang.srt.entrypoints.engine import Engine as cls  # noqa: N813
         self.engine = cls(**kwargs)
         self.emit({"op": "started", "s": round(time.perf_counter() - t, 2), "pid": os.getpid()})
+        self.early_evidence()
+        # no collector pauses inside timed windows: freeze what exists now (driver and, where
+        # SGLang offers it, its tokenizer manager)
+        gc.collect()
+        gc.freeze()
+        if hasattr(self.engine, "freeze_gc"):
+            self.engine.freeze_gc()
+
+    def early_evidence(self) -> None:
+        """With CUDA graphs on, start-up captured the graphs through the candidate route: a
+        candidate that did not fire then never will. Stop now instead of timing 20 windows."""
+        ev = self.job.get("early_evidence")
+        if not ev:
+            return
+        fired = {}
+        for p in Path(ev["receipts_dir"]).glob("receipt-scheduler-*.json"):
+            doc = json.loads(p.read_text())
+            fired[doc["rank"]] = doc.get("slots", {}).get(ev["slot"], {}).get("fired", 0)
+        missing = [r for r in ev["ranks"] if not fired.get(r)]
+        if missing:
+            raise EvidenceError(f"{ev['slot']}: no candidate call while capturing graphs on scheduler rank(s) "
+                                f"{missing} (receipts: {fired or 'none'}): the kernel never runs in this engine")
 
     def generate(self, step: dict[str, Any]) -> dict[str, Any]:
         p = step["prompts"]
@@ -134,7 +161,9 @@ class Driver:
             self.emit({"op": "done"})
             return 0
         except BaseException as e:  # noqa: BLE001 - the host reads the reason from the result file
-            self.emit({"op": "error", "error": repr(e)[-2000:], "trace": traceback.format_exc()[-4000:]})
+            self.emit({"op": "error", "kind": "evidence" if isinstance(e, EvidenceError) else "engine",
+                       "error": str(e)[-2000:] if isinstance(e, EvidenceError) else repr(e)[-2000:],
+                       "trace": traceback.format_exc()[-4000:]})
             return 3
         finally:
             if self.engine is not None:

@@ -37,6 +37,19 @@ class RunOptions:
     checkpoint_root: Path
     engine_factory: str | None = None  # tests only: a fake engine class "module:attr"
     isolate_network: bool = True
+    control: str | None = None  # "stock-as-candidate": the role-bias measurement (never a crown)
+
+
+CONTROLS = ("stock-as-candidate",)
+
+
+def stock_control_op(slot: str) -> OpEntry:
+    """The op the role-bias control runs: SGLang's own kernel placed in the candidate route."""
+    from cacheon_subnet.slots import get_slot
+
+    spec = get_slot(slot)
+    return OpEntry(slot=slot, slot_version=spec.version, module="stock", attr="stock", variant="stock-control",
+                   dtypes=tuple(spec.dtypes))
 
 
 def _sequences(role_seqs: list[dict[str, Any]], graded: list[dict[str, Any]]) -> list[q.Sequence]:
@@ -97,11 +110,13 @@ def candidate_blame(receipts: list[dict[str, Any]], slot: str) -> str:
 
 
 class Qualification:
-    def __init__(self, cfg: ArenaConfig, bundle: Bundle, op: OpEntry, opts: RunOptions) -> None:
+    def __init__(self, cfg: ArenaConfig, bundle: Bundle | None, op: OpEntry, opts: RunOptions) -> None:
+        if (bundle is None) != (opts.control == "stock-as-candidate"):
+            raise ValueError("a bundle is required, except for the stock-as-candidate control (which takes none)")
         self.cfg, self.bundle, self.op, self.opts = cfg, bundle, op, opts
         self.result: dict[str, Any] = {
-            "schema": "cacheon.arena-result/1", "arena_id": cfg.arena_id, "arena": cfg.name,
-            "config": cfg.path, "bundle_digest": bundle.digest, "op": op.key, "slot": op.slot,
+            "schema": "cacheon.arena-result/1", "arena_id": cfg.arena_id, "arena": cfg.name, "control": opts.control,
+            "config": cfg.path, "bundle_digest": bundle.digest if bundle else opts.control, "op": op.key, "slot": op.slot,
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "stages": {}}
         self.out = opts.workdir / "result.json"
         self.result["result_path"] = str(self.out)
@@ -142,18 +157,24 @@ class Qualification:
         tree_root = wd / "tree"
         if tree_root.exists():
             shutil.rmtree(tree_root, onerror=lambda f, p, e: (os.chmod(os.path.dirname(p), 0o755), f(p)))
-        tree = build_tree(tree_root, [(self.bundle, [op])])
+        if self.bundle is None:  # role-bias control: no contribution code at all
+            candidate_env, tree_digest = {"CACHEON_STOCK_AS_CANDIDATE": op.slot}, None
+        else:
+            tree = build_tree(tree_root, [(self.bundle, [op])])
+            candidate_env = {"CACHEON_ENGINE_TREE": str(tree.root), "CACHEON_ENGINE_TREE_DIGEST": tree.digest}
+            tree_digest = tree.digest
         receipts_dir = wd / "receipts"
         shutil.rmtree(receipts_dir, ignore_errors=True)
         receipts_dir.mkdir()
+        early = {"receipts_dir": str(receipts_dir), "slot": op.slot, "ranks": list(range(cfg.engine.tp_size))}
         base = {"engine_kwargs": engine_kwargs(cfg), "engine_factory": self.opts.engine_factory,
                 "checkpoint": None if self.opts.engine_factory else checkpoint_job(cfg, self.opts.checkpoint_root)}
         steps, windows = resident_steps(cfg)
-        env = {**cache_env(), **seam_environment(bindings), "CACHEON_ENGINE_TREE": str(tree.root),
-               "CACHEON_ENGINE_TREE_DIGEST": tree.digest, "CACHEON_RECEIPT_DIR": str(receipts_dir),
+        env = {**cache_env(), **seam_environment(bindings), **candidate_env, "CACHEON_RECEIPT_DIR": str(receipts_dir),
                "CACHEON_SEAM_STRICT": "1", "SGLANG_PLUGINS": "cacheon"}
-        self.result.update(bindings=list(bindings), tree_digest=tree.digest, swaps=count_swaps(windows, "candidate"))
-        resident = self._engine("resident", {**base, "steps": steps}, env)
+        self.result.update(bindings=list(bindings), tree_digest=tree_digest, swaps=count_swaps(windows, "candidate"))
+        resident = self._engine("resident", {**base, "steps": steps,
+                                             "early_evidence": early if cfg.engine.cuda_graph else None}, env)
 
         # evidence first: a kernel that never ran is never timed as a win
         swaps = [(s["epoch"], s["route"]) for s in steps if s["op"] == "route"]
@@ -170,6 +191,9 @@ class Qualification:
         self.result["windows"] = [{"index": w.index, "cycle": w.cycle, "role": w.role, "route": w.route,
                                    cfg.speed.metric: v} for w, v in samples]
         self.save()
+        early_fail = next((r for r in resident.records if r.get("op") == "error" and r.get("kind") == "evidence"), None)
+        if early_fail:
+            return self.finish("FAIL", "execution evidence: " + early_fail["error"])
         if resident.error:
             blame = candidate_blame(receipts, op.slot)
             if blame:
@@ -180,6 +204,8 @@ class Qualification:
             return self.finish("FAIL", "execution evidence: " + "; ".join(ev.problems[:5]))
         speed = judge(samples, cfg.speed)
         self.result["speed"] = speed.to_json()
+        if self.opts.control == "stock-as-candidate":
+            self.result["role_bias"] = speed.ratio - 1  # stock vs stock through the candidate route
         self.save()
 
         seqs = {"C": resident.step("quality-C")["sequences"], "B": resident.step("quality-B")["sequences"]}
@@ -200,7 +226,7 @@ class Qualification:
         return self.finish(speed.verdict, "speed: " + speed.reason)
 
 
-def qualify(cfg: ArenaConfig, bundle: Bundle, op: OpEntry, opts: RunOptions) -> dict[str, Any]:
+def qualify(cfg: ArenaConfig, bundle: Bundle | None, op: OpEntry, opts: RunOptions) -> dict[str, Any]:
     if opts.engine_factory is None:
         preflight()
     return Qualification(cfg, bundle, op, opts).run()

@@ -108,6 +108,10 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
                 errors.append(f"{op.key}: {res['reason']}: {res['error'].strip().splitlines()[-1]}")
                 continue
             spec = get_slot(op.slot)
+            if spec.collective:  # one process cannot time a collective; verify checks it on N ranks
+                errors.append(f"{op.key}: collective slot: bench has no multi-rank timing yet (verify it with "
+                              f"cacheon verify --world-size {spec.world_sizes[0]})")
+                continue
             dtype = opts.dtype or op.dtypes[0]
             if dtype not in op.dtypes:
                 errors.append(f"{op.key}: dtype {dtype} not declared by the bundle")

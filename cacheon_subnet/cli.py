@@ -39,6 +39,7 @@ def cmd_slots(args: argparse.Namespace) -> int:
     payload = [
         {"id": s.id, "version": s.version, "signature": s.signature(), "summary": s.summary, "dtypes": list(s.dtypes),
          "graph_dynamic": list(s.graph_dynamic), "sglang_target": s.sglang_target,
+         "collective": s.collective, "world_sizes": list(s.world_sizes),
          "args": [{"name": a.name, "role": a.role, "dtype": a.dtype, "shape": list(a.shape), "layout": a.layout,
                    "graph_dynamic": a.graph_dynamic, "doc": a.doc} for a in s.args],
          "params": [{"name": p.name, "kind": p.kind, "doc": p.doc} for p in s.params]}
@@ -47,6 +48,8 @@ def cmd_slots(args: argparse.Namespace) -> int:
     lines = []
     for s in specs:
         lines += [f"{s.key:28} {s.summary}", f"    {s.signature()}", f"    sglang: {s.sglang_target}"]
+        if s.collective:
+            lines.append(f"    collective: one process per rank, world sizes {list(s.world_sizes)} (verify --world-size N)")
     _emit(args, payload, "\n".join(lines))
     return EXIT_OK
 
@@ -94,7 +97,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     opts = VerifyOptions(device=args.device, tier=args.tier, call_timeout_s=args.call_timeout,
                          import_timeout_s=args.import_timeout, seed=args.seed, max_cases=args.max_cases,
-                         graph_check=False if args.no_graph else None, compile_check=not args.no_compile)
+                         graph_check=False if args.no_graph else None, compile_check=not args.no_compile,
+                         world_size=args.world_size)
     if args.device.startswith("cuda"):
         import torch
 
@@ -167,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-cases", type=int)
     s.add_argument("--no-graph", action="store_true", help="skip CUDA graph capture/replay")
     s.add_argument("--no-compile", action="store_true", help="skip torch.compile(fullgraph=True)")
+    s.add_argument("--world-size", type=int, metavar="N",
+                   help="collective slots: ranks to verify on, one sandboxed process each (gloo on CPU, NCCL on "
+                        "CUDA); default: each slot's declared world sizes. Usage error for single-rank slots")
 
     s = sub.add_parser("bench", help="time a bundle's kernels against stock SGLang (or the reference)")
     s.add_argument("bundle")

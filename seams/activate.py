@@ -35,6 +35,26 @@ def selected_adapters(environ: dict[str, str] | None = None) -> tuple[SeamAdapte
     return tuple(a for a in SEAM_ADAPTERS if env.get(a.env_gate) == "1")
 
 
+def stock_controls(env: dict[str, str]) -> tuple[str, ...]:
+    """CACHEON_STOCK_AS_CANDIDATE=slot[,slot]: the arena's role-bias control puts the stock
+    kernel itself in the candidate route (host-set only; miners cannot name it in a bundle)."""
+    return tuple(s for s in env.get("CACHEON_STOCK_AS_CANDIDATE", "").split(",") if s)
+
+
+def register_stock_controls(controls: tuple[str, ...], slots: list[str], registry: Registry) -> None:
+    from seams.stock import stock_kernel
+
+    for slot_id in controls:
+        if slot_id not in slots:
+            raise RuntimeError(f"stock-as-candidate {slot_id}: no armed adapter serves this slot ({slots})")
+        spec = get_slot(slot_id)
+        fn, why = stock_kernel(slot_id)
+        if fn is None:
+            raise RuntimeError(f"stock-as-candidate {slot_id}: {why}")
+        call = register_slot_op(spec, guarded(spec, fn, registry, None), "cacheon_stock_control", "default")
+        registry.add(spec, Candidate(slot_id, "stock-control", "stock", tuple(dtype_of(d) for d in spec.dtypes), (), call))
+
+
 def adapter_hooks(adapter: SeamAdapter) -> dict:
     mod, _, fn = adapter.install.partition(":")
     hooks = getattr(importlib.import_module(mod), fn)()
@@ -59,10 +79,16 @@ def activate_scheduler(tp_rank: int, registry: Registry = REGISTRY, environ: dic
     slots = sorted({s for a in adapters for s in a.slots})
     try:
         sys.dont_write_bytecode = True  # nothing but the sealed sources is ever imported from the tree
-        tree = open_tree(Path(env["CACHEON_ENGINE_TREE"]), env["CACHEON_ENGINE_TREE_DIGEST"])
-        if str(tree.root) not in sys.path:
-            sys.path.insert(0, str(tree.root))
-        for op in tree.ops:
+        controls = stock_controls(env)
+        if controls:
+            register_stock_controls(controls, slots, registry)
+        ops = ()
+        if env.get("CACHEON_ENGINE_TREE") or not controls:
+            tree = open_tree(Path(env["CACHEON_ENGINE_TREE"]), env["CACHEON_ENGINE_TREE_DIGEST"])
+            if str(tree.root) not in sys.path:
+                sys.path.insert(0, str(tree.root))
+            ops = tree.ops
+        for op in ops:
             if op.slot not in slots:
                 continue
             spec = get_slot(op.slot)
@@ -93,6 +119,8 @@ def activate_scheduler(tp_rank: int, registry: Registry = REGISTRY, environ: dic
         registry.disable()
         for s in slots:
             receipts.note(s, "load_failed", repr(e))
-        if registry.strict:
+        if registry.strict or any(get_slot(s).collective for s in slots):
+            # collectives are all-or-none: a rank on stock while its peers run the candidate's
+            # communication would deadlock or corrupt, so even serving mode stops the engine
             raise
         return False

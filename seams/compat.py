@@ -274,16 +274,30 @@ def _resolve(target: str) -> tuple[Any, str, str]:
     return obj, OK, ""
 
 
+def op_schema_params(obj: Any) -> list[Param] | None:
+    """Parameters of a torch custom op from its schema, or None for anything else. SGLang's
+    `register_custom_op` binds the module attribute to `torch.ops.sglang.<name>` (e.g.
+    flashinfer_allreduce_residual_rmsnorm), whose Python signature is only (*args, **kwargs);
+    the schema keeps the names, order, defaults and keyword-only markers."""
+    schema = getattr(getattr(obj, "default", None), "_schema", None) or getattr(obj, "_schema", None)
+    if schema is None or not hasattr(schema, "arguments"):
+        return None
+    return [Param(a.name, "KEYWORD_ONLY" if a.kwarg_only else "POSITIONAL_OR_KEYWORD", bool(a.has_default_value()))
+            for a in schema.arguments]
+
+
 def _runtime_signature(target: str, expect: tuple[tuple[str, ...], bool] | None) -> tuple[str, str]:
     obj, status, why = _resolve(target)
     if obj is None:
         return status, why
-    try:
-        sig = inspect.signature(obj)
-    except (TypeError, ValueError) as e:
-        return FAIL, f"{target}: no inspectable signature ({e})"
-    params = [Param(p.name, p.kind.name, p.default is not p.empty or p.kind.name.startswith("VAR_"))
-              for p in sig.parameters.values()]
+    params = op_schema_params(obj)
+    if params is None:
+        try:
+            sig = inspect.signature(obj)
+        except (TypeError, ValueError) as e:
+            return FAIL, f"{target}: no inspectable signature ({e})"
+        params = [Param(p.name, p.kind.name, p.default is not p.empty or p.kind.name.startswith("VAR_"))
+                  for p in sig.parameters.values()]
     return _judge(target.split(":")[1], params, expect)
 
 

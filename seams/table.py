@@ -108,6 +108,31 @@ SEAM_ADAPTERS: tuple[SeamAdapter, ...] = (
         install="seams.adapters.moe:experts_hooks",
         reason="unquantised Triton MoE; looked up at call time by fused_experts_none_to_triton (triton.py:139-150)",
     ),
+    # Collectives: all-or-none across the ranks of a group, strict even in serving mode
+    # (seams/adapters/collective.py says why and how).
+    SeamAdapter(
+        binding="collective_all_reduce",
+        slots=("collective.all_reduce",),
+        module="sglang.srt.distributed.parallel_state",
+        symbol="GroupCoordinator.all_reduce",
+        params=("self", "input_"),
+        patch_points=("sglang.srt.distributed.parallel_state:GroupCoordinator.all_reduce",),
+        install="seams.adapters.collective:all_reduce_hooks",
+        reason="every TP all-reduce (row-parallel outputs, vocab-parallel embedding) via "
+               "tensor_model_parallel_all_reduce (communication_op.py:18) -> parallel_state.py:573",
+    ),
+    SeamAdapter(
+        binding="collective_ar_rmsnorm",
+        slots=("collective.ar_residual_rmsnorm",),
+        module="sglang.srt.layers.flashinfer_comm_fusion",
+        symbol="flashinfer_allreduce_residual_rmsnorm",
+        params=("input_tensor", "residual", "weight", "eps", "max_token_num", "use_oneshot",
+                "trigger_completion_at_end", "fp32_acc", "use_attn_tp_group"),
+        patch_points=("sglang.srt.layers.flashinfer_comm_fusion:flashinfer_allreduce_residual_rmsnorm",),
+        install="seams.adapters.collective:ar_rmsnorm_hooks",
+        reason="fused AR+residual+RMSNorm (flashinfer_comm_fusion.py:614); imported at call time by "
+               "_forward_with_allreduce_fusion (layernorm.py:157-188) when the flashinfer fusion is on",
+    ),
 )
 
 # Entry points the seam relies on (released plugin interface + the one internal hook).

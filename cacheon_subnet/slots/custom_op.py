@@ -5,6 +5,9 @@ CUDA graphs capture whatever the wrapper launches. Registering each candidate as
 custom op with a schema derived from the slot (mutated args annotated, returns nothing) makes
 both work without tracing into miner code. Names are unique per (slot, variant, digest):
 SGLang silently skips re-registration of an existing name, so reuse would run stale code.
+
+Collective slots get one more schema argument, `str group`: the caller passes a ProcessGroup or
+its name, the op carries the name and the body hands the kernel the resolved group (groups.py).
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from typing import Any, Callable
 
 import torch
 
-from cacheon_subnet.slots.spec import SlotSpec
+from cacheon_subnet.slots.groups import group_name, resolve_group
+from cacheon_subnet.slots.spec import GROUP_ARG, SlotSpec
 
 _SCALAR = {"float": "float", "int": "int", "bool": "bool"}
 _libs: dict[str, torch.library.Library] = {}
@@ -29,6 +33,8 @@ def op_schema(spec: SlotSpec) -> str:
         else:
             parts.append(f"Tensor({next(alias)}!) {a.name}")
     parts += [f"{_SCALAR[p.kind]} {p.name}" for p in spec.params]
+    if spec.collective:
+        parts.append(f"str {GROUP_ARG}")
     return f"({', '.join(parts)}) -> ()"
 
 
@@ -50,10 +56,13 @@ def register_slot_op(spec: SlotSpec, fn: Callable[..., Any], namespace: str, tag
     if hasattr(getattr(torch.ops, namespace), name):
         raise RuntimeError(f"custom op {qualname} is already registered; names must be unique")
     lib.define(f"{name}{op_schema(spec)}")
-    names = [a.name for a in spec.args] + [p.name for p in spec.params]
+    names = [a.name for a in spec.args] + [p.name for p in spec.params] + ([GROUP_ARG] if spec.collective else [])
 
     def impl(*args: Any) -> None:
-        result = fn(**dict(zip(names, args)))
+        kw = dict(zip(names, args))
+        if spec.collective:
+            kw[GROUP_ARG] = resolve_group(kw[GROUP_ARG])
+        result = fn(**kw)
         if result is not None:
             raise TypeError(f"{spec.id} kernels write into their out/inout args and return None, got {type(result).__name__}")
 
@@ -65,6 +74,8 @@ def register_slot_op(spec: SlotSpec, fn: Callable[..., Any], namespace: str, tag
     op = getattr(getattr(torch.ops, namespace), name).default
 
     def call(**kwargs: Any) -> None:
+        if spec.collective:
+            kwargs[GROUP_ARG] = group_name(kwargs[GROUP_ARG])
         op(*(kwargs[n] for n in names))
 
     return call

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -180,6 +180,11 @@ Reference = Callable[[Tensors, Mapping[str, Any]], dict[str, torch.Tensor]]
 InputMaker = Callable[[ShapeCase, torch.dtype, torch.Generator], dict[str, torch.Tensor]]
 CaseBuilder = Callable[[str], list[ShapeCase]]
 Canonicalizer = Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]
+# Collective slots: inputs for every rank of a world (one dict per rank), and the expected
+# outputs of every rank computed from all of them at once.
+RankInputMaker = Callable[[ShapeCase, torch.dtype, torch.Generator, int], list[dict[str, torch.Tensor]]]
+RankReference = Callable[[Sequence[Tensors], Mapping[str, Any]], list[dict[str, torch.Tensor]]]
+GROUP_ARG = "group"  # keyword a collective kernel receives its torch.distributed ProcessGroup under
 
 TIERS = ("verify", "gpu", "bench")
 
@@ -204,6 +209,16 @@ class SlotSpec:
     deterministic: bool = True
     bytes_moved: Callable[[ShapeCase, torch.dtype], int] | None = None
     flops: Callable[[ShapeCase], int] | None = None
+    # Collective slots run on every rank of a process group at once. The kernel is called with
+    # the slot's keyword args plus `group=` (a torch.distributed ProcessGroup); verify spawns
+    # one sandboxed rank per member and checks every rank against `rank_reference`. `replicated`
+    # names written args that must come out bit-identical on every rank (TP keeps them in sync).
+    # `make_inputs` / `reference` stay the world-of-one view so single-rank tools keep working.
+    collective: bool = False
+    world_sizes: tuple[int, ...] = ()
+    make_rank_inputs: RankInputMaker | None = None
+    rank_reference: RankReference | None = None
+    replicated: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*", self.id):
@@ -217,8 +232,25 @@ class SlotSpec:
             dtype_of(d)
             if d not in self.tolerances:
                 raise SlotError(f"{self.id}: no tolerance for dtype {d}")
+        self._check_collective(names)
         object.__setattr__(self, "tolerances", MappingProxyType(dict(self.tolerances)))
         object.__setattr__(self, "arg_tolerances", MappingProxyType(dict(self.arg_tolerances)))
+
+    def _check_collective(self, names: list[str]) -> None:
+        rank_fns = (self.make_rank_inputs, self.rank_reference)
+        if not self.collective:
+            if self.world_sizes or self.replicated or any(f is not None for f in rank_fns):
+                raise SlotError(f"{self.id}: world_sizes/replicated/rank functions need collective=True")
+            return
+        if not self.world_sizes or any(w < 2 for w in self.world_sizes):
+            raise SlotError(f"{self.id}: a collective slot needs world_sizes of at least 2 ranks")
+        if any(f is None for f in rank_fns):
+            raise SlotError(f"{self.id}: a collective slot needs make_rank_inputs and rank_reference")
+        if GROUP_ARG in names:
+            raise SlotError(f"{self.id}: {GROUP_ARG!r} is reserved for the process group of a collective slot")
+        written = {a.name for a in self.args if a.written}
+        if not set(self.replicated) <= written:
+            raise SlotError(f"{self.id}: replicated {set(self.replicated) - written} are not written args")
 
     # -- views -------------------------------------------------------------------------
     @property
@@ -248,7 +280,8 @@ class SlotSpec:
             lay = "" if a.layout == "contiguous" else " rows"
             dyn = " dyn" if a.graph_dynamic else ""
             parts.append(f"{a.name}: {a.role} {dt}[{','.join(a.shape)}]{lay}{dyn}")
-        params = ", ".join(f"{p.name}: {p.kind}" for p in self.params)
+        params = ", ".join([f"{p.name}: {p.kind}" for p in self.params]
+                           + ([f"{GROUP_ARG}: ProcessGroup"] if self.collective else []))
         return f"{self.key}({', '.join(parts)}{'; ' + params if params else ''})"
 
     # -- binding live tensors ------------------------------------------------------------

@@ -57,7 +57,10 @@ def load_qualifier(spec: str) -> Any:
                 f"--arena {path}: kind = \"gpu\" needs the GPU arena package `arena` "
                 f"(entry point arena.qualifier_from_config(path)), which is not built in this checkout "
                 f"({why}). Not falling back to CPU timing; pass --arena cpu to run CPU-only slot timing.")
-        return factory(path)
+        try:
+            return factory(path)
+        except (CacheonError, RuntimeError) as exc:  # a bad arena config, or no SGLang / GPU here
+            raise UsageError(f"--arena {path}: {exc}") from None
     raise UsageError(f"--arena {path}: kind = {kind!r}; expected \"gpu\" or \"cpu\"")
 
 

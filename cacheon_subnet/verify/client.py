@@ -35,6 +35,22 @@ def package_name(digest: str) -> str:
     return f"cacheon_c_{digest}"
 
 
+def worker_policy(config: WorkerConfig, **overrides: object) -> sandbox.SandboxPolicy:
+    """The configured sandbox policy plus the worker environment for the device."""
+    env = dict(config.policy.extra_env)
+    if config.device == "cpu":
+        env.setdefault("TRITON_INTERPRET", "1")
+        env.setdefault("CUDA_VISIBLE_DEVICES", "")
+        # The interpreter runs one numpy op per program: BLAS thread pools only contend.
+        for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env.setdefault(k, "1")
+        # Fixed glibc thresholds: no mmap/munmap churn (page faults) on MB-sized temporaries,
+        # which otherwise makes CPU timings depend on allocation history, not on the kernel.
+        env.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 30))
+        env.setdefault("MALLOC_TRIM_THRESHOLD_", str(1 << 30))
+    return sandbox.SandboxPolicy(**{**config.policy.__dict__, "extra_env": env, **overrides})
+
+
 class WorkerClient:
     """One sandboxed worker process holding one bundle. Use as a context manager."""
 
@@ -63,18 +79,7 @@ class WorkerClient:
         os.chmod(ns, 0o555)
         work = base / "work"
         host_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = dict(self.config.policy.extra_env)
-        if self.config.device == "cpu":
-            env.setdefault("TRITON_INTERPRET", "1")
-            env.setdefault("CUDA_VISIBLE_DEVICES", "")
-            # The interpreter runs one numpy op per program: BLAS thread pools only contend.
-            for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-                env.setdefault(k, "1")
-            # Fixed glibc thresholds: no mmap/munmap churn (page faults) on MB-sized temporaries,
-            # which otherwise makes CPU timings depend on allocation history, not on the kernel.
-            env.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 30))
-            env.setdefault("MALLOC_TRIM_THRESHOLD_", str(1 << 30))
-        policy = sandbox.SandboxPolicy(**{**self.config.policy.__dict__, "extra_env": env})
+        policy = worker_policy(self.config)
         with open(self.log_path, "wb") as log:
             self.proc = sandbox.launch(
                 [sys.executable, "-m", "cacheon_subnet.verify.worker", "--fd", str(child_sock.fileno()),

@@ -8,6 +8,7 @@ import torch
 
 from cacheon_subnet.slots.compare import compare, nonfinite_count
 from cacheon_subnet.slots.spec import SlotSpec
+from cacheon_subnet.tensor_views import tensor_digest
 from cacheon_subnet.verify.report import Failure
 
 POISON_FLOAT = (float("nan"), -31337.0)
@@ -120,4 +121,28 @@ def check_outputs(spec: SlotSpec, act: str, got: Mapping[str, torch.Tensor], ref
         if not c.ok:
             where = f" first bad index {c.first_bad}" if c.first_bad else ""
             return Failure("mismatch", f"{name}: {c.detail}{where}")
+    return None
+
+
+def merge_digests(reply: dict[str, Any], tensors: dict[str, torch.Tensor], sent: Mapping[str, torch.Tensor]) -> None:
+    """A large read-only input came back as a digest: unchanged -> reuse what was sent; changed ->
+    recorded in reply["mutated_inputs"] (check_reply turns that into input_mutated)."""
+    for name, digest in (reply.get("digests") or {}).items():
+        if name in sent and name not in tensors and tensor_digest(sent[name]) == digest:
+            tensors[name] = sent[name]
+        else:
+            reply.setdefault("mutated_inputs", []).append(name)
+
+
+def check_replicated(spec: SlotSpec, per_rank: list[Mapping[str, torch.Tensor]]) -> Failure | None:
+    """Collectives: outputs the slot declares replicated must be bit-identical on every rank (TP
+    ranks that drift apart route, sample and reduce differently from then on)."""
+    for name in spec.replicated:
+        base = per_rank[0][name]
+        for r in range(1, len(per_rank)):
+            other = per_rank[r][name]
+            if not bit_equal(other, base):
+                n = int((other != base).sum()) if other.shape == base.shape else other.numel()
+                return Failure("rank_divergence", f"{name}: rank {r} differs from rank 0 in {n} of {base.numel()} "
+                                                  "elements; every rank must hold the same result", rank=r)
     return None

@@ -15,6 +15,7 @@ from typing import Mapping
 ALLOWED_IMPORTS = frozenset({
     "torch", "triton", "triton.language", "math", "functools", "typing", "dataclasses", "itertools",
     "operator", "collections", "enum", "abc", "__future__", "numbers", "contextlib", "types",
+    "torch.distributed",  # collective slots: the kernel gets its ProcessGroup as `group=`
 })
 ALLOWED_PREFIXES = ("triton.language.", "torch.nn.functional", "typing.", "collections.")
 
@@ -40,6 +41,8 @@ _MODULE_RULES = {
     "threading": "P008", "signal": "P008", "_thread": "P008", "concurrent": "P008", "marshal": "P005",
     "pickle": "P005", "triton.runtime": "P003", "triton.compiler": "P003", "triton.backends": "P003",
     "torch._C": "P003", "torch._dynamo": "P004", "torch.cuda.Event": "P004",
+    "torch.distributed.rpc": "P002", "torch.distributed.elastic": "P001", "torch.distributed.run": "P001",
+    "torch.distributed.launcher": "P001",
 }
 _CALL_RULES = {
     "eval": "P005", "exec": "P005", "compile": "P005", "__import__": "P005", "globals": "P006",
@@ -51,6 +54,9 @@ _ATTR_RULES = {
     "__dict__": "P006", "__globals__": "P006", "__code__": "P006", "__builtins__": "P004",
     "f_back": "P006", "f_locals": "P006", "_getframe": "P006", "environ": "P008", "putenv": "P008",
     "__subclasses__": "P006", "__class__": "P006",
+    # a collective kernel uses the group it is handed; creating groups / stores opens sockets
+    "init_process_group": "P002", "new_group": "P002", "new_subgroups": "P002", "destroy_process_group": "P002",
+    "TCPStore": "P002", "FileStore": "P002", "HashStore": "P002", "PrefixStore": "P002", "init_device_mesh": "P002",
 }
 _PROTECTED_ROOTS = frozenset({"torch", "triton", "math", "builtins", "time", "sys", "functools"})
 

@@ -30,6 +30,7 @@ REASONS = {
     "compile": "torch.compile(fullgraph=True) of the dispatch wrapper failed",
     "protocol": "the worker's reply was malformed or incomplete (fails closed)",
     "not_run": "not checked because an earlier failure stopped the worker",
+    "rank_divergence": "a collective's outputs that must be identical on every rank differ between ranks",
 }
 
 
@@ -40,9 +41,11 @@ class Failure:
     case: str = ""
     dtype: str = ""
     stage: str = ""
+    rank: int | None = None  # collective runs: the rank the failure was seen on
 
     def __str__(self) -> str:
-        where = " ".join(x for x in (self.stage, self.dtype, self.case) if x)
+        where = " ".join(x for x in (self.stage, self.dtype, self.case,
+                                     "" if self.rank is None else f"rank {self.rank}") if x)
         return f"{self.reason}{' [' + where + ']' if where else ''}: {self.detail}"
 
 
@@ -56,6 +59,7 @@ class OpResult:
     calls: int
     cases: int
     failure: Failure | None = None
+    world_size: int = 1  # collective ops: ranks the op ran on (one process each)
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,8 @@ class VerifyReport:
             lines.append(f"  policy  {f}")
         for op in self.ops:
             extra = f"  {op.failure}" if op.failure else ""
-            lines.append(f"  {op.status:4}  {op.key:32} {op.entry:36} {op.calls:4} calls / {op.cases} cases{extra}")
+            ranks = f" x {op.world_size} ranks" if op.world_size > 1 else ""
+            lines.append(f"  {op.status:4}  {op.key:32} {op.entry:36} {op.calls:4} calls / {op.cases} cases{ranks}{extra}")
         op_reasons = {f"{op.key}: {op.failure}" for op in self.ops if op.failure}
         for r in self.reasons:
             if r not in op_reasons:

@@ -5,10 +5,13 @@ per op, dtype and workload shape: fresh inputs every trial, poisoned outputs, re
 inputs, aliasing, NaN/Inf, tolerance vs the fp32 reference, run-to-run determinism ->
 torch.compile(fullgraph=True) of the dispatch path -> on CUDA, graph capture + replay with
 new values in the graph-dynamic inputs. A bundle whose code fails the static scan is never run.
+Collective slots run the same gates on one sandboxed worker per rank (multirank.py), at the
+slot's declared world sizes or at `world_size` when given.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -21,9 +24,10 @@ from cacheon_subnet.log import get_logger
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.gen import seed_generator
 from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_name, dtype_of
-from cacheon_subnet.tensor_views import rebase, tensor_digest
+from cacheon_subnet.tensor_views import rebase
 from cacheon_subnet.verify import judge, policy
 from cacheon_subnet.verify.client import WorkerClient, WorkerConfig, WorkerDied, WorkerTimeout
+from cacheon_subnet.verify.multirank import plan_ranks, verify_collective
 from cacheon_subnet.verify.report import Failure, OpResult, VerifyReport
 from cacheon_subnet import sandbox
 
@@ -41,6 +45,7 @@ class VerifyOptions:
     graph_replays: int = 3
     seed: int | None = None
     max_cases: int | None = None
+    world_size: int | None = None  # collective slots only; default: each slot's declared world sizes
     policy: sandbox.SandboxPolicy = field(default_factory=sandbox.SandboxPolicy)
 
     @property
@@ -50,6 +55,7 @@ class VerifyOptions:
 
 def verify_bundle(bundle: Bundle, opts: VerifyOptions = VerifyOptions()) -> VerifyReport:
     t0 = time.monotonic()
+    plan = plan_ranks(bundle.manifest.ops, opts.world_size, opts.device)  # usage errors before anything runs
     seed = opts.seed if opts.seed is not None else secrets.randbits(62)
     findings = tuple(str(f) for f in policy.scan_files(bundle.files))
     base = dict(source=bundle.source, digest=bundle.digest, device=opts.device, tier=opts.resolved_tier, seed=seed)
@@ -58,15 +64,41 @@ def verify_bundle(bundle: Bundle, opts: VerifyOptions = VerifyOptions()) -> Veri
                     for op in bundle.manifest.ops)
         return VerifyReport(status="FAIL", reasons=(f"policy: {len(findings)} finding(s)",), findings=findings, ops=ops,
                             duration_s=time.monotonic() - t0, **base)
-    run = _Run(bundle, opts, seed)
-    try:
-        results, env = run.execute()
-    finally:
-        run.close()
+    results, env = _run_all(bundle, opts, seed, plan)
     reasons = tuple(f"{r.key}: {r.failure}" for r in results if r.failure)
     status = "PASS" if results and not reasons else "FAIL"
     return VerifyReport(status=status, reasons=reasons, findings=(), ops=tuple(results), env=env,
                         duration_s=time.monotonic() - t0, **base)
+
+
+def _run_all(bundle: Bundle, opts: VerifyOptions, seed: int, plan: dict[int, list[OpEntry]]
+             ) -> tuple[list[OpResult], dict[str, Any]]:
+    """Single-rank ops in one worker, collective ops per world size in rank groups; results in
+    manifest order (an op checked at several world sizes reports its first failure)."""
+    single = [op for op in bundle.manifest.ops if not get_slot(op.slot).collective]
+    found: dict[str, list[OpResult]] = {}
+    env: dict[str, Any] = {}
+    if single:
+        run = _Run(bundle, opts, seed, single)
+        try:
+            results, env = run.execute()
+        finally:
+            run.close()
+        for r in results:
+            found.setdefault(r.key, []).append(r)
+    for world, ops in sorted(plan.items()):
+        results, rank_env = verify_collective(bundle, ops, opts, seed, world)
+        env = env or rank_env
+        for r in results:
+            found.setdefault(r.key, []).append(r)
+    merged = []
+    for op in bundle.manifest.ops:
+        rs = found.get(op.key, [])
+        if not rs:
+            continue
+        failed = [r for r in rs if r.failure]
+        merged.append(failed[0] if failed else dataclasses.replace(rs[-1], calls=sum(r.calls for r in rs)))
+    return merged, env
 
 
 def _op_result(op: OpEntry, status: str, calls: int, cases: int, failure: Failure | None) -> OpResult:
@@ -74,8 +106,9 @@ def _op_result(op: OpEntry, status: str, calls: int, cases: int, failure: Failur
 
 
 class _Run:
-    def __init__(self, bundle: Bundle, opts: VerifyOptions, seed: int) -> None:
+    def __init__(self, bundle: Bundle, opts: VerifyOptions, seed: int, ops: list[OpEntry] | None = None) -> None:
         self.bundle = bundle
+        self.ops = tuple(ops) if ops is not None else bundle.manifest.ops
         self.opts = opts
         self.seed = seed
         self.counter = 0
@@ -90,7 +123,7 @@ class _Run:
         return seed_generator((self.seed + 7919 * self.counter) % (2**62))
 
     def execute(self) -> tuple[list[OpResult], dict[str, Any]]:
-        ops = self.bundle.manifest.ops
+        ops = self.ops
         self.client.start()
         msg = {"type": "load", "ops": [{"key": o.key, "slot": o.slot, "module": o.module, "attr": o.attr} for o in ops]}
         try:
@@ -157,12 +190,7 @@ class _Run:
         msg = {"type": "call", "op": op.key, "params": dict(case.params), "alloc": alloc, "watch_sync": watch_sync, "mode": mode}
         self.calls += 1
         reply, tensors = self.client.request(msg, inputs, self.opts.call_timeout_s)
-        for name, digest in (reply.get("digests") or {}).items():
-            # A large read-only input came back as a digest: unchanged -> reuse what we sent.
-            if name in inputs and name not in tensors and tensor_digest(inputs[name]) == digest:
-                tensors[name] = inputs[name]
-            else:
-                reply.setdefault("mutated_inputs", []).append(name)
+        judge.merge_digests(reply, tensors, inputs)
         return reply, tensors
 
     def _inputs(self, spec: SlotSpec, case: ShapeCase, act: torch.dtype) -> dict[str, torch.Tensor]:

@@ -5,6 +5,11 @@ only executes calls and ships every argument back, so faking a verdict through t
 channel is impossible: the host checks the numbers itself.
 
     python -m cacheon_subnet.verify.worker --fd N --bundle-root DIR --package NAME --device D
+        [--rank R --world-size W --init-file PATH]   # one rank of a collective (rank_launch.py)
+
+A rank joins its process group (gloo on CPU, NCCL on CUDA, file:// rendezvous in the scratch
+dir) before the audit guard is armed and before any bundle import; collective kernels then get
+that group as `group=`.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from cacheon_subnet.slots import get_slot
-from cacheon_subnet.slots.spec import SlotSpec, dtype_of
+from cacheon_subnet.slots.spec import GROUP_ARG, SlotSpec, dtype_of
 from cacheon_subnet.tensor_views import rebase, tensor_digest
 
 BIG_INPUT = 64 << 20  # read-only inputs above this come back as a digest, not as bytes
@@ -48,13 +53,23 @@ class HostSyncWatch(TorchFunctionMode):
 
 
 class Worker:
-    def __init__(self, fd: int, bundle_root: str, package: str, device: str) -> None:
+    def __init__(self, fd: int, bundle_root: str, package: str, device: str, group: Any = None) -> None:
         self.fd = fd
         self.root = os.path.realpath(bundle_root) + os.sep
         self.package = package
         self.device = torch.device(device)
+        self.group = group  # this rank's ProcessGroup (collective runs only)
         self.kernels: dict[str, tuple[SlotSpec, Callable[..., Any]]] = {}
         self.compiled: dict[str, Callable[..., Any]] = {}
+
+    def _params(self, spec: SlotSpec, msg: dict[str, Any], by_name: bool = False) -> dict[str, Any]:
+        """Scalar params, plus `group=` for collective slots (its name when it crosses a custom op)."""
+        params = dict(msg["params"])
+        if spec.collective:
+            if self.group is None:
+                raise RuntimeError(f"{spec.id} is collective but this worker is not part of a process group")
+            params[GROUP_ARG] = self.group.group_name if by_name else self.group
+        return params
 
     # -- protocol ---------------------------------------------------------------------------
     def serve(self) -> None:
@@ -96,7 +111,8 @@ class Worker:
         if msg.get("mode") == "compile":
             fn = self._compiled(msg["op"], spec, fn)
         args = self._materialise(spec, msg, tensors)
-        reply = self._invoke(spec, fn, args, msg["params"], watch_sync=bool(msg.get("watch_sync")))
+        params = self._params(spec, msg, by_name=msg.get("mode") == "compile")
+        reply = self._invoke(spec, fn, args, params, watch_sync=bool(msg.get("watch_sync")))
         if not reply["ok"]:
             wire.send(self.fd, reply)
             return
@@ -108,7 +124,7 @@ class Worker:
         """Capture one call in a CUDA graph, then replay it with new graph-dynamic values."""
         spec, fn = self.kernels[msg["op"]]
         args = self._materialise(spec, msg, {k: v for k, v in tensors.items() if "." not in k})
-        params = msg["params"]
+        params = self._params(spec, msg)
         out: dict[str, torch.Tensor] = {}
         try:
             warm = self._invoke(spec, fn, rebase(args), params, watch_sync=False)
@@ -238,9 +254,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bundle-root", required=True)
     ap.add_argument("--package", required=True)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--rank", type=int, default=0)
+    ap.add_argument("--world-size", type=int, default=1)
+    ap.add_argument("--init-file", help="file:// rendezvous of the rank group (world size > 1)")
+    ap.add_argument("--pg-timeout", type=float, default=600.0)
     a = ap.parse_args(argv)
-    if a.device.startswith("cuda"):
+    device = a.device
+    if device == "cuda" and a.world_size > 1:
+        device = f"cuda:{a.rank}"  # one GPU per rank, all visible to every rank (NCCL P2P)
+    if device.startswith("cuda"):
         torch.cuda.init()
+        torch.cuda.set_device(torch.device(device if ":" in device else "cuda:0"))
+    group = _join_group(a, device) if a.world_size > 1 else None
     try:
         import triton  # noqa: F401 - imported before the guard so its own setup is not audited
     except ImportError:
@@ -255,8 +280,25 @@ def main(argv: list[str] | None = None) -> int:
     writable = [scratch] + [os.environ[k] for k in ("TVM_FFI_CACHE_DIR",) if os.environ.get(k)]
     install_guard(os.path.join(a.bundle_root, a.package), writable)
     sys.path.insert(0, a.bundle_root)
-    Worker(a.fd, os.path.join(a.bundle_root, a.package), a.package, a.device).serve()
+    Worker(a.fd, os.path.join(a.bundle_root, a.package), a.package, device, group).serve()
     return 0
+
+
+def _join_group(a: argparse.Namespace, device: str) -> Any:
+    """Rendezvous through a file in the shared scratch dir (no TCP store; inside the rank group's
+    own network namespace, only loopback exists). Returns a fresh group over all ranks, as
+    SGLang hands kernels a `new_group` (its `device_group`), not the default group."""
+    import datetime
+
+    import torch.distributed as dist
+
+    if not a.init_file:
+        raise SystemExit("--init-file is required when --world-size > 1")
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    timeout = datetime.timedelta(seconds=a.pg_timeout)
+    dist.init_process_group(backend, init_method=f"file://{a.init_file}", rank=a.rank, world_size=a.world_size,
+                            timeout=timeout)
+    return dist.new_group(ranks=list(range(a.world_size)), backend=backend, timeout=timeout)
 
 
 if __name__ == "__main__":

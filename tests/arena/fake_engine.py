@@ -14,6 +14,20 @@ import torch
 V, H = 512, 64
 
 
+def _reference_stock(slot_id: str):
+    from cacheon_subnet.slots import get_slot
+
+    spec = get_slot(slot_id)
+
+    def kernel(**kw: Any) -> None:
+        ref = spec.reference({a.name: kw[a.name] for a in spec.args}, {p.name: kw[p.name] for p in spec.params})
+        for a in spec.args:
+            if a.written and a.name in ref:
+                kw[a.name].copy_(ref[a.name])
+
+    return kernel, f"reference stand-in for {slot_id}"
+
+
 class _Runner:
     def __init__(self, engine: "FakeEngine") -> None:
         self.engine = engine
@@ -42,6 +56,9 @@ class FakeEngine:
         g = torch.Generator().manual_seed(0)
         self.emb = torch.randn(V, H, generator=g) * 0.5
         self.weight = (1 + 0.3 * torch.randn(H, generator=g)).to(torch.bfloat16)
+        import seams.stock
+
+        seams.stock.stock_kernel = _reference_stock  # this engine's "SGLang" kernels are the slot references
         active = activate_scheduler(0)
         self.scheduler = SimpleNamespace(tp_worker=SimpleNamespace(model_runner=_Runner(self)))
         if not kwargs.get("disable_cuda_graph"):

@@ -65,10 +65,17 @@ def test_bad_config_names_file_table_and_key(tmp_path, old, new, needle):
     assert str(p) in str(e.value) and needle in str(e.value)
 
 
-def test_validator_gets_the_gpu_qualifier_from_a_config():
-    from cacheon_subnet.validator.commands import load_qualifier
+def test_missing_table_is_named_not_defaulted(tmp_path):
+    text = (CONFIGS / "dense.toml").read_text()
+    p = _write(tmp_path, text[: text.index("[limits]")])
+    with pytest.raises(ArenaConfigError, match=r"missing table\(s\) \['limits'\]"):
+        load_config(p)
 
-    q = load_qualifier(str(CONFIGS / "dense.toml"))
+
+def test_validator_gets_the_gpu_qualifier_from_a_config():
+    from arena import qualifier_from_config
+
+    q = qualifier_from_config(CONFIGS / "dense.toml", preflight=False)
     assert q.arena_id == load_config(CONFIGS / "dense.toml").arena_id and q.label == "gpu-arena"
 
 
@@ -79,3 +86,15 @@ def test_cli_arena_id_and_usage_errors(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == load_config(CONFIGS / "moe.toml").arena_id
     assert main(["arena", "run", "--config", str(tmp_path / "missing.toml"), "--bundle", str(h.REPO / "examples/norm.rmsnorm")]) == 2
     assert "no such arena config" in capsys.readouterr().err
+
+
+def test_cli_control_usage_errors(capsys):
+    from cacheon_subnet.cli import main
+
+    cfg = str(CONFIGS / "dense.toml")
+    assert main(["arena", "run", "--config", cfg]) == 2
+    assert "--bundle is required" in capsys.readouterr().err
+    assert main(["arena", "run", "--config", cfg, "--control", "stock-as-candidate"]) == 2
+    assert "takes --slot" in capsys.readouterr().err
+    assert main(["arena", "run", "--config", cfg, "--control", "stock-as-candidate", "--slot", "norm.nope"]) == 2
+    assert "unknown slot" in capsys.readouterr().err

@@ -50,14 +50,28 @@ def test_raising_kernel_aborts_the_engine_and_fails(env):
 
 
 def test_kernel_that_never_fires_fails_on_evidence(env):
+    """Fails right after start-up (graphs captured without calling it), before any window."""
     src = env / "fp32_only"
     shutil.copytree(EXAMPLES / "norm.rmsnorm", src)
     m = src / "manifest.toml"
     m.write_text(m.read_text().replace('dtypes = ["bfloat16", "float16", "float32"]', 'dtypes = ["float32"]'))
     r = h.run(load_bundle(src), env)
     assert r["verdict"] == "FAIL"
-    assert "execution evidence" in r["reason"] and "no 'fired' receipt" in r["reason"]
-    assert "speed" not in r  # never timed as a win
+    assert "execution evidence" in r["reason"] and "never runs in this engine" in r["reason"]
+    assert "speed" not in r and r["windows"] == []  # stopped at start-up, never timed
+
+
+def test_never_firing_without_graphs_is_caught_by_final_evidence(env):
+    from dataclasses import replace
+
+    src = env / "fp32_only2"
+    shutil.copytree(EXAMPLES / "norm.rmsnorm", src)
+    m = src / "manifest.toml"
+    m.write_text(m.read_text().replace('dtypes = ["bfloat16", "float16", "float32"]', 'dtypes = ["float32"]'))
+    cfg = h.small_config()
+    cfg = replace(cfg, engine=replace(cfg.engine, cuda_graph=False))
+    r = h.run(load_bundle(src), env, cfg=cfg)
+    assert r["verdict"] == "FAIL" and "no 'fired' receipt" in r["reason"] and "speed" not in r
 
 
 def test_stock_speed_candidate_gets_no_crown(env):
@@ -96,3 +110,16 @@ def test_blame_needs_evidence():
     assert "recorded" in candidate_blame([dict(ok, errors=["s: RuntimeError('x')"])], "s")
     assert "never completed" in candidate_blame([{"rank": 0, "slots": {"s": {"fired": 9, "completed": 3}}}], "s")
     assert "failed to load" in candidate_blame([{"rank": 1, "slots": {"s": {"load_failed": 1}}}], "s")
+
+
+def test_stock_as_candidate_control_measures_role_bias(env):
+    """Role bias: SGLang's own kernel in the candidate route (no contribution code). The fake
+    engine's stock kernel is the slot reference, so quality passes and no crown is possible."""
+    from arena.run import RunOptions, qualify, stock_control_op
+
+    opts = RunOptions(workdir=env / "w", checkpoint_root=env / "c", engine_factory="tests.arena.fake_engine:FakeEngine",
+                      control="stock-as-candidate")
+    r = qualify(h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5), None, stock_control_op("norm.rmsnorm"), opts)
+    assert r["control"] == "stock-as-candidate" and r["bundle_digest"] == "stock-as-candidate"
+    assert r["evidence"]["ok"] and r["quality"]["verdict"] == "PASS"
+    assert isinstance(r["role_bias"], float) and r["verdict"] in ("FAIL", "NO_DECISION")

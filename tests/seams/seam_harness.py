@@ -26,6 +26,7 @@ from cacheon_subnet.slots.compare import compare
 from cacheon_subnet.slots.custom_op import register_slot_op
 from cacheon_subnet.slots.spec import SlotSpec, case, dtype_name, dtype_of
 from seams.dispatch import Candidate, Registry, guarded
+from standin_collective import FLASHINFER_COMM_FUSION, PARALLEL_STATE
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -533,6 +534,8 @@ def runtime_sources(version: str = "0.5.13.post1") -> dict[str, str]:
         "sglang.srt.layers.moe.moe_runner.base": MOE_RUNNER_BASE,
         "sglang.srt.layers.moe.moe_runner.triton": MOE_TRITON,
         "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe": FUSED_MOE,
+        "sglang.srt.distributed.parallel_state": PARALLEL_STATE,
+        "sglang.srt.layers.flashinfer_comm_fusion": FLASHINFER_COMM_FUSION,
     }
 
 

@@ -80,3 +80,41 @@ def test_no_gate_is_pass_through(tmp_path: Path, isolated: None) -> None:
     assert reg.receipts is None and list(tmp_path.iterdir()) == []
     for stale in ("true", "yes", "01", " 1"):  # only the exact value the host writes arms a gate
         assert activate.selected_adapters({"CACHEON_SEAM_NORM": stale}) == ()
+
+
+def test_collective_load_failure_stops_even_in_serving_mode(tmp_path: Path, isolated: None) -> None:
+    """All-or-none: a rank that cannot load a collective candidate must not run stock while its
+    peers run the candidate's communication."""
+    files = bundle_files(["collective.all_reduce"], salt=uuid.uuid4().hex)
+    files["kernel.py"] += b"\nraise ImportError('no NCCL symbols on this rank')\n"
+    bad = bundle_from_files(files)
+    tree = build_tree(tmp_path / "tree", [(bad, bad.manifest.ops)])
+    (tmp_path / "receipts").mkdir()
+    env = {**seam_environment(("collective_all_reduce",)), "CACHEON_ENGINE_TREE": str(tree.root),
+           "CACHEON_ENGINE_TREE_DIGEST": tree.digest, "CACHEON_RECEIPT_DIR": str(tmp_path / "receipts"),
+           "CACHEON_SEAM_STRICT": "0"}
+    reg = Registry()
+    with pytest.raises(ImportError, match="no NCCL symbols"):
+        activate.activate_scheduler(1, reg, env)
+    assert not reg.enabled
+
+
+def test_stock_as_candidate_control(tmp_path: Path, isolated: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The arena's role-bias control: the stock kernel itself in the candidate route, host-set only."""
+    import seams.stock as stock
+    from seam_harness import reference_kernel
+
+    (tmp_path / "receipts").mkdir()
+    env = {**seam_environment(("norm",)), "CACHEON_RECEIPT_DIR": str(tmp_path / "receipts"),
+           "CACHEON_STOCK_AS_CANDIDATE": "rope.neox"}
+    with pytest.raises(RuntimeError, match="no armed adapter serves this slot"):
+        activate.activate_scheduler(0, Registry(), env)
+    monkeypatch.setattr(activate, "_state", {})
+    monkeypatch.setattr(stock, "stock_kernel", lambda slot: (None, "stock kernel unavailable: no SGLang"))
+    with pytest.raises(RuntimeError, match="stock-as-candidate norm.rmsnorm: stock kernel unavailable"):
+        activate.activate_scheduler(0, Registry(), dict(env, CACHEON_STOCK_AS_CANDIDATE="norm.rmsnorm"))
+    monkeypatch.setattr(stock, "stock_kernel", lambda slot: (reference_kernel(slot), slot))
+    reg = Registry()
+    activate.register_stock_controls(("norm.rmsnorm",), ["norm.rmsnorm"], reg)
+    [cand] = reg.candidates["norm.rmsnorm"]
+    assert (cand.variant, cand.package) == ("stock-control", "stock")

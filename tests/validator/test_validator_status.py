@@ -89,7 +89,27 @@ def test_arena_cpu_and_toml(tmp_path):
         load_qualifier(str(tmp_path / "missing.toml"))
 
 
-def test_gpu_arena_without_the_arena_package_is_a_clear_error(tmp_path):
+def test_gpu_arena_config_errors_are_clear_and_never_fall_back(tmp_path):
+    gpu = tmp_path / "h200.toml"
+    gpu.write_text('kind = "gpu"\nname = "h200"\n')
+    with pytest.raises(UsageError) as info:
+        load_qualifier(str(gpu))
+    assert "missing table(s)" in str(info.value) and str(gpu) in str(info.value)
+
+
+def test_gpu_arena_needs_sglang_and_a_gpu_at_start(monkeypatch):
+    """On a box without SGLang the validator stops at start-up with the reason, not per contribution."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sglang" else real(name, *a))
+    with pytest.raises(UsageError) as info:
+        load_qualifier(str(REPO / "configs" / "arena" / "dense.toml"))
+    assert "SGLang is not importable" in str(info.value)
+
+
+def test_gpu_arena_without_the_arena_package_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "arena", None)  # as in a checkout without the package
     gpu = tmp_path / "h200.toml"
     gpu.write_text('kind = "gpu"\nname = "h200"\n')
     with pytest.raises(UsageError) as info:
@@ -115,7 +135,7 @@ def test_neuron_once_on_local_chain_and_gpu_refusal(tmp_path):
     gpu = tmp_path / "gpu.toml"
     gpu.write_text('kind = "gpu"\n')
     r = neuron(*common, "--arena", str(gpu), "--once")
-    assert r.returncode == 2 and "`arena`" in r.stderr
+    assert r.returncode == 2 and "missing table(s)" in r.stderr
     r = neuron("--netuid", "1", "--chain", "local", "--once")
     assert r.returncode == 2 and "--local-chain" in r.stderr
 
