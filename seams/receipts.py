@@ -35,6 +35,9 @@ class Receipts:
         self.flush_every_s = flush_every_s
         self._last_flush = 0.0
         self._lock = threading.Lock()
+        self._io_lock = threading.Lock()
+        self._dirty = threading.Event()
+        self._flusher: threading.Thread | None = None
 
     def note(self, slot: str, kind: str, error: str | None = None) -> None:
         with self._lock:
@@ -43,6 +46,23 @@ class Receipts:
                 self.errors.append(f"{slot} {kind}: {error[-500:]}")
         first = self.counts[slot][kind] == 1
         if first or kind in ("load_failed", "fallback") or time.monotonic() - self._last_flush > self.flush_every_s:
+            self.flush()
+        else:
+            self._mark_dirty()
+
+    def _mark_dirty(self) -> None:
+        """A burst of calls (graph capture) ends without a final note; a daemon thread writes the
+        last counts within flush_every_s, so the file never trails the process by more."""
+        self._dirty.set()
+        if self._flusher is None and self.directory:
+            self._flusher = threading.Thread(target=self._flush_loop, name="cacheon-receipts", daemon=True)
+            self._flusher.start()
+
+    def _flush_loop(self) -> None:
+        while True:
+            self._dirty.wait()
+            time.sleep(self.flush_every_s)
+            self._dirty.clear()
             self.flush()
 
     def error(self, slot: str, message: str) -> None:
@@ -62,14 +82,16 @@ class Receipts:
     def flush(self) -> None:
         if not self.directory:
             return
-        with self._lock:
-            payload = {"role": self.role, "rank": self.rank, "pid": os.getpid(), "time": time.time(),
-                       "slots": {k: dict(v) for k, v in self.counts.items()}, "errors": list(self.errors), "routes": list(self.routes)}
-            self._last_flush = time.monotonic()
-        path = Path(self.directory) / f"receipt-{self.role}-{self.rank}-{os.getpid()}.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(payload, sort_keys=True))
-        os.replace(tmp, path)
+        with self._io_lock:  # the flusher thread and the calling thread write the same file
+            with self._lock:
+                payload = {"role": self.role, "rank": self.rank, "pid": os.getpid(), "time": time.time(),
+                           "slots": {k: dict(v) for k, v in self.counts.items()}, "errors": list(self.errors),
+                           "routes": list(self.routes)}
+                self._last_flush = time.monotonic()
+            path = Path(self.directory) / f"receipt-{self.role}-{self.rank}-{os.getpid()}.json"
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(payload, sort_keys=True))
+            os.replace(tmp, path)
 
 
 def read_receipts(directory: str | os.PathLike[str]) -> list[dict]:

@@ -157,3 +157,44 @@ def test_receipt_json_is_sorted_and_atomic(tmp_path: Path) -> None:
     doc = json.loads(path.read_text())
     assert set(doc) == {"role", "rank", "pid", "time", "slots", "errors", "routes"}
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_last_counts_of_a_burst_reach_the_file(tmp_path):
+    """Graph capture ends with a burst of calls and no later note: the file must converge."""
+    import time
+
+    from seams.receipts import Receipts, read_receipts
+
+    r = Receipts(str(tmp_path), "scheduler", 0, flush_every_s=0.2)
+    for _ in range(50):
+        r.note("norm.rmsnorm", "fired")
+        r.note("norm.rmsnorm", "completed")
+    time.sleep(0.8)
+    (doc,) = read_receipts(tmp_path)
+    assert doc["slots"]["norm.rmsnorm"]["fired"] == 50 and doc["slots"]["norm.rmsnorm"]["completed"] == 50
+
+
+def test_concurrent_flushes_never_collide(tmp_path):
+    """The daemon flusher and the calling thread share one file: no lost rename, no exception."""
+    import threading
+
+    from seams.receipts import Receipts, read_receipts
+
+    r = Receipts(str(tmp_path), "scheduler", 0, flush_every_s=0.0)
+    errors = []
+
+    def hammer():
+        try:
+            for _ in range(300):
+                r.note("norm.rmsnorm", "fired")
+                r.flush()
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=hammer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    r.flush()
+    assert errors == [] and read_receipts(tmp_path)[0]["slots"]["norm.rmsnorm"]["fired"] == 1200

@@ -1,0 +1,83 @@
+"""The arena's H200 benchmarks and controls, one qualification after another, one JSON summary.
+
+Runs (pick with --runs, in order):
+  faithful     examples/norm.rmsnorm           -> quality PASS; full verdict time; B/B′ drift
+  wrong        examples/controls/wrong_math    -> quality FAIL
+  role-bias    stock kernel in the C route     -> role bias (C/B − 1), never a crown
+  never-fires  fp32-only copy of the example   -> FAIL on evidence, right after start-up
+
+    source .devpack/dev_env.sh && python3 scripts/arena_benchmarks.py --runs faithful,wrong --out $OUT/arena.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from arena.config import load_config  # noqa: E402
+from arena.run import RunOptions, qualify, stock_control_op  # noqa: E402
+from cacheon_subnet.bundle import load_bundle  # noqa: E402
+
+
+def fp32_only(dst: Path) -> Path:
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(REPO / "examples/norm.rmsnorm", dst)
+    m = dst / "manifest.toml"
+    m.write_text(m.read_text().replace('dtypes = ["bfloat16", "float16", "float32"]', 'dtypes = ["float32"]'))
+    return dst
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", default=str(REPO / "configs/arena/dense.toml"))
+    ap.add_argument("--runs", default="faithful,wrong,role-bias,never-fires")
+    ap.add_argument("--work", default="/tmp/cacheon-arena-bench")
+    ap.add_argument("--checkpoints", default="/tmp/cacheon-checkpoints")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--engine-factory", default=None, help="tests only: a fake engine class module:attr")
+    a = ap.parse_args()
+    cfg = load_config(a.config)
+    work = Path(a.work)
+    out: dict = {"arena_id": cfg.arena_id, "config": a.config, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 "runs": []}
+    for i, name in enumerate(a.runs.split(",")):
+        opts = RunOptions(workdir=work / f"{i}-{name}", checkpoint_root=Path(a.checkpoints),
+                          engine_factory=a.engine_factory)
+        if name == "role-bias":
+            from dataclasses import replace
+
+            bundle, op, opts = None, stock_control_op("norm.rmsnorm"), replace(opts, control="stock-as-candidate")
+        else:
+            src = {"faithful": REPO / "examples/norm.rmsnorm", "wrong": REPO / "examples/controls/wrong_math",
+                   "never-fires": None}[name] or fp32_only(work / "fp32_only")
+            bundle = load_bundle(src)
+            op = bundle.manifest.ops[0]
+        r = qualify(cfg, bundle, op, opts)
+        speed = r.get("speed") or {}
+        row = {"run": name, "verdict": r["verdict"], "reason": r["reason"][:400], "wall_s": r.get("wall_s"),
+               "ratio": speed.get("ratio"), "noise": speed.get("noise"), "bar": speed.get("bar"),
+               "drift_cycles": speed.get("drift"), "role_bias": r.get("role_bias"),
+               "quality": (r.get("quality") or {}).get("verdict"), "evidence_ok": (r.get("evidence") or {}).get("ok"),
+               "stages": {k: {"wall_s": v["wall_s"], "start_s": next((x["s"] for x in v["startup"] if x["op"] == "started"), None),
+                              "swap_s": [round(x["s"], 2) for x in v.get("routes", [])]} for k, v in r["stages"].items()},
+               "windows": r.get("windows")}
+        out["runs"].append(row)
+        print(json.dumps({k: v for k, v in row.items() if k not in ("windows", "stages")}), flush=True)
+        Path(a.out).write_text(json.dumps(out, indent=1, default=str))
+    drifts = [abs(d) for row in out["runs"] for d in (row.get("drift_cycles") or [])]
+    if drifts:
+        out["median_abs_cycle_drift"] = statistics.median(drifts)
+    Path(a.out).write_text(json.dumps(out, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
