@@ -98,3 +98,11 @@ def test_cli_control_usage_errors(capsys):
     assert "takes --slot" in capsys.readouterr().err
     assert main(["arena", "run", "--config", cfg, "--control", "stock-as-candidate", "--slot", "norm.nope"]) == 2
     assert "unknown slot" in capsys.readouterr().err
+
+
+def test_tp2_arena_expects_both_ranks():
+    from arena.jobs import engine_kwargs
+
+    tp2 = load_config(CONFIGS / "dense-tp2.toml")
+    assert tp2.engine.tp_size == 2 and engine_kwargs(tp2)["tp_size"] == 2
+    assert tp2.arena_id != load_config(CONFIGS / "dense.toml").arena_id
