@@ -6,6 +6,7 @@ import os
 import socket
 import sys
 import time
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,17 @@ def worker_policy(config: WorkerConfig, **overrides: object) -> sandbox.SandboxP
     return sandbox.SandboxPolicy(**{**config.policy.__dict__, "extra_env": env, **overrides})
 
 
+def write_namespace(base: Path, bundle: Bundle) -> tuple[Path, str]:
+    """The bundle, read-only, as package `cacheon_c_<digest>` under base/ns (the import root)."""
+    os.chmod(base, 0o755)
+    pkg = package_name(bundle.digest)
+    ns = base / "ns"
+    ns.mkdir()
+    bundle.write_to(ns / pkg, read_only=True)
+    os.chmod(ns, 0o555)
+    return ns, pkg
+
+
 class WorkerClient:
     """One sandboxed worker process holding one bundle. Use as a context manager."""
 
@@ -71,12 +83,7 @@ class WorkerClient:
 
     def start(self) -> None:
         base = self.scratch.path
-        os.chmod(base, 0o755)
-        pkg = package_name(self.bundle.digest)
-        ns = base / "ns"
-        ns.mkdir()
-        self.bundle.write_to(ns / pkg, read_only=True)
-        os.chmod(ns, 0o555)
+        ns, pkg = write_namespace(base, self.bundle)
         work = base / "work"
         host_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         policy = worker_policy(self.config)

@@ -25,6 +25,7 @@ from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_name, dtype_of
 from cacheon_subnet.tensor_views import rebase
 from cacheon_subnet.verify import judge
 from cacheon_subnet.verify.client import WorkerConfig
+from cacheon_subnet.verify.gates import graph_enabled, run_gates
 from cacheon_subnet.verify.ranks import RankDied, RankGroup, RankTimeout, Reply
 from cacheon_subnet.verify.report import Failure, OpResult
 
@@ -147,21 +148,11 @@ class _RankRun:
         return self.result(op, "FAIL" if failure else "PASS", self.calls - start, len(cases), failure)
 
     def _check_all(self, op: OpEntry, spec: SlotSpec, cases: list[ShapeCase]) -> Failure | None:
-        for act in op.dtypes:
-            for c in cases:
-                f = self._eager(op, spec, act, c)
-                if f:
-                    return f
-            if self.opts.compile_check:
-                f = self._compile(op, spec, act, cases[0])
-                if f:
-                    return f
-            graph = self.opts.graph_check if self.opts.graph_check is not None else self.opts.device.startswith("cuda")
-            for c in cases[:2] if graph else ():
-                f = self._graph(op, spec, act, c)
-                if f:
-                    return f
-        return None
+        return run_gates(op.dtypes, cases, compile_check=self.opts.compile_check,
+                         graph_check=graph_enabled(self.opts.graph_check, self.opts.device),
+                         eager=lambda act, c: self._eager(op, spec, act, c),
+                         compile_trial=lambda act, c: self._compile(op, spec, act, c),
+                         graph_trial=lambda act, c: self._graph(op, spec, act, c))
 
     # -- plumbing ---------------------------------------------------------------------------
     def _inputs(self, spec: SlotSpec, case: ShapeCase, act: torch.dtype) -> PerRank:

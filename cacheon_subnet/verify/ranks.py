@@ -10,7 +10,6 @@ answer in time, dies or breaks the protocol ends the run: the whole process grou
 
 from __future__ import annotations
 
-import os
 import select
 import socket
 import subprocess
@@ -23,7 +22,7 @@ import torch
 from cacheon_subnet import sandbox
 from cacheon_subnet.bundle import Bundle, Scratch
 from cacheon_subnet.verify import wire
-from cacheon_subnet.verify.client import WorkerConfig, WorkerDied, WorkerTimeout, package_name, worker_policy
+from cacheon_subnet.verify.client import WorkerConfig, WorkerDied, WorkerTimeout, worker_policy, write_namespace
 
 Reply = tuple[dict[str, Any], dict[str, torch.Tensor]]
 
@@ -62,12 +61,7 @@ class RankGroup:
 
     def start(self) -> None:
         base = self.scratch.path
-        os.chmod(base, 0o755)
-        pkg = package_name(self.bundle.digest)
-        ns = base / "ns"
-        ns.mkdir()
-        self.bundle.write_to(ns / pkg, read_only=True)
-        os.chmod(ns, 0o555)
+        ns, pkg = write_namespace(base, self.bundle)
         for r in range(self.world_size):  # made before launch: prepare_scratch hands them to the child uid
             (self.work / f"rank{r}").mkdir(parents=True)
         pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(self.world_size)]

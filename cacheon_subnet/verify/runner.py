@@ -27,6 +27,7 @@ from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_name, dtype_of
 from cacheon_subnet.tensor_views import rebase
 from cacheon_subnet.verify import judge, policy
 from cacheon_subnet.verify.client import WorkerClient, WorkerConfig, WorkerDied, WorkerTimeout
+from cacheon_subnet.verify.gates import graph_enabled, run_gates
 from cacheon_subnet.verify.multirank import plan_ranks, verify_collective
 from cacheon_subnet.verify.report import Failure, OpResult, VerifyReport
 from cacheon_subnet import sandbox
@@ -166,22 +167,11 @@ class _Run:
         return _op_result(op, status, self.calls - start_calls, len(cases), failure)
 
     def _check_all(self, op: OpEntry, spec: SlotSpec, cases: list[ShapeCase]) -> Failure | None:
-        for act in op.dtypes:
-            for c in cases:
-                f = self._eager_trials(op, spec, act, c)
-                if f:
-                    return f
-            if self.opts.compile_check:
-                f = self._compile_trial(op, spec, act, cases[0])
-                if f:
-                    return f
-            graph = self.opts.graph_check if self.opts.graph_check is not None else self.opts.device.startswith("cuda")
-            if graph:
-                for c in cases[:2]:
-                    f = self._graph_trial(op, spec, act, c)
-                    if f:
-                        return f
-        return None
+        return run_gates(op.dtypes, cases, compile_check=self.opts.compile_check,
+                         graph_check=graph_enabled(self.opts.graph_check, self.opts.device),
+                         eager=lambda act, c: self._eager_trials(op, spec, act, c),
+                         compile_trial=lambda act, c: self._compile_trial(op, spec, act, c),
+                         graph_trial=lambda act, c: self._graph_trial(op, spec, act, c))
 
     def _call(self, op: OpEntry, spec: SlotSpec, act: torch.dtype, case: ShapeCase, inputs: dict[str, torch.Tensor],
               poison: int, watch_sync: bool, mode: str = "eager") -> tuple[dict[str, Any], dict[str, torch.Tensor]]:

@@ -1,0 +1,35 @@
+"""The order of the per-op gates, shared by single-rank (runner.py) and multi-rank (multirank.py)
+verification so the two can never drift apart: per dtype, every case eagerly, then the
+torch.compile trace, then CUDA graph capture/replay on the first two cases."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from cacheon_subnet.verify.report import Failure
+
+Trial = Callable[[Any, Any], "Failure | None"]
+
+
+def run_gates(dtypes: Sequence[Any], cases: Sequence[Any], *, compile_check: bool, graph_check: bool,
+              eager: Trial, compile_trial: Trial, graph_trial: Trial) -> Failure | None:
+    """The first failure, or None when every gate passed."""
+    for act in dtypes:
+        for c in cases:
+            f = eager(act, c)
+            if f:
+                return f
+        if compile_check:
+            f = compile_trial(act, cases[0])
+            if f:
+                return f
+        for c in cases[:2] if graph_check else ():
+            f = graph_trial(act, c)
+            if f:
+                return f
+    return None
+
+
+def graph_enabled(graph_check: bool | None, device: str) -> bool:
+    """CUDA graph trials by default on CUDA devices, unless the caller chose."""
+    return graph_check if graph_check is not None else device.startswith("cuda")
