@@ -87,13 +87,13 @@ def plugin_site(workdir: Path) -> str | None:
     return str(site)
 
 
-def gpu_pids() -> set[int] | None:
-    """PIDs holding a CUDA context (None where nvidia-smi is absent, e.g. CPU CI)."""
+def gpu_memory_used_mib() -> list[int] | None:
+    """Memory in use per visible GPU (None where nvidia-smi is absent, e.g. CPU CI)."""
     if not shutil.which("nvidia-smi"):
         return None
-    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
                          capture_output=True, text=True, timeout=30).stdout
-    return {int(x) for x in out.split() if x.strip().isdigit()}
+    return [int(x) for x in out.split() if x.strip().isdigit()]
 
 
 def _group_members(pgid: int) -> set[int]:
@@ -134,6 +134,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
                                    open_files=65536, isolate_network=spec.isolate_network, loopback=True,
                                    drop_privileges=False, extra_env={"PYTHONPATH": pythonpath, **spec.env})
     log_path = workdir / f"{spec.name}.log"
+    baseline = gpu_memory_used_mib()
     t0 = time.monotonic()
     with open(log_path, "wb") as logf:
         proc = sandbox.launch([sys.executable, "-m", "arena.engine_child", str(job_path)], scratch=scratch,
@@ -168,25 +169,24 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
                 records.append(json.loads(line))
             except ValueError:
                 records.append({"op": "corrupt", "line": line[:200]})
-    gpu_free = _wait_gpu_free(proc.pid, gpu_free_timeout_s)
+    gpu_free = _wait_gpu_free(baseline, gpu_free_timeout_s)
     tail = log_path.read_text(errors="replace")[-4000:] if log_path.exists() else ""
     log.info("arena.engine.end", engine=spec.name, rc=proc.returncode, timed_out=timed_out, wall_s=round(wall, 1),
              gpu_free=gpu_free)
     return EngineRun(tuple(records), proc.returncode, timed_out, wall, tail, gpu_free)
 
 
-def _wait_gpu_free(pgid: int, timeout_s: float) -> bool | None:
-    """True once no process of the engine's group holds the GPU (None where it cannot be seen)."""
+def _wait_gpu_free(baseline: list[int] | None, timeout_s: float, slack_mib: int = 1024) -> bool | None:
+    """True once every GPU's used memory is back to what it was before the engine started (within
+    slack): the engine's contexts and caches are really gone, whatever PIDs nvidia-smi shows in a
+    container. False if not within timeout_s; None where it cannot be seen."""
+    if baseline is None:
+        return None
     deadline = time.monotonic() + timeout_s
     while True:
-        pids = gpu_pids()
-        if pids is None:
-            return None
-        # nvidia-smi lists host PIDs; the group is gone after _kill_group, so any PID we launched
-        # that still holds a context is a leak
-        leaked = {p for p in pids if p in _group_members(pgid)}
-        if not leaked:
-            return True
+        now = gpu_memory_used_mib()
+        if now is None or all(n <= b + slack_mib for n, b in zip(now, baseline)):
+            return True if now is not None else None
         if time.monotonic() > deadline:
             return False
         time.sleep(0.5)
