@@ -27,7 +27,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -217,8 +217,14 @@ def _combined(file_sums: Mapping[str, str]) -> str:
     return hashlib.sha256("".join(f"{k}:{v}\n" for k, v in file_sums.items()).encode()).hexdigest()
 
 
-def _read_stamp(out_dir: Path, digest: str) -> CheckpointInfo | None:
-    """A cached checkpoint for this digest, None when out_dir is absent or empty."""
+def read_cached(out_dir: Path, digest: str, key: str = "recipe_digest") -> CheckpointInfo | None:
+    """The checkpoint in out_dir whose stamp[key] is digest; None when out_dir is absent or empty.
+
+    key lets a writer cache by what was *asked* (a trained checkpoint's "request_digest") while
+    the returned recipe_digest stays what the directory actually holds. Anything else in out_dir
+    raises: we never overwrite a directory we cannot prove is ours.
+    """
+    out_dir = Path(out_dir)
     if not out_dir.exists():
         return None
     stamp = out_dir / STAMP_NAME
@@ -227,9 +233,9 @@ def _read_stamp(out_dir: Path, digest: str) -> CheckpointInfo | None:
             return None
         raise CheckpointError(f"{out_dir} exists without {STAMP_NAME}; refusing to overwrite it")
     doc = json.loads(stamp.read_text())
-    if doc.get("recipe_digest") != digest:
+    if doc.get(key) != digest:
         raise CheckpointError(
-            f"{out_dir} holds checkpoint {doc.get('recipe_digest')!r}, not the requested "
+            f"{out_dir} holds checkpoint {doc.get(key)!r}, not the requested "
             f"{digest!r}; use another directory or delete it"
         )
     sums: dict[str, str] = doc["files"]
@@ -238,7 +244,7 @@ def _read_stamp(out_dir: Path, digest: str) -> CheckpointInfo | None:
             raise CheckpointError(f"{out_dir} is stamped {digest} but lacks {name}")
     return CheckpointInfo(
         path=out_dir,
-        recipe_digest=digest,
+        recipe_digest=str(doc["recipe_digest"]),
         n_params=int(doc["n_params"]),
         bytes=int(doc["bytes"]),
         files=tuple(sums),
@@ -246,24 +252,30 @@ def _read_stamp(out_dir: Path, digest: str) -> CheckpointInfo | None:
     )
 
 
-def write_checkpoint(
+def write_tensors(
     config: Mapping[str, Any],
     out_dir: Path,
-    seed: int,
-    device: str = "cpu",
+    make: Callable[[TensorSpec], torch.Tensor],
+    stamp_fields: Mapping[str, Any],
     *,
+    cache_key: str = "recipe_digest",
     shard_bytes: int = SHARD_BYTES,
 ) -> CheckpointInfo:
-    """Write config.json + safetensors + stamp into out_dir atomically; reuse a matching cache."""
+    """Write config.json + safetensors + stamp into out_dir atomically; reuse a matching cache.
+
+    make(spec) supplies each tensor of tensor_specs(config) (drawn, or taken from a trained state
+    dict), shard by shard so a big model never sits in host memory whole; its shape is checked
+    and it is cast to the config dtype. stamp_fields must carry "recipe_digest" and cache_key.
+    """
     from safetensors.torch import save_file  # optional dep: the dev/gpu extras carry it
 
     out_dir = Path(out_dir)
-    digest = recipe_digest(config, seed)
-    cached = _read_stamp(out_dir, digest)
+    cached = read_cached(out_dir, str(stamp_fields[cache_key]), cache_key)
     if cached is not None:
         return cached
     specs = tensor_specs(config)
-    itemsize = torch.empty((), dtype=_dtype(config)).element_size()
+    dtype = _dtype(config)
+    itemsize = torch.empty((), dtype=dtype).element_size()
     plan = _shard_plan(specs, itemsize, shard_bytes)
     n = len(plan)
     names = [f"model-{k:05d}-of-{n:05d}.safetensors" for k in range(1, n + 1)]
@@ -277,7 +289,7 @@ def write_checkpoint(
         sums: dict[str, str] = {}
         n_params = 0
         for fname, shard in zip(names, plan):
-            tensors = {s.name: make_tensor(s, config, seed, device) for s in shard}
+            tensors = {s.name: _checked(s, make(s), dtype) for s in shard}
             save_file(tensors, str(tmp / fname), metadata={"format": "pt"})
             n_params += sum(t.numel() for t in tensors.values())
             weight_map.update({name: fname for name in tensors})
@@ -289,14 +301,11 @@ def write_checkpoint(
             (tmp / INDEX_NAME).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
         stamp = {
             "schema": "cacheon.checkpoint/1",
-            "recipe_digest": digest,
-            "recipe": RECIPE_VERSION,
-            "seed": int(seed),
+            **stamp_fields,
             "model_type": config["model_type"],
             "n_params": n_params,
             "bytes": total,
             "files": sums,
-            "generator": {"device": torch.device(device).type, "torch": torch.__version__},
         }
         (tmp / STAMP_NAME).write_text(json.dumps(stamp, indent=2, sort_keys=True) + "\n")
         if out_dir.is_dir() and not any(out_dir.iterdir()):
@@ -304,20 +313,49 @@ def write_checkpoint(
         try:
             os.rename(tmp, out_dir)
         except OSError:  # lost a race: another writer finished first; accept only the same recipe
-            raced = _read_stamp(out_dir, digest)
+            raced = read_cached(out_dir, str(stamp_fields[cache_key]), cache_key)
             if raced is None:
                 raise
             return raced
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-        if torch.device(device).type == "cuda":  # hand cached blocks back before the engine starts
-            torch.cuda.empty_cache()
     return CheckpointInfo(
         path=out_dir,
-        recipe_digest=digest,
+        recipe_digest=str(stamp_fields["recipe_digest"]),
         n_params=n_params,
         bytes=total,
         files=tuple(sums),
         weights_sha256=_combined(sums),
     )
+
+
+def _checked(spec: TensorSpec, tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    if tuple(tensor.shape) != spec.shape:
+        raise ValueError(f"{spec.name}: shape {tuple(tensor.shape)} != expected {spec.shape}")
+    return tensor.detach().to(dtype).cpu().contiguous()
+
+
+def write_checkpoint(
+    config: Mapping[str, Any],
+    out_dir: Path,
+    seed: int,
+    device: str = "cpu",
+    *,
+    shard_bytes: int = SHARD_BYTES,
+) -> CheckpointInfo:
+    """Write the seeded random-init checkpoint (module docstring) into out_dir; reuse a cache."""
+    stamp = {
+        "recipe_digest": recipe_digest(config, seed),
+        "recipe": RECIPE_VERSION,
+        "seed": int(seed),
+        "generator": {"device": torch.device(device).type, "torch": torch.__version__},
+    }
+    try:
+        return write_tensors(
+            config, out_dir, lambda s: make_tensor(s, config, seed, device), stamp,
+            shard_bytes=shard_bytes,
+        )
+    finally:
+        if torch.device(device).type == "cuda":  # hand cached blocks back before the engine starts
+            torch.cuda.empty_cache()

@@ -23,7 +23,7 @@ from cacheon_subnet.bundle.engine_tree import open_tree
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.custom_op import register_slot_op
 from cacheon_subnet.slots.spec import dtype_of
-from seams.dispatch import REGISTRY, Candidate, Registry, guarded
+from seams.dispatch import REGISTRY, Candidate, Registry, guarded, receipt_key
 from seams.receipts import Receipts
 from seams.table import SEAM_ADAPTERS, SeamAdapter
 
@@ -98,21 +98,21 @@ def activate_scheduler(tp_rank: int, registry: Registry = REGISTRY, environ: dic
                 from seams.stock import stock_kernel
 
                 stock = stock_kernel(op.slot)[0]
-            body = guarded(spec, fn, registry, stock)
+            body = guarded(spec, fn, registry, stock, op.role)
             call = register_slot_op(spec, body, f"cacheon_{op.digest[:16]}", op.variant.replace("-", "_"))
             registry.add(spec, Candidate(op.slot, op.variant, op.package, tuple(dtype_of(d) for d in op.dtypes),
-                                         op.constraints, call))
+                                         op.constraints, call, op.role))
         from seams.hooks import install_hooks
 
         hooks: dict = {}
         for a in adapters:
             hooks.update(adapter_hooks(a))
         install_hooks(hooks)
-        active = [s for s in slots if s in registry.candidates]
+        active = [c for s in slots for c in registry.candidates.get(s, [])]
         if not active:
             raise RuntimeError(f"no candidate in the engine tree for the selected slots {slots}")
-        for s in active:
-            receipts.note(s, "active")
+        for c in active:
+            receipts.note(receipt_key(c.slot, c.role), "active")
         registry.enabled = True
         return True
     except Exception as e:  # noqa: BLE001

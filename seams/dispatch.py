@@ -34,6 +34,7 @@ class Candidate:
     dtypes: tuple[torch.dtype, ...]
     constraints: tuple[tuple[str, Mapping[str, Any]], ...]
     call: Callable[..., None]  # slot keyword args -> the registered custom op
+    role: str = "challenger"  # "incumbent": the crowned kernel the arena's baseline windows run
 
     def eligible(self, dims: Mapping[str, int], dtype: torch.dtype) -> bool:
         if dtype not in self.dtypes:
@@ -56,15 +57,30 @@ class Registry:
     """Per-process candidate table: disabled everywhere but a positively identified scheduler."""
 
     enabled: bool = False
-    route_on: bool = True  # the arena's B/C swap: False routes every call to stock (seams/route.py)
+    # the arena's B/C swap (seams/route.py): "candidate" = every candidate, challengers first;
+    # "incumbent" = only crowned incumbents (the B windows of a head-to-head); "stock" = none
+    route: str = "candidate"
     strict: bool = True
     specs: dict[str, SlotSpec] = field(default_factory=dict)
     candidates: dict[str, list[Candidate]] = field(default_factory=dict)
     receipts: Any = None
 
+    @property
+    def route_on(self) -> bool:
+        return self.route != "stock"
+
     def add(self, spec: SlotSpec, cand: Candidate) -> None:
         self.specs[spec.id] = spec
-        self.candidates.setdefault(spec.id, []).append(cand)
+        cands = self.candidates.setdefault(spec.id, [])
+        cands.append(cand)
+        cands.sort(key=lambda c: c.role != "challenger")  # stable: challengers before incumbents
+
+    def routed(self, slot_id: str) -> list[Candidate]:
+        """The candidates the current route lets through for this slot."""
+        if not self.enabled or self.route == "stock":
+            return []
+        cands = self.candidates.get(slot_id, [])
+        return cands if self.route == "candidate" else [c for c in cands if c.role == "incumbent"]
 
     def disable(self) -> None:
         """A failed activation or swap clears everything: nothing half-installed is measured."""
@@ -106,9 +122,7 @@ def _layout_ok(spec: SlotSpec, args: Mapping[str, torch.Tensor], act: torch.dtyp
 def run(slot_id: str, tensors: Mapping[str, torch.Tensor], params: Mapping[str, Any],
         registry: Registry = REGISTRY) -> dict[str, torch.Tensor] | None:
     """Dispatch one call; returns every argument (allocated outputs included) or None for stock."""
-    if not (registry.enabled and registry.route_on):
-        return None
-    cands = registry.candidates.get(slot_id)
+    cands = registry.routed(slot_id)
     if not cands:
         return None
     spec = registry.specs[slot_id]
@@ -136,15 +150,21 @@ def run(slot_id: str, tensors: Mapping[str, torch.Tensor], params: Mapping[str, 
     return args
 
 
+def receipt_key(slot_id: str, role: str) -> str:
+    """Receipts count an incumbent apart from the challenger of the same slot."""
+    return slot_id if role == "challenger" else f"{slot_id}@{role}"
+
+
 def guarded(spec: SlotSpec, fn: Callable[..., Any], registry: Registry,
-            stock: Callable[..., None] | None) -> Callable[..., None]:
+            stock: Callable[..., None] | None, role: str = "challenger") -> Callable[..., None]:
     """The custom-op body: receipts, revalidation of every written tensor, strict failure."""
     written = [a.name for a in spec.args if a.written]
+    key = receipt_key(spec.id, role)
 
     def body(**kw: Any) -> None:
         receipts = registry.receipts
         if receipts is not None:
-            receipts.note(spec.id, "fired")
+            receipts.note(key, "fired")
         before = {n: (kw[n].data_ptr(), tuple(kw[n].shape), kw[n].dtype, tuple(kw[n].stride())) for n in written}
         # non-strict: a failed candidate may have re-pointed/resized an output; stock must write
         # where SGLang reads, so keep each written tensor's storage view to restore it
@@ -161,15 +181,15 @@ def guarded(spec: SlotSpec, fn: Callable[..., Any], registry: Registry,
         except Exception as e:  # noqa: BLE001
             if registry.strict or stock is None:
                 if receipts is not None:
-                    receipts.error(spec.id, repr(e))
+                    receipts.error(key, repr(e))
                 raise SeamError(f"{spec.id}: selected candidate failed in strict mode: {e!r}") from e
             if receipts is not None:
-                receipts.note(spec.id, "fallback", repr(e))
+                receipts.note(key, "fallback", repr(e))
             for n, (st, off, size, stride) in (keep or {}).items():
                 kw[n].set_(st, off, size, stride)
             stock(**kw)
             return
         if receipts is not None:
-            receipts.note(spec.id, "completed")
+            receipts.note(key, "completed")
 
     return body

@@ -5,7 +5,7 @@ candidate inside one engine and swaps the route between windows. The host reache
 scheduler rank through `Engine.collective_rpc("cacheon_route", route=..., epoch=...)` (released
 Engine API: the scheduler runs it between batches, then barriers all ranks).
 
-CUDA graphs bake in whatever kernels ran at capture, so a swap flips `Registry.route_on` and
+CUDA graphs bake in whatever kernels ran at capture, so a swap sets `Registry.route` and
 recaptures: decode graphs with `ModelRunner.init_device_graphs()` (SGLang does the same after
 `update_weights_from_disk`) and, when the engine has them, piecewise graphs with
 `ModelRunner.init_piecewise_cuda_graphs()`. Both are internal calls, listed in docs/seams.md.
@@ -21,9 +21,9 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from seams.dispatch import REGISTRY, Registry
+from seams.dispatch import REGISTRY, Registry, receipt_key
 
-ROUTES = ("candidate", "stock")
+ROUTES = ("candidate", "incumbent", "stock")
 RPC_METHOD = "cacheon_route"
 
 
@@ -31,8 +31,8 @@ def _fired(registry: Registry) -> dict[str, int]:
     receipts = registry.receipts
     if receipts is None:
         return {}
-    slots = set(receipts.counts) | set(registry.candidates)
-    return {slot: receipts.counts[slot]["fired"] if slot in receipts.counts else 0 for slot in sorted(slots)}
+    keys = set(receipts.counts) | {receipt_key(c.slot, c.role) for cs in registry.candidates.values() for c in cs}
+    return {k: receipts.counts[k]["fired"] if k in receipts.counts else 0 for k in sorted(keys)}
 
 
 def recapture(model_runner: Any) -> list[str]:
@@ -64,7 +64,7 @@ def set_route(model_runner: Any, route: str, epoch: int, registry: Registry = RE
         raise RuntimeError("route swap on a scheduler whose registry is disabled (load failed or an earlier swap failed)")
     before = _fired(registry)
     try:
-        registry.route_on = route == "candidate"
+        registry.route = route
         graphs = recapture(model_runner)
     except Exception as e:
         registry.disable()

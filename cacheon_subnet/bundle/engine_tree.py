@@ -39,6 +39,7 @@ class TreeOp:
     attr: str
     dtypes: tuple[str, ...]
     constraints: tuple[tuple[str, dict[str, Any]], ...]
+    role: str = "challenger"  # or "incumbent": the crowned kernel the arena's B windows run
 
     @property
     def qualified_module(self) -> str:
@@ -52,28 +53,34 @@ class SealedTree:
     ops: tuple[TreeOp, ...]
 
 
-def _op_json(pkg: str, digest: str, op: OpEntry) -> dict[str, Any]:
+ROLES = ("challenger", "incumbent")
+
+
+def _op_json(pkg: str, digest: str, op: OpEntry, role: str = "challenger") -> dict[str, Any]:
     cons = {c.dim: {k: v for k, v in (("min", c.min), ("max", c.max), ("multiple_of", c.multiple_of),
                                       ("in", list(c.one_of) if c.one_of else None)) if v is not None}
             for c in op.constraints}
     return {"package": pkg, "digest": digest, "slot": op.slot, "variant": op.variant, "module": op.module,
-            "attr": op.attr, "dtypes": list(op.dtypes), "constraints": cons}
+            "attr": op.attr, "dtypes": list(op.dtypes), "constraints": cons, "role": role}
 
 
 def canonical(doc: dict[str, Any]) -> bytes:
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
-def build_tree(root: Path, selections: Sequence[tuple[Bundle, Sequence[OpEntry]]]) -> SealedTree:
-    """Write the sealed tree for `selections` (bundle, the ops of it to activate) into `root`."""
+def build_tree(root: Path, selections: Sequence[tuple[Bundle, Sequence[OpEntry]]],
+               incumbents: Sequence[tuple[Bundle, Sequence[OpEntry]]] = ()) -> SealedTree:
+    """Write the sealed tree for `selections` (bundle, the ops of it to activate) into `root`;
+    `incumbents` are the crowned ops the arena's baseline (B) windows run instead of stock."""
     root.mkdir(parents=True, exist_ok=False)
     ops = []
-    for bundle, chosen in selections:
-        pkg = package_for(bundle.digest)
-        if not (root / pkg).exists():
-            bundle.write_to(root / pkg, read_only=True)
-        ops += [_op_json(pkg, bundle.digest, op) for op in chosen]
-    doc = {"version": TREE_VERSION, "ops": sorted(ops, key=lambda o: (o["slot"], o["variant"], o["package"]))}
+    for role, group in (("challenger", selections), ("incumbent", incumbents)):
+        for bundle, chosen in group:
+            pkg = package_for(bundle.digest)
+            if not (root / pkg).exists():
+                bundle.write_to(root / pkg, read_only=True)
+            ops += [_op_json(pkg, bundle.digest, op, role) for op in chosen]
+    doc = {"version": TREE_VERSION, "ops": sorted(ops, key=lambda o: (o["slot"], o["role"], o["variant"], o["package"]))}
     data = canonical(doc)
     (root / TREE_FILE).write_bytes(data)
     os.chmod(root / TREE_FILE, 0o444)
@@ -103,6 +110,9 @@ def open_tree(root: Path, expected_digest: str) -> SealedTree:
             if got != o["digest"]:
                 raise BundleError(pkg, "tree-content", f"content digest {got[:16]}… != sealed {o['digest'][:16]}…")
             checked.add(pkg)
+        role = o.get("role", "challenger")
+        if role not in ROLES:
+            raise BundleError(TREE_FILE, "tree-role", f"op {o['slot']}: unknown role {role!r}")
         ops.append(TreeOp(pkg, o["digest"], o["slot"], o["variant"], o["module"], o["attr"], tuple(o["dtypes"]),
-                          tuple(sorted((k, v) for k, v in o["constraints"].items()))))
+                          tuple(sorted((k, v) for k, v in o["constraints"].items())), role))
     return SealedTree(root, digest, tuple(ops))

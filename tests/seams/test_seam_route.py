@@ -46,19 +46,19 @@ def test_swap_flips_route_recaptures_and_acknowledges(tmp_path):
     reg = registry(tmp_path)
     runner = Runner(reg)
     a1 = set_route(runner, "stock", 1, reg)
-    assert reg.route_on is False and a1["fired_during_capture"] == {SLOT: 0} and a1["graphs"] == ["decode"]
+    assert reg.route == "stock" and a1["fired_during_capture"] == {SLOT: 0} and a1["graphs"] == ["decode"]
     a2 = set_route(runner, "candidate", 2, reg)
-    assert reg.route_on is True and a2["fired_during_capture"][SLOT] == 1 and runner.captures == 2
+    assert reg.route == "candidate" and a2["fired_during_capture"][SLOT] == 1 and runner.captures == 2
     (rec,) = read_receipts(tmp_path)
     assert [(r["epoch"], r["route"]) for r in rec["routes"]] == [(1, "stock"), (2, "candidate")]
 
 
 def test_stock_route_dispatches_nothing(tmp_path):
     reg = registry(tmp_path)
-    reg.route_on = False
+    reg.route = "stock"
     inputs, params = h.slot_inputs(SLOT)
     assert run(SLOT, {"x": inputs["x"], "weight": inputs["weight"]}, params, reg) is None
-    reg.route_on = True
+    reg.route = "candidate"
     assert run(SLOT, {"x": inputs["x"], "weight": inputs["weight"]}, params, reg) is not None
 
 
@@ -77,7 +77,7 @@ def test_bad_route_is_rejected(tmp_path):
     reg = registry(tmp_path)
     with pytest.raises(ValueError, match="route 'fast'"):
         set_route(Runner(reg), "fast", 1, reg)
-    assert reg.enabled and reg.route_on
+    assert reg.enabled and reg.route == "candidate"
 
 
 def test_attach_gives_the_scheduler_the_rpc_method(tmp_path):
@@ -85,5 +85,51 @@ def test_attach_gives_the_scheduler_the_rpc_method(tmp_path):
     sched = SimpleNamespace(tp_worker=SimpleNamespace(model_runner=Runner(reg)))
     attach(sched, reg)
     getattr(sched, RPC_METHOD)(route="stock", epoch=7)
-    assert reg.route_on is False
+    assert reg.route == "stock"
     assert json.loads(next(tmp_path.glob("receipt-*.json")).read_text())["routes"][0]["epoch"] == 7
+
+
+def test_incumbent_route_runs_only_the_crowned_kernel(tmp_path):
+    """Head-to-head: B windows run the incumbent, C windows the challenger, counted apart."""
+    reg = Registry()
+    reg.receipts = Receipts(str(tmp_path), "scheduler", 0)
+    calls: list = []
+    spec = get_slot(SLOT)
+    inc = h.register_candidate(spec, lambda **kw: (calls.append("incumbent"), h.reference_kernel(SLOT)(**kw))[1],
+                               reg, variant="inc2", add=False)
+    ch = h.register_candidate(spec, lambda **kw: (calls.append("challenger"), h.reference_kernel(SLOT)(**kw))[1],
+                              reg, variant="ch", add=False)
+    from dataclasses import replace
+
+    reg.add(spec, replace(inc, role="incumbent"))
+    reg.add(spec, ch)
+    assert [c.role for c in reg.candidates[SLOT]] == ["challenger", "incumbent"]
+    reg.enabled = True
+    inputs, params = h.slot_inputs(SLOT)
+    args = {"x": inputs["x"], "weight": inputs["weight"]}
+    for route, want in (("candidate", "challenger"), ("incumbent", "incumbent"), ("stock", None)):
+        reg.route = route
+        calls.clear()
+        got = run(SLOT, args, params, reg)
+        assert (calls[-1] if calls else None) == want and (got is None) == (want is None), route
+
+
+def test_tree_keeps_roles_and_rejects_unknown(tmp_path):
+    import json
+
+    from cacheon_subnet.bundle.engine_tree import TREE_FILE, build_tree, open_tree
+    from cacheon_subnet.errors import BundleError
+
+    ch, inc = h.make_bundle([SLOT], salt="ch"), h.make_bundle([SLOT], salt="inc")
+    tree = build_tree(tmp_path / "t", [(ch, ch.manifest.ops)], incumbents=[(inc, inc.manifest.ops)])
+    assert [(o.role, o.digest) for o in tree.ops] == [("challenger", ch.digest), ("incumbent", inc.digest)]
+    doc = json.loads((tree.root / TREE_FILE).read_text())
+    doc["ops"][1]["role"] = "king"
+    data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    (tmp_path / "t").chmod(0o755)
+    (tree.root / TREE_FILE).chmod(0o644)
+    (tree.root / TREE_FILE).write_bytes(data)
+    import hashlib
+
+    with pytest.raises(BundleError, match="unknown role 'king'"):
+        open_tree(tree.root, hashlib.sha256(data).hexdigest())
