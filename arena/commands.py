@@ -1,6 +1,6 @@
 """`cacheon arena ...` (registered via cli.EXTENSIONS).
 
-  cacheon arena run --config configs/arena/dense.toml --bundle DIR|TAR [--op SLOT[/VARIANT]]
+  cacheon arena run --config configs/arena/dense.toml --bundle DIR|TAR [--incumbent DIR|TAR] [--op SLOT[/VARIANT]]
                     [--workdir DIR] [--out result.json] [--json]
       exit 0 PASS, 1 FAIL, 3 NO_DECISION, 2 usage error
   cacheon arena id --config ...      the arena id and the identity it is the digest of
@@ -66,7 +66,10 @@ def cmd_arena_run(args: argparse.Namespace) -> int:
 
     from arena.run import stock_control_op
 
+    incumbent = None
     if args.control:
+        if args.incumbent:
+            raise UsageError("--incumbent makes no sense with --control")
         if args.bundle or not args.slot:
             raise UsageError("--control stock-as-candidate takes --slot SLOT and no --bundle (it runs no contribution)")
         from cacheon_subnet.errors import SlotError
@@ -89,12 +92,18 @@ def cmd_arena_run(args: argparse.Namespace) -> int:
         bundle = load_bundle(Path(args.bundle))
         op = _pick_op(bundle, args.op)
         opts = GpuQualifier(cfg).options(bundle, op)
+        if args.incumbent:
+            inc = load_bundle(Path(args.incumbent))
+            inc_op = next((o for o in inc.manifest.ops if o.slot == op.slot), None)
+            if inc_op is None:
+                raise UsageError(f"--incumbent {args.incumbent}: no op for slot {op.slot}")
+            incumbent = (inc, inc_op)
     if args.workdir:
         opts = replace(opts, workdir=Path(args.workdir))
     from arena.run import ArenaUnavailable
 
     try:
-        result = qualify(cfg, bundle, op, opts)
+        result = qualify(cfg, bundle, op, opts, incumbent=incumbent)
     except ArenaUnavailable as e:
         raise UsageError(f"cacheon arena run: {e}") from None
     if args.out:
@@ -123,6 +132,7 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     r.add_argument("--control", choices=["stock-as-candidate"],
                    help="role-bias measurement: SGLang's own kernel in the candidate route (needs --slot)")
     r.add_argument("--slot", help="the slot of a --control run")
+    r.add_argument("--incumbent", help="the crowned bundle of the same slot: B and B′ run it (head-to-head)")
     r.add_argument("--op", help="which op of the bundle (slot id or op key), when it has several")
     r.add_argument("--workdir", help="where engines, receipts and result.json go (default ~/.cacheon/arena/...)")
     r.add_argument("--out", help="also copy the result JSON here")

@@ -42,11 +42,12 @@ def window_tag(w: Window) -> str:
     return f"w{w.index:03d}-{w.role}"
 
 
-def resident_steps(cfg: ArenaConfig) -> tuple[list[dict[str, Any]], tuple[Window, ...]]:
-    """Swap to stock, warm-up, the B C C B′ cycles (swapping the route where it changes), then
-    the untimed quality samples under the candidate route and under stock (same prompts)."""
+def resident_steps(cfg: ArenaConfig, baseline: str = "stock") -> tuple[list[dict[str, Any]], tuple[Window, ...]]:
+    """Swap to the baseline (stock or the incumbent), warm-up, the B C C B′ cycles (swapping the
+    route where it changes), then the untimed quality samples under the candidate route and under
+    the baseline (same prompts)."""
     w = cfg.workload
-    windows = plan(w.cycles, w.warmup_windows)
+    windows = plan(w.cycles, w.warmup_windows, baseline)
     steps: list[dict[str, Any]] = []
     route, epoch = "candidate", 0  # the engine starts with the candidate captured
 
@@ -63,7 +64,7 @@ def resident_steps(cfg: ArenaConfig) -> tuple[list[dict[str, Any]], tuple[Window
                       "prompts": _prompts(cfg, w.seed + 7919 * (win.index + 1), w.prompts_per_window, w.input_len),
                       "max_new_tokens": w.output_len})
     q = cfg.quality
-    for r, tag in (("candidate", "quality-C"), ("stock", "quality-B")):
+    for r, tag in (("candidate", "quality-C"), (baseline, "quality-B")):
         to(r)
         steps.append({"op": "generate", "tag": tag, "timed": False, "keep_outputs": True, "top_k": q.top_k,
                       "prompts": _prompts(cfg, q.seed, q.prompts, q.input_len), "max_new_tokens": q.output_len})

@@ -23,6 +23,7 @@ def default_home() -> Path:
 class GpuQualifier:
     config: ArenaConfig
     label: str = "gpu-arena"
+    head_to_head: bool = True  # the validator hands over the incumbent's bundle (loop._incumbent_bundle)
 
     @property
     def arena_id(self) -> str:
@@ -33,25 +34,34 @@ class GpuQualifier:
         work = home / "arena" / self.arena_id / f"{bundle.digest[:16]}-{op.slot}-{op.variant}"
         return RunOptions(workdir=work, checkpoint_root=home / "arena" / "checkpoints")
 
-    def qualify(self, bundle: Bundle, op: OpEntry, incumbent: Crown | None) -> QualifyResult:
-        result = qualify(self.config, bundle, op, self.options(bundle, op))
-        return to_qualify_result(result, op, incumbent, self.arena_id, self.label)
+    def qualify(self, bundle: Bundle, op: OpEntry, incumbent: Crown | None,
+                incumbent_bundle: Bundle | None = None) -> QualifyResult:
+        inc_op = None
+        if incumbent is not None and incumbent_bundle is not None:
+            inc_op = next((o for o in incumbent_bundle.manifest.ops if o.slot == op.slot), None)
+        pair = (incumbent_bundle, inc_op) if incumbent_bundle is not None and inc_op is not None else None
+        result = qualify(self.config, bundle, op, self.options(bundle, op), incumbent=pair)
+        return to_qualify_result(result, op, incumbent, self.arena_id, self.label, head_to_head=pair is not None)
 
 
 def to_qualify_result(result: dict[str, Any], op: OpEntry, incumbent: Crown | None, arena_id: str,
-                      label: str) -> QualifyResult:
-    """B is stock in this arena version; the ratio vs an incumbent is derived by dividing by the
-    incumbent's chained speedup vs stock (labelled in detail['speedup_basis'])."""
+                      label: str, head_to_head: bool = False) -> QualifyResult:
+    """Head-to-head (B ran the incumbent): the ratio is measured against it and chained to stock.
+    Without the incumbent's bundle, B is stock and the ratio vs the incumbent is derived by
+    dividing by its chained speedup (labelled in detail['speedup_basis'])."""
     speed = result.get("speed") or {}
-    vs_stock = speed.get("ratio")
-    vs_stock = float(vs_stock) if isinstance(vs_stock, (int, float)) and math.isfinite(vs_stock) else 1.0
+    ratio = speed.get("ratio")
+    ratio = float(ratio) if isinstance(ratio, (int, float)) and math.isfinite(ratio) else 1.0
     noise = speed.get("noise")
     noise = float(noise) if isinstance(noise, (int, float)) and math.isfinite(noise) else 0.0
-    basis = "measured vs stock"
-    speedup = vs_stock
-    if incumbent is not None:
-        speedup = vs_stock / incumbent.speedup_vs_stock
+    if incumbent is not None and head_to_head:
+        speedup, vs_stock = ratio, ratio * incumbent.speedup_vs_stock
+        basis = f"measured vs the incumbent; vs stock chained through its {incumbent.speedup_vs_stock:.4f}"
+    elif incumbent is not None:
+        speedup, vs_stock = ratio / incumbent.speedup_vs_stock, ratio
         basis = f"derived: measured vs stock / incumbent's {incumbent.speedup_vs_stock:.4f}"
+    else:
+        speedup, vs_stock, basis = ratio, ratio, "measured vs stock"
     quality_ok = (result.get("quality") or {}).get("verdict") == "PASS"
     detail = {"result_json": result.get("result_path"), "speedup_basis": basis, "evidence": result.get("evidence"),
               "windows": result.get("windows"), "wall_s": result.get("wall_s")}

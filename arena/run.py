@@ -99,8 +99,10 @@ def candidate_blame(receipts: list[dict[str, Any]], slot: str) -> str:
     a recorded seam error or load failure, or a call that fired and never completed (a crash or
     hang inside the kernel)."""
     for r in receipts:
-        if r.get("errors"):
-            return f"recorded by rank {r.get('rank')}: {r['errors'][0][:300]}"
+        # not the incumbent's, and not a swap that never called the challenger
+        mine = [e for e in r.get("errors", []) if not e.startswith((f"{slot}@", "route@incumbent", "route@stock"))]
+        if mine:
+            return f"recorded by rank {r.get('rank')}: {mine[0][:300]}"
         c = r.get("slots", {}).get(slot, {})
         if c.get("load_failed"):
             return f"rank {r.get('rank')}: the bundle failed to load"
@@ -110,10 +112,14 @@ def candidate_blame(receipts: list[dict[str, Any]], slot: str) -> str:
 
 
 class Qualification:
-    def __init__(self, cfg: ArenaConfig, bundle: Bundle | None, op: OpEntry, opts: RunOptions) -> None:
+    def __init__(self, cfg: ArenaConfig, bundle: Bundle | None, op: OpEntry, opts: RunOptions,
+                 incumbent: tuple[Bundle, OpEntry] | None = None) -> None:
         if (bundle is None) != (opts.control == "stock-as-candidate"):
             raise ValueError("a bundle is required, except for the stock-as-candidate control (which takes none)")
-        self.cfg, self.bundle, self.op, self.opts = cfg, bundle, op, opts
+        if incumbent is not None and (bundle is None or incumbent[1].slot != op.slot):
+            raise ValueError(f"the incumbent must serve the same slot ({op.slot}) as a real challenger")
+        self.cfg, self.bundle, self.op, self.opts, self.incumbent = cfg, bundle, op, opts, incumbent
+        self.baseline = "incumbent" if incumbent else "stock"
         self.result: dict[str, Any] = {
             "schema": "cacheon.arena-result/1", "arena_id": cfg.arena_id, "arena": cfg.name, "control": opts.control,
             "config": cfg.path, "bundle_digest": bundle.digest if bundle else opts.control, "op": op.key, "slot": op.slot,
@@ -160,7 +166,8 @@ class Qualification:
         if self.bundle is None:  # role-bias control: no contribution code at all
             candidate_env, tree_digest = {"CACHEON_STOCK_AS_CANDIDATE": op.slot}, None
         else:
-            tree = build_tree(tree_root, [(self.bundle, [op])])
+            inc = [(self.incumbent[0], [self.incumbent[1]])] if self.incumbent else []
+            tree = build_tree(tree_root, [(self.bundle, [op])], incumbents=inc)
             candidate_env = {"CACHEON_ENGINE_TREE": str(tree.root), "CACHEON_ENGINE_TREE_DIGEST": tree.digest}
             tree_digest = tree.digest
         receipts_dir = wd / "receipts"
@@ -169,7 +176,9 @@ class Qualification:
         early = {"receipts_dir": str(receipts_dir), "slot": op.slot, "ranks": list(range(cfg.engine.tp_size))}
         base = {"engine_kwargs": engine_kwargs(cfg), "engine_factory": self.opts.engine_factory,
                 "checkpoint": None if self.opts.engine_factory else checkpoint_job(cfg, self.opts.checkpoint_root)}
-        steps, windows = resident_steps(cfg)
+        steps, windows = resident_steps(cfg, self.baseline)
+        self.result["baseline"] = (f"incumbent {self.incumbent[0].digest} ({self.incumbent[1].key})"
+                                   if self.incumbent else "stock")
         env = {**cache_env(), **seam_environment(bindings), **candidate_env, "CACHEON_RECEIPT_DIR": str(receipts_dir),
                "CACHEON_SEAM_STRICT": "1", "SGLANG_PLUGINS": "cacheon"}
         self.result.update(bindings=list(bindings), tree_digest=tree_digest, swaps=count_swaps(windows, "candidate"))
@@ -179,7 +188,8 @@ class Qualification:
         # evidence first: a kernel that never ran is never timed as a win
         swaps = [(s["epoch"], s["route"]) for s in steps if s["op"] == "route"]
         receipts = read_receipts(receipts_dir)
-        ev = check(receipts, op.slot, range(cfg.engine.tp_size), swaps, graphs_on=cfg.engine.cuda_graph)
+        ev = check(receipts, op.slot, range(cfg.engine.tp_size), swaps, graphs_on=cfg.engine.cuda_graph,
+                   incumbent=self.incumbent is not None)
         self.result["evidence"] = ev.to_json()
         samples = []
         for w in windows:
@@ -200,8 +210,11 @@ class Qualification:
                 return self.finish("FAIL", f"the engine with the candidate failed ({blame}): {resident.error}")
             return self.finish("NO_DECISION", f"the engine failed before the candidate was implicated "
                                               f"(infrastructure; retry): {resident.error}")
-        if not ev.ok:
+        if ev.problems:
             return self.finish("FAIL", "execution evidence: " + "; ".join(ev.problems[:5]))
+        if ev.baseline_problems:
+            return self.finish("NO_DECISION", "the incumbent baseline could not be established: "
+                               + "; ".join(ev.baseline_problems[:5]))
         speed = judge(samples, cfg.speed)
         self.result["speed"] = speed.to_json()
         if self.opts.control == "stock-as-candidate":
@@ -226,7 +239,9 @@ class Qualification:
         return self.finish(speed.verdict, "speed: " + speed.reason)
 
 
-def qualify(cfg: ArenaConfig, bundle: Bundle | None, op: OpEntry, opts: RunOptions) -> dict[str, Any]:
+def qualify(cfg: ArenaConfig, bundle: Bundle | None, op: OpEntry, opts: RunOptions,
+            incumbent: tuple[Bundle, OpEntry] | None = None) -> dict[str, Any]:
+    """incumbent: the crowned (bundle, op) of the same slot; B and B′ then run it (head-to-head)."""
     if opts.engine_factory is None:
         preflight()
-    return Qualification(cfg, bundle, op, opts).run()
+    return Qualification(cfg, bundle, op, opts, incumbent).run()

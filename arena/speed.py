@@ -21,7 +21,6 @@ from arena.config import SpeedSection
 
 ROLES = ("B", "C", "B'")
 CYCLE = ("B", "C", "C", "B'")
-ROUTE = {"B": "stock", "C": "candidate", "B'": "stock", "warmup": "stock"}
 
 
 @dataclass(frozen=True)
@@ -29,17 +28,15 @@ class Window:
     index: int
     cycle: int  # -1 for warm-up
     role: str  # warmup | B | C | B'
-
-    @property
-    def route(self) -> str:
-        return ROUTE[self.role]
+    route: str = "stock"  # what the engine runs: "candidate" in C, the baseline route elsewhere
 
 
-def plan(cycles: int, warmup: int) -> tuple[Window, ...]:
-    out = [Window(i, -1, "warmup") for i in range(warmup)]
+def plan(cycles: int, warmup: int, baseline: str = "stock") -> tuple[Window, ...]:
+    """baseline: "stock", or "incumbent" when B and B′ run the crowned kernel (head-to-head)."""
+    out = [Window(i, -1, "warmup", baseline) for i in range(warmup)]
     for c in range(cycles):
         for role in CYCLE:
-            out.append(Window(len(out), c, role))
+            out.append(Window(len(out), c, role, "candidate" if role == "C" else baseline))
     return tuple(out)
 
 

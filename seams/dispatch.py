@@ -173,16 +173,16 @@ def guarded(spec: SlotSpec, fn: Callable[..., Any], registry: Registry,
         try:
             result = fn(**kw)
             if result is not None:
-                raise SeamError(f"{spec.id}: candidate returned {type(result).__name__}; it must write its outputs")
+                raise SeamError(f"{key}: candidate returned {type(result).__name__}; it must write its outputs")
             for n, sig in before.items():
                 now = (kw[n].data_ptr(), tuple(kw[n].shape), kw[n].dtype, tuple(kw[n].stride()))
                 if now != sig:
-                    raise SeamError(f"{spec.id}: output {n} changed identity/layout {sig} -> {now}")
+                    raise SeamError(f"{key}: output {n} changed identity/layout {sig} -> {now}")
         except Exception as e:  # noqa: BLE001
             if registry.strict or stock is None:
                 if receipts is not None:
                     receipts.error(key, repr(e))
-                raise SeamError(f"{spec.id}: selected candidate failed in strict mode: {e!r}") from e
+                raise SeamError(f"{key}: selected candidate failed in strict mode: {e!r}") from e
             if receipts is not None:
                 receipts.note(key, "fallback", repr(e))
             for n, (st, off, size, stride) in (keep or {}).items():

@@ -69,7 +69,7 @@ def set_route(model_runner: Any, route: str, epoch: int, registry: Registry = RE
     except Exception as e:
         registry.disable()
         if registry.receipts is not None:
-            registry.receipts.error("route", f"swap to {route} (epoch {epoch}) failed: {e!r}")
+            registry.receipts.error(f"route@{route}", f"swap to {route} (epoch {epoch}) failed: {e!r}")
         raise
     after = _fired(registry)
     delta = {slot: after.get(slot, 0) - before.get(slot, 0) for slot in sorted(set(after) | set(before))}

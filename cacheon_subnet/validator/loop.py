@@ -22,7 +22,7 @@ import aiohttp
 from cacheon_subnet.bundle import Bundle
 from cacheon_subnet.chain.backend import ChainBackend
 from cacheon_subnet.log import get_logger
-from cacheon_subnet.scoring.settle import VERDICTS, ScoringError, SpeedPolicy
+from cacheon_subnet.scoring.settle import VERDICTS, Crown, ScoringError, SpeedPolicy
 from cacheon_subnet.scoring.weights import WeightPolicy
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.chainguard import ChainDown, GuardedChain
@@ -250,6 +250,12 @@ class Validator:
             self.log.warning("cache.missing", contribution=c.id)
         return bundle
 
+    def _incumbent_bundle(self, crown: Crown) -> Bundle | None:
+        """The crowned contribution's archive from the cache (the arena runs it in the B windows);
+        None when it is gone, and the qualifier then falls back to a derived ratio."""
+        digest = self.db.contribution(crown.contribution_id).digest
+        return load_cached(self.cfg.cache_dir, digest or "")
+
     def _screen_stage(self) -> None:
         for c in self.db.due("fetched")[: self.cfg.max_items_per_pass]:
             bundle = self._bundle(c)
@@ -308,7 +314,11 @@ class Validator:
             try:
                 if op is None:
                     raise LookupError(f"bundle has no op for target {target}")
-                result = self.qualifier.qualify(bundle, op, incumbent)
+                if incumbent is not None and getattr(self.qualifier, "head_to_head", False):
+                    result = self.qualifier.qualify(bundle, op, incumbent,
+                                                    incumbent_bundle=self._incumbent_bundle(incumbent))
+                else:
+                    result = self.qualifier.qualify(bundle, op, incumbent)
                 if result.verdict not in VERDICTS:
                     raise ValueError(f"qualifier returned verdict {result.verdict!r}, not one of {VERDICTS}")
             except Exception as exc:  # noqa: BLE001 - arena trouble says nothing about the bundle

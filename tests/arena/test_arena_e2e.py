@@ -123,3 +123,30 @@ def test_stock_as_candidate_control_measures_role_bias(env):
     assert r["control"] == "stock-as-candidate" and r["bundle_digest"] == "stock-as-candidate"
     assert r["evidence"]["ok"] and r["quality"]["verdict"] == "PASS"
     assert isinstance(r["role_bias"], float) and r["verdict"] in ("FAIL", "NO_DECISION")
+
+
+def test_head_to_head_against_an_incumbent(env):
+    """B and B′ run the crowned kernel, C the challenger; both must show their own receipts."""
+    from arena.run import RunOptions, qualify
+
+    ch, inc = h.torch_bundle("challenger"), h.torch_bundle("incumbent")
+    opts = RunOptions(workdir=env / "w", checkpoint_root=env / "c", engine_factory="tests.arena.fake_engine:FakeEngine")
+    r = qualify(h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5), ch, ch.manifest.ops[0], opts,
+                incumbent=(inc, inc.manifest.ops[0]))
+    assert r["baseline"].startswith(f"incumbent {inc.digest}")
+    assert r["evidence"]["ok"], r["evidence"]
+    routes = [a["route"] for a in r["evidence"]["routes"]["0"]]
+    assert routes[:3] == ["incumbent", "candidate", "incumbent"]
+    per_rank = r["evidence"]["per_rank"]["0"]
+    assert per_rank["norm.rmsnorm"]["fired"] > 0 and per_rank["norm.rmsnorm@incumbent"]["fired"] > 0
+    assert r["quality"]["verdict"] == "PASS" and r["verdict"] in ("FAIL", "NO_DECISION")  # equal kernels
+
+
+def test_raising_incumbent_is_not_the_challengers_fail(env):
+    from arena.run import RunOptions, qualify
+
+    ch = h.torch_bundle("ch2")
+    inc = load_bundle(EXAMPLES / "controls" / "raises_in_call")
+    opts = RunOptions(workdir=env / "w", checkpoint_root=env / "c", engine_factory="tests.arena.fake_engine:FakeEngine")
+    r = qualify(h.small_config(), ch, ch.manifest.ops[0], opts, incumbent=(inc, inc.manifest.ops[0]))
+    assert r["verdict"] == "NO_DECISION", r["reason"]

@@ -317,3 +317,30 @@ def test_one_validator_per_state_dir(world):
         make(world)
     v.close()
     make(world).close()  # released on close (and by the OS on kill -9)
+
+
+def test_head_to_head_qualifier_gets_the_incumbents_bundle(world, srv):
+    """A GPU arena runs the crowned kernel in its baseline windows: the loop hands it over."""
+    seen = []
+
+    class HeadToHead(FakeQualifier):
+        head_to_head = True
+
+        def qualify(self, bundle, op, incumbent, incumbent_bundle=None):
+            seen.append((op.slot, incumbent.contribution_id if incumbent else None,
+                         incumbent_bundle.digest if incumbent_bundle else None))
+            return super().qualify(bundle, op, incumbent)
+
+    v = make(world, qualifier=HeadToHead())
+    v.run_once()
+    da, _ = world["digests"]
+    assert ("norm.rmsnorm", None, None) in seen  # the first crown is measured against stock
+    b, db = make_archive(EXAMPLES / "norm.rmsnorm", world["tmp"], "b", {"speed.txt": "1.5", "salt.txt": "b"})
+    commit(world["chain"], "m2", db, srv.add(f"{world['tmp'].name}-b.tar.gz", b))
+    world["chain"].advance(2)
+    seen.clear()
+    v.run_once()
+    crown = next(c for c in ledger.crowns(v.db) if c.target == "norm.rmsnorm")
+    inc_rows = [s for s in seen if s[0] == "norm.rmsnorm"]
+    assert inc_rows and inc_rows[0][2] == da  # the incumbent's own archive, from the cache
+    assert crown.speedup_vs_stock == pytest.approx(1.5)

@@ -1,0 +1,38 @@
+"""The validator's view of an arena result: measured vs derived speedups, never mixed up."""
+
+from __future__ import annotations
+
+import pytest
+
+import arena_harness as h  # noqa: F401 - puts tests/seams on sys.path
+from arena.qualifier import to_qualify_result
+from cacheon_subnet.bundle import load_bundle
+from cacheon_subnet.scoring.settle import Crown
+
+OP = load_bundle(h.REPO / "examples" / "norm.rmsnorm").manifest.ops[0]
+RESULT = {"verdict": "PASS", "reason": "speed: ...", "speed": {"ratio": 1.05, "noise": 0.003},
+          "quality": {"verdict": "PASS"}, "result_path": "/x/result.json"}
+CROWN = Crown("norm.rmsnorm", "hk", "cid", 1, 2, 1.2, 1.2, "arena-x")
+
+
+def test_first_crown_is_measured_vs_stock():
+    q = to_qualify_result(RESULT, OP, None, "arena-x", "gpu-arena")
+    assert (q.speedup, q.speedup_vs_stock, q.noise, q.quality_ok) == (1.05, 1.05, 0.003, True)
+    assert q.detail["speedup_basis"] == "measured vs stock"
+
+
+def test_head_to_head_is_measured_vs_the_incumbent_and_chained():
+    q = to_qualify_result(RESULT, OP, CROWN, "arena-x", "gpu-arena", head_to_head=True)
+    assert q.speedup == pytest.approx(1.05) and q.speedup_vs_stock == pytest.approx(1.26)
+    assert q.detail["speedup_basis"].startswith("measured vs the incumbent")
+
+
+def test_without_the_incumbents_bundle_the_ratio_is_derived_and_labelled():
+    q = to_qualify_result(RESULT, OP, CROWN, "arena-x", "gpu-arena", head_to_head=False)
+    assert q.speedup == pytest.approx(1.05 / 1.2) and q.speedup_vs_stock == pytest.approx(1.05)
+    assert q.detail["speedup_basis"].startswith("derived")
+
+
+def test_no_speed_stage_never_reads_as_a_gain():
+    q = to_qualify_result({"verdict": "FAIL", "reason": "execution evidence: ..."}, OP, None, "arena-x", "gpu-arena")
+    assert q.verdict == "FAIL" and q.speedup == 1.0 and not q.quality_ok
