@@ -111,6 +111,9 @@ class ArenaConfig:
         doc["schema"] = SCHEMA
         doc["pins"] = {"sglang": SGLANG_PIN, "sglang_kernel": SGLANG_KERNEL_PIN, "torch": TORCH_PIN}
         doc["hf_config"] = hf_config(self)
+        from arena.checkpoint import RECIPE_VERSION
+
+        doc["checkpoint_recipe"] = RECIPE_VERSION  # a new init recipe is a new arena
         return doc
 
     @property
