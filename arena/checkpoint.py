@@ -15,6 +15,9 @@ with the first 8 bytes of sha256(f"{seed}:{name}"), then cast to the config's dt
     that ignores the norm weight must change the outputs.
 Bytes are reproducible for the same (torch version, generator device); a CUDA generator draws
 different numbers than the CPU one, so the stamp records the device and per-file sha256.
+
+write_tensors / read_cached are that writer for any weight source (arena/train.py writes trained
+weights through them), so every arena checkpoint shares one naming, stamp and caching rule.
 """
 
 from __future__ import annotations

@@ -180,7 +180,7 @@ class Attention(nn.Module):
         k = rope(self.k_norm(self.k_proj(x).view(b, t, self.kv, self.head_dim)), cos, sin)
         v = self.v_proj(x).view(b, t, self.kv, self.head_dim)
         g = self.heads // self.kv  # query head i reads kv head i // g (repeat_interleave, not tile)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2).repeat(1, g, 1, 1), v.transpose(1, 2).repeat(1, g, 1, 1)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2).repeat_interleave(g, 1), v.transpose(1, 2).repeat_interleave(g, 1)
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.head_dim**-0.5)
         return self.o_proj(o.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
 
@@ -392,6 +392,7 @@ def train_checkpoint(config: Mapping[str, Any], out_dir: Path, seed: int, *, dev
     try:
         return write_tensors(config, out_dir, lambda s: state[s.name], stamp, cache_key="request_digest")
     finally:
-        del model, state
+        state.clear()  # the last references to the weights: free them before empty_cache
+        del model
         if torch.device(device).type == "cuda":  # hand memory back before the engine starts
             torch.cuda.empty_cache()

@@ -7,7 +7,7 @@ SGLang's per-token logprobs and top-5 with the reference's (bf16, same weights).
 the reference with GPT-J (interleaved) RoPE shows how big a real semantic mismatch looks. It also
 reports training speed (the few-minutes estimate) and greedy samples from both sides.
 
-    python scripts/train_check.py [--out DIR] [--layers 28] [--steps 200] [--seconds 420]
+    python scripts/train_check.py [--out DIR] [--layers 28] [--steps 200] [--seconds 300]
 
 Prints one JSON line ({"check": "train_reference_vs_sglang", "pass": ..., ...}); exit 0 = pass.
 """
@@ -125,7 +125,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq-len", type=int, default=512)
     ap.add_argument("--lr", type=float, default=6e-4)
-    ap.add_argument("--seconds", type=float, default=420.0, help="safety cap on training time")
+    ap.add_argument("--seconds", type=float, default=300.0, help="safety cap on training time")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n-seqs", type=int, default=8)
     ap.add_argument("--length", type=int, default=512)
