@@ -32,6 +32,9 @@ class ModelSection:
     layers: int | None = None  # override the profile's depth (smaller arenas)
     seed: int = 0  # checkpoint init seed (arena/checkpoint.py)
     dtype: str = "bfloat16"
+    init: str = "random"  # or "trained": a byte-level model trained on the device (arena/train.py)
+    vocab: int | None = None  # override the profile's vocabulary (byte-level trained arenas: 257..4096)
+    train_steps: int = 600
 
 
 @dataclass(frozen=True)
@@ -98,11 +101,13 @@ class ArenaConfig:
 
     @property
     def profile(self) -> ModelProfile:
+        from dataclasses import replace
+
         p = PROFILES[self.model.profile]
         if self.model.layers:
-            from dataclasses import replace
-
             p = replace(p, layers=self.model.layers)
+        if self.model.vocab:
+            p = replace(p, vocab=self.model.vocab)
         return p
 
     def identity(self) -> dict[str, Any]:
@@ -161,6 +166,14 @@ def _check(path: Path, cfg: ArenaConfig) -> None:
         raise bad("[model] layers", "must be in 1..128")
     if cfg.model.dtype not in ("bfloat16", "float16"):
         raise bad("[model] dtype", "bfloat16 or float16")
+    if cfg.model.init not in ("random", "trained"):
+        raise bad("[model] init", "\"random\" or \"trained\"")
+    if cfg.model.init == "trained" and not (cfg.model.vocab and 257 <= cfg.model.vocab <= 4096):
+        raise bad("[model] vocab", "a trained (byte-level) arena needs vocab in 257..4096 (SGLang maps id vocab-1 to 0)")
+    if cfg.model.init == "trained" and cfg.profile.moe is not None:
+        raise bad("[model] init", "trained checkpoints are dense (qwen3) only")
+    if not 1 <= cfg.model.train_steps <= 100000:
+        raise bad("[model] train_steps", "must be in 1..100000")
     if cfg.engine.tp_size not in (1, 2, 4, 8):
         raise bad("[engine] tp_size", "1, 2, 4 or 8")
     if not 0.1 <= cfg.engine.mem_fraction_static <= 0.95:

@@ -64,9 +64,16 @@ class Driver:
         ckpt = self.job.get("checkpoint")
         if ckpt:
             t = time.perf_counter()
-            from arena.checkpoint import write_checkpoint
+            if ckpt.get("kind") == "trained":
+                from arena.train import train_checkpoint
 
-            info = write_checkpoint(ckpt["hf_config"], Path(ckpt["dir"]), int(ckpt["seed"]), device=ckpt.get("device", "cuda"))
+                info = train_checkpoint(ckpt["hf_config"], Path(ckpt["dir"]), int(ckpt["seed"]),
+                                        device=ckpt.get("device", "cuda"), steps=int(ckpt["steps"]))
+            else:
+                from arena.checkpoint import write_checkpoint
+
+                info = write_checkpoint(ckpt["hf_config"], Path(ckpt["dir"]), int(ckpt["seed"]),
+                                        device=ckpt.get("device", "cuda"))
             kwargs["model_path"] = str(info.path)
             self.emit({"op": "checkpoint", "path": str(info.path), "recipe_digest": info.recipe_digest,
                        "n_params": info.n_params, "s": round(time.perf_counter() - t, 2)})
@@ -102,9 +109,17 @@ class Driver:
             raise EvidenceError(f"{ev['slot']}: no candidate call while capturing graphs on scheduler rank(s) "
                                 f"{missing} (receipts: {fired or 'none'}): the kernel never runs in this engine")
 
+    def prompts(self, p: dict[str, Any]) -> list[list[int]]:
+        if p.get("source") == "corpus":
+            from arena.train import corpus_sequences, load_corpus
+
+            if not hasattr(self, "_corpus"):
+                self._corpus = load_corpus()
+            return corpus_sequences(self._corpus, p["n"], p["len"], p["seed"])
+        return make_prompts(p["seed"], p["n"], p["len"], p["low"], p["high"])
+
     def generate(self, step: dict[str, Any]) -> dict[str, Any]:
-        p = step["prompts"]
-        prompts = make_prompts(p["seed"], p["n"], p["len"], p["low"], p["high"])
+        prompts = self.prompts(step["prompts"])
         sp = {"max_new_tokens": int(step["max_new_tokens"]), "ignore_eos": True, "temperature": 0.0}
         k = int(step.get("top_k", 0))
         extra = {"return_logprob": True, "top_logprobs_num": k} if k else {}

@@ -30,12 +30,20 @@ def checkpoint_job(cfg: ArenaConfig, checkpoint_root: Path) -> dict[str, Any]:
     from arena.checkpoint import recipe_digest
 
     doc = hf_config(cfg)
+    if cfg.model.init == "trained":
+        key = recipe_digest({**doc, "cacheon_trained_steps": cfg.model.train_steps}, cfg.model.seed)
+        return {"kind": "trained", "hf_config": doc, "seed": cfg.model.seed, "steps": cfg.model.train_steps,
+                "dir": str(checkpoint_root / f"trained-{key[:16]}"), "device": "cuda"}
     digest = recipe_digest(doc, cfg.model.seed)
     return {"hf_config": doc, "seed": cfg.model.seed, "dir": str(checkpoint_root / digest[:16]), "device": "cpu"}  # CPU draws are machine-independent
 
 
-def _prompts(cfg: ArenaConfig, seed: int, n: int, length: int) -> dict[str, int]:
-    return {"seed": seed, "n": n, "len": length, "low": cfg.workload.vocab_low, "high": cfg.profile.vocab}
+def _prompts(cfg: ArenaConfig, seed: int, n: int, length: int) -> dict[str, Any]:
+    """Random token ids for random-init models; held-out corpus text for a trained byte model
+    (ids it never saw in training would say nothing about quality)."""
+    source = "corpus" if cfg.model.init == "trained" else "random"
+    return {"seed": seed, "n": n, "len": length, "low": cfg.workload.vocab_low, "high": cfg.profile.vocab,
+            "source": source}
 
 
 def window_tag(w: Window) -> str:

@@ -106,3 +106,33 @@ def test_tp2_arena_expects_both_ranks():
     tp2 = load_config(CONFIGS / "dense-tp2.toml")
     assert tp2.engine.tp_size == 2 and engine_kwargs(tp2)["tp_size"] == 2
     assert tp2.arena_id != load_config(CONFIGS / "dense.toml").arena_id
+
+
+def test_trained_arena_config_and_its_prompts(tmp_path):
+    from arena.engine_child import Driver
+    from arena.jobs import checkpoint_job, resident_steps
+
+    cfg = load_config(CONFIGS / "dense-trained.toml")
+    assert cfg.model.init == "trained" and cfg.profile.vocab == 512
+    assert cfg.arena_id != load_config(CONFIGS / "dense.toml").arena_id
+    job = checkpoint_job(cfg, tmp_path)
+    assert job["kind"] == "trained" and job["steps"] == 600 and job["hf_config"]["vocab_size"] == 512
+    steps, _ = resident_steps(cfg)
+    p = next(s for s in steps if s["op"] == "generate")["prompts"]
+    assert p["source"] == "corpus"
+    d = Driver({"result_path": str(tmp_path / "r.jsonl")})
+    a, b = d.prompts(dict(p, n=3, len=64)), d.prompts(dict(p, n=3, len=64))
+    assert a == b and all(len(x) == 64 and max(x) < 256 for x in a)  # held-out bytes, deterministic
+
+
+@pytest.mark.parametrize("old,new,needle", [
+    ('init = "trained"', 'init = "pretrained"', "[model] init"),
+    ("vocab = 512", "vocab = 256", "[model] vocab"),
+    ("train_steps = 600", "train_steps = 0", "[model] train_steps"),
+])
+def test_trained_arena_bad_keys(tmp_path, old, new, needle):
+    text = (CONFIGS / "dense-trained.toml").read_text().replace(old, new)
+    p = _write(tmp_path, text)
+    with pytest.raises(ArenaConfigError) as e:
+        load_config(p)
+    assert needle in str(e.value)
