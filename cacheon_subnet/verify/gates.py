@@ -33,3 +33,9 @@ def run_gates(dtypes: Sequence[Any], cases: Sequence[Any], *, compile_check: boo
 def graph_enabled(graph_check: bool | None, device: str) -> bool:
     """CUDA graph trials by default on CUDA devices, unless the caller chose."""
     return graph_check if graph_check is not None else device.startswith("cuda")
+
+
+def select_cases(spec: Any, op: Any, tier: str, max_cases: int | None) -> list[Any]:
+    """The slot's workload shapes at this tier that the op's constraints admit (capped)."""
+    cases = [c for c in spec.cases(tier) if op.eligible(c.dims)]
+    return cases[:max_cases] if max_cases else cases

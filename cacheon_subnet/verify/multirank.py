@@ -25,7 +25,7 @@ from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_name, dtype_of
 from cacheon_subnet.tensor_views import rebase
 from cacheon_subnet.verify import judge
 from cacheon_subnet.verify.client import WorkerConfig
-from cacheon_subnet.verify.gates import graph_enabled, run_gates
+from cacheon_subnet.verify.gates import graph_enabled, run_gates, select_cases
 from cacheon_subnet.verify.ranks import RankDied, RankGroup, RankTimeout, Reply
 from cacheon_subnet.verify.report import Failure, OpResult
 
@@ -132,9 +132,7 @@ class _RankRun:
 
     def check_op(self, op: OpEntry) -> OpResult:
         spec = get_slot(op.slot)
-        cases = [c for c in spec.cases(self.opts.resolved_tier) if op.eligible(c.dims)]
-        if self.opts.max_cases:
-            cases = cases[: self.opts.max_cases]
+        cases = select_cases(spec, op, self.opts.resolved_tier, self.opts.max_cases)
         if not cases:
             return self.result(op, "FAIL", 0, 0, Failure("no_cases", f"constraints {op.constraints} exclude every shape"))
         start = self.calls

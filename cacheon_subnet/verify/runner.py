@@ -27,7 +27,7 @@ from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_name, dtype_of
 from cacheon_subnet.tensor_views import rebase
 from cacheon_subnet.verify import judge, policy
 from cacheon_subnet.verify.client import WorkerClient, WorkerConfig, WorkerDied, WorkerTimeout
-from cacheon_subnet.verify.gates import graph_enabled, run_gates
+from cacheon_subnet.verify.gates import graph_enabled, run_gates, select_cases
 from cacheon_subnet.verify.multirank import plan_ranks, verify_collective
 from cacheon_subnet.verify.report import Failure, OpResult, VerifyReport
 from cacheon_subnet import sandbox
@@ -149,9 +149,7 @@ class _Run:
     # -- one op ----------------------------------------------------------------------------
     def check_op(self, op: OpEntry) -> OpResult:
         spec = get_slot(op.slot)
-        cases = [c for c in spec.cases(self.opts.resolved_tier) if op.eligible(c.dims)]
-        if self.opts.max_cases:
-            cases = cases[: self.opts.max_cases]
+        cases = select_cases(spec, op, self.opts.resolved_tier, self.opts.max_cases)
         if not cases:
             return _op_result(op, "FAIL", 0, 0, Failure("no_cases", f"constraints {op.constraints} exclude every shape"))
         start_calls = self.calls
