@@ -191,6 +191,7 @@ class Qualification:
         ev = check(receipts, op.slot, range(cfg.engine.tp_size), swaps, graphs_on=cfg.engine.cuda_graph,
                    incumbent=self.incumbent is not None)
         self.result["evidence"] = ev.to_json()
+        self.result["receipts"] = receipts  # raw, per scheduler rank (seams/receipts.py)
         samples = []
         for w in windows:
             try:

@@ -150,3 +150,12 @@ def test_raising_incumbent_is_not_the_challengers_fail(env):
     opts = RunOptions(workdir=env / "w", checkpoint_root=env / "c", engine_factory="tests.arena.fake_engine:FakeEngine")
     r = qualify(h.small_config(), ch, ch.manifest.ops[0], opts, incumbent=(inc, inc.manifest.ops[0]))
     assert r["verdict"] == "NO_DECISION", r["reason"]
+
+
+def test_human_summary_names_verdict_speed_quality_and_evidence(env):
+    from arena.commands import summary
+
+    r = h.run(h.torch_bundle("summary"), env)
+    text = summary(r)
+    assert r["verdict"] in text.splitlines()[1] and "speed: C/B" in text and "quality: PASS" in text
+    assert "evidence: ok" in text and "engine resident" in text and "route swaps" in text
