@@ -153,6 +153,33 @@ class Qualification:
         self.save()
         return run
 
+    def _candidate_env(self, tree_root: Path) -> tuple[dict[str, str], str | None]:
+        """Seal the challenger (and the incumbent) into a fresh engine tree; the role-bias control
+        loads no contribution code at all."""
+        if tree_root.exists():
+            shutil.rmtree(tree_root, onerror=lambda f, p, e: (os.chmod(os.path.dirname(p), 0o755), f(p)))
+        if self.bundle is None:
+            return {"CACHEON_STOCK_AS_CANDIDATE": self.op.slot}, None
+        inc = [(self.incumbent[0], [self.incumbent[1]])] if self.incumbent else []
+        tree = build_tree(tree_root, [(self.bundle, [self.op])], incumbents=inc)
+        return {"CACHEON_ENGINE_TREE": str(tree.root), "CACHEON_ENGINE_TREE_DIGEST": tree.digest}, tree.digest
+
+    def _resident_outcome(self, resident: EngineRun, receipts: list[dict[str, Any]], ev: Any) -> tuple[str, str] | None:
+        """A final (verdict, reason) when the resident engine already decides, else None."""
+        early = next((r for r in resident.records if r.get("op") == "error" and r.get("kind") == "evidence"), None)
+        if early:
+            return "FAIL", "execution evidence: " + early["error"]
+        if resident.error:
+            blame = candidate_blame(receipts, self.op.slot)
+            if blame:
+                return "FAIL", f"the engine with the candidate failed ({blame}): {resident.error}"
+            return "NO_DECISION", f"the engine failed before the candidate was implicated (infrastructure; retry): {resident.error}"
+        if ev.problems:
+            return "FAIL", "execution evidence: " + "; ".join(ev.problems[:5])
+        if ev.baseline_problems:
+            return "NO_DECISION", "the incumbent baseline could not be established: " + "; ".join(ev.baseline_problems[:5])
+        return None
+
     def run(self) -> dict[str, Any]:
         self.t0 = time.monotonic()
         cfg, op, wd = self.cfg, self.op, self.opts.workdir
@@ -160,16 +187,7 @@ class Qualification:
         bindings = tuple(sorted({a.binding for a in adapters_for_slot(op.slot)}))
         if not bindings:
             return self.finish("FAIL", f"slot {op.slot} has no seam adapter: it cannot run inside the engine")
-        tree_root = wd / "tree"
-        if tree_root.exists():
-            shutil.rmtree(tree_root, onerror=lambda f, p, e: (os.chmod(os.path.dirname(p), 0o755), f(p)))
-        if self.bundle is None:  # role-bias control: no contribution code at all
-            candidate_env, tree_digest = {"CACHEON_STOCK_AS_CANDIDATE": op.slot}, None
-        else:
-            inc = [(self.incumbent[0], [self.incumbent[1]])] if self.incumbent else []
-            tree = build_tree(tree_root, [(self.bundle, [op])], incumbents=inc)
-            candidate_env = {"CACHEON_ENGINE_TREE": str(tree.root), "CACHEON_ENGINE_TREE_DIGEST": tree.digest}
-            tree_digest = tree.digest
+        candidate_env, tree_digest = self._candidate_env(wd / "tree")
         receipts_dir = wd / "receipts"
         shutil.rmtree(receipts_dir, ignore_errors=True)
         receipts_dir.mkdir()
@@ -202,20 +220,9 @@ class Qualification:
         self.result["windows"] = [{"index": w.index, "cycle": w.cycle, "role": w.role, "route": w.route,
                                    cfg.speed.metric: v} for w, v in samples]
         self.save()
-        early_fail = next((r for r in resident.records if r.get("op") == "error" and r.get("kind") == "evidence"), None)
-        if early_fail:
-            return self.finish("FAIL", "execution evidence: " + early_fail["error"])
-        if resident.error:
-            blame = candidate_blame(receipts, op.slot)
-            if blame:
-                return self.finish("FAIL", f"the engine with the candidate failed ({blame}): {resident.error}")
-            return self.finish("NO_DECISION", f"the engine failed before the candidate was implicated "
-                                              f"(infrastructure; retry): {resident.error}")
-        if ev.problems:
-            return self.finish("FAIL", "execution evidence: " + "; ".join(ev.problems[:5]))
-        if ev.baseline_problems:
-            return self.finish("NO_DECISION", "the incumbent baseline could not be established: "
-                               + "; ".join(ev.baseline_problems[:5]))
+        stop = self._resident_outcome(resident, receipts, ev)
+        if stop:
+            return self.finish(*stop)
         speed = judge(samples, cfg.speed)
         self.result["speed"] = speed.to_json()
         if self.opts.control == "stock-as-candidate":
@@ -233,7 +240,7 @@ class Qualification:
             return self.finish("NO_DECISION", f"teacher alignment: {e}")
         mb, mc = q.metrics(graded["B"]), q.metrics(graded["C"])
         qv = q.grade(mb, mc, q.QualityPolicy.from_mapping(dict(cfg.quality.policy)))
-        self.result["quality"] = (getattr(q, "verdict_to_dict", None) or q.verdict_to_json)(qv)
+        self.result["quality"] = q.verdict_to_json(qv)
         self.save()
         if qv.verdict != "PASS":
             return self.finish(qv.verdict, "quality: " + "; ".join(qv.reasons[:4]))
