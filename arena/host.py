@@ -96,18 +96,6 @@ def gpu_memory_used_mib() -> list[int] | None:
     return [int(x) for x in out.split() if x.strip().isdigit()]
 
 
-def _group_members(pgid: int) -> set[int]:
-    members = set()
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if os.getpgid(int(d.name)) == pgid:
-                    members.add(int(d.name))
-            except (ProcessLookupError, PermissionError):
-                pass
-    return members
-
-
 def _kill_group(pgid: int, grace_s: float = 10.0) -> None:
     """TERM, grace, KILL — for every member of the group, even after the leader exited."""
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
@@ -116,7 +104,7 @@ def _kill_group(pgid: int, grace_s: float = 10.0) -> None:
         except ProcessLookupError:
             return
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and _group_members(pgid):
+        while time.monotonic() < deadline and sandbox.live_members(pgid):
             time.sleep(0.1)
 
 

@@ -236,3 +236,22 @@ def stop(proc: subprocess.Popen[bytes], grace_s: float = 2.0) -> None:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
+    deadline = time.monotonic() + 5.0  # SIGKILL is asynchronous: "stopped" means no member still runs
+    while live_members(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def live_members(pgid: int) -> list[int]:
+    """PIDs of process group `pgid` that are not yet zombies (read from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            out.append(int(entry))
+    return out

@@ -4,14 +4,13 @@ a stuck rank is ended by timeout with every rank process killed, usage errors ex
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from cacheon_subnet import sandbox
 from cacheon_subnet.bundle import load_bundle
 from cacheon_subnet.errors import UsageError
 from cacheon_subnet.verify import VerifyOptions, verify_bundle
@@ -29,17 +28,7 @@ def _failure(report):  # noqa: ANN001, ANN202
 
 def _members(pgid: int) -> list[int]:
     """Live processes in process group `pgid` (the launcher's: every rank of one run)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                out.append(int(entry))
-    return out
+    return sandbox.live_members(pgid)
 
 
 @pytest.fixture
