@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -96,18 +95,6 @@ def gpu_memory_used_mib() -> list[int] | None:
     return [int(x) for x in out.split() if x.strip().isdigit()]
 
 
-def _kill_group(pgid: int, grace_s: float = 10.0) -> None:
-    """TERM, grace, KILL — for every member of the group, even after the leader exited."""
-    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and sandbox.live_members(pgid):
-            time.sleep(0.1)
-
-
 def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0) -> EngineRun:
     """Run one engine job to completion (or its limit) and return every record it wrote."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -144,11 +131,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
                         break
                 time.sleep(0.2)
         finally:
-            _kill_group(proc.pid)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+            sandbox.stop(proc, grace_s=10.0)  # TERM, grace, KILL the group, until no member runs
     wall = time.monotonic() - t0
     records = []
     if result.exists():
