@@ -141,6 +141,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
             except ValueError:
                 records.append({"op": "corrupt", "line": line[:200]})
     gpu_free = _wait_gpu_free(baseline, gpu_free_timeout_s)
+    shutil.rmtree(scratch, ignore_errors=True)  # the engine's HOME/TMPDIR; records and log stay
     tail = log_path.read_text(errors="replace")[-4000:] if log_path.exists() else ""
     log.info("arena.engine.end", engine=spec.name, rc=proc.returncode, timed_out=timed_out, wall_s=round(wall, 1),
              gpu_free=gpu_free)

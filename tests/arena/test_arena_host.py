@@ -50,3 +50,12 @@ def test_gpu_free_means_memory_back_to_the_baseline(monkeypatch):
     monkeypatch.setattr(host, "gpu_memory_used_mib", lambda: [70000])
     assert host._wait_gpu_free([1000], timeout_s=0) is False  # an engine still holds the GPU
     assert host._wait_gpu_free(None, timeout_s=1) is None  # no nvidia-smi: cannot be seen
+
+
+def test_engine_scratch_is_removed_records_and_log_stay(tmp_path):
+    steps = [{"op": "generate", "tag": "g", "prompts": {"seed": 1, "n": 1, "len": 4, "low": 10, "high": 500},
+              "max_new_tokens": 2, "top_k": 0}]
+    run = run_engine(EngineSpec("s", job("FakeEngine", steps), timeout_s=120), tmp_path)
+    assert run.error is None and run.step("g")["out_tokens"] == 2
+    assert not (tmp_path / "s-scratch").exists()
+    assert (tmp_path / "s.jsonl").exists() and (tmp_path / "s.log").exists()
