@@ -1,0 +1,47 @@
+"""The next device session's commands, dry-run on CPU with the fake engine: a broken script would
+waste scarce H200 minutes (scripts/seam_proof.py, scripts/arena_benchmarks.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import arena_harness as h
+
+
+def _run(tmp_path, *argv: str) -> subprocess.CompletedProcess:
+    root = h.seam_harness.write_runtime(tmp_path / "fake-sglang")
+    env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{h.REPO}", TRITON_INTERPRET="1")
+    return subprocess.run([sys.executable, *argv, "--engine-factory", "tests.arena.fake_engine:FakeEngine"],
+                          capture_output=True, text=True, env=env, cwd=h.REPO, timeout=600)
+
+
+def test_seam_proof_dry_run(tmp_path):
+    out = tmp_path / "sp.json"
+    r = _run(tmp_path, "scripts/seam_proof.py", "--out", str(out), "--reps", "1", "--work", str(tmp_path / "w"),
+             "--engines", "stock-1,faithful,wrong,raising,nocand-1")
+    assert r.returncode == 0, r.stderr[-2000:]
+    e = json.loads(out.read_text())["engines"]
+    assert e["faithful"]["coverage"]["ok"] and e["faithful"]["vs_stock1"]["seq_match"] == 1.0
+    assert e["wrong"]["vs_stock1"]["token_match"] < 1.0 and e["raising"]["error"]
+    assert not e["nocand-1"]["coverage"]["ok"] and e["nocand-1"]["tput"]
+
+
+def test_arena_benchmarks_dry_run(tmp_path):
+    text = (h.REPO / "configs/arena/dense.toml").read_text()
+    for old, new in [("prompts_per_window = 256", "prompts_per_window = 4"), ("input_len = 256", "input_len = 8"),
+                     ("output_len = 128", "output_len = 4"), ("cycles = 6 ", "cycles = 2 "), ("prompts = 64", "prompts = 8"),
+                     ("input_len = 128", "input_len = 8"), ("output_len = 64", "output_len = 8")]:
+        text = text.replace(old, new)
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(text)
+    out = tmp_path / "ab.json"
+    r = _run(tmp_path, "scripts/arena_benchmarks.py", "--config", str(cfg), "--out", str(out),
+             "--work", str(tmp_path / "w"), "--checkpoints", str(tmp_path / "c"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    runs = {x["run"]: x for x in json.loads(out.read_text())["runs"]}
+    assert runs["wrong"]["verdict"] == "FAIL" and runs["wrong"]["quality"] == "FAIL"
+    assert runs["never-fires"]["verdict"] == "FAIL" and "evidence" in runs["never-fires"]["reason"]
+    assert runs["faithful"]["quality"] == "PASS" and isinstance(runs["role-bias"]["role_bias"], float)
