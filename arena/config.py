@@ -42,7 +42,7 @@ class EngineSection:
     attention_backend: str = "triton"
     sampling_backend: str = "pytorch"
     cuda_graph: bool = True
-    piecewise_cuda_graph: bool = True
+    piecewise_cuda_graph: bool = False  # not with route swaps yet (see _check)
     page_size: int = 1
     context_length: int = 4096
     mem_fraction_static: float = 0.6
@@ -79,6 +79,7 @@ class SpeedSection:
     k_noise: float = 3.0  # bar = 1 + max(margin, k_noise * noise)
     max_noise: float = 0.02  # above: NO_DECISION (the box is too noisy to decide)
     metric: str = "output_tokens_per_s"
+    confirm_cycles: int = 3  # a PASS is re-measured in a fresh engine (fresh prompts); 0 = off
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,11 @@ def _check(path: Path, cfg: ArenaConfig) -> None:
     s = cfg.speed
     if not (0 < s.margin < 1 and s.k_noise > 0 and 0 < s.max_noise < 1):
         raise bad("[speed]", "0 < margin < 1, k_noise > 0, 0 < max_noise < 1")
+    if not 0 <= s.confirm_cycles <= 50 or s.confirm_cycles == 1:
+        raise bad("[speed] confirm_cycles", "0 (off) or 2..50")
+    if cfg.engine.piecewise_cuda_graph and cfg.engine.cuda_graph:
+        raise bad("[engine] piecewise_cuda_graph", "not supported in the arena yet: a route swap cannot rebuild "
+                  "piecewise graphs, so prefill would keep the route captured at start (docs/arena.md)")
     if s.metric not in ("output_tokens_per_s", "total_tokens_per_s"):
         raise bad("[speed] metric", "output_tokens_per_s or total_tokens_per_s")
     if cfg.quality.policy:

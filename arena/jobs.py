@@ -50,12 +50,15 @@ def window_tag(w: Window) -> str:
     return f"w{w.index:03d}-{w.role}"
 
 
-def resident_steps(cfg: ArenaConfig, baseline: str = "stock") -> tuple[list[dict[str, Any]], tuple[Window, ...]]:
+def resident_steps(cfg: ArenaConfig, baseline: str = "stock", confirm: bool = False,
+                   ) -> tuple[list[dict[str, Any]], tuple[Window, ...]]:
     """Swap to the baseline (stock or the incumbent), warm-up, the B C C B′ cycles (swapping the
     route where it changes), then the untimed quality samples under the candidate route and under
-    the baseline (same prompts)."""
+    the baseline (same prompts). confirm: the confirmation pass — its own cycle count, prompts
+    never used before, no quality samples."""
     w = cfg.workload
-    windows = plan(w.cycles, w.warmup_windows, baseline)
+    cycles, salt = (cfg.speed.confirm_cycles, 104729) if confirm else (w.cycles, 0)
+    windows = plan(cycles, w.warmup_windows, baseline)
     steps: list[dict[str, Any]] = []
     route, epoch = "candidate", 0  # the engine starts with the candidate captured
 
@@ -69,8 +72,11 @@ def resident_steps(cfg: ArenaConfig, baseline: str = "stock") -> tuple[list[dict
     for win in windows:
         to(win.route)
         steps.append({"op": "generate", "tag": window_tag(win), "timed": True, "top_k": 0,
-                      "prompts": _prompts(cfg, w.seed + 7919 * (win.index + 1), w.prompts_per_window, w.input_len),
+                      "prompts": _prompts(cfg, w.seed + salt + 7919 * (win.index + 1), w.prompts_per_window,
+                                          w.input_len),
                       "max_new_tokens": w.output_len})
+    if confirm:
+        return steps, windows
     q = cfg.quality
     for r, tag in (("candidate", "quality-C"), (baseline, "quality-B")):
         to(r)

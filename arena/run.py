@@ -13,10 +13,10 @@ from typing import Any
 
 from arena import quality as q
 from arena.config import ArenaConfig
-from arena.evidence import check
+from arena.evidence import Evidence, check
 from arena.host import EngineRun, EngineSpec, run_engine
 from arena.jobs import cache_env, checkpoint_job, engine_kwargs, resident_steps, teacher_steps, window_tag
-from arena.speed import judge, swaps as count_swaps
+from arena.speed import SpeedVerdict, Window, judge, swaps as count_swaps
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.bundle.engine_tree import build_tree
 from cacheon_subnet.log import get_logger
@@ -180,6 +180,32 @@ class Qualification:
             return "NO_DECISION", "the incumbent baseline could not be established: " + "; ".join(ev.baseline_problems[:5])
         return None
 
+    def _timed(self, name: str, steps: list[dict[str, Any]], windows: tuple[Window, ...], base: dict[str, Any],
+               env: dict[str, str]) -> tuple[EngineRun, list[tuple[Window, float]], Evidence, list[dict[str, Any]]]:
+        """One engine with the candidate armed: its records, timed windows, evidence, receipts."""
+        cfg, op = self.cfg, self.op
+        receipts_dir = self.opts.workdir / f"receipts-{name}"
+        shutil.rmtree(receipts_dir, ignore_errors=True)
+        receipts_dir.mkdir()
+        early = {"receipts_dir": str(receipts_dir), "slot": op.slot, "ranks": list(range(cfg.engine.tp_size))}
+        job = {**base, "steps": steps, "early_evidence": early if cfg.engine.cuda_graph else None}
+        run = self._engine(name, job, {**env, "CACHEON_RECEIPT_DIR": str(receipts_dir)})
+        swaps = [(s["epoch"], s["route"]) for s in steps if s["op"] == "route"]
+        receipts = read_receipts(receipts_dir)
+        ev = check(receipts, op.slot, range(cfg.engine.tp_size), swaps, graphs_on=cfg.engine.cuda_graph,
+                   incumbent=self.incumbent is not None)
+        samples = []
+        for w in windows:
+            try:
+                samples.append((w, float(run.step(window_tag(w))[cfg.speed.metric])))
+            except KeyError:
+                continue
+        return run, samples, ev, receipts
+
+    def _windows_json(self, samples: list[tuple[Window, float]]) -> list[dict[str, Any]]:
+        return [{"index": w.index, "cycle": w.cycle, "role": w.role, "route": w.route, self.cfg.speed.metric: v}
+                for w, v in samples]
+
     def run(self) -> dict[str, Any]:
         self.t0 = time.monotonic()
         cfg, op, wd = self.cfg, self.op, self.opts.workdir
@@ -188,37 +214,18 @@ class Qualification:
         if not bindings:
             return self.finish("FAIL", f"slot {op.slot} has no seam adapter: it cannot run inside the engine")
         candidate_env, tree_digest = self._candidate_env(wd / "tree")
-        receipts_dir = wd / "receipts"
-        shutil.rmtree(receipts_dir, ignore_errors=True)
-        receipts_dir.mkdir()
-        early = {"receipts_dir": str(receipts_dir), "slot": op.slot, "ranks": list(range(cfg.engine.tp_size))}
         base = {"engine_kwargs": engine_kwargs(cfg), "engine_factory": self.opts.engine_factory,
                 "checkpoint": None if self.opts.engine_factory else checkpoint_job(cfg, self.opts.checkpoint_root)}
         steps, windows = resident_steps(cfg, self.baseline)
         self.result["baseline"] = (f"incumbent {self.incumbent[0].digest} ({self.incumbent[1].key})"
                                    if self.incumbent else "stock")
-        env = {**cache_env(), **seam_environment(bindings), **candidate_env, "CACHEON_RECEIPT_DIR": str(receipts_dir),
-               "CACHEON_SEAM_STRICT": "1", "SGLANG_PLUGINS": "cacheon"}
+        env = {**cache_env(), **seam_environment(bindings), **candidate_env, "CACHEON_SEAM_STRICT": "1",
+               "SGLANG_PLUGINS": "cacheon"}
         self.result.update(bindings=list(bindings), tree_digest=tree_digest, swaps=count_swaps(windows, "candidate"))
-        resident = self._engine("resident", {**base, "steps": steps,
-                                             "early_evidence": early if cfg.engine.cuda_graph else None}, env)
 
         # evidence first: a kernel that never ran is never timed as a win
-        swaps = [(s["epoch"], s["route"]) for s in steps if s["op"] == "route"]
-        receipts = read_receipts(receipts_dir)
-        ev = check(receipts, op.slot, range(cfg.engine.tp_size), swaps, graphs_on=cfg.engine.cuda_graph,
-                   incumbent=self.incumbent is not None)
-        self.result["evidence"] = ev.to_json()
-        self.result["receipts"] = receipts  # raw, per scheduler rank (seams/receipts.py)
-        samples = []
-        for w in windows:
-            try:
-                rec = resident.step(window_tag(w))
-            except KeyError:
-                continue
-            samples.append((w, float(rec[cfg.speed.metric])))
-        self.result["windows"] = [{"index": w.index, "cycle": w.cycle, "role": w.role, "route": w.route,
-                                   cfg.speed.metric: v} for w, v in samples]
+        resident, samples, ev, receipts = self._timed("resident", steps, windows, base, env)
+        self.result.update(evidence=ev.to_json(), receipts=receipts, windows=self._windows_json(samples))
         self.save()
         stop = self._resident_outcome(resident, receipts, ev)
         if stop:
@@ -244,7 +251,24 @@ class Qualification:
         self.save()
         if qv.verdict != "PASS":
             return self.finish(qv.verdict, "quality: " + "; ".join(qv.reasons[:4]))
+        if speed.verdict == "PASS" and cfg.speed.confirm_cycles:
+            return self._confirm(speed, base, env)
         return self.finish(speed.verdict, "speed: " + speed.reason)
+
+    def _confirm(self, first: SpeedVerdict, base: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+        """A crown is re-measured in a fresh engine on prompts never used before: a PASS that
+        does not hold there is NO_DECISION, never a crown."""
+        steps, windows = resident_steps(self.cfg, self.baseline, confirm=True)
+        run, samples, ev, receipts = self._timed("confirm", steps, windows, base, env)
+        self.result["confirm"] = {"evidence": ev.to_json(), "windows": self._windows_json(samples)}
+        stop = self._resident_outcome(run, receipts, ev)
+        if stop:
+            return self.finish(*stop)
+        again = judge(samples, self.cfg.speed)
+        self.result["confirm"]["speed"] = again.to_json()
+        if again.verdict != "PASS":
+            return self.finish("NO_DECISION", f"speed PASS ({first.reason}) not confirmed in a fresh engine: {again.reason}")
+        return self.finish("PASS", f"speed: {first.reason}; confirmed in a fresh engine: {again.reason}")
 
 
 def qualify(cfg: ArenaConfig, bundle: Bundle | None, op: OpEntry, opts: RunOptions,

@@ -147,3 +147,12 @@ class BrokenEngine:
 
     def __init__(self, **kwargs: Any) -> None:
         raise RuntimeError("CUDA out of memory while allocating the KV cache")
+
+
+class UnconfirmedEngine(SlowStockEngine):
+    """Stock is slow only in the first engine: a gain that the confirmation engine does not see."""
+
+    def hidden(self, ids: torch.Tensor) -> torch.Tensor:
+        if "receipts-confirm" in os.environ.get("CACHEON_RECEIPT_DIR", ""):
+            return FakeEngine.hidden(self, ids)
+        return super().hidden(ids)

@@ -57,6 +57,8 @@ def test_name_and_path_are_not_identity(tmp_path):
     ("[limits]", "[limitz]", "unknown table(s) ['limitz']"),
     ("seed = 777", "seed = 777\n[quality.policy]\nmax_nll_mean_deltaa = 1.0", "[quality.policy]"),
     ("mem_fraction_static = 0.6", "mem_fraction_static = 2.0", "mem_fraction_static"),
+    ("piecewise_cuda_graph = false", "piecewise_cuda_graph = true", "piecewise_cuda_graph"),
+    ('metric = "output_tokens_per_s"', 'metric = "output_tokens_per_s"\nconfirm_cycles = 1', "confirm_cycles"),
 ])
 def test_bad_config_names_file_table_and_key(tmp_path, old, new, needle):
     p = _write(tmp_path, _dense_text(**{old: new}))

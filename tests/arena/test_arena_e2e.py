@@ -86,6 +86,8 @@ def test_really_faster_candidate_passes(env):
     assert r["evidence"]["ok"] and r["quality"]["verdict"] == "PASS"
     assert r["speed"]["ratio"] > 1.5, r["speed"]
     assert r["verdict"] == "PASS", r["reason"]
+    assert r["confirm"]["speed"]["verdict"] == "PASS" and "confirmed in a fresh engine" in r["reason"]
+    assert r["confirm"]["evidence"]["ok"] and len(r["confirm"]["windows"]) == 1 + 4 * 3
 
 
 def test_result_json_names_arena_bundle_and_windows(env):
@@ -159,3 +161,10 @@ def test_human_summary_names_verdict_speed_quality_and_evidence(env):
     text = summary(r)
     assert r["verdict"] in text.splitlines()[1] and "speed: C/B" in text and "quality: PASS" in text
     assert "evidence: ok" in text and "engine resident" in text and "route swaps" in text
+
+
+def test_a_gain_the_fresh_engine_does_not_confirm_is_no_decision(env):
+    r = h.run(h.torch_bundle("unconfirmed"), env, engine="UnconfirmedEngine",
+              cfg=h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5))
+    assert r["speed"]["verdict"] == "PASS" and r["confirm"]["speed"]["verdict"] != "PASS"
+    assert r["verdict"] == "NO_DECISION" and "not confirmed" in r["reason"]
