@@ -58,6 +58,8 @@ class WorkloadSection:
     input_len: int = 256
     output_len: int = 128
     cycles: int = 6  # each cycle = windows B, C, C, B′ (ABBA: cancels linear drift)
+    windows_per_role: int = 1  # n: a cycle is B×n, C×2n, B′×n (a swap costs ~3–4 s, a window ~1 s)
+    settle_windows: int = 1  # untimed windows right after each route swap (the first ones dip)
     warmup_windows: int = 2
     seed: int = 1234
     vocab_low: int = 100  # prompt token ids are drawn from [vocab_low, vocab - 1]
@@ -182,6 +184,10 @@ def _check(path: Path, cfg: ArenaConfig) -> None:
     w = cfg.workload
     if w.cycles < 2:
         raise bad("[workload] cycles", "at least 2 (noise is measured between B and B′ windows)")
+    if not 1 <= w.windows_per_role <= 16:
+        raise bad("[workload] windows_per_role", "must be in 1..16")
+    if not 0 <= w.settle_windows <= 8:
+        raise bad("[workload] settle_windows", "must be in 0..8")
     if w.prompts_per_window < 1 or w.input_len < 1 or w.output_len < 2:
         raise bad("[workload]", "prompts_per_window, input_len >= 1 and output_len >= 2")
     if w.input_len + w.output_len > cfg.engine.context_length:

@@ -90,8 +90,11 @@ def gpu_memory_used_mib() -> list[int] | None:
     """Memory in use per visible GPU (None where nvidia-smi is absent, e.g. CPU CI)."""
     if not shutil.which("nvidia-smi"):
         return None
-    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, timeout=30).stdout
+    cmd = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if visible:  # only the GPUs this arena owns: a neighbour's engine on another GPU is not ours
+        cmd.insert(1, "--id=" + visible)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
     return [int(x) for x in out.split() if x.strip().isdigit()]
 
 

@@ -50,15 +50,16 @@ def window_tag(w: Window) -> str:
     return f"w{w.index:03d}-{w.role}"
 
 
-def resident_steps(cfg: ArenaConfig, baseline: str = "stock", confirm: bool = False,
-                   ) -> tuple[list[dict[str, Any]], tuple[Window, ...]]:
+def resident_steps(cfg: ArenaConfig, baseline: str = "stock", confirm: bool = False, candidate: str = "candidate",
+                   quality: bool = True) -> tuple[list[dict[str, Any]], tuple[Window, ...]]:
     """Swap to the baseline (stock or the incumbent), warm-up, the B C C B′ cycles (swapping the
-    route where it changes), then the untimed quality samples under the candidate route and under
-    the baseline (same prompts). confirm: the confirmation pass — its own cycle count, prompts
-    never used before, no quality samples."""
+    route where it changes; `settle_windows` untimed windows after each swap), then the untimed
+    quality samples under the candidate route and under the baseline (same prompts).
+    confirm: the confirmation pass — its own cycle count, prompts never used before, no quality
+    samples. candidate/quality: the seam-overhead benchmark times "stock" against "pristine"."""
     w = cfg.workload
     cycles, salt = (cfg.speed.confirm_cycles, 104729) if confirm else (w.cycles, 0)
-    windows = plan(cycles, w.warmup_windows, baseline)
+    windows = plan(cycles, w.warmup_windows, baseline, w.windows_per_role, candidate)
     steps: list[dict[str, Any]] = []
     route, epoch = "candidate", 0  # the engine starts with the candidate captured
 
@@ -68,6 +69,11 @@ def resident_steps(cfg: ArenaConfig, baseline: str = "stock", confirm: bool = Fa
             epoch += 1
             steps.append({"op": "route", "route": r, "epoch": epoch, "tag": f"route-{epoch}-{r}"})
             route = r
+            for k in range(w.settle_windows):  # untimed: the first windows after a recapture dip
+                steps.append({"op": "generate", "tag": f"settle-{epoch}-{k}", "timed": False, "top_k": 0,
+                              "prompts": _prompts(cfg, w.seed + salt + 15485863 + 31 * epoch + k,
+                                                  w.prompts_per_window, w.input_len),
+                              "max_new_tokens": w.output_len})
 
     for win in windows:
         to(win.route)
@@ -75,7 +81,7 @@ def resident_steps(cfg: ArenaConfig, baseline: str = "stock", confirm: bool = Fa
                       "prompts": _prompts(cfg, w.seed + salt + 7919 * (win.index + 1), w.prompts_per_window,
                                           w.input_len),
                       "max_new_tokens": w.output_len})
-    if confirm:
+    if confirm or not quality:
         return steps, windows
     q = cfg.quality
     for r, tag in (("candidate", "quality-C"), (baseline, "quality-B")):

@@ -233,7 +233,12 @@ class Qualification:
         speed = judge(samples, cfg.speed)
         self.result["speed"] = speed.to_json()
         if self.opts.control == "stock-as-candidate":
-            self.result["role_bias"] = speed.ratio - 1  # stock vs stock through the candidate route
+            # stock vs stock through the candidate route: the role bias. Same kernels in both
+            # roles, so there is no quality to grade and no crown to confirm.
+            self.result["role_bias"] = speed.ratio - 1
+            self.save()
+            return self.finish(speed.verdict, f"control stock-as-candidate (role bias {speed.ratio - 1:+.3%}): "
+                               + speed.reason)
         self.save()
 
         seqs = {"C": resident.step("quality-C")["sequences"], "B": resident.step("quality-B")["sequences"]}

@@ -31,12 +31,16 @@ class Window:
     route: str = "stock"  # what the engine runs: "candidate" in C, the baseline route elsewhere
 
 
-def plan(cycles: int, warmup: int, baseline: str = "stock") -> tuple[Window, ...]:
-    """baseline: "stock", or "incumbent" when B and B′ run the crowned kernel (head-to-head)."""
+def plan(cycles: int, warmup: int, baseline: str = "stock", per_role: int = 1,
+         candidate: str = "candidate") -> tuple[Window, ...]:
+    """baseline: "stock", or "incumbent" when B and B′ run the crowned kernel (head-to-head).
+    per_role: each role of the B C C B′ cycle gets that many consecutive windows.
+    candidate: the route C runs (the seam-overhead benchmark puts "stock" there)."""
     out = [Window(i, -1, "warmup", baseline) for i in range(warmup)]
     for c in range(cycles):
         for role in CYCLE:
-            out.append(Window(len(out), c, role, "candidate" if role == "C" else baseline))
+            for _ in range(per_role):
+                out.append(Window(len(out), c, role, candidate if role == "C" else baseline))
     return tuple(out)
 
 
@@ -58,6 +62,7 @@ class SpeedVerdict:
     noise: float
     bar: float
     reason: str
+    run_drift: float = float("nan")  # median(B′) / median(B) − 1 over every window of the run
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,7 +110,8 @@ def judge(samples: Sequence[tuple[Window, float]], policy: SpeedSection) -> Spee
     detail = f"C/B {ratio:.4f}, bar {bar:.4f} (B′/B drift {drift:+.2%}, ratio s.e. {se:.2%})"
     if noise > policy.max_noise:
         return SpeedVerdict("NO_DECISION", ratio, per_cycle_ratio, per_cycle_drift, noise, bar,
-                            f"noise {noise:.2%} > max {policy.max_noise:.2%}: the box is too noisy to decide; {detail}")
+                            f"noise {noise:.2%} > max {policy.max_noise:.2%}: the box is too noisy to decide; {detail}",
+                            drift)
     if ratio >= bar:
-        return SpeedVerdict("PASS", ratio, per_cycle_ratio, per_cycle_drift, noise, bar, detail)
-    return SpeedVerdict("FAIL", ratio, per_cycle_ratio, per_cycle_drift, noise, bar, detail)
+        return SpeedVerdict("PASS", ratio, per_cycle_ratio, per_cycle_drift, noise, bar, detail, drift)
+    return SpeedVerdict("FAIL", ratio, per_cycle_ratio, per_cycle_drift, noise, bar, detail, drift)

@@ -5,6 +5,9 @@ Runs (pick with --runs, in order):
   wrong        examples/controls/wrong_math    -> quality FAIL
   role-bias    stock kernel in the C route     -> role bias (C/B − 1), never a crown
   never-fires  fp32-only copy of the example   -> FAIL on evidence, right after start-up
+  ar-faithful  examples/collective.all_reduce  -> TP=2 arenas: receipts on both ranks, quality PASS
+  ar-corrupt   controls/corrupt_one_rank       -> TP=2 arenas: FAIL (rank 1's sums are wrong)
+A name may repeat (e.g. role-bias,role-bias,role-bias: the drift over repeated runs).
 
     source .devpack/dev_env.sh && python3 scripts/arena_benchmarks.py --runs faithful,wrong --out $OUT/arena.json
 """
@@ -42,6 +45,7 @@ def main() -> int:
     ap.add_argument("--work", default="/tmp/cacheon-arena-bench")
     ap.add_argument("--checkpoints", default="/tmp/cacheon-checkpoints")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--slot", default="norm.rmsnorm", help="the slot the role-bias control routes")
     ap.add_argument("--engine-factory", default=None, help="tests only: a fake engine class module:attr")
     a = ap.parse_args()
     cfg = load_config(a.config)
@@ -54,9 +58,11 @@ def main() -> int:
         if name == "role-bias":
             from dataclasses import replace
 
-            bundle, op, opts = None, stock_control_op("norm.rmsnorm"), replace(opts, control="stock-as-candidate")
+            bundle, op, opts = None, stock_control_op(a.slot), replace(opts, control="stock-as-candidate")
         else:
             src = {"faithful": REPO / "examples/norm.rmsnorm", "wrong": REPO / "examples/controls/wrong_math",
+                   "ar-faithful": REPO / "examples/collective.all_reduce",
+                   "ar-corrupt": REPO / "examples/controls/corrupt_one_rank",
                    "never-fires": None}[name] or fp32_only(work / "fp32_only")
             bundle = load_bundle(src)
             op = bundle.manifest.ops[0]
@@ -64,7 +70,8 @@ def main() -> int:
         speed = r.get("speed") or {}
         row = {"run": name, "verdict": r["verdict"], "reason": r["reason"][:400], "wall_s": r.get("wall_s"),
                "ratio": speed.get("ratio"), "noise": speed.get("noise"), "bar": speed.get("bar"),
-               "drift_cycles": speed.get("drift"), "role_bias": r.get("role_bias"),
+               "drift_cycles": speed.get("drift"), "drift": speed.get("run_drift"), "role_bias": r.get("role_bias"),
+               "confirm": (r.get("confirm") or {}).get("speed"),
                "quality": (r.get("quality") or {}).get("verdict"), "evidence_ok": (r.get("evidence") or {}).get("ok"),
                "stages": {k: {"wall_s": v["wall_s"], "start_s": next((x["s"] for x in v["startup"] if x["op"] == "started"), None),
                               "swap_s": [round(x["s"], 2) for x in v.get("routes", [])]} for k, v in r["stages"].items()},
@@ -75,6 +82,9 @@ def main() -> int:
     drifts = [abs(d) for row in out["runs"] for d in (row.get("drift_cycles") or [])]
     if drifts:
         out["median_abs_cycle_drift"] = statistics.median(drifts)
+    runs = [abs(row["drift"]) for row in out["runs"] if isinstance(row.get("drift"), float) and row["drift"] == row["drift"]]
+    if runs:
+        out["median_abs_run_drift"] = statistics.median(runs)  # the issue's figure: |B′/B − 1| per run
     Path(a.out).write_text(json.dumps(out, indent=1, default=str))
     return 0
 

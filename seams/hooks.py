@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Any, Callable, Mapping
+import sys
+import types
+from typing import Any, Callable, Iterable, Mapping
 
 Around = Callable[..., Any]
+# point -> (original, wrapped) for every hook this process installed
+INSTALLED: dict[str, tuple[Any, Any]] = {}
+# (holder, attr, wrapped, original) bindings that detach() put back to the original
+_DETACHED: list[tuple[Any, str, Any, Any]] = []
 
 
 def _dotted(point: str) -> str:
@@ -37,3 +43,46 @@ def install_hooks(hooks: Mapping[str, Around]) -> None:
         now = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr)
         if now is original or getattr(now, "__wrapped__", None) is None:
             raise RuntimeError(f"seam hook on {point} was not applied (HookRegistry logged the reason)")
+        INSTALLED[point] = (original, now)
+
+
+def detached() -> bool:
+    return bool(_DETACHED)
+
+
+def detach(instances: Iterable[Any] = ()) -> int:
+    """Put every hooked binding back to SGLang's original (the owner's attribute and each module's
+    by-value copy that HookRegistry propagated). Benchmark-only: the seam-overhead measurement
+    times the pristine engine against the seam-installed one inside one resident engine.
+    Returns how many bindings were restored; reattach() undoes exactly those."""
+    if _DETACHED:
+        return 0
+    originals = {id(w): (w, o) for o, w in INSTALLED.values()}
+    for inst in instances:  # layers bind forward_cuda at construction (CustomOp._forward_method)
+        for name, value in list(vars(inst).items()):
+            func = getattr(value, "__func__", None)
+            if isinstance(value, types.MethodType) and id(func) in originals and func is originals[id(func)][0]:
+                _DETACHED.append((inst, name, value, types.MethodType(originals[id(func)][1], inst)))
+    for point, (original, wrapped) in INSTALLED.items():
+        path, attr = _dotted(point).rsplit(".", 1)
+        owner = pkgutil.resolve_name(path)
+        if isinstance(owner, type) and owner.__dict__.get(attr) is wrapped:
+            _DETACHED.append((owner, attr, wrapped, original))
+        for mod in list(sys.modules.values()):
+            d = getattr(mod, "__dict__", None)
+            if not isinstance(d, dict):
+                continue
+            for name, value in list(d.items()):
+                if value is wrapped:
+                    _DETACHED.append((mod, name, wrapped, original))
+    for holder, name, _wrapped, original in _DETACHED:
+        setattr(holder, name, original)
+    return len(_DETACHED)
+
+
+def reattach() -> int:
+    n = len(_DETACHED)
+    for holder, name, wrapped, _original in _DETACHED:
+        setattr(holder, name, wrapped)
+    _DETACHED.clear()
+    return n

@@ -23,7 +23,9 @@ from typing import Any
 
 from seams.dispatch import REGISTRY, Registry, receipt_key
 
-ROUTES = ("candidate", "incumbent", "stock")
+ROUTES = ("candidate", "incumbent", "stock", "pristine")
+# "pristine": every hook taken out (SGLang's own functions back in place) — the seam-overhead
+# benchmark times it against "stock" (hooks in, every call routed to stock) in one engine.
 RPC_METHOD = "cacheon_route"
 
 
@@ -45,14 +47,21 @@ def recapture(model_runner: Any) -> list[str]:
     model_runner.graph_runner = None
     if had_piecewise:
         model_runner.piecewise_cuda_graph_runner = None
+    # No torch.cuda.empty_cache(): handing the cached blocks back to the driver made the first
+    # windows after a swap re-allocate (cudaMalloc synchronises) and dip 13–40 % (H200 run 1).
     gc.collect()
-    torch.cuda.empty_cache()
     if had_decode:
         model_runner.init_device_graphs()
         done.append("decode")
     if had_piecewise:
         model_runner.init_piecewise_cuda_graphs()
         done.append("piecewise")
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        # capture leaves many young Python objects: collect them now, at the idle point, and
+        # freeze the survivors, so no full collection lands inside a timed window
+        gc.collect()
+        gc.freeze()
     return done
 
 
@@ -64,7 +73,17 @@ def set_route(model_runner: Any, route: str, epoch: int, registry: Registry = RE
         raise RuntimeError("route swap on a scheduler whose registry is disabled (load failed or an earlier swap failed)")
     before = _fired(registry)
     try:
-        registry.route = route
+        from seams import hooks
+
+        if route == "pristine":
+            model = getattr(model_runner, "model", None)
+            restored = hooks.detach(model.modules() if hasattr(model, "modules") else ())
+            if not hooks.detached():
+                raise RuntimeError("pristine route: no hooked binding found to restore")
+            registry.route = "stock"
+        else:
+            restored = -hooks.reattach()
+            registry.route = route
         graphs = recapture(model_runner)
     except Exception as e:
         registry.disable()
@@ -73,7 +92,8 @@ def set_route(model_runner: Any, route: str, epoch: int, registry: Registry = RE
         raise
     after = _fired(registry)
     delta = {slot: after.get(slot, 0) - before.get(slot, 0) for slot in sorted(set(after) | set(before))}
-    ack = {"epoch": int(epoch), "route": route, "graphs": graphs, "fired_during_capture": delta}
+    ack = {"epoch": int(epoch), "route": route, "graphs": graphs, "fired_during_capture": delta,
+           "hooks_restored": restored}  # > 0: bindings put back to SGLang's own; < 0: hooks re-applied
     if registry.receipts is not None:
         registry.receipts.ack_route(ack)
     return ack

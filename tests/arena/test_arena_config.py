@@ -59,6 +59,8 @@ def test_name_and_path_are_not_identity(tmp_path):
     ("mem_fraction_static = 0.6", "mem_fraction_static = 2.0", "mem_fraction_static"),
     ("piecewise_cuda_graph = false", "piecewise_cuda_graph = true", "piecewise_cuda_graph"),
     ('metric = "output_tokens_per_s"', 'metric = "output_tokens_per_s"\nconfirm_cycles = 1', "confirm_cycles"),
+    ("windows_per_role = 2 ", "windows_per_role = 0 ", "[workload] windows_per_role"),
+    ("settle_windows = 1 ", "settle_windows = -1 ", "[workload] settle_windows"),
 ])
 def test_bad_config_names_file_table_and_key(tmp_path, old, new, needle):
     p = _write(tmp_path, _dense_text(**{old: new}))

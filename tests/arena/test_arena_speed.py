@@ -70,3 +70,30 @@ def test_incomplete_cycles_are_no_decision_and_bad_values_rejected():
     w, _ = s[3]
     with pytest.raises(ValueError):
         judge(s[:3] + [(w, 0.0)], POLICY)
+
+
+def test_plan_with_windows_per_role_keeps_abba_and_swap_count():
+    p = plan(2, 1, per_role=2)
+    assert [w.role for w in p] == ["warmup"] + ["B", "B", "C", "C", "C", "C", "B'", "B'"] * 2
+    assert swaps(p, "candidate") == 1 + 2 * 2  # more windows, no more swaps
+    assert {w.route for w in p if w.role == "C"} == {"candidate"}
+    assert {w.route for w in plan(2, 1, "pristine", candidate="stock") if w.role == "C"} == {"stock"}
+
+
+def test_settle_windows_follow_every_swap_untimed():
+    from dataclasses import replace
+
+    from arena.config import WorkloadSection, load_config
+    from arena.jobs import resident_steps
+
+    cfg = load_config("configs/arena/dense.toml")
+    cfg = replace(cfg, workload=replace(cfg.workload, settle_windows=2, cycles=2, windows_per_role=1))
+    steps, windows = resident_steps(cfg)
+    for i, s in enumerate(steps):
+        if s["op"] == "route":
+            assert [x["tag"].startswith("settle-") and not x["timed"] for x in steps[i + 1:i + 3]] == [True, True]
+    timed = [s for s in steps if s.get("timed")]
+    assert len(timed) == len(windows)
+    seeds = [s["prompts"]["seed"] for s in steps if s["op"] == "generate" and s["tag"] != "quality-B"]
+    assert len(seeds) == len(set(seeds))  # fresh prompts everywhere (quality-B reuses quality-C's on purpose)
+    assert isinstance(WorkloadSection().settle_windows, int)

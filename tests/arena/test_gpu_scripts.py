@@ -29,6 +29,28 @@ def test_seam_proof_dry_run(tmp_path):
     assert not e["nocand-1"]["coverage"]["ok"] and e["nocand-1"]["tput"]
 
 
+def _small_config(tmp_path):
+    text = (h.REPO / "configs/arena/dense.toml").read_text()
+    for old, new in [("prompts_per_window = 256", "prompts_per_window = 4"), ("input_len = 256", "input_len = 8"),
+                     ("output_len = 128", "output_len = 4"), ("cycles = 6 ", "cycles = 2 "), ("prompts = 64", "prompts = 8"),
+                     ("input_len = 128", "input_len = 8"), ("output_len = 64", "output_len = 8")]:
+        text = text.replace(old, new)
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(text)
+    return cfg
+
+
+def test_seam_overhead_dry_run(tmp_path):
+    out = tmp_path / "ov.json"
+    r = _run(tmp_path, "scripts/seam_overhead.py", "--config", str(_small_config(tmp_path)), "--out", str(out),
+             "--work", str(tmp_path / "w"))
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+    o = json.loads(out.read_text())
+    assert not o["problems"] and isinstance(o["seam_over_pristine"], float)
+    assert any(n > 0 for n in o["hooks_restored"]) and any(n < 0 for n in o["hooks_restored"])
+    assert {w["route"] for w in o["windows"]} == {"pristine", "stock"}
+
+
 def test_arena_benchmarks_dry_run(tmp_path):
     text = (h.REPO / "configs/arena/dense.toml").read_text()
     for old, new in [("prompts_per_window = 256", "prompts_per_window = 4"), ("input_len = 256", "input_len = 8"),
@@ -45,3 +67,4 @@ def test_arena_benchmarks_dry_run(tmp_path):
     assert runs["wrong"]["verdict"] == "FAIL" and runs["wrong"]["quality"] == "FAIL"
     assert runs["never-fires"]["verdict"] == "FAIL" and "evidence" in runs["never-fires"]["reason"]
     assert runs["faithful"]["quality"] == "PASS" and isinstance(runs["role-bias"]["role_bias"], float)
+    assert isinstance(runs["faithful"]["drift"], float) and runs["role-bias"]["quality"] is None

@@ -133,3 +133,67 @@ def test_tree_keeps_roles_and_rejects_unknown(tmp_path):
 
     with pytest.raises(BundleError, match="unknown role 'king'"):
         open_tree(tree.root, hashlib.sha256(data).hexdigest())
+
+
+# --- the pristine route (seam-overhead benchmark): hooks out, SGLang's own functions back ---
+
+class Layer:
+    """Binds its forward at construction, like SGLang's CustomOp (_forward_method)."""
+
+    def forward_cuda(self, x):
+        return ("stock", x)
+
+    def __init__(self):
+        self._forward_method = self.forward_cuda
+
+
+def _install_fake_hook(monkeypatch):
+    import sys
+    import types
+
+    from seams import hooks
+
+    original = Layer.__dict__["forward_cuda"]
+
+    def wrapped(self, x):
+        return ("seam", x)
+
+    wrapped.__wrapped__ = original
+    monkeypatch.setattr(Layer, "forward_cuda", wrapped)
+    copy = types.ModuleType("cacheon_test_copy")
+    copy.forward_cuda = wrapped  # a by-value copy HookRegistry propagated
+    monkeypatch.setitem(sys.modules, copy.__name__, copy)
+    monkeypatch.setattr(hooks, "INSTALLED", {"x:Layer.forward_cuda": (original, wrapped)})
+    monkeypatch.setattr(hooks, "_DETACHED", [])
+    monkeypatch.setattr(hooks, "pkgutil", types.SimpleNamespace(resolve_name=lambda path: Layer))
+    return original, wrapped, copy
+
+
+def test_pristine_route_takes_every_hook_out_and_stock_puts_them_back(tmp_path, monkeypatch):
+    original, wrapped, copy = _install_fake_hook(monkeypatch)
+    layer = Layer()  # constructed with the hook in place: holds a bound wrapper
+    assert layer._forward_method(1) == ("seam", 1)
+    reg = registry(tmp_path)
+    runner = Runner(reg)
+    runner.model = type("M", (), {"modules": lambda self: [layer]})()
+    ack = set_route(runner, "pristine", 1, reg)
+    assert ack["hooks_restored"] == 3 and ack["fired_during_capture"] == {SLOT: 0} and reg.route == "stock"
+    assert Layer.__dict__["forward_cuda"] is original and copy.forward_cuda is original
+    assert layer._forward_method(1) == ("stock", 1)
+    ack = set_route(runner, "stock", 2, reg)
+    assert ack["hooks_restored"] == -3
+    assert Layer.__dict__["forward_cuda"] is wrapped and copy.forward_cuda is wrapped
+    assert layer._forward_method(1) == ("seam", 1)
+    ack = set_route(runner, "candidate", 3, reg)
+    assert ack["hooks_restored"] == 0 and ack["fired_during_capture"][SLOT] == 1
+
+
+def test_pristine_route_with_nothing_to_restore_fails_and_disables(tmp_path, monkeypatch):
+    from seams import hooks
+
+    monkeypatch.setattr(hooks, "INSTALLED", {})
+    monkeypatch.setattr(hooks, "_DETACHED", [])
+    reg = registry(tmp_path)
+    with pytest.raises(RuntimeError, match="no hooked binding"):
+        set_route(Runner(reg), "pristine", 1, reg)
+    assert reg.enabled is False

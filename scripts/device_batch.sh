@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The device session's batches on nvidia-h200-x2 (one call each, under the 600 s call limit).
+# Tracks on different GPUs run at the same time (CUDA_VISIBLE_DEVICES); every result is JSON in
+# $OUT. Engines outlive a killed host (own session), so each batch ends by killing leftovers.
+#
+#   bash scripts/device_batch.sh arena1     # GPU0: faithful, role-bias | GPU1: seam overhead, never-fires, role-bias
+#   bash scripts/device_batch.sh tp2        # both GPUs: TP=2 arena (collective.all_reduce) + NCCL verify
+#   bash scripts/device_batch.sh arena2     # GPU0: wrong | GPU1: role-bias, role-bias
+set -u
+OUT=${OUT:-/tmp/out}
+LIMIT=${LIMIT:-530}
+source .devpack/dev_env.sh || exit 9
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
+export PYTHONPATH=/tmp/site:$PWD:$PYTHONPATH
+nvidia-smi --query-gpu=index,name,memory.used,clocks.sm --format=csv,noheader
+date -u +%FT%TZ
+
+gpu() {  # gpu IDS NAME COMMAND...: one track, its own log, bounded by LIMIT
+  local ids=$1 name=$2; shift 2
+  (export CUDA_VISIBLE_DEVICES=$ids; timeout "$LIMIT" bash -c "$*" >"$OUT/$name.log" 2>&1; echo "$name rc=$?") &
+}
+
+collect() {
+  pkill -9 -f 'arena[.]engine_child|cacheon_subnet[.]verify|sglang[.]srt' 2>/dev/null
+  for d in /tmp/cb-*; do
+    [ -d "$d" ] || continue
+    find "$d" -maxdepth 3 \( -name 'result.json' -o -name '*.log' -o -name 'receipt-*.json' \) -size -2M \
+      -exec sh -c 'mkdir -p "$0/$(dirname "${1#/tmp/}")" && tail -c 200000 "$1" > "$0/${1#/tmp/}"' "$OUT/work" {} \;
+  done
+  nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
+  date -u +%FT%TZ
+}
+
+AB="python3 scripts/arena_benchmarks.py"
+case "${1:-}" in
+  arena1)
+    gpu 0 gpu0 "$AB --runs faithful,role-bias --work /tmp/cb-g0 --checkpoints /tmp/ck0 --out $OUT/ab-gpu0.json"
+    gpu 1 gpu1 "python3 scripts/seam_overhead.py --work /tmp/cb-ov --checkpoints /tmp/ck1 --out $OUT/overhead.json; \
+                $AB --runs never-fires,role-bias --work /tmp/cb-g1 --checkpoints /tmp/ck1 --out $OUT/ab-gpu1.json"
+    ;;
+  tp2)
+    gpu 0,1 tp2 "$AB --config configs/arena/dense-tp2.toml --runs ar-faithful --work /tmp/cb-tp2 --checkpoints /tmp/ck2 \
+                 --out $OUT/ab-tp2.json"
+    gpu 0,1 verify "for b in examples/collective.all_reduce examples/collective.ar_residual_rmsnorm \
+                 examples/controls/corrupt_one_rank examples/controls/skip_collective; do n=\$(basename \$b); \
+                 timeout 150 python3 -m cacheon_subnet verify \$b --device cuda --world-size 2 --call-timeout 30 \
+                 --max-cases 6 --json >$OUT/verify-\$n.json 2>$OUT/verify-\$n.err; echo \$n rc=\$?; done"
+    ;;
+  arena2)
+    gpu 0 gpu0 "$AB --runs wrong --work /tmp/cb-g0b --checkpoints /tmp/ck0 --out $OUT/ab-gpu0b.json"
+    gpu 1 gpu1 "$AB --runs role-bias,role-bias --work /tmp/cb-g1b --checkpoints /tmp/ck1 --out $OUT/ab-gpu1b.json"
+    ;;
+  *) echo "usage: device_batch.sh arena1|tp2|arena2"; exit 2 ;;
+esac
+wait
+collect
