@@ -123,11 +123,12 @@ class Driver:
         sp = {"max_new_tokens": int(step["max_new_tokens"]), "ignore_eos": True, "temperature": 0.0}
         k = int(step.get("top_k", 0))
         extra = {"return_logprob": True, "top_logprobs_num": k} if k else {}
+        wall = time.time()
         t = time.perf_counter()
         outs = self.engine.generate(input_ids=prompts, sampling_params=sp, **extra)
         dt = time.perf_counter() - t
         n_out = sum(len(o["output_ids"]) for o in outs)
-        rec: dict[str, Any] = {"op": "generate", "tag": step["tag"], "s": dt, "out_tokens": n_out,
+        rec: dict[str, Any] = {"op": "generate", "tag": step["tag"], "s": dt, "out_tokens": n_out, "at": round(wall, 3),
                                "in_tokens": sum(len(x) for x in prompts),
                                "output_tokens_per_s": n_out / dt, "total_tokens_per_s": (n_out + sum(map(len, prompts))) / dt}
         if step.get("keep_outputs"):

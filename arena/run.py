@@ -195,16 +195,20 @@ class Qualification:
         ev = check(receipts, op.slot, range(cfg.engine.tp_size), swaps, graphs_on=cfg.engine.cuda_graph,
                    incumbent=self.incumbent is not None)
         samples = []
+        self._starts = {}
         for w in windows:
             try:
-                samples.append((w, float(run.step(window_tag(w))[cfg.speed.metric])))
+                rec = run.step(window_tag(w))
+                samples.append((w, float(rec[cfg.speed.metric])))
+                self._starts[w.index] = rec.get("at")
             except KeyError:
                 continue
         return run, samples, ev, receipts
 
     def _windows_json(self, samples: list[tuple[Window, float]]) -> list[dict[str, Any]]:
-        return [{"index": w.index, "cycle": w.cycle, "role": w.role, "route": w.route, self.cfg.speed.metric: v}
-                for w, v in samples]
+        starts = getattr(self, "_starts", {})
+        return [{"index": w.index, "cycle": w.cycle, "role": w.role, "route": w.route, self.cfg.speed.metric: v,
+                 "at": starts.get(w.index)} for w, v in samples]
 
     def run(self) -> dict[str, Any]:
         self.t0 = time.monotonic()
