@@ -5,7 +5,7 @@
 #
 #   bash scripts/device_batch.sh arena1     # GPU0: faithful, role-bias | GPU1: seam overhead, never-fires, role-bias
 #   bash scripts/device_batch.sh tp2        # both GPUs: TP=2 arena (collective.all_reduce) + NCCL verify
-#   bash scripts/device_batch.sh arena2     # GPU0: wrong | GPU1: role-bias, role-bias
+#   bash scripts/device_batch.sh arena2     # GPU0: wrong, then NCCL verify (both GPUs) | GPU1: role-bias ×2
 set -u
 OUT=${OUT:-/tmp/out}
 LIMIT=${LIMIT:-530}
@@ -20,16 +20,24 @@ gpu() {  # gpu IDS NAME COMMAND...: one track, its own log, bounded by LIMIT
   (export CUDA_VISIBLE_DEVICES=$ids; timeout "$LIMIT" bash -c "$*" >"$OUT/$name.log" 2>&1; echo "$name rc=$?") &
 }
 
-collect() {
+collect() {  # $OUT gives back at most 8 files: the JSON summaries, two logs, everything else in one tarball
   pkill -9 -f 'arena[.]engine_child|cacheon_subnet[.]verify|sglang[.]srt' 2>/dev/null
-  for d in /tmp/cb-*; do
-    [ -d "$d" ] || continue
-    find "$d" -maxdepth 3 \( -name 'result.json' -o -name '*.log' -o -name 'receipt-*.json' \) -size -2M \
-      -exec sh -c 'mkdir -p "$0/$(dirname "${1#/tmp/}")" && tail -c 200000 "$1" > "$0/${1#/tmp/}"' "$OUT/work" {} \;
-  done
+  (cd /tmp && find cb-* -maxdepth 3 \( -name 'result.json' -o -name '*.log' -o -name '*.jsonl' -o -name 'receipt-*.json' \
+     -o -name 'verify-*' \) -size -8M 2>/dev/null | tar czf "$OUT/work.tgz" -T - 2>/dev/null)
   nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
   date -u +%FT%TZ
 }
+
+verify_collectives() {  # NCCL verify of the collective bundles and controls, results in /tmp/cb-verify
+  mkdir -p /tmp/cb-verify
+  for b in "$@"; do n=$(basename "$b")
+    timeout 150 python3 -m cacheon_subnet verify "$b" --device cuda --world-size 2 --call-timeout 30 --max-cases 6 \
+      --json >/tmp/cb-verify/verify-$n.json 2>/tmp/cb-verify/verify-$n.err; echo "verify $n rc=$?"
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[1], d['status'], d['reasons'][:1])" \
+      /tmp/cb-verify/verify-$n.json 2>&1 | cut -c1-400
+  done
+}
+export -f verify_collectives
 
 AB="python3 scripts/arena_benchmarks.py"
 case "${1:-}" in
@@ -41,13 +49,12 @@ case "${1:-}" in
   tp2)
     gpu 0,1 tp2 "$AB --config configs/arena/dense-tp2.toml --runs ar-faithful --work /tmp/cb-tp2 --checkpoints /tmp/ck2 \
                  --out $OUT/ab-tp2.json"
-    gpu 0,1 verify "for b in examples/collective.all_reduce examples/collective.ar_residual_rmsnorm \
-                 examples/controls/corrupt_one_rank examples/controls/skip_collective; do n=\$(basename \$b); \
-                 timeout 150 python3 -m cacheon_subnet verify \$b --device cuda --world-size 2 --call-timeout 30 \
-                 --max-cases 6 --json >$OUT/verify-\$n.json 2>$OUT/verify-\$n.err; echo \$n rc=\$?; done"
+    gpu 0,1 verify "verify_collectives examples/collective.all_reduce examples/collective.ar_residual_rmsnorm \
+                 examples/controls/corrupt_one_rank examples/controls/skip_collective"
     ;;
   arena2)
-    gpu 0 gpu0 "$AB --runs wrong --work /tmp/cb-g0b --checkpoints /tmp/ck0 --out $OUT/ab-gpu0b.json"
+    gpu 0 gpu0 "$AB --runs wrong --work /tmp/cb-g0b --checkpoints /tmp/ck0 --out $OUT/ab-gpu0b.json; \
+                CUDA_VISIBLE_DEVICES=0,1 verify_collectives examples/collective.ar_residual_rmsnorm examples/controls/skip_collective"
     gpu 1 gpu1 "$AB --runs role-bias,role-bias --work /tmp/cb-g1b --checkpoints /tmp/ck1 --out $OUT/ab-gpu1b.json"
     ;;
   *) echo "usage: device_batch.sh arena1|tp2|arena2"; exit 2 ;;

@@ -27,7 +27,9 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from cacheon_subnet.slots import gen, profiles
-from cacheon_subnet.slots.spec import ArgSpec, ParamSpec, ShapeCase, SlotSpec, case
+from types import MappingProxyType
+
+from cacheon_subnet.slots.spec import DEFAULT_TOLERANCES, ArgSpec, ParamSpec, ShapeCase, SlotSpec, Tolerance, case
 
 ACT_DTYPES = ("bfloat16", "float16", "float32")
 WORLD_SIZES = (2,)  # Qwen3-8B / Qwen3-30B-A3B served with --tp 2
@@ -111,6 +113,17 @@ def _fused_rank_ref(ranks: Sequence[Tensors], p: Mapping[str, Any]) -> list[dict
     return out
 
 
+# The stock path rounds the all-reduced sum to the activation dtype before adding the residual
+# (NCCL / custom all-reduce return bf16). Where the residual cancels that sum, the one rounding
+# of the larger intermediate exceeds atol + rtol·|result| on rare elements: seen on 2 H200s
+# (2026-11-29, NCCL), 1 element of 262144 off by 0.219 in bf16 for the faithful example. Allow
+# 1e-4 of the elements that rounding slack; rel-L2 still bounds any systematic error.
+_FUSED_TOL = MappingProxyType({
+    "bfloat16": Tolerance(atol=2e-2, rtol=2e-2, min_matched=0.9999, max_rel_l2=1e-2),
+    "float16": Tolerance(atol=1e-2, rtol=1e-2, min_matched=0.9999, max_rel_l2=2e-3),
+    "float32": DEFAULT_TOLERANCES["float32"],
+})
+
 AR_RESIDUAL_RMSNORM = SlotSpec(
     id="collective.ar_residual_rmsnorm",
     version=1,
@@ -134,6 +147,7 @@ AR_RESIDUAL_RMSNORM = SlotSpec(
     make_rank_inputs=_fused_rank_inputs,
     rank_reference=_fused_rank_ref,
     replicated=("norm_out", "residual_out"),
+    tolerances=_FUSED_TOL,
 )
 
 SLOTS = (ALL_REDUCE, AR_RESIDUAL_RMSNORM)
