@@ -53,7 +53,8 @@ class Receipts:
     def _mark_dirty(self) -> None:
         """A burst of calls (graph capture) ends without a final note; a daemon thread writes the
         last counts within flush_every_s, so the file never trails the process by more."""
-        self._dirty.set()
+        if not self._dirty.is_set():  # set() takes the condition's lock: not on every eager call
+            self._dirty.set()
         if self._flusher is None and self.directory:
             self._flusher = threading.Thread(target=self._flush_loop, name="cacheon-receipts", daemon=True)
             self._flusher.start()

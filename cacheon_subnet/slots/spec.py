@@ -104,12 +104,12 @@ class ArgSpec:
             raise SlotError(f"arg {self.name}: layout {self.layout!r} not in {LAYOUTS}")
         if self.dtype != "act":
             dtype_of(self.dtype)
-        for d in self.shape:
-            DimExpr.parse(d)
+        # parsed once: the seam's dispatch reads them on every eager call (57 per forward)
+        object.__setattr__(self, "_dims", tuple(DimExpr.parse(d) for d in self.shape))
 
     @property
     def dims(self) -> tuple[DimExpr, ...]:
-        return tuple(DimExpr.parse(d) for d in self.shape)
+        return self._dims  # type: ignore[attr-defined]
 
     def torch_dtype(self, act: torch.dtype) -> torch.dtype:
         return act if self.dtype == "act" else dtype_of(self.dtype)
