@@ -48,6 +48,9 @@ class EngineSection:
     mem_fraction_static: float = 0.6
     max_running_requests: int = 256
     cuda_graph_max_bs: int = 256
+    # decode batch sizes to capture; () = SGLang's own list (36 sizes up to 256). Fewer sizes make
+    # every route swap (a recapture) cheaper; other batch sizes pad up to the next captured one
+    cuda_graph_bs: tuple[int, ...] = ()
     tp_size: int = 1
     random_seed: int = 0
 
@@ -147,6 +150,11 @@ def _section(path: Path, name: str, cls: type, raw: Any) -> Any:
     out = {}
     for key, value in raw.items():
         want = getattr(defaults, key)
+        if isinstance(want, tuple):
+            if not (isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+                raise ArenaConfigError(f"{path}: [{name}] {key} = {value!r}: expected a list of integers")
+            out[key] = tuple(value)
+            continue
         ok = (isinstance(value, bool) if isinstance(want, bool) else
               isinstance(value, (int, float)) and not isinstance(value, bool) if isinstance(want, float) else
               isinstance(value, int) and not isinstance(value, bool) if isinstance(want, int) else
@@ -179,6 +187,10 @@ def _check(path: Path, cfg: ArenaConfig) -> None:
         raise bad("[model] train_steps", "must be in 1..100000")
     if cfg.engine.tp_size not in (1, 2, 4, 8):
         raise bad("[engine] tp_size", "1, 2, 4 or 8")
+    bs = cfg.engine.cuda_graph_bs
+    if bs and (list(bs) != sorted(set(bs)) or bs[0] < 1 or bs[-1] != cfg.engine.cuda_graph_max_bs):
+        raise bad("[engine] cuda_graph_bs", f"{list(bs)}: strictly increasing, >= 1, ending at cuda_graph_max_bs "
+                  f"({cfg.engine.cuda_graph_max_bs})")
     if not 0.1 <= cfg.engine.mem_fraction_static <= 0.95:
         raise bad("[engine] mem_fraction_static", "must be in 0.1..0.95")
     w = cfg.workload

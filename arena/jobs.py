@@ -23,6 +23,7 @@ def engine_kwargs(cfg: ArenaConfig) -> dict[str, Any]:
         "cuda_graph_max_bs": e.cuda_graph_max_bs, "tp_size": e.tp_size,
         "disable_radix_cache": True,  # repeated prompts would skip prefill (~30 % faster)
         "log_level": "warning",
+        **({"cuda_graph_bs": list(e.cuda_graph_bs)} if e.cuda_graph_bs else {}),
     }
 
 

@@ -20,6 +20,16 @@ def test_shipped_arenas_load_with_distinct_stable_ids():
     assert dense.identity()["hf_config"]["model_type"] == "qwen3"
     assert moe.identity()["hf_config"]["model_type"] == "qwen3_moe"
     assert dense.engine.cuda_graph and dense.engine.attention_backend == "triton"
+    ids = {p.name: load_config(p).arena_id for p in sorted(CONFIGS.glob("*.toml"))}
+    assert len(set(ids.values())) == len(ids) >= 5, ids
+
+
+def test_capture_sizes_reach_the_engine_and_the_id():
+    from arena.jobs import engine_kwargs
+
+    fast = load_config(CONFIGS / "dense-fastswap.toml")
+    assert engine_kwargs(fast)["cuda_graph_bs"][-1] == fast.engine.cuda_graph_max_bs == 256
+    assert "cuda_graph_bs" not in engine_kwargs(load_config(CONFIGS / "dense.toml"))  # SGLang's own list
 
 
 def _write(tmp: Path, text: str) -> Path:
@@ -59,7 +69,10 @@ def test_name_and_path_are_not_identity(tmp_path):
     ("mem_fraction_static = 0.6", "mem_fraction_static = 2.0", "mem_fraction_static"),
     ("piecewise_cuda_graph = false", "piecewise_cuda_graph = true", "piecewise_cuda_graph"),
     ('metric = "output_tokens_per_s"', 'metric = "output_tokens_per_s"\nconfirm_cycles = 1', "confirm_cycles"),
-    ("windows_per_role = 2 ", "windows_per_role = 0 ", "[workload] windows_per_role"),
+    ("windows_per_role = 4 ", "windows_per_role = 0 ", "[workload] windows_per_role"),
+    ("cuda_graph_max_bs = 256", "cuda_graph_max_bs = 256\ncuda_graph_bs = [8, 1, 256]", "[engine] cuda_graph_bs"),
+    ("cuda_graph_max_bs = 256", "cuda_graph_max_bs = 256\ncuda_graph_bs = [1, 8, 128]", "ending at cuda_graph_max_bs"),
+    ("cuda_graph_max_bs = 256", "cuda_graph_max_bs = 256\ncuda_graph_bs = 8", "expected a list of integers"),
     ("settle_windows = 1 ", "settle_windows = -1 ", "[workload] settle_windows"),
 ])
 def test_bad_config_names_file_table_and_key(tmp_path, old, new, needle):

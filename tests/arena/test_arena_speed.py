@@ -97,3 +97,11 @@ def test_settle_windows_follow_every_swap_untimed():
     seeds = [s["prompts"]["seed"] for s in steps if s["op"] == "generate" and s["tag"] != "quality-B"]
     assert len(seeds) == len(set(seeds))  # fresh prompts everywhere (quality-B reuses quality-C's on purpose)
     assert isinstance(WorkloadSection().settle_windows, int)
+
+
+def test_cycle_statistics_are_reported_but_do_not_judge():
+    v = judge(samples(0.05, 0.002), POLICY)
+    assert 1.04 < v.cycle_ratio < 1.06 and abs(v.cycle_drift) < 0.01 and "cycle_ratio" in v.to_json()
+    # a whole B′ segment slowed in one cycle moves the pooled drift less than the verdict's bar
+    w = judge(samples(0.0, 0.002, dips={5: 0.3}), POLICY)
+    assert w.verdict == "FAIL" and abs(w.cycle_drift) < 0.01
