@@ -33,7 +33,8 @@ def _small_config(tmp_path):
     text = (h.REPO / "configs/arena/dense.toml").read_text()
     for old, new in [("prompts_per_window = 256", "prompts_per_window = 4"), ("input_len = 256", "input_len = 8"),
                      ("output_len = 128", "output_len = 4"), ("cycles = 6 ", "cycles = 2 "), ("prompts = 64", "prompts = 8"),
-                     ("input_len = 128", "input_len = 8"), ("output_len = 64", "output_len = 8")]:
+                     ("input_len = 128", "input_len = 8"), ("output_len = 64", "output_len = 8"),
+                     ("windows_per_role = 4 ", "windows_per_role = 2 ")]:
         text = text.replace(old, new)
     cfg = tmp_path / "small.toml"
     cfg.write_text(text)
@@ -52,13 +53,7 @@ def test_seam_overhead_dry_run(tmp_path):
 
 
 def test_arena_benchmarks_dry_run(tmp_path):
-    text = (h.REPO / "configs/arena/dense.toml").read_text()
-    for old, new in [("prompts_per_window = 256", "prompts_per_window = 4"), ("input_len = 256", "input_len = 8"),
-                     ("output_len = 128", "output_len = 4"), ("cycles = 6 ", "cycles = 2 "), ("prompts = 64", "prompts = 8"),
-                     ("input_len = 128", "input_len = 8"), ("output_len = 64", "output_len = 8")]:
-        text = text.replace(old, new)
-    cfg = tmp_path / "small.toml"
-    cfg.write_text(text)
+    cfg = _small_config(tmp_path)
     out = tmp_path / "ab.json"
     r = _run(tmp_path, "scripts/arena_benchmarks.py", "--config", str(cfg), "--out", str(out),
              "--work", str(tmp_path / "w"), "--checkpoints", str(tmp_path / "c"))
