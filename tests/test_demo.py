@@ -28,7 +28,11 @@ def test_demo_crowns_the_faithful_fast_bundle_and_publishes(tmp_path):
         for miner, why in EXPECTED_REASON.items():
             assert by_miner[miner]["state"] == "failed" and why in by_miner[miner]["reason"], by_miner[miner]
         outcomes = {c["hotkey"]: [e["outcome"] for e in c["evidence"]] for c in rep["contributions"]}
-        assert outcomes["miner-fast"] == ["crowned"] and outcomes["miner-plain"] == ["below_bar"]
+        # a loaded CI box may read a window too noisy to decide: the validator then retries
+        # (NO_DECISION is never charged to the miner); the final outcome is what must hold
+        for miner, final in (("miner-fast", "crowned"), ("miner-plain", "below_bar")):
+            *retries, last = outcomes[miner]
+            assert last == final and set(retries) <= {"no_decision"} and len(retries) <= 2, outcomes[miner]
         assert rep["weights"]["state"] == "verified"
         on_chain = chain.get_weights(1, hk)
         assert on_chain.get(uid["miner-fast"], 0) > 0 and on_chain.get(uid["owner"], 0) > 0
