@@ -540,18 +540,10 @@ def runtime_sources(version: str = "0.5.13.post1") -> dict[str, str]:
 
 
 def write_runtime(root: Path) -> Path:
-    """Write the stand-in as files (a module that prefixes another becomes a package)."""
-    sources = runtime_sources()
-    names = set(sources)
-    for mod in list(names):
-        parts = mod.split(".")
-        names.update(".".join(parts[:i]) for i in range(1, len(parts)))
-    for mod in sorted(names):
-        is_pkg = any(other.startswith(mod + ".") for other in names)
-        path = root.joinpath(*mod.split("."), "__init__.py") if is_pkg else root.joinpath(*mod.split(".")).with_suffix(".py")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(sources.get(mod, ""), encoding="utf-8")
-    return root
+    """Write the stand-in as files (fake_sglang.write: a module that prefixes another becomes a package)."""
+    from fake_sglang import write
+
+    return write(root, runtime_sources())
 
 
 def child_env(runtime: Path, extra: Mapping[str, str]) -> dict[str, str]:
