@@ -78,6 +78,11 @@ class QualitySection:
     policy: Mapping[str, float] = field(default_factory=dict)  # arena.quality.QualityPolicy overrides
 
 
+# wall-clock throughput (the host's clock around each window), or output tokens per GPU-second of
+# the window's forward passes (seams/forward_clock.py: immune to host phases, see dense.toml)
+SPEED_METRICS = ("output_tokens_per_s", "total_tokens_per_s", "gpu_tokens_per_s")
+
+
 @dataclass(frozen=True)
 class SpeedSection:
     margin: float = 0.01  # the smallest gain worth a crown
@@ -215,8 +220,8 @@ def _check(path: Path, cfg: ArenaConfig) -> None:
     if cfg.engine.piecewise_cuda_graph and cfg.engine.cuda_graph:
         raise bad("[engine] piecewise_cuda_graph", "not supported in the arena yet: a route swap cannot rebuild "
                   "piecewise graphs, so prefill would keep the route captured at start (docs/arena.md)")
-    if s.metric not in ("output_tokens_per_s", "total_tokens_per_s"):
-        raise bad("[speed] metric", "output_tokens_per_s or total_tokens_per_s")
+    if s.metric not in SPEED_METRICS:
+        raise bad("[speed] metric", " or ".join(SPEED_METRICS))
     if cfg.quality.policy:
         from arena.quality import QualityPolicy
 

@@ -14,6 +14,8 @@ Steps:
   {"op": "generate", "tag", "prompts": {seed, n, len, low, high}, "max_new_tokens", "top_k",
    "timed": bool, "keep_outputs": bool}
   {"op": "route", "route": "candidate" | "stock", "epoch"}      -> Engine.collective_rpc
+Job key "forward_clock": {"dir", "ranks"} -> each timed window also reports the GPU seconds of its
+forward passes (seams/forward_clock.py) and `gpu_tokens_per_s`.
   {"op": "teacher", "tag", "sequences": [{"key", "prompt", "cont"}], "top_k"}
 """
 
@@ -123,6 +125,9 @@ class Driver:
         sp = {"max_new_tokens": int(step["max_new_tokens"]), "ignore_eos": True, "temperature": 0.0}
         k = int(step.get("top_k", 0))
         extra = {"return_logprob": True, "top_logprobs_num": k} if k else {}
+        clock = self.job.get("forward_clock") if step.get("timed") else None
+        if clock:  # drop the spans of everything since the last read (swaps, settle windows)
+            self.engine.collective_rpc("cacheon_clock", tag=f"{step['tag']}:before")
         wall = time.time()
         t = time.perf_counter()
         outs = self.engine.generate(input_ids=prompts, sampling_params=sp, **extra)
@@ -131,6 +136,8 @@ class Driver:
         rec: dict[str, Any] = {"op": "generate", "tag": step["tag"], "s": dt, "out_tokens": n_out, "at": round(wall, 3),
                                "in_tokens": sum(len(x) for x in prompts),
                                "output_tokens_per_s": n_out / dt, "total_tokens_per_s": (n_out + sum(map(len, prompts))) / dt}
+        if clock:
+            rec.update(self.read_clock(step["tag"], clock, n_out))
         if step.get("keep_outputs"):
             seqs = []
             for i, (prompt, o) in enumerate(zip(prompts, outs)):
@@ -142,6 +149,21 @@ class Driver:
                 seqs.append(s)
             rec["sequences"] = seqs
         return rec
+
+    def read_clock(self, tag: str, clock: dict[str, Any], n_out: int) -> dict[str, Any]:
+        """The forward clock's GPU seconds for this window: the slowest rank bounds a TP step.
+        A missing rank leaves the window without the metric (the judge then lacks it: never a win)."""
+        from seams.forward_clock import read_clock
+
+        self.engine.collective_rpc("cacheon_clock", tag=tag)
+        recs = read_clock(clock["dir"], tag)
+        ranks = {r["rank"]: r for r in recs}
+        if sorted(ranks) != sorted(clock["ranks"]) or any(r["forwards"] == 0 or r["gpu_s"] <= 0 for r in ranks.values()):
+            return {"clock_error": f"forward clock: ranks {sorted(ranks)} of {clock['ranks']} reported "
+                                   f"({[(r['rank'], r['forwards']) for r in recs]})"}
+        gpu_s = max(r["gpu_s"] for r in ranks.values())
+        return {"gpu_s": gpu_s, "forwards": max(r["forwards"] for r in ranks.values()),
+                "gpu_tokens_per_s": n_out / gpu_s}
 
     def teacher(self, step: dict[str, Any]) -> dict[str, Any]:
         """Teacher-force each (prompt, cont): T's logprob of every cont token and its top-k there."""

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from arena import quality as q
-from arena.config import ArenaConfig
+from arena.config import SPEED_METRICS, ArenaConfig
 from arena.evidence import Evidence, check
 from arena.host import EngineRun, EngineSpec, run_engine
 from arena.jobs import cache_env, checkpoint_job, engine_kwargs, resident_steps, teacher_steps, window_tag
@@ -187,28 +187,45 @@ class Qualification:
         receipts_dir = self.opts.workdir / f"receipts-{name}"
         shutil.rmtree(receipts_dir, ignore_errors=True)
         receipts_dir.mkdir()
-        early = {"receipts_dir": str(receipts_dir), "slot": op.slot, "ranks": list(range(cfg.engine.tp_size))}
-        job = {**base, "steps": steps, "early_evidence": early if cfg.engine.cuda_graph else None}
-        run = self._engine(name, job, {**env, "CACHEON_RECEIPT_DIR": str(receipts_dir)})
+        ranks = list(range(cfg.engine.tp_size))
+        early = {"receipts_dir": str(receipts_dir), "slot": op.slot, "ranks": ranks}
+        job = {**base, "steps": steps, "early_evidence": early if cfg.engine.cuda_graph else None,
+               "forward_clock": {"dir": str(receipts_dir), "ranks": ranks}}
+        run = self._engine(name, job, {**env, "CACHEON_RECEIPT_DIR": str(receipts_dir), "CACHEON_FORWARD_CLOCK": "1"})
         swaps = [(s["epoch"], s["route"]) for s in steps if s["op"] == "route"]
         receipts = read_receipts(receipts_dir)
         ev = check(receipts, op.slot, range(cfg.engine.tp_size), swaps, graphs_on=cfg.engine.cuda_graph,
                    incumbent=self.incumbent is not None)
         samples = []
-        self._starts = {}
+        self._records = {}
         for w in windows:
             try:
                 rec = run.step(window_tag(w))
-                samples.append((w, float(rec[cfg.speed.metric])))
-                self._starts[w.index] = rec.get("at")
             except KeyError:
                 continue
+            self._records[w.index] = rec
+            if rec.get(cfg.speed.metric) is not None:
+                samples.append((w, float(rec[cfg.speed.metric])))
         return run, samples, ev, receipts
 
     def _windows_json(self, samples: list[tuple[Window, float]]) -> list[dict[str, Any]]:
-        starts = getattr(self, "_starts", {})
+        recs = getattr(self, "_records", {})
+        keep = ("at", "s", "gpu_s", "forwards", "clock_error") + SPEED_METRICS
         return [{"index": w.index, "cycle": w.cycle, "role": w.role, "route": w.route, self.cfg.speed.metric: v,
-                 "at": starts.get(w.index)} for w, v in samples]
+                 **{k: recs[w.index][k] for k in keep if k in recs.get(w.index, {})}} for w, v in samples]
+
+    def _by_metric(self, windows: tuple[Window, ...]) -> dict[str, Any]:
+        """Every metric the windows carry, judged alike: the verdict uses [speed] metric; the others
+        are reported beside it (wall clock vs forward clock), never judged."""
+        recs = getattr(self, "_records", {})
+        out = {}
+        for m in SPEED_METRICS:
+            got = [(w, float(recs[w.index][m])) for w in windows if recs.get(w.index, {}).get(m) is not None]
+            if got:
+                v = judge(got, self.cfg.speed)
+                out[m] = {"ratio": v.ratio, "run_drift": v.run_drift, "noise": v.noise, "verdict": v.verdict,
+                          "cycle_ratio": v.cycle_ratio, "cycle_drift": v.cycle_drift}
+        return out
 
     def run(self) -> dict[str, Any]:
         self.t0 = time.monotonic()
@@ -236,6 +253,7 @@ class Qualification:
             return self.finish(*stop)
         speed = judge(samples, cfg.speed)
         self.result["speed"] = speed.to_json()
+        self.result["speed_by_metric"] = self._by_metric(windows)
         if self.opts.control == "stock-as-candidate":
             # stock vs stock through the candidate route: the role bias. Same kernels in both
             # roles, so there is no quality to grade and no crown to confirm.
@@ -275,6 +293,7 @@ class Qualification:
             return self.finish(*stop)
         again = judge(samples, self.cfg.speed)
         self.result["confirm"]["speed"] = again.to_json()
+        self.result["confirm"]["speed_by_metric"] = self._by_metric(windows)
         if again.verdict != "PASS":
             return self.finish("NO_DECISION", f"speed PASS ({first.reason}) not confirmed in a fresh engine: {again.reason}")
         return self.finish("PASS", f"speed: {first.reason}; confirmed in a fresh engine: {again.reason}")

@@ -72,6 +72,7 @@ def main() -> int:
                "ratio": speed.get("ratio"), "noise": speed.get("noise"), "bar": speed.get("bar"),
                "drift_cycles": speed.get("drift"), "drift": speed.get("run_drift"), "role_bias": r.get("role_bias"),
                "cycle_ratio": speed.get("cycle_ratio"), "cycle_drift": speed.get("cycle_drift"),
+               "by_metric": r.get("speed_by_metric"),
                "confirm": (r.get("confirm") or {}).get("speed"),
                "quality": (r.get("quality") or {}).get("verdict"), "evidence_ok": (r.get("evidence") or {}).get("ok"),
                "stages": {k: {"wall_s": v["wall_s"], "start_s": next((x["s"] for x in v["startup"] if x["op"] == "started"), None),

@@ -6,7 +6,9 @@
 #   bash scripts/device_batch.sh arena1     # GPU0: faithful, role-bias | GPU1: seam overhead, never-fires, role-bias
 #   bash scripts/device_batch.sh tp2        # both GPUs: TP=2 arena (collective.all_reduce) + NCCL verify
 #   bash scripts/device_batch.sh arena2     # GPU0: wrong, then NCCL verify (both GPUs) | GPU1: role-bias ×2
-#   bash scripts/device_batch.sh schedules  # GPU0: dense-fastswap role-bias ×2 | GPU1: dense role-bias ×2
+# One H200 (box monitor on, scripts/box_monitor.py -> $OUT/monitor.jsonl):
+#   bash scripts/device_batch.sh rolebias   # dense role-bias ×2: drift and role bias over repeated runs
+#   bash scripts/device_batch.sh handicap   # dense known-speedup control, full PASS path (teacher + confirm)
 set -u
 OUT=${OUT:-/tmp/out}
 LIMIT=${LIMIT:-530}
@@ -58,12 +60,16 @@ case "${1:-}" in
                 CUDA_VISIBLE_DEVICES=0,1 verify_collectives examples/collective.ar_residual_rmsnorm examples/controls/skip_collective"
     gpu 1 gpu1 "$AB --runs role-bias,role-bias --work /tmp/cb-g1b --checkpoints /tmp/ck1 --out $OUT/ab-gpu1b.json"
     ;;
-  schedules)  # next session: cheap swaps + fine interleave vs the 4-per-role schedule, same box, same time
-    gpu 0 gpu0 "$AB --config configs/arena/dense-fastswap.toml --runs role-bias,role-bias --work /tmp/cb-fs \
-                --checkpoints /tmp/ck0 --out $OUT/ab-fastswap.json"
-    gpu 1 gpu1 "$AB --runs role-bias,role-bias --work /tmp/cb-d4 --checkpoints /tmp/ck1 --out $OUT/ab-dense.json"
+  rolebias)
+    python3 scripts/box_monitor.py --out "$OUT/monitor.jsonl" & MON=$!
+    gpu 0 gpu0 "$AB --runs role-bias,role-bias --work /tmp/cb-rb --checkpoints /tmp/ck0 --out $OUT/ab-rolebias.json"
     ;;
-  *) echo "usage: device_batch.sh arena1|tp2|arena2|schedules"; exit 2 ;;
+  handicap)
+    python3 scripts/box_monitor.py --out "$OUT/monitor.jsonl" & MON=$!
+    gpu 0 gpu0 "$AB --runs handicap --work /tmp/cb-hc --checkpoints /tmp/ck0 --out $OUT/ab-handicap.json"
+    ;;
+  *) echo "usage: device_batch.sh arena1|tp2|arena2|rolebias|handicap"; exit 2 ;;
 esac
-wait
+wait $(jobs -p | grep -v "^${MON:-none}$")
+[ -n "${MON:-}" ] && kill "$MON" 2>/dev/null
 collect

@@ -43,6 +43,7 @@ API_PARAMS: Mapping[str, tuple[tuple[str, ...], bool]] = {
     "sglang.srt.plugins.hook_registry:HookRegistry.register": (("target", "hook", "hook_type", "source"), False),
     "sglang.srt.plugins.hook_registry:HookRegistry.apply_hooks": ((), False),
     "sglang.srt.managers.scheduler:Scheduler.__init__": (("self", "server_args", "port_args", "gpu_id", "tp_rank"), True),
+    "sglang.srt.model_executor.model_runner:ModelRunner.forward": (("self", "forward_batch"), True),
 }
 HOOK_TYPE = ("sglang.srt.plugins.hook_registry", "HookType", ("AROUND", "REPLACE"))
 CALLS: tuple[tuple[str, str, str], ...] = (  # (function, callee, why it matters)

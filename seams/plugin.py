@@ -25,9 +25,11 @@ def _scheduler_init(original: Callable[..., Any], *args: Any, **kwargs: Any) -> 
     active = activate_scheduler(int(tp_rank))
     result = original(*args, **kwargs)
     if active and args:
+        from seams import forward_clock
         from seams.route import attach
 
         attach(args[0])  # the scheduler instance: Engine.collective_rpc("cacheon_route") reaches it
+        forward_clock.attach(args[0])  # "cacheon_clock", where the host asked for the forward clock
     return result
 
 

@@ -64,7 +64,10 @@ class FakeEngine:
         if not kwargs.get("disable_cuda_graph"):
             self.scheduler.tp_worker.model_runner.init_device_graphs()
         if active:
+            from seams import forward_clock
+
             route.attach(self.scheduler)
+            forward_clock.attach(self.scheduler)
 
     def hidden(self, ids: torch.Tensor) -> torch.Tensor:
         from seams.dispatch import run
@@ -76,8 +79,16 @@ class FakeEngine:
         xf = x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight.float()).to(torch.bfloat16).float()
 
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """One 'forward pass' through SGLang's ModelRunner.forward (the forward clock's hook point)."""
+        try:
+            from sglang.srt.model_executor.model_runner import ModelRunner
+        except ImportError:
+            return self.hidden(ids)
+        return ModelRunner.forward(None, lambda: self.hidden(ids))
+
     def logprobs(self, ids: list[int]) -> torch.Tensor:
-        h = self.hidden(torch.tensor([ids[-3:]]))
+        h = self.forward(torch.tensor([ids[-3:]]))
         return torch.log_softmax(4.0 * h @ self.emb.T, dim=-1)[0]
 
     def generate(self, input_ids: list[list[int]], sampling_params: dict, return_logprob: bool = False,

@@ -66,6 +66,11 @@ class Scheduler:
 def run_scheduler_process(server_args, port_args, gpu_id, tp_rank):
     load_plugins()
 '''
+MODEL_RUNNER = '''class ModelRunner:
+    def forward(self, forward_batch, skip_attn_backend_init=None, pp_proxy_tensors=None,
+                reinit_attn_backend=False, split_forward_count=1):
+        pass
+'''
 
 
 def modules(version: str = SGLANG_PIN, kernel: bool = True) -> dict[str, str]:
@@ -92,6 +97,7 @@ def modules(version: str = SGLANG_PIN, kernel: bool = True) -> dict[str, str]:
     text["sglang.srt.plugins.hook_registry"].append(HOOK_REGISTRY)
     text["sglang.srt.plugins"].append(PLUGINS)
     text["sglang.srt.managers.scheduler"].append(SCHEDULER)
+    text["sglang.srt.model_executor.model_runner"].append(MODEL_RUNNER)
     return {m: "\n\n".join(parts) for m, parts in text.items()}
 
 
