@@ -78,9 +78,10 @@ class QualitySection:
     policy: Mapping[str, float] = field(default_factory=dict)  # arena.quality.QualityPolicy overrides
 
 
-# wall-clock throughput (the host's clock around each window), or output tokens per GPU-second of
-# the window's forward passes (seams/forward_clock.py: immune to host phases, see dense.toml)
-SPEED_METRICS = ("output_tokens_per_s", "total_tokens_per_s", "gpu_tokens_per_s")
+# wall-clock throughput (the host's clock around each window); output tokens per GPU-second of the
+# window's forward passes; or per GPU-second of its decode CUDA-graph replays alone
+# (seams/forward_clock.py: less and least exposed to host phases, docs/benchmarks.md)
+SPEED_METRICS = ("output_tokens_per_s", "total_tokens_per_s", "gpu_tokens_per_s", "graph_tokens_per_s")
 
 
 @dataclass(frozen=True)

@@ -162,8 +162,12 @@ class Driver:
             return {"clock_error": f"forward clock: ranks {sorted(ranks)} of {clock['ranks']} reported "
                                    f"({[(r['rank'], r['forwards']) for r in recs]})"}
         gpu_s = max(r["gpu_s"] for r in ranks.values())
-        return {"gpu_s": gpu_s, "forwards": max(r["forwards"] for r in ranks.values()),
-                "gpu_tokens_per_s": n_out / gpu_s}
+        out = {"gpu_s": gpu_s, "forwards": max(r["forwards"] for r in ranks.values()), "gpu_tokens_per_s": n_out / gpu_s}
+        graph_s = max(r.get("graph_s", 0.0) for r in ranks.values())
+        if graph_s > 0 and all(r.get("graphs") for r in ranks.values()):  # decode replays (graphs on)
+            out.update(graph_s=graph_s, graphs=max(r["graphs"] for r in ranks.values()),
+                       graph_tokens_per_s=n_out / graph_s)
+        return out
 
     def teacher(self, step: dict[str, Any]) -> dict[str, Any]:
         """Teacher-force each (prompt, cont): T's logprob of every cont token and its top-k there."""

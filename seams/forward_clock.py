@@ -15,6 +15,12 @@ engine and so pay exactly the same cost. The host reads it through
 previous call, appends one JSON line to `clock-<rank>.jsonl` in the receipts directory, and
 starts a new span list. Events are never recorded while a CUDA graph is being captured.
 Without CUDA (tests, the CPU arena) the spans are host `perf_counter` intervals.
+
+The H200 showed host time still leaking into forward spans (eager prefill launches, the
+replay's input preparation while the GPU idles): in slow box phases GPU tokens/s fell with wall
+tokens/s, about half as much. So the clock also times each CUDA graph replay alone
+(`torch.cuda.CUDAGraph.replay`, patched in this process only): once launched, a decode graph runs
+without the host, so its span is kernel time. Reported as `graph_s` (decode steps only).
 """
 
 from __future__ import annotations
@@ -40,35 +46,45 @@ class ForwardClock:
         self.cuda = torch.cuda.is_available() if use_cuda is None else use_cuda
         self._torch = torch
         self._spans: list[Any] = []
+        self._graphs: list[Any] = []
 
-    def around(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def _timed(self, sink: list[Any], fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         torch = self._torch
         if self.cuda:
             if torch.cuda.is_current_stream_capturing():
-                return original(*args, **kwargs)
+                return fn(*args, **kwargs)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            out = original(*args, **kwargs)
+            out = fn(*args, **kwargs)
             end.record()
-            self._spans.append((start, end))
+            sink.append((start, end))
             return out
         t = time.perf_counter()
-        out = original(*args, **kwargs)
-        self._spans.append(time.perf_counter() - t)
+        out = fn(*args, **kwargs)
+        sink.append(time.perf_counter() - t)
         return out
+
+    def around(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._timed(self._spans, original, *args, **kwargs)
+
+    def graph_replay(self, original: Callable[..., Any], graph: Any) -> Any:
+        return self._timed(self._graphs, original, graph)
+
+    def _total(self, spans: list[Any]) -> float:
+        if not self.cuda:
+            return float(sum(spans))
+        total = 0.0
+        for start, end in spans:
+            end.synchronize()
+            total += start.elapsed_time(end) / 1000.0
+        return total
 
     def read(self, tag: str) -> dict[str, Any]:
         """Sum and clear the spans; append the record to this rank's clock file."""
         spans, self._spans = self._spans, []
-        if self.cuda:
-            total = 0.0
-            for start, end in spans:
-                end.synchronize()
-                total += start.elapsed_time(end) / 1000.0
-        else:
-            total = float(sum(spans))
-        rec = {"tag": str(tag), "rank": self.rank, "gpu_s": total, "forwards": len(spans), "cuda": self.cuda,
-               "t": time.time()}
+        graphs, self._graphs = self._graphs, []
+        rec = {"tag": str(tag), "rank": self.rank, "gpu_s": self._total(spans), "forwards": len(spans),
+               "graph_s": self._total(graphs), "graphs": len(graphs), "cuda": self.cuda, "t": time.time()}
         if self.directory:
             path = Path(self.directory) / f"clock-{self.rank}.jsonl"
             with open(path, "a") as f:
@@ -82,15 +98,33 @@ _CLOCK: list[ForwardClock] = []
 
 
 def hooks(directory: str | None, rank: int) -> dict[str, Callable[..., Any]]:
-    """The AROUND hook for install_hooks; one clock per process."""
+    """The AROUND hook for install_hooks; one clock per process. Also wraps CUDAGraph.replay
+    (a torch class, not an SGLang symbol: no HookRegistry target) in this process."""
     if not _CLOCK:
         _CLOCK.append(ForwardClock(directory, rank))
+        _wrap_graph_replay(_CLOCK[0])
     clock = _CLOCK[0]
 
     def _forward(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return clock.around(original, *args, **kwargs)
 
     return {TARGET: _forward}
+
+
+def _wrap_graph_replay(clock: ForwardClock) -> None:
+    import torch
+
+    graph_cls = getattr(torch.cuda, "CUDAGraph", None)
+    original = getattr(graph_cls, "replay", None)
+    if original is None or getattr(original, "__cacheon_clock__", False):
+        return
+
+    def replay(self: Any) -> Any:
+        return clock.graph_replay(original, self)
+
+    replay.__cacheon_clock__ = True  # type: ignore[attr-defined]
+    replay.__wrapped__ = original  # type: ignore[attr-defined]
+    graph_cls.replay = replay
 
 
 def attach(scheduler: Any) -> None:

@@ -97,6 +97,11 @@ def test_result_json_names_arena_bundle_and_windows(env):
     roles = [w["role"] for w in r["windows"]]
     assert roles[0] == "warmup" and roles[1:5] == ["B", "C", "C", "B'"]
     assert r["stages"]["resident"]["routes"] and r["stages"]["teacher"]["gpu_free"] is None
+    # the forward clock: every timed window carries its forward spans beside the wall clock, and
+    # the run is judged on both (the verdict on [speed] metric, the other reported)
+    timed = [w for w in r["windows"] if w["role"] != "warmup"]
+    assert all(w["forwards"] > 0 and 0 < w["gpu_s"] <= w["s"] * 1.05 and w["gpu_tokens_per_s"] > 0 for w in timed)
+    assert {"output_tokens_per_s", "gpu_tokens_per_s"} <= set(r["speed_by_metric"])
 
 
 def test_infrastructure_failure_is_no_decision_not_the_miners_fail(env):
