@@ -67,11 +67,17 @@ def cmd_arena_run(args: argparse.Namespace) -> int:
     from arena.run import stock_control_op
 
     incumbent = None
+    if args.handicap_us is not None and args.control != "handicap":
+        raise UsageError("--handicap-us MICROSECONDS goes with --control handicap, and only with it")
     if args.control:
         if args.incumbent:
             raise UsageError("--incumbent makes no sense with --control")
         if args.bundle or not args.slot:
-            raise UsageError("--control stock-as-candidate takes --slot SLOT and no --bundle (it runs no contribution)")
+            raise UsageError(f"--control {args.control} takes --slot SLOT and no --bundle (it runs no contribution)")
+        if (args.control == "handicap") != (args.handicap_us is not None):
+            raise UsageError("--handicap-us MICROSECONDS goes with --control handicap, and only with it")
+        if args.handicap_us is not None and not 0 < args.handicap_us <= 100_000:
+            raise UsageError(f"--handicap-us {args.handicap_us:g}: expected 0 < µs <= 100000")
         from cacheon_subnet.errors import SlotError
         from cacheon_subnet.slots import get_slot
 
@@ -85,7 +91,8 @@ def cmd_arena_run(args: argparse.Namespace) -> int:
         bundle, op = None, stock_control_op(args.slot)
         home = default_home() / "arena"
         opts = RunOptions(workdir=home / cfg.arena_id / f"control-{args.control}-{args.slot}",
-                          checkpoint_root=home / "checkpoints", control=args.control)
+                          checkpoint_root=home / "checkpoints", control=args.control,
+                          handicap_us=args.handicap_us or 0.0)
     else:
         if not args.bundle:
             raise UsageError("--bundle is required (or --control stock-as-candidate --slot SLOT)")
@@ -129,8 +136,10 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     r = asub.add_parser("run", help="one full verdict: exit 0 PASS, 1 FAIL, 3 NO_DECISION, 2 usage")
     r.add_argument("--config", required=True, help="configs/arena/<name>.toml")
     r.add_argument("--bundle", help="bundle directory or .tar.gz")
-    r.add_argument("--control", choices=["stock-as-candidate"],
-                   help="role-bias measurement: SGLang's own kernel in the candidate route (needs --slot)")
+    r.add_argument("--control", choices=["stock-as-candidate", "handicap"],
+                   help="stock-as-candidate: role bias (SGLang's kernel in the candidate route); handicap: a "
+                        "known speedup (B runs SGLang's kernel + a GPU spin, C the kernel alone); both need --slot")
+    r.add_argument("--handicap-us", type=float, help="the handicap control's spin per baseline call, in µs")
     r.add_argument("--slot", help="the slot of a --control run")
     r.add_argument("--incumbent", help="the crowned bundle of the same slot: B and B′ run it (head-to-head)")
     r.add_argument("--op", help="which op of the bundle (slot id or op key), when it has several")

@@ -37,10 +37,14 @@ class RunOptions:
     checkpoint_root: Path
     engine_factory: str | None = None  # tests only: a fake engine class "module:attr"
     isolate_network: bool = True
-    control: str | None = None  # "stock-as-candidate": the role-bias measurement (never a crown)
+    control: str | None = None  # "stock-as-candidate" | "handicap" (seams/controls.py; never a crown)
+    handicap_us: float = 0.0  # the handicap control's spin per baseline call
 
 
-CONTROLS = ("stock-as-candidate",)
+# stock-as-candidate: stock vs stock through the candidate route -> the role bias (speed only).
+# handicap: B/B′ run stock + a fixed GPU spin per call, C plain stock -> a known speedup, run
+# through the whole PASS path (T, confirmation): does the arena crown a gain of that size?
+CONTROLS = ("stock-as-candidate", "handicap")
 
 
 def stock_control_op(slot: str) -> OpEntry:
@@ -114,12 +118,16 @@ def candidate_blame(receipts: list[dict[str, Any]], slot: str) -> str:
 class Qualification:
     def __init__(self, cfg: ArenaConfig, bundle: Bundle | None, op: OpEntry, opts: RunOptions,
                  incumbent: tuple[Bundle, OpEntry] | None = None) -> None:
-        if (bundle is None) != (opts.control == "stock-as-candidate"):
-            raise ValueError("a bundle is required, except for the stock-as-candidate control (which takes none)")
+        if (bundle is None) != (opts.control in CONTROLS):
+            raise ValueError(f"a bundle is required, except for the controls {CONTROLS} (which take none)")
+        if opts.control is not None and opts.control not in CONTROLS:
+            raise ValueError(f"control {opts.control!r}: expected one of {CONTROLS}")
+        if (opts.control == "handicap") != (opts.handicap_us > 0):
+            raise ValueError("the handicap control needs handicap_us > 0 (and only it takes one)")
         if incumbent is not None and (bundle is None or incumbent[1].slot != op.slot):
             raise ValueError(f"the incumbent must serve the same slot ({op.slot}) as a real challenger")
         self.cfg, self.bundle, self.op, self.opts, self.incumbent = cfg, bundle, op, opts, incumbent
-        self.baseline = "incumbent" if incumbent else "stock"
+        self.baseline = "incumbent" if incumbent or opts.control == "handicap" else "stock"
         self.result: dict[str, Any] = {
             "schema": "cacheon.arena-result/1", "arena_id": cfg.arena_id, "arena": cfg.name, "control": opts.control,
             "config": cfg.path, "bundle_digest": bundle.digest if bundle else opts.control, "op": op.key, "slot": op.slot,
@@ -134,6 +142,8 @@ class Qualification:
 
     def finish(self, verdict: str, reason: str) -> dict[str, Any]:
         assert verdict in VERDICTS
+        if self.opts.control == "handicap":
+            reason = f"control handicap (baseline +{self.opts.handicap_us:g} µs per call): {reason}"
         self.result.update(verdict=verdict, reason=reason, finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                            wall_s=round(time.monotonic() - self.t0, 1))
         self.save()
@@ -158,6 +168,8 @@ class Qualification:
         loads no contribution code at all."""
         if tree_root.exists():
             shutil.rmtree(tree_root, onerror=lambda f, p, e: (os.chmod(os.path.dirname(p), 0o755), f(p)))
+        if self.opts.control == "handicap":
+            return {"CACHEON_HANDICAP": f"{self.op.slot}:{self.opts.handicap_us:g}"}, None
         if self.bundle is None:
             return {"CACHEON_STOCK_AS_CANDIDATE": self.op.slot}, None
         inc = [(self.incumbent[0], [self.incumbent[1]])] if self.incumbent else []
@@ -195,7 +207,7 @@ class Qualification:
         swaps = [(s["epoch"], s["route"]) for s in steps if s["op"] == "route"]
         receipts = read_receipts(receipts_dir)
         ev = check(receipts, op.slot, range(cfg.engine.tp_size), swaps, graphs_on=cfg.engine.cuda_graph,
-                   incumbent=self.incumbent is not None)
+                   incumbent=self.baseline == "incumbent")
         samples = []
         self._records = {}
         for w in windows:
@@ -240,6 +252,9 @@ class Qualification:
         steps, windows = resident_steps(cfg, self.baseline)
         self.result["baseline"] = (f"incumbent {self.incumbent[0].digest} ({self.incumbent[1].key})"
                                    if self.incumbent else "stock")
+        if spin_us := self.opts.handicap_us:
+            self.result.update(baseline=f"stock + {spin_us:g} µs GPU spin per call (handicap control)",
+                               handicap_us=spin_us)
         env = {**cache_env(), **seam_environment(bindings), **candidate_env, "CACHEON_SEAM_STRICT": "1",
                "SGLANG_PLUGINS": "cacheon"}
         self.result.update(bindings=list(bindings), tree_digest=tree_digest, swaps=count_swaps(windows, "candidate"))

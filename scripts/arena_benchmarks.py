@@ -4,6 +4,8 @@ Runs (pick with --runs, in order):
   faithful     examples/norm.rmsnorm           -> quality PASS; full verdict time; B/B′ drift
   wrong        examples/controls/wrong_math    -> quality FAIL
   role-bias    stock kernel in the C route     -> role bias (C/B − 1), never a crown
+  handicap     B/B′ stock + a GPU spin, C stock -> a known speedup through the full PASS path
+               (quality vs T, confirmation engine): the smallest gain the arena crowns, and its time
   never-fires  fp32-only copy of the example   -> FAIL on evidence, right after start-up
   ar-faithful  examples/collective.all_reduce  -> TP=2 arenas: receipts on both ranks, quality PASS
   ar-corrupt   controls/corrupt_one_rank       -> TP=2 arenas: FAIL (rank 1's sums are wrong)
@@ -45,7 +47,10 @@ def main() -> int:
     ap.add_argument("--work", default="/tmp/cacheon-arena-bench")
     ap.add_argument("--checkpoints", default="/tmp/cacheon-checkpoints")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--slot", default="norm.rmsnorm", help="the slot the role-bias control routes")
+    ap.add_argument("--slot", default="norm.rmsnorm", help="the slot the role-bias and handicap controls route")
+    ap.add_argument("--handicap-us", type=float, default=150.0,
+                    help="spin per baseline call (dense arena: one norm.rmsnorm call per forward; ~1 %% of a "
+                         "decode step, an estimate)")
     ap.add_argument("--engine-factory", default=None, help="tests only: a fake engine class module:attr")
     a = ap.parse_args()
     cfg = load_config(a.config)
@@ -55,10 +60,12 @@ def main() -> int:
     for i, name in enumerate(a.runs.split(",")):
         opts = RunOptions(workdir=work / f"{i}-{name}", checkpoint_root=Path(a.checkpoints),
                           engine_factory=a.engine_factory)
-        if name == "role-bias":
+        if name in ("role-bias", "handicap"):
             from dataclasses import replace
 
-            bundle, op, opts = None, stock_control_op(a.slot), replace(opts, control="stock-as-candidate")
+            control = {"role-bias": {"control": "stock-as-candidate"},
+                       "handicap": {"control": "handicap", "handicap_us": a.handicap_us}}[name]
+            bundle, op, opts = None, stock_control_op(a.slot), replace(opts, **control)
         else:
             src = {"faithful": REPO / "examples/norm.rmsnorm", "wrong": REPO / "examples/controls/wrong_math",
                    "ar-faithful": REPO / "examples/collective.all_reduce",

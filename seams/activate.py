@@ -25,6 +25,7 @@ from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.custom_op import register_slot_op
 from cacheon_subnet.slots.spec import dtype_of
 from seams import forward_clock
+from seams.controls import handicap, register_handicap, register_stock_controls, stock_controls
 from seams.dispatch import REGISTRY, Candidate, Registry, guarded, receipt_key
 from seams.receipts import Receipts
 from seams.table import SEAM_ADAPTERS, SeamAdapter
@@ -35,26 +36,6 @@ _state: dict[str, object] = {}
 def selected_adapters(environ: dict[str, str] | None = None) -> tuple[SeamAdapter, ...]:
     env = os.environ if environ is None else environ
     return tuple(a for a in SEAM_ADAPTERS if env.get(a.env_gate) == "1")
-
-
-def stock_controls(env: dict[str, str]) -> tuple[str, ...]:
-    """CACHEON_STOCK_AS_CANDIDATE=slot[,slot]: the arena's role-bias control puts the stock
-    kernel itself in the candidate route (host-set only; miners cannot name it in a bundle)."""
-    return tuple(s for s in env.get("CACHEON_STOCK_AS_CANDIDATE", "").split(",") if s)
-
-
-def register_stock_controls(controls: tuple[str, ...], slots: list[str], registry: Registry) -> None:
-    from seams.stock import stock_kernel
-
-    for slot_id in controls:
-        if slot_id not in slots:
-            raise RuntimeError(f"stock-as-candidate {slot_id}: no armed adapter serves this slot ({slots})")
-        spec = get_slot(slot_id)
-        fn, why = stock_kernel(slot_id)
-        if fn is None:
-            raise RuntimeError(f"stock-as-candidate {slot_id}: {why}")
-        call = register_slot_op(spec, guarded(spec, fn, registry, None), "cacheon_stock_control", "default")
-        registry.add(spec, Candidate(slot_id, "stock-control", "stock", tuple(dtype_of(d) for d in spec.dtypes), (), call))
 
 
 def adapter_hooks(adapter: SeamAdapter) -> dict:
@@ -81,11 +62,13 @@ def activate_scheduler(tp_rank: int, registry: Registry = REGISTRY, environ: dic
     slots = sorted({s for a in adapters for s in a.slots})
     try:
         sys.dont_write_bytecode = True  # nothing but the sealed sources is ever imported from the tree
-        controls = stock_controls(env)
+        controls, slow_baseline = stock_controls(env), handicap(env)
         if controls:
             register_stock_controls(controls, slots, registry)
+        if slow_baseline:
+            register_handicap(slow_baseline, slots, registry)
         ops = ()
-        if env.get("CACHEON_ENGINE_TREE") or not controls:
+        if env.get("CACHEON_ENGINE_TREE") or not (controls or slow_baseline):
             tree = open_tree(Path(env["CACHEON_ENGINE_TREE"]), env["CACHEON_ENGINE_TREE_DIGEST"])
             if str(tree.root) not in sys.path:
                 sys.path.insert(0, str(tree.root))

@@ -117,6 +117,13 @@ def test_cli_control_usage_errors(capsys):
     assert "takes --slot" in capsys.readouterr().err
     assert main(["arena", "run", "--config", cfg, "--control", "stock-as-candidate", "--slot", "norm.nope"]) == 2
     assert "unknown slot" in capsys.readouterr().err
+    slot = ["--slot", "norm.rmsnorm"]
+    assert main(["arena", "run", "--config", cfg, "--control", "handicap", *slot]) == 2
+    assert "--handicap-us MICROSECONDS goes with --control handicap" in capsys.readouterr().err
+    assert main(["arena", "run", "--config", cfg, "--control", "stock-as-candidate", *slot, "--handicap-us", "50"]) == 2
+    assert "goes with --control handicap, and only with it" in capsys.readouterr().err
+    assert main(["arena", "run", "--config", cfg, "--control", "handicap", *slot, "--handicap-us", "-5"]) == 2
+    assert "--handicap-us -5: expected 0 < µs <= 100000" in capsys.readouterr().err
 
 
 def test_tp2_arena_expects_both_ranks():

@@ -133,6 +133,31 @@ def test_stock_as_candidate_control_measures_role_bias(env):
     assert r["reason"].startswith("control stock-as-candidate (role bias")
 
 
+def test_handicap_control_is_crowned_through_the_whole_pass_path(env):
+    """A known speedup: B/B′ run stock + 5 ms per call, C plain stock. The arena must find it
+    (quality PASS against T, speed PASS, confirmed in a fresh engine), with both routes' receipts."""
+    from arena.run import RunOptions, qualify, stock_control_op
+
+    opts = RunOptions(workdir=env / "w", checkpoint_root=env / "c", engine_factory="tests.arena.fake_engine:FakeEngine",
+                      control="handicap", handicap_us=5000.0)
+    r = qualify(h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5), None, stock_control_op("norm.rmsnorm"), opts)
+    assert r["control"] == "handicap" and r["handicap_us"] == 5000.0 and "spin" in r["baseline"]
+    assert r["evidence"]["ok"] and "norm.rmsnorm@incumbent" in r["evidence"]["per_rank"]["0"]
+    assert r["quality"]["verdict"] == "PASS" and r["speed"]["ratio"] > 1.5, r["speed"]
+    assert r["verdict"] == "PASS" and "confirmed in a fresh engine" in r["reason"], r["reason"]
+    assert r["reason"].startswith("control handicap (baseline +5000 µs per call)")
+
+
+def test_control_options_are_checked(env):
+    from arena.run import RunOptions, qualify, stock_control_op
+
+    cfg, op = h.small_config(), stock_control_op("norm.rmsnorm")
+    for bad in (dict(control="handicap"), dict(control="stock-as-candidate", handicap_us=5.0), dict(control="bogus")):
+        with pytest.raises(ValueError):
+            qualify(cfg, None, op, RunOptions(workdir=env / "w", checkpoint_root=env / "c",
+                                              engine_factory="tests.arena.fake_engine:FakeEngine", **bad))
+
+
 def test_head_to_head_against_an_incumbent(env):
     """B and B′ run the crowned kernel, C the challenger; both must show their own receipts."""
     from arena.run import RunOptions, qualify

@@ -31,10 +31,11 @@ def test_seam_proof_dry_run(tmp_path):
 
 def _small_config(tmp_path):
     text = (h.REPO / "configs/arena/dense.toml").read_text()
-    for old, new in [("prompts_per_window = 256", "prompts_per_window = 4"), ("input_len = 256", "input_len = 8"),
-                     ("output_len = 128", "output_len = 4"), ("cycles = 6 ", "cycles = 2 "), ("prompts = 64", "prompts = 8"),
+    for old, new in [("prompts_per_window = 256", "prompts_per_window = 4"), ("input_len = 1024", "input_len = 8"),
+                     ("output_len = 128", "output_len = 4"), ("cycles = 8 ", "cycles = 2 "), ("prompts = 64", "prompts = 8"),
                      ("input_len = 128", "input_len = 8"), ("output_len = 64", "output_len = 8"),
-                     ("windows_per_role = 4 ", "windows_per_role = 2 ")]:
+                     ("windows_per_role = 1 ", "windows_per_role = 2 ")]:
+        assert old in text, old  # the dry run must stay small when dense.toml changes
         text = text.replace(old, new)
     cfg = tmp_path / "small.toml"
     cfg.write_text(text)
@@ -56,9 +57,12 @@ def test_arena_benchmarks_dry_run(tmp_path):
     cfg = _small_config(tmp_path)
     out = tmp_path / "ab.json"
     r = _run(tmp_path, "scripts/arena_benchmarks.py", "--config", str(cfg), "--out", str(out),
-             "--work", str(tmp_path / "w"), "--checkpoints", str(tmp_path / "c"))
+             "--work", str(tmp_path / "w"), "--checkpoints", str(tmp_path / "c"),
+             "--runs", "faithful,wrong,role-bias,never-fires,handicap", "--handicap-us", "5000")
     assert r.returncode == 0, r.stderr[-2000:]
     runs = {x["run"]: x for x in json.loads(out.read_text())["runs"]}
+    assert runs["handicap"]["quality"] == "PASS" and runs["handicap"]["ratio"] > 1.2, runs["handicap"]["reason"]
+    assert {"output_tokens_per_s", "gpu_tokens_per_s"} <= set(runs["handicap"]["by_metric"])
     assert runs["wrong"]["verdict"] == "FAIL" and runs["wrong"]["quality"] == "FAIL"
     assert runs["never-fires"]["verdict"] == "FAIL" and "evidence" in runs["never-fires"]["reason"]
     assert runs["faithful"]["quality"] == "PASS" and isinstance(runs["role-bias"]["role_bias"], float)

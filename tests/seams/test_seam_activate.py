@@ -13,7 +13,7 @@ from seam_harness import bundle_files, make_bundle
 
 from cacheon_subnet.bundle.archive import bundle_from_files
 from cacheon_subnet.bundle.engine_tree import build_tree
-from seams import activate
+from seams import activate, controls
 from seams.dispatch import Registry
 from seams.receipts import read_receipts
 from seams.table import seam_environment
@@ -115,6 +115,40 @@ def test_stock_as_candidate_control(tmp_path: Path, isolated: None, monkeypatch:
         activate.activate_scheduler(0, Registry(), dict(env, CACHEON_STOCK_AS_CANDIDATE="norm.rmsnorm"))
     monkeypatch.setattr(stock, "stock_kernel", lambda slot: (reference_kernel(slot), slot))
     reg = Registry()
-    activate.register_stock_controls(("norm.rmsnorm",), ["norm.rmsnorm"], reg)
+    controls.register_stock_controls(("norm.rmsnorm",), ["norm.rmsnorm"], reg)
     [cand] = reg.candidates["norm.rmsnorm"]
     assert (cand.variant, cand.package) == ("stock-control", "stock")
+
+
+def test_handicap_control_slows_only_the_baseline_route(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The known-speedup control: the incumbent route runs stock + a fixed spin, the candidate
+    route plain stock; malformed values fail closed."""
+    import time
+
+    import seams.stock as stock
+    from seam_harness import reference_kernel, slot_inputs
+    from seams.dispatch import run
+
+    for bad in ("norm.rmsnorm", "norm.rmsnorm:abc", "norm.rmsnorm:0", ":50", "norm.rmsnorm:1e9"):
+        with pytest.raises(RuntimeError, match="CACHEON_HANDICAP"):
+            controls.handicap({"CACHEON_HANDICAP": bad})
+    assert controls.handicap({}) is None
+    assert controls.handicap({"CACHEON_HANDICAP": "norm.rmsnorm:150"}) == ("norm.rmsnorm", 150.0)
+    with pytest.raises(RuntimeError, match="no armed adapter"):
+        controls.register_handicap(("rope.neox", 10.0), ["norm.rmsnorm"], Registry())
+    monkeypatch.setattr(stock, "stock_kernel", lambda slot: (reference_kernel(slot), slot))
+    reg = Registry()
+    reg.enabled = True
+    controls.register_handicap(("norm.rmsnorm", 20_000.0), ["norm.rmsnorm"], reg)
+    assert [(c.variant, c.role) for c in reg.candidates["norm.rmsnorm"]] == [
+        ("stock-control", "challenger"), ("stock-handicap", "incumbent")]
+    inputs, params = slot_inputs("norm.rmsnorm")
+    args = {"x": inputs["x"], "weight": inputs["weight"]}
+    took = {}
+    for route in ("incumbent", "candidate"):
+        reg.route = route
+        t = time.perf_counter()
+        out = run("norm.rmsnorm", args, params, reg)
+        took[route] = time.perf_counter() - t
+        assert out is not None
+    assert took["incumbent"] >= 0.02 > took["candidate"]
