@@ -38,6 +38,10 @@ def summary(r: dict[str, Any]) -> str:
     if s:
         lines.append(f"speed: C/B median {s['ratio']:.4f}  noise {s['noise']:.3%}  bar {s['bar']:.4f}  "
                      f"cycles {len(s['ratios'])}  drift B′/B {', '.join(f'{d:+.2%}' for d in s['drift'])}")
+    for metric, m in (r.get("speed_by_metric") or {}).items():  # the same windows on every clock
+        if metric != "total_tokens_per_s":
+            lines.append(f"  by {metric}: C/B {m['ratio']:.4f}  B′/B {m['run_drift']:+.2%}  noise {m['noise']:.2%}"
+                         f"  ({m['verdict']}{', the verdict' if metric == r.get('metric') else ''})")
     qv = r.get("quality")
     if qv:
         lines.append(f"quality: {qv['verdict']}  " + "; ".join(qv.get("reasons", [])[:3]))

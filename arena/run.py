@@ -16,7 +16,7 @@ from arena.config import SPEED_METRICS, ArenaConfig
 from arena.evidence import Evidence, check
 from arena.host import EngineRun, EngineSpec, run_engine
 from arena.jobs import cache_env, checkpoint_job, engine_kwargs, resident_steps, teacher_steps, window_tag
-from arena.speed import SpeedVerdict, Window, judge, swaps as count_swaps
+from arena.speed import SpeedVerdict, Window, judge, swaps as count_swaps, wall_guard
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.bundle.engine_tree import build_tree
 from cacheon_subnet.log import get_logger
@@ -226,13 +226,16 @@ class Qualification:
         return [{"index": w.index, "cycle": w.cycle, "role": w.role, "route": w.route, self.cfg.speed.metric: v,
                  **{k: recs[w.index][k] for k in keep if k in recs.get(w.index, {})}} for w, v in samples]
 
+    def _samples(self, metric: str, windows: tuple[Window, ...]) -> list[tuple[Window, float]]:
+        recs = getattr(self, "_records", {})
+        return [(w, float(recs[w.index][metric])) for w in windows if recs.get(w.index, {}).get(metric) is not None]
+
     def _by_metric(self, windows: tuple[Window, ...]) -> dict[str, Any]:
         """Every metric the windows carry, judged alike: the verdict uses [speed] metric; the others
         are reported beside it (wall clock vs forward clock), never judged."""
-        recs = getattr(self, "_records", {})
         out = {}
         for m in SPEED_METRICS:
-            got = [(w, float(recs[w.index][m])) for w in windows if recs.get(w.index, {}).get(m) is not None]
+            got = self._samples(m, windows)
             if got:
                 v = judge(got, self.cfg.speed)
                 out[m] = {"ratio": v.ratio, "run_drift": v.run_drift, "noise": v.noise, "verdict": v.verdict,
@@ -266,9 +269,11 @@ class Qualification:
         stop = self._resident_outcome(resident, receipts, ev)
         if stop:
             return self.finish(*stop)
-        speed = judge(samples, cfg.speed)
+        speed = wall_guard(judge(samples, cfg.speed), self._samples("output_tokens_per_s", windows),
+                           cfg.speed.metric, cfg.speed)
         self.result["speed"] = speed.to_json()
         self.result["speed_by_metric"] = self._by_metric(windows)
+        self.result["metric"] = cfg.speed.metric
         if self.opts.control == "stock-as-candidate":
             # stock vs stock through the candidate route: the role bias. Same kernels in both
             # roles, so there is no quality to grade and no crown to confirm.
@@ -306,7 +311,8 @@ class Qualification:
         stop = self._resident_outcome(run, receipts, ev)
         if stop:
             return self.finish(*stop)
-        again = judge(samples, self.cfg.speed)
+        again = wall_guard(judge(samples, self.cfg.speed), self._samples("output_tokens_per_s", windows),
+                           self.cfg.speed.metric, self.cfg.speed)
         self.result["confirm"]["speed"] = again.to_json()
         self.result["confirm"]["speed_by_metric"] = self._by_metric(windows)
         if again.verdict != "PASS":

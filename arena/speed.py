@@ -123,3 +123,24 @@ def judge(samples: Sequence[tuple[Window, float]], policy: SpeedSection) -> Spee
     if ratio >= bar:
         return SpeedVerdict("PASS", ratio, per_cycle_ratio, per_cycle_drift, noise, bar, detail, drift, *alt)
     return SpeedVerdict("FAIL", ratio, per_cycle_ratio, per_cycle_drift, noise, bar, detail, drift, *alt)
+
+
+WALL_METRICS = ("output_tokens_per_s", "total_tokens_per_s")
+
+
+def wall_guard(verdict: SpeedVerdict, samples_wall: Sequence[tuple[Window, float]], metric: str,
+               policy: SpeedSection) -> SpeedVerdict:
+    """A PASS on a GPU clock (forward spans, graph replays) must not be a loss on the wall clock:
+    GPU clocks leave out host time, so a kernel that buys GPU time with host work (launch
+    overhead, syncs) would otherwise be crowned while the real engine gets slower. The wall
+    ratio may not fall below 1 − max(margin, k·wall noise); otherwise FAIL."""
+    if verdict.verdict != "PASS" or metric in WALL_METRICS:
+        return verdict
+    wall = judge(samples_wall, policy)
+    floor = 1 - max(policy.margin, policy.k_noise * wall.noise) if wall.noise == wall.noise else float("nan")
+    if not wall.ratio >= floor:  # also catches nan: no wall evidence, no crown
+        return SpeedVerdict("FAIL", verdict.ratio, verdict.ratios, verdict.drift, verdict.noise, verdict.bar,
+                            f"{metric} PASS ({verdict.reason}) but the wall clock reads C/B {wall.ratio:.4f} < "
+                            f"{floor:.4f} (1 − max(margin, k·noise {wall.noise:.2%})): GPU time bought with host time",
+                            verdict.run_drift, verdict.cycle_ratio, verdict.cycle_drift)
+    return verdict

@@ -192,6 +192,7 @@ def test_human_summary_names_verdict_speed_quality_and_evidence(env):
     text = summary(r)
     assert r["verdict"] in text.splitlines()[1] and "speed: C/B" in text and "quality: PASS" in text
     assert "evidence: ok" in text and "engine resident" in text and "route swaps" in text
+    assert "by output_tokens_per_s: C/B" in text and "the verdict)" in text and "by gpu_tokens_per_s" in text
 
 
 def test_a_gain_the_fresh_engine_does_not_confirm_is_no_decision(env):

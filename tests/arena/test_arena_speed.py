@@ -105,3 +105,19 @@ def test_cycle_statistics_are_reported_but_do_not_judge():
     # a whole B′ segment slowed in one cycle moves the pooled drift less than the verdict's bar
     w = judge(samples(0.0, 0.002, dips={5: 0.3}), POLICY)
     assert w.verdict == "FAIL" and abs(w.cycle_drift) < 0.01
+
+
+def test_gpu_clock_pass_needs_the_wall_clock_not_to_lose():
+    """A GPU-clock PASS bought with host time (wall clock slower) is a FAIL; a wall-clock verdict
+    and a non-PASS are left alone; no wall windows at all is no crown."""
+    from arena.speed import wall_guard
+
+    gpu_pass = judge(samples(0.05, 0.002), POLICY)
+    assert gpu_pass.verdict == "PASS"
+    lost = wall_guard(gpu_pass, samples(-0.05, 0.002, seed=1), "graph_tokens_per_s", POLICY)
+    assert lost.verdict == "FAIL" and "but the wall clock reads C/B 0.94" in lost.reason
+    assert wall_guard(gpu_pass, samples(0.0, 0.002, seed=1), "graph_tokens_per_s", POLICY).verdict == "PASS"
+    assert wall_guard(gpu_pass, samples(-0.05, 0.002, seed=1), "output_tokens_per_s", POLICY) is gpu_pass
+    assert wall_guard(gpu_pass, [], "gpu_tokens_per_s", POLICY).verdict == "FAIL"
+    fail = judge(samples(0.0, 0.002), POLICY)
+    assert wall_guard(fail, samples(-0.05, 0.002), "gpu_tokens_per_s", POLICY) is fail

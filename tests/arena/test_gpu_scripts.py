@@ -67,3 +67,21 @@ def test_arena_benchmarks_dry_run(tmp_path):
     assert runs["never-fires"]["verdict"] == "FAIL" and "evidence" in runs["never-fires"]["reason"]
     assert runs["faithful"]["quality"] == "PASS" and isinstance(runs["role-bias"]["role_bias"], float)
     assert isinstance(runs["faithful"]["drift"], float) and runs["role-bias"]["quality"] is None
+
+
+def test_noise_report_joins_windows_with_monitor_samples(tmp_path):
+    """Slow windows get the samples taken inside them: here the GPU idles (host-bound) in the slow one."""
+    sys.path.insert(0, str(h.REPO / "scripts"))
+    import noise_report
+
+    windows = [{"index": i, "role": r, "at": 100.0 + 10 * i, "output_tokens_per_s": tps}
+               for i, (r, tps) in enumerate([("B", 1000.0), ("C", 1001.0), ("C", 850.0), ("B'", 999.0)])]
+    samples = [{"t": 100.0 + 10 * i + dt, "src": "gpu", "clocks.sm": 1980.0, "utilization.gpu": 80.0 if i == 2 else 95.0,
+                "power.draw": 500.0 if i == 2 else 560.0, "reasons": "0x0000000000000000" if i == 2 else "0x0000000000000004"}
+               for i in range(4) for dt in (0.5, 1.5)]
+    rows = noise_report.per_window(windows, samples, tokens=2000, window_s=0)
+    assert [r["n"] for r in rows] == [2, 2, 2, 2]  # each window spans tokens / tps ≈ 2 s
+    split = noise_report.split(rows)
+    assert split["slow"]["windows"] == 1 and split["normal"]["windows"] == 3
+    assert split["slow"]["utilization.gpu"] == 80.0 and split["normal"]["utilization.gpu"] == 95.0
+    assert split["normal"]["reasons"] == ["0x0000000000000004"] and split["slow"]["reasons"] == []
