@@ -79,9 +79,9 @@ class QualitySection:
 
 
 # wall-clock throughput (the host's clock around each window); output tokens per GPU-second of the
-# window's forward passes; or per GPU-second of its decode CUDA-graph replays alone
+# window's forward passes; or per GPU-second of its decode steps alone (CUDA-graph replays)
 # (seams/forward_clock.py: less and least exposed to host phases, docs/benchmarks.md)
-SPEED_METRICS = ("output_tokens_per_s", "total_tokens_per_s", "gpu_tokens_per_s", "graph_tokens_per_s")
+SPEED_METRICS = ("output_tokens_per_s", "total_tokens_per_s", "gpu_tokens_per_s", "decode_gpu_tokens_per_s")
 
 
 @dataclass(frozen=True)

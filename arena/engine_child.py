@@ -15,7 +15,8 @@ Steps:
    "timed": bool, "keep_outputs": bool}
   {"op": "route", "route": "candidate" | "stock", "epoch"}      -> Engine.collective_rpc
 Job key "forward_clock": {"dir", "ranks"} -> each timed window also reports the GPU seconds of its
-forward passes (seams/forward_clock.py) and `gpu_tokens_per_s`.
+forward passes and of its decode steps alone (seams/forward_clock.py): `gpu_tokens_per_s`,
+`decode_gpu_tokens_per_s`.
   {"op": "teacher", "tag", "sequences": [{"key", "prompt", "cont"}], "top_k"}
 """
 
@@ -163,10 +164,10 @@ class Driver:
                                    f"({[(r['rank'], r['forwards']) for r in recs]})"}
         gpu_s = max(r["gpu_s"] for r in ranks.values())
         out = {"gpu_s": gpu_s, "forwards": max(r["forwards"] for r in ranks.values()), "gpu_tokens_per_s": n_out / gpu_s}
-        graph_s = max(r.get("graph_s", 0.0) for r in ranks.values())
-        if graph_s > 0 and all(r.get("graphs") for r in ranks.values()):  # decode replays (graphs on)
-            out.update(graph_s=graph_s, graphs=max(r["graphs"] for r in ranks.values()),
-                       graph_tokens_per_s=n_out / graph_s)
+        decode_s = max(r.get("decode_gpu_s", 0.0) for r in ranks.values())
+        if decode_s > 0 and all(r.get("decodes") for r in ranks.values()):  # decode steps (graph replays)
+            out.update(decode_gpu_s=decode_s, decodes=max(r["decodes"] for r in ranks.values()),
+                       decode_gpu_tokens_per_s=n_out / decode_s)
         return out
 
     def teacher(self, step: dict[str, Any]) -> dict[str, Any]:

@@ -222,7 +222,7 @@ class Qualification:
 
     def _windows_json(self, samples: list[tuple[Window, float]]) -> list[dict[str, Any]]:
         recs = getattr(self, "_records", {})
-        keep = ("at", "s", "gpu_s", "forwards", "graph_s", "graphs", "clock_error") + SPEED_METRICS
+        keep = ("at", "s", "gpu_s", "forwards", "decode_gpu_s", "decodes", "clock_error") + SPEED_METRICS
         return [{"index": w.index, "cycle": w.cycle, "role": w.role, "route": w.route, self.cfg.speed.metric: v,
                  **{k: recs[w.index][k] for k in keep if k in recs.get(w.index, {})}} for w, v in samples]
 

@@ -10,7 +10,8 @@ Reads the fixed launch environment the host wrote:
   CACHEON_ENGINE_TREE_DIGEST     its expected digest
   CACHEON_RECEIPT_DIR            where receipts go
   CACHEON_SEAM_STRICT=1|0        strict (qualification, default) or serving fallback
-  CACHEON_FORWARD_CLOCK=1         time every forward pass on the GPU (seams/forward_clock.py)
+  CACHEON_FORWARD_CLOCK=1         time the forward passes on the GPU (seams/forward_clock.py, set
+                                  up after Scheduler.__init__ by seams/plugin.py)
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from cacheon_subnet.bundle.engine_tree import open_tree
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.custom_op import register_slot_op
 from cacheon_subnet.slots.spec import dtype_of
-from seams import forward_clock
 from seams.controls import handicap, register_handicap, register_stock_controls, stock_controls
 from seams.dispatch import REGISTRY, Candidate, Registry, guarded, receipt_key
 from seams.receipts import Receipts
@@ -93,8 +93,6 @@ def activate_scheduler(tp_rank: int, registry: Registry = REGISTRY, environ: dic
         for a in adapters:
             hooks.update(adapter_hooks(a))
         install_hooks(hooks)
-        if env.get(forward_clock.ENV) == "1":  # the arena's timed engines: every route pays it alike
-            install_hooks(forward_clock.hooks(env.get("CACHEON_RECEIPT_DIR"), tp_rank), permanent=True)
         active = [c for s in slots for c in registry.candidates.get(s, [])]
         if not active:
             raise RuntimeError(f"no candidate in the engine tree for the selected slots {slots}")

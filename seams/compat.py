@@ -43,7 +43,6 @@ API_PARAMS: Mapping[str, tuple[tuple[str, ...], bool]] = {
     "sglang.srt.plugins.hook_registry:HookRegistry.register": (("target", "hook", "hook_type", "source"), False),
     "sglang.srt.plugins.hook_registry:HookRegistry.apply_hooks": ((), False),
     "sglang.srt.managers.scheduler:Scheduler.__init__": (("self", "server_args", "port_args", "gpu_id", "tp_rank"), True),
-    "sglang.srt.model_executor.model_runner:ModelRunner.forward": (("self", "forward_batch"), True),
 }
 HOOK_TYPE = ("sglang.srt.plugins.hook_registry", "HookType", ("AROUND", "REPLACE"))
 CALLS: tuple[tuple[str, str, str], ...] = (  # (function, callee, why it matters)
@@ -51,6 +50,10 @@ CALLS: tuple[tuple[str, str, str], ...] = (  # (function, callee, why it matters
     ("sglang.srt.plugins:load_plugins", "apply_hooks", "registered hooks get applied"),
     ("sglang.srt.plugins.hook_registry:HookRegistry._apply_target", "_propagate_patch",
      "patches reach by-value `from x import f` copies"),
+    ("sglang.srt.model_executor.cuda_graph_runner:CudaGraphRunner.replay", "wrap",
+     "the arena's forward clock times each decode graph replay through ModelRunner.device_timer"),
+    ("sglang.srt.model_executor.model_runner:ModelRunner.forward_extend", "wrap",
+     "the arena's forward clock times eager prefill through ModelRunner.device_timer"),
 )
 
 

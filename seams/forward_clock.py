@@ -1,90 +1,92 @@
-"""The arena's forward clock: GPU time of every forward pass on a scheduler rank, read per window.
+"""The arena's forward clock: GPU time of the forward passes on a scheduler rank, read per window.
 
-Why: on the lent H200 the host's wall clock moves with the box, not with the kernels. With the
-dense arena's windows the GPU was 75-100 % busy and the slow phases (10-15 %, several windows
-long) showed the SM clock at its maximum, GPU power down and utilisation down: the GPU was
-waiting on the host (docs/benchmarks.md, "Arena noise"). Kernels are what a contribution
-changes, so the arena also times the GPU span of each `ModelRunner.forward` with CUDA events:
-decode replays a CUDA graph in one launch, so its span is kernel time, whatever the host does
-between steps.
+Why: on the lent H200 the host's wall clock moves with the box, not with the kernels. In the
+dense arena's slow phases (10-15 %, several windows long) the SM clock sat at its maximum while
+GPU power and utilisation fell: the GPU was waiting on the host (docs/benchmarks.md, "Arena
+noise"). Kernels are what a contribution changes, so the arena also times the GPU.
 
-Installed (AROUND hook on `ModelRunner.forward`, listed in docs/seams.md) only where the host
-sets CACHEON_FORWARD_CLOCK=1, i.e. in the arena's timed engines, where B, C and B′ share one
-engine and so pay exactly the same cost. The host reads it through
-`Engine.collective_rpc("cacheon_clock", tag=...)`: each call sums the spans recorded since the
-previous call, appends one JSON line to `clock-<rank>.jsonl` in the receipts directory, and
-starts a new span list. Events are never recorded while a CUDA graph is being captured.
-Without CUDA (tests, the CPU arena) the spans are host `perf_counter` intervals.
+How: SGLang's own timing point. `ModelRunner.device_timer` (SGLang's DeviceTimer slot, filled by
+its metrics reporter under SGLANG_ENABLE_METRICS_DEVICE_TIMER) is entered as
+`device_timer.wrap(metadata={"category": ...})` around exactly the GPU work of a forward: the
+decode CUDA-graph replay alone (cuda_graph_runner.py, `CudaGraphRunner.replay`), eager
+`model.forward` of extend/decode/idle batches after their attention metadata is prepared
+(model_runner.py). The clock is an object with that `wrap`, set as the runner's device_timer
+where the host sets CACHEON_FORWARD_CLOCK=1 (the arena's timed engines: B, C and B′ share one
+engine, so they pay its cost alike). No function is patched; the pristine route leaves it in
+place. A timer SGLang already installed keeps running inside ours.
 
-The H200 showed host time still leaking into forward spans (eager prefill launches, the
-replay's input preparation while the GPU idles): in slow box phases GPU tokens/s fell with wall
-tokens/s, about half as much. So the clock also times each CUDA graph replay alone
-(`torch.cuda.CUDAGraph.replay`, patched in this process only): once launched, a decode graph runs
-without the host, so its span is kernel time. Reported as `graph_s` (decode steps only).
+The host reads it through `Engine.collective_rpc("cacheon_clock", tag=...)`: each call sums the
+spans since the previous call by category, appends one JSON line to `clock-<rank>.jsonl` in the
+receipts directory, and starts afresh. Spans are never recorded while a graph is being captured.
+Without CUDA (tests, the CPU stand-in engine) spans are host `perf_counter` intervals.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Iterator
 
-TARGET = "sglang.srt.model_executor.model_runner:ModelRunner.forward"
 ENV = "CACHEON_FORWARD_CLOCK"
 RPC_METHOD = "cacheon_clock"
+DECODE = "decode"  # SGLang's category for decode forwards (a graph replay when graphs are on)
 
 
 class ForwardClock:
-    """Spans of forward passes since the last read; one instance per scheduler process."""
+    """Spans of forward passes since the last read, by SGLang's category; one per scheduler."""
 
-    def __init__(self, directory: str | None, rank: int, use_cuda: bool | None = None) -> None:
+    def __init__(self, directory: str | None, rank: int, use_cuda: bool | None = None, inner: Any = None) -> None:
         import torch
 
-        self.directory, self.rank = directory, rank
+        self.directory, self.rank, self.inner = directory, rank, inner
         self.cuda = torch.cuda.is_available() if use_cuda is None else use_cuda
         self._torch = torch
-        self._spans: list[Any] = []
-        self._graphs: list[Any] = []
+        self._spans: list[tuple[str, Any]] = []
 
-    def _timed(self, sink: list[Any], fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def __bool__(self) -> bool:  # SGLang tests `if self.device_timer`
+        return True
+
+    @contextlib.contextmanager
+    def wrap(self, metadata: dict[str, Any]) -> Iterator[None]:
+        """DeviceTimer.wrap's contract: time the enclosed GPU work, tagged with metadata."""
+        inner = self.inner.wrap(metadata) if self.inner else contextlib.nullcontext()
+        category = str((metadata or {}).get("category", "other"))
         torch = self._torch
-        if self.cuda:
+        with inner:
+            if not self.cuda:
+                t = time.perf_counter()
+                yield
+                self._spans.append((category, time.perf_counter() - t))
+                return
             if torch.cuda.is_current_stream_capturing():
-                return fn(*args, **kwargs)
+                yield
+                return
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            out = fn(*args, **kwargs)
+            yield
             end.record()
-            sink.append((start, end))
-            return out
-        t = time.perf_counter()
-        out = fn(*args, **kwargs)
-        sink.append(time.perf_counter() - t)
-        return out
+            self._spans.append((category, (start, end)))
 
-    def around(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return self._timed(self._spans, original, *args, **kwargs)
-
-    def graph_replay(self, original: Callable[..., Any], graph: Any) -> Any:
-        return self._timed(self._graphs, original, graph)
-
-    def _total(self, spans: list[Any]) -> float:
+    def _seconds(self, span: Any) -> float:
         if not self.cuda:
-            return float(sum(spans))
-        total = 0.0
-        for start, end in spans:
-            end.synchronize()
-            total += start.elapsed_time(end) / 1000.0
-        return total
+            return float(span)
+        start, end = span
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0
 
     def read(self, tag: str) -> dict[str, Any]:
         """Sum and clear the spans; append the record to this rank's clock file."""
         spans, self._spans = self._spans, []
-        graphs, self._graphs = self._graphs, []
-        rec = {"tag": str(tag), "rank": self.rank, "gpu_s": self._total(spans), "forwards": len(spans),
-               "graph_s": self._total(graphs), "graphs": len(graphs), "cuda": self.cuda, "t": time.time()}
+        by: dict[str, list[float]] = {}
+        for category, span in spans:
+            by.setdefault(category, []).append(self._seconds(span))
+        rec = {"tag": str(tag), "rank": self.rank, "gpu_s": sum(sum(v) for v in by.values()), "forwards": len(spans),
+               "decode_gpu_s": sum(by.get(DECODE, [])), "decodes": len(by.get(DECODE, [])),
+               "by_category": {k: [len(v), sum(v)] for k, v in sorted(by.items())}, "cuda": self.cuda,
+               "t": time.time()}
         if self.directory:
             path = Path(self.directory) / f"clock-{self.rank}.jsonl"
             with open(path, "a") as f:
@@ -94,49 +96,20 @@ class ForwardClock:
         return rec
 
 
-_CLOCK: list[ForwardClock] = []
-
-
-def hooks(directory: str | None, rank: int) -> dict[str, Callable[..., Any]]:
-    """The AROUND hook for install_hooks; one clock per process. Also wraps CUDAGraph.replay
-    (a torch class, not an SGLang symbol: no HookRegistry target) in this process."""
-    if not _CLOCK:
-        _CLOCK.append(ForwardClock(directory, rank))
-        _wrap_graph_replay(_CLOCK[0])
-    clock = _CLOCK[0]
-
-    def _forward(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return clock.around(original, *args, **kwargs)
-
-    return {TARGET: _forward}
-
-
-def _wrap_graph_replay(clock: ForwardClock) -> None:
-    import torch
-
-    graph_cls = getattr(torch.cuda, "CUDAGraph", None)
-    original = getattr(graph_cls, "replay", None)
-    if original is None or getattr(original, "__cacheon_clock__", False):
-        return
-
-    def replay(self: Any) -> Any:
-        return clock.graph_replay(original, self)
-
-    replay.__cacheon_clock__ = True  # type: ignore[attr-defined]
-    replay.__wrapped__ = original  # type: ignore[attr-defined]
-    graph_cls.replay = replay
-
-
-def attach(scheduler: Any) -> None:
-    """Give the scheduler the RPC the host calls around each timed window."""
-    if not _CLOCK:
-        return
-    clock = _CLOCK[0]
+def attach(scheduler: Any, rank: int, environ: dict[str, str] | None = None) -> ForwardClock | None:
+    """Where the host asked for it: become the model runner's device_timer and answer the RPC."""
+    env = os.environ if environ is None else environ
+    if env.get(ENV) != "1":
+        return None
+    runner = scheduler.tp_worker.model_runner
+    clock = ForwardClock(env.get("CACHEON_RECEIPT_DIR"), rank, inner=getattr(runner, "device_timer", None))
+    runner.device_timer = clock
 
     def cacheon_clock(tag: str) -> None:
         clock.read(tag)
 
     setattr(scheduler, RPC_METHOD, cacheon_clock)
+    return clock
 
 
 def read_clock(directory: str | os.PathLike[str], tag: str) -> list[dict[str, Any]]:

@@ -18,8 +18,6 @@ Around = Callable[..., Any]
 INSTALLED: dict[str, tuple[Any, Any]] = {}
 # (holder, attr, wrapped, original) bindings that detach() put back to the original
 _DETACHED: list[tuple[Any, str, Any, Any]] = []
-# points detach() leaves in place: instruments that must measure every route alike (the forward clock)
-PERMANENT: set[str] = set()
 
 
 def _dotted(point: str) -> str:
@@ -30,8 +28,7 @@ def registry_module() -> Any:
     return importlib.import_module("sglang.srt.plugins.hook_registry")
 
 
-def install_hooks(hooks: Mapping[str, Around], permanent: bool = False) -> None:
-    """permanent: the pristine route's detach() keeps these points (instruments, not adapters)."""
+def install_hooks(hooks: Mapping[str, Around]) -> None:
     reg = registry_module()
     originals = {}
     for point in hooks:
@@ -47,8 +44,6 @@ def install_hooks(hooks: Mapping[str, Around], permanent: bool = False) -> None:
         if now is original or getattr(now, "__wrapped__", None) is None:
             raise RuntimeError(f"seam hook on {point} was not applied (HookRegistry logged the reason)")
         INSTALLED[point] = (original, now)
-        if permanent:
-            PERMANENT.add(point)
 
 
 def detached() -> bool:
@@ -62,14 +57,13 @@ def detach(instances: Iterable[Any] = ()) -> int:
     Returns how many bindings were restored; reattach() undoes exactly those."""
     if _DETACHED:
         return 0
-    removable = {p: v for p, v in INSTALLED.items() if p not in PERMANENT}
-    originals = {id(w): (w, o) for o, w in removable.values()}
+    originals = {id(w): (w, o) for o, w in INSTALLED.values()}
     for inst in instances:  # layers bind forward_cuda at construction (CustomOp._forward_method)
         for name, value in list(vars(inst).items()):
             func = getattr(value, "__func__", None)
             if isinstance(value, types.MethodType) and id(func) in originals and func is originals[id(func)][0]:
                 _DETACHED.append((inst, name, value, types.MethodType(originals[id(func)][1], inst)))
-    for point, (original, wrapped) in removable.items():
+    for point, (original, wrapped) in INSTALLED.items():
         path, attr = _dotted(point).rsplit(".", 1)
         owner = pkgutil.resolve_name(path)
         if isinstance(owner, type) and owner.__dict__.get(attr) is wrapped:

@@ -29,7 +29,7 @@ def _scheduler_init(original: Callable[..., Any], *args: Any, **kwargs: Any) -> 
         from seams.route import attach
 
         attach(args[0])  # the scheduler instance: Engine.collective_rpc("cacheon_route") reaches it
-        forward_clock.attach(args[0])  # "cacheon_clock", where the host asked for the forward clock
+        forward_clock.attach(args[0], int(tp_rank))  # the runner's device_timer + "cacheon_clock", if asked
     return result
 
 

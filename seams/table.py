@@ -141,8 +141,6 @@ HOOK_TARGETS: Mapping[str, str] = MappingProxyType({
     "sglang.srt.plugins.hook_registry:HookRegistry.register": "released hook registry used to install the scheduler gate",
     "sglang.srt.managers.scheduler:Scheduler.__init__": "internal: AROUND hook = positive scheduler-rank identification; "
     "the model is built inside it, after plugins load (no released per-role callback exists in 0.5.13.post1)",
-    "sglang.srt.model_executor.model_runner:ModelRunner.forward": "internal: AROUND hook = the arena's forward "
-    "clock (CUDA events around every forward pass, timed engines only; seams/forward_clock.py)",
 })
 
 BINDINGS: tuple[str, ...] = tuple(sorted({a.binding for a in SEAM_ADAPTERS}))

@@ -33,6 +33,7 @@ class _Runner:
         self.engine = engine
         self.graph_runner = None
         self.piecewise_cuda_graph_runner = None
+        self.device_timer = None  # SGLang's timing slot (model_runner.py:408); the forward clock fills it
 
     def init_device_graphs(self) -> None:
         """'Capture': one forward at a decode batch size, like CUDA graph capture does."""
@@ -67,7 +68,7 @@ class FakeEngine:
             from seams import forward_clock
 
             route.attach(self.scheduler)
-            forward_clock.attach(self.scheduler)
+            forward_clock.attach(self.scheduler, 0)
 
     def hidden(self, ids: torch.Tensor) -> torch.Tensor:
         from seams.dispatch import run
@@ -80,12 +81,12 @@ class FakeEngine:
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight.float()).to(torch.bfloat16).float()
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """One 'forward pass' through SGLang's ModelRunner.forward (the forward clock's hook point)."""
-        try:
-            from sglang.srt.model_executor.model_runner import ModelRunner
-        except ImportError:
+        """One decode step, timed like SGLang's CudaGraphRunner.replay: inside device_timer.wrap."""
+        import contextlib
+
+        timer = self.scheduler.tp_worker.model_runner.device_timer
+        with timer.wrap(metadata={"category": "decode"}) if timer else contextlib.nullcontext():
             return self.hidden(ids)
-        return ModelRunner.forward(None, lambda: self.hidden(ids))
 
     def logprobs(self, ids: list[int]) -> torch.Tensor:
         h = self.forward(torch.tensor([ids[-3:]]))

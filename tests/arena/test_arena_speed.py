@@ -114,9 +114,9 @@ def test_gpu_clock_pass_needs_the_wall_clock_not_to_lose():
 
     gpu_pass = judge(samples(0.05, 0.002), POLICY)
     assert gpu_pass.verdict == "PASS"
-    lost = wall_guard(gpu_pass, samples(-0.05, 0.002, seed=1), "graph_tokens_per_s", POLICY)
+    lost = wall_guard(gpu_pass, samples(-0.05, 0.002, seed=1), "decode_gpu_tokens_per_s", POLICY)
     assert lost.verdict == "FAIL" and "but the wall clock reads C/B 0.94" in lost.reason
-    assert wall_guard(gpu_pass, samples(0.0, 0.002, seed=1), "graph_tokens_per_s", POLICY).verdict == "PASS"
+    assert wall_guard(gpu_pass, samples(0.0, 0.002, seed=1), "decode_gpu_tokens_per_s", POLICY).verdict == "PASS"
     assert wall_guard(gpu_pass, samples(-0.05, 0.002, seed=1), "output_tokens_per_s", POLICY) is gpu_pass
     assert wall_guard(gpu_pass, [], "gpu_tokens_per_s", POLICY).verdict == "FAIL"
     fail = judge(samples(0.0, 0.002), POLICY)

@@ -66,10 +66,25 @@ class Scheduler:
 def run_scheduler_process(server_args, port_args, gpu_id, tp_rank):
     load_plugins()
 '''
-MODEL_RUNNER = '''class ModelRunner:
-    def forward(self, forward_batch, skip_attn_backend_init=None, pp_proxy_tensors=None,
-                reinit_attn_backend=False, split_forward_count=1):
-        pass
+MODEL_RUNNER = '''import contextlib
+
+
+class ModelRunner:
+    device_timer = None
+
+    def forward_extend(self, forward_batch):
+        ctx = self.device_timer.wrap(metadata={"category": "extend"}) if self.device_timer else contextlib.nullcontext()
+        with ctx:
+            pass
+'''
+CUDA_GRAPH_RUNNER = '''import contextlib
+
+
+class CudaGraphRunner:
+    def replay(self, forward_batch):
+        timer = self.model_runner.device_timer
+        with timer.wrap(metadata={"category": "decode"}) if timer else contextlib.nullcontext():
+            self.graphs[self.bs].replay()
 '''
 
 
@@ -98,6 +113,7 @@ def modules(version: str = SGLANG_PIN, kernel: bool = True) -> dict[str, str]:
     text["sglang.srt.plugins"].append(PLUGINS)
     text["sglang.srt.managers.scheduler"].append(SCHEDULER)
     text["sglang.srt.model_executor.model_runner"].append(MODEL_RUNNER)
+    text["sglang.srt.model_executor.cuda_graph_runner"].append(CUDA_GRAPH_RUNNER)
     return {m: "\n\n".join(parts) for m, parts in text.items()}
 
 

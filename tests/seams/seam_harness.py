@@ -513,15 +513,6 @@ MOE_TRITON = '''def fused_experts_none_to_triton(hidden_states, w13, w2, topk_ou
 '''
 
 
-MODEL_RUNNER = '''class ModelRunner:
-    """forward(forward_batch, ...) as in model_runner.py:3407; the arena's forward clock wraps it."""
-
-    def forward(self, forward_batch, skip_attn_backend_init=None, pp_proxy_tensors=None,
-                reinit_attn_backend=False, split_forward_count=1):
-        return forward_batch()
-'''
-
-
 def runtime_sources(version: str = "0.5.13.post1") -> dict[str, str]:
     return {
         "sglang": f"__version__ = {version!r}\n",
@@ -545,7 +536,6 @@ def runtime_sources(version: str = "0.5.13.post1") -> dict[str, str]:
         "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe": FUSED_MOE,
         "sglang.srt.distributed.parallel_state": PARALLEL_STATE,
         "sglang.srt.layers.flashinfer_comm_fusion": FLASHINFER_COMM_FUSION,
-        "sglang.srt.model_executor.model_runner": MODEL_RUNNER,
     }
 
 
