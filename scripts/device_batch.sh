@@ -72,4 +72,8 @@ case "${1:-}" in
 esac
 wait $(jobs -p | grep -v "^${MON:-none}$")
 [ -n "${MON:-}" ] && kill "$MON" 2>/dev/null
+for f in "$OUT"/ab-*.json; do  # windows next to the monitor's GPU/host samples (scripts/noise_report.py)
+  [ -n "${MON:-}" ] && [ -f "$f" ] && python3 scripts/noise_report.py "$f" "$OUT/monitor.jsonl" --tokens 32768 \
+    > "${f%.json}.noise.txt" 2>&1
+done
 collect
