@@ -239,7 +239,8 @@ class Qualification:
             if got:
                 v = judge(got, self.cfg.speed)
                 out[m] = {"ratio": v.ratio, "run_drift": v.run_drift, "noise": v.noise, "verdict": v.verdict,
-                          "cycle_ratio": v.cycle_ratio, "cycle_drift": v.cycle_drift}
+                          "cycle_ratio": v.cycle_ratio, "cycle_drift": v.cycle_drift,
+                          "paired_ratio": v.paired_ratio, "paired_se": v.paired_se}
         return out
 
     def run(self) -> dict[str, Any]:

@@ -85,3 +85,26 @@ def test_noise_report_joins_windows_with_monitor_samples(tmp_path):
     assert split["slow"]["windows"] == 1 and split["normal"]["windows"] == 3
     assert split["slow"]["utilization.gpu"] == 80.0 and split["normal"]["utilization.gpu"] == 95.0
     assert split["normal"]["reasons"] == ["0x0000000000000004"] and split["slow"]["reasons"] == []
+
+
+def test_rejudge_reads_recorded_windows_with_every_statistic(tmp_path):
+    """Old runs re-read with the current judge: pooled, paired, per-cycle, drift, per clock."""
+    from arena.speed import plan
+
+    windows = [{"index": w.index, "cycle": w.cycle, "role": w.role, "route": w.route,
+                "output_tokens_per_s": 1000.0 * (1.05 if w.role == "C" else 1.0) + w.index % 3,
+                "gpu_tokens_per_s": 1100.0 * (1.05 if w.role == "C" else 1.0)} for w in plan(4, 2)]
+    f = tmp_path / "ab.json"
+    f.write_text(json.dumps({"runs": [{"run": "role-bias", "windows": windows}]}))
+    run = lambda *a: subprocess.run([sys.executable, "scripts/rejudge.py", *a], capture_output=True,  # noqa: E731
+                                    text=True, cwd=h.REPO, timeout=120)
+    r = run(str(f), "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    (row,) = json.loads(r.stdout)
+    assert set(row["by_metric"]) == {"output_tokens_per_s", "gpu_tokens_per_s"}
+    g = row["by_metric"]["gpu_tokens_per_s"]
+    assert abs(g["pooled"] - 0.05) < 1e-9 and abs(g["paired"] - 0.05) < 1e-9 and g["verdict"] == "PASS"
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    r = run(str(bad))
+    assert r.returncode == 2 and "bad.json: cannot read a result JSON" in r.stderr
