@@ -12,6 +12,8 @@ Reads the fixed launch environment the host wrote:
   CACHEON_SEAM_STRICT=1|0        strict (qualification, default) or serving fallback
   CACHEON_FORWARD_CLOCK=1         time the forward passes on the GPU (seams/forward_clock.py, set
                                   up after Scheduler.__init__ by seams/plugin.py)
+  CACHEON_STOCK_AS_CANDIDATE, CACHEON_HANDICAP   the arena's controls (seams/controls.py); the
+                                  sandbox drops any ambient CACHEON_* variable, so only the host sets them
 """
 
 from __future__ import annotations
