@@ -71,15 +71,13 @@ def cmd_arena_run(args: argparse.Namespace) -> int:
     from arena.run import stock_control_op
 
     incumbent = None
-    if args.handicap_us is not None and args.control != "handicap":
+    if (args.control == "handicap") != (args.handicap_us is not None):
         raise UsageError("--handicap-us MICROSECONDS goes with --control handicap, and only with it")
     if args.control:
         if args.incumbent:
             raise UsageError("--incumbent makes no sense with --control")
         if args.bundle or not args.slot:
             raise UsageError(f"--control {args.control} takes --slot SLOT and no --bundle (it runs no contribution)")
-        if (args.control == "handicap") != (args.handicap_us is not None):
-            raise UsageError("--handicap-us MICROSECONDS goes with --control handicap, and only with it")
         if args.handicap_us is not None and not 0 < args.handicap_us <= 100_000:
             raise UsageError(f"--handicap-us {args.handicap_us:g}: expected 0 < µs <= 100000")
         from cacheon_subnet.errors import SlotError

@@ -14,10 +14,10 @@ Steps:
   {"op": "generate", "tag", "prompts": {seed, n, len, low, high}, "max_new_tokens", "top_k",
    "timed": bool, "keep_outputs": bool}
   {"op": "route", "route": "candidate" | "stock", "epoch"}      -> Engine.collective_rpc
+  {"op": "teacher", "tag", "sequences": [{"key", "prompt", "cont"}], "top_k"}
 Job key "forward_clock": {"dir", "ranks"} -> each timed window also reports the GPU seconds of its
 forward passes and of its decode steps alone (seams/forward_clock.py): `gpu_tokens_per_s`,
 `decode_gpu_tokens_per_s`.
-  {"op": "teacher", "tag", "sequences": [{"key", "prompt", "cont"}], "top_k"}
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from arena.config import SPEED_METRICS, ArenaConfig
 from arena.evidence import Evidence, check
 from arena.host import EngineRun, EngineSpec, run_engine
 from arena.jobs import cache_env, checkpoint_job, engine_kwargs, resident_steps, teacher_steps, window_tag
-from arena.speed import SpeedVerdict, Window, judge, swaps as count_swaps, wall_guard
+from arena.speed import SpeedVerdict, Window, judge, judge_each, swaps as count_swaps, wall_guard
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.bundle.engine_tree import build_tree
 from cacheon_subnet.log import get_logger
@@ -233,15 +233,12 @@ class Qualification:
     def _by_metric(self, windows: tuple[Window, ...]) -> dict[str, Any]:
         """Every metric the windows carry, judged alike: the verdict uses [speed] metric; the others
         are reported beside it (wall clock vs forward clock), never judged."""
-        out = {}
-        for m in SPEED_METRICS:
-            got = self._samples(m, windows)
-            if got:
-                v = judge(got, self.cfg.speed)
-                out[m] = {"ratio": v.ratio, "run_drift": v.run_drift, "noise": v.noise, "verdict": v.verdict,
-                          "cycle_ratio": v.cycle_ratio, "cycle_drift": v.cycle_drift,
-                          "paired_ratio": v.paired_ratio, "paired_se": v.paired_se}
-        return out
+        recs = getattr(self, "_records", {})
+        rows = [(w, recs[w.index]) for w in windows if w.index in recs]
+        return {m: {"ratio": v.ratio, "run_drift": v.run_drift, "noise": v.noise, "verdict": v.verdict,
+                    "cycle_ratio": v.cycle_ratio, "cycle_drift": v.cycle_drift,
+                    "paired_ratio": v.paired_ratio, "paired_se": v.paired_se}
+                for m, v in judge_each(rows, SPEED_METRICS, self.cfg.speed).items()}
 
     def run(self) -> dict[str, Any]:
         self.t0 = time.monotonic()

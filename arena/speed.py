@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from arena.config import SpeedSection
 
@@ -152,6 +152,17 @@ def judge(samples: Sequence[tuple[Window, float]], policy: SpeedSection) -> Spee
 
 
 WALL_METRICS = ("output_tokens_per_s", "total_tokens_per_s")
+
+
+def judge_each(rows: Sequence[tuple[Window, Mapping[str, Any]]], metrics: Sequence[str],
+               policy: SpeedSection) -> dict[str, SpeedVerdict]:
+    """The same windows judged on every metric they carry (wall clock, forward clock)."""
+    out = {}
+    for m in metrics:
+        got = [(w, float(rec[m])) for w, rec in rows if rec.get(m) is not None]
+        if any(w.role == "C" for w, _ in got):
+            out[m] = judge(got, policy)
+    return out
 
 
 def wall_guard(verdict: SpeedVerdict, samples_wall: Sequence[tuple[Window, float]], metric: str,

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from arena.config import SPEED_METRICS, SpeedSection  # noqa: E402
-from arena.speed import Window, judge  # noqa: E402
+from arena.speed import Window, judge_each  # noqa: E402
 
 
 def runs(doc: dict[str, Any]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
@@ -32,16 +32,11 @@ def runs(doc: dict[str, Any]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
 
 
 def rejudge(windows: list[dict[str, Any]], policy: SpeedSection) -> dict[str, dict[str, float]]:
-    out = {}
-    for m in (x for x in SPEED_METRICS if x != "total_tokens_per_s"):  # same ranking as output tok/s
-        got = [(Window(w["index"], w["cycle"], w["role"], w.get("route", "")), float(w[m]))
-               for w in windows if w.get(m) is not None]
-        if not any(w.role == "C" for w, _ in got):
-            continue
-        v = judge(got, policy)
-        out[m] = {"pooled": v.ratio - 1, "paired": v.paired_ratio - 1, "paired_se": v.paired_se,
-                  "cycle": v.cycle_ratio - 1, "drift": v.run_drift, "noise": v.noise, "verdict": v.verdict}
-    return out
+    rows = [(Window(w["index"], w["cycle"], w["role"], w.get("route", "")), w) for w in windows]
+    metrics = [m for m in SPEED_METRICS if m != "total_tokens_per_s"]  # ranks like output tok/s
+    return {m: {"pooled": v.ratio - 1, "paired": v.paired_ratio - 1, "paired_se": v.paired_se,
+                "cycle": v.cycle_ratio - 1, "drift": v.run_drift, "noise": v.noise, "verdict": v.verdict}
+            for m, v in judge_each(rows, metrics, policy).items()}
 
 
 def main(argv: list[str] | None = None) -> int:
