@@ -14,6 +14,7 @@ a crown: the validator never passes these variables.
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any, Callable
 
@@ -74,14 +75,13 @@ def _stock(slot_id: str, why: str) -> Callable[..., None]:
     return fn
 
 
-_registered = [0]  # custom-op names must be unique per process (tests register controls repeatedly)
+_op_ids = itertools.count(1)  # custom-op names must be unique per process (tests register controls repeatedly)
 
 
 def _add(registry: Registry, slot_id: str, fn: Callable[..., Any], variant: str, role: str) -> None:
     spec = get_slot(slot_id)
-    _registered[0] += 1
     call = register_slot_op(spec, guarded(spec, fn, registry, None, role), f"cacheon_{variant.replace('-', '_')}",
-                            f"n{_registered[0]}")
+                            f"n{next(_op_ids)}")
     registry.add(spec, Candidate(slot_id, variant, "stock", tuple(dtype_of(d) for d in spec.dtypes), (), call, role))
 
 

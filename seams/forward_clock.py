@@ -46,9 +46,6 @@ class ForwardClock:
         self._torch = torch
         self._spans: list[tuple[str, Any]] = []
 
-    def __bool__(self) -> bool:  # SGLang tests `if self.device_timer`
-        return True
-
     @contextlib.contextmanager
     def wrap(self, metadata: dict[str, Any]) -> Iterator[None]:
         """DeviceTimer.wrap's contract: time the enclosed GPU work, tagged with metadata."""
