@@ -138,7 +138,7 @@ class Driver:
                                "in_tokens": sum(len(x) for x in prompts),
                                "output_tokens_per_s": n_out / dt, "total_tokens_per_s": (n_out + sum(map(len, prompts))) / dt}
         if clock:
-            rec.update(self.read_clock(step["tag"], clock, n_out))
+            rec.update(self.read_clock(step["tag"], clock, n_out, rec["in_tokens"]))
         if step.get("keep_outputs"):
             seqs = []
             for i, (prompt, o) in enumerate(zip(prompts, outs)):
@@ -151,7 +151,7 @@ class Driver:
             rec["sequences"] = seqs
         return rec
 
-    def read_clock(self, tag: str, clock: dict[str, Any], n_out: int) -> dict[str, Any]:
+    def read_clock(self, tag: str, clock: dict[str, Any], n_out: int, n_in: int = 0) -> dict[str, Any]:
         """The forward clock's GPU seconds for this window: the slowest rank bounds a TP step.
         A missing rank leaves the window without the metric (the judge then lacks it: never a win)."""
         from seams.forward_clock import read_clock
@@ -168,6 +168,10 @@ class Driver:
         if decode_s > 0 and all(r.get("decodes") for r in ranks.values()):  # decode steps (graph replays)
             out.update(decode_gpu_s=decode_s, decodes=max(r["decodes"] for r in ranks.values()),
                        decode_gpu_tokens_per_s=n_out / decode_s)
+            # the rest of the forward spans: the prefill (eager extend forwards), per prompt token
+            extend_s = max(r["gpu_s"] - r.get("decode_gpu_s", 0.0) for r in ranks.values())
+            if extend_s > 0 and n_in > 0:
+                out.update(extend_gpu_s=extend_s, extend_gpu_tokens_per_s=n_in / extend_s)
         return out
 
     def teacher(self, step: dict[str, Any]) -> dict[str, Any]:

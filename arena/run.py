@@ -16,7 +16,7 @@ from arena.config import SPEED_METRICS, ArenaConfig
 from arena.evidence import Evidence, check
 from arena.host import EngineRun, EngineSpec, run_engine
 from arena.jobs import cache_env, checkpoint_job, engine_kwargs, resident_steps, teacher_steps, window_tag
-from arena.speed import SpeedVerdict, Window, judge, judge_each, swaps as count_swaps, wall_guard
+from arena.speed import SpeedVerdict, Window, guard, guards_of, judge, judge_each, swaps as count_swaps
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.bundle.engine_tree import build_tree
 from cacheon_subnet.log import get_logger
@@ -222,13 +222,16 @@ class Qualification:
 
     def _windows_json(self, samples: list[tuple[Window, float]]) -> list[dict[str, Any]]:
         recs = getattr(self, "_records", {})
-        keep = ("at", "s", "gpu_s", "forwards", "decode_gpu_s", "decodes", "clock_error") + SPEED_METRICS
+        keep = ("at", "s", "gpu_s", "forwards", "decode_gpu_s", "decodes", "extend_gpu_s", "clock_error") + SPEED_METRICS
         return [{"index": w.index, "cycle": w.cycle, "role": w.role, "route": w.route, self.cfg.speed.metric: v,
                  **{k: recs[w.index][k] for k in keep if k in recs.get(w.index, {})}} for w, v in samples]
 
     def _samples(self, metric: str, windows: tuple[Window, ...]) -> list[tuple[Window, float]]:
         recs = getattr(self, "_records", {})
         return [(w, float(recs[w.index][metric])) for w in windows if recs.get(w.index, {}).get(metric) is not None]
+
+    def _guard_samples(self, windows: tuple[Window, ...]) -> dict[str, list[tuple[Window, float]]]:
+        return {m: self._samples(m, windows) for m in guards_of(self.cfg.speed.metric)}
 
     def _by_metric(self, windows: tuple[Window, ...]) -> dict[str, Any]:
         """Every metric the windows carry, judged alike: the verdict uses [speed] metric; the others
@@ -267,8 +270,7 @@ class Qualification:
         stop = self._resident_outcome(resident, receipts, ev)
         if stop:
             return self.finish(*stop)
-        speed = wall_guard(judge(samples, cfg.speed), self._samples("output_tokens_per_s", windows),
-                           cfg.speed.metric, cfg.speed)
+        speed = guard(judge(samples, cfg.speed), self._guard_samples(windows), cfg.speed.metric, cfg.speed)
         self.result["speed"] = speed.to_json()
         self.result["speed_by_metric"] = self._by_metric(windows)
         self.result["metric"] = cfg.speed.metric
@@ -309,8 +311,8 @@ class Qualification:
         stop = self._resident_outcome(run, receipts, ev)
         if stop:
             return self.finish(*stop)
-        again = wall_guard(judge(samples, self.cfg.speed), self._samples("output_tokens_per_s", windows),
-                           self.cfg.speed.metric, self.cfg.speed)
+        again = guard(judge(samples, self.cfg.speed), self._guard_samples(windows), self.cfg.speed.metric,
+                      self.cfg.speed)
         self.result["confirm"]["speed"] = again.to_json()
         self.result["confirm"]["speed_by_metric"] = self._by_metric(windows)
         if again.verdict != "PASS":

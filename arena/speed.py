@@ -165,6 +165,19 @@ def judge_each(rows: Sequence[tuple[Window, Mapping[str, Any]]], metrics: Sequen
     return out
 
 
+def _floor_guard(verdict: SpeedVerdict, samples: Sequence[tuple[Window, float]], metric: str, what: str,
+                 why: str, policy: SpeedSection) -> SpeedVerdict:
+    """C may not read slower than 1 − max(margin, k·noise) on the guard's clock; no guard
+    windows (nan) is no crown."""
+    g = judge(samples, policy)
+    floor = 1 - max(policy.margin, policy.k_noise * g.noise) if g.noise == g.noise else float("nan")
+    if not g.ratio >= floor:  # also catches nan
+        return replace(verdict, verdict="FAIL",
+                       reason=f"{metric} PASS ({verdict.reason}) but {what} reads C/B {g.ratio:.4f} < "
+                              f"{floor:.4f} (1 − max(margin, k·noise {g.noise:.2%})): {why}")
+    return verdict
+
+
 def wall_guard(verdict: SpeedVerdict, samples_wall: Sequence[tuple[Window, float]], metric: str,
                policy: SpeedSection) -> SpeedVerdict:
     """A PASS on a GPU clock (forward spans, graph replays) must not be a loss on the wall clock:
@@ -173,10 +186,29 @@ def wall_guard(verdict: SpeedVerdict, samples_wall: Sequence[tuple[Window, float
     ratio may not fall below 1 − max(margin, k·wall noise); otherwise FAIL."""
     if verdict.verdict != "PASS" or metric in WALL_METRICS:
         return verdict
-    wall = judge(samples_wall, policy)
-    floor = 1 - max(policy.margin, policy.k_noise * wall.noise) if wall.noise == wall.noise else float("nan")
-    if not wall.ratio >= floor:  # also catches nan: no wall evidence, no crown
-        return replace(verdict, verdict="FAIL",
-                       reason=f"{metric} PASS ({verdict.reason}) but the wall clock reads C/B {wall.ratio:.4f} < "
-                              f"{floor:.4f} (1 − max(margin, k·noise {wall.noise:.2%})): GPU time bought with host time")
+    return _floor_guard(verdict, samples_wall, metric, "the wall clock", "GPU time bought with host time", policy)
+
+
+# what a PASS on each clock must not lose elsewhere: every GPU clock answers to the wall clock;
+# the decode-step clock sees only CUDA-graph replays, so the prefill (eager extend forwards) is
+# held to the same floor
+DECODE_GUARDS = ("output_tokens_per_s", "extend_gpu_tokens_per_s")
+
+
+def guards_of(metric: str) -> tuple[str, ...]:
+    if metric in WALL_METRICS:
+        return ()
+    return DECODE_GUARDS if metric == "decode_gpu_tokens_per_s" else ("output_tokens_per_s",)
+
+
+def guard(verdict: SpeedVerdict, samples_by_metric: Mapping[str, Sequence[tuple[Window, float]]], metric: str,
+          policy: SpeedSection) -> SpeedVerdict:
+    """The verdict after every guard of its clock (guards_of): a PASS that loses on the wall clock
+    or, for the decode-step clock, in the prefill is a FAIL."""
+    for g in guards_of(metric) if verdict.verdict == "PASS" else ():
+        if g == "output_tokens_per_s":
+            verdict = wall_guard(verdict, samples_by_metric.get(g, ()), metric, policy)
+        else:
+            verdict = _floor_guard(verdict, samples_by_metric.get(g, ()), metric, "the prefill clock",
+                                   "decode time bought with prefill time", policy)
     return verdict

@@ -44,6 +44,9 @@ def local_bindings() -> tuple[str, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--metric", default="output_tokens_per_s", choices=("output_tokens_per_s", "total_tokens_per_s"),
+                    help="a wall clock: the seam's cost is host time (dispatch) as much as GPU time, and this "
+                         "engine runs without the forward clock")
     ap.add_argument("--config", default=str(REPO / "configs/arena/dense.toml"))
     ap.add_argument("--bindings", default="local", help="'local' (every non-collective adapter) or a comma list")
     ap.add_argument("--work", default="/tmp/cacheon-seam-overhead")
@@ -73,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     samples = []
     for w in windows:
         try:
-            samples.append((w, float(run.step(window_tag(w))[cfg.speed.metric])))
+            samples.append((w, float(run.step(window_tag(w))[a.metric])))
         except KeyError:
             continue
     problems = list(ev.problems) + [f"pristine swap {e} restored no binding" for e in unrestored]
@@ -85,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
            "start_s": next((r["s"] for r in run.records if r.get("op") == "started"), None),
            "swap_s": [round(r["s"], 2) for r in run.records if r.get("op") == "route"],
            "hooks_restored": [x.get("hooks_restored") for x in acks],
-           "problems": problems, "metric": cfg.speed.metric,
+           "problems": problems, "metric": a.metric,
            # C/B: seam installed (every call routed to stock) over pristine SGLang
            "seam_over_pristine": speed.ratio if speed else None,
            "drift": speed.run_drift if speed else None, "speed": speed.to_json() if speed else None,

@@ -68,13 +68,13 @@ def test_name_and_path_are_not_identity(tmp_path):
     ("seed = 777", "seed = 777\n[quality.policy]\nmax_nll_mean_deltaa = 1.0", "[quality.policy]"),
     ("mem_fraction_static = 0.6", "mem_fraction_static = 2.0", "mem_fraction_static"),
     ("piecewise_cuda_graph = false", "piecewise_cuda_graph = true", "piecewise_cuda_graph"),
-    ('metric = "output_tokens_per_s"', 'metric = "output_tokens_per_s"\nconfirm_cycles = 1', "confirm_cycles"),
+    ('metric = "decode_gpu_tokens_per_s"', 'metric = "decode_gpu_tokens_per_s"\nconfirm_cycles = 1', "confirm_cycles"),
     ("windows_per_role = 1 ", "windows_per_role = 0 ", "[workload] windows_per_role"),
     ("cuda_graph_bs = [1, 2, 4, 8, 16, 32, 64, 128, 192, 256]", "cuda_graph_bs = [8, 1, 256]", "[engine] cuda_graph_bs"),
     ("cuda_graph_bs = [1, 2, 4, 8, 16, 32, 64, 128, 192, 256]", "cuda_graph_bs = [1, 8, 128]",
      "ending at cuda_graph_max_bs"),
     ("cuda_graph_bs = [1, 2, 4, 8, 16, 32, 64, 128, 192, 256]", "cuda_graph_bs = 8", "expected a list of integers"),
-    ('metric = "output_tokens_per_s"', 'metric = "gpu_seconds"', "[speed] metric"),
+    ('metric = "decode_gpu_tokens_per_s"', 'metric = "gpu_seconds"', "[speed] metric"),
     ("settle_windows = 1 ", "settle_windows = -1 ", "[workload] settle_windows"),
 ])
 def test_bad_config_names_file_table_and_key(tmp_path, old, new, needle):

@@ -124,6 +124,26 @@ def test_gpu_clock_pass_needs_the_wall_clock_not_to_lose():
     assert wall_guard(fail, samples(-0.05, 0.002), "gpu_tokens_per_s", POLICY) is fail
 
 
+def test_decode_clock_pass_needs_the_prefill_and_the_wall_not_to_lose():
+    """The decode-step clock sees only graph replays: a PASS there that slows the prefill (extend
+    forwards) beyond the floor, or the wall clock, is a FAIL; a missing prefill clock is no crown;
+    other GPU clocks answer to the wall clock alone."""
+    from arena.speed import guard, guards_of
+
+    gpu_pass = judge(samples(0.05, 0.002), POLICY)
+    ok = {"output_tokens_per_s": samples(0.0, 0.002, seed=1), "extend_gpu_tokens_per_s": samples(-0.005, 0.002, seed=2)}
+    assert guard(gpu_pass, ok, "decode_gpu_tokens_per_s", POLICY).verdict == "PASS"
+    slow_prefill = {**ok, "extend_gpu_tokens_per_s": samples(-0.05, 0.002, seed=2)}
+    lost = guard(gpu_pass, slow_prefill, "decode_gpu_tokens_per_s", POLICY)
+    assert lost.verdict == "FAIL" and "the prefill clock reads C/B 0.95" in lost.reason
+    assert guard(gpu_pass, {**ok, "output_tokens_per_s": samples(-0.05, 0.002, seed=1)},
+                 "decode_gpu_tokens_per_s", POLICY).verdict == "FAIL"
+    assert guard(gpu_pass, {"output_tokens_per_s": ok["output_tokens_per_s"]}, "decode_gpu_tokens_per_s",
+                 POLICY).verdict == "FAIL"
+    assert guard(gpu_pass, slow_prefill, "gpu_tokens_per_s", POLICY).verdict == "PASS"
+    assert guards_of("output_tokens_per_s") == () and guard(gpu_pass, {}, "output_tokens_per_s", POLICY) is gpu_pass
+
+
 def _phased(seed: int, gain: float = 0.0, cycles: int = 8):
     """The H200's noise shape: 0.3 % jitter plus host phases 12 % slow that start with p=0.15
     per window and go on with p=0.7 (2-10 windows long, docs/benchmarks.md "Arena noise")."""
