@@ -49,7 +49,7 @@ def _dense_text(**subs: str) -> str:
 def test_any_identity_key_changes_the_id(tmp_path):
     base = load_config(CONFIGS / "dense.toml").arena_id
     for old, new in [("output_len = 128", "output_len = 64"), ("seed = 0", "seed = 1"),
-                     ("page_size = 1", "page_size = 16"), ("margin = 0.01", "margin = 0.02")]:
+                     ("page_size = 1", "page_size = 16"), ("margin = 0.005", "margin = 0.02")]:
         assert load_config(_write(tmp_path, _dense_text(**{old: new}))).arena_id != base, old
 
 
