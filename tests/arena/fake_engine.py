@@ -80,16 +80,18 @@ class FakeEngine:
         xf = x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight.float()).to(torch.bfloat16).float()
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """One decode step, timed like SGLang's CudaGraphRunner.replay: inside device_timer.wrap."""
+    def forward(self, ids: torch.Tensor, category: str = "decode") -> torch.Tensor:
+        """One step, timed like SGLang's CudaGraphRunner.replay ("decode") or an eager prefill
+        ("extend"): inside device_timer.wrap."""
         import contextlib
 
         timer = self.scheduler.tp_worker.model_runner.device_timer
-        with timer.wrap(metadata={"category": "decode"}) if timer else contextlib.nullcontext():
+        self.category = category
+        with timer.wrap(metadata={"category": category}) if timer else contextlib.nullcontext():
             return self.hidden(ids)
 
-    def logprobs(self, ids: list[int]) -> torch.Tensor:
-        h = self.forward(torch.tensor([ids[-3:]]))
+    def logprobs(self, ids: list[int], category: str = "decode") -> torch.Tensor:
+        h = self.forward(torch.tensor([ids[-3:]]), category)
         return torch.log_softmax(4.0 * h @ self.emb.T, dim=-1)[0]
 
     def generate(self, input_ids: list[list[int]], sampling_params: dict, return_logprob: bool = False,
@@ -103,14 +105,14 @@ class FakeEngine:
                 start = logprob_start_len[i] if isinstance(logprob_start_len, list) else logprob_start_len
                 tok, top = [(None, ids[start], None)], [None]  # SGLang's shape: first entry None
                 for pos in range(start + 1, len(ids)):
-                    lp = self.logprobs(ids[:pos])
+                    lp = self.logprobs(ids[:pos], "extend")
                     tok.append((float(lp[ids[pos] % V]), ids[pos], None))
                     v, ix = lp.topk(top_logprobs_num)
                     top.append([(float(a), int(b), None) for a, b in zip(v, ix)])
                 meta.update(input_token_logprobs=tok, input_top_logprobs=top)
             out, olp, otop = [], [], []
-            for _ in range(n_new):
-                lp = self.logprobs(ids)
+            for step in range(n_new):  # the first token comes from the prefill, the rest from decode steps
+                lp = self.logprobs(ids, "decode" if step else "extend")
                 t = int(lp.argmax())
                 out.append(t)
                 ids.append(t)
@@ -140,6 +142,20 @@ class SlowStockEngine(FakeEngine):
             import time
 
             time.sleep(0.005)
+        return super().hidden(ids)
+
+
+class PrefillTaxEngine(SlowStockEngine):
+    """The candidate route wins every decode step but costs 20 ms per prefill: faster on the
+    decode-step clock and on the wall clock, slower where the decode clock does not look."""
+
+    def hidden(self, ids: torch.Tensor) -> torch.Tensor:
+        from seams.dispatch import REGISTRY
+
+        if REGISTRY.enabled and REGISTRY.route_on and getattr(self, "category", "") == "extend":
+            import time
+
+            time.sleep(0.02)
         return super().hidden(ids)
 
 

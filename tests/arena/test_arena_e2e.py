@@ -8,6 +8,7 @@ raises fails (strict engine abort); a candidate that is really faster passes spe
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,28 @@ def test_really_faster_candidate_passes(env):
     assert r["verdict"] == "PASS", r["reason"]
     assert r["confirm"]["speed"]["verdict"] == "PASS" and "confirmed in a fresh engine" in r["reason"]
     assert r["confirm"]["evidence"]["ok"] and len(r["confirm"]["windows"]) == 1 + 4 * 3
+
+
+def _decode_clock(cfg):
+    return replace(cfg, speed=replace(cfg.speed, metric="decode_gpu_tokens_per_s"))
+
+
+def test_really_faster_candidate_passes_on_the_decode_step_clock(env):
+    """The dense arena's verdict clock: decode steps' spans; wall and prefill clocks guard it."""
+    r = h.run(h.torch_bundle("decode"), env, engine="SlowStockEngine",
+              cfg=_decode_clock(h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5)))
+    assert r["metric"] == "decode_gpu_tokens_per_s" and r["verdict"] == "PASS", r["reason"]
+    timed = [w for w in r["windows"] if w["role"] != "warmup"]
+    assert all(0 < w["decode_gpu_s"] < w["gpu_s"] and w["extend_gpu_s"] > 0 for w in timed)
+    assert {"decode_gpu_tokens_per_s", "extend_gpu_tokens_per_s"} <= set(r["speed_by_metric"])
+
+
+def test_a_decode_gain_bought_with_prefill_time_is_no_crown(env):
+    r = h.run(h.torch_bundle("prefill-tax"), env, engine="PrefillTaxEngine",
+              cfg=_decode_clock(h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5)))
+    by = r["speed_by_metric"]
+    assert by["decode_gpu_tokens_per_s"]["verdict"] == "PASS" and by["output_tokens_per_s"]["ratio"] > 1
+    assert r["verdict"] == "FAIL" and "the prefill clock reads" in r["reason"], r["reason"]
 
 
 def test_result_json_names_arena_bundle_and_windows(env):
