@@ -43,7 +43,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("results", nargs="+")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--config", default=None, help="judge with this arena config's [speed] policy (default: the "
+                                                   "SpeedSection defaults)")
     a = ap.parse_args(argv)
+    policy = SpeedSection()
+    if a.config:
+        from arena.config import ArenaConfigError, load_config
+
+        try:
+            policy = load_config(a.config).speed
+        except ArenaConfigError as e:
+            print(e, file=sys.stderr)
+            return 2
     rows = []
     for f in a.results:
         try:
@@ -52,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{f}: cannot read a result JSON ({e})", file=sys.stderr)
             return 2
         for name, windows in runs(doc):
-            rows.append({"file": Path(f).name, "run": name, "by_metric": rejudge(windows, SpeedSection())})
+            rows.append({"file": Path(f).name, "run": name, "by_metric": rejudge(windows, policy)})
     if a.json:
         print(json.dumps(rows, indent=1))
         return 0
