@@ -9,6 +9,7 @@
 # One H200 (box monitor on, scripts/box_monitor.py -> $OUT/monitor.jsonl):
 #   bash scripts/device_batch.sh rolebias   # dense role-bias ×2: drift and role bias over repeated runs
 #   bash scripts/device_batch.sh handicap   # dense known-speedup control, full PASS path (teacher + confirm)
+#   bash scripts/device_batch.sh moe        # MoE arena: faithful (quality, evidence) + role bias
 set -u
 OUT=${OUT:-/tmp/out}
 LIMIT=${LIMIT:-530}
@@ -68,7 +69,12 @@ case "${1:-}" in
     python3 scripts/box_monitor.py --out "$OUT/monitor.jsonl" & MON=$!
     gpu 0 gpu0 "$AB --runs handicap --work /tmp/cb-hc --checkpoints /tmp/ck0 --out $OUT/ab-handicap.json"
     ;;
-  *) echo "usage: device_batch.sh arena1|tp2|arena2|rolebias|handicap"; exit 2 ;;
+  moe)
+    python3 scripts/box_monitor.py --out "$OUT/monitor.jsonl" & MON=$!
+    gpu 0 gpu0 "$AB --config configs/arena/moe.toml --runs faithful,role-bias --work /tmp/cb-moe --checkpoints /tmp/ck0 \
+                --out $OUT/ab-moe.json"
+    ;;
+  *) echo "usage: device_batch.sh arena1|tp2|arena2|rolebias|handicap|moe"; exit 2 ;;
 esac
 wait $(jobs -p | grep -v "^${MON:-none}$")
 [ -n "${MON:-}" ] && kill "$MON" 2>/dev/null

@@ -29,7 +29,9 @@ def test_capture_sizes_reach_the_engine_and_the_id():
 
     dense = load_config(CONFIGS / "dense.toml")
     assert engine_kwargs(dense)["cuda_graph_bs"][-1] == dense.engine.cuda_graph_max_bs == 256
-    assert "cuda_graph_bs" not in engine_kwargs(load_config(CONFIGS / "moe.toml"))  # SGLang's own list
+    assert "cuda_graph_bs" not in engine_kwargs(load_config(CONFIGS / "dense-tp2.toml"))  # SGLang's own list
+    moe = load_config(CONFIGS / "moe.toml")
+    assert engine_kwargs(moe)["cuda_graph_bs"] == list(dense.engine.cuda_graph_bs)
 
 
 def _write(tmp: Path, text: str) -> Path:
