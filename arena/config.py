@@ -82,7 +82,7 @@ class QualitySection:
 # window's forward passes; or per GPU-second of its decode steps alone (CUDA-graph replays)
 # (seams/forward_clock.py: less and least exposed to host phases, docs/benchmarks.md); prompt
 # tokens per GPU-second of the prefill (the forwards that are not decode steps: a guard, see
-# arena/speed.py GUARDS)
+# arena.speed.guards_of)
 SPEED_METRICS = ("output_tokens_per_s", "total_tokens_per_s", "gpu_tokens_per_s", "decode_gpu_tokens_per_s",
                  "extend_gpu_tokens_per_s")
 

@@ -165,6 +165,14 @@ def judge_each(rows: Sequence[tuple[Window, Mapping[str, Any]]], metrics: Sequen
     return out
 
 
+# what a PASS on each clock must not lose elsewhere: every GPU clock answers to the wall clock;
+# the decode-step clock sees only CUDA-graph replays, so the prefill (eager extend forwards) is
+# held to the same floor. Each guard: (what it reads, what a loss there means).
+GUARD_TEXT = {"output_tokens_per_s": ("the wall clock", "GPU time bought with host time"),
+              "extend_gpu_tokens_per_s": ("the prefill clock", "decode time bought with prefill time")}
+DECODE_GUARDS = ("output_tokens_per_s", "extend_gpu_tokens_per_s")
+
+
 def _floor_guard(verdict: SpeedVerdict, samples: Sequence[tuple[Window, float]], metric: str, what: str,
                  why: str, policy: SpeedSection) -> SpeedVerdict:
     """C may not read slower than 1 − max(margin, k·noise) on the guard's clock; no guard
@@ -186,13 +194,7 @@ def wall_guard(verdict: SpeedVerdict, samples_wall: Sequence[tuple[Window, float
     ratio may not fall below 1 − max(margin, k·wall noise); otherwise FAIL."""
     if verdict.verdict != "PASS" or metric in WALL_METRICS:
         return verdict
-    return _floor_guard(verdict, samples_wall, metric, "the wall clock", "GPU time bought with host time", policy)
-
-
-# what a PASS on each clock must not lose elsewhere: every GPU clock answers to the wall clock;
-# the decode-step clock sees only CUDA-graph replays, so the prefill (eager extend forwards) is
-# held to the same floor
-DECODE_GUARDS = ("output_tokens_per_s", "extend_gpu_tokens_per_s")
+    return _floor_guard(verdict, samples_wall, metric, *GUARD_TEXT["output_tokens_per_s"], policy)
 
 
 def guards_of(metric: str) -> tuple[str, ...]:
@@ -206,9 +208,5 @@ def guard(verdict: SpeedVerdict, samples_by_metric: Mapping[str, Sequence[tuple[
     """The verdict after every guard of its clock (guards_of): a PASS that loses on the wall clock
     or, for the decode-step clock, in the prefill is a FAIL."""
     for g in guards_of(metric) if verdict.verdict == "PASS" else ():
-        if g == "output_tokens_per_s":
-            verdict = wall_guard(verdict, samples_by_metric.get(g, ()), metric, policy)
-        else:
-            verdict = _floor_guard(verdict, samples_by_metric.get(g, ()), metric, "the prefill clock",
-                                   "decode time bought with prefill time", policy)
+        verdict = _floor_guard(verdict, samples_by_metric.get(g, ()), metric, *GUARD_TEXT[g], policy)
     return verdict
