@@ -151,7 +151,7 @@ class Driver:
             rec["sequences"] = seqs
         return rec
 
-    def read_clock(self, tag: str, clock: dict[str, Any], n_out: int, n_in: int = 0) -> dict[str, Any]:
+    def read_clock(self, tag: str, clock: dict[str, Any], n_out: int, n_in: int) -> dict[str, Any]:
         """The forward clock's GPU seconds for this window: the slowest rank bounds a TP step.
         A missing rank leaves the window without the metric (the judge then lacks it: never a win)."""
         from seams.forward_clock import read_clock
