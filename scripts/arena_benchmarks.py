@@ -2,6 +2,7 @@
 
 Runs (pick with --runs, in order):
   faithful     examples/norm.rmsnorm           -> quality PASS; full verdict time; B/B′ drift
+  moe-faithful examples/moe.topk_softmax       -> MoE arena: the router slot fires in a real MoE engine, quality PASS
   wrong        examples/controls/wrong_math    -> quality FAIL
   role-bias    stock kernel in the C route     -> role bias (C/B − 1), never a crown
   handicap     B/B′ stock + a GPU spin, C stock -> a known speedup through the full PASS path
@@ -68,6 +69,7 @@ def main() -> int:
             bundle, op, opts = None, stock_control_op(a.slot), replace(opts, **control)
         else:
             src = {"faithful": REPO / "examples/norm.rmsnorm", "wrong": REPO / "examples/controls/wrong_math",
+                   "moe-faithful": REPO / "examples/moe.topk_softmax",
                    "ar-faithful": REPO / "examples/collective.all_reduce",
                    "ar-corrupt": REPO / "examples/controls/corrupt_one_rank",
                    "never-fires": None}[name] or fp32_only(work / "fp32_only")

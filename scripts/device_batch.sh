@@ -9,7 +9,9 @@
 # One H200 (box monitor on, scripts/box_monitor.py -> $OUT/monitor.jsonl):
 #   bash scripts/device_batch.sh rolebias   # dense role-bias ×2: drift and role bias over repeated runs
 #   bash scripts/device_batch.sh handicap   # dense known-speedup control, full PASS path (teacher + confirm)
-#   bash scripts/device_batch.sh moe        # MoE arena: faithful (quality, evidence) + role bias
+#   bash scripts/device_batch.sh moe        # MoE arena: top-k router faithful (quality, evidence) + role bias
+#   bash scripts/device_batch.sh moe2       # MoE arena: known-gain control (15 us spin ≈ 1.1 %) + role bias again
+#   bash scripts/device_batch.sh moe3       # MoE arena: role bias a third time + the wrong-math control (quality FAIL)
 set -u
 OUT=${OUT:-/tmp/out}
 LIMIT=${LIMIT:-530}
@@ -71,10 +73,20 @@ case "${1:-}" in
     ;;
   moe)
     python3 scripts/box_monitor.py --out "$OUT/monitor.jsonl" & MON=$!
-    gpu 0 gpu0 "$AB --config configs/arena/moe.toml --runs faithful,role-bias --work /tmp/cb-moe --checkpoints /tmp/ck0 \
-                --out $OUT/ab-moe.json"
+    gpu 0 gpu0 "$AB --config configs/arena/moe.toml --runs moe-faithful,role-bias --work /tmp/cb-moe \
+                --checkpoints /tmp/ck0 --out $OUT/ab-moe.json"
     ;;
-  *) echo "usage: device_batch.sh arena1|tp2|arena2|rolebias|handicap|moe"; exit 2 ;;
+  moe2)
+    python3 scripts/box_monitor.py --out "$OUT/monitor.jsonl" & MON=$!
+    gpu 0 gpu0 "$AB --config configs/arena/moe.toml --runs handicap,role-bias --handicap-us 15 --work /tmp/cb-moe2 \
+                --checkpoints /tmp/ck0 --out $OUT/ab-moe2.json"
+    ;;
+  moe3)
+    python3 scripts/box_monitor.py --out "$OUT/monitor.jsonl" & MON=$!
+    gpu 0 gpu0 "$AB --config configs/arena/moe.toml --runs role-bias,wrong --work /tmp/cb-moe3 \
+                --checkpoints /tmp/ck0 --out $OUT/ab-moe3.json"
+    ;;
+  *) echo "usage: device_batch.sh arena1|tp2|arena2|rolebias|handicap|moe|moe2|moe3"; exit 2 ;;
 esac
 wait $(jobs -p | grep -v "^${MON:-none}$")
 [ -n "${MON:-}" ] && kill "$MON" 2>/dev/null
