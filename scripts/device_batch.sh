@@ -46,6 +46,8 @@ verify_collectives() {  # NCCL verify of the collective bundles and controls, re
 export -f verify_collectives
 
 AB="python3 scripts/arena_benchmarks.py"
+declare -A MOE_RUNS=([moe]="moe-faithful,role-bias" [moe2]="handicap,role-bias --handicap-us 15" [moe3]="role-bias,wrong")
+monitor() { python3 scripts/box_monitor.py --out "$OUT/monitor.jsonl" & MON=$!; }  # GPU/host samples next to the windows
 case "${1:-}" in
   arena1)
     gpu 0 gpu0 "$AB --runs faithful,role-bias --work /tmp/cb-g0 --checkpoints /tmp/ck0 --out $OUT/ab-gpu0.json"
@@ -64,27 +66,17 @@ case "${1:-}" in
     gpu 1 gpu1 "$AB --runs role-bias,role-bias --work /tmp/cb-g1b --checkpoints /tmp/ck1 --out $OUT/ab-gpu1b.json"
     ;;
   rolebias)
-    python3 scripts/box_monitor.py --out "$OUT/monitor.jsonl" & MON=$!
+    monitor
     gpu 0 gpu0 "$AB --runs role-bias,role-bias --work /tmp/cb-rb --checkpoints /tmp/ck0 --out $OUT/ab-rolebias.json"
     ;;
   handicap)
-    python3 scripts/box_monitor.py --out "$OUT/monitor.jsonl" & MON=$!
+    monitor
     gpu 0 gpu0 "$AB --runs handicap --work /tmp/cb-hc --checkpoints /tmp/ck0 --out $OUT/ab-handicap.json"
     ;;
-  moe)
-    python3 scripts/box_monitor.py --out "$OUT/monitor.jsonl" & MON=$!
-    gpu 0 gpu0 "$AB --config configs/arena/moe.toml --runs moe-faithful,role-bias --work /tmp/cb-moe \
-                --checkpoints /tmp/ck0 --out $OUT/ab-moe.json"
-    ;;
-  moe2)
-    python3 scripts/box_monitor.py --out "$OUT/monitor.jsonl" & MON=$!
-    gpu 0 gpu0 "$AB --config configs/arena/moe.toml --runs handicap,role-bias --handicap-us 15 --work /tmp/cb-moe2 \
-                --checkpoints /tmp/ck0 --out $OUT/ab-moe2.json"
-    ;;
-  moe3)
-    python3 scripts/box_monitor.py --out "$OUT/monitor.jsonl" & MON=$!
-    gpu 0 gpu0 "$AB --config configs/arena/moe.toml --runs role-bias,wrong --work /tmp/cb-moe3 \
-                --checkpoints /tmp/ck0 --out $OUT/ab-moe3.json"
+  moe|moe2|moe3)
+    monitor
+    gpu 0 gpu0 "$AB --config configs/arena/moe.toml --runs ${MOE_RUNS[$1]} --work /tmp/cb-$1 --checkpoints /tmp/ck0 \
+                --out $OUT/ab-$1.json"
     ;;
   *) echo "usage: device_batch.sh arena1|tp2|arena2|rolebias|handicap|moe|moe2|moe3"; exit 2 ;;
 esac
