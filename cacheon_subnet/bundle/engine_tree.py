@@ -5,6 +5,11 @@ The host materialises the selected ops of one or more verified bundles under
 the SHA-256 of the canonical tree.json; a scheduler reopens the tree, recomputes every
 package's content digest and refuses to load anything if one differs from its name, or if the
 tree digest differs from the one the host put in the launch environment.
+
+The static allowlist policy (cacheon_subnet/verify/policy.py) is enforced here too, on both
+sides: the host never seals, and a scheduler never opens, a package whose sources fail it. This
+is the one road from a bundle into an engine, so no caller (validator, `cacheon arena run`,
+scripts) can put unscanned contribution code into a scheduler process.
 """
 
 from __future__ import annotations
@@ -68,19 +73,34 @@ def canonical(doc: dict[str, Any]) -> bytes:
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
+def policy_gate(package: str, files: dict[str, bytes]) -> None:
+    """Refuse sources that fail the static allowlist policy (BundleError, every finding named)."""
+    from cacheon_subnet.verify.policy import scan_files  # lazy: verify sits above bundle
+
+    findings = scan_files(files)
+    if findings:
+        raise BundleError(package, "policy", "; ".join(str(f) for f in findings[:8])
+                          + (f" (+{len(findings) - 8} more)" if len(findings) > 8 else ""))
+
+
 def build_tree(root: Path, selections: Sequence[tuple[Bundle, Sequence[OpEntry]]],
-               incumbents: Sequence[tuple[Bundle, Sequence[OpEntry]]] = ()) -> SealedTree:
+               incumbents: Sequence[tuple[Bundle, Sequence[OpEntry]]] = (), *, scan_policy: bool = True) -> SealedTree:
     """Write the sealed tree for `selections` (bundle, the ops of it to activate) into `root`;
-    `incumbents` are the crowned ops the arena's baseline (B) windows run instead of stock."""
+    `incumbents` are the crowned ops the arena's baseline (B) windows run instead of stock.
+    scan_policy=False is for the seam tests' instrumented stand-in kernels only (a Python
+    argument, never a flag or variable an operator or a bundle can set); the tree records it and
+    every scheduler re-scans a tree that says it was scanned."""
     root.mkdir(parents=True, exist_ok=False)
     ops = []
     for role, group in (("challenger", selections), ("incumbent", incumbents)):
         for bundle, chosen in group:
             pkg = package_for(bundle.digest)
+            if scan_policy:
+                policy_gate(pkg, dict(bundle.files))
             if not (root / pkg).exists():
                 bundle.write_to(root / pkg, read_only=True)
             ops += [_op_json(pkg, bundle.digest, op, role) for op in chosen]
-    doc = {"version": TREE_VERSION, "ops": sorted(ops, key=lambda o: (o["slot"], o["role"], o["variant"], o["package"]))}
+    doc = {"version": TREE_VERSION, "policy_scanned": scan_policy, "ops": sorted(ops, key=lambda o: (o["slot"], o["role"], o["variant"], o["package"]))}
     data = canonical(doc)
     (root / TREE_FILE).write_bytes(data)
     os.chmod(root / TREE_FILE, 0o444)
@@ -109,6 +129,8 @@ def open_tree(root: Path, expected_digest: str) -> SealedTree:
             got = content_digest(files)
             if got != o["digest"]:
                 raise BundleError(pkg, "tree-content", f"content digest {got[:16]}… != sealed {o['digest'][:16]}…")
+            if doc.get("policy_scanned", True):
+                policy_gate(pkg, files)
             checked.add(pkg)
         role = o.get("role", "challenger")
         if role not in ROLES:

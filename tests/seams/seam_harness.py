@@ -108,7 +108,7 @@ def make_tree(root: Path, groups: Sequence[Sequence[str]]) -> SealedTree:
     for i, slots in enumerate(groups):
         b = make_bundle(slots, salt=f"g{i}")
         selections.append((b, b.manifest.ops))
-    return build_tree(root, selections)
+    return build_tree(root, selections, scan_policy=False)  # instrumented stand-ins (os, open)
 
 
 # ---- slot inputs ----------------------------------------------------------------------------

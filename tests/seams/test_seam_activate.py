@@ -37,7 +37,7 @@ def _env(tmp_path: Path, strict: bool) -> dict[str, str]:
     files = bundle_files(["rope.neox"], salt=salt + "bad")
     files["kernel.py"] += b"\nraise ImportError('this kernel needs a library the rank does not have')\n"
     bad = bundle_from_files(files)
-    tree = build_tree(tmp_path / "tree", [(good, good.manifest.ops), (bad, bad.manifest.ops)])
+    tree = build_tree(tmp_path / "tree", [(good, good.manifest.ops), (bad, bad.manifest.ops)], scan_policy=False)
     assert [o.slot for o in tree.ops] == [*NORM_SLOTS, "rope.neox"]  # the failing op loads last
     (tmp_path / "receipts").mkdir()
     return {**seam_environment(("norm", "rope")), "CACHEON_ENGINE_TREE": str(tree.root),
@@ -88,7 +88,7 @@ def test_collective_load_failure_stops_even_in_serving_mode(tmp_path: Path, isol
     files = bundle_files(["collective.all_reduce"], salt=uuid.uuid4().hex)
     files["kernel.py"] += b"\nraise ImportError('no NCCL symbols on this rank')\n"
     bad = bundle_from_files(files)
-    tree = build_tree(tmp_path / "tree", [(bad, bad.manifest.ops)])
+    tree = build_tree(tmp_path / "tree", [(bad, bad.manifest.ops)], scan_policy=False)
     (tmp_path / "receipts").mkdir()
     env = {**seam_environment(("collective_all_reduce",)), "CACHEON_ENGINE_TREE": str(tree.root),
            "CACHEON_ENGINE_TREE_DIGEST": tree.digest, "CACHEON_RECEIPT_DIR": str(tmp_path / "receipts"),

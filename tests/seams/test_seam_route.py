@@ -121,7 +121,7 @@ def test_tree_keeps_roles_and_rejects_unknown(tmp_path):
     from cacheon_subnet.errors import BundleError
 
     ch, inc = h.make_bundle([SLOT], salt="ch"), h.make_bundle([SLOT], salt="inc")
-    tree = build_tree(tmp_path / "t", [(ch, ch.manifest.ops)], incumbents=[(inc, inc.manifest.ops)])
+    tree = build_tree(tmp_path / "t", [(ch, ch.manifest.ops)], incumbents=[(inc, inc.manifest.ops)], scan_policy=False)
     assert [(o.role, o.digest) for o in tree.ops] == [("challenger", ch.digest), ("incumbent", inc.digest)]
     doc = json.loads((tree.root / TREE_FILE).read_text())
     doc["ops"][1]["role"] = "king"

@@ -37,7 +37,7 @@ def _rewrite_tree_json(root: Path, edit) -> str:  # noqa: ANN001
 
 def test_one_bundle_roundtrip(tmp_path: Path) -> None:
     b = make_bundle(NORM, salt="one", op_extra={"norm.rmsnorm": 'dtypes = ["bfloat16"]\nconstraints = { H = { multiple_of = 8, min = 16 } }'})
-    tree = build_tree(tmp_path / "t", [(b, b.manifest.ops)])
+    tree = build_tree(tmp_path / "t", [(b, b.manifest.ops)], scan_policy=False)
     assert tree.digest == hashlib.sha256((tmp_path / "t" / TREE_FILE).read_bytes()).hexdigest()
     again = open_tree(tmp_path / "t", tree.digest)
     assert again == tree
@@ -53,14 +53,14 @@ def test_one_bundle_roundtrip(tmp_path: Path) -> None:
 def test_two_bundles_subset_and_location_independent_digest(tmp_path: Path) -> None:
     a, c = make_bundle(NORM, salt="a"), make_bundle(OTHER, salt="c")
     only_rope = [o for o in c.manifest.ops if o.slot == "rope.neox"]
-    tree = build_tree(tmp_path / "t1", [(a, a.manifest.ops), (c, only_rope)])
+    tree = build_tree(tmp_path / "t1", [(a, a.manifest.ops), (c, only_rope)], scan_policy=False)
     assert [(o.slot, o.package) for o in tree.ops] == [
         ("norm.fused_add_rmsnorm", package_for(a.digest)), ("norm.rmsnorm", package_for(a.digest)),
         ("rope.neox", package_for(c.digest))]  # unselected ops of a bundle are not in the tree
     assert open_tree(tmp_path / "t1", tree.digest).ops == tree.ops
-    twin = build_tree(tmp_path / "t2", [(c, only_rope), (a, a.manifest.ops)])  # order of selections: irrelevant
+    twin = build_tree(tmp_path / "t2", [(c, only_rope), (a, a.manifest.ops)], scan_policy=False)  # order of selections: irrelevant
     assert twin.digest == tree.digest
-    other = build_tree(tmp_path / "t3", [(a, a.manifest.ops)])
+    other = build_tree(tmp_path / "t3", [(a, a.manifest.ops)], scan_policy=False)
     assert other.digest != tree.digest
 
 
@@ -170,4 +170,43 @@ def test_build_refuses_existing_root(tmp_path: Path) -> None:
     b = make_bundle(NORM)
     (tmp_path / "t").mkdir()
     with pytest.raises(FileExistsError):
+        build_tree(tmp_path / "t", [(b, b.manifest.ops)], scan_policy=False)
+
+
+# ---- the static policy on the one road into an engine -------------------------------------
+_CHEAT = b"import os\n\ndef rmsnorm(x, weight, out, eps):\n    os.system('true')\n"
+
+
+def _cheat_bundle():  # noqa: ANN202
+    from cacheon_subnet.bundle import bundle_from_files
+
+    manifest = (b'schema = "%s"\n[bundle]\nname = "cheat"\n[[ops]]\nslot = "norm.rmsnorm"\nentry = "kernel:rmsnorm"\n'
+                % make_bundle(NORM).manifest.schema.encode())
+    return bundle_from_files({"manifest.toml": manifest, "kernel.py": _CHEAT}, source="<cheat>")
+
+
+def test_policy_failing_bundle_is_never_sealed(tmp_path: Path) -> None:
+    """`cacheon arena run --bundle` and scripts reach the engine through build_tree only."""
+    b = _cheat_bundle()
+    with pytest.raises(BundleError) as e:
         build_tree(tmp_path / "t", [(b, b.manifest.ops)])
+    assert e.value.rule == "policy" and "kernel.py:" in e.value.detail
+    assert not (tmp_path / "t" / package_for(b.digest)).exists()
+
+
+def test_scheduler_refuses_unscanned_package(tmp_path: Path) -> None:
+    """A tree written by hand (digests all consistent) still cannot carry policy-failing code."""
+    from cacheon_subnet.bundle import load_bundle
+
+    good = load_bundle(Path(__file__).resolve().parents[2] / "examples" / "norm.rmsnorm")
+    tree = build_tree(tmp_path / "t", [(good, good.manifest.ops)])
+    b = _cheat_bundle()
+    _writable(tree.root)
+    b.write_to(tree.root / package_for(b.digest), read_only=True)
+    op = b.manifest.ops[0]
+    digest = _rewrite_tree_json(tree.root, lambda d: d["ops"].append(
+        {"package": package_for(b.digest), "digest": b.digest, "slot": op.slot, "variant": op.variant,
+         "module": op.module, "attr": op.attr, "dtypes": list(op.dtypes), "constraints": {}, "role": "challenger"}))
+    with pytest.raises(BundleError) as e:
+        open_tree(tree.root, digest)
+    assert e.value.rule == "policy" and e.value.path == package_for(b.digest)
