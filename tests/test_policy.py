@@ -2,11 +2,10 @@
 with file, line and rule. The adversarial corpus is in tests/adversarial/test_static_policy.py."""
 
 import pytest
+from conftest import EXAMPLES
 
 from cacheon_subnet.verify import allowlist
 from cacheon_subnet.verify.policy import RULES, scan_files, scan_source
-
-from conftest import EXAMPLES
 
 HEAD = "import torch\nimport triton\nimport triton.language as tl\n\n"
 
@@ -126,9 +125,9 @@ def test_every_example_demo_and_control_but_policy_violation_is_clean():
 
 def test_tables_hold_no_private_or_escape_names():
     for name in allowlist.VALUE_ATTRS | allowlist.BUILTINS:
-        assert not name.startswith("_"), name
+        assert name.isidentifier() and not name.startswith("_"), name
     for chain in allowlist.MODULE_ATTRS:
-        assert not any(p.startswith("_") for p in chain.split(".")), chain
+        assert all(p.isidentifier() and not p.startswith("_") for p in chain.split(".")), chain
     never = {"storage", "untyped_storage", "data_ptr", "numpy", "item", "tolist", "cpu", "format", "format_map",
              "fn", "src", "run", "cache", "handle", "grad_fn", "register_hook", "apply_", "f_back", "gi_frame",
              "modules", "sys", "os", "getattr", "setattr", "type", "object", "eval", "exec", "open", "print",

@@ -12,7 +12,7 @@ every Triton internal (fn, src, run, cache, handle).
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 # import statement -> (name it binds, canonical module); nothing else may be imported (relative
 # imports of bundle definitions aside).
@@ -66,7 +66,7 @@ def _table() -> dict[str, str]:
     out.update({"triton.cdiv": "call", "triton.next_power_of_2": "call", "triton.language": "namespace",
                 "triton.jit": "decorator", "triton.autotune": "decorator", "triton.heuristics": "decorator",
                 "triton.Config": "decorator"})
-    out.update({f"math.{n}": "call" for n in "sqrt exp log log2 ceil floor isqrt".split()})
+    out.update({f"math.{n}": "call" for n in ("sqrt", "exp", "log", "log2", "ceil", "floor", "isqrt")})
     out.update({"math.pi": "value", "math.e": "value", "math.inf": "value"})
     return out
 
@@ -74,7 +74,7 @@ def _table() -> dict[str, str]:
 MODULE_ATTRS: Mapping[str, str] = _table()
 
 # Methods and attributes allowed on any computed value (never on a module: those use MODULE_ATTRS).
-VALUE_ATTRS = frozenset("""
+_VALUE_WORDS = """
     shape dtype device ndim is_cuda is_contiguous stride size numel dim element_size itemsize is_floating_point
     contiguous view view_as reshape flatten unsqueeze squeeze transpose permute expand expand_as narrow select chunk
     split t T mT clone new_empty new_zeros new_full masked_fill index_select gather
@@ -83,15 +83,17 @@ VALUE_ATTRS = frozenset("""
     flip clamp relu sigmoid tanh sin cos softmax matmul float half bfloat16 to type index eps tiny
     element_ty primitive_bitwidth scalar
     get items keys values append
-""".split())
+"""
+VALUE_ATTRS = frozenset(_VALUE_WORDS.split())
 
 # Builtins a bundle may call or name. None of them reaches an object it is not handed.
-BUILTINS = frozenset("""
+_BUILTIN_WORDS = """
     range len min max abs int float bool tuple list dict set enumerate zip sorted reversed sum any all round divmod
     pow slice map filter str
     ValueError RuntimeError NotImplementedError AssertionError TypeError ImportError IndexError KeyError
-""".split())
-ANNOTATION_BUILTINS = frozenset("int float bool str bytes tuple list dict set".split())
+"""
+BUILTINS = frozenset(_BUILTIN_WORDS.split())
+ANNOTATION_BUILTINS = frozenset({"int", "float", "bool", "str", "bytes", "tuple", "list", "dict", "set"})
 
 # Keyword arguments of a kernel launch `k[grid](...)` besides the kernels' own parameters
 # (never extern_libs, debug, arch, ...: compile options that load files or change codegen).

@@ -16,14 +16,20 @@ from __future__ import annotations
 
 import ast
 import builtins
-import io
-import re
-import tokenize
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from cacheon_subnet.verify import allowlist as A
-from cacheon_subnet.verify.policy_scope import bound_names, dotted, module_key, resolve_relative
+from cacheon_subnet.verify.policy_scope import (
+    ModuleIndex,
+    bound_names,
+    decode,
+    dotted,
+    index,
+    module_key,
+    resolve_relative,
+)
+from cacheon_subnet.verify.policy_triton import TritonRules
 
 POLICY_VERSION = 2
 RULES: Mapping[str, str] = {
@@ -38,8 +44,6 @@ RULES: Mapping[str, str] = {
     "P021": "relative import of something that is not a bundle definition",
 }
 _ALL_BUILTINS = frozenset(dir(builtins))
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_DEF_LINE = re.compile(r"^\s*def\b")
 _CANON = {"torch": "torch", "triton": "triton", "math": "math", "tl": "triton.language", "dist": "torch.distributed"}
 _EXPRS = (ast.BinOp, ast.BoolOp, ast.Compare, ast.UnaryOp, ast.IfExp, ast.Tuple, ast.List, ast.Set, ast.Dict,
           ast.Subscript, ast.Slice, ast.JoinedStr, ast.FormattedValue, ast.Starred)
@@ -60,37 +64,21 @@ class Finding:
         return f"{self.path}:{self.line}: {self.rule} {RULES[self.rule]}: {self.message}"
 
 
-@dataclass(frozen=True)
-class _Module:
-    path: str
-    tree: ast.Module
-    lines: tuple[str, ...]
-    imports: Mapping[str, str]  # bound name -> canonical module
-    typing: frozenset[str]
-    defs: Mapping[str, ast.FunctionDef]
-    consts: frozenset[str]
-    rel: Mapping[str, tuple[str | None, str, ast.ImportFrom]]  # name -> (target module key, its name, stmt)
-
-    @property
-    def globals(self) -> frozenset[str]:
-        return frozenset(self.imports) | self.typing | frozenset(self.defs) | self.consts | frozenset(self.rel)
-
-
 def scan_files(files: Mapping[str, bytes]) -> list[Finding]:
     """Every .py member of a bundle, checked together (relative imports resolve inside it)."""
     out: list[Finding] = []
-    mods: dict[str, _Module] = {}
+    mods: dict[str, ModuleIndex] = {}
     for path in sorted(p for p in files if p.endswith(".py")):
-        text, bad = _decode(path, files[path])
+        text, bad = decode(files[path])
         if bad:
-            out.append(bad)
+            out.append(Finding(path, 1, "P020", bad))
             continue
         try:
             tree = ast.parse(text, filename=path)
         except SyntaxError as e:
             out.append(Finding(path, e.lineno or 0, "P010", str(e.msg)))
             continue
-        mods[module_key(path)] = _index(path, tree, text)
+        mods[module_key(path)] = index(path, tree, text)
     params = frozenset(a.arg for m in mods.values() for d in m.defs.values() if d.decorator_list
                        for a in d.args.posonlyargs + d.args.args + d.args.kwonlyargs)
     for key in sorted(mods):
@@ -102,46 +90,8 @@ def scan_source(path: str, text: str) -> list[Finding]:
     return scan_files({path: text.encode("utf-8")})
 
 
-def _decode(path: str, data: bytes) -> tuple[str, Finding | None]:
-    """UTF-8 only: a coding cookie (utf-7, ...) would make Python run other text than we read."""
-    try:
-        enc, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        text = data.decode("utf-8")
-    except (SyntaxError, UnicodeDecodeError) as e:
-        return "", Finding(path, 1, "P020", f"not decodable as UTF-8: {e}")
-    if enc not in ("utf-8", "utf-8-sig"):
-        return "", Finding(path, 1, "P020", f"source encoding {enc!r}; only UTF-8 (no coding cookie) is read the same "
-                                            "by this scan and by Python")
-    return text, None
-
-
-def _index(path: str, tree: ast.Module, text: str) -> _Module:
-    imports: dict[str, str] = {}
-    typing: set[str] = set()
-    defs: dict[str, ast.FunctionDef] = {}
-    consts: set[str] = set()
-    rel: dict[str, tuple[str | None, str, ast.ImportFrom]] = {}
-    for st in tree.body:
-        if isinstance(st, ast.Import):
-            for a in st.names:
-                if (a.name, a.asname) in A.IMPORTS:
-                    name, mod = A.IMPORTS[(a.name, a.asname)]
-                    imports[name] = mod
-        elif isinstance(st, ast.ImportFrom) and st.level == 0 and st.module == "typing":
-            typing.update(a.name for a in st.names if a.name in A.TYPING_NAMES and a.asname is None)
-        elif isinstance(st, ast.ImportFrom) and st.level > 0:
-            target = resolve_relative(path, st.level, st.module)
-            rel.update({a.asname or a.name: (target, a.name, st) for a in st.names if a.name != "*"})
-        elif isinstance(st, ast.FunctionDef):
-            defs[st.name] = st
-        elif isinstance(st, (ast.Assign, ast.AnnAssign)):
-            for t in (st.targets if isinstance(st, ast.Assign) else [st.target]):
-                consts.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
-    return _Module(path, tree, tuple(text.splitlines()), imports, frozenset(typing), defs, frozenset(consts), rel)
-
-
-class _Checker:
-    def __init__(self, mod: _Module, mods: Mapping[str, _Module], files: frozenset[str], params: frozenset[str]):
+class _Checker(TritonRules):
+    def __init__(self, mod: ModuleIndex, mods: Mapping[str, ModuleIndex], files: frozenset[str], params: frozenset[str]):
         self.m, self.mods, self.files, self.kernel_params = mod, mods, files, params
         self.findings: list[Finding] = []
         self.scopes: list[tuple[str, set[str]]] = []  # ("fn" | "comp", bound names), innermost last
@@ -154,6 +104,13 @@ class _Checker:
         for i, st in enumerate(self.m.tree.body):
             self.module_stmt(i, st)
         return self.findings
+
+    def chain_of(self, node: ast.expr) -> str | None:
+        """Canonical dotted name when `node` is an attribute chain rooted at an import (not a local)."""
+        parts = dotted(node)
+        if not parts or len(parts) < 2 or self.resolve(parts[0]) != "module":
+            return None
+        return ".".join([self.m.imports[parts[0]], *parts[1:]])
 
     # -- names -------------------------------------------------------------------------------
     def resolve(self, name: str) -> str | None:
@@ -271,7 +228,7 @@ class _Checker:
         if isinstance(node, ast.Call) and not node.keywords:
             f = node.func
             if isinstance(f, ast.Name) and f.id in _CONST_CALLS and self.resolve(f.id) == "builtin" or (
-                    _chain_of(self, f) or "").startswith("math."):
+                    self.chain_of(f) or "").startswith("math."):
                 self.expr(f, "call")
                 for a in node.args:
                     self.const(a)
@@ -309,72 +266,6 @@ class _Checker:
             self.check_binding(a, a.arg, "parameter")
             if a.annotation is not None:
                 self.annotation(a.annotation)
-
-    def triton_source(self, fn: ast.FunctionDef) -> None:
-        """Triton re-reads a kernel's source: compiled mode from the first line matching `^def`,
-        the interpreter from the LAST line starting with `def `. Only the real def line may."""
-        first = min(d.lineno for d in fn.decorator_list)
-        for no in range(first, (fn.end_lineno or fn.lineno) + 1):
-            if no != fn.lineno and no - 1 < len(self.m.lines) and _DEF_LINE.match(self.m.lines[no - 1]):
-                self.add(fn, "P018", f"line {no} of kernel {fn.name} starts with 'def': Triton would take it for the "
-                                     "kernel's source")
-        for n in ast.walk(fn):
-            if n is not fn and isinstance(n, ast.FunctionDef):
-                self.add(n, "P018", f"nested def inside kernel {fn.name}")
-
-    def decorator(self, d: ast.expr) -> None:
-        for n in ast.walk(d):
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and not _IDENT.match(n.value):
-                self.add(n, "P018", f"string {n.value[:40]!r} in a decorator: only identifiers (kernel argument names)")
-        chain = _chain_of(self, d.func if isinstance(d, ast.Call) else d)
-        if chain == "triton.jit" and not isinstance(d, ast.Call):
-            return
-        if not isinstance(d, ast.Call) or chain not in ("triton.jit", "triton.autotune", "triton.heuristics"):
-            self.add(d, "P018", f"decorator {ast.unparse(d)[:60]!r} (allowed: triton.jit, triton.autotune, triton.heuristics)")
-            return
-        allowed = {"triton.jit": A.JIT_OPTIONS, "triton.autotune": A.AUTOTUNE_OPTIONS, "triton.heuristics": frozenset()}
-        self.options(d, allowed[chain], 0 if chain == "triton.jit" else (2 if chain == "triton.autotune" else 1))
-        values = list(d.args) + [k.value for k in d.keywords if k.arg]
-        if chain == "triton.heuristics":
-            for v in values:
-                if not isinstance(v, ast.Dict) or None in v.keys:
-                    self.add(v, "P018", "triton.heuristics takes one dict {'NAME': lambda args: ...}")
-                    continue
-                for k, fn in zip(v.keys, v.values):
-                    self.const(k)
-                    self.expr(fn) if isinstance(fn, ast.Lambda) else self.add(fn, "P018", "heuristics values are lambdas")
-            return
-        for v in values:
-            configs = v.elts if isinstance(v, (ast.List, ast.Tuple)) else [v]
-            for c in configs:
-                if _chain_of(self, c.func if isinstance(c, ast.Call) else c) == "triton.Config":
-                    self.config(c)
-                else:
-                    self.literal(c)
-
-    def options(self, call: ast.Call, allowed: frozenset[str], max_args: int) -> None:
-        if len(call.args) > max_args:
-            self.add(call, "P018", f"at most {max_args} positional argument(s)")
-        for k in call.keywords:
-            if k.arg not in allowed:
-                self.add(k, "P018", f"option {k.arg or '**'}= (allowed: {', '.join(sorted(allowed)) or 'none'}; "
-                                    "no hooks, callables or files)")
-
-    def config(self, c: ast.expr) -> None:
-        if not isinstance(c, ast.Call):
-            self.add(c, "P016", "triton.Config must be called")
-            return
-        self.options(c, A.CONFIG_OPTIONS, 1)
-        for v in list(c.args) + [k.value for k in c.keywords]:
-            self.literal(v)
-
-    def literal(self, v: ast.expr) -> None:
-        if isinstance(v, (ast.List, ast.Dict)):
-            for c in ast.iter_child_nodes(v):
-                if isinstance(c, ast.expr):
-                    self.literal(c)
-        else:
-            self.const(v)
 
     # -- statements --------------------------------------------------------------------------
     def stmt(self, st: ast.stmt) -> None:
@@ -489,7 +380,7 @@ class _Checker:
             self.add(node, A.ATTR_CODES.get(node.attr, "P013"), f"attribute .{node.attr}: private and dunder attributes "
                                                                 "are never allowed")
             return
-        full = _chain_of(self, node)
+        full = self.chain_of(node)
         if full is not None:
             kind = A.MODULE_ATTRS.get(full)
             if kind is None:
@@ -533,14 +424,6 @@ class _Checker:
                     self.annotation(c)
         else:
             self.add(node, "P015", f"{type(node).__name__} in an annotation")
-
-
-def _chain_of(ch: _Checker, node: ast.expr) -> str | None:
-    """Canonical dotted name when `node` is an attribute chain rooted at an import (not a local)."""
-    parts = dotted(node)
-    if not parts or len(parts) < 2 or ch.resolve(parts[0]) != "module":
-        return None
-    return ".".join([ch.m.imports[parts[0]], *parts[1:]])
 
 
 def _never(st: ast.stmt) -> bool:

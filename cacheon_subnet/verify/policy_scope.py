@@ -1,4 +1,4 @@
-"""Static scopes and module paths for the policy scan (policy.py).
+"""Static scopes, module paths and the per-module index of the policy scan (policy.py).
 
 With no classes, no `global`/`nonlocal` and no star imports, Python decides at compile time
 which names a function binds: its parameters, every plain-name store in its body (walrus targets
@@ -10,6 +10,12 @@ sets exactly as the compiler does, so the scan resolves each name to what Python
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from cacheon_subnet.verify import allowlist as A
 
 _COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
@@ -59,7 +65,7 @@ def module_key(path: str) -> str:
     stem = path[:-3]
     if stem == "__init__":
         return ""
-    return stem[: -len("/__init__")] if stem.endswith("/__init__") else stem
+    return stem.removesuffix("/__init__")
 
 
 def resolve_relative(path: str, level: int, module: str | None) -> str | None:
@@ -71,3 +77,56 @@ def resolve_relative(path: str, level: int, module: str | None) -> str | None:
         return None
     base = parts[: len(parts) - up]
     return "/".join(base + (module.split(".") if module else []))
+
+
+@dataclass(frozen=True)
+class ModuleIndex:
+    path: str
+    tree: ast.Module
+    lines: tuple[str, ...]
+    imports: Mapping[str, str]  # bound name -> canonical module
+    typing: frozenset[str]
+    defs: Mapping[str, ast.FunctionDef]
+    consts: frozenset[str]
+    rel: Mapping[str, tuple[str | None, str, ast.ImportFrom]]  # name -> (target module key, its name, stmt)
+
+    @property
+    def globals(self) -> frozenset[str]:
+        return frozenset(self.imports) | self.typing | frozenset(self.defs) | self.consts | frozenset(self.rel)
+
+
+def decode(data: bytes) -> tuple[str, str | None]:
+    """UTF-8 only: a coding cookie (utf-7, ...) would make Python run other text than we read."""
+    try:
+        enc, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        text = data.decode("utf-8")
+    except (SyntaxError, UnicodeDecodeError) as e:
+        return "", f"not decodable as UTF-8: {e}"
+    if enc not in ("utf-8", "utf-8-sig"):
+        return "", f"source encoding {enc!r}; only UTF-8 (no coding cookie) is read the same by this scan and by Python"
+    return text, None
+
+
+def index(path: str, tree: ast.Module, text: str) -> ModuleIndex:
+    imports: dict[str, str] = {}
+    typing: set[str] = set()
+    defs: dict[str, ast.FunctionDef] = {}
+    consts: set[str] = set()
+    rel: dict[str, tuple[str | None, str, ast.ImportFrom]] = {}
+    for st in tree.body:
+        if isinstance(st, ast.Import):
+            for a in st.names:
+                if (a.name, a.asname) in A.IMPORTS:
+                    name, mod = A.IMPORTS[(a.name, a.asname)]
+                    imports[name] = mod
+        elif isinstance(st, ast.ImportFrom) and st.level == 0 and st.module == "typing":
+            typing.update(a.name for a in st.names if a.name in A.TYPING_NAMES and a.asname is None)
+        elif isinstance(st, ast.ImportFrom) and st.level > 0:
+            target = resolve_relative(path, st.level, st.module)
+            rel.update({a.asname or a.name: (target, a.name, st) for a in st.names if a.name != "*"})
+        elif isinstance(st, ast.FunctionDef):
+            defs[st.name] = st
+        elif isinstance(st, (ast.Assign, ast.AnnAssign)):
+            for t in (st.targets if isinstance(st, ast.Assign) else [st.target]):
+                consts.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+    return ModuleIndex(path, tree, tuple(text.splitlines()), imports, frozenset(typing), defs, frozenset(consts), rel)
