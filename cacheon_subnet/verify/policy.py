@@ -240,6 +240,7 @@ class _Checker(TritonRules):
             return
         self.add(node, "P014", f"{type(node).__name__} where a constant is required (literals, tuples, arithmetic, "
                                "other constants)")
+        self.expr(node)  # and say what inside it is refused
 
     # -- functions ---------------------------------------------------------------------------
     def function(self, fn: ast.FunctionDef, top: bool) -> None:
@@ -270,6 +271,8 @@ class _Checker(TritonRules):
     # -- statements --------------------------------------------------------------------------
     def stmt(self, st: ast.stmt) -> None:
         if not isinstance(st, _FN_STMTS):
+            for item in getattr(st, "items", []):  # with open(...): say what it would have opened too
+                self.expr(item.context_expr)
             self.add(st, "P015", f"{type(st).__name__} statement (allowed in functions: expressions, assignments, "
                                  "if/for/while, return, raise, assert, nested def)")
             return
@@ -314,6 +317,7 @@ class _Checker(TritonRules):
                 base = base.value
             if not (isinstance(base, ast.Name) and self.resolve(base.id) == "local"):
                 self.add(t, "P017", f"item assignment into {ast.unparse(base)[:40]!r}: only into parameters and locals")
+                self.expr(base)
         else:
             self.add(t, "P017", f"{type(t).__name__} as an assignment target (plain names only here)")
 
@@ -376,11 +380,13 @@ class _Checker(TritonRules):
             self.add(node, "P016", f"{node.id!r} in an annotation")
 
     def attribute(self, node: ast.Attribute, pos: str) -> None:
+        full = self.chain_of(node)
         if node.attr.startswith("_"):
             self.add(node, A.ATTR_CODES.get(node.attr, "P013"), f"attribute .{node.attr}: private and dunder attributes "
                                                                 "are never allowed")
+            if full is None:
+                self.expr(node.value)
             return
-        full = self.chain_of(node)
         if full is not None:
             kind = A.MODULE_ATTRS.get(full)
             if kind is None:

@@ -26,7 +26,7 @@ class TritonRules:
         first = min(d.lineno for d in fn.decorator_list)
         for no in range(first, (fn.end_lineno or fn.lineno) + 1):
             if no != fn.lineno and no - 1 < len(self.m.lines) and _DEF_LINE.match(self.m.lines[no - 1]):
-                self.add(fn, "P018", f"line {no} of kernel {fn.name} starts with 'def': Triton would take it for the "
+                self.add(ast.Pass(lineno=no), "P018", f"line {no} of kernel {fn.name} starts with 'def': Triton would take it for the "
                                      "kernel's source")
         for n in ast.walk(fn):
             if n is not fn and isinstance(n, ast.FunctionDef):
