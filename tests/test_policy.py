@@ -143,3 +143,14 @@ def test_interpreter_globals_never_shadow_allowed_builtins():
     globals; none may take the place of a builtin the scan lets a bundle name."""
     interpreter = pytest.importorskip("triton.runtime.interpreter")
     assert not set(vars(interpreter)) & allowlist.BUILTINS
+
+
+def test_miner_init_scaffolds_conforming_schema_2_bundles(tmp_path):
+    from cacheon_subnet.bundle import load_bundle
+    from cacheon_subnet.miner.scaffold import scaffold
+
+    slots = sorted(p.parent.name for p in EXAMPLES.glob("*/manifest.toml"))
+    assert len(slots) >= 8
+    for slot in slots:
+        b = load_bundle(scaffold(slot, tmp_path / slot.replace(".", "-")))
+        assert b.manifest.schema == "cacheon.bundle/2" and scan_files(b.files) == [], slot

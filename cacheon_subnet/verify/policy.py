@@ -165,6 +165,8 @@ class _Checker(TritonRules):
         elif isinstance(st, ast.Raise):
             self.stmt(st)
         else:
+            if isinstance(st, ast.Expr):
+                self.expr(st.value)
             self.add(st, "P015" if _never(st) else "P014", f"{type(st).__name__} at module level (allowed: docstring, "
                                                             "imports, constants, def, raise)")
 
