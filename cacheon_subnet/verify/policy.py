@@ -44,6 +44,7 @@ RULES: Mapping[str, str] = {
     "P021": "relative import of something that is not a bundle definition",
 }
 _ALL_BUILTINS = frozenset(dir(builtins))
+_TRITON_INTERNAL = frozenset({"_semantic", "_builder", "_generator"})  # Triton passes its internals by these names
 _CANON = {"torch": "torch", "triton": "triton", "math": "math", "tl": "triton.language", "dist": "torch.distributed"}
 _EXPRS = (ast.BinOp, ast.BoolOp, ast.Compare, ast.UnaryOp, ast.IfExp, ast.Tuple, ast.List, ast.Set, ast.Dict,
           ast.Subscript, ast.Slice, ast.JoinedStr, ast.FormattedValue, ast.Starred)
@@ -125,8 +126,8 @@ class _Checker(TritonRules):
         return "builtin" if name in A.BUILTINS else None
 
     def check_binding(self, node: ast.AST, name: str, where: str) -> None:
-        if name.startswith("__"):
-            self.add(node, "P013", f"{where} {name!r}: dunder names are not allowed")
+        if name.startswith("__") or name in _TRITON_INTERNAL:
+            self.add(node, "P013", f"{where} {name!r}: dunder names and Triton's internal names are not allowed")
         elif name in _ALL_BUILTINS or name in _CANON or (self.scopes and name in self.m.globals):
             self.add(node, "P017", f"{where} {name!r} shadows a builtin, an import or a module-level name")
 
@@ -417,6 +418,8 @@ class _Checker(TritonRules):
         for k in node.keywords:
             if k.arg is None:
                 self.add(k.value, "P019", "** unpacking in a call (pass keyword arguments by name)")
+            elif k.arg.startswith("_"):  # _semantic=, _builder=, _generator=: Triton's internal channels
+                self.add(k, "P013", f"keyword {k.arg}=: private keywords are not allowed")
             self.expr(k.value)
 
     def annotation(self, node: ast.expr) -> None:
