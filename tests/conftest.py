@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 CONTROLS = EXAMPLES / "controls"
 
-MANIFEST = """schema = "cacheon.bundle/1"
+MANIFEST = """schema = "cacheon.bundle/2"
 
 [[ops]]
 slot = "norm.rmsnorm"

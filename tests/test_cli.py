@@ -44,7 +44,7 @@ def test_verify_exit_codes_and_json():
 
 
 def test_verify_bundle_rule_violation_is_fail(make_bundle):
-    root = make_bundle({"manifest.toml": 'schema = "cacheon.bundle/1"\n', "evil.so": "x"})
+    root = make_bundle({"manifest.toml": 'schema = "cacheon.bundle/2"\n', "evil.so": "x"})
     r = cacheon("verify", str(root), "--json")
     assert r.returncode == 1
     assert "file-type" in json.loads(r.stdout)["reasons"][0]

@@ -9,7 +9,7 @@ OK = {"kernel.py": b"def rmsnorm(x, weight, out, eps):\n    pass\n"}
 
 
 def _m(text: str) -> str:
-    return 'schema = "cacheon.bundle/1"\n' + text
+    return 'schema = "cacheon.bundle/2"\n' + text
 
 
 def test_minimal_manifest_defaults():
@@ -56,3 +56,19 @@ def test_missing_manifest():
     with pytest.raises(BundleError) as e:
         bundle_from_files(OK)
     assert e.value.rule == "manifest-missing"
+
+
+def test_schema_1_is_refused_with_how_to_port():
+    text = 'schema = "cacheon.bundle/1"\n[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n'
+    with pytest.raises(ManifestError) as e:
+        parse_manifest(text, frozenset(OK))
+    msg = str(e.value)
+    assert e.value.field == "schema" and "manifest.toml" in msg and "manifest.schema" in msg
+    assert "cacheon verify" in msg and 'schema = "cacheon.bundle/2"' in msg
+
+
+def test_every_manifest_in_the_repo_is_schema_2():
+    from conftest import REPO
+
+    for m in sorted((REPO / "examples").rglob("manifest.toml")):
+        assert parse_manifest(m.read_bytes()).schema == "cacheon.bundle/2", m

@@ -80,7 +80,7 @@ def test_rank_that_raises_is_the_reason_not_the_hang_it_causes(make_bundle) -> N
     kernel = ("import torch\nimport torch.distributed as dist\n\n\ndef all_reduce(x, out, group):\n"
               "    if dist.get_rank(group) == 1:\n        raise RuntimeError('rank one gives up')\n"
               "    out.copy_(x)\n    dist.all_reduce(out, group=group)\n")
-    manifest = ('schema = "cacheon.bundle/1"\n\n[[ops]]\nslot = "collective.all_reduce"\n'
+    manifest = ('schema = "cacheon.bundle/2"\n\n[[ops]]\nslot = "collective.all_reduce"\n'
                 'entry = "kernel:all_reduce"\ndtypes = ["float32"]\n')
     root = make_bundle({"manifest.toml": manifest, "kernel.py": kernel})
     report = verify_bundle(load_bundle(root), VerifyOptions(device="cpu", max_cases=1, call_timeout_s=5, world_size=2))
@@ -88,13 +88,13 @@ def test_rank_that_raises_is_the_reason_not_the_hang_it_causes(make_bundle) -> N
     assert (f.reason, f.rank) == ("exception", 1) and "rank one gives up" in f.detail, report.render()
 
 
-KERNEL_HEAD = ("import torch\nimport torch.distributed as dist\n\n_calls = [0]\n\n\n"
+KERNEL_HEAD = ("import torch\nimport torch.distributed as dist\n\n\n"
                "def all_reduce(x, out, group):\n    r = dist.get_rank(group)\n")
 SUM_INTO_OUT = "    out.copy_(x)\n    dist.all_reduce(out, group=group)\n"
 RANK1_BUGS = {  # rank 0 is always right; rank 1 breaks exactly one gate
     "nan_inf": SUM_INTO_OUT + "    if r == 1:\n        out[0, 0] = float('nan')\n",
     "input_mutated": SUM_INTO_OUT + "    if r == 1:\n        x.mul_(2)\n",
-    "nondeterministic": SUM_INTO_OUT + "    if r == 1:\n        _calls[0] += 1\n        out[0, 0] += 1e-6 * _calls[0]\n",
+    "nondeterministic": SUM_INTO_OUT + "    if r == 1:\n        out[0] += 4e-6 * torch.rand_like(out[0])\n",
     "partial_write": ("    y = x.clone()\n    dist.all_reduce(y, group=group)\n"
                       "    rows = out.shape[0] - int(r == 1)\n    out[:rows].copy_(y[:rows])\n"),
 }
@@ -103,7 +103,7 @@ RANK1_BUGS = {  # rank 0 is always right; rank 1 breaks exactly one gate
 @pytest.mark.parametrize("reason", sorted(RANK1_BUGS))
 def test_every_gate_runs_on_every_rank(reason: str, make_bundle) -> None:  # noqa: ANN001
     kernel = KERNEL_HEAD + RANK1_BUGS[reason]
-    manifest = ('schema = "cacheon.bundle/1"\n\n[[ops]]\nslot = "collective.all_reduce"\n'
+    manifest = ('schema = "cacheon.bundle/2"\n\n[[ops]]\nslot = "collective.all_reduce"\n'
                 'entry = "kernel:all_reduce"\ndtypes = ["float32"]\n')
     root = make_bundle({"manifest.toml": manifest, "kernel.py": kernel})
     report = verify_bundle(load_bundle(root), VerifyOptions(device="cpu", max_cases=1, call_timeout_s=20,

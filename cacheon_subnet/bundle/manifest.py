@@ -1,6 +1,6 @@
 """manifest.toml: what a bundle contributes, checked strictly (unknown keys are errors).
 
-    schema = "cacheon.bundle/1"
+    schema = "cacheon.bundle/2"     # 2: every .py source conforms to the allowlist policy v2
     [bundle]                      # optional metadata
     name = "fast-rmsnorm"
     [[ops]]
@@ -23,7 +23,12 @@ from typing import Any, Mapping
 from cacheon_subnet.errors import ManifestError, SlotError
 from cacheon_subnet.slots import get_slot
 
-SCHEMA = "cacheon.bundle/1"
+SCHEMA = "cacheon.bundle/2"  # = sources conform to the static allowlist policy v2 (verify/policy.py)
+RETIRED_SCHEMAS = {
+    "cacheon.bundle/1": "schema 1 bundles were checked by a blocklist; port to 2: run `cacheon verify <dir>` "
+                        "(it reports every line the allowlist refuses), fix those, then set "
+                        'schema = "cacheon.bundle/2"',
+}
 _TOP_KEYS = {"schema", "bundle", "ops"}
 _BUNDLE_KEYS = {"name", "description", "author", "license", "homepage"}
 _OP_KEYS = {"slot", "entry", "variant", "dtypes", "slot_version", "constraints"}
@@ -107,6 +112,8 @@ def parse_manifest(text: bytes | str, files: frozenset[str] | None = None) -> Ma
         raise ManifestError("", f"not valid TOML: {e}") from None
     _no_unknown(raw, _TOP_KEYS, "")
     schema = raw.get("schema")
+    if schema in RETIRED_SCHEMAS:
+        raise ManifestError("schema", f"{schema!r} is no longer accepted; {RETIRED_SCHEMAS[schema]}")
     if schema != SCHEMA:
         raise ManifestError("schema", f"must be {SCHEMA!r}, got {schema!r}")
     meta = raw.get("bundle", {})

@@ -27,6 +27,11 @@ Loop: edit the kernel, then
     cacheon verify . --device cuda     # + CUDA graph capture/replay and torch.compile
     cacheon bench . --device cuda      # speed vs stock SGLang per workload shape
     cacheon pack . -o bundle.tar.gz    # deterministic archive + digest to publish
+
+Sources follow the static allowlist policy v2 (manifest schema `cacheon.bundle/2`): imports of
+torch, triton, triton.language as tl, math and torch.distributed as dist (plus relative imports
+of this bundle's own definitions); a module holds constants and functions; functions use their
+arguments, allowlisted attributes and builtins. `cacheon verify` names every refused line.
 """
 
 

@@ -1,64 +1,57 @@
-"""Static policy scan of bundle sources (defence in depth; the sandbox is the real wall).
+"""Static policy v2 of bundle sources: an allowlist, so that bundle Python reaches no object but
+its arguments, allowlisted module attributes and its own definitions.
 
-A kernel needs torch, triton and a little stdlib math. Everything else a bundle might reach
-for is how results get faked or hosts get hurt: spawning processes, sockets, native loading,
-timers and monkey-patching (the `Event.elapsed_time` cheat), GC scans, dynamic code, host
-syncs inside the op. Each finding names file, line and rule.
+A module may hold only a docstring, the allowed imports, relative imports of bundle definitions,
+constants, `raise` and function definitions (decorated only with triton.jit / autotune /
+heuristics). Every name a function loads resolves, by Python's own scoping (no classes, no
+global/nonlocal, so scopes are static), to a parameter or local, a bundle definition, an
+allowlisted builtin, or an import root used as the base of an allowlisted attribute chain.
+Attributes of computed values come from one short list; `_x` and `__x__` are never allowed; no
+attribute is ever stored. The same rules hold in @triton.jit bodies, which Triton evaluates with
+Python's getattr and calls (compiled) or runs as Python (TRITON_INTERPRET=1). The tables live in
+allowlist.py; the argument is written out in docs/security.md. Each finding names file:line:rule.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
-ALLOWED_IMPORTS = frozenset({
-    "torch", "triton", "triton.language", "math", "functools", "typing", "dataclasses", "itertools",
-    "operator", "collections", "enum", "abc", "__future__", "numbers", "contextlib", "types",
-    "torch.distributed",  # collective slots: the kernel gets its ProcessGroup as `group=`
-})
-ALLOWED_PREFIXES = ("triton.language.", "torch.nn.functional", "typing.", "collections.")
+from cacheon_subnet.verify import allowlist as A
+from cacheon_subnet.verify.policy_scope import (
+    ModuleIndex,
+    bound_names,
+    decode,
+    dotted,
+    index,
+    module_key,
+    resolve_relative,
+)
+from cacheon_subnet.verify.policy_triton import TritonRules
 
+POLICY_VERSION = 2
 RULES: Mapping[str, str] = {
-    "P001": "process spawning",
-    "P002": "network access",
-    "P003": "native code loading (ctypes/cffi/cpp_extension/load_library)",
-    "P004": "timers or monkey-patching of torch/triton/builtins",
-    "P005": "dynamic code (eval/exec/compile/__import__/importlib)",
-    "P006": "GC / frame introspection",
-    "P007": "host sync inside the op (graph-unsafe)",
-    "P008": "threads, signals or environment mutation",
-    "P009": "import outside the allowed set",
-    "P010": "syntax error",
+    "P001": "process spawning", "P002": "network access", "P003": "native code loading",
+    "P004": "timers or monkey-patching", "P005": "dynamic code or reflection", "P006": "GC / frame introspection",
+    "P007": "host sync inside the op (graph-unsafe)", "P008": "files, threads, signals or environment",
+    "P009": "import outside the allowed set", "P010": "syntax error",
+    "P011": "name not allowed", "P012": "attribute not allowed", "P013": "dunder or private name",
+    "P014": "statement not allowed at module level", "P015": "statement or expression not allowed",
+    "P016": "module object or type used outside its allowed position", "P017": "assignment target not allowed",
+    "P018": "decorator or Triton-source rule", "P019": "call form not allowed", "P020": "source encoding",
+    "P021": "relative import of something that is not a bundle definition",
 }
-
-_MODULE_RULES = {
-    "subprocess": "P001", "multiprocessing": "P001", "os": "P001", "pty": "P001", "shutil": "P001",
-    "socket": "P002", "ssl": "P002", "http": "P002", "urllib": "P002", "requests": "P002", "aiohttp": "P002",
-    "ftplib": "P002", "smtplib": "P002", "asyncio": "P002",
-    "ctypes": "P003", "cffi": "P003", "torch.utils.cpp_extension": "P003", "importlib": "P005",
-    "time": "P004", "timeit": "P004", "builtins": "P004", "sys": "P004", "inspect": "P006", "gc": "P006",
-    "threading": "P008", "signal": "P008", "_thread": "P008", "concurrent": "P008", "marshal": "P005",
-    "pickle": "P005", "triton.runtime": "P003", "triton.compiler": "P003", "triton.backends": "P003",
-    "torch._C": "P003", "torch._dynamo": "P004", "torch.cuda.Event": "P004",
-    "torch.distributed.rpc": "P002", "torch.distributed.elastic": "P001", "torch.distributed.run": "P001",
-    "torch.distributed.launcher": "P001",
-}
-_CALL_RULES = {
-    "eval": "P005", "exec": "P005", "compile": "P005", "__import__": "P005", "globals": "P006",
-    "vars": "P006", "setattr": "P004", "delattr": "P004", "breakpoint": "P006", "open": "P008",
-}
-_ATTR_RULES = {
-    "item": "P007", "tolist": "P007", "numpy": "P007", "synchronize": "P007",
-    "load_library": "P003", "load_inline": "P003", "elapsed_time": "P004", "record_function": "P004",
-    "__dict__": "P006", "__globals__": "P006", "__code__": "P006", "__builtins__": "P004",
-    "f_back": "P006", "f_locals": "P006", "_getframe": "P006", "environ": "P008", "putenv": "P008",
-    "__subclasses__": "P006", "__class__": "P006",
-    # a collective kernel uses the group it is handed; creating groups / stores opens sockets
-    "init_process_group": "P002", "new_group": "P002", "new_subgroups": "P002", "destroy_process_group": "P002",
-    "TCPStore": "P002", "FileStore": "P002", "HashStore": "P002", "PrefixStore": "P002", "init_device_mesh": "P002",
-}
-_PROTECTED_ROOTS = frozenset({"torch", "triton", "math", "builtins", "time", "sys", "functools"})
+_ALL_BUILTINS = frozenset(dir(builtins))
+_TRITON_INTERNAL = frozenset({"_semantic", "_builder", "_generator"})  # Triton passes its internals by these names
+_CANON = {"torch": "torch", "triton": "triton", "math": "math", "tl": "triton.language", "dist": "torch.distributed"}
+_EXPRS = (ast.BinOp, ast.BoolOp, ast.Compare, ast.UnaryOp, ast.IfExp, ast.Tuple, ast.List, ast.Set, ast.Dict,
+          ast.Subscript, ast.Slice, ast.JoinedStr, ast.FormattedValue, ast.Starred)
+_CONST_EXPRS = (ast.BinOp, ast.BoolOp, ast.Compare, ast.UnaryOp, ast.IfExp, ast.Tuple)
+_CONST_CALLS = frozenset({"float", "int", "min", "max", "abs", "round", "pow"})
+_FN_STMTS = (ast.Expr, ast.Return, ast.Pass, ast.Break, ast.Continue, ast.If, ast.While, ast.For, ast.Assign,
+             ast.AugAssign, ast.AnnAssign, ast.Assert, ast.Raise, ast.FunctionDef)
 
 
 @dataclass(frozen=True)
@@ -73,107 +66,391 @@ class Finding:
 
 
 def scan_files(files: Mapping[str, bytes]) -> list[Finding]:
+    """Every .py member of a bundle, checked together (relative imports resolve inside it)."""
     out: list[Finding] = []
-    for path in sorted(files):
-        if path.endswith(".py"):
-            out.extend(scan_source(path, files[path].decode("utf-8", "replace")))
+    mods: dict[str, ModuleIndex] = {}
+    for path in sorted(p for p in files if p.endswith(".py")):
+        text, bad = decode(files[path])
+        if bad:
+            out.append(Finding(path, 1, "P020", bad))
+            continue
+        try:
+            tree = ast.parse(text, filename=path)
+        except SyntaxError as e:
+            out.append(Finding(path, e.lineno or 0, "P010", str(e.msg)))
+            continue
+        mods[module_key(path)] = index(path, tree, text)
+    params = frozenset(a.arg for m in mods.values() for d in m.defs.values() if d.decorator_list
+                       for a in d.args.posonlyargs + d.args.args + d.args.kwonlyargs)
+    for key in sorted(mods):
+        out.extend(_Checker(mods[key], mods, frozenset(files), params).run())
     return out
 
 
 def scan_source(path: str, text: str) -> list[Finding]:
-    try:
-        tree = ast.parse(text, filename=path)
-    except SyntaxError as e:
-        return [Finding(path, e.lineno or 0, "P010", str(e.msg))]
-    v = _Visitor(path)
-    v.visit(tree)
-    return v.findings
+    return scan_files({path: text.encode("utf-8")})
 
 
-def _dotted(node: ast.AST) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
-
-
-class _Visitor(ast.NodeVisitor):
-    def __init__(self, path: str) -> None:
-        self.path = path
+class _Checker(TritonRules):
+    def __init__(self, mod: ModuleIndex, mods: Mapping[str, ModuleIndex], files: frozenset[str], params: frozenset[str]):
+        self.m, self.mods, self.files, self.kernel_params = mod, mods, files, params
         self.findings: list[Finding] = []
-        self.aliases: dict[str, str] = {}
+        self.scopes: list[tuple[str, set[str]]] = []  # ("fn" | "comp", bound names), innermost last
+        self.jit = False
 
     def add(self, node: ast.AST, rule: str, msg: str) -> None:
-        self.findings.append(Finding(self.path, getattr(node, "lineno", 0), rule, msg))
+        self.findings.append(Finding(self.m.path, getattr(node, "lineno", 0), rule, msg))
 
-    def _check_module(self, node: ast.AST, module: str) -> None:
-        for prefix in sorted(_MODULE_RULES, key=len, reverse=True):
-            if module == prefix or module.startswith(prefix + "."):
-                self.add(node, _MODULE_RULES[prefix], f"import of {module!r}")
+    def run(self) -> list[Finding]:
+        for i, st in enumerate(self.m.tree.body):
+            self.module_stmt(i, st)
+        return self.findings
+
+    def chain_of(self, node: ast.expr) -> str | None:
+        """Canonical dotted name when `node` is an attribute chain rooted at an import (not a local)."""
+        parts = dotted(node)
+        if not parts or len(parts) < 2 or self.resolve(parts[0]) != "module":
+            return None
+        return ".".join([self.m.imports[parts[0]], *parts[1:]])
+
+    # -- names -------------------------------------------------------------------------------
+    def resolve(self, name: str) -> str | None:
+        if any(name in names for _, names in self.scopes):
+            return "local"
+        if name in self.m.imports:
+            return "module"
+        if name in self.m.typing:
+            return "typing"
+        if name in self.m.globals:
+            return "bundle"
+        return "builtin" if name in A.BUILTINS else None
+
+    def check_binding(self, node: ast.AST, name: str, where: str) -> None:
+        if name.startswith("__") or name in _TRITON_INTERNAL:
+            self.add(node, "P013", f"{where} {name!r}: dunder names and Triton's internal names are not allowed")
+        elif name in _ALL_BUILTINS or name in _CANON or (self.scopes and name in self.m.globals):
+            self.add(node, "P017", f"{where} {name!r} shadows a builtin, an import or a module-level name")
+
+    # -- module level ------------------------------------------------------------------------
+    def module_stmt(self, i: int, st: ast.stmt) -> None:
+        if i == 0 and isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant) and isinstance(st.value.value, str):
+            return
+        if isinstance(st, ast.Import):
+            for a in st.names:
+                if (a.name, a.asname) not in A.IMPORTS:
+                    self.add(st, _module_code(a.name), f"import of {a.name!r}" + (f" as {a.asname!r}" if a.asname else "")
+                             + " (allowed: import torch / triton / math, triton.language as tl, torch.distributed as dist)")
+        elif isinstance(st, ast.ImportFrom):
+            self.import_from(st)
+        elif isinstance(st, (ast.Assign, ast.AnnAssign)):
+            targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+            for t in targets:
+                nodes = list(ast.walk(t))
+                if any(isinstance(n, ast.Attribute) for n in nodes):
+                    self.add(st, "P004", f"assignment to {ast.unparse(t)[:40]} (monkey-patching)")
+                elif not all(isinstance(n, (ast.Name, ast.Tuple, ast.expr_context)) for n in nodes):
+                    self.add(st, "P017", "module-level assignments bind plain names only")
+                else:
+                    for n in nodes:
+                        if isinstance(n, ast.Name):
+                            self.module_name(st, n.id)
+            if isinstance(st, ast.AnnAssign):
+                self.annotation(st.annotation)
+            if st.value is None:
+                self.add(st, "P014", "annotated name without a value")
+            else:
+                self.const(st.value)
+        elif isinstance(st, ast.FunctionDef):
+            self.module_name(st, st.name)
+            self.function(st, top=True)
+        elif isinstance(st, ast.Raise):
+            self.stmt(st)
+        else:
+            if isinstance(st, ast.Expr):
+                self.expr(st.value)
+            self.add(st, "P015" if _never(st) else "P014", f"{type(st).__name__} at module level (allowed: docstring, "
+                                                            "imports, constants, def, raise)")
+
+    def module_name(self, node: ast.AST, name: str) -> None:
+        self.check_binding(node, name, "module-level name")
+        if self.m.path.endswith("__init__.py"):
+            pkg = self.m.path[: -len("__init__.py")]
+            if f"{pkg}{name}.py" in self.files or any(f.startswith(f"{pkg}{name}/") for f in self.files):
+                self.add(node, "P017", f"{name!r} is also a submodule of this package (importing it rebinds the name "
+                                       "to a module object)")
+
+    def import_from(self, st: ast.ImportFrom) -> None:
+        if st.level == 0:
+            mod, names = st.module or "", [a.name for a in st.names]
+            if mod == "__future__" and names == ["annotations"]:
                 return
-        if module not in ALLOWED_IMPORTS and not module.startswith(ALLOWED_PREFIXES):
-            self.add(node, "P009", f"import of {module!r} (allowed: {', '.join(sorted(ALLOWED_IMPORTS))}; "
-                                   "use relative imports for modules of the bundle)")
+            if mod == "typing" and all(n in A.TYPING_NAMES for n in names) and all(a.asname is None for a in st.names):
+                return
+            self.add(st, _module_code(f"{mod}.{names[0]}" if names else mod),
+                     f"from {mod} import {', '.join(names)} (allowed: from typing import <annotations>, "
+                     "from __future__ import annotations, relative imports of bundle definitions)")
+            return
+        for a in st.names:
+            if a.name == "*":
+                self.add(st, "P015", "star import")
+                continue
+            self.module_name(st, a.asname or a.name)
+            why = self.definition(resolve_relative(self.m.path, st.level, st.module), a.name, set())
+            if why:
+                self.add(st, "P021", f"from {'.' * st.level}{st.module or ''} import {a.name}: {why}")
 
-    def visit_Import(self, node: ast.Import) -> None:
-        for a in node.names:
-            self._check_module(node, a.name)
-            self.aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
-        self.generic_visit(node)
+    def definition(self, target: str | None, name: str, seen: set[tuple[str, str]]) -> str | None:
+        """None when `name` of bundle module `target` is a def or constant (transitively)."""
+        if target is None:
+            return "relative import beyond the bundle's top level"
+        mod = self.mods.get(target)
+        if mod is None:
+            return f"module {target or '(bundle root)'!r} is not a .py file of the bundle"
+        if mod.path.endswith("__init__.py"):
+            pkg = mod.path[: -len("__init__.py")]
+            if f"{pkg}{name}.py" in self.files or any(f.startswith(f"{pkg}{name}/") for f in self.files):
+                return f"{name!r} is a submodule (a module object), not a definition"
+        if name in mod.defs or name in mod.consts:
+            return None
+        if name in mod.rel and (target, name) not in seen:
+            t, orig, _ = mod.rel[name]
+            return self.definition(t, orig, seen | {(target, name)})
+        return f"{name!r} is not a function or constant defined in {mod.path}"
 
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        if node.level == 0 and node.module:
-            self._check_module(node, node.module)
-            for a in node.names:
-                full = f"{node.module}.{a.name}"
-                for prefix, rule in _MODULE_RULES.items():
-                    if full == prefix:
-                        self.add(node, rule, f"import of {full!r}")
-                self.aliases[a.asname or a.name] = full
-        self.generic_visit(node)
+    def const(self, node: ast.expr) -> None:
+        """Module-level values and defaults: immutable constant expressions only (no state survives a call)."""
+        if isinstance(node, ast.Constant):
+            return
+        if isinstance(node, ast.Name):
+            if self.resolve(node.id) != "bundle" or node.id in self.m.typing:
+                self.add(node, "P014", f"{node.id!r} in a constant: only literals and other module constants")
+            return
+        if isinstance(node, ast.Attribute):
+            self.attribute(node, "value")
+            return
+        if isinstance(node, ast.Call) and not node.keywords:
+            f = node.func
+            if isinstance(f, ast.Name) and f.id in _CONST_CALLS and self.resolve(f.id) == "builtin" or (
+                    self.chain_of(f) or "").startswith("math."):
+                self.expr(f, "call")
+                for a in node.args:
+                    self.const(a)
+                return
+        if isinstance(node, _CONST_EXPRS):
+            for c in ast.iter_child_nodes(node):
+                if isinstance(c, ast.expr):
+                    self.const(c)
+            return
+        self.add(node, "P014", f"{type(node).__name__} where a constant is required (literals, tuples, arithmetic, "
+                               "other constants)")
+        self.expr(node)  # and say what inside it is refused
 
-    def visit_Call(self, node: ast.Call) -> None:
-        name = _dotted(node.func)
-        if isinstance(node.func, ast.Name) and node.func.id in _CALL_RULES:
-            self.add(node, _CALL_RULES[node.func.id], f"call to {node.func.id}()")
-        if isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) >= 2:
-            if not isinstance(node.args[1], ast.Constant):
-                self.add(node, "P005", "getattr() with a computed attribute name")
-        if name and name.split(".")[-1] == "cpu" and isinstance(node.func, ast.Attribute):
-            self.add(node, "P007", f"{name}() copies to the host inside the op")
-        self.generic_visit(node)
+    # -- functions ---------------------------------------------------------------------------
+    def function(self, fn: ast.FunctionDef, top: bool) -> None:
+        if fn.decorator_list:
+            if not top or self.jit:
+                self.add(fn, "P018", "decorators are allowed on module-level kernels only")
+            for d in fn.decorator_list:
+                self.decorator(d)
+            self.triton_source(fn)
+        self.arguments(fn.args)
+        if fn.returns is not None:
+            self.annotation(fn.returns)
+        was, self.jit = self.jit, self.jit or bool(fn.decorator_list)
+        self.scopes.append(("fn", bound_names(fn)))
+        for st in fn.body:
+            self.stmt(st)
+        self.scopes.pop()
+        self.jit = was
 
-    def visit_Attribute(self, node: ast.Attribute) -> None:
-        if node.attr in _ATTR_RULES:
-            self.add(node, _ATTR_RULES[node.attr], f"use of .{node.attr}")
-        full = _dotted(node)
-        if full:
-            root = full.split(".")[0]
-            resolved = self.aliases.get(root, root) + full[len(root):]
-            for prefix in ("torch.utils.cpp_extension", "torch._C", "torch.ops.load_library", "triton.runtime",
-                           "triton.compiler", "torch.cuda.Event", "torch._dynamo", "torch.cuda.set_sync_debug_mode"):
-                if resolved == prefix or resolved.startswith(prefix + "."):
-                    rule = "P003" if "cpp_extension" in prefix or "_C" in prefix or "load_library" in prefix or prefix.startswith("triton.") else "P004"
-                    self.add(node, rule, f"use of {resolved}")
-                    break
-        self.generic_visit(node)
+    def arguments(self, args: ast.arguments) -> None:
+        for d in args.defaults + [d for d in args.kw_defaults if d is not None]:
+            self.const(d)
+        for a in args.posonlyargs + args.args + args.kwonlyargs + [x for x in (args.vararg, args.kwarg) if x]:
+            self.check_binding(a, a.arg, "parameter")
+            if a.annotation is not None:
+                self.annotation(a.annotation)
 
-    def _check_target(self, target: ast.AST) -> None:
-        if isinstance(target, (ast.Attribute, ast.Subscript)):
-            full = _dotted(target.value) or ""
-            root = full.split(".")[0]
-            if root and self.aliases.get(root, root).split(".")[0] in _PROTECTED_ROOTS:
-                self.add(target, "P004", f"assignment into {full} (monkey-patching)")
+    # -- statements --------------------------------------------------------------------------
+    def stmt(self, st: ast.stmt) -> None:
+        if not isinstance(st, _FN_STMTS):
+            for item in getattr(st, "items", []):  # with open(...): say what it would have opened too
+                self.expr(item.context_expr)
+            self.add(st, "P015", f"{type(st).__name__} statement (allowed in functions: expressions, assignments, "
+                                 "if/for/while, return, raise, assert, nested def)")
+            return
+        if isinstance(st, ast.FunctionDef):
+            self.function(st, top=False)
+            return
+        if isinstance(st, ast.For):
+            self.expr(st.iter)
+            self.target(st.target, names_only=True)
+        elif isinstance(st, ast.Assign):
+            self.expr(st.value)
+            for t in st.targets:
+                self.target(t)
+        elif isinstance(st, (ast.AugAssign, ast.AnnAssign)):
+            if isinstance(st, ast.AnnAssign):
+                self.annotation(st.annotation)
+            if st.value is not None:
+                self.expr(st.value)
+            self.target(st.target)
+        for field in ("test", "value", "exc", "cause", "msg"):
+            v = getattr(st, field, None)
+            if isinstance(v, ast.expr) and not isinstance(st, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                self.expr(v)
+        for field in ("body", "orelse"):
+            for s in getattr(st, field, []):
+                self.stmt(s)
 
-    def visit_Assign(self, node: ast.Assign) -> None:
-        for t in node.targets:
-            self._check_target(t)
-        self.generic_visit(node)
+    def target(self, t: ast.expr, names_only: bool = False) -> None:
+        if isinstance(t, ast.Name):
+            self.check_binding(t, t.id, "local")
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            for e in t.elts:
+                self.target(e, names_only)
+        elif isinstance(t, ast.Starred):
+            self.target(t.value, names_only)
+        elif isinstance(t, ast.Attribute):
+            self.add(t, "P004", f"assignment to attribute .{t.attr} (monkey-patching)")
+        elif isinstance(t, ast.Subscript) and not names_only:
+            base = t
+            while isinstance(base, ast.Subscript):
+                self.expr(base.slice)
+                base = base.value
+            if not (isinstance(base, ast.Name) and self.resolve(base.id) == "local"):
+                self.add(t, "P017", f"item assignment into {ast.unparse(base)[:40]!r}: only into parameters and locals")
+                self.expr(base)
+        else:
+            self.add(t, "P017", f"{type(t).__name__} as an assignment target (plain names only here)")
 
-    def visit_AugAssign(self, node: ast.AugAssign) -> None:
-        self._check_target(node.target)
-        self.generic_visit(node)
+    # -- expressions -------------------------------------------------------------------------
+    def expr(self, node: ast.expr, pos: str = "value") -> None:
+        if isinstance(node, ast.Name):
+            self.name(node, pos)
+        elif isinstance(node, ast.Attribute):
+            self.attribute(node, pos)
+        elif isinstance(node, ast.Call):
+            self.call(node)
+        elif isinstance(node, ast.Lambda):
+            self.arguments(node.args)
+            self.scopes.append(("fn", bound_names(node)))
+            self.expr(node.body)
+            self.scopes.pop()
+        elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            self.comprehension(node)
+        elif isinstance(node, ast.NamedExpr):
+            self.expr(node.value)
+            self.target(node.target, names_only=True)
+        elif isinstance(node, ast.Constant):
+            return
+        elif isinstance(node, _EXPRS):
+            for c in ast.iter_child_nodes(node):
+                if isinstance(c, ast.expr):
+                    self.expr(c)
+        else:
+            self.add(node, "P015", f"{type(node).__name__} expression")
+
+    def comprehension(self, node: ast.expr) -> None:
+        gens = node.generators  # type: ignore[attr-defined]
+        self.expr(gens[0].iter)
+        self.scopes.append(("comp", bound_names(node)))
+        for i, g in enumerate(gens):
+            if g.is_async:
+                self.add(node, "P015", "async comprehension")
+            self.target(g.target, names_only=True)
+            if i:
+                self.expr(g.iter)
+            for cond in g.ifs:
+                self.expr(cond)
+        for part in ("elt", "key", "value"):
+            if isinstance(getattr(node, part, None), ast.expr):
+                self.expr(getattr(node, part))
+        self.scopes.pop()
+
+    def name(self, node: ast.Name, pos: str) -> None:
+        kind = self.resolve(node.id)
+        if node.id.startswith("__"):
+            self.add(node, A.NAME_CODES.get(node.id, "P013"), f"name {node.id!r}: dunder names are not allowed")
+        elif kind is None:
+            self.add(node, A.NAME_CODES.get(node.id, "P011"), f"name {node.id!r} is not a parameter, local, bundle "
+                                                              "definition or allowlisted builtin")
+        elif kind == "module":
+            self.add(node, "P016", f"module {node.id!r} used as a value: only {node.id}.<allowlisted attribute>")
+        elif kind == "typing" and pos != "annotation":
+            self.add(node, "P016", f"typing name {node.id!r} outside an annotation")
+        elif pos == "annotation" and kind == "builtin" and node.id not in A.ANNOTATION_BUILTINS:
+            self.add(node, "P016", f"{node.id!r} in an annotation")
+
+    def attribute(self, node: ast.Attribute, pos: str) -> None:
+        full = self.chain_of(node)
+        if node.attr.startswith("_"):
+            self.add(node, A.ATTR_CODES.get(node.attr, "P013"), f"attribute .{node.attr}: private and dunder attributes "
+                                                                "are never allowed")
+            if full is None:
+                self.expr(node.value)
+            return
+        if full is not None:
+            kind = A.MODULE_ATTRS.get(full)
+            if kind is None:
+                self.add(node, _chain_code(full), f"{full} is not on the allowlist")
+            elif not (kind == pos or (pos == "annotation" and kind == "value")):
+                self.add(node, "P016", f"{full} ({kind}) used as {'a value' if pos == 'value' else pos}")
+            return
+        if pos == "annotation" or node.attr not in A.VALUE_ATTRS:
+            self.add(node, A.ATTR_CODES.get(node.attr, "P012"), f".{node.attr} is not an allowed attribute of a value")
+        self.expr(node.value)
+
+    def call(self, node: ast.Call) -> None:
+        f = node.func
+        if isinstance(f, ast.Subscript):  # kernel launch k[grid](...): kernel arguments + a few launch options
+            self.expr(f)
+            for k in node.keywords:
+                if k.arg is not None and k.arg not in self.kernel_params and k.arg not in A.LAUNCH_OPTIONS:
+                    self.add(k, "P019", f"launch option {k.arg}= (allowed: kernel arguments, "
+                                        f"{', '.join(sorted(A.LAUNCH_OPTIONS))})")
+        else:
+            self.expr(f, "call" if isinstance(f, (ast.Name, ast.Attribute)) else "value")
+        if isinstance(f, ast.Attribute) and f.attr == "set_" and (len(node.args) != 1 or node.keywords):
+            self.add(node, "P019", ".set_() takes exactly one tensor here (no storage, offset or size)")
+        for a in node.args:
+            self.expr(a)
+        for k in node.keywords:
+            if k.arg is None:
+                self.add(k.value, "P019", "** unpacking in a call (pass keyword arguments by name)")
+            elif k.arg.startswith("_"):  # _semantic=, _builder=, _generator=: Triton's internal channels
+                self.add(k, "P013", f"keyword {k.arg}=: private keywords are not allowed")
+            self.expr(k.value)
+
+    def annotation(self, node: ast.expr) -> None:
+        if isinstance(node, ast.Constant):
+            if node.value is not None and node.value is not Ellipsis:
+                self.add(node, "P015", "string annotation (annotations are expressions here; Triton and typing "
+                                       "may evaluate them)")
+        elif isinstance(node, (ast.Name, ast.Attribute)):
+            self.expr(node, "annotation")
+        elif isinstance(node, (ast.Subscript, ast.Tuple, ast.List, ast.BinOp)):
+            for c in ast.iter_child_nodes(node):
+                if isinstance(c, ast.expr):
+                    self.annotation(c)
+        else:
+            self.add(node, "P015", f"{type(node).__name__} in an annotation")
+
+
+def _never(st: ast.stmt) -> bool:
+    return isinstance(st, (ast.ClassDef, ast.Try, ast.With, ast.AsyncWith, ast.AsyncFor, ast.AsyncFunctionDef,
+                           ast.Global, ast.Nonlocal, ast.Delete, ast.Match)) or type(st).__name__ == "TryStar"
+
+
+def _module_code(name: str) -> str:
+    for prefix in sorted(A.MODULE_CODES, key=len, reverse=True):
+        if name == prefix or name.startswith(prefix + "."):
+            return A.MODULE_CODES[prefix]
+    return "P009"
+
+
+def _chain_code(full: str) -> str:
+    code = _module_code(full)
+    if code != "P009":
+        return code
+    return next((A.ATTR_CODES[p] for p in full.split(".") if p in A.ATTR_CODES), "P012")

@@ -37,8 +37,7 @@ def fused_experts(hidden_states: torch.Tensor, w13: torch.Tensor, w2: torch.Tens
     cpu = dev.type == "cpu"  # CPU tensors only run under the Triton interpreter
     cfg = _config(P, E, cpu)
     bm, bk = cfg["BM"], cfg["BK"]
-    flags = dict(UPCAST=cpu, FIX_BF16=cpu and dt == torch.bfloat16)
-    launch = dict(BLOCK_M=bm, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], num_warps=cfg["warps"], num_stages=cfg["stages"])
+    fix_bf16 = cpu and dt == torch.bfloat16
 
     sorted_ids, block_expert, total = align(topk_ids, E, bm)
     max_rows = max_padded_rows(P, E, bm)
@@ -48,14 +47,16 @@ def fused_experts(hidden_states: torch.Tensor, w13: torch.Tensor, w2: torch.Tens
     gemm1_silu_kernel[(num_pid_m * triton.cdiv(I, cfg["BN1"]),)](
         hidden_states, w13, act, sorted_ids, block_expert, total, P, num_pid_m,
         hidden_states.stride(0), w13.stride(0), w13.stride(1), H=H, I=I, TOPK=K, BLOCK_N=cfg["BN1"],
-        EVEN=H % bk == 0 and I % cfg["BN1"] == 0, **flags, **launch)
+        EVEN=H % bk == 0 and I % cfg["BN1"] == 0, UPCAST=cpu, FIX_BF16=fix_bf16,
+        BLOCK_M=bm, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], num_warps=cfg["warps"], num_stages=cfg["stages"])
 
     y = torch.empty((P, H), dtype=dt, device=dev)
     gemm2_scale_kernel[(num_pid_m * triton.cdiv(H, cfg["BN2"]),)](
         act, w2, y, topk_weights, sorted_ids, block_expert, total, P, num_pid_m,
         w2.stride(0), w2.stride(1), H=H, I=I, BLOCK_N=cfg["BN2"],
-        EVEN=I % bk == 0 and H % cfg["BN2"] == 0, **flags, **launch)
+        EVEN=I % bk == 0 and H % cfg["BN2"] == 0, UPCAST=cpu, FIX_BF16=fix_bf16,
+        BLOCK_M=bm, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], num_warps=cfg["warps"], num_stages=cfg["stages"])
 
     block_h = min(1024, triton.next_power_of_2(H))
     combine_kernel[(T, triton.cdiv(H, block_h))](y, out, H, TOPK=K, BLOCK_H=block_h,
-                                                 FIX_BF16=flags["FIX_BF16"], num_warps=4)
+                                                 FIX_BF16=fix_bf16, num_warps=4)

@@ -143,7 +143,7 @@ def test_refusals_before_verify_are_specific(world, make_bundle) -> None:
     with pytest.raises(SubmitError) as err:
         submit(world["bundle"], **kw(world, hotkey="stranger"))
     assert err.value.reason == "not_registered" and "stranger" in str(err.value)
-    bad = make_bundle({"manifest.toml": 'schema = "cacheon.bundle/1"\n'}, name="bad")
+    bad = make_bundle({"manifest.toml": 'schema = "cacheon.bundle/2"\n'}, name="bad")
     with pytest.raises(SubmitError) as err:
         submit(bad, **kw(world))
     assert err.value.reason == "manifest" and "ops" in str(err.value)

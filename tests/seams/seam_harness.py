@@ -89,7 +89,7 @@ def bundle_files(slots: Sequence[str], salt: str = "", module: str = "kernel",
                  op_extra: Mapping[str, str] | None = None) -> dict[str, bytes]:
     """manifest.toml + one kernel module exposing one function per slot."""
     defs = "\n".join(f"{fn_name(s)} = _make({s!r})" for s in slots)
-    manifest = ['schema = "cacheon.bundle/1"', "", "[bundle]", f'name = "seam-test-{salt or "x"}"']
+    manifest = ['schema = "cacheon.bundle/2"', "", "[bundle]", f'name = "seam-test-{salt or "x"}"']
     for s in slots:
         manifest += ["", "[[ops]]", f'slot = "{s}"', f'entry = "{module}:{fn_name(s)}"']
         if op_extra and s in op_extra:

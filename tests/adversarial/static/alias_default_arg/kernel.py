@@ -1,0 +1,14 @@
+"""A default argument keeps the module object."""
+
+import torch
+
+
+def _patch(f, _t=torch):  # expect: P014
+    _t.rsqrt = f  # expect: P004
+
+
+
+def rmsnorm(x, weight, out, eps):
+    x32 = x.to(torch.float32)
+    var = x32.pow(2).mean(dim=-1, keepdim=True)
+    out.copy_(x32 * torch.rsqrt(var + eps) * weight.to(torch.float32))

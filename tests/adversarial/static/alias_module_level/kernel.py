@@ -1,0 +1,12 @@
+"""_t = torch at module level."""
+
+import torch
+
+_t = torch  # expect: P014
+
+
+
+def rmsnorm(x, weight, out, eps):
+    x32 = x.to(torch.float32)
+    var = x32.pow(2).mean(dim=-1, keepdim=True)
+    out.copy_(x32 * torch.rsqrt(var + eps) * weight.to(torch.float32))

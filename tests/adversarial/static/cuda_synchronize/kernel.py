@@ -1,0 +1,14 @@
+"""torch.cuda.synchronize inside the op."""
+
+import torch
+
+
+def _sync():
+    torch.cuda.synchronize()  # expect: P007
+
+
+
+def rmsnorm(x, weight, out, eps):
+    x32 = x.to(torch.float32)
+    var = x32.pow(2).mean(dim=-1, keepdim=True)
+    out.copy_(x32 * torch.rsqrt(var + eps) * weight.to(torch.float32))

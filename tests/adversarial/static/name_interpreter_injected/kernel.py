@@ -1,0 +1,14 @@
+"""TRITON_INTERPRET copies its module globals (np, inspect) into the kernel module."""
+
+import torch
+
+
+def _np():
+    return inspect.currentframe()  # expect: P011
+
+
+
+def rmsnorm(x, weight, out, eps):
+    x32 = x.to(torch.float32)
+    var = x32.pow(2).mean(dim=-1, keepdim=True)
+    out.copy_(x32 * torch.rsqrt(var + eps) * weight.to(torch.float32))

@@ -1,0 +1,15 @@
+"""dataclasses.builtins.eval runs any string."""
+
+import dataclasses  # expect: P009
+import torch
+
+
+def _run(code):
+    return dataclasses.builtins.eval(code)  # expect: P011
+
+
+
+def rmsnorm(x, weight, out, eps):
+    x32 = x.to(torch.float32)
+    var = x32.pow(2).mean(dim=-1, keepdim=True)
+    out.copy_(x32 * torch.rsqrt(var + eps) * weight.to(torch.float32))

@@ -1,0 +1,15 @@
+"""triton.runtime reaches the driver and its native launcher."""
+
+import torch
+import triton
+
+
+def _drv():
+    return triton.runtime.driver.active  # expect: P003
+
+
+
+def rmsnorm(x, weight, out, eps):
+    x32 = x.to(torch.float32)
+    var = x32.pow(2).mean(dim=-1, keepdim=True)
+    out.copy_(x32 * torch.rsqrt(var + eps) * weight.to(torch.float32))

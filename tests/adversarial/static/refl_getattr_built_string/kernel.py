@@ -1,0 +1,14 @@
+"""getattr with a built string."""
+
+import torch
+
+
+def _sys():
+    return getattr(torch, "sy" + "s")  # expect: P005
+
+
+
+def rmsnorm(x, weight, out, eps):
+    x32 = x.to(torch.float32)
+    var = x32.pow(2).mean(dim=-1, keepdim=True)
+    out.copy_(x32 * torch.rsqrt(var + eps) * weight.to(torch.float32))

@@ -1,0 +1,14 @@
+"""str.format walks attributes: '{0.__class__.__mro__}'."""
+
+import torch
+
+
+def _walk(x):
+    return "{0.__class__.__mro__}".format(x)  # expect: P012
+
+
+
+def rmsnorm(x, weight, out, eps):
+    x32 = x.to(torch.float32)
+    var = x32.pow(2).mean(dim=-1, keepdim=True)
+    out.copy_(x32 * torch.rsqrt(var + eps) * weight.to(torch.float32))

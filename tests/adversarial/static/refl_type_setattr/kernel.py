@@ -1,0 +1,14 @@
+"""type(torch).__setattr__ patches the module without an attribute store."""
+
+import torch
+
+
+def _patch(f):
+    type(torch).__setattr__(torch, "rsqrt", f)  # expect: P005 P004
+
+
+
+def rmsnorm(x, weight, out, eps):
+    x32 = x.to(torch.float32)
+    var = x32.pow(2).mean(dim=-1, keepdim=True)
+    out.copy_(x32 * torch.rsqrt(var + eps) * weight.to(torch.float32))

@@ -1,0 +1,14 @@
+"""Item store into a module's namespace."""
+
+import torch
+
+
+def _patch(f):
+    torch.__dict__["rsqrt"] = f  # expect: P006
+
+
+
+def rmsnorm(x, weight, out, eps):
+    x32 = x.to(torch.float32)
+    var = x32.pow(2).mean(dim=-1, keepdim=True)
+    out.copy_(x32 * torch.rsqrt(var + eps) * weight.to(torch.float32))

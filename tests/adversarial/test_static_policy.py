@@ -1,0 +1,111 @@
+"""Red-team corpus for the static gate (issue 14, classes 1 and 4, clock patching, record forging).
+
+Every bundle under tests/adversarial/static/ is a faithful RMSNorm plus one way of reaching
+what a contribution must never reach. Each refused line carries `# expect: Pxxx [Pyyy]`; the
+scan must report exactly that rule at exactly that file:line. The manifest's description names
+the sub-class; each sub-class has at least two attacks. Real `cacheon verify` runs show the
+outcome is reason `policy` and that the bundle is never imported.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cacheon_subnet.bundle import load_bundle
+from cacheon_subnet.verify import VerifyOptions, runner, verify_bundle
+from cacheon_subnet.verify.policy import scan_files
+
+CORPUS = Path(__file__).resolve().parent / "static"
+REPO = CORPUS.parents[2]
+ATTACKS = sorted(p.name for p in CORPUS.iterdir() if (p / "manifest.toml").is_file())
+_MARK = re.compile(r"#\s*expect:\s*((?:P\d{3}\s*)+)$")
+
+
+def expected(root: Path) -> set[tuple[str, int, str]]:
+    out = set()
+    for f in sorted(root.rglob("*.py")):
+        for no, line in enumerate(f.read_bytes().decode("utf-8").splitlines(), 1):
+            m = _MARK.search(line)
+            if m:
+                out.update((f.relative_to(root).as_posix(), no, rule) for rule in m.group(1).split())
+    return out
+
+
+def findings(root: Path) -> set[tuple[str, int, str]]:
+    files = {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*.py")}
+    return {(f.path, f.line, f.rule) for f in scan_files(files)}
+
+
+def test_corpus_covers_every_sub_class_twice() -> None:
+    by_class: dict[str, list[str]] = {}
+    for name in ATTACKS:
+        sub = re.search(r'description = "([a-z_]+)"', (CORPUS / name / "manifest.toml").read_text()).group(1)
+        by_class.setdefault(sub, []).append(name)
+    want = {"module_reach", "aliases_and_targets", "reflection", "frames", "worker_patching", "forward_clock",
+            "step_log", "triton", "ops_and_cuda", "state_and_source"}
+    assert set(by_class) == want
+    assert all(len(v) >= 2 for v in by_class.values()), by_class
+
+
+@pytest.mark.parametrize("name", ATTACKS)
+def test_attack_is_refused_at_its_line(name: str) -> None:
+    root = CORPUS / name
+    want = expected(root)
+    assert want, f"{name}: no '# expect:' marker"
+    got = findings(root)
+    assert want <= got, f"missing {sorted(want - got)}; scan said {sorted(got)}"
+
+
+@pytest.mark.parametrize("name", ATTACKS)
+def test_attack_bundle_loads_so_only_the_policy_stops_it(name: str) -> None:
+    """Manifest and bundle rules accept it: the refusal is the policy's, not a format error."""
+    load_bundle(CORPUS / name)
+
+
+def test_forward_clock_attack_is_real() -> None:
+    """Without the gate, importing the bundle next to the arena's clock rewrites ForwardClock.read."""
+    code = ("import importlib.util, sys\nimport seams.forward_clock as fc\norig = fc.ForwardClock.read\n"
+            f"spec = importlib.util.spec_from_file_location('adv', {str(CORPUS / 'clock_forward_clock_read' / 'kernel.py')!r})\n"
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+            "print(fc.ForwardClock.read is not orig)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
+    assert r.stdout.strip() == "True", r.stderr
+
+
+def test_utf7_attack_is_real() -> None:
+    """Python decodes the cookie's codec: what a UTF-8 reader sees as a comment is a patch."""
+    src = (CORPUS / "source_utf7_cookie" / "kernel.py").read_bytes()
+    assert "torch.rsqrt = torch.sqrt" in src.decode("utf-7").splitlines()
+    assert "\ntorch.rsqrt = torch.sqrt" not in src.decode("utf-8")
+
+
+class _NoWorker:
+    def __init__(self, *a, **k) -> None:
+        raise AssertionError("a bundle refused by the policy reached the worker")
+
+
+@pytest.mark.parametrize("name", ["clock_forward_clock_read", "steplog_open_prewrite", "worker_hostsyncwatch_patch"])
+def test_verify_refuses_on_policy_and_never_imports(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "WorkerClient", _NoWorker)
+    monkeypatch.setattr(runner, "verify_collective", _NoWorker)
+    report = verify_bundle(load_bundle(CORPUS / name), VerifyOptions(device="cpu", max_cases=1))
+    assert report.status == "FAIL" and report.reasons[0].startswith("policy:")
+    assert {op.failure.reason for op in report.ops} == {"not_run"}
+    for path, line, rule in expected(CORPUS / name):
+        assert any(f.startswith(f"{path}:{line}: {rule}") for f in report.findings), report.findings
+
+
+def test_cli_verify_reports_policy(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "cacheon_subnet.cli", "verify", str(CORPUS / "reach_torch_sys_modules"),
+                        "--json", "--max-cases", "1"], capture_output=True, text=True, cwd=REPO, timeout=300,
+                       check=False)
+    assert r.returncode != 0, r.stdout
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "FAIL" and any("kernel.py:" in f and "P004" in f for f in doc["findings"]), doc
+    assert {op["failure"]["reason"] for op in doc["ops"]} == {"not_run"}
