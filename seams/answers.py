@@ -59,8 +59,9 @@ class AnswerLog:
         rec = {"nonce": check_nonce(nonce), "kind": kind, "rank": self.rank, "pid": os.getpid(), "seq": self.seq,
                "t": time.time(), **payload}
         self.seq += 1
-        if self.path is not None:
-            with open(self.path, "a") as f:
+        if self.path is not None:  # never through a symlink someone put in its place
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "a") as f:
                 f.write(json.dumps(rec, sort_keys=True) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
@@ -96,24 +97,46 @@ class AnswerReader:
         self.pids: dict[int, int] = {}
         self.issued: set[str] = set()
 
-    def collect(self, nonce: str, kind: str) -> dict[int, dict[str, Any]]:
-        self.issued.add(nonce)
+    def _read(self, r: int) -> bytes:
+        try:
+            data = read_regular(self.dir / f"{PREFIX}{r}.jsonl")
+        except FileNotFoundError:
+            if self.seen[r]:
+                raise ForgeryError(f"rank {r}: its answer log was removed") from None
+            raise
+        except OSError as e:  # ELOOP: a symlink put in its place
+            raise ForgeryError(f"rank {r}: answer log is not a plain file ({e.strerror})") from None
+        if not data.startswith(self.seen[r]):
+            raise ForgeryError(f"rank {r}: earlier answers were rewritten (answer log no longer starts "
+                               f"with the {len(self.seen[r])} bytes already read)")
+        return data
+
+    def audit(self) -> None:
+        """After a failed RPC: was the failure provoked by tampering with the logs? (A forger
+        that breaks the answer channel must not turn its run into a retry.)"""
+        self._extra()
+        for r in self.ranks:
+            try:
+                self._read(r)
+            except FileNotFoundError:
+                pass
+
+    def _extra(self) -> None:
         names = sorted(p.name for p in self.dir.glob(f"{PREFIX}*"))
-        expected = {f"{PREFIX}{r}.jsonl" for r in self.ranks}
-        extra = [n for n in names if n not in expected]
+        extra = [n for n in names if n not in {f"{PREFIX}{r}.jsonl" for r in self.ranks}]
         if extra:
             raise ForgeryError(f"answer logs no expected rank writes: {extra}")
+
+    def collect(self, nonce: str, kind: str) -> dict[int, dict[str, Any]]:
+        self.issued.add(nonce)
+        self._extra()
         out = {}
         for r in self.ranks:
-            path = self.dir / f"{PREFIX}{r}.jsonl"
             try:
-                data = read_regular(path)
+                data = self._read(r)
             except FileNotFoundError:
                 raise ForgeryError(f"rank {r}: no answer log after the {kind} RPC {nonce[:8]}… succeeded") from None
             old = self.seen[r]
-            if not data.startswith(old):
-                raise ForgeryError(f"rank {r}: earlier answers were rewritten (answer log no longer starts "
-                                   f"with the {len(old)} bytes already read)")
             new = data[len(old):]
             lines = new.split(b"\n")
             if lines[-1] != b"" or len(lines) != 2:
