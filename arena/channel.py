@@ -36,7 +36,7 @@ def seal(job: dict[str, Any], answers: bool) -> dict[str, Any]:
         if answers and s["op"] in ("generate", "route"):
             s["rpc"] = [nonce() for _ in range(2 if s["op"] == "generate" else 1)]
         steps.append(s)
-    out = dict(job, steps=steps, lifecycle_nonces=[nonce() for _ in range(LIFECYCLE)])
+    out = dict(job, steps=steps, lifecycle_nonces=[nonce() for _ in range(LIFECYCLE)], sample_nonce=nonce())
     if answers:
         out["start_rpc"] = nonce()
     return out
@@ -59,7 +59,7 @@ class RecordStream:
     def __post_init__(self) -> None:
         self._steps = {s["nonce"]: i for i, s in enumerate(self.job["steps"])}
         self._lifes = {n: i for i, n in enumerate(self.job["lifecycle_nonces"])}
-        self._rpcs = {n for s in self.job["steps"] for n in s.get("rpc", [])}
+        self._rpcs = {n for s in self.job["steps"] for n in s.get("rpc", [])} | {self.job.get("sample_nonce")}
         if self.job.get("start_rpc"):
             self._rpcs.add(self.job["start_rpc"])
 
@@ -124,7 +124,7 @@ class RecordStream:
         if rec.get("op") in TERMINAL:
             self._ended = True
         if rec.get("op") == "error" and rec.get("kind") == "forgery":
-            self._forged("the driver caught a forged RPC answer: " + str(rec.get("error"))[:600])
+            self._forged("the driver caught forging: " + str(rec.get("error"))[:600])
         return None
 
     def _answers(self, rec: dict[str, Any], step: dict[str, Any]) -> str | None:

@@ -226,7 +226,15 @@ class Driver:
         line = self.job_file.readline() if self.job_file else ""
         if not line:
             raise RuntimeError("the host closed the job pipe before naming the quality sample")
-        want = json.loads(line)["sample"]
+        from seams.answers import ForgeryError
+
+        try:
+            req = json.loads(line)
+        except ValueError:
+            raise ForgeryError("the job pipe carried a line that is not the host's sample request") from None
+        if not isinstance(req, dict) or req.get("nonce") != self.job.get("sample_nonce"):
+            raise ForgeryError("a sample request without the host's nonce arrived on the job pipe")
+        want = req["sample"]
         seqs: dict[str, list[dict[str, Any]]] = {}
         for tag, keys in want.items():
             kept = self.kept[tag]

@@ -175,6 +175,7 @@ class _Reader(threading.Thread):
         if rec.get("op") == "outputs_ready" and self.job_w is not None:
             try:
                 req = self.choose(rec) if self.choose else {"sample": {}}
+                req = {**req, "nonce": self.stream.job["sample_nonce"]}  # the driver takes no other
                 os.write(self.job_w, (json.dumps(req) + "\n").encode())
             except OSError:
                 pass
