@@ -96,3 +96,16 @@ def test_baseline_sabotage_through_a_route_escape_is_a_leak(env):
     assert r["verdict"] == "FAIL", r["reason"]
     assert r["reason"].startswith("baseline leak:") and "challenger calls while the baseline ran" in r["reason"]
     assert r["leaks"] and r["evidence"]["problems"] == []  # the acks alone would not have seen it
+
+
+def test_an_answer_log_emptied_behind_the_driver_is_forging(env):
+    r = run("answer_log_truncate", env)
+    assert r["verdict"] == "FAIL" and "forging attempt" in r["reason"], r["reason"]
+    assert "rewritten" in r["reason"] or "removed" in r["reason"], r["reason"]
+
+
+def test_wrong_until_the_old_quality_epoch_fails_quality(env):
+    """Class 6, by the schedule: right only where the old schedule put its untimed quality
+    window. There is no such window now: every graded output is a timed one."""
+    r = run("wrong_until_quality_epoch", env)
+    assert r["verdict"] == "FAIL" and r["reason"].startswith("quality:"), r["reason"]
