@@ -231,6 +231,11 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
             proc = sandbox.launch([sys.executable, "-m", "arena.engine_child", "--job-fd", str(job_r),
                                    "--record-fd", str(rec_w)], scratch=scratch, policy=policy,
                                   pass_fds=(job_r, rec_w), stdout=logf, stderr=subprocess.STDOUT, cwd=REPO)
+        except BaseException:
+            reader.log.close()
+            os.close(rec_r)
+            os.close(job_w)
+            raise
         finally:
             os.close(job_r)
             os.close(rec_w)

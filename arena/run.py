@@ -18,9 +18,24 @@ from arena import quality as q
 from arena.config import SPEED_METRICS, ArenaConfig
 from arena.evidence import check, leaks, receipts_from_answers
 from arena.host import EngineRun, EngineSpec, run_engine
-from arena.jobs import cache_env, checkpoint_job, engine_kwargs, mirror, resident_steps, teacher_steps, window_tag
-from arena.records import ArenaResult, QualityRecord, StageRecord, TimedStage, WindowRecord
-from arena.speed import Window, guard, guards_of, judge, judge_each, swaps as count_swaps
+from arena.jobs import (
+    cache_env,
+    checkpoint_job,
+    engine_kwargs,
+    mirror,
+    resident_steps,
+    teacher_steps,
+    window_tag,
+)
+from arena.records import (
+    ArenaResult,
+    QualityRecord,
+    StageRecord,
+    TimedStage,
+    WindowRecord,
+)
+from arena.speed import Window, guard, guards_of, judge, judge_each
+from arena.speed import swaps as count_swaps
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.bundle.engine_tree import build_tree
 from cacheon_subnet.log import get_logger

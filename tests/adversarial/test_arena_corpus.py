@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "arena"))
 
 import arena_harness as h  # noqa: E402
+
 from cacheon_subnet.bundle import load_bundle  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parent / "arena"

@@ -175,7 +175,7 @@ def test_a_sample_request_without_the_hosts_nonce_is_forging(tmp_path):
     r, w = os.pipe()
     os.write(w, (json.dumps({"sample": {"w001-C": [0]}}) + "\n").encode())
     os.close(w)
-    rec_r, rec_w = os.pipe()
+    _rec_r, rec_w = os.pipe()
     d = Driver(seal({"steps": []}, answers=False), rec_w, os.fdopen(r))
     d.kept = {"w001-C": {"prompts": {"seed": 1, "n": 1, "len": 2, "low": 1, "high": 9}, "outs": [{"cont": [1]}]}}
     with pytest.raises(ForgeryError, match="without the host's nonce"):
