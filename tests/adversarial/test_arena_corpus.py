@@ -102,7 +102,9 @@ def test_baseline_sabotage_through_a_route_escape_is_a_leak(env):
 def test_an_answer_log_emptied_behind_the_driver_is_forging(env):
     r = run("answer_log_truncate", env)
     assert r["verdict"] == "FAIL" and "forging attempt" in r["reason"], r["reason"]
-    assert "rewritten" in r["reason"] or "removed" in r["reason"], r["reason"]
+    # which check trips depends on when the thread wins the race: after the driver read (history
+    # rewritten) or before (the answer it just wrote is gone)
+    assert any(k in r["reason"] for k in ("rewritten", "removed", "0 complete new answer line")), r["reason"]
 
 
 def test_wrong_until_the_old_quality_epoch_fails_quality(env):
