@@ -19,7 +19,7 @@ from cacheon_subnet.errors import CacheonError
 from cacheon_subnet.pins import SGLANG_KERNEL_PIN, SGLANG_PIN, TORCH_PIN
 from cacheon_subnet.slots.profiles import PROFILES, ModelProfile
 
-SCHEMA = "cacheon.arena/1"
+SCHEMA = "cacheon.arena/2"  # 2: [quality] grades a sample of the timed windows (no input_len/output_len/seed)
 
 
 class ArenaConfigError(CacheonError):
@@ -70,11 +70,12 @@ class WorkloadSection:
 
 @dataclass(frozen=True)
 class QualitySection:
+    # outputs graded per timed engine: that many C outputs, drawn by the host after the fact
+    # from the timed C windows, each with the same prompt's output in its mirror baseline window
     prompts: int = 64
-    input_len: int = 128
-    output_len: int = 64
+    # top-k logprobs requested in EVERY generate step (warm-up, settle, timed alike), so the
+    # engine cannot tell graded windows apart; C's own logprobs feed the KL / logprob checks
     top_k: int = 8
-    seed: int = 777
     policy: Mapping[str, float] = field(default_factory=dict)  # arena.quality.QualityPolicy overrides
 
 
@@ -214,8 +215,10 @@ def _check(path: Path, cfg: ArenaConfig) -> None:
     if w.input_len + w.output_len > cfg.engine.context_length:
         raise bad("[workload]", f"input_len + output_len > context_length {cfg.engine.context_length}")
     q = cfg.quality
-    if q.prompts < 8 or q.output_len < 4 or not 1 <= q.top_k <= 20:
-        raise bad("[quality]", "prompts >= 8, output_len >= 4, top_k in 1..20")
+    if q.prompts < 8 or not 1 <= q.top_k <= 20:
+        raise bad("[quality]", "prompts >= 8, top_k in 1..20")
+    if w.output_len < 4:
+        raise bad("[workload]", "output_len >= 4 (the timed windows' outputs are the graded ones)")
     s = cfg.speed
     if not (0 < s.margin < 1 and s.k_noise > 0 and 0 < s.max_noise < 1):
         raise bad("[speed]", "0 < margin < 1, k_noise > 0, 0 < max_noise < 1")

@@ -1,27 +1,35 @@
 """The engine driver: one process per engine, started by the arena host in its own process group.
 
-    python -m arena.engine_child JOB.json
+    python -m arena.engine_child --job-fd J --record-fd R
 
-It builds the synthetic checkpoint if needed, starts one `sglang.Engine` (the Engine spawns the
-scheduler ranks; only they load contribution code, and only when the host set the seam
-environment), runs the job's steps in order and appends one JSON line per step to the job's
-result file as soon as the step ends, so a crash or a kill loses at most the step in flight.
+The job arrives as one JSON line on fd J (a pipe the host owns, never a file: it lists which
+windows are timed and the host's nonces); one JSON line per record leaves on fd R (a pipe the
+host reads and persists). Both fds are made non-inheritable at once and the process makes itself
+non-dumpable (prctl(PR_SET_DUMPABLE, 0)): the scheduler ranks SGLang spawns from here run the
+same uid and import the bundle, and this way they can neither inherit these pipes, ptrace this
+process nor open /proc/<driver>/fd/* or its memory. No record is ever written to a file.
 
-This process holds the timer: it never imports contribution code (the plugin's driver role is a
-pass-through; candidates load only inside `Scheduler.__init__`).
+It builds the synthetic checkpoint if needed, starts one `sglang.Engine` (its scheduler ranks
+load contribution code, and only when the host set the seam environment), and runs the steps in
+order. Every record carries a nonce from the job (a step's own nonce, or the next lifecycle
+nonce): the host accepts nothing else. Every RPC to the schedulers carries a nonce from the job
+and is accepted only with exactly one answer per rank echoing it (seams/answers.py); anything
+else is a forging attempt and ends the run with an error record of kind "forgery".
 
 Steps:
-  {"op": "generate", "tag", "prompts": {seed, n, len, low, high}, "max_new_tokens", "top_k",
-   "timed": bool, "keep_outputs": bool}
-  {"op": "route", "route": "candidate" | "stock", "epoch"}      -> Engine.collective_rpc
-  {"op": "teacher", "tag", "sequences": [{"key", "prompt", "cont"}], "top_k"}
-Job key "forward_clock": {"dir", "ranks"} -> each timed window also reports the GPU seconds of its
-forward passes and of its decode steps alone (seams/forward_clock.py): `gpu_tokens_per_s`,
-`decode_gpu_tokens_per_s`.
+  {"op": "generate", "tag", "nonce", "rpc": [before, after], "prompts": {...}, "max_new_tokens",
+   "top_k", "keep": bool}  -- every generate step reaches the engine in the same form; "keep"
+   (driver-only) keeps its outputs for the host's after-the-fact quality sample
+  {"op": "route", "route", "epoch", "tag", "nonce", "rpc": [n]}      -> Engine.collective_rpc
+  {"op": "teacher", "tag", "nonce", "sequences": [{"key", "prompt", "cont"}], "top_k"}
+After the steps, if outputs were kept: record "outputs_ready", then one JSON line on fd J names
+the sample ({"sample": {tag: [keys]}}) and record "sample" returns exactly those sequences.
 """
 
 from __future__ import annotations
 
+import argparse
+import ctypes
 import gc
 import importlib
 import json
@@ -32,6 +40,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+PR_SET_DUMPABLE = 4
 
 
 def make_prompts(seed: int, n: int, length: int, low: int, high: int) -> list[list[int]]:
@@ -49,18 +59,54 @@ class EvidenceError(RuntimeError):
     """The candidate provably never ran (fail closed before any timing)."""
 
 
-class Driver:
-    def __init__(self, job: dict[str, Any]) -> None:
-        self.job = job
-        self.out = Path(job["result_path"])
-        self.engine: Any = None
+def harden(fds: tuple[int, ...]) -> None:
+    """Non-dumpable, and the host's pipes closed in every exec'd child."""
+    for fd in fds:
+        os.set_inheritable(fd, False)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
-    def emit(self, record: dict[str, Any]) -> None:
+
+class Driver:
+    def __init__(self, job: dict[str, Any], record_fd: int, job_file: Any = None) -> None:
+        self.job, self.fd, self.job_file = job, record_fd, job_file
+        self.engine: Any = None
+        self._life = list(job.get("lifecycle_nonces", []))
+        self.kept: dict[str, dict[str, Any]] = {}
+        ans = job.get("answers")
+        if ans:
+            from seams.answers import AnswerReader
+
+            self.answers: Any = AnswerReader(ans["dir"], list(ans["ranks"]))
+        else:
+            self.answers = None
+
+    def write(self, record: dict[str, Any]) -> None:
+        data = (json.dumps(record) + "\n").encode()
+        while data:
+            data = data[os.write(self.fd, data):]
+
+    def emit(self, record: dict[str, Any], nonce: str | None = None) -> None:
+        """A step record carries its step's nonce; any other the next lifecycle nonce."""
+        if nonce is None:
+            nonce = self._life.pop(0) if self._life else ""
+        record["nonce"] = nonce
         record["t"] = time.time()
-        with open(self.out, "a") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        self.write(record)
+
+    def rpc(self, method: str, nonce: str | None, kind: str, **kw: Any) -> dict[int, dict[str, Any]]:
+        """One collective RPC with the host's nonce; exactly one answer per rank echoing it.
+        (An engine without answer ranks gets none: its RPCs cannot feed a verdict.)"""
+        if not self.answers:
+            self.engine.collective_rpc(method, **kw)
+            return {}
+        try:
+            self.engine.collective_rpc(method, nonce=nonce, **kw)
+        except Exception:
+            self.answers.audit()  # a failure provoked by tampering with the answer logs is forging
+            raise
+        return self.answers.collect(nonce, kind)
 
     def start(self) -> None:
         kwargs = dict(self.job["engine_kwargs"])
@@ -89,7 +135,10 @@ class Driver:
             from sglang.srt.entrypoints.engine import Engine as cls  # noqa: N813
         self.engine = cls(**kwargs)
         self.emit({"op": "started", "s": round(time.perf_counter() - t, 2), "pid": os.getpid()})
-        self.early_evidence()
+        if self.answers:
+            snap = self.rpc("cacheon_clock", self.job["start_rpc"], "clock")
+            self.emit({"op": "snapshot", "answers": {"start": _str_keys(snap)}})
+            self.early_evidence(snap)
         # no collector pauses inside timed windows: freeze what exists now (driver and, where
         # SGLang offers it, its tokenizer manager)
         gc.collect()
@@ -97,20 +146,17 @@ class Driver:
         if hasattr(self.engine, "freeze_gc"):
             self.engine.freeze_gc()
 
-    def early_evidence(self) -> None:
+    def early_evidence(self, snap: dict[int, dict[str, Any]]) -> None:
         """With CUDA graphs on, start-up captured the graphs through the candidate route: a
         candidate that did not fire then never will. Stop now instead of timing 20 windows."""
         ev = self.job.get("early_evidence")
         if not ev:
             return
-        fired = {}
-        for p in Path(ev["receipts_dir"]).glob("receipt-scheduler-*.json"):
-            doc = json.loads(p.read_text())
-            fired[doc["rank"]] = doc.get("slots", {}).get(ev["slot"], {}).get("fired", 0)
+        fired = {r: a.get("counts", {}).get(ev["slot"], {}).get("fired", 0) for r, a in snap.items()}
         missing = [r for r in ev["ranks"] if not fired.get(r)]
         if missing:
             raise EvidenceError(f"{ev['slot']}: no candidate call while capturing graphs on scheduler rank(s) "
-                                f"{missing} (receipts: {fired or 'none'}): the kernel never runs in this engine")
+                                f"{missing} (answers: {fired or 'none'}): the kernel never runs in this engine")
 
     def prompts(self, p: dict[str, Any]) -> list[list[int]]:
         if p.get("source") == "corpus":
@@ -126,9 +172,8 @@ class Driver:
         sp = {"max_new_tokens": int(step["max_new_tokens"]), "ignore_eos": True, "temperature": 0.0}
         k = int(step.get("top_k", 0))
         extra = {"return_logprob": True, "top_logprobs_num": k} if k else {}
-        clock = self.job.get("forward_clock") if step.get("timed") else None
-        if clock:  # drop the spans of everything since the last read (swaps, settle windows)
-            self.engine.collective_rpc("cacheon_clock", tag=f"{step['tag']}:before")
+        rpc = step.get("rpc") or []
+        before = self.rpc("cacheon_clock", rpc[0], "clock") if self.answers else {}
         wall = time.time()
         t = time.perf_counter()
         outs = self.engine.generate(input_ids=prompts, sampling_params=sp, **extra)
@@ -137,42 +182,17 @@ class Driver:
         rec: dict[str, Any] = {"op": "generate", "tag": step["tag"], "s": dt, "out_tokens": n_out, "at": round(wall, 3),
                                "in_tokens": sum(len(x) for x in prompts),
                                "output_tokens_per_s": n_out / dt, "total_tokens_per_s": (n_out + sum(map(len, prompts))) / dt}
-        if clock:
-            rec.update(self.read_clock(step["tag"], clock, n_out, rec["in_tokens"]))
-        if step.get("keep_outputs"):
-            seqs = []
-            for i, (prompt, o) in enumerate(zip(prompts, outs)):
-                s = {"key": i, "prompt": prompt, "cont": list(o["output_ids"])}
-                if k:
-                    mi = o.get("meta_info", {})
-                    s["logprobs"] = _pairs(mi.get("output_token_logprobs"))
-                    s["top"] = [_pairs(x) for x in mi.get("output_top_logprobs") or []]
-                seqs.append(s)
-            rec["sequences"] = seqs
+        if self.answers:
+            after = self.rpc("cacheon_clock", rpc[1], "clock")
+            rec["answers"] = {"before": _str_keys(before), "after": _str_keys(after)}
+            if self.job.get("forward_clock"):
+                rec.update(clock_metrics(after, sorted(self.answers.ranks), n_out, rec["in_tokens"]))
+        if step.get("keep"):
+            self.kept[step["tag"]] = {"prompts": step["prompts"], "outs": [_compact(o, k) for o in outs]}
+            rec["kept"] = len(outs)
+        if step.get("keep_outputs"):  # scripts' inline outputs (seam proof); never a graded window
+            rec["sequences"] = [{"key": i, "prompt": p, **_compact(o, k)} for i, (p, o) in enumerate(zip(prompts, outs))]
         return rec
-
-    def read_clock(self, tag: str, clock: dict[str, Any], n_out: int, n_in: int) -> dict[str, Any]:
-        """The forward clock's GPU seconds for this window: the slowest rank bounds a TP step.
-        A missing rank leaves the window without the metric (the judge then lacks it: never a win)."""
-        from seams.forward_clock import read_clock
-
-        self.engine.collective_rpc("cacheon_clock", tag=tag)
-        recs = read_clock(clock["dir"], tag)
-        ranks = {r["rank"]: r for r in recs}
-        if sorted(ranks) != sorted(clock["ranks"]) or any(r["forwards"] == 0 or r["gpu_s"] <= 0 for r in ranks.values()):
-            return {"clock_error": f"forward clock: ranks {sorted(ranks)} of {clock['ranks']} reported "
-                                   f"({[(r['rank'], r['forwards']) for r in recs]})"}
-        gpu_s = max(r["gpu_s"] for r in ranks.values())
-        out = {"gpu_s": gpu_s, "forwards": max(r["forwards"] for r in ranks.values()), "gpu_tokens_per_s": n_out / gpu_s}
-        decode_s = max(r.get("decode_gpu_s", 0.0) for r in ranks.values())
-        if decode_s > 0 and all(r.get("decodes") for r in ranks.values()):  # decode steps (graph replays)
-            out.update(decode_gpu_s=decode_s, decodes=max(r["decodes"] for r in ranks.values()),
-                       decode_gpu_tokens_per_s=n_out / decode_s)
-            # the rest of the forward spans: the prefill (eager extend forwards), per prompt token
-            extend_s = max(r["gpu_s"] - r.get("decode_gpu_s", 0.0) for r in ranks.values())
-            if extend_s > 0 and n_in > 0:
-                out.update(extend_gpu_s=extend_s, extend_gpu_tokens_per_s=n_in / extend_s)
-        return out
 
     def teacher(self, step: dict[str, Any]) -> dict[str, Any]:
         """Teacher-force each (prompt, cont): T's logprob of every cont token and its top-k there."""
@@ -195,8 +215,32 @@ class Driver:
 
     def route(self, step: dict[str, Any]) -> dict[str, Any]:
         t = time.perf_counter()
-        self.engine.collective_rpc("cacheon_route", route=step["route"], epoch=int(step["epoch"]))
-        return {"op": "route", "route": step["route"], "epoch": step["epoch"], "s": time.perf_counter() - t}
+        ans = self.rpc("cacheon_route", (step.get("rpc") or [None])[0], "route", route=step["route"],
+                       epoch=int(step["epoch"]))
+        return {"op": "route", "route": step["route"], "epoch": step["epoch"], "s": time.perf_counter() - t,
+                "answers": {"route": _str_keys(ans)}}
+
+    def sample(self) -> None:
+        """The host names the sequences to grade only now, after every window has run."""
+        self.emit({"op": "outputs_ready", "kept": {tag: len(v["outs"]) for tag, v in self.kept.items()}})
+        line = self.job_file.readline() if self.job_file else ""
+        if not line:
+            raise RuntimeError("the host closed the job pipe before naming the quality sample")
+        from seams.answers import ForgeryError
+
+        try:
+            req = json.loads(line)
+        except ValueError:
+            raise ForgeryError("the job pipe carried a line that is not the host's sample request") from None
+        if not isinstance(req, dict) or req.get("nonce") != self.job.get("sample_nonce"):
+            raise ForgeryError("a sample request without the host's nonce arrived on the job pipe")
+        want = req["sample"]
+        seqs: dict[str, list[dict[str, Any]]] = {}
+        for tag, keys in want.items():
+            kept = self.kept[tag]
+            prompts = self.prompts(kept["prompts"])
+            seqs[tag] = [{"key": int(i), "prompt": prompts[int(i)], **kept["outs"][int(i)]} for i in keys]
+        self.emit({"op": "sample", "sequences": seqs})
 
     def run(self) -> int:
         try:
@@ -204,12 +248,16 @@ class Driver:
             for step in self.job["steps"]:
                 rec = getattr(self, step["op"])(step)
                 rec["step"] = step.get("tag", step["op"])
-                self.emit(rec)
+                self.emit(rec, step["nonce"])
+            if self.kept:
+                self.sample()
             self.emit({"op": "done"})
             return 0
-        except BaseException as e:  # noqa: BLE001 - the host reads the reason from the result file
-            self.emit({"op": "error", "kind": "evidence" if isinstance(e, EvidenceError) else "engine",
-                       "error": str(e)[-2000:] if isinstance(e, EvidenceError) else repr(e)[-2000:],
+        except BaseException as e:  # noqa: BLE001 - the host reads the reason from the record pipe
+            from seams.answers import ForgeryError
+
+            kind = "evidence" if isinstance(e, EvidenceError) else "forgery" if isinstance(e, ForgeryError) else "engine"
+            self.emit({"op": "error", "kind": kind, "error": str(e)[-2000:] if kind != "engine" else repr(e)[-2000:],
                        "trace": traceback.format_exc()[-4000:]})
             return 3
         finally:
@@ -220,9 +268,57 @@ class Driver:
                     pass
 
 
+def _str_keys(d: dict[int, Any]) -> dict[str, Any]:
+    return {str(k): v for k, v in d.items()}
+
+
+def _compact(o: dict[str, Any], k: int) -> dict[str, Any]:
+    """What quality grading needs of one output, nothing more."""
+    s: dict[str, Any] = {"cont": list(o["output_ids"])}
+    if k:
+        mi = o.get("meta_info", {})
+        s["logprobs"] = _pairs(mi.get("output_token_logprobs"))
+        s["top"] = [_pairs(x) for x in mi.get("output_top_logprobs") or []]
+    return s
+
+
+def clock_metrics(answers: dict[int, dict[str, Any]], ranks: list[int], n_out: int, n_in: int) -> dict[str, Any]:
+    """The forward clock's GPU seconds for a window: the slowest rank bounds a TP step. A rank
+    without spans leaves the window without the metric (the judge then lacks it: never a win)."""
+    clocks = {r: (answers.get(r) or {}).get("clock") for r in ranks}
+    if any(not c or c.get("forwards", 0) == 0 or c.get("gpu_s", 0) <= 0 for c in clocks.values()):
+        return {"clock_error": f"forward clock: ranks {ranks} reported "
+                               f"{[(r, (c or {}).get('forwards')) for r, c in clocks.items()]}"}
+    cs = list(clocks.values())
+    gpu_s = max(c["gpu_s"] for c in cs)
+    out = {"gpu_s": gpu_s, "forwards": max(c["forwards"] for c in cs), "gpu_tokens_per_s": n_out / gpu_s}
+    decode_s = max(c.get("decode_gpu_s", 0.0) for c in cs)
+    if decode_s > 0 and all(c.get("decodes") for c in cs):  # decode steps (graph replays)
+        out.update(decode_gpu_s=decode_s, decodes=max(c["decodes"] for c in cs),
+                   decode_gpu_tokens_per_s=n_out / decode_s)
+        # the rest of the forward spans: the prefill (eager extend forwards), per prompt token
+        extend_s = max(c["gpu_s"] - c.get("decode_gpu_s", 0.0) for c in cs)
+        if extend_s > 0 and n_in > 0:
+            out.update(extend_gpu_s=extend_s, extend_gpu_tokens_per_s=n_in / extend_s)
+    return out
+
+
 def main(argv: list[str]) -> int:
-    job = json.loads(Path(argv[1]).read_text())
-    return Driver(job).run()
+    ap = argparse.ArgumentParser(prog="arena.engine_child")
+    ap.add_argument("--job-fd", type=int, required=True)
+    ap.add_argument("--record-fd", type=int, required=True)
+    a = ap.parse_args(argv[1:])
+    os.set_inheritable(a.job_fd, False)
+    os.set_inheritable(a.record_fd, False)
+    job_file = os.fdopen(a.job_fd, "r", encoding="utf-8")
+    job = json.loads(job_file.readline())  # before any engine process exists
+    driver = Driver(job, a.record_fd, job_file)
+    try:
+        harden((a.job_fd, a.record_fd))
+    except OSError as e:  # fail closed: no engine starts in a driver others could read
+        driver.emit({"op": "error", "kind": "harden", "error": f"cannot harden the driver: {e}"})
+        return 4
+    return driver.run()
 
 
 if __name__ == "__main__":

@@ -72,3 +72,54 @@ def check(receipts: Sequence[dict[str, Any]], slot: str, ranks: Iterable[int],
             baseline += [p for p in _swap_problems(acks, rank, inc_key, "incumbent", "incumbent", swaps, graphs_on)
                          if "not acknowledged" not in p and "acknowledged route" not in p]
     return Evidence(not problems and not baseline, tuple(problems), tuple(baseline), dict(cov.per_rank), routes)
+
+
+def answer_trail(records: Sequence[dict[str, Any]]) -> dict[int, list[tuple[str, dict[str, Any]]]]:
+    """Per rank, every nonce-bound answer in the order the driver collected it, labelled by step."""
+    trail: dict[int, list[tuple[str, dict[str, Any]]]] = {}
+    for rec in records:
+        for name, by_rank in (rec.get("answers") or {}).items():
+            for r, a in by_rank.items():
+                trail.setdefault(int(r), []).append((f"{rec.get('step', rec.get('op'))}/{name}", a))
+    return trail
+
+
+def receipts_from_answers(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Receipt-shaped documents (as seams.receipts.coverage reads them) built only from answers
+    that echoed the host's nonces: the last answer's counts and errors, every route ack."""
+    out = []
+    for rank, answers in sorted(answer_trail(records).items()):
+        last = answers[-1][1]
+        out.append({"role": "scheduler", "rank": rank, "pid": last.get("pid"), "slots": last.get("counts", {}),
+                    "errors": list(last.get("errors", [])),
+                    "routes": [a["ack"] for _, a in answers if a.get("kind") == "route"]})
+    return out
+
+
+def _fired(counts: dict[str, Any], key: str) -> int:
+    return int((counts.get(key) or {}).get("fired", 0))
+
+
+def leaks(records: Sequence[dict[str, Any]], slot: str) -> tuple[list[str], list[str]]:
+    """(challenger leaks, incumbent leaks): calls made between two answers while a route that
+    must not run them was in force. The challenger may run only under the route "candidate";
+    the incumbent under "candidate" or "incumbent". A challenger call in a baseline window means
+    contribution code reached B/B′: FAIL. (Graph capture inside a swap is the ack's business.)"""
+    mine, theirs = [], []
+    inc = receipt_key(slot, "incumbent")
+    for rank, answers in sorted(answer_trail(records).items()):
+        route, prev, prev_label = "candidate", None, "start"
+        for label, a in answers:
+            now = a.get("counts_before", a.get("counts", {})) if a.get("kind") == "route" else a.get("counts", {})
+            if prev is not None:
+                d_mine, d_inc = _fired(now, slot) - _fired(prev, slot), _fired(now, inc) - _fired(prev, inc)
+                span = f"rank {rank}, between {prev_label} and {label} (route {route})"
+                if route != "candidate" and d_mine:
+                    mine.append(f"{span}: {d_mine} challenger calls while the baseline ran: contribution code "
+                                f"reached B/B′")
+                if route not in ("candidate", "incumbent") and d_inc:
+                    theirs.append(f"{span}: {d_inc} incumbent calls under route {route}")
+            if a.get("kind") == "route":
+                route = str(a.get("ack", {}).get("route"))
+            prev, prev_label = a.get("counts", {}), label
+    return mine, theirs

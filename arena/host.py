@@ -1,7 +1,10 @@
-"""Host-owned engine lifecycle. The host never imports SGLang or contribution code: it writes a
-job, starts `python -m arena.engine_child` in its own process group with exactly the environment
-of the role (seam gates, sealed tree, receipts dir), enforces a hard wall-clock limit, reads the
-step records, and tears down by killing the whole group and checking the GPU is free again.
+"""Host-owned engine lifecycle. The host never imports SGLang or contribution code: it seals a
+job with fresh nonces (arena/channel.py), starts `python -m arena.engine_child` in its own
+process group with exactly the environment of the role (seam gates, sealed tree, receipts dir),
+hands it the job over one pipe and reads its records from another (both created here, passed by
+fd: no file any engine process could read or write carries them), validates every record as it
+arrives, persists what it accepted (fsync'd, so a kill -9 of the host keeps them), enforces a
+hard wall-clock limit, and tears down by killing the whole group and checking the GPU is free.
 
 Confinement of an engine: own process group and session; scrubbed environment (sandbox.child_env:
 no ambient CACHEON_SEAM_* gate can arm an adapter the host did not select); HOME/TMPDIR in its own
@@ -17,16 +20,19 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
+from arena.channel import RecordStream, seal
 from cacheon_subnet import sandbox
 from cacheon_subnet.log import get_logger
 
 log = get_logger("arena.host")
 REPO = Path(__file__).resolve().parent.parent
+CACHE_KEYS = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME")
 
 
 @dataclass(frozen=True)
@@ -37,9 +43,13 @@ class EngineRun:
     wall_s: float
     log_tail: str
     gpu_free: bool | None
+    forgery: str | None = None  # a record or answer the host did not issue: the candidate's FAIL
+    truncated: bool = False  # the stream's last line was cut short (a kill mid-write: a fault)
 
     @property
     def error(self) -> str | None:
+        if self.forgery:
+            return f"forging attempt: {self.forgery}"
         for r in self.records:
             if r.get("op") == "error":
                 return r["error"]
@@ -52,10 +62,14 @@ class EngineRun:
         return None
 
     def step(self, tag: str) -> dict[str, Any]:
+        """The record of step `tag` (one at most: the stream admits each step's nonce once)."""
         for r in self.records:
             if r.get("step") == tag:
                 return r
         raise KeyError(f"no record for step {tag!r}")
+
+    def lifecycle(self, op: str) -> dict[str, Any] | None:
+        return next((r for r in self.records if r.get("op") == op and "step" not in r), None)
 
 
 @dataclass(frozen=True)
@@ -66,6 +80,10 @@ class EngineSpec:
     timeout_s: float = 1200.0
     start_timeout_s: float | None = None  # no "started" record by then -> killed (a stuck start)
     isolate_network: bool = True
+    ranks: tuple[int, ...] = ()  # scheduler ranks that answer the host's RPCs (engines with a candidate)
+    # outputs_ready record -> the quality sample to request ({"sample": {tag: [keys]}}), chosen now
+    choose_sample: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    seed_caches: Mapping[str, str] = field(default_factory=dict)  # env key -> operator cache to copy
 
 
 def plugin_site(workdir: Path) -> str | None:
@@ -98,36 +116,142 @@ def gpu_memory_used_mib() -> list[int] | None:
     return [int(x) for x in out.split() if x.strip().isdigit()]
 
 
+def private_caches(scratch: Path, seeds: Mapping[str, str]) -> dict[str, str]:
+    """Each engine its own JIT caches (Triton, Inductor, XDG) under its scratch, removed with it:
+    a candidate that writes a cache entry can poison no other engine's stock kernels (the
+    pristine teacher's above all). An operator's warm cache is copied in, never shared."""
+    env = {}
+    for key, name in (("TRITON_CACHE_DIR", "triton"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+                      ("XDG_CACHE_HOME", "xdg")):
+        d = scratch / "cache" / name
+        shutil.rmtree(d, ignore_errors=True)
+        src = seeds.get(key)
+        if src and Path(src).is_dir():
+            shutil.copytree(src, d, symlinks=False, ignore_dangling_symlinks=True)
+        d.mkdir(parents=True, exist_ok=True)
+        env[key] = str(d)
+    return env
+
+
+class _Reader(threading.Thread):
+    """Drains the record pipe: validate, persist (fsync), answer the sample request."""
+
+    def __init__(self, fd: int, stream: RecordStream, log_path: Path, job_w: int | None,
+                 choose: Callable[[dict[str, Any]], dict[str, Any]] | None) -> None:
+        super().__init__(daemon=True, name="arena-records")
+        self.fd, self.stream, self.job_w, self.choose = fd, stream, job_w, choose
+        self.log = open(log_path, "xb")  # created here, before the engine runs
+        self.written = bytearray()
+        self.started = threading.Event()
+
+    def run(self) -> None:
+        buf = b""
+        try:
+            while True:
+                chunk = os.read(self.fd, 1 << 16)
+                if not chunk:
+                    break
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    self._line(line)
+        finally:
+            self.stream.finish(buf)
+            self.log.close()
+            os.close(self.fd)
+            self._close_job()
+
+    def _line(self, line: bytes) -> None:
+        rec = self.stream.feed(line)
+        if rec is None:
+            return
+        data = line + b"\n"
+        self.log.write(data)
+        self.log.flush()
+        os.fsync(self.log.fileno())
+        self.written += data
+        if rec.get("op") == "started":
+            self.started.set()
+        if rec.get("op") == "outputs_ready" and self.job_w is not None:
+            try:
+                req = self.choose(rec) if self.choose else {"sample": {}}
+                req = {**req, "nonce": self.stream.job["sample_nonce"]}  # the driver takes no other
+                os.write(self.job_w, (json.dumps(req) + "\n").encode())
+            except OSError:
+                pass
+            self._close_job()
+
+    def _close_job(self) -> None:
+        if self.job_w is not None:
+            try:
+                os.close(self.job_w)
+            except OSError:
+                pass
+            self.job_w = None
+
+
+def _send_job(fd: int, job: dict[str, Any]) -> None:
+    data = (json.dumps(job) + "\n").encode()
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:
+        pass  # the driver died before reading: its exit says why
+
+
 def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0) -> EngineRun:
-    """Run one engine job to completion (or its limit) and return every record it wrote."""
+    """Run one engine job to completion (or its limit) and return every record it sent."""
     workdir.mkdir(parents=True, exist_ok=True)
     scratch = workdir / f"{spec.name}-scratch"
-    result = workdir / f"{spec.name}.jsonl"
+    result = workdir / f"{spec.name}.jsonl"  # the host's copy of what it accepted, for the record
     result.unlink(missing_ok=True)
-    job = dict(spec.job, result_path=str(result))
-    job_path = workdir / f"{spec.name}.job.json"
-    job_path.write_text(json.dumps(job))
+    job = seal(dict(spec.job), answers=bool(spec.ranks))
+    if spec.ranks:
+        # the answer logs live in the receipts directory the ranks were given
+        job["answers"] = {"dir": spec.env.get("CACHEON_RECEIPT_DIR"), **(job.get("answers") or {}),
+                          "ranks": list(spec.ranks)}
+        if not job["answers"]["dir"]:
+            raise ValueError(f"engine {spec.name}: answer ranks {spec.ranks} but no CACHEON_RECEIPT_DIR")
+    stream = RecordStream(job, tuple(spec.ranks))
     pythonpath = os.pathsep.join(p for p in (str(REPO), plugin_site(workdir), os.environ.get("PYTHONPATH", "")) if p)
+    seeds = {k: v for k, v in spec.env.items() if k in CACHE_KEYS}  # an operator's cache: a seed, never shared
+    caches = private_caches(scratch, {**seeds, **spec.seed_caches})
+    env = {k: v for k, v in spec.env.items() if k not in CACHE_KEYS}
     policy = sandbox.SandboxPolicy(wall_timeout_s=spec.timeout_s, cpu_seconds=None, file_bytes=64 << 30,
                                    open_files=65536, isolate_network=spec.isolate_network, loopback=True,
-                                   drop_privileges=False, extra_env={"PYTHONPATH": pythonpath, **spec.env})
+                                   drop_privileges=False, extra_env={"PYTHONPATH": pythonpath, **env, **caches})
     log_path = workdir / f"{spec.name}.log"
     baseline = gpu_memory_used_mib()
+    job_r, job_w = os.pipe()
+    rec_r, rec_w = os.pipe()
+    reader = _Reader(rec_r, stream, result, job_w, spec.choose_sample)
     t0 = time.monotonic()
     with open(log_path, "wb") as logf:
-        proc = sandbox.launch([sys.executable, "-m", "arena.engine_child", str(job_path)], scratch=scratch,
-                              policy=policy, stdout=logf, stderr=subprocess.STDOUT, cwd=REPO)
+        try:
+            proc = sandbox.launch([sys.executable, "-m", "arena.engine_child", "--job-fd", str(job_r),
+                                   "--record-fd", str(rec_w)], scratch=scratch, policy=policy,
+                                  pass_fds=(job_r, rec_w), stdout=logf, stderr=subprocess.STDOUT, cwd=REPO)
+        except BaseException:
+            reader.log.close()
+            os.close(rec_r)
+            os.close(job_w)
+            raise
+        finally:
+            os.close(job_r)
+            os.close(rec_w)
+        reader.start()
+        threading.Thread(target=_send_job, args=(job_w, job), daemon=True).start()
         log.info("arena.engine.start", engine=spec.name, pid=proc.pid, timeout_s=spec.timeout_s)
         timed_out = False
         start_deadline = t0 + spec.start_timeout_s if spec.start_timeout_s else None
         try:
             while proc.poll() is None:
                 now = time.monotonic()
-                if now - t0 > spec.timeout_s:
-                    timed_out = True
+                if now - t0 > spec.timeout_s or stream.forgery:
+                    timed_out = not stream.forgery
                     break
                 if start_deadline and now > start_deadline:
-                    if result.exists() and '"op": "started"' in result.read_text():
+                    if reader.started.is_set():
                         start_deadline = None
                     else:
                         timed_out = True
@@ -135,20 +259,23 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
                 time.sleep(0.2)
         finally:
             sandbox.stop(proc, grace_s=10.0)  # TERM, grace, KILL the group, until no member runs
+    reader.join(timeout=30)
     wall = time.monotonic() - t0
-    records = []
-    if result.exists():
-        for line in result.read_text().splitlines():
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                records.append({"op": "corrupt", "line": line[:200]})
+    if reader.is_alive() and stream.forgery is None:  # the driver never passes its pipe on
+        stream.forgery = "a process outside the stopped engine group still holds the record pipe"
+    try:
+        same = result.read_bytes() == bytes(reader.written)
+    except OSError:
+        same = False
+    if not same and stream.forgery is None:
+        stream.forgery = f"the host's record copy {result.name} was modified or removed by another process"
     gpu_free = _wait_gpu_free(baseline, gpu_free_timeout_s)
-    shutil.rmtree(scratch, ignore_errors=True)  # the engine's HOME/TMPDIR; records and log stay
+    shutil.rmtree(scratch, ignore_errors=True)  # the engine's HOME/TMPDIR and caches; records and log stay
     tail = log_path.read_text(errors="replace")[-4000:] if log_path.exists() else ""
     log.info("arena.engine.end", engine=spec.name, rc=proc.returncode, timed_out=timed_out, wall_s=round(wall, 1),
-             gpu_free=gpu_free)
-    return EngineRun(tuple(records), proc.returncode, timed_out, wall, tail, gpu_free)
+             gpu_free=gpu_free, forgery=stream.forgery)
+    return EngineRun(tuple(stream.records), proc.returncode, timed_out, wall, tail, gpu_free, stream.forgery,
+                     stream.truncated)
 
 
 def _wait_gpu_free(baseline: list[int] | None, timeout_s: float, slack_mib: int = 1024) -> bool | None:

@@ -1,5 +1,5 @@
-"""Build the engine jobs of one qualification: the resident engine (B / C / B′ windows and the
-quality samples, candidate route swapped in and out) and the pristine teacher T."""
+"""Build the engine jobs of one qualification: the resident engine (B / C / B′ windows, candidate
+route swapped in and out; its timed windows are also the graded ones) and the pristine teacher T."""
 
 from __future__ import annotations
 
@@ -51,18 +51,50 @@ def window_tag(w: Window) -> str:
     return f"w{w.index:03d}-{w.role}"
 
 
+def mirror(windows: tuple[Window, ...]) -> dict[int, int]:
+    """C window -> the baseline window it is paired with (speed.paired's mirror: within a cycle
+    B×n C×2n B′×n, C[j] mirrors B[n−1−j] and C[2n−1−j] mirrors B′[j]). A pair runs the same
+    prompts, so the quality sample compares C and B on the same inputs."""
+    by: dict[int, dict[str, list[Window]]] = {}
+    for w in windows:
+        if w.cycle >= 0:
+            by.setdefault(w.cycle, {}).setdefault(w.role, []).append(w)
+    out = {}
+    for roles in by.values():
+        b, cc, bp = roles.get("B", []), roles.get("C", []), roles.get("B'", [])
+        n = len(b)
+        if len(bp) != n or len(cc) != 2 * n:
+            continue
+        for j in range(n):
+            out[cc[j].index] = b[n - 1 - j].index
+            out[cc[2 * n - 1 - j].index] = bp[j].index
+    return out
+
+
 def resident_steps(cfg: ArenaConfig, baseline: str = "stock", confirm: bool = False, candidate: str = "candidate",
                    quality: bool = True) -> tuple[list[dict[str, Any]], tuple[Window, ...]]:
     """Swap to the baseline (stock or the incumbent), warm-up, the B C C B′ cycles (swapping the
-    route where it changes; `settle_windows` untimed windows after each swap), then the untimed
-    quality samples under the candidate route and under the baseline (same prompts).
-    confirm: the confirmation pass — its own cycle count, prompts never used before, no quality
-    samples. candidate/quality: the seam-overhead benchmark times "stock" against "pristine"."""
+    route where it changes; `settle_windows` untimed windows after each swap).
+
+    Every generate step reaches the engine in one form: the same prompt count and length, the
+    same max_new_tokens and the same sampling parameters, logprob requests included (top_k =
+    [quality] top_k whenever quality is graded): warm-up, settle and timed windows cannot be told
+    apart, and the timed windows are the graded ones ("keep", a driver-only flag: the host picks
+    the sample from them after the fact). A C window runs the same prompts as its mirror
+    baseline window (mirror()); otherwise prompts are fresh everywhere.
+    confirm: the confirmation pass — its own cycle count, prompts never used before.
+    candidate/quality: the seam-overhead benchmark times "stock" against "pristine", ungraded."""
     w = cfg.workload
     cycles, salt = (cfg.speed.confirm_cycles, 104729) if confirm else (w.cycles, 0)
     windows = plan(cycles, w.warmup_windows, baseline, w.windows_per_role, candidate)
+    pair = mirror(windows)
+    top_k = cfg.quality.top_k if quality else 0
     steps: list[dict[str, Any]] = []
     route, epoch = "candidate", 0  # the engine starts with the candidate captured
+
+    def gen(tag: str, seed: int, keep: bool) -> dict[str, Any]:
+        return {"op": "generate", "tag": tag, "keep": keep, "top_k": top_k, "max_new_tokens": w.output_len,
+                "prompts": _prompts(cfg, seed, w.prompts_per_window, w.input_len)}
 
     def to(r: str) -> None:
         nonlocal route, epoch
@@ -71,34 +103,25 @@ def resident_steps(cfg: ArenaConfig, baseline: str = "stock", confirm: bool = Fa
             steps.append({"op": "route", "route": r, "epoch": epoch, "tag": f"route-{epoch}-{r}"})
             route = r
             for k in range(w.settle_windows):  # untimed: the first windows after a recapture dip
-                steps.append({"op": "generate", "tag": f"settle-{epoch}-{k}", "timed": False, "top_k": 0,
-                              "prompts": _prompts(cfg, w.seed + salt + 15485863 + 31 * epoch + k,
-                                                  w.prompts_per_window, w.input_len),
-                              "max_new_tokens": w.output_len})
+                steps.append(gen(f"settle-{epoch}-{k}", w.seed + salt + 15485863 + 31 * epoch + k, False))
 
     for win in windows:
         to(win.route)
-        steps.append({"op": "generate", "tag": window_tag(win), "timed": True, "top_k": 0,
-                      "prompts": _prompts(cfg, w.seed + salt + 7919 * (win.index + 1), w.prompts_per_window,
-                                          w.input_len),
-                      "max_new_tokens": w.output_len})
-    if confirm or not quality:
-        return steps, windows
-    q = cfg.quality
-    for r, tag in (("candidate", "quality-C"), (baseline, "quality-B")):
-        to(r)
-        steps.append({"op": "generate", "tag": tag, "timed": False, "keep_outputs": True, "top_k": q.top_k,
-                      "prompts": _prompts(cfg, q.seed, q.prompts, q.input_len), "max_new_tokens": q.output_len})
+        seed = w.seed + salt + 7919 * (pair.get(win.index, win.index) + 1)
+        steps.append(gen(window_tag(win), seed, quality and win.role != "warmup"))
     return steps, windows
 
 
 def teacher_steps(cfg: ArenaConfig, sequences: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    return [{"op": "teacher", "tag": f"T-{role}", "top_k": cfg.quality.top_k,
+    """One teacher-forcing step per (stage, role) sample: T scores exactly what was timed."""
+    return [{"op": "teacher", "tag": f"T-{name}", "top_k": cfg.quality.top_k,
              "sequences": [{"key": s["key"], "prompt": s["prompt"], "cont": s["cont"]} for s in seqs]}
-            for role, seqs in sequences.items()]
+            for name, seqs in sequences.items()]
 
 
 def cache_env() -> dict[str, str]:
-    """JIT caches the operator chose (cold engine start is ~2x slower without them)."""
+    """JIT caches the operator chose, as seeds only: arena.host.private_caches copies them into
+    each engine's own scratch (cold engine start is ~2x slower without them); no engine ever
+    writes to the operator's cache or to another engine's."""
     keys = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME")
     return {k: os.environ[k] for k in keys if k in os.environ}

@@ -1,5 +1,7 @@
-"""One qualification, end to end: resident engine (B / C / B′ + quality samples), pristine teacher
-T, evidence, quality and speed verdicts, one JSON result written after every stage."""
+"""One qualification, end to end: resident engine (B / C / B′, its timed windows also the graded
+ones), a confirmation engine for a speed PASS, the pristine teacher T grading a sample the host
+drew from the timed windows, evidence, quality and speed verdicts; a typed result
+(arena/records.py) written after every stage."""
 
 from __future__ import annotations
 
@@ -7,16 +9,33 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from arena import grading
 from arena import quality as q
 from arena.config import SPEED_METRICS, ArenaConfig
-from arena.evidence import Evidence, check
+from arena.evidence import check, leaks, receipts_from_answers
 from arena.host import EngineRun, EngineSpec, run_engine
-from arena.jobs import cache_env, checkpoint_job, engine_kwargs, resident_steps, teacher_steps, window_tag
-from arena.speed import SpeedVerdict, Window, guard, guards_of, judge, judge_each, swaps as count_swaps
+from arena.jobs import (
+    cache_env,
+    checkpoint_job,
+    engine_kwargs,
+    mirror,
+    resident_steps,
+    teacher_steps,
+    window_tag,
+)
+from arena.records import (
+    ArenaResult,
+    QualityRecord,
+    StageRecord,
+    TimedStage,
+    WindowRecord,
+)
+from arena.speed import Window, guard, guards_of, judge, judge_each
+from arena.speed import swaps as count_swaps
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.bundle.engine_tree import build_tree
 from cacheon_subnet.log import get_logger
@@ -25,10 +44,11 @@ from seams.table import adapters_for_slot, seam_environment
 
 log = get_logger("arena.run")
 VERDICTS = ("PASS", "FAIL", "NO_DECISION")
+TeacherAlignmentError = grading.TeacherAlignmentError
 
 
-class TeacherAlignmentError(RuntimeError):
-    """T's teacher-forced tokens do not line up with the role's continuation (a harness bug)."""
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 @dataclass(frozen=True)
@@ -54,34 +74,6 @@ def stock_control_op(slot: str) -> OpEntry:
     spec = get_slot(slot)
     return OpEntry(slot=slot, slot_version=spec.version, module="stock", attr="stock", variant="stock-control",
                    dtypes=tuple(spec.dtypes))
-
-
-def _sequences(role_seqs: list[dict[str, Any]], graded: list[dict[str, Any]]) -> list[q.Sequence]:
-    by_key = {g["key"]: g for g in graded}
-    out = []
-    for s in role_seqs:
-        g = by_key.get(s["key"])
-        if g is None:
-            raise TeacherAlignmentError(f"T returned nothing for sequence {s['key']}")
-        cont, toks, top = s["cont"], g["tokens"], g["top"]
-        off = next((o for o in range(3) if [t for t, _ in toks[o:o + len(cont)]] == cont), None)
-        if off is None:
-            raise TeacherAlignmentError(f"sequence {s['key']}: T's tokens {[t for t, _ in toks[:5]]}… "
-                                        f"do not match the continuation {cont[:5]}…")
-        top = top[len(top) - len(toks) + off:] if len(top) >= len(toks) else top
-        own = s.get("logprobs") or []
-        own_top = s.get("top") or []
-        positions = []
-        for i, tok in enumerate(cont):
-            t_top = tuple((int(a), float(b)) for a, b in (top[i] if i < len(top) else []))
-            if not t_top:
-                raise TeacherAlignmentError(f"sequence {s['key']} position {i}: T returned no top-k")
-            positions.append(q.Position(
-                token=int(tok), role_logprob=float(own[i][1]) if i < len(own) else None,
-                role_top=tuple((int(a), float(b)) for a, b in (own_top[i] if i < len(own_top) else [])),
-                teacher_logprob=float(toks[off + i][1]), teacher_top=t_top))
-        out.append(q.Sequence(prompt_id=int(s["key"]), positions=tuple(positions)))
-    return out
 
 
 class ArenaUnavailable(RuntimeError):
@@ -128,38 +120,44 @@ class Qualification:
             raise ValueError(f"the incumbent must serve the same slot ({op.slot}) as a real challenger")
         self.cfg, self.bundle, self.op, self.opts, self.incumbent = cfg, bundle, op, opts, incumbent
         self.baseline = "incumbent" if incumbent or opts.control == "handicap" else "stock"
-        self.result: dict[str, Any] = {
-            "schema": "cacheon.arena-result/1", "arena_id": cfg.arena_id, "arena": cfg.name, "control": opts.control,
-            "config": cfg.path, "bundle_digest": bundle.digest if bundle else opts.control, "op": op.key, "slot": op.slot,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "stages": {}}
         self.out = opts.workdir / "result.json"
-        self.result["result_path"] = str(self.out)
+        self.result = ArenaResult(identity={
+            "arena_id": cfg.arena_id, "arena": cfg.name, "control": opts.control, "config": cfg.path,
+            "bundle_digest": bundle.digest if bundle else opts.control, "op": op.key, "slot": op.slot,
+            "started": _now(), "result_path": str(self.out)}, metric=cfg.speed.metric)
+        self.samples: dict[str, tuple[tuple[str, str, int], ...]] = {}
+        self.sampled: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        self._files: dict[str, list[dict[str, Any]]] = {}
 
     def save(self) -> None:
         tmp = self.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.result, indent=1, default=str))
+        tmp.write_text(json.dumps(self.result.to_json(), indent=1, default=str))
         os.replace(tmp, self.out)
+
+    def update(self, **kw: Any) -> None:
+        self.result = replace(self.result, **kw)
+        self.save()
 
     def finish(self, verdict: str, reason: str) -> dict[str, Any]:
         assert verdict in VERDICTS
         if self.opts.control == "handicap":
             reason = f"control handicap (baseline +{self.opts.handicap_us:g} µs per call): {reason}"
-        self.result.update(verdict=verdict, reason=reason, finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                           wall_s=round(time.monotonic() - self.t0, 1))
-        self.save()
+        self.update(verdict=verdict, reason=reason, finished=_now(), wall_s=round(time.monotonic() - self.t0, 1))
         log.info("arena.verdict", verdict=verdict, reason=reason, arena_id=self.cfg.arena_id, op=self.op.key)
-        return self.result
+        return self.result.to_json()
 
-    def _engine(self, name: str, job: dict[str, Any], env: dict[str, str]) -> EngineRun:
+    def _engine(self, name: str, job: dict[str, Any], env: dict[str, str], ranks: tuple[int, ...] = (),
+                choose: Any = None) -> EngineRun:
         left = self.cfg.limits.total_timeout_s - (time.monotonic() - self.t0)
         run = run_engine(EngineSpec(name, job, env, timeout_s=max(30.0, left),
                                     start_timeout_s=self.cfg.limits.engine_start_timeout_s,
-                                    isolate_network=self.opts.isolate_network),
+                                    isolate_network=self.opts.isolate_network, ranks=ranks, choose_sample=choose,
+                                    seed_caches=cache_env()),
                          self.opts.workdir, self.cfg.limits.gpu_free_timeout_s)
-        starts = [r for r in run.records if r.get("op") in ("checkpoint", "started")]
-        self.result["stages"][name] = {"wall_s": round(run.wall_s, 1), "rc": run.rc, "timed_out": run.timed_out,
-                                       "gpu_free": run.gpu_free, "error": run.error, "startup": starts,
-                                       "routes": [r for r in run.records if r.get("op") == "route"]}
+        starts = tuple(r for r in run.records if r.get("op") in ("checkpoint", "started"))
+        self.result = self.result.with_stage(StageRecord(
+            name, run.wall_s, run.rc, run.timed_out, run.gpu_free, run.error, run.forgery, starts,
+            tuple(r for r in run.records if r.get("op") == "route")))
         self.save()
         return run
 
@@ -176,16 +174,23 @@ class Qualification:
         tree = build_tree(tree_root, [(self.bundle, [self.op])], incumbents=inc)
         return {"CACHEON_ENGINE_TREE": str(tree.root), "CACHEON_ENGINE_TREE_DIGEST": tree.digest}, tree.digest
 
-    def _resident_outcome(self, resident: EngineRun, receipts: list[dict[str, Any]], ev: Any) -> tuple[str, str] | None:
-        """A final (verdict, reason) when the resident engine already decides, else None."""
-        early = next((r for r in resident.records if r.get("op") == "error" and r.get("kind") == "evidence"), None)
+    def _outcome(self, name: str, run: EngineRun, receipts: list[dict[str, Any]],
+                 stage: TimedStage) -> tuple[str, str] | None:
+        """A final (verdict, reason) when a timed engine already decides, else None. Forging is
+        the candidate's (FAIL); an engine fault is only when the receipts implicate it."""
+        if run.forgery:
+            return "FAIL", f"forging attempt in the {name} engine: {run.forgery}"
+        early = next((r for r in run.records if r.get("op") == "error" and r.get("kind") == "evidence"), None)
         if early:
             return "FAIL", "execution evidence: " + early["error"]
-        if resident.error:
-            blame = candidate_blame(receipts, self.op.slot)
+        if run.error:
+            blame = candidate_blame(receipts + self._files.get(name, []), self.op.slot)
             if blame:
-                return "FAIL", f"the engine with the candidate failed ({blame}): {resident.error}"
-            return "NO_DECISION", f"the engine failed before the candidate was implicated (infrastructure; retry): {resident.error}"
+                return "FAIL", f"the engine with the candidate failed ({blame}): {run.error}"
+            return "NO_DECISION", f"the engine failed before the candidate was implicated (infrastructure; retry): {run.error}"
+        if stage.leaks:
+            return "FAIL", "baseline leak: " + "; ".join(stage.leaks[:3])
+        ev = stage.evidence
         if ev.problems:
             return "FAIL", "execution evidence: " + "; ".join(ev.problems[:5])
         if ev.baseline_problems:
@@ -193,55 +198,55 @@ class Qualification:
         return None
 
     def _timed(self, name: str, steps: list[dict[str, Any]], windows: tuple[Window, ...], base: dict[str, Any],
-               env: dict[str, str]) -> tuple[EngineRun, list[tuple[Window, float]], Evidence, list[dict[str, Any]]]:
-        """One engine with the candidate armed: its records, timed windows, evidence, receipts."""
+               env: dict[str, str]) -> tuple[EngineRun, TimedStage, list[dict[str, Any]]]:
+        """One engine with the candidate armed: its records, windows, evidence, leaks, receipts."""
         cfg, op = self.cfg, self.op
         receipts_dir = self.opts.workdir / f"receipts-{name}"
         shutil.rmtree(receipts_dir, ignore_errors=True)
         receipts_dir.mkdir()
-        ranks = list(range(cfg.engine.tp_size))
-        early = {"receipts_dir": str(receipts_dir), "slot": op.slot, "ranks": ranks}
+        ranks = tuple(range(cfg.engine.tp_size))
+        early = {"slot": op.slot, "ranks": list(ranks)}
         job = {**base, "steps": steps, "early_evidence": early if cfg.engine.cuda_graph else None,
-               "forward_clock": {"dir": str(receipts_dir), "ranks": ranks}}
-        run = self._engine(name, job, {**env, "CACHEON_RECEIPT_DIR": str(receipts_dir), "CACHEON_FORWARD_CLOCK": "1"})
+               "forward_clock": True, "answers": {"dir": str(receipts_dir)}}
+        pairs = {window_tag(windows[c]): window_tag(windows[b]) for c, b in mirror(windows).items()}
+
+        def choose(ready: dict[str, Any]) -> dict[str, Any]:
+            self.samples[name] = grading.choose(ready.get("kept", {}), pairs, cfg.quality.prompts)
+            return grading.request(self.samples[name])
+
+        run = self._engine(name, job, {**env, "CACHEON_RECEIPT_DIR": str(receipts_dir), "CACHEON_FORWARD_CLOCK": "1"},
+                           ranks, choose)
         swaps = [(s["epoch"], s["route"]) for s in steps if s["op"] == "route"]
-        receipts = read_receipts(receipts_dir)
-        ev = check(receipts, op.slot, range(cfg.engine.tp_size), swaps, graphs_on=cfg.engine.cuda_graph,
+        # verdict inputs come only from nonce-bound answers; the receipt files add only what no
+        # answer can show (a receipt from a process role that must never load the candidate)
+        files = read_receipts(receipts_dir)
+        receipts = receipts_from_answers(run.records) + [r for r in files if r.get("role") != "scheduler"]
+        ev = check(receipts, op.slot, ranks, swaps, graphs_on=cfg.engine.cuda_graph,
                    incumbent=self.baseline == "incumbent")
-        samples = []
-        self._records = {}
+        mine, theirs = leaks(run.records, op.slot)
+        if theirs:
+            ev = replace(ev, ok=False, baseline_problems=ev.baseline_problems + tuple(theirs))
+        recs = []
         for w in windows:
             try:
-                rec = run.step(window_tag(w))
+                recs.append(WindowRecord.of(w, run.step(window_tag(w)), SPEED_METRICS))
             except KeyError:
                 continue
-            self._records[w.index] = rec
-            if rec.get(cfg.speed.metric) is not None:
-                samples.append((w, float(rec[cfg.speed.metric])))
-        return run, samples, ev, receipts
+        stage = TimedStage(tuple(recs), ev, tuple(mine))
+        sample = run.lifecycle("sample")
+        if sample:
+            self.sampled[name] = sample["sequences"]
+        # blame for a dead engine may also read the files (an error a rank recorded before dying):
+        # blame only turns a fault into the candidate's FAIL, never into a PASS
+        self._files[name] = files
+        return run, stage, receipts
 
-    def _windows_json(self, samples: list[tuple[Window, float]]) -> list[dict[str, Any]]:
-        recs = getattr(self, "_records", {})
-        keep = ("at", "s", "gpu_s", "forwards", "decode_gpu_s", "decodes", "extend_gpu_s", "clock_error") + SPEED_METRICS
-        return [{"index": w.index, "cycle": w.cycle, "role": w.role, "route": w.route, self.cfg.speed.metric: v,
-                 **{k: recs[w.index][k] for k in keep if k in recs.get(w.index, {})}} for w, v in samples]
-
-    def _samples(self, metric: str, windows: tuple[Window, ...]) -> list[tuple[Window, float]]:
-        recs = getattr(self, "_records", {})
-        return [(w, float(recs[w.index][metric])) for w in windows if recs.get(w.index, {}).get(metric) is not None]
-
-    def _guard_samples(self, windows: tuple[Window, ...]) -> dict[str, list[tuple[Window, float]]]:
-        return {m: self._samples(m, windows) for m in guards_of(self.cfg.speed.metric)}
-
-    def _by_metric(self, windows: tuple[Window, ...]) -> dict[str, Any]:
-        """Every metric the windows carry, judged alike: the verdict uses [speed] metric; the others
-        are reported beside it (wall clock vs forward clock), never judged."""
-        recs = getattr(self, "_records", {})
-        rows = [(w, recs[w.index]) for w in windows if w.index in recs]
-        return {m: {"ratio": v.ratio, "run_drift": v.run_drift, "noise": v.noise, "verdict": v.verdict,
-                    "cycle_ratio": v.cycle_ratio, "cycle_drift": v.cycle_drift,
-                    "paired_ratio": v.paired_ratio, "paired_se": v.paired_se}
-                for m, v in judge_each(rows, SPEED_METRICS, self.cfg.speed).items()}
+    def _judged(self, stage: TimedStage, windows: tuple[Window, ...]) -> TimedStage:
+        cfg = self.cfg
+        speed = guard(judge(stage.samples(cfg.speed.metric), cfg.speed),
+                      {m: stage.samples(m) for m in guards_of(cfg.speed.metric)}, cfg.speed.metric, cfg.speed)
+        rows = [(r.window, dict(r.readings)) for r in stage.windows]
+        return replace(stage, speed=speed, by_metric=judge_each(rows, SPEED_METRICS, cfg.speed))
 
     def run(self) -> dict[str, Any]:
         self.t0 = time.monotonic()
@@ -253,71 +258,82 @@ class Qualification:
         candidate_env, tree_digest = self._candidate_env(wd / "tree")
         base = {"engine_kwargs": engine_kwargs(cfg), "engine_factory": self.opts.engine_factory,
                 "checkpoint": None if self.opts.engine_factory else checkpoint_job(cfg, self.opts.checkpoint_root)}
-        steps, windows = resident_steps(cfg, self.baseline)
-        self.result["baseline"] = (f"incumbent {self.incumbent[0].digest} ({self.incumbent[1].key})"
-                                   if self.incumbent else "stock")
+        graded = self.opts.control != "stock-as-candidate"  # the role-bias control has nothing to grade
+        steps, windows = resident_steps(cfg, self.baseline, quality=graded)
+        setup: dict[str, Any] = {"baseline": (f"incumbent {self.incumbent[0].digest} ({self.incumbent[1].key})"
+                                              if self.incumbent else "stock")}
         if spin_us := self.opts.handicap_us:
-            self.result.update(baseline=f"stock + {spin_us:g} µs GPU spin per call (handicap control)",
-                               handicap_us=spin_us)
-        env = {**cache_env(), **seam_environment(bindings), **candidate_env, "CACHEON_SEAM_STRICT": "1",
-               "SGLANG_PLUGINS": "cacheon"}
-        self.result.update(bindings=list(bindings), tree_digest=tree_digest, swaps=count_swaps(windows, "candidate"))
+            setup.update(baseline=f"stock + {spin_us:g} µs GPU spin per call (handicap control)", handicap_us=spin_us)
+        env = {**seam_environment(bindings), **candidate_env, "CACHEON_SEAM_STRICT": "1", "SGLANG_PLUGINS": "cacheon"}
+        setup.update(bindings=list(bindings), tree_digest=tree_digest, swaps=count_swaps(windows, "candidate"))
+        self.update(setup=setup)
 
         # evidence first: a kernel that never ran is never timed as a win
-        resident, samples, ev, receipts = self._timed("resident", steps, windows, base, env)
-        self.result.update(evidence=ev.to_json(), receipts=receipts, windows=self._windows_json(samples))
-        self.save()
-        stop = self._resident_outcome(resident, receipts, ev)
+        resident, stage, receipts = self._timed("resident", steps, windows, base, env)
+        self.update(resident=stage, receipts=tuple(receipts))
+        stop = self._outcome("resident", resident, receipts, stage)
         if stop:
             return self.finish(*stop)
-        speed = guard(judge(samples, cfg.speed), self._guard_samples(windows), cfg.speed.metric, cfg.speed)
-        self.result["speed"] = speed.to_json()
-        self.result["speed_by_metric"] = self._by_metric(windows)
-        self.result["metric"] = cfg.speed.metric
-        if self.opts.control == "stock-as-candidate":
+        stage = self._judged(stage, windows)
+        self.update(resident=stage)
+        speed = stage.speed
+        assert speed is not None
+        if not graded:
             # stock vs stock through the candidate route: the role bias. Same kernels in both
             # roles, so there is no quality to grade and no crown to confirm.
-            self.result["role_bias"] = speed.ratio - 1
-            self.save()
+            self.update(role_bias=speed.ratio - 1)
             return self.finish(speed.verdict, f"control stock-as-candidate (role bias {speed.ratio - 1:+.3%}): "
                                + speed.reason)
-        self.save()
-
-        seqs = {"C": resident.step("quality-C")["sequences"], "B": resident.step("quality-B")["sequences"]}
-        pristine = {**cache_env(), **seam_environment(())}
-        teacher = self._engine("teacher", {**base, "steps": teacher_steps(cfg, seqs)}, pristine)
-        if teacher.error:
-            return self.finish("NO_DECISION", f"the pristine teacher engine failed (infrastructure): {teacher.error}")
-        try:
-            graded = {r: _sequences(seqs[r], teacher.step(f"T-{r}")["graded"]) for r in ("B", "C")}
-        except TeacherAlignmentError as e:
-            return self.finish("NO_DECISION", f"teacher alignment: {e}")
-        mb, mc = q.metrics(graded["B"]), q.metrics(graded["C"])
-        qv = q.grade(mb, mc, q.QualityPolicy.from_mapping(dict(cfg.quality.policy)))
-        self.result["quality"] = q.verdict_to_json(qv)
-        self.save()
-        if qv.verdict != "PASS":
-            return self.finish(qv.verdict, "quality: " + "; ".join(qv.reasons[:4]))
+        confirm = None
         if speed.verdict == "PASS" and cfg.speed.confirm_cycles:
-            return self._confirm(speed, base, env)
-        return self.finish(speed.verdict, "speed: " + speed.reason)
-
-    def _confirm(self, first: SpeedVerdict, base: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
-        """A crown is re-measured in a fresh engine on prompts never used before: a PASS that
-        does not hold there is NO_DECISION, never a crown."""
-        steps, windows = resident_steps(self.cfg, self.baseline, confirm=True)
-        run, samples, ev, receipts = self._timed("confirm", steps, windows, base, env)
-        self.result["confirm"] = {"evidence": ev.to_json(), "windows": self._windows_json(samples)}
-        stop = self._resident_outcome(run, receipts, ev)
+            c_steps, c_windows = resident_steps(cfg, self.baseline, confirm=True)
+            c_run, confirm, c_receipts = self._timed("confirm", c_steps, c_windows, base, env)
+            self.update(confirm=confirm)
+            stop = self._outcome("confirm", c_run, c_receipts, confirm)
+            if stop:
+                return self.finish(*stop)
+            confirm = self._judged(confirm, c_windows)
+            self.update(confirm=confirm)
+        stop = self._grade(base)
         if stop:
             return self.finish(*stop)
-        again = guard(judge(samples, self.cfg.speed), self._guard_samples(windows), self.cfg.speed.metric,
-                      self.cfg.speed)
-        self.result["confirm"]["speed"] = again.to_json()
-        self.result["confirm"]["speed_by_metric"] = self._by_metric(windows)
+        if speed.verdict != "PASS" or confirm is None:
+            return self.finish(speed.verdict, "speed: " + speed.reason)
+        again = confirm.speed
+        assert again is not None
         if again.verdict != "PASS":
-            return self.finish("NO_DECISION", f"speed PASS ({first.reason}) not confirmed in a fresh engine: {again.reason}")
-        return self.finish("PASS", f"speed: {first.reason}; confirmed in a fresh engine: {again.reason}")
+            return self.finish("NO_DECISION", f"speed PASS ({speed.reason}) not confirmed in a fresh engine: {again.reason}")
+        return self.finish("PASS", f"speed: {speed.reason}; confirmed in a fresh engine: {again.reason}")
+
+    def _grade(self, base: dict[str, Any]) -> tuple[str, str] | None:
+        """T scores the sampled outputs of every timed engine; a stage that is not PASS decides."""
+        try:
+            seqs = {name: grading.role_sequences(self.samples.get(name, ()), self.sampled.get(name, {}))
+                    for name in ("resident", "confirm") if name in self.samples or name == "resident"}
+        except grading.TeacherAlignmentError as e:
+            return "NO_DECISION", f"quality sample: {e}"
+        if not all(s["C"] for s in seqs.values()):
+            return "NO_DECISION", "quality sample: no output of a timed C window came back to be graded"
+        flat = {f"{name}-{role}": v for name, by in seqs.items() for role, v in by.items()}
+        pristine = seam_environment(())
+        teacher = self._engine("teacher", {**base, "steps": teacher_steps(self.cfg, flat)}, pristine)
+        if teacher.forgery:
+            return "FAIL", f"forging attempt in the teacher engine's records: {teacher.forgery}"
+        if teacher.error:
+            return "NO_DECISION", f"the pristine teacher engine failed (infrastructure): {teacher.error}"
+        policy = q.QualityPolicy.from_mapping(dict(self.cfg.quality.policy))
+        for name, by in seqs.items():
+            try:
+                g = {r: grading.sequences(by[r], teacher.step(f"T-{name}-{r}")["graded"]) for r in ("B", "C")}
+            except grading.TeacherAlignmentError as e:
+                return "NO_DECISION", f"teacher alignment: {e}"
+            qv = q.grade(q.metrics(g["B"]), q.metrics(g["C"]), policy)
+            rec = QualityRecord(q.verdict_to_json(qv), self.samples[name])
+            self.update(**{"quality" if name == "resident" else "confirm_quality": rec})
+            if qv.verdict != "PASS":
+                where = "" if name == "resident" else " (confirmation engine)"
+                return qv.verdict, f"quality{where}: " + "; ".join(qv.reasons[:4])
+        return None
 
 
 def qualify(cfg: ArenaConfig, bundle: Bundle | None, op: OpEntry, opts: RunOptions,

@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
            "CACHEON_SEAM_STRICT": "1", "SGLANG_PLUGINS": "cacheon", "CACHEON_RECEIPT_DIR": str(receipts_dir)}
     t0 = time.monotonic()
     run = run_engine(EngineSpec("overhead", job, env, timeout_s=cfg.limits.total_timeout_s,
-                                start_timeout_s=cfg.limits.engine_start_timeout_s), work, cfg.limits.gpu_free_timeout_s)
+                                start_timeout_s=cfg.limits.engine_start_timeout_s,
+                                ranks=tuple(range(cfg.engine.tp_size))),  # route RPCs carry host nonces
+                     work, cfg.limits.gpu_free_timeout_s)
     receipts = read_receipts(receipts_dir)
     swaps = [(s["epoch"], s["route"]) for s in steps if s["op"] == "route"]
     ev = check(receipts, CONTROL_SLOT, range(cfg.engine.tp_size), swaps, graphs_on=cfg.engine.cuda_graph)

@@ -15,19 +15,20 @@ where the host sets CACHEON_FORWARD_CLOCK=1 (the arena's timed engines: B, C and
 engine, so they pay its cost alike). No function is patched; the pristine route leaves it in
 place. A timer SGLang already installed keeps running inside ours.
 
-The host reads it through `Engine.collective_rpc("cacheon_clock", tag=...)`: each call sums the
-spans since the previous call by category, appends one JSON line to `clock-<rank>.jsonl` in the
-receipts directory, and starts afresh. Spans are never recorded while a graph is being captured.
+The host reads it through `Engine.collective_rpc("cacheon_clock", nonce=...)`: each call sums the
+spans since the previous call by category, starts afresh, and answers with one line in the
+rank's nonce-bound answer log (seams/answers.py: the nonce is the host's, fresh per call, so no
+line can be written ahead of time), beside the rank's receipt counts at that moment. The RPC is
+there on every rank with an active candidate; the spans only where the host asked for them.
+Spans are never recorded while a graph is being captured.
 Without CUDA (tests, the CPU stand-in engine) spans are host `perf_counter` intervals.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
-from pathlib import Path
 from typing import Any, Iterator
 
 ENV = "CACHEON_FORWARD_CLOCK"
@@ -38,10 +39,10 @@ DECODE = "decode"  # SGLang's category for decode forwards (a graph replay when 
 class ForwardClock:
     """Spans of forward passes since the last read, by SGLang's category; one per scheduler."""
 
-    def __init__(self, directory: str | None, rank: int, use_cuda: bool | None = None, inner: Any = None) -> None:
+    def __init__(self, rank: int, use_cuda: bool | None = None, inner: Any = None) -> None:
         import torch
 
-        self.directory, self.rank, self.inner = directory, rank, inner
+        self.rank, self.inner = rank, inner
         self.cuda = torch.cuda.is_available() if use_cuda is None else use_cuda
         self._torch = torch
         self._spans: list[tuple[str, Any]] = []
@@ -74,50 +75,44 @@ class ForwardClock:
         end.synchronize()
         return start.elapsed_time(end) / 1000.0
 
-    def read(self, tag: str) -> dict[str, Any]:
-        """Sum and clear the spans; append the record to this rank's clock file."""
+    def read(self) -> dict[str, Any]:
+        """Sum and clear the spans since the last read."""
         spans, self._spans = self._spans, []
         by: dict[str, list[float]] = {}
         for category, span in spans:
             by.setdefault(category, []).append(self._seconds(span))
-        rec = {"tag": str(tag), "rank": self.rank, "gpu_s": sum(sum(v) for v in by.values()), "forwards": len(spans),
-               "decode_gpu_s": sum(by.get(DECODE, [])), "decodes": len(by.get(DECODE, [])),
-               "by_category": {k: [len(v), sum(v)] for k, v in sorted(by.items())}, "cuda": self.cuda,
-               "t": time.time()}
-        if self.directory:
-            path = Path(self.directory) / f"clock-{self.rank}.jsonl"
-            with open(path, "a") as f:
-                f.write(json.dumps(rec) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-        return rec
+        return {"rank": self.rank, "gpu_s": sum(sum(v) for v in by.values()), "forwards": len(spans),
+                "decode_gpu_s": sum(by.get(DECODE, [])), "decodes": len(by.get(DECODE, [])),
+                "by_category": {k: [len(v), sum(v)] for k, v in sorted(by.items())}, "cuda": self.cuda}
 
 
-def attach(scheduler: Any, rank: int, environ: dict[str, str] | None = None) -> ForwardClock | None:
-    """Where the host asked for it: become the model runner's device_timer and answer the RPC."""
+def attach(scheduler: Any, rank: int, environ: dict[str, str] | None = None, registry: Any = None) -> ForwardClock | None:
+    """Answer the host's clock RPC on this rank; where the host asked for it, also become the
+    model runner's device_timer (the clock's spans then travel in every answer)."""
+    from seams.answers import snapshot
+    from seams.dispatch import REGISTRY
+
     env = os.environ if environ is None else environ
-    if env.get(ENV) != "1":
-        return None
-    runner = scheduler.tp_worker.model_runner
-    clock = ForwardClock(env.get("CACHEON_RECEIPT_DIR"), rank, inner=getattr(runner, "device_timer", None))
-    runner.device_timer = clock
+    reg = REGISTRY if registry is None else registry
+    log = answer_log(env.get("CACHEON_RECEIPT_DIR"), rank)
+    clock = None
+    if env.get(ENV) == "1":
+        runner = scheduler.tp_worker.model_runner
+        clock = ForwardClock(rank, inner=getattr(runner, "device_timer", None))
+        runner.device_timer = clock
 
-    def cacheon_clock(tag: str) -> None:
-        clock.read(tag)
+    def cacheon_clock(nonce: str) -> None:
+        log.answer(nonce, "clock", {"clock": clock.read() if clock else None, **snapshot(reg.receipts)})
 
     setattr(scheduler, RPC_METHOD, cacheon_clock)
     return clock
 
 
-def read_clock(directory: str | os.PathLike[str], tag: str) -> list[dict[str, Any]]:
-    """Every rank's record for `tag` (the host side), newest last."""
-    out = []
-    for p in sorted(Path(directory).glob("clock-*.jsonl")):
-        for line in p.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("tag") == tag:
-                out.append(rec)
-    return out
+_LOGS: dict[tuple[str | None, int], Any] = {}
+
+
+def answer_log(directory: str | None, rank: int) -> Any:
+    """One answer log per (directory, rank) in this process: route and clock answers share it."""
+    from seams.answers import AnswerLog
+
+    return _LOGS.setdefault((directory, rank), AnswerLog(directory, rank))

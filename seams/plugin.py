@@ -28,8 +28,10 @@ def _scheduler_init(original: Callable[..., Any], *args: Any, **kwargs: Any) -> 
         from seams import forward_clock
         from seams.route import attach
 
-        attach(args[0])  # the scheduler instance: Engine.collective_rpc("cacheon_route") reaches it
-        forward_clock.attach(args[0], int(tp_rank))  # the runner's device_timer + "cacheon_clock", if asked
+        # the scheduler instance: Engine.collective_rpc("cacheon_route"/"cacheon_clock") reaches it;
+        # both answer in the rank's nonce-bound answer log (seams/answers.py)
+        attach(args[0], rank=int(tp_rank))
+        forward_clock.attach(args[0], int(tp_rank))  # + the runner's device_timer, if asked
     return result
 
 

@@ -10,9 +10,12 @@ recaptures: decode graphs with `ModelRunner.init_device_graphs()` (SGLang does t
 `update_weights_from_disk`) and, when the engine has them, piecewise graphs with
 `ModelRunner.init_piecewise_cuda_graphs()`. Both are internal calls, listed in docs/seams.md.
 
-Acknowledgement: each rank's receipt records (epoch, route, how many candidate calls fired while
-recapturing). The host requires every rank to acknowledge every epoch, with fired > 0 after a
-swap to the candidate and == 0 after a swap to stock; otherwise the run is invalid. A failed swap
+Acknowledgement: each RPC carries a fresh nonce from the host; each rank answers with one line in
+its nonce-bound answer log (seams/answers.py): (epoch, route, how many candidate calls fired while
+recapturing) and its receipt counts before and after the swap. The host requires every rank to
+acknowledge every epoch with the nonce it sent, with fired > 0 after a swap to the candidate and
+== 0 after a swap to stock; otherwise the run is invalid. (The receipt file keeps a copy of the
+acknowledgements for diagnosis; no verdict reads it.) A failed swap
 disables the registry (nothing half-installed is measured) and re-raises, so collective_rpc fails.
 """
 
@@ -99,10 +102,19 @@ def set_route(model_runner: Any, route: str, epoch: int, registry: Registry = RE
     return ack
 
 
-def attach(scheduler: Any, registry: Registry = REGISTRY) -> None:
+def attach(scheduler: Any, registry: Registry = REGISTRY, rank: int = 0, directory: str | None = None) -> None:
     """Give the scheduler the RPC method the host calls (only where candidates are active)."""
+    import os
 
-    def cacheon_route(route: str, epoch: int) -> None:
-        set_route(scheduler.tp_worker.model_runner, route, epoch, registry)
+    from seams.answers import check_nonce, snapshot
+    from seams.forward_clock import answer_log
+
+    log = answer_log(directory if directory is not None else os.environ.get("CACHEON_RECEIPT_DIR"), rank)
+
+    def cacheon_route(route: str, epoch: int, nonce: str) -> None:
+        check_nonce(nonce)
+        before = snapshot(registry.receipts)["counts"]
+        ack = set_route(scheduler.tp_worker.model_runner, route, epoch, registry)
+        log.answer(nonce, "route", {"ack": ack, "counts_before": before, **snapshot(registry.receipts)})
 
     setattr(scheduler, RPC_METHOD, cacheon_route)

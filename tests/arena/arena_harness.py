@@ -24,7 +24,7 @@ def small_config(prompts: int = 4, output: int = 4, cycles: int = 2, max_noise: 
     cfg = load_config(DENSE)
     return replace(cfg, workload=WorkloadSection(prompts_per_window=prompts, input_len=8, output_len=output,
                                                  cycles=cycles, warmup_windows=1),
-                   quality=QualitySection(prompts=8, input_len=8, output_len=8, top_k=4),
+                   quality=QualitySection(prompts=8, top_k=4),
                    speed=replace(SpeedSection(), max_noise=max_noise))
 
 

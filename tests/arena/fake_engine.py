@@ -1,7 +1,10 @@
 """A CPU stand-in for sglang.Engine with the same calls the arena driver makes (generate with
-token ids and logprobs, collective_rpc, shutdown). Its "scheduler" activates the real seam
+token ids and logprobs, collective_rpc, shutdown). Like SGLang, the engine object in the driver
+is a proxy and the "scheduler" is a separate process started with multiprocessing's spawn
+(so it inherits none of the driver's pipes); that process activates the real seam
 (seams.activate) and its tiny LM calls the real dispatch (seams.dispatch.run) for norm.rmsnorm,
-so receipts, route swaps, strict failures and wrong kernels behave as in the engine."""
+so receipts, answers, route swaps, strict failures and wrong kernels behave as in the engine, and
+contribution code runs where it runs in SGLang: in the scheduler, never in the driver."""
 
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ def _reference_stock(slot_id: str):
 
 
 class _Runner:
-    def __init__(self, engine: "FakeEngine") -> None:
+    def __init__(self, engine: "FakeCore") -> None:
         self.engine = engine
         self.graph_runner = None
         self.piecewise_cuda_graph_runner = None
@@ -44,7 +47,7 @@ class _Runner:
         self.piecewise_cuda_graph_runner = object()
 
 
-class FakeEngine:
+class FakeCore:
     def __init__(self, **kwargs: Any) -> None:
         from seams import route
         from seams.activate import activate_scheduler
@@ -132,7 +135,7 @@ class FakeEngine:
         pass
 
 
-class SlowStockEngine(FakeEngine):
+class SlowStockCore(FakeCore):
     """Stock path 5 ms slower per call: a candidate that takes the seam is measurably faster."""
 
     def hidden(self, ids: torch.Tensor) -> torch.Tensor:
@@ -145,7 +148,7 @@ class SlowStockEngine(FakeEngine):
         return super().hidden(ids)
 
 
-class PrefillTaxEngine(SlowStockEngine):
+class PrefillTaxCore(SlowStockCore):
     """The candidate route wins every decode step but costs 20 ms per prefill: faster on the
     decode-step clock and on the wall clock, slower where the decode clock does not look."""
 
@@ -177,10 +180,94 @@ class BrokenEngine:
         raise RuntimeError("CUDA out of memory while allocating the KV cache")
 
 
-class UnconfirmedEngine(SlowStockEngine):
+class UnconfirmedCore(SlowStockCore):
     """Stock is slow only in the first engine: a gain that the confirmation engine does not see."""
 
     def hidden(self, ids: torch.Tensor) -> torch.Tensor:
         if "receipts-confirm" in os.environ.get("CACHEON_RECEIPT_DIR", ""):
-            return FakeEngine.hidden(self, ids)
+            return FakeCore.hidden(self, ids)
         return super().hidden(ids)
+
+
+def _serve(conn: Any, core: str, kwargs: dict[str, Any]) -> None:
+    """The scheduler process: build the core, then answer the driver's calls until shutdown."""
+    try:
+        engine = globals()[core](**kwargs)
+    except BaseException as e:  # noqa: BLE001 - the driver reports it
+        conn.send(("err", repr(e)))
+        return
+    conn.send(("ok", None))
+    while True:
+        try:
+            name, args, kw = conn.recv()
+        except EOFError:
+            return
+        if name == "shutdown":
+            conn.send(("ok", None))
+            return
+        try:
+            conn.send(("ok", getattr(engine, name)(*args, **kw)))
+        except BaseException as e:  # noqa: BLE001
+            conn.send(("err", repr(e)))
+
+
+class _Proxy:
+    """The driver's side of the fake engine (SGLang's Engine + TokenizerManager)."""
+
+    core = "FakeCore"
+
+    def __init__(self, **kwargs: Any) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")  # as SGLang: engine.py:1325
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, self.core, kwargs), name="fake-scheduler", daemon=True)
+        self._proc.start()
+        child.close()
+        status, msg = self._recv()
+        if status != "ok":
+            raise RuntimeError(f"scheduler failed to start: {msg}")
+
+    def _recv(self) -> tuple[str, Any]:
+        try:
+            return self._conn.recv()
+        except EOFError:
+            raise RuntimeError(f"the scheduler process died (exit {self._proc.exitcode})") from None
+
+    def _call(self, name: str, *args: Any, **kw: Any) -> Any:
+        self._conn.send((name, args, kw))
+        status, out = self._recv()
+        if status != "ok":
+            raise RuntimeError(f"{name}: {out}")
+        return out
+
+    def generate(self, **kw: Any) -> list[dict]:
+        return self._call("generate", **kw)
+
+    def collective_rpc(self, method: str, **kwargs: Any) -> None:
+        self._call("collective_rpc", method, **kwargs)
+
+    def shutdown(self) -> None:
+        try:
+            self._call("shutdown")
+        except (RuntimeError, OSError):
+            pass
+        self._proc.join(timeout=10)
+        if self._proc.is_alive():
+            self._proc.kill()
+
+
+class FakeEngine(_Proxy):
+    core = "FakeCore"
+
+
+class SlowStockEngine(_Proxy):
+    core = "SlowStockCore"
+
+
+class PrefillTaxEngine(_Proxy):
+    core = "PrefillTaxCore"
+
+
+class UnconfirmedEngine(_Proxy):
+    core = "UnconfirmedCore"

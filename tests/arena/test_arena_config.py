@@ -67,7 +67,8 @@ def test_name_and_path_are_not_identity(tmp_path):
     ('kind = "gpu"', 'kind = "cpu"', "kind must be \"gpu\""),
     ('profile = "qwen3-0.6b"', 'profile = "llama"', "[model] profile"),
     ("[limits]", "[limitz]", "unknown table(s) ['limitz']"),
-    ("seed = 777", "seed = 777\n[quality.policy]\nmax_nll_mean_deltaa = 1.0", "[quality.policy]"),
+    ("top_k = 8", "top_k = 8\n[quality.policy]\nmax_nll_mean_deltaa = 1.0", "[quality.policy]"),
+    ("top_k = 8", "top_k = 8\nseed = 777", "seed"),  # schema 1's quality windows are gone
     ("mem_fraction_static = 0.6", "mem_fraction_static = 2.0", "mem_fraction_static"),
     ("piecewise_cuda_graph = false", "piecewise_cuda_graph = true", "piecewise_cuda_graph"),
     ('metric = "decode_gpu_tokens_per_s"', 'metric = "decode_gpu_tokens_per_s"\nconfirm_cycles = 1', "confirm_cycles"),
@@ -148,7 +149,7 @@ def test_trained_arena_config_and_its_prompts(tmp_path):
     steps, _ = resident_steps(cfg)
     p = next(s for s in steps if s["op"] == "generate")["prompts"]
     assert p["source"] == "corpus"
-    d = Driver({"result_path": str(tmp_path / "r.jsonl")})
+    d = Driver({}, record_fd=-1)
     a, b = d.prompts(dict(p, n=3, len=64)), d.prompts(dict(p, n=3, len=64))
     assert a == b and all(len(x) == 64 and max(x) < 256 for x in a)  # held-out bytes, deterministic
 

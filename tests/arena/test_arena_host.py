@@ -59,3 +59,31 @@ def test_engine_scratch_is_removed_records_and_log_stay(tmp_path):
     assert run.error is None and run.step("g")["out_tokens"] == 2
     assert not (tmp_path / "s-scratch").exists()
     assert (tmp_path / "s.jsonl").exists() and (tmp_path / "s.log").exists()
+
+
+def test_every_engine_gets_private_jit_caches_seeded_never_shared(tmp_path, monkeypatch):
+    """An operator's Triton cache is copied into the engine's scratch; the engine never sees the
+    operator's path (a candidate writing cache entries could poison other engines' stock kernels,
+    the pristine teacher's above all)."""
+    import arena.host as host
+
+    op_cache = tmp_path / "operator-triton"
+    (op_cache / "k").mkdir(parents=True)
+    (op_cache / "k" / "stock.cubin").write_bytes(b"warm")
+    seen = {}
+
+    def fake_launch(argv, *, scratch, policy, pass_fds, stdout, stderr, cwd):
+        seen.update(policy.extra_env)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(host.sandbox, "launch", fake_launch)
+    spec = EngineSpec("e", job("FakeEngine", []), env={"TRITON_CACHE_DIR": str(op_cache)}, timeout_s=5)
+    try:
+        run_engine(spec, tmp_path / "w")
+    except RuntimeError:
+        pass
+    scratch = tmp_path / "w" / "e-scratch"
+    assert seen["TRITON_CACHE_DIR"] == str(scratch / "cache" / "triton")
+    assert all(str(op_cache) not in v for v in seen.values())
+    assert (scratch / "cache" / "triton" / "k" / "stock.cubin").read_bytes() == b"warm"
+    assert {"TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME"} <= set(seen)

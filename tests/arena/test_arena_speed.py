@@ -92,12 +92,37 @@ def test_settle_windows_follow_every_swap_untimed():
     steps, windows = resident_steps(cfg)
     for i, s in enumerate(steps):
         if s["op"] == "route":
-            assert [x["tag"].startswith("settle-") and not x["timed"] for x in steps[i + 1:i + 3]] == [True, True]
-    timed = [s for s in steps if s.get("timed")]
-    assert len(timed) == len(windows)
-    seeds = [s["prompts"]["seed"] for s in steps if s["op"] == "generate" and s["tag"] != "quality-B"]
-    assert len(seeds) == len(set(seeds))  # fresh prompts everywhere (quality-B reuses quality-C's on purpose)
+            assert [x["tag"].startswith("settle-") and not x["keep"] for x in steps[i + 1:i + 3]] == [True, True]
+    kept = [s for s in steps if s.get("keep")]
+    assert len(kept) == len([w for w in windows if w.role != "warmup"])  # the timed windows are the graded ones
+    assert not any(s["tag"].startswith("quality-") for s in steps)  # no separate quality windows
+    # a C window runs its mirror baseline window's prompts; every other prompt set is fresh
+    from arena.jobs import mirror, window_tag
+
+    by_tag = {s["tag"]: s["prompts"]["seed"] for s in steps if s["op"] == "generate"}
+    pairs = mirror(windows)
+    assert len(pairs) == len([w for w in windows if w.role == "C"])
+    for c, b in pairs.items():
+        assert by_tag[window_tag(windows[c])] == by_tag[window_tag(windows[b])]
+    unpaired = [seed for tag, seed in by_tag.items() if not tag.endswith("-C")]
+    assert len(unpaired) == len(set(unpaired))
     assert isinstance(WorkloadSection().settle_windows, int)
+
+
+def test_every_generate_step_reaches_the_engine_in_one_form():
+    """Warm-up, settle and timed windows are indistinguishable to the engine: same prompt count
+    and length, same max_new_tokens, same logprob request (the graded windows are the timed ones)."""
+    from arena.config import load_config
+    from arena.jobs import resident_steps
+
+    cfg = load_config("configs/arena/dense.toml")
+    for confirm in (False, True):
+        steps, _ = resident_steps(cfg, confirm=confirm)
+        forms = {(s["prompts"]["n"], s["prompts"]["len"], s["prompts"]["source"], s["max_new_tokens"], s["top_k"])
+                 for s in steps if s["op"] == "generate"}
+        assert forms == {(256, 1024, "random", 128, cfg.quality.top_k)}
+        assert {k for s in steps if s["op"] == "generate" for k in s} == {"op", "tag", "keep", "top_k",
+                                                                          "max_new_tokens", "prompts"}
 
 
 def test_cycle_statistics_are_reported_but_do_not_judge():

@@ -83,10 +83,17 @@ def test_bad_route_is_rejected(tmp_path):
 def test_attach_gives_the_scheduler_the_rpc_method(tmp_path):
     reg = registry(tmp_path)
     sched = SimpleNamespace(tp_worker=SimpleNamespace(model_runner=Runner(reg)))
-    attach(sched, reg)
-    getattr(sched, RPC_METHOD)(route="stock", epoch=7)
+    attach(sched, reg, rank=0, directory=str(tmp_path))
+    getattr(sched, RPC_METHOD)(route="stock", epoch=7, nonce="a" * 32)
     assert reg.route == "stock"
     assert json.loads(next(tmp_path.glob("receipt-*.json")).read_text())["routes"][0]["epoch"] == 7
+    # the acknowledgement the host reads: one answer line echoing the nonce, counts around the swap
+    (ans,) = [json.loads(x) for x in (tmp_path / "answers-0.jsonl").read_text().splitlines()]
+    assert ans["nonce"] == "a" * 32 and ans["kind"] == "route" and ans["ack"]["epoch"] == 7
+    fired = [c.get(SLOT, {}).get("fired", 0) for c in (ans["counts_before"], ans["counts"])]
+    assert fired[0] == fired[1] and ans["ack"]["fired_during_capture"] == {SLOT: 0}  # stock recapture: no call
+    with pytest.raises(ValueError, match="nonce"):
+        getattr(sched, RPC_METHOD)(route="candidate", epoch=8, nonce="route-8")
 
 
 def test_incumbent_route_runs_only_the_crowned_kernel(tmp_path):

@@ -1,0 +1,151 @@
+"""Typed, frozen records of one qualification: what each engine stage saw, what each clock said,
+how quality graded, and the verdict. arena/run.py builds them stage by stage with
+`dataclasses.replace` (no dict mutated across the run) and writes `ArenaResult.to_json()` after
+every stage. The JSON keeps the keys of schema 1; schema 2 adds `quality.sample` (which timed
+windows' outputs were graded), `confirm_quality`, `leaks` and the stage `forgery` field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from arena.evidence import Evidence
+from arena.speed import SpeedVerdict, Window
+
+SCHEMA = "cacheon.arena-result/2"
+WINDOW_FIELDS = ("at", "s", "gpu_s", "forwards", "decode_gpu_s", "decodes", "extend_gpu_s", "clock_error")
+
+
+def _frozen(d: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(d))
+
+
+@dataclass(frozen=True)
+class WindowRecord:
+    """One window as the host accepted it: its place in the plan and every clock's reading."""
+
+    window: Window
+    readings: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, w: Window, rec: Mapping[str, Any], metrics: tuple[str, ...]) -> WindowRecord:
+        return cls(w, _frozen({k: rec[k] for k in WINDOW_FIELDS + metrics if k in rec}))
+
+    def value(self, metric: str) -> float | None:
+        v = self.readings.get(metric)
+        return None if v is None else float(v)
+
+    def to_json(self, metric: str) -> dict[str, Any]:
+        w = self.window
+        return {"index": w.index, "cycle": w.cycle, "role": w.role, "route": w.route, metric: self.value(metric),
+                **dict(self.readings)}
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    """One engine's lifecycle as the host saw it."""
+
+    name: str
+    wall_s: float
+    rc: int | None
+    timed_out: bool
+    gpu_free: bool | None
+    error: str | None
+    forgery: str | None
+    startup: tuple[Mapping[str, Any], ...]
+    routes: tuple[Mapping[str, Any], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"wall_s": round(self.wall_s, 1), "rc": self.rc, "timed_out": self.timed_out, "gpu_free": self.gpu_free,
+                "error": self.error, "forgery": self.forgery, "startup": [dict(r) for r in self.startup],
+                "routes": [dict(r) for r in self.routes]}
+
+
+def _speed_json(v: SpeedVerdict) -> dict[str, Any]:
+    return {"ratio": v.ratio, "run_drift": v.run_drift, "noise": v.noise, "verdict": v.verdict,
+            "cycle_ratio": v.cycle_ratio, "cycle_drift": v.cycle_drift, "paired_ratio": v.paired_ratio,
+            "paired_se": v.paired_se}
+
+
+@dataclass(frozen=True)
+class TimedStage:
+    """An engine with the candidate armed (resident or confirmation): windows, evidence, clocks."""
+
+    windows: tuple[WindowRecord, ...]
+    evidence: Evidence
+    leaks: tuple[str, ...] = ()
+    speed: SpeedVerdict | None = None
+    by_metric: Mapping[str, SpeedVerdict] = field(default_factory=dict)
+
+    def samples(self, metric: str) -> list[tuple[Window, float]]:
+        return [(r.window, v) for r in self.windows if (v := r.value(metric)) is not None]
+
+    def to_json(self, metric: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"evidence": self.evidence.to_json(), "leaks": list(self.leaks),
+                               "windows": [r.to_json(metric) for r in self.windows if r.value(metric) is not None]}
+        if self.speed is not None:
+            out["speed"] = self.speed.to_json()
+            out["speed_by_metric"] = {m: _speed_json(v) for m, v in self.by_metric.items()}
+        return out
+
+
+@dataclass(frozen=True)
+class QualityRecord:
+    """The verdict of T on a sample of one timed stage's outputs, and which outputs those were."""
+
+    verdict: Mapping[str, Any]  # arena.quality.verdict_to_json
+    sample: tuple[tuple[str, str, int], ...]  # (C window tag, paired baseline window tag, prompt index)
+
+    @property
+    def passed(self) -> str:
+        return str(self.verdict["verdict"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dict(self.verdict), "sample": [list(s) for s in self.sample]}
+
+
+@dataclass(frozen=True)
+class ArenaResult:
+    """Everything one qualification decided, stage by stage."""
+
+    identity: Mapping[str, Any]  # arena id, arena, control, config, bundle digest, op, slot, started, path
+    metric: str
+    stages: tuple[StageRecord, ...] = ()
+    setup: Mapping[str, Any] = field(default_factory=dict)  # baseline, bindings, tree digest, swaps, handicap
+    resident: TimedStage | None = None
+    receipts: tuple[Mapping[str, Any], ...] = ()
+    role_bias: float | None = None
+    quality: QualityRecord | None = None
+    confirm: TimedStage | None = None
+    confirm_quality: QualityRecord | None = None
+    verdict: str | None = None
+    reason: str | None = None
+    finished: str | None = None
+    wall_s: float | None = None
+
+    def with_stage(self, stage: StageRecord) -> ArenaResult:
+        return replace(self, stages=tuple(s for s in self.stages if s.name != stage.name) + (stage,))
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"schema": SCHEMA, **dict(self.identity), **dict(self.setup),
+                               "stages": {s.name: s.to_json() for s in self.stages}}
+        if self.resident is not None:
+            r = self.resident.to_json(self.metric)
+            doc.update(evidence=r["evidence"], leaks=r["leaks"], receipts=[dict(x) for x in self.receipts],
+                       windows=r["windows"])
+            if "speed" in r:
+                doc.update(speed=r["speed"], speed_by_metric=r["speed_by_metric"], metric=self.metric)
+        if self.role_bias is not None:
+            doc["role_bias"] = self.role_bias
+        if self.quality is not None:
+            doc["quality"] = self.quality.to_json()
+        if self.confirm is not None:
+            doc["confirm"] = self.confirm.to_json(self.metric)
+        if self.confirm_quality is not None:
+            doc["confirm_quality"] = self.confirm_quality.to_json()
+        for k in ("verdict", "reason", "finished", "wall_s"):
+            if getattr(self, k) is not None:
+                doc[k] = getattr(self, k)
+        return doc

@@ -1,0 +1,114 @@
+"""Red-team corpus for the arena's wall (issue 14, items 5 and 7): bundles that forge what the
+verdict reads, or behave differently while timed, run through the whole CPU arena (host, driver
+process, a separate fake scheduler process that imports the bundle, teacher T). Each must end
+FAIL with its reason. The bundles use Python the static allowlist would refuse (open, os,
+monkeypatching): here they test the arena's own wall, as if that first wall had been breached."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "arena"))
+
+import arena_harness as h  # noqa: E402
+
+from cacheon_subnet.bundle import load_bundle  # noqa: E402
+
+CORPUS = Path(__file__).resolve().parent / "arena"
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    h.runtime_env(tmp_path, monkeypatch)
+    return tmp_path
+
+
+def run(name: str, env: Path, **kw):
+    return h.run(load_bundle(CORPUS / name), env, **kw)
+
+
+def test_prewritten_step_log_is_never_read_and_is_caught(env):
+    """The H200 attack: one record per timed window pre-written into <workdir>/<engine>.jsonl."""
+    r = run("prewrite_step_log", env)
+    assert r["verdict"] == "FAIL", r["reason"]
+    assert "forging attempt" in r["reason"] and "record copy resident.jsonl" in r["reason"], r["reason"]
+    assert all(w.get("output_tokens_per_s", 0) < 1e5 for w in r.get("windows", []))  # no forged number read
+
+
+def test_records_injected_into_the_record_pipe_are_forging(env):
+    """Root here can still open /proc/<driver>/fd (CAP_SYS_PTRACE; the unprivileged engine user
+    cannot: test_arena_channel.py::test_a_hardened_driver_hides_its_pipes): the injected
+    records carry no nonce the host issued."""
+    r = run("forge_record_stream", env)
+    assert r["verdict"] == "FAIL", r["reason"]
+    assert "forging attempt in the resident engine" in r["reason"] and "unknown nonce" in r["reason"], r["reason"]
+
+
+def test_prewritten_clock_answers_are_forging(env):
+    r = run("forge_clock_answers", env)
+    assert r["verdict"] == "FAIL", r["reason"]
+    assert "forging attempt" in r["reason"] and "complete new answer line(s)" in r["reason"], r["reason"]
+
+
+def test_prewritten_route_acknowledgements_are_forging(env):
+    r = run("forge_route_acks", env)
+    assert r["verdict"] == "FAIL" and "forging attempt" in r["reason"], r["reason"]
+    assert "answer" in r["reason"]
+
+
+def test_a_forged_receipt_file_does_not_make_a_silent_kernel_run(env):
+    """The kernel never fires (float32 only); its receipt file claims 500 calls and every swap."""
+    r = run("forge_receipt_file", env)
+    assert r["verdict"] == "FAIL", r["reason"]
+    assert "execution evidence" in r["reason"] and "never runs in this engine" in r["reason"], r["reason"]
+
+
+def test_an_answer_log_replaced_by_a_symlink_is_forging(env):
+    r = run("answer_log_symlink", env)
+    assert r["verdict"] == "FAIL" and "forging attempt" in r["reason"], r["reason"]
+    assert "not a plain file" in r["reason"] or "not a regular file" in r["reason"], r["reason"]
+
+
+def test_answers_from_a_rank_that_does_not_exist_are_forging(env):
+    r = run("extra_rank_answers", env)
+    assert r["verdict"] == "FAIL" and "forging attempt" in r["reason"], r["reason"]
+    assert "answers-1.jsonl" in r["reason"], r["reason"]
+
+
+def test_wrong_only_while_timed_fails_quality_on_the_timed_outputs(env):
+    """Class 6: cheap and wrong exactly while a window is timed, faithful in every untimed
+    window. The graded outputs are now a sample of the timed windows themselves."""
+    r = run("wrong_when_timed", env)
+    assert r["verdict"] == "FAIL" and r["reason"].startswith("quality:"), r["reason"]
+    sample = r["quality"]["sample"]
+    assert sample and all(c.endswith("-C") and b.endswith(("-B", "-B'")) for c, b, _ in sample)
+    timed_c = {f"w{w['index']:03d}-C" for w in r["windows"] if w["role"] == "C"}
+    assert {c for c, _, _ in sample} <= timed_c
+
+
+def test_baseline_sabotage_through_a_route_escape_is_a_leak(env):
+    """Its kernel keeps running (and sleeping) in B and B′ while every swap ack reads clean:
+    C/B looks like a large win. The per-interval counts in the answers show the leak."""
+    r = run("baseline_leak", env, cfg=h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5))
+    assert r["verdict"] == "FAIL", r["reason"]
+    assert r["reason"].startswith("baseline leak:") and "challenger calls while the baseline ran" in r["reason"]
+    assert r["leaks"] and r["evidence"]["problems"] == []  # the acks alone would not have seen it
+
+
+def test_an_answer_log_emptied_behind_the_driver_is_forging(env):
+    r = run("answer_log_truncate", env)
+    assert r["verdict"] == "FAIL" and "forging attempt" in r["reason"], r["reason"]
+    # which check trips depends on when the thread wins the race: after the driver read (history
+    # rewritten) or before (the answer it just wrote is gone)
+    assert any(k in r["reason"] for k in ("rewritten", "removed", "0 complete new answer line")), r["reason"]
+
+
+def test_wrong_until_the_old_quality_epoch_fails_quality(env):
+    """Class 6, by the schedule: right only where the old schedule put its untimed quality
+    window. There is no such window now: every graded output is a timed one."""
+    r = run("wrong_until_quality_epoch", env)
+    assert r["verdict"] == "FAIL" and r["reason"].startswith("quality:"), r["reason"]
