@@ -38,6 +38,7 @@ from arena.speed import Window, guard, guards_of, judge, judge_each
 from arena.speed import swaps as count_swaps
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.bundle.engine_tree import build_tree
+from cacheon_subnet.errors import BundleError
 from cacheon_subnet.log import get_logger
 from seams.receipts import read_receipts
 from seams.table import adapters_for_slot, seam_environment
@@ -255,7 +256,13 @@ class Qualification:
         bindings = tuple(sorted({a.binding for a in adapters_for_slot(op.slot)}))
         if not bindings:
             return self.finish("FAIL", f"slot {op.slot} has no seam adapter: it cannot run inside the engine")
-        candidate_env, tree_digest = self._candidate_env(wd / "tree")
+        try:
+            candidate_env, tree_digest = self._candidate_env(wd / "tree")
+        except BundleError as e:  # the static allowlist (or a bad package): nothing is ever started
+            if e.rule != "policy":
+                raise
+            return self.finish("FAIL", f"policy: the bundle's sources fail the static allowlist, so it never "
+                                       f"enters an engine: {e.detail}")
         base = {"engine_kwargs": engine_kwargs(cfg), "engine_factory": self.opts.engine_factory,
                 "checkpoint": None if self.opts.engine_factory else checkpoint_job(cfg, self.opts.checkpoint_root)}
         graded = self.opts.control != "stock-as-candidate"  # the role-bias control has nothing to grade

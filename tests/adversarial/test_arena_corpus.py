@@ -24,7 +24,27 @@ CORPUS = Path(__file__).resolve().parent / "arena"
 @pytest.fixture
 def env(tmp_path, monkeypatch):
     h.runtime_env(tmp_path, monkeypatch)
+    # The first wall (the static allowlist, enforced where the engine tree is sealed) refuses
+    # every bundle here: test_first_wall_refuses_the_whole_corpus. To test the arena's own wall,
+    # these tests alone seal them unscanned, as if the first wall had been breached.
+    import functools
+
+    import arena.run
+    from cacheon_subnet.bundle.engine_tree import build_tree
+
+    monkeypatch.setattr(arena.run, "build_tree", functools.partial(build_tree, scan_policy=False))
     return tmp_path
+
+
+def test_first_wall_refuses_the_whole_corpus(tmp_path, monkeypatch):
+    """Through the product path (no bypass) each corpus bundle is refused before any engine starts."""
+    h.runtime_env(tmp_path, monkeypatch)
+    names = sorted(p.name for p in CORPUS.iterdir() if (p / "manifest.toml").exists())
+    assert len(names) >= 10
+    for name in names:
+        r = run(name, tmp_path / name)
+        assert r["verdict"] == "FAIL" and "policy" in r["reason"], (name, r["reason"])
+        assert not r.get("windows"), name  # nothing was timed
 
 
 def run(name: str, env: Path, **kw):
