@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
 from cacheon_subnet.slots.compare import compare, nonfinite_count
-from cacheon_subnet.slots.spec import SlotSpec
+from cacheon_subnet.slots.spec import SlotSpec, dtype_of
 from cacheon_subnet.tensor_views import tensor_digest
 from cacheon_subnet.verify.report import Failure
 
@@ -33,18 +34,57 @@ def bit_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool((a == b).all())
 
 
-def check_reply(reply: Mapping[str, Any]) -> Failure | None:
-    """Failures the worker observed directly (exceptions, syncs, aliasing, return values)."""
-    if not reply.get("ok"):
-        return Failure(reply.get("reason", "exception"), str(reply.get("error", ""))[-900:])
+# Reasons a worker may report for its own failure; anything else is a protocol violation.
+WORKER_REASONS = frozenset({"exception", "host_sync", "graph_capture", "graph_replay", "import_error", "entry_missing"})
+_FLAG_LISTS = ("mutated_inputs", "host_sync", "aliases")
+
+
+def check_nonce(reply: Any, nonce: str) -> Failure | None:
+    """A reply answers exactly the request that carried `nonce` (random per call): one replayed,
+    queued ahead of its request or pre-computed is refused before any tensor is looked at."""
+    got = reply.get("nonce") if isinstance(reply, Mapping) else None
+    if got != nonce:
+        return Failure("protocol", f"reply carries nonce {str(got)[:40]!r}, not this call's: it answers another request")
+    return None
+
+
+def check_reply(reply: Any) -> Failure | None:
+    """Failures the worker reported about itself (exceptions, syncs, aliasing, return values).
+    These can only fail a trial: a PASS is decided by check_outputs/check_pair on the tensors the
+    host reads back, never by a flag. Malformed replies fail closed (protocol)."""
+    if not isinstance(reply, Mapping):
+        return Failure("protocol", f"reply is a {type(reply).__name__}, not an object")
+    ok = reply.get("ok")
+    if ok is not True:
+        reason = reply.get("reason", "exception")
+        detail = str(reply.get("error", ""))[-900:]
+        if ok is not False or reason not in WORKER_REASONS:
+            return Failure("protocol", f"malformed reply (ok={str(ok)[:20]!r}, reason={str(reason)[:40]!r}): {detail[-400:]}")
+        return Failure(reason, detail)
+    for key in _FLAG_LISTS:
+        v = reply.get(key)
+        if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+            return Failure("protocol", f"reply field {key!r} is not a list of strings")
+    returned = reply.get("returned")
+    if returned is not None and not isinstance(returned, str):
+        return Failure("protocol", "reply field 'returned' is not a string")
     if reply.get("mutated_inputs"):
         return Failure("input_mutated", f"{reply['mutated_inputs']} changed (digest differs) but the slot declares them read-only")
-    if reply.get("returned"):
-        return Failure("return_value", f"kernel returned {reply['returned']}; write into out/inout args and return None")
+    if returned:
+        return Failure("return_value", f"kernel returned {returned}; write into out/inout args and return None")
     if reply.get("host_sync"):
         return Failure("host_sync", "; ".join(reply["host_sync"][:3]))
     if reply.get("aliases"):
         return Failure("output_aliasing", "; ".join(reply["aliases"][:3]))
+    return None
+
+
+def check_graph_keys(spec: SlotSpec, out: Mapping[str, torch.Tensor], replays: int) -> Failure | None:
+    """A graph reply holds exactly r<i>.<written arg> for every replay: nothing missing, nothing else."""
+    want = {f"r{i}.{a.name}" for i in range(replays) for a in spec.args if a.written}
+    if set(out) != want:
+        missing, extra = sorted(want - set(out))[:4], sorted(set(out) - want)[:4]
+        return Failure("protocol", f"graph reply tensors: missing {missing}, unexpected {extra}")
     return None
 
 
@@ -107,6 +147,11 @@ def check_outputs(spec: SlotSpec, act: str, got: Mapping[str, torch.Tensor], ref
     missing = [a.name for a in spec.args if a.written and a.name not in got]
     if missing:
         return Failure("protocol", f"worker did not return {missing}")
+    for a in spec.args:
+        want = a.torch_dtype(dtype_of(act))
+        if a.written and got[a.name].dtype != want:
+            # a wider dtype than the engine's buffer would be judged on precision it never gets
+            return Failure("protocol", f"{a.name} came back as {got[a.name].dtype}, the slot writes {want}")
     for a in spec.args:
         if a.written:
             n = nonfinite_count(got[a.name])

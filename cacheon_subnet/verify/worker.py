@@ -114,11 +114,11 @@ class Worker:
         params = self._params(spec, msg, by_name=msg.get("mode") == "compile")
         reply = self._invoke(spec, fn, args, params, watch_sync=bool(msg.get("watch_sync")))
         if not reply["ok"]:
-            wire.send(self.fd, reply)
+            self._send(msg, reply)
             return
         big = {a.name for a in spec.args if a.role == "in" and args[a.name].numel() * args[a.name].element_size() > BIG_INPUT}
         reply["digests"] = {k: tensor_digest(args[k]) for k in sorted(big)}
-        wire.send(self.fd, reply, {k: v.detach().cpu() for k, v in args.items() if k not in big})
+        self._send(msg, reply, {k: v.detach().cpu() for k, v in args.items() if k not in big})
 
     def on_graph(self, msg: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
         """Capture one call in a CUDA graph, then replay it with new graph-dynamic values."""
@@ -129,14 +129,14 @@ class Worker:
         try:
             warm = self._invoke(spec, fn, rebase(args), params, watch_sync=False)
             if not warm["ok"]:
-                wire.send(self.fd, warm)
+                self._send(msg, warm)
                 return
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 fn(**args, **params)
         except BaseException as e:  # noqa: BLE001
-            wire.send(self.fd, {"type": "result", "ok": False, "reason": "graph_capture", "error": _tail(e)})
+            self._send(msg, {"type": "result", "ok": False, "reason": "graph_capture", "error": _tail(e)})
             return
         try:
             for i in range(int(msg["replays"])):
@@ -151,9 +151,9 @@ class Worker:
                     if a.written:
                         out[f"r{i}.{a.name}"] = args[a.name].detach().cpu().clone()
         except BaseException as e:  # noqa: BLE001
-            wire.send(self.fd, {"type": "result", "ok": False, "reason": "graph_replay", "error": _tail(e)})
+            self._send(msg, {"type": "result", "ok": False, "reason": "graph_replay", "error": _tail(e)})
             return
-        wire.send(self.fd, {"type": "result", "ok": True}, out)
+        self._send(msg, {"type": "result", "ok": True}, out)
 
     def on_bench(self, msg: dict[str, Any], _: dict) -> None:
         from cacheon_subnet.bench_timing import run_bench_request
@@ -166,6 +166,10 @@ class Worker:
         wire.send(self.fd, reply, tensors)
 
     # -- helpers ----------------------------------------------------------------------------
+    def _send(self, msg: dict[str, Any], reply: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None) -> None:
+        """Echo the request's nonce: the host refuses a reply that does not answer this call."""
+        wire.send(self.fd, {**reply, "nonce": msg.get("nonce")}, tensors)
+
     def _materialise(self, spec: SlotSpec, msg: dict[str, Any], tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Inputs to the device (views preserved); outputs allocated and poisoned; scratch filled."""
         args = rebase(tensors, self.device)
