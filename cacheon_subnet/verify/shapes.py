@@ -7,8 +7,9 @@ arena/). The slot's own cases are templates: `resize` re-targets one to another 
 
 GPU tier: every decode batch size and every listed prefill size, each on a random template of the
 arena's profile, every dtype; plus one random odd decode and prefill size. CPU tier (Triton
-interpreter, about 4 ms per row-program): the largest arena size, one odd size and one random arena
-size, each in one random dtype; without an arena, one odd decode or prefill size.
+interpreter, about 4 ms per row-program): the largest arena size (the largest that fits
+CPU_MAX_CASE_BYTES), one odd size and one random arena size, each in one random dtype, the
+largest with only its identical-input pair; without an arena, one odd decode or prefill size.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cacheon_subnet.errors import UsageError
-from cacheon_subnet.slots.spec import ShapeCase, SlotSpec
+from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_of
 
 
 # SGLang 0.5.13's capture list when cuda_graph_bs is unset: [1, 2, 4, 8, 12] + range(16, 257, 8)
@@ -35,6 +36,10 @@ SGLANG_MAX_PREFILL_TOKENS = 16384
 FUSED_AR_NORM_MAX_TOKENS = 2048  # collective.ar_residual_rmsnorm: SGLang fuses only up to this
 # Without an arena: the odd sizes drawn on each tier (decode, prefill) ranges.
 CPU_ODD_MAX = 511
+# CPU tier: the largest arena size that moves at most this much (inputs + outputs): rmsnorm at
+# 16384 x 1024 bf16 fits (~60 s a call in the interpreter); heavier slots get their largest size
+# that fits, and the GPU tier runs every size.
+CPU_MAX_CASE_BYTES = 80 << 20
 ODD_RANGES = {"cpu": ((3, 63), (35, 127)), "gpu": ((3, 255), (513, 4095))}
 
 
@@ -68,7 +73,8 @@ class ArenaShapes:
 def from_arena_config(cfg: Any) -> ArenaShapes:
     """ArenaShapes from an arena.config.ArenaConfig (duck-typed: this package never imports arena).
     Prefill: the largest forward (min(prompts_per_window x input_len, SGLang's max_prefill_tokens)),
-    one prompt, one quality prompt and every whole number of prompts up to the largest."""
+    one prompt, 2, 4, 8, ... prompts, one quality prompt and the quality batch; the odd sizes
+    plan_cases adds cover what lies between."""
     e, w, q = cfg.engine, cfg.workload, cfg.quality
     decode = tuple(e.cuda_graph_bs) or sglang_default_graph_bs(e.cuda_graph_max_bs)
     if not e.cuda_graph:
@@ -76,7 +82,10 @@ def from_arena_config(cfg: Any) -> ArenaShapes:
     top = min(w.prompts_per_window * w.input_len, SGLANG_MAX_PREFILL_TOKENS)
     qtop = min(q.prompts * q.input_len, SGLANG_MAX_PREFILL_TOKENS)
     prefill = {top, min(w.input_len, top), min(q.input_len, qtop), qtop}
-    prefill |= {w.input_len * k for k in range(1, top // w.input_len + 1)}
+    k = 1
+    while w.input_len * k <= top:  # whole batches of 1, 2, 4, ... prompts (every size would cost too much)
+        prefill.add(w.input_len * k)
+        k *= 2
     return ArenaShapes(profile=cfg.model.profile, decode_batches=decode, prefill_tokens=tuple(prefill),
                        name=getattr(cfg, "name", ""))
 
@@ -124,8 +133,8 @@ class PlannedCase:
 
 
 def plan_cases(spec: SlotSpec, base: Sequence[ShapeCase], dtypes: Sequence[str], rng: random.Random, *,
-               gpu: bool, arena: ArenaShapes | None, eligible: Any = None, pool: Sequence[ShapeCase] = ()
-               ) -> list[PlannedCase]:
+               gpu: bool, arena: ArenaShapes | None, eligible: Any = None, pool: Sequence[ShapeCase] = (),
+               cpu_max_bytes: int = CPU_MAX_CASE_BYTES) -> list[PlannedCase]:
     """Tier cases in every dtype, then the arena / odd sizes (see module doc). `pool`: the cases
     templates are drawn from (default `base`); `eligible(dims)`: the op's constraints."""
     out = [PlannedCase(c, tuple(dtypes), "tier") for c in base]
@@ -137,17 +146,25 @@ def plan_cases(spec: SlotSpec, base: Sequence[ShapeCase], dtypes: Sequence[str],
     if gpu:
         wanted = [(k, n, "arena") for k, n in (arena.sizes() if arena else ())] + [(k, n, "odd") for k, n in odd]
     else:
-        wanted = ([(*arena.largest, "largest"), (*rng.choice(arena.sizes()), "arena")] if arena else [])
+        wanted = [(k, n, "largest") for k, n in sorted(arena.sizes(), key=lambda x: -x[1])] if arena else []
+        wanted += [(*rng.choice(arena.sizes()), "arena")] if arena else []
         wanted += [(k, n, "odd") for k, n in odd]
+    has_largest = False
     for kind, n, origin in wanted:
+        if origin == "largest" and has_largest:
+            continue
         c = resize(spec, rng.choice(temps), kind, n)
         if c is None or (eligible is not None and not eligible(c.dims)):
             continue
+        dts = tuple(dtypes) if gpu else (rng.choice(list(dtypes)),)
+        if not gpu and spec.default_bytes(c, dtype_of(dts[0])) > cpu_max_bytes:
+            continue  # the interpreter would take minutes per call: the GPU tier covers this size
+        has_largest = has_largest or origin == "largest"
         key = (c.label, tuple(sorted(c.dims.items())))
         if key in seen:
             continue
         seen.add(key)
-        out.append(PlannedCase(c, tuple(dtypes) if gpu else (rng.choice(list(dtypes)),), origin, kind))
+        out.append(PlannedCase(c, dts, origin, kind))
     return out
 
 
