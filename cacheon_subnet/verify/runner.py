@@ -215,8 +215,9 @@ class _Run:
 
     def call(self, op: OpEntry, spec: SlotSpec, act: torch.dtype, case: ShapeCase, inputs: dict[str, torch.Tensor],
              poison: int, watch_sync: bool, mode: str = "eager") -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-        alloc = {a.name: {"dtype": dtype_name(a.torch_dtype(act)), "shape": list(a.concrete_shape(case.dims)), "poison": poison}
-                 for a in spec.args if a.role in ("out", "scratch")}
+        noise = secrets.randbits(31)
+        alloc = {a.name: {"dtype": dtype_name(a.torch_dtype(act)), "shape": list(a.concrete_shape(case.dims)),
+                          "poison": poison, "noise_seed": noise} for a in spec.args if a.role in ("out", "scratch")}
         msg = {"type": "call", "op": op.key, "params": dict(case.params), "alloc": alloc, "watch_sync": watch_sync, "mode": mode}
         self.calls += 1
         reply, tensors, bad = self.request(msg, rebase(inputs))

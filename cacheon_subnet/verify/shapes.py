@@ -142,7 +142,8 @@ def plan_cases(spec: SlotSpec, base: Sequence[ShapeCase], dtypes: Sequence[str],
     if not temps:
         return out
     seen = {(c.label, tuple(sorted(c.dims.items()))) for c in base}
-    odd = _odd_sizes(rng, gpu, arena)
+    named = {token_count(spec, c) for c in list(pool) + list(base)} | {n for _, n in (arena.sizes() if arena else ())}
+    odd = _odd_sizes(rng, gpu, arena, named)
     if gpu:
         wanted = [(k, n, "arena") for k, n in (arena.sizes() if arena else ())] + [(k, n, "odd") for k, n in odd]
     else:
@@ -168,7 +169,7 @@ def plan_cases(spec: SlotSpec, base: Sequence[ShapeCase], dtypes: Sequence[str],
     return out
 
 
-def _odd_sizes(rng: random.Random, gpu: bool, arena: ArenaShapes | None) -> list[tuple[str, int]]:
+def _odd_sizes(rng: random.Random, gpu: bool, arena: ArenaShapes | None, named: set) -> list[tuple[str, int]]:
     """One odd decode and one odd prefill size no list names: a kernel tuned to the listed sizes
     alone meets a size it did not expect. On CPU, one of the two (cost)."""
     if arena is not None:
@@ -178,9 +179,18 @@ def _odd_sizes(rng: random.Random, gpu: bool, arena: ArenaShapes | None) -> list
         ranges = ((3, d_hi), (3, p_hi))
     else:
         ranges = ODD_RANGES["gpu" if gpu else "cpu"]
-    picks = [("decode", _odd(rng, *ranges[0])), ("prefill", _odd(rng, *ranges[1]))]
+    picks = [("decode", _odd(rng, *ranges[0], named)), ("prefill", _odd(rng, *ranges[1], named))]
     return picks if gpu else [rng.choice(picks)]
 
 
-def _odd(rng: random.Random, lo: int, hi: int) -> int:
-    return rng.randrange(lo | 1, hi + 1, 2) if hi >= (lo | 1) else lo | 1
+def _odd(rng: random.Random, lo: int, hi: int, named: set) -> int:
+    """An odd size in [lo, hi] that no tier case or arena list names (when one exists)."""
+    lo |= 1
+    if hi < lo:
+        return lo
+    n = lo
+    for _ in range(64):
+        n = rng.randrange(lo, hi + 1, 2)
+        if n not in named:
+            break
+    return n

@@ -13,7 +13,12 @@ part of its input all need a schedule the kernel can predict.
   at least (longer with luck), and the attacker cannot tell which shape gets it. Beyond that
   the arena's graded windows are the backstop (a verify budget is finite by construction).
 - Order: all calls of all cases and dtypes of an op shuffled together (interleaved); the pair's
-  two calls land at independent random positions, its poisons 0/1 in random order.
+  two calls land at independent random positions, its poisons 0/1 in random order; half of the
+  soak runs back to back at a random position (the engine calls one shape in long runs, so a
+  kernel that turns stale only in a run of same-shape calls meets one).
+- Output fill: poison 0 (NaN / int pattern) and 1 (-31337 / other pattern) for the pair, and on
+  other calls also 2: data-like noise, so "the output buffer holds poison" does not tell a
+  verify call from an engine call.
 - Inputs: fresh from the slot's generators for every call, except the pair (identical inputs,
   the only repeat) and twins: inputs that agree with the pair's inputs on a random leading (or
   trailing) block of rows and differ elsewhere, so a memo keyed on the first element or first row
@@ -78,6 +83,7 @@ def schedule(cases: Sequence[tuple[int, Sequence[str]]], rng: random.Random, bud
         return []
     soak = rng.choice(slots)
     trials: list[Trial] = []
+    soak_run: list[Trial] = []
     for i, d in slots:
         if i in pair_only:
             n = 2
@@ -86,10 +92,15 @@ def schedule(cases: Sequence[tuple[int, Sequence[str]]], rng: random.Random, bud
         first = rng.randint(0, 1)
         trials.append(Trial("pair", i, d, poison=first, watch=rng.random() < 0.5))
         trials.append(Trial("pair", i, d, poison=1 - first, watch=True))
+        extra = []
         for k in range(n - 2):
             kind = "twin" if k == 0 or rng.random() < 0.4 else "fresh"
-            trials.append(Trial(kind, i, d, poison=rng.randint(0, 1), watch=rng.random() < 0.75,
-                                mode=rng.choice(("prefix", "suffix"))))
+            extra.append(Trial(kind, i, d, poison=rng.randint(0, 2), watch=rng.random() < 0.75,
+                               mode=rng.choice(("prefix", "suffix"))))
+        if (i, d) == soak:
+            run = extra[: len(extra) // 2]  # half the soak back to back: the engine calls one shape in long runs
+            soak_run, extra = run, extra[len(run):]
+        trials.extend(extra)
     if compile_check:
         by_dtype: dict[str, list[int]] = {}
         for i, d in slots:
@@ -101,7 +112,8 @@ def schedule(cases: Sequence[tuple[int, Sequence[str]]], rng: random.Random, bud
         if i in graph_cases:
             trials.append(Trial("graph", i, d, watch=False))
     rng.shuffle(trials)
-    return trials
+    at = rng.randint(0, len(trials))
+    return trials[:at] + soak_run + trials[at:]
 
 
 def budget_compile(budget: Budget) -> int:

@@ -175,7 +175,8 @@ class Worker:
         args = rebase(tensors, self.device)
         for name, a in msg.get("alloc", {}).items():
             t = torch.empty(a["shape"], dtype=dtype_of(a["dtype"]), device=self.device)
-            args[name] = t.fill_(_poison(t.dtype, int(a.get("poison", 0))))
+            which = int(a.get("poison", 0))
+            args[name] = _noise(t, int(a.get("noise_seed", 0))) if which == 2 else t.fill_(_poison(t.dtype, which))
         return args
 
     def _invoke(self, spec: SlotSpec, fn: Callable[..., Any], args: dict[str, torch.Tensor],
@@ -231,6 +232,15 @@ def _poison(dtype: torch.dtype, which: int) -> float | int | bool:
     if dtype == torch.bool:
         return which == 0
     return -0x5A5A5A5A if which == 0 else 0x3C3C3C3C
+
+
+def _noise(t: torch.Tensor, seed: int) -> torch.Tensor:
+    """Poison 2: data-like values (what a live engine buffer holds), so a kernel cannot tell a
+    verify call from an engine call by looking for NaN or -31337 in its output."""
+    g = torch.Generator().manual_seed(seed)
+    if t.dtype.is_floating_point:
+        return t.copy_(torch.randn(t.shape, generator=g))
+    return t.copy_(torch.randint(0, 2 if t.dtype == torch.bool else 1 << 15, t.shape, generator=g))
 
 
 def _tail(e: BaseException, limit: int = 1500) -> str:
