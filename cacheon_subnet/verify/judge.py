@@ -120,6 +120,18 @@ def unwritten(t1: torch.Tensor, t2: torch.Tensor) -> int:
     return int((first & (t2 == p2)).sum())
 
 
+def still_poisoned(spec: SlotSpec, got: Mapping[str, torch.Tensor]) -> str | None:
+    """Out args that still hold poison 1 (-31337 / 0x3C3C3C3C) after a call handed them poison 1:
+    names a failed call's cause (never written) instead of the mismatch it shows as."""
+    for a in spec.by_role("out"):
+        t = got.get(a.name)
+        if t is not None and t.dtype != torch.bool:
+            n = int((t == poison_value(t.dtype, 1)).sum())
+            if n:
+                return f"{a.name}: {n} of {t.numel()} elements never written"
+    return None
+
+
 def check_pair(spec: SlotSpec, act: str, sent: Mapping[str, torch.Tensor], r1: Mapping[str, torch.Tensor],
                r2: Mapping[str, torch.Tensor], ref: Mapping[str, torch.Tensor]) -> Failure | None:
     """Two runs on identical inputs with different poisons: writes, NaN, determinism, accuracy."""

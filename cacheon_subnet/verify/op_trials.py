@@ -7,6 +7,7 @@ reads back alone; a reply's own flags can only fail a trial, never pass one (jud
 from __future__ import annotations
 
 import random
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,10 +89,20 @@ class OpTrials:
     def _fresh(self, t: Trial, case: ShapeCase, act: torch.dtype, inputs: Tensors | None = None,
                stage: str = "eager-fresh") -> Failure | None:
         inputs = inputs if inputs is not None else self.run_.inputs(self.spec, case, act)
-        reply, tensors = self.run_.call(self.op, self.spec, act, case, inputs, t.poison, t.watch)
+        reply, tensors = self.run_.call(self.op, self.spec, act, case, inputs, t.poison, t.watch,
+                                        noise=secrets.randbits(31))
         f = judge.check_reply(reply) or judge.check_inputs_untouched(self.spec, inputs, tensors) \
             or judge.check_outputs(self.spec, t.dtype, tensors, self.spec.reference(inputs, case.params))
+        if f and f.reason in ("mismatch", "nan_inf"):
+            f = self._diagnose(f, case, act, inputs)
         return self._where(f, stage, t, case) if f else None
+
+    def _diagnose(self, f: Failure, case: ShapeCase, act: torch.dtype, inputs: Tensors) -> Failure:
+        """The trial already failed: one more call on the same inputs with poison 1 tells an
+        unwritten output (partial_write) from a wrong one. It can only rename the failure."""
+        reply, tensors = self.run_.call(self.op, self.spec, act, case, inputs, 1, False)
+        why = judge.still_poisoned(self.spec, tensors) if reply.get("ok") is True else None
+        return Failure("partial_write", why) if why else f
 
     def _twin(self, t: Trial, case: ShapeCase, act: torch.dtype) -> Failure | None:
         source = self._pair_state(t, case, act).inputs

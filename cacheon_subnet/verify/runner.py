@@ -214,8 +214,7 @@ class _Run:
         return reply, out, judge.check_nonce(reply, nonce)
 
     def call(self, op: OpEntry, spec: SlotSpec, act: torch.dtype, case: ShapeCase, inputs: dict[str, torch.Tensor],
-             poison: int, watch_sync: bool, mode: str = "eager") -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-        noise = secrets.randbits(31)
+             poison: int, watch_sync: bool, mode: str = "eager", noise: int = 0) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         alloc = {a.name: {"dtype": dtype_name(a.torch_dtype(act)), "shape": list(a.concrete_shape(case.dims)),
                           "poison": poison, "noise_seed": noise} for a in spec.args if a.role in ("out", "scratch")}
         msg = {"type": "call", "op": op.key, "params": dict(case.params), "alloc": alloc, "watch_sync": watch_sync, "mode": mode}

@@ -16,9 +16,10 @@ part of its input all need a schedule the kernel can predict.
   two calls land at independent random positions, its poisons 0/1 in random order; half of the
   soak runs back to back at a random position (the engine calls one shape in long runs, so a
   kernel that turns stale only in a run of same-shape calls meets one).
-- Output fill: poison 0 (NaN / int pattern) and 1 (-31337 / other pattern) for the pair, and on
-  other calls also 2: data-like noise, so "the output buffer holds poison" does not tell a
-  verify call from an engine call.
+- Output fill: poison 0 (NaN / int pattern) and 1 (-31337 / other pattern) for the pair; other
+  calls 1 or 2: data-like noise from a secret seed, so "the output buffer holds poison" does not
+  tell a verify call from an engine call (the host regenerates the noise to name unwritten
+  elements of a failed call; NaN is left to the pair, where it cannot hide an unwritten one).
 - Inputs: fresh from the slot's generators for every call, except the pair (identical inputs,
   the only repeat) and twins: inputs that agree with the pair's inputs on a random leading (or
   trailing) block of rows and differ elsewhere, so a memo keyed on the first element or first row
@@ -95,7 +96,7 @@ def schedule(cases: Sequence[tuple[int, Sequence[str]]], rng: random.Random, bud
         extra = []
         for k in range(n - 2):
             kind = "twin" if k == 0 or rng.random() < 0.4 else "fresh"
-            extra.append(Trial(kind, i, d, poison=rng.randint(0, 2), watch=rng.random() < 0.75,
+            extra.append(Trial(kind, i, d, poison=rng.randint(1, 2), watch=rng.random() < 0.75,
                                mode=rng.choice(("prefix", "suffix"))))
         if (i, d) == soak:
             run = extra[: len(extra) // 2]  # half the soak back to back: the engine calls one shape in long runs
