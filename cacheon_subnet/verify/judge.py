@@ -181,6 +181,19 @@ def check_outputs(spec: SlotSpec, act: str, got: Mapping[str, torch.Tensor], ref
     return None
 
 
+def check_digests(spec: SlotSpec, reply: Any) -> Failure | None:
+    """Digests stand in for large read-only inputs only: one for an output or an unknown name
+    would let the host's own copy of an input stand in for a result."""
+    digests = reply.get("digests") if isinstance(reply, Mapping) else None
+    if digests is None:
+        return None
+    names = {a.name for a in spec.by_role("in")}
+    if not isinstance(digests, dict) or not all(isinstance(k, str) and k in names and isinstance(v, str)
+                                                for k, v in digests.items()):
+        return Failure("protocol", "reply digests name something other than a read-only input")
+    return None
+
+
 def merge_digests(reply: dict[str, Any], tensors: dict[str, torch.Tensor], sent: Mapping[str, torch.Tensor]) -> None:
     """A large read-only input came back as a digest: unchanged -> reuse what was sent; changed ->
     recorded in reply["mutated_inputs"] (check_reply turns that into input_mutated)."""

@@ -12,6 +12,7 @@ others entered) ends the run by timeout and every rank process is killed (ranks.
 from __future__ import annotations
 
 import dataclasses
+import random
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -28,6 +29,7 @@ from cacheon_subnet.verify.client import WorkerConfig
 from cacheon_subnet.verify.gates import graph_enabled, run_gates, select_cases
 from cacheon_subnet.verify.ranks import RankDied, RankGroup, RankTimeout, Reply
 from cacheon_subnet.verify.report import Failure, OpResult
+from cacheon_subnet.verify.shapes import plan_cases
 
 log = get_logger("cacheon.verify")
 MAX_WORLD = 8
@@ -132,9 +134,17 @@ class _RankRun:
 
     def check_op(self, op: OpEntry) -> OpResult:
         spec = get_slot(op.slot)
-        cases = select_cases(spec, op, self.opts.resolved_tier, self.opts.max_cases)
+        tier = self.opts.resolved_tier
+        cases = select_cases(spec, op, tier, self.opts.max_cases)
         if not cases:
             return self.result(op, "FAIL", 0, 0, Failure("no_cases", f"constraints {op.constraints} exclude every shape"))
+        # the single-rank shape plan (arena and odd sizes) in a secret order; each case's trial
+        # repeated a random number of times (runner.py runs the full shuffled schedule)
+        self.rng = random.Random(f"{self.seed}:{op.key}:{self.world}")
+        pool = [c for c in spec.cases(tier) if op.eligible(c.dims)]
+        cases = [p.case for p in plan_cases(spec, cases, op.dtypes, self.rng, gpu=self.opts.device.startswith("cuda"),
+                                            arena=self.opts.arena, eligible=op.eligible, pool=pool)]
+        self.rng.shuffle(cases)
         start = self.calls
         log.info("verify.op", op=op.key, cases=len(cases), dtypes=list(op.dtypes), world_size=self.world)
         try:
@@ -148,7 +158,7 @@ class _RankRun:
     def _check_all(self, op: OpEntry, spec: SlotSpec, cases: list[ShapeCase]) -> Failure | None:
         return run_gates(op.dtypes, cases, compile_check=self.opts.compile_check,
                          graph_check=graph_enabled(self.opts.graph_check, self.opts.device),
-                         eager=lambda act, c: self._eager(op, spec, act, c),
+                         eager=lambda act, c: self._eager_repeated(op, spec, act, c),
                          compile_trial=lambda act, c: self._compile(op, spec, act, c),
                          graph_trial=lambda act, c: self._graph(op, spec, act, c))
 
@@ -179,6 +189,14 @@ class _RankRun:
         return replies
 
     # -- trials -----------------------------------------------------------------------------
+    def _eager_repeated(self, op: OpEntry, spec: SlotSpec, act_name: str, case: ShapeCase) -> Failure | None:
+        """1..2 (CPU) or 1..4 (CUDA) rounds of the pair + fresh trial: 3 to 12 calls per case."""
+        for _ in range(self.rng.randint(1, 4 if self.opts.device.startswith("cuda") else 2)):
+            f = self._eager(op, spec, act_name, case)
+            if f:
+                return f
+        return None
+
     def _eager(self, op: OpEntry, spec: SlotSpec, act_name: str, case: ShapeCase) -> Failure | None:
         act = dtype_of(act_name)
         where = dict(case=case.label, dtype=act_name)

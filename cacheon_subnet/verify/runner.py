@@ -220,6 +220,7 @@ class _Run:
         msg = {"type": "call", "op": op.key, "params": dict(case.params), "alloc": alloc, "watch_sync": watch_sync, "mode": mode}
         self.calls += 1
         reply, tensors, bad = self.request(msg, rebase(inputs))
+        bad = bad or judge.check_digests(spec, reply)
         if bad:
             return {"type": "result", "ok": False, "reason": bad.reason, "error": bad.detail}, {}
         judge.merge_digests(reply, tensors, inputs)

@@ -135,3 +135,11 @@ def test_graph_reply_keys_are_exact():
     assert judge.check_graph_keys(SPEC, out, 2) is None
     assert judge.check_graph_keys(SPEC, {"r0.out": torch.zeros(1)}, 2).reason == "protocol"
     assert judge.check_graph_keys(SPEC, {**out, "r2.out": torch.zeros(1)}, 2).reason == "protocol"
+
+
+def test_digest_for_an_output_is_refused():
+    """A digest may only stand in for a large read-only input, never for a result."""
+    def forge(f, m, t):
+        reply, out = honest(m, t)
+        return {**reply, "digests": {"out": "0" * 64}}, {k: v for k, v in out.items() if k != "out"}
+    assert check(forge).failure.reason == "protocol"
