@@ -8,8 +8,9 @@ arena/). The slot's own cases are templates: `resize` re-targets one to another 
 GPU tier: every decode batch size and every listed prefill size, each on a random template of the
 arena's profile, every dtype; plus one random odd decode and prefill size. CPU tier (Triton
 interpreter, about 4 ms per row-program): the largest arena size (the largest that fits
-CPU_MAX_CASE_BYTES), one odd size and one random arena size, each in one random dtype, the
-largest with only its identical-input pair; without an arena, one odd decode or prefill size.
+CPU_MAX_CASE_BYTES), one odd size and one random arena size of at most 1024 tokens, each in one
+random dtype, the largest with only its identical-input pair; without an arena, one odd decode
+or prefill size.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ SGLANG_MAX_PREFILL_TOKENS = 16384
 FUSED_AR_NORM_MAX_TOKENS = 2048  # collective.ar_residual_rmsnorm: SGLang fuses only up to this
 # Without an arena: the odd sizes drawn on each tier (decode, prefill) ranges.
 CPU_ODD_MAX = 511
+CPU_SAMPLE_MAX = 1024  # CPU tier: the random arena size is drawn among those up to this many tokens
 # CPU tier: the largest arena size that moves at most this much (inputs + outputs): rmsnorm at
 # 16384 x 1024 bf16 fits (~60 s a call in the interpreter); heavier slots get their largest size
 # that fits, and the GPU tier runs every size.
@@ -148,7 +150,8 @@ def plan_cases(spec: SlotSpec, base: Sequence[ShapeCase], dtypes: Sequence[str],
         wanted = [(k, n, "arena") for k, n in (arena.sizes() if arena else ())] + [(k, n, "odd") for k, n in odd]
     else:
         wanted = [(k, n, "largest") for k, n in sorted(arena.sizes(), key=lambda x: -x[1])] if arena else []
-        wanted += [(*rng.choice(arena.sizes()), "arena")] if arena else []
+        small = [x for x in (arena.sizes() if arena else ()) if x[1] <= CPU_SAMPLE_MAX]
+        wanted += [(*rng.choice(small), "arena")] if small else []
         wanted += [(k, n, "odd") for k, n in odd]
     has_largest = False
     for kind, n, origin in wanted:
