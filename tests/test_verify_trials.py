@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
 from pathlib import Path
@@ -13,7 +14,15 @@ from cacheon_subnet.slots import all_slots, get_slot
 from cacheon_subnet.slots.gen import seed_generator
 from cacheon_subnet.verify import shapes
 from cacheon_subnet.verify.shapes import ArenaShapes, plan_cases, resize, token_count
-from cacheon_subnet.verify.trials import CPU_CALLS, CPU_SOAK, CUDA_CALLS, CUDA_SOAK, Budget, schedule, twin
+from cacheon_subnet.verify.trials import (
+    CPU_CALLS,
+    CPU_SOAK,
+    CUDA_CALLS,
+    CUDA_SOAK,
+    Budget,
+    schedule,
+    twin,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = [(0, ("bfloat16", "float16")), (1, ("bfloat16", "float16")), (2, ("bfloat16",))]
@@ -50,7 +59,7 @@ def test_schedule_is_seeded_and_interleaved():
     assert _plan(5) == _plan(5)
     assert _plan(5) != _plan(6)
     order = [t.case for t in _plan(5)]
-    changes = sum(a != b for a, b in zip(order, order[1:]))
+    changes = sum(a != b for a, b in itertools.pairwise(order))
     assert changes > len(set(order))  # cases revisited, not run one after another
 
 
@@ -84,13 +93,13 @@ def test_twin_single_row_keeps_x_changes_weight_and_gives_up_when_it_cannot():
     _, fresh = _inputs("norm.rmsnorm", "qwen3-0.6b/decode-bs1", 2)
     t = twin(src, fresh, random.Random(0))
     assert torch.equal(t["x"], src["x"]) and not torch.equal(t["weight"], src["weight"])
-    spec, g1 = _inputs("moe.topk_softmax", "decode-bs1", 1)
+    _, g1 = _inputs("moe.topk_softmax", "decode-bs1", 1)
     _, g2 = _inputs("moe.topk_softmax", "decode-bs1", 2)
     assert twin(g1, g2, random.Random(0)) is None  # one single-row tensor: no valid mixture
 
 
 def test_twin_keeps_index_tensors_whole():
-    spec, src = _inputs("rope.neox", "qwen3-0.6b/decode-bs7", 1)
+    _, src = _inputs("rope.neox", "qwen3-0.6b/decode-bs7", 1)
     _, fresh = _inputs("rope.neox", "qwen3-0.6b/decode-bs7", 2)
     t = twin(src, fresh, random.Random(0))
     for name, v in src.items():
@@ -183,3 +192,14 @@ def test_cli_reads_the_arena_config():
     assert _arena_shapes(str(REPO / "configs/arena/dense.toml")) == _dense()
     args = build_parser().parse_args(["verify", "b", "--arena", "configs/arena/dense.toml"])
     assert args.arena == "configs/arena/dense.toml"
+
+
+def test_validator_screen_uses_the_gpu_arena_shapes():
+    from types import SimpleNamespace
+
+    from cacheon_subnet.validator.commands import _screener
+
+    config = SimpleNamespace(screen_device="cpu", verify_max_cases=None)
+    assert _screener("cpu", config) is None
+    s = _screener(str(REPO / "configs/arena/dense.toml"), config)
+    assert s.arena == _dense() and s.device == "cpu"
