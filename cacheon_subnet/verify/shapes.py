@@ -160,9 +160,10 @@ def plan_cases(spec: SlotSpec, base: Sequence[ShapeCase], dtypes: Sequence[str],
         c = resize(spec, rng.choice(temps), kind, n)
         if c is None or (eligible is not None and not eligible(c.dims)):
             continue
-        dts = tuple(dtypes) if gpu else (rng.choice(list(dtypes)),)
-        if not gpu and spec.default_bytes(c, dtype_of(dts[0])) > cpu_max_bytes:
+        fits = [d for d in dtypes if gpu or spec.default_bytes(c, dtype_of(d)) <= cpu_max_bytes]
+        if not fits:
             continue  # the interpreter would take minutes per call: the GPU tier covers this size
+        dts = tuple(dtypes) if gpu else (rng.choice(fits),)
         has_largest = has_largest or origin == "largest"
         key = (c.label, tuple(sorted(c.dims.items())))
         if key in seen:
