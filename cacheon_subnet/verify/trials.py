@@ -63,8 +63,8 @@ class Budget:
 
 @dataclass(frozen=True)
 class Trial:
-    """One request to the worker. kind: pair (identical inputs, `group` shared by the two calls),
-    fresh, twin (rows shared with the pair's inputs), compile, graph. `slot` = (case index, dtype)."""
+    """One request to the worker for (case index, dtype). kind: pair (the two calls on identical
+    inputs), fresh, twin (rows shared with the pair's inputs), compile, graph."""
 
     kind: str
     case: int
@@ -82,7 +82,7 @@ def schedule(cases: Sequence[tuple[int, Sequence[str]]], rng: random.Random, bud
     slots = [(i, d) for i, dts in cases for d in dts]
     if not slots:
         return []
-    soak = rng.choice(slots)
+    soak = rng.choice([s for s in slots if s[0] not in pair_only] or slots)
     trials: list[Trial] = []
     soak_run: list[Trial] = []
     for i, d in slots:
