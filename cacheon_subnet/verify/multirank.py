@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import secrets
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -183,10 +184,21 @@ class _RankRun:
         msg = {"type": "call", "op": op.key, "params": dict(case.params), "alloc": self._alloc(spec, act, case, poison),
                "watch_sync": watch_sync, "mode": mode}
         self.calls += 1
-        replies = self.group.request_all([msg] * self.world, [rebase(i) for i in inputs], self.opts.call_timeout_s)
+        replies = self._request({**msg, "nonce": secrets.token_hex(16)}, [rebase(i) for i in inputs])
         for (reply, tensors), sent in zip(replies, inputs):
             judge.merge_digests(reply, tensors, sent)
         return replies
+
+    def _request(self, msg: dict[str, Any], tensors: Sequence[dict[str, torch.Tensor]]) -> list[Reply]:
+        """One request to every rank; a rank whose reply lacks this call's nonce answered another
+        request and is turned into a protocol failure (judge.check_reply reports it)."""
+        replies = self.group.request_all([msg] * self.world, list(tensors), self.opts.call_timeout_s)
+        out = []
+        for reply, got in replies:
+            bad = judge.check_nonce(reply, msg["nonce"])
+            out.append(({"type": "result", "ok": False, "reason": "protocol", "error": bad.detail}, {}) if bad
+                       else (reply, got))
+        return out
 
     # -- trials -----------------------------------------------------------------------------
     def _eager_repeated(self, op: OpEntry, spec: SlotSpec, act_name: str, case: ShapeCase) -> Failure | None:
@@ -258,7 +270,7 @@ class _RankRun:
         msg = {"type": "graph", "op": op.key, "params": dict(case.params), "alloc": self._alloc(spec, act, case, 0),
                "replays": len(replays)}
         self.calls += 1 + len(replays)
-        replies = self.group.request_all([msg] * self.world, sent, self.opts.call_timeout_s)
+        replies = self._request({**msg, "nonce": secrets.token_hex(16)}, sent)
         f = _each(self.world, lambda r: judge.check_reply(replies[r][0]))
         if f:
             return _at(f, stage="graph", case=case.label, dtype=act_name)

@@ -143,3 +143,19 @@ def test_digest_for_an_output_is_refused():
         reply, out = honest(m, t)
         return {**reply, "digests": {"out": "0" * 64}}, {k: v for k, v in out.items() if k != "out"}
     assert check(forge).failure.reason == "protocol"
+
+
+def test_collective_rank_reply_without_the_nonce_is_protocol():
+    """Multi-rank verify binds every rank's reply to its request the same way."""
+    from cacheon_subnet.verify.multirank import _RankRun
+
+    class Group:
+        def request_all(self, msgs, tensors, timeout_s):
+            return [({"type": "result", "ok": True, "nonce": msgs[0]["nonce"]}, {}),
+                    ({"type": "result", "ok": True, "nonce": "a-previous-call"}, {})]
+
+    run = object.__new__(_RankRun)
+    run.world, run.opts, run.group = 2, OPTS, Group()
+    replies = run._request({"type": "call", "nonce": "this-call"}, [{}, {}])
+    assert judge.check_reply(replies[0][0]) is None
+    assert judge.check_reply(replies[1][0]).reason == "protocol"
