@@ -98,7 +98,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     opts = VerifyOptions(device=args.device, tier=args.tier, call_timeout_s=args.call_timeout,
                          import_timeout_s=args.import_timeout, seed=args.seed, max_cases=args.max_cases,
                          graph_check=False if args.no_graph else None, compile_check=not args.no_compile,
-                         world_size=args.world_size)
+                         world_size=args.world_size, arena=_arena_shapes(args.arena) if args.arena else None)
     if args.device.startswith("cuda"):
         import torch
 
@@ -107,6 +107,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
     report = verify_bundle(bundle, opts)
     _emit(args, report.to_json(), report.render())
     return EXIT_OK if report.passed else EXIT_FAIL
+
+
+def _arena_shapes(path: str):  # noqa: ANN202 - ArenaShapes, imported lazily
+    """The token counts of an arena config, read here in the CLI layer (the library never imports
+    arena/) and handed to verify as plain numbers."""
+    from cacheon_subnet.verify.shapes import from_arena_config
+
+    try:
+        from arena.config import load_config
+    except ImportError as e:
+        raise UsageError(f"--arena {path}: the arena package is not importable here ({e})") from None
+    return from_arena_config(load_config(path))
 
 
 @command("bench")
@@ -171,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-cases", type=int)
     s.add_argument("--no-graph", action="store_true", help="skip CUDA graph capture/replay")
     s.add_argument("--no-compile", action="store_true", help="skip torch.compile(fullgraph=True)")
+    s.add_argument("--arena", metavar="CONFIG", help="configs/arena/<name>.toml: also verify every decode batch size "
+                   "and prefill size that arena runs (all of them on --device cuda, a sample on cpu)")
     s.add_argument("--world-size", type=int, metavar="N",
                    help="collective slots: ranks to verify on, one sandboxed process each (gloo on CPU, NCCL on "
                         "CUDA); default: each slot's declared world sizes. Usage error for single-rank slots")

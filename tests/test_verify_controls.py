@@ -79,7 +79,7 @@ class _FakeClient:
         self.reply = reply
 
     def request(self, msg, tensors, timeout_s):
-        return self.reply, {}
+        return {**self.reply, "nonce": msg.get("nonce")}, {}
 
 
 def test_compile_gate_maps_worker_failures():
@@ -90,8 +90,17 @@ def test_compile_gate_maps_worker_failures():
     run = _Run(bundle, OPTS, seed=1)
     run.client = _FakeClient({"type": "result", "ok": False, "reason": "exception", "error": "Unsupported: dynamo"})
     spec = get_slot("norm.rmsnorm")
-    f = run._compile_trial(bundle.manifest.ops[0], spec, "bfloat16", spec.cases("verify")[0])
+    f = _compile(run, bundle, spec)
     assert f is not None and f.reason == "compile" and f.stage == "compile"
     run.client = _FakeClient({"type": "result", "ok": True, "returned": None, "host_sync": [], "aliases": []})
-    f = run._compile_trial(bundle.manifest.ops[0], spec, "bfloat16", spec.cases("verify")[0])
+    f = _compile(run, bundle, spec)
     assert f is not None and f.reason == "protocol"  # no tensors came back: never a silent pass
+
+
+def _compile(run, bundle, spec):
+    from cacheon_subnet.verify.op_trials import OpTrials
+    from cacheon_subnet.verify.trials import Trial
+
+    case = spec.cases("verify")[0]
+    trial = Trial("compile", 0, "bfloat16", watch=False)
+    return OpTrials(run, bundle.manifest.ops[0], spec, [case], [trial], None).run()

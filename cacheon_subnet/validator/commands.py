@@ -98,7 +98,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     qualifier = load_qualifier(args.arena)
     config = ValidatorConfig(netuid=args.netuid, hotkey=hotkey, state_dir=Path(args.state_dir),
                              interval_s=args.interval, screen_device=args.screen_device)
-    validator = Validator(config, backend, qualifier)
+    validator = Validator(config, backend, qualifier, screener=_screener(args.arena, config))
     try:
         if args.once:
             summary = validator.run_once()
@@ -111,6 +111,25 @@ def run_from_args(args: argparse.Namespace) -> int:
         return 0
     finally:
         validator.close()
+
+
+def _screener(arena_path: str, config: Any) -> Any:
+    """With a GPU arena, screening verifies the token counts that arena runs (verify/shapes.py);
+    None (the loop's default screener) for the CPU arena."""
+    if arena_path == "cpu" or not Path(arena_path).is_file():
+        return None
+    from cacheon_subnet.validator.screen import VerifyScreener
+    from cacheon_subnet.verify.shapes import from_arena_config
+
+    try:
+        from arena.config import load_config
+    except ImportError:
+        return None  # load_qualifier already refused a GPU config without the arena package
+    try:
+        shapes = from_arena_config(load_config(arena_path))
+    except CacheonError:
+        return None  # a kind = "cpu" config (slot-level timing): the tier cases are its shapes
+    return VerifyScreener(device=config.screen_device, max_cases=config.verify_max_cases, arena=shapes)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

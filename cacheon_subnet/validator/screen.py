@@ -52,12 +52,13 @@ class VerifyScreener:
     call_timeout_s: float = 120.0
     import_timeout_s: float = 120.0
     max_cases: int | None = None
+    arena: Any = None  # verify.shapes.ArenaShapes of the configured GPU arena: verify its token counts too
 
     def __call__(self, bundle: Bundle) -> ScreenResult:
         from cacheon_subnet.verify import VerifyOptions, verify_bundle
 
         opts = VerifyOptions(device=self.device, call_timeout_s=self.call_timeout_s,
-                             import_timeout_s=self.import_timeout_s, max_cases=self.max_cases)
+                             import_timeout_s=self.import_timeout_s, max_cases=self.max_cases, arena=self.arena)
         report = verify_bundle(bundle, opts)
         detail = {"status": report.status, "device": report.device, "tier": report.tier,
                   "duration_s": round(report.duration_s, 3),

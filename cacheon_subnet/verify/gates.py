@@ -1,6 +1,7 @@
-"""The order of the per-op gates, shared by single-rank (runner.py) and multi-rank (multirank.py)
-verification so the two can never drift apart: per dtype, every case eagerly, then the
-torch.compile trace, then CUDA graph capture/replay on the first two cases."""
+"""Case selection for both verify paths, and the gate order of multi-rank verification: per dtype,
+every case eagerly (cases already shuffled and extended by shapes.plan_cases), then the
+torch.compile trace, then CUDA graph capture/replay on two cases. Single-rank verification runs
+the interleaved, secret schedule of trials.py instead (op_trials.py)."""
 
 from __future__ import annotations
 

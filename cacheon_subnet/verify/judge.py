@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
 from cacheon_subnet.slots.compare import compare, nonfinite_count
-from cacheon_subnet.slots.spec import SlotSpec
+from cacheon_subnet.slots.spec import SlotSpec, dtype_of
 from cacheon_subnet.tensor_views import tensor_digest
 from cacheon_subnet.verify.report import Failure
 
@@ -33,18 +34,57 @@ def bit_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool((a == b).all())
 
 
-def check_reply(reply: Mapping[str, Any]) -> Failure | None:
-    """Failures the worker observed directly (exceptions, syncs, aliasing, return values)."""
-    if not reply.get("ok"):
-        return Failure(reply.get("reason", "exception"), str(reply.get("error", ""))[-900:])
+# Reasons a worker may report for its own failure; anything else is a protocol violation.
+WORKER_REASONS = frozenset({"exception", "host_sync", "graph_capture", "graph_replay", "import_error", "entry_missing"})
+_FLAG_LISTS = ("mutated_inputs", "host_sync", "aliases")
+
+
+def check_nonce(reply: Any, nonce: str) -> Failure | None:
+    """A reply answers exactly the request that carried `nonce` (random per call): one replayed,
+    queued ahead of its request or pre-computed is refused before any tensor is looked at."""
+    got = reply.get("nonce") if isinstance(reply, Mapping) else None
+    if got != nonce:
+        return Failure("protocol", f"reply carries nonce {str(got)[:40]!r}, not this call's: it answers another request")
+    return None
+
+
+def check_reply(reply: Any) -> Failure | None:
+    """Failures the worker reported about itself (exceptions, syncs, aliasing, return values).
+    These can only fail a trial: a PASS is decided by check_outputs/check_pair on the tensors the
+    host reads back, never by a flag. Malformed replies fail closed (protocol)."""
+    if not isinstance(reply, Mapping):
+        return Failure("protocol", f"reply is a {type(reply).__name__}, not an object")
+    ok = reply.get("ok")
+    if ok is not True:
+        reason = reply.get("reason", "exception")
+        detail = str(reply.get("error", ""))[-900:]
+        if ok is not False or reason not in WORKER_REASONS:
+            return Failure("protocol", f"malformed reply (ok={str(ok)[:20]!r}, reason={str(reason)[:40]!r}): {detail[-400:]}")
+        return Failure(reason, detail)
+    for key in _FLAG_LISTS:
+        v = reply.get(key)
+        if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+            return Failure("protocol", f"reply field {key!r} is not a list of strings")
+    returned = reply.get("returned")
+    if returned is not None and not isinstance(returned, str):
+        return Failure("protocol", "reply field 'returned' is not a string")
     if reply.get("mutated_inputs"):
         return Failure("input_mutated", f"{reply['mutated_inputs']} changed (digest differs) but the slot declares them read-only")
-    if reply.get("returned"):
-        return Failure("return_value", f"kernel returned {reply['returned']}; write into out/inout args and return None")
+    if returned:
+        return Failure("return_value", f"kernel returned {returned}; write into out/inout args and return None")
     if reply.get("host_sync"):
         return Failure("host_sync", "; ".join(reply["host_sync"][:3]))
     if reply.get("aliases"):
         return Failure("output_aliasing", "; ".join(reply["aliases"][:3]))
+    return None
+
+
+def check_graph_keys(spec: SlotSpec, out: Mapping[str, torch.Tensor], replays: int) -> Failure | None:
+    """A graph reply holds exactly r<i>.<written arg> for every replay: nothing missing, nothing else."""
+    want = {f"r{i}.{a.name}" for i in range(replays) for a in spec.args if a.written}
+    if set(out) != want:
+        missing, extra = sorted(want - set(out))[:4], sorted(set(out) - want)[:4]
+        return Failure("protocol", f"graph reply tensors: missing {missing}, unexpected {extra}")
     return None
 
 
@@ -80,6 +120,18 @@ def unwritten(t1: torch.Tensor, t2: torch.Tensor) -> int:
     return int((first & (t2 == p2)).sum())
 
 
+def still_poisoned(spec: SlotSpec, got: Mapping[str, torch.Tensor]) -> str | None:
+    """Out args that still hold poison 1 (-31337 / 0x3C3C3C3C) after a call handed them poison 1:
+    names a failed call's cause (never written) instead of the mismatch it shows as."""
+    for a in spec.by_role("out"):
+        t = got.get(a.name)
+        if t is not None and t.dtype != torch.bool:
+            n = int((t == poison_value(t.dtype, 1)).sum())
+            if n:
+                return f"{a.name}: {n} of {t.numel()} elements never written"
+    return None
+
+
 def check_pair(spec: SlotSpec, act: str, sent: Mapping[str, torch.Tensor], r1: Mapping[str, torch.Tensor],
                r2: Mapping[str, torch.Tensor], ref: Mapping[str, torch.Tensor]) -> Failure | None:
     """Two runs on identical inputs with different poisons: writes, NaN, determinism, accuracy."""
@@ -108,6 +160,11 @@ def check_outputs(spec: SlotSpec, act: str, got: Mapping[str, torch.Tensor], ref
     if missing:
         return Failure("protocol", f"worker did not return {missing}")
     for a in spec.args:
+        want = a.torch_dtype(dtype_of(act))
+        if a.written and got[a.name].dtype != want:
+            # a wider dtype than the engine's buffer would be judged on precision it never gets
+            return Failure("protocol", f"{a.name} came back as {got[a.name].dtype}, the slot writes {want}")
+    for a in spec.args:
         if a.written:
             n = nonfinite_count(got[a.name])
             if n:
@@ -121,6 +178,19 @@ def check_outputs(spec: SlotSpec, act: str, got: Mapping[str, torch.Tensor], ref
         if not c.ok:
             where = f" first bad index {c.first_bad}" if c.first_bad else ""
             return Failure("mismatch", f"{name}: {c.detail}{where}")
+    return None
+
+
+def check_digests(spec: SlotSpec, reply: Any) -> Failure | None:
+    """Digests stand in for large read-only inputs only: one for an output or an unknown name
+    would let the host's own copy of an input stand in for a result."""
+    digests = reply.get("digests") if isinstance(reply, Mapping) else None
+    if digests is None:
+        return None
+    names = {a.name for a in spec.by_role("in")}
+    if not isinstance(digests, dict) or not all(isinstance(k, str) and k in names and isinstance(v, str)
+                                                for k, v in digests.items()):
+        return Failure("protocol", "reply digests name something other than a read-only input")
     return None
 
 

@@ -1,10 +1,15 @@
 """`cacheon verify`: everything a validator would reject, checked locally and in the same way.
 
 Order: bundle rules + manifest (on load) -> static policy -> sandboxed import with a timeout ->
-per op, dtype and workload shape: fresh inputs every trial, poisoned outputs, read-only
-inputs, aliasing, NaN/Inf, tolerance vs the fp32 reference, run-to-run determinism ->
-torch.compile(fullgraph=True) of the dispatch path -> on CUDA, graph capture + replay with
-new values in the graph-dynamic inputs. A bundle whose code fails the static scan is never run.
+per op: the shapes of shapes.py (tier cases, every arena token count on CUDA, a sample on CPU)
+in every claimed dtype, run as one shuffled schedule (trials.py) drawn from the secret seed: a
+random number of calls per (shape, dtype), fresh inputs every call except one identical-input
+pair (poisons 0/1: partial writes, determinism) and twins that share rows with it (memo keys),
+read-only inputs, aliasing, NaN/Inf, tolerance vs the fp32 reference; torch.compile(fullgraph=
+True) of the dispatch path and, on CUDA, graph capture + replays with new graph-dynamic values,
+interleaved at random positions. Every request carries a nonce its reply must echo; the host
+judges the tensors it reads back (op_trials.py, judge.py). A bundle whose code fails the static
+scan is never run.
 Collective slots run the same gates on one sandboxed worker per rank (multirank.py), at the
 slot's declared world sizes or at `world_size` when given.
 """
@@ -12,6 +17,7 @@ slot's declared world sizes or at `world_size` when given.
 from __future__ import annotations
 
 import dataclasses
+import random
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -19,18 +25,26 @@ from typing import Any
 
 import torch
 
+from cacheon_subnet import sandbox
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.gen import seed_generator
-from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_name, dtype_of
+from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_name
 from cacheon_subnet.tensor_views import rebase
 from cacheon_subnet.verify import judge, policy
-from cacheon_subnet.verify.client import WorkerClient, WorkerConfig, WorkerDied, WorkerTimeout
-from cacheon_subnet.verify.gates import graph_enabled, run_gates, select_cases
+from cacheon_subnet.verify.client import (
+    WorkerClient,
+    WorkerConfig,
+    WorkerDied,
+    WorkerTimeout,
+)
+from cacheon_subnet.verify.gates import graph_enabled, select_cases
 from cacheon_subnet.verify.multirank import plan_ranks, verify_collective
+from cacheon_subnet.verify.op_trials import OpTrials as _OpTrials
 from cacheon_subnet.verify.report import Failure, OpResult, VerifyReport
-from cacheon_subnet import sandbox
+from cacheon_subnet.verify.shapes import ArenaShapes, plan_cases
+from cacheon_subnet.verify.trials import Budget, graph_picks, schedule
 
 log = get_logger("cacheon.verify")
 
@@ -47,6 +61,8 @@ class VerifyOptions:
     seed: int | None = None
     max_cases: int | None = None
     world_size: int | None = None  # collective slots only; default: each slot's declared world sizes
+    arena: ArenaShapes | None = None  # token counts an arena runs (cacheon verify --arena CONFIG)
+    budget: Budget | None = None  # calls per case / soak; default by device (trials.py)
     policy: sandbox.SandboxPolicy = field(default_factory=sandbox.SandboxPolicy)
 
     @property
@@ -102,6 +118,13 @@ def _run_all(bundle: Bundle, opts: VerifyOptions, seed: int, plan: dict[int, lis
     return merged, env
 
 
+def _load_failure(loaded: Any) -> Failure:
+    """The worker's own import failure, or protocol when its load reply is malformed."""
+    if isinstance(loaded, dict) and loaded.get("ok") is False and loaded.get("reason") in ("import_error", "entry_missing"):
+        return Failure(loaded["reason"], str(loaded.get("error", ""))[-900:])
+    return Failure("protocol", f"malformed load reply for this op: {str(loaded)[:200]}")
+
+
 def _op_result(op: OpEntry, status: str, calls: int, cases: int, failure: Failure | None) -> OpResult:
     return OpResult(op.key, op.slot, op.entry, op.dtypes, status, calls, cases, failure)
 
@@ -114,6 +137,7 @@ class _Run:
         self.seed = seed
         self.counter = 0
         self.calls = 0
+        self._stage = ""
         self.client = WorkerClient(bundle, WorkerConfig(device=opts.device, policy=opts.policy))
 
     def close(self) -> None:
@@ -135,114 +159,73 @@ class _Run:
         except WorkerDied as e:
             return [_op_result(o, "FAIL", 0, 0, Failure("crashed", str(e)[-900:])) for o in ops], {}
         results: list[OpResult] = []
+        table = reply.get("results") if isinstance(reply, dict) else None
         for op in ops:
-            loaded = reply["results"][op.key]
-            if not loaded["ok"]:
-                results.append(_op_result(op, "FAIL", 0, 0, Failure(loaded["reason"], loaded["error"])))
+            loaded = table.get(op.key) if isinstance(table, dict) else None
+            if not isinstance(loaded, dict) or loaded.get("ok") is not True:
+                results.append(_op_result(op, "FAIL", 0, 0, _load_failure(loaded)))
                 continue
             if not self.client.alive:
                 results.append(_op_result(op, "FAIL", 0, 0, Failure("not_run", "worker stopped after an earlier failure")))
                 continue
             results.append(self.check_op(op))
-        return results, reply.get("env", {})
+        env = reply.get("env")  # worker-reported and informational: no verdict reads it
+        return results, env if isinstance(env, dict) else {}
 
     # -- one op ----------------------------------------------------------------------------
     def check_op(self, op: OpEntry) -> OpResult:
         spec = get_slot(op.slot)
-        cases = select_cases(spec, op, self.opts.resolved_tier, self.opts.max_cases)
-        if not cases:
+        tier = self.opts.resolved_tier
+        base = select_cases(spec, op, tier, self.opts.max_cases)
+        if not base:
             return _op_result(op, "FAIL", 0, 0, Failure("no_cases", f"constraints {op.constraints} exclude every shape"))
+        rng = random.Random(f"{self.seed}:{op.key}")  # str seeds hash with SHA-512: same plan for the same seed
+        pool = [c for c in spec.cases(tier) if op.eligible(c.dims)]
+        planned = plan_cases(spec, base, op.dtypes, rng, gpu=self.gpu, arena=self.opts.arena, eligible=op.eligible,
+                             pool=pool)
+        budget = self.opts.budget or Budget.for_device(self.opts.device)
+        graphs = graph_picks(len(planned), [i for i, p in enumerate(planned) if p.kind == "decode"], rng, budget) \
+            if graph_enabled(self.opts.graph_check, self.opts.device) else []
+        largest = [i for i, p in enumerate(planned) if p.origin == "largest"]
+        plan = schedule([(i, p.dtypes) for i, p in enumerate(planned)], rng, budget,
+                        compile_check=self.opts.compile_check, graph_cases=graphs, pair_only=largest)
         start_calls = self.calls
-        log.info("verify.op", op=op.key, cases=len(cases), dtypes=list(op.dtypes))
+        log.info("verify.op", op=op.key, cases=len(planned), dtypes=list(op.dtypes), trials=len(plan))
         failure = None
         try:
-            failure = self._check_all(op, spec, cases)
+            failure = _OpTrials(self, op, spec, [p.case for p in planned], plan, rng).run()
         except WorkerTimeout as e:
-            failure = Failure("timeout", str(e), stage=getattr(self, "_stage", ""))
+            failure = Failure("timeout", str(e), stage=self._stage)
         except WorkerDied as e:
-            failure = Failure("crashed", str(e)[-900:], stage=getattr(self, "_stage", ""))
+            failure = Failure("crashed", str(e)[-900:], stage=self._stage)
         status = "FAIL" if failure else "PASS"
-        return _op_result(op, status, self.calls - start_calls, len(cases), failure)
+        return _op_result(op, status, self.calls - start_calls, len(planned), failure)
 
-    def _check_all(self, op: OpEntry, spec: SlotSpec, cases: list[ShapeCase]) -> Failure | None:
-        return run_gates(op.dtypes, cases, compile_check=self.opts.compile_check,
-                         graph_check=graph_enabled(self.opts.graph_check, self.opts.device),
-                         eager=lambda act, c: self._eager_trials(op, spec, act, c),
-                         compile_trial=lambda act, c: self._compile_trial(op, spec, act, c),
-                         graph_trial=lambda act, c: self._graph_trial(op, spec, act, c))
+    @property
+    def gpu(self) -> bool:
+        return self.opts.device.startswith("cuda")
 
-    def _call(self, op: OpEntry, spec: SlotSpec, act: torch.dtype, case: ShapeCase, inputs: dict[str, torch.Tensor],
-              poison: int, watch_sync: bool, mode: str = "eager") -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-        alloc = {a.name: {"dtype": dtype_name(a.torch_dtype(act)), "shape": list(a.concrete_shape(case.dims)), "poison": poison}
-                 for a in spec.args if a.role in ("out", "scratch")}
+    def request(self, msg: dict[str, Any], tensors: dict[str, torch.Tensor] | None
+                ) -> tuple[dict[str, Any], dict[str, torch.Tensor], Failure | None]:
+        """One call with a fresh nonce; a reply that does not carry it answers some other request
+        (replayed, queued ahead or pre-computed) and fails closed as a protocol violation."""
+        nonce = secrets.token_hex(16)
+        reply, out = self.client.request({**msg, "nonce": nonce}, tensors, self.opts.call_timeout_s)
+        return reply, out, judge.check_nonce(reply, nonce)
+
+    def call(self, op: OpEntry, spec: SlotSpec, act: torch.dtype, case: ShapeCase, inputs: dict[str, torch.Tensor],
+             poison: int, watch_sync: bool, mode: str = "eager", noise: int = 0) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        alloc = {a.name: {"dtype": dtype_name(a.torch_dtype(act)), "shape": list(a.concrete_shape(case.dims)),
+                          "poison": poison, "noise_seed": noise} for a in spec.args if a.role in ("out", "scratch")}
         msg = {"type": "call", "op": op.key, "params": dict(case.params), "alloc": alloc, "watch_sync": watch_sync, "mode": mode}
         self.calls += 1
-        reply, tensors = self.client.request(msg, inputs, self.opts.call_timeout_s)
+        reply, tensors, bad = self.request(msg, rebase(inputs))
+        bad = bad or judge.check_digests(spec, reply)
+        if bad:
+            return {"type": "result", "ok": False, "reason": bad.reason, "error": bad.detail}, {}
         judge.merge_digests(reply, tensors, inputs)
         return reply, tensors
 
-    def _inputs(self, spec: SlotSpec, case: ShapeCase, act: torch.dtype) -> dict[str, torch.Tensor]:
+    def inputs(self, spec: SlotSpec, case: ShapeCase, act: torch.dtype) -> dict[str, torch.Tensor]:
         inputs = spec.make_inputs(case, act, self.generator())
         return {k: v for k, v in inputs.items() if spec.arg(k).role in ("in", "inout")}
-
-    def _eager_trials(self, op: OpEntry, spec: SlotSpec, act_name: str, case: ShapeCase) -> Failure | None:
-        act = dtype_of(act_name)
-        where = dict(case=case.label, dtype=act_name)
-        self._stage = f"eager {act_name} {case.label}"
-        inputs = self._inputs(spec, case, act)
-        ref = spec.reference(inputs, case.params)
-        got = []
-        for poison, watch in ((0, False), (1, True)):
-            reply, tensors = self._call(op, spec, act, case, rebase(inputs), poison, watch)
-            f = judge.check_reply(reply)
-            if f:
-                return Failure(f.reason, f.detail, stage="eager", **where)
-            got.append(tensors)
-        f = judge.check_pair(spec, act_name, inputs, got[0], got[1], ref)
-        if f:
-            return Failure(f.reason, f.detail, stage="eager", **where)
-        fresh = self._inputs(spec, case, act)
-        reply, tensors = self._call(op, spec, act, case, rebase(fresh), 0, True)
-        f = judge.check_reply(reply) or judge.check_inputs_untouched(spec, fresh, tensors) or judge.check_outputs(
-            spec, act_name, tensors, spec.reference(fresh, case.params))
-        return Failure(f.reason, f.detail, stage="eager-fresh", **where) if f else None
-
-    def _compile_trial(self, op: OpEntry, spec: SlotSpec, act_name: str, case: ShapeCase) -> Failure | None:
-        act = dtype_of(act_name)
-        self._stage = f"compile {act_name} {case.label}"
-        inputs = self._inputs(spec, case, act)
-        reply, tensors = self._call(op, spec, act, case, rebase(inputs), 0, False, mode="compile")
-        f = judge.check_reply(reply)
-        if f:
-            reason = "compile" if f.reason == "exception" else f.reason
-            return Failure(reason, f.detail, stage="compile", case=case.label, dtype=act_name)
-        f = judge.check_outputs(spec, act_name, tensors, spec.reference(inputs, case.params))
-        return Failure(f.reason, f.detail, stage="compile", case=case.label, dtype=act_name) if f else None
-
-    def _graph_trial(self, op: OpEntry, spec: SlotSpec, act_name: str, case: ShapeCase) -> Failure | None:
-        act = dtype_of(act_name)
-        self._stage = f"graph {act_name} {case.label}"
-        capture = self._inputs(spec, case, act)
-        dynamic = {a.name for a in spec.args if a.graph_dynamic or a.role == "inout"}
-        tensors = rebase(capture)
-        replays = []
-        for i in range(self.opts.graph_replays):
-            fresh = self._inputs(spec, case, act)
-            merged = {k: (fresh[k] if k in dynamic else capture[k]) for k in capture}
-            replays.append(merged)
-            for k, v in rebase({k: fresh[k] for k in sorted(dynamic & set(fresh))}).items():
-                tensors[f"r{i}.{k}"] = v
-        alloc = {a.name: {"dtype": dtype_name(a.torch_dtype(act)), "shape": list(a.concrete_shape(case.dims)), "poison": 0}
-                 for a in spec.args if a.role in ("out", "scratch")}
-        msg = {"type": "graph", "op": op.key, "params": dict(case.params), "alloc": alloc, "replays": len(replays)}
-        self.calls += 1 + len(replays)
-        reply, out = self.client.request(msg, tensors, self.opts.call_timeout_s)
-        f = judge.check_reply(reply)
-        if f:
-            return Failure(f.reason, f.detail, stage="graph", case=case.label, dtype=act_name)
-        for i, merged in enumerate(replays):
-            got = {k.split(".", 1)[1]: v for k, v in out.items() if k.startswith(f"r{i}.")}
-            f = judge.check_outputs(spec, act_name, got, spec.reference(merged, case.params))
-            if f:
-                return Failure("graph_replay", f"replay {i}: {f}", stage="graph", case=case.label, dtype=act_name)
-        return None

@@ -114,11 +114,11 @@ class Worker:
         params = self._params(spec, msg, by_name=msg.get("mode") == "compile")
         reply = self._invoke(spec, fn, args, params, watch_sync=bool(msg.get("watch_sync")))
         if not reply["ok"]:
-            wire.send(self.fd, reply)
+            self._send(msg, reply)
             return
         big = {a.name for a in spec.args if a.role == "in" and args[a.name].numel() * args[a.name].element_size() > BIG_INPUT}
         reply["digests"] = {k: tensor_digest(args[k]) for k in sorted(big)}
-        wire.send(self.fd, reply, {k: v.detach().cpu() for k, v in args.items() if k not in big})
+        self._send(msg, reply, {k: v.detach().cpu() for k, v in args.items() if k not in big})
 
     def on_graph(self, msg: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
         """Capture one call in a CUDA graph, then replay it with new graph-dynamic values."""
@@ -129,14 +129,14 @@ class Worker:
         try:
             warm = self._invoke(spec, fn, rebase(args), params, watch_sync=False)
             if not warm["ok"]:
-                wire.send(self.fd, warm)
+                self._send(msg, warm)
                 return
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 fn(**args, **params)
         except BaseException as e:  # noqa: BLE001
-            wire.send(self.fd, {"type": "result", "ok": False, "reason": "graph_capture", "error": _tail(e)})
+            self._send(msg, {"type": "result", "ok": False, "reason": "graph_capture", "error": _tail(e)})
             return
         try:
             for i in range(int(msg["replays"])):
@@ -151,9 +151,9 @@ class Worker:
                     if a.written:
                         out[f"r{i}.{a.name}"] = args[a.name].detach().cpu().clone()
         except BaseException as e:  # noqa: BLE001
-            wire.send(self.fd, {"type": "result", "ok": False, "reason": "graph_replay", "error": _tail(e)})
+            self._send(msg, {"type": "result", "ok": False, "reason": "graph_replay", "error": _tail(e)})
             return
-        wire.send(self.fd, {"type": "result", "ok": True}, out)
+        self._send(msg, {"type": "result", "ok": True}, out)
 
     def on_bench(self, msg: dict[str, Any], _: dict) -> None:
         from cacheon_subnet.bench_timing import run_bench_request
@@ -166,12 +166,17 @@ class Worker:
         wire.send(self.fd, reply, tensors)
 
     # -- helpers ----------------------------------------------------------------------------
+    def _send(self, msg: dict[str, Any], reply: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None) -> None:
+        """Echo the request's nonce: the host refuses a reply that does not answer this call."""
+        wire.send(self.fd, {**reply, "nonce": msg.get("nonce")}, tensors)
+
     def _materialise(self, spec: SlotSpec, msg: dict[str, Any], tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Inputs to the device (views preserved); outputs allocated and poisoned; scratch filled."""
         args = rebase(tensors, self.device)
         for name, a in msg.get("alloc", {}).items():
             t = torch.empty(a["shape"], dtype=dtype_of(a["dtype"]), device=self.device)
-            args[name] = t.fill_(_poison(t.dtype, int(a.get("poison", 0))))
+            which = int(a.get("poison", 0))
+            args[name] = _noise(t, int(a.get("noise_seed", 0))) if which == 2 else t.fill_(_poison(t.dtype, which))
         return args
 
     def _invoke(self, spec: SlotSpec, fn: Callable[..., Any], args: dict[str, torch.Tensor],
@@ -227,6 +232,15 @@ def _poison(dtype: torch.dtype, which: int) -> float | int | bool:
     if dtype == torch.bool:
         return which == 0
     return -0x5A5A5A5A if which == 0 else 0x3C3C3C3C
+
+
+def _noise(t: torch.Tensor, seed: int) -> torch.Tensor:
+    """Poison 2: data-like values (what a live engine buffer holds), so a kernel cannot tell a
+    verify call from an engine call by looking for NaN or -31337 in its output."""
+    g = torch.Generator().manual_seed(seed)
+    if t.dtype.is_floating_point:
+        return t.copy_(torch.randn(t.shape, generator=g))
+    return t.copy_(torch.randint(0, 2 if t.dtype == torch.bool else 1 << 15, t.shape, generator=g))
 
 
 def _tail(e: BaseException, limit: int = 1500) -> str:

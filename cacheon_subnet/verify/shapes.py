@@ -1,0 +1,200 @@
+"""Which shapes verify runs: the slot's tier cases plus every token count the arena will run.
+
+A kernel is only known good at the extents it was checked at; the arena captures decode graphs
+at each `cuda_graph_bs` and prefills chunks far larger than the tier cases. `ArenaShapes` holds
+those numbers as plain integers (the CLI reads the arena config; cacheon_subnet never imports
+arena/). The slot's own cases are templates: `resize` re-targets one to another token count.
+
+GPU tier: every decode batch size and every listed prefill size, each on a random template of the
+arena's profile, every dtype; plus one random odd decode and prefill size. CPU tier (Triton
+interpreter, about 4 ms per row-program): the largest arena size (the largest that fits
+CPU_MAX_CASE_BYTES), one odd size and one random arena size of at most 1024 tokens, each in one
+random dtype, the largest with only its identical-input pair; without an arena, one odd decode
+or prefill size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cacheon_subnet.errors import UsageError
+from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_of
+
+
+# SGLang 0.5.13's capture list when cuda_graph_bs is unset: [1, 2, 4, 8, 12] + range(16, 257, 8)
+# (36 sizes), cut at cuda_graph_max_bs.
+def sglang_default_graph_bs(max_bs: int) -> tuple[int, ...]:
+    return tuple(b for b in [1, 2, 4, 8, 12] + list(range(16, 257, 8)) if b <= max_bs)
+
+
+# SGLang's default max_prefill_tokens: no prefill forward of the arena holds more tokens (its
+# default chunked_prefill_size on an H200 is smaller still), so this bounds the largest T.
+SGLANG_MAX_PREFILL_TOKENS = 16384
+FUSED_AR_NORM_MAX_TOKENS = 2048  # collective.ar_residual_rmsnorm: SGLang fuses only up to this
+# Without an arena: the odd sizes drawn on each tier (decode, prefill) ranges.
+CPU_ODD_MAX = 511
+CPU_SAMPLE_MAX = 1024  # CPU tier: the random arena size is drawn among those up to this many tokens
+# CPU tier: the largest arena size that moves at most this much (inputs + outputs): rmsnorm at
+# 16384 x 1024 bf16 fits (~60 s a call in the interpreter); heavier slots get their largest size
+# that fits, and the GPU tier runs every size.
+CPU_MAX_CASE_BYTES = 80 << 20
+ODD_RANGES = {"cpu": ((3, 63), (35, 127)), "gpu": ((3, 255), (513, 4095))}
+
+
+@dataclass(frozen=True)
+class ArenaShapes:
+    """Token counts one arena runs through every slot: decode batch sizes (one token each) and
+    prefill forward sizes; `profile` picks the slot cases used as templates."""
+
+    profile: str
+    decode_batches: tuple[int, ...]
+    prefill_tokens: tuple[int, ...]
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        for field_name in ("decode_batches", "prefill_tokens"):
+            values = tuple(getattr(self, field_name))
+            if not values or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in values):
+                raise UsageError(f"arena shapes {self.name or self.profile}: {field_name} must be positive integers, "
+                                 f"got {values!r}")
+            object.__setattr__(self, field_name, tuple(sorted(set(values))))
+
+    @property
+    def largest(self) -> tuple[str, int]:
+        d, p = self.decode_batches[-1], self.prefill_tokens[-1]
+        return ("prefill", p) if p >= d else ("decode", d)
+
+    def sizes(self) -> tuple[tuple[str, int], ...]:
+        return tuple(("decode", n) for n in self.decode_batches) + tuple(("prefill", n) for n in self.prefill_tokens)
+
+
+def from_arena_config(cfg: Any) -> ArenaShapes:
+    """ArenaShapes from an arena.config.ArenaConfig (duck-typed: this package never imports arena).
+    Prefill: the largest forward (min(prompts_per_window x input_len, SGLang's max_prefill_tokens)),
+    one prompt, 2, 4, 8, ... prompts, one quality prompt and the quality batch; the odd sizes
+    plan_cases adds cover what lies between."""
+    e, w, q = cfg.engine, cfg.workload, cfg.quality
+    decode = tuple(e.cuda_graph_bs) or sglang_default_graph_bs(e.cuda_graph_max_bs)
+    if not e.cuda_graph:
+        decode = tuple(sorted({1, e.max_running_requests} | set(sglang_default_graph_bs(e.max_running_requests))))
+    top = min(w.prompts_per_window * w.input_len, SGLANG_MAX_PREFILL_TOKENS)
+    qtop = min(q.prompts * q.input_len, SGLANG_MAX_PREFILL_TOKENS)
+    prefill = {top, min(w.input_len, top), min(q.input_len, qtop), qtop}
+    k = 1
+    while w.input_len * k <= top:  # whole batches of 1, 2, 4, ... prompts (every size would cost too much)
+        prefill.add(w.input_len * k)
+        k *= 2
+    return ArenaShapes(profile=cfg.model.profile, decode_batches=decode, prefill_tokens=tuple(prefill),
+                       name=getattr(cfg, "name", ""))
+
+
+# -- re-targeting a slot case -----------------------------------------------------------------
+def token_count(spec: SlotSpec, case: ShapeCase) -> int | None:
+    if spec.id == "attention.decode":
+        return case.dims["B"]
+    return case.dims.get("T")
+
+
+def resize(spec: SlotSpec, case: ShapeCase, kind: str, n: int) -> ShapeCase | None:
+    """`case` at `n` tokens (decode: n requests of one token), or None where the slot never sees
+    that size (attention.decode has no prefill; the fused all-reduce norm stops at 2048 tokens)."""
+    if spec.id == "attention.decode":
+        if kind != "decode":
+            return None
+        ctx = case.dims["N"] // case.dims["B"]
+        tokens = n * ctx  # as attention._cases: kv_indices holds batch x context, the pool a quarter more
+        dims = {**case.dims, "B": n, "N": tokens, "S": tokens + tokens // 4 + 1}
+        return dataclasses.replace(case, label=f"{case.profile}/decode-bs{n}-ctx{ctx}", dims=dims)
+    if "T" not in case.dims:
+        return None
+    if spec.id == "collective.ar_residual_rmsnorm" and n > FUSED_AR_NORM_MAX_TOKENS:
+        return None
+    tail = case.label.rsplit("/", 1)[-1]
+    tag = "" if tail.startswith(("decode-", "prefill-")) else f"{tail.rstrip('0123456789-')}-"
+    name = f"decode-bs{n}" if kind == "decode" else f"prefill-{n}"
+    return dataclasses.replace(case, label=f"{case.profile}/{tag}{name}", dims={**case.dims, "T": n})
+
+
+def templates(spec: SlotSpec, cases: Sequence[ShapeCase], profile: str | None) -> list[ShapeCase]:
+    """Cases of `profile` that resize (all resizable cases when the slot has none of it)."""
+    usable = [c for c in cases if token_count(spec, c) is not None]
+    own = [c for c in usable if c.profile == profile]
+    return own or usable
+
+
+@dataclass(frozen=True)
+class PlannedCase:
+    case: ShapeCase
+    dtypes: tuple[str, ...]
+    origin: str  # "tier" | "arena" | "odd" | "largest"
+    kind: str = ""  # "decode" | "prefill" for re-targeted cases
+
+
+def plan_cases(spec: SlotSpec, base: Sequence[ShapeCase], dtypes: Sequence[str], rng: random.Random, *,
+               gpu: bool, arena: ArenaShapes | None, eligible: Any = None, pool: Sequence[ShapeCase] = (),
+               cpu_max_bytes: int = CPU_MAX_CASE_BYTES) -> list[PlannedCase]:
+    """Tier cases in every dtype, then the arena / odd sizes (see module doc). `pool`: the cases
+    templates are drawn from (default `base`); `eligible(dims)`: the op's constraints."""
+    out = [PlannedCase(c, tuple(dtypes), "tier") for c in base]
+    temps = templates(spec, list(pool) or list(base), arena.profile if arena else None)
+    if not temps:
+        return out
+    seen = {(c.label, tuple(sorted(c.dims.items()))) for c in base}
+    named = {token_count(spec, c) for c in list(pool) + list(base)} | {n for _, n in (arena.sizes() if arena else ())}
+    odd = _odd_sizes(rng, gpu, arena, named)
+    if gpu:
+        wanted = [(k, n, "arena") for k, n in (arena.sizes() if arena else ())] + [(k, n, "odd") for k, n in odd]
+    else:
+        wanted = [(k, n, "largest") for k, n in sorted(arena.sizes(), key=lambda x: -x[1])] if arena else []
+        small = [x for x in (arena.sizes() if arena else ()) if x[1] <= CPU_SAMPLE_MAX]
+        wanted += [(*rng.choice(small), "arena")] if small else []
+        wanted += [(k, n, "odd") for k, n in odd]
+    has_largest = False
+    for kind, n, origin in wanted:
+        if origin == "largest" and has_largest:
+            continue
+        c = resize(spec, rng.choice(temps), kind, n)
+        if c is None or (eligible is not None and not eligible(c.dims)):
+            continue
+        fits = [d for d in dtypes if gpu or spec.default_bytes(c, dtype_of(d)) <= cpu_max_bytes]
+        if not fits:
+            continue  # the interpreter would take minutes per call: the GPU tier covers this size
+        dts = tuple(dtypes) if gpu else (rng.choice(fits),)
+        has_largest = has_largest or origin == "largest"
+        key = (c.label, tuple(sorted(c.dims.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(PlannedCase(c, dts, origin, kind))
+    return out
+
+
+def _odd_sizes(rng: random.Random, gpu: bool, arena: ArenaShapes | None, named: set) -> list[tuple[str, int]]:
+    """One odd decode and one odd prefill size no list names: a kernel tuned to the listed sizes
+    alone meets a size it did not expect. On CPU, one of the two (cost)."""
+    if arena is not None:
+        d_hi, p_hi = max(3, arena.decode_batches[-1]), max(3, arena.prefill_tokens[-1])
+        if not gpu:  # the interpreter's cost is linear in rows: the largest size is the one big case
+            d_hi, p_hi = min(d_hi, CPU_ODD_MAX), min(p_hi, CPU_ODD_MAX)
+        ranges = ((3, d_hi), (3, p_hi))
+    else:
+        ranges = ODD_RANGES["gpu" if gpu else "cpu"]
+    picks = [("decode", _odd(rng, *ranges[0], named)), ("prefill", _odd(rng, *ranges[1], named))]
+    return picks if gpu else [rng.choice(picks)]
+
+
+def _odd(rng: random.Random, lo: int, hi: int, named: set) -> int:
+    """An odd size in [lo, hi] that no tier case or arena list names (when one exists)."""
+    lo |= 1
+    if hi < lo:
+        return lo
+    n = lo
+    for _ in range(64):
+        n = rng.randrange(lo, hi + 1, 2)
+        if n not in named:
+            break
+    return n

@@ -1,0 +1,23 @@
+"""Attack (verify trials): Memo keyed on the bytes of x's last row (defeats a prefix-only twin)."""
+
+import torch
+
+
+def _honest(x, weight, eps):
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+
+_memo = {}
+
+
+def rmsnorm(x, weight, out, eps):
+    st = x.untyped_storage()
+    row = x.shape[1] * x.element_size()
+    end = (x.storage_offset() + x.numel()) * x.element_size()
+    key = (tuple(x.shape), x.dtype, bytes(st[end - row:end]))
+    if key in _memo:
+        out.copy_(_memo[key])
+        return
+    y = _honest(x, weight, eps)
+    out.copy_(y)
+    _memo[key] = y.clone()

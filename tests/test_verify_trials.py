@@ -1,0 +1,205 @@
+"""The trial schedule and the shape plan (verify/trials.py, verify/shapes.py): no worker needed."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from cacheon_subnet.slots import all_slots, get_slot
+from cacheon_subnet.slots.gen import seed_generator
+from cacheon_subnet.verify import shapes
+from cacheon_subnet.verify.shapes import ArenaShapes, plan_cases, resize, token_count
+from cacheon_subnet.verify.trials import (
+    CPU_CALLS,
+    CPU_SOAK,
+    CUDA_CALLS,
+    CUDA_SOAK,
+    Budget,
+    schedule,
+    twin,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+CASES = [(0, ("bfloat16", "float16")), (1, ("bfloat16", "float16")), (2, ("bfloat16",))]
+
+
+def _plan(seed: int, device: str = "cpu", **kw):
+    return schedule(CASES, random.Random(seed), Budget.for_device(device), compile_check=True, **kw)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_calls_per_case_are_random_within_the_budget_with_one_soak(device):
+    calls, soak = (CPU_CALLS, CPU_SOAK) if device == "cpu" else (CUDA_CALLS, CUDA_SOAK)
+    seen = set()
+    for seed in range(40):
+        counts = Counter((t.case, t.dtype) for t in _plan(seed, device) if t.kind in ("pair", "fresh", "twin"))
+        long = [n for n in counts.values() if n > calls[1]]
+        assert len(long) <= 1 and all(soak[0] <= n <= soak[1] for n in long)
+        assert all(calls[0] <= n <= soak[1] for n in counts.values())
+        seen |= set(counts.values())
+    assert set(range(calls[0], calls[1] + 1)) <= seen  # the whole range is used
+
+
+def test_pair_twin_compile_per_case_and_dtype():
+    plan = _plan(3)
+    for i, dts in CASES:
+        for d in dts:
+            mine = [t for t in plan if (t.case, t.dtype) == (i, d)]
+            assert sorted(t.poison for t in mine if t.kind == "pair") == [0, 1]
+            assert any(t.kind == "twin" for t in mine)
+    assert Counter(t.dtype for t in plan if t.kind == "compile") == {"bfloat16": 1, "float16": 1}
+
+
+def test_schedule_is_seeded_and_interleaved():
+    assert _plan(5) == _plan(5)
+    assert _plan(5) != _plan(6)
+    order = [t.case for t in _plan(5)]
+    changes = sum(a != b for a, b in itertools.pairwise(order))
+    assert changes > len(set(order))  # cases revisited, not run one after another
+
+
+def test_largest_gets_only_its_pair_and_graph_cases_are_planned():
+    plan = _plan(1, "cuda", pair_only=(2,), graph_cases=(0,))
+    assert Counter(t.kind for t in plan if t.case == 2 and t.kind != "compile") == Counter(pair=2)
+    assert Counter(t.dtype for t in plan if t.kind == "graph") == {"bfloat16": 1, "float16": 1}
+
+
+def _inputs(slot: str, label_part: str, seed: int):
+    spec = get_slot(slot)
+    case = next(c for c in spec.cases("verify") if label_part in c.label)
+    inputs = spec.make_inputs(case, torch.bfloat16, seed_generator(seed))
+    return spec, {k: v for k, v in inputs.items() if spec.arg(k).role in ("in", "inout")}
+
+
+@pytest.mark.parametrize("mode", ["prefix", "suffix"])
+def test_twin_shares_a_block_of_rows_and_differs_elsewhere(mode):
+    _, src = _inputs("norm.rmsnorm", "qwen3-0.6b/decode-bs7", 1)
+    _, fresh = _inputs("norm.rmsnorm", "qwen3-0.6b/decode-bs7", 2)
+    t = twin(src, fresh, random.Random(0), mode)
+    same = (t["x"] == src["x"]).all(dim=1)
+    k = int(same.sum())
+    assert 1 <= k <= 6
+    assert bool(same[:k].all()) if mode == "prefix" else bool(same[-k:].all())
+    assert not torch.equal(t["x"], src["x"])
+
+
+def test_twin_single_row_keeps_x_changes_weight_and_gives_up_when_it_cannot():
+    _, src = _inputs("norm.rmsnorm", "qwen3-0.6b/decode-bs1", 1)
+    _, fresh = _inputs("norm.rmsnorm", "qwen3-0.6b/decode-bs1", 2)
+    t = twin(src, fresh, random.Random(0))
+    assert torch.equal(t["x"], src["x"]) and not torch.equal(t["weight"], src["weight"])
+    _, g1 = _inputs("moe.topk_softmax", "decode-bs1", 1)
+    _, g2 = _inputs("moe.topk_softmax", "decode-bs1", 2)
+    assert twin(g1, g2, random.Random(0)) is None  # one single-row tensor: no valid mixture
+
+
+def test_twin_keeps_index_tensors_whole():
+    _, src = _inputs("rope.neox", "qwen3-0.6b/decode-bs7", 1)
+    _, fresh = _inputs("rope.neox", "qwen3-0.6b/decode-bs7", 2)
+    t = twin(src, fresh, random.Random(0))
+    for name, v in src.items():
+        if not v.is_floating_point():
+            assert torch.equal(t[name], v)
+
+
+@pytest.mark.parametrize("tier", ["verify", "gpu", "bench"])
+def test_resize_reproduces_every_slot_case_at_its_own_size(tier):
+    """Drift guard: re-targeting a case to its own token count gives back its own dims."""
+    for spec in all_slots():
+        for c in spec.cases(tier):
+            n = token_count(spec, c)
+            if n is None:
+                continue
+            kind = "decode" if "decode" in c.label else "prefill"
+            r = resize(spec, c, kind, n)
+            assert r is not None and dict(r.dims) == dict(c.dims), (spec.id, c.label)
+
+
+def _dense() -> ArenaShapes:
+    from arena.config import load_config
+
+    return shapes.from_arena_config(load_config(REPO / "configs/arena/dense.toml"))
+
+
+def test_dense_arena_shapes():
+    a = _dense()
+    assert a.profile == "qwen3-0.6b"
+    assert a.decode_batches == (1, 2, 4, 8, 16, 32, 64, 128, 192, 256)
+    assert a.prefill_tokens[-1] == 16384 and 1024 in a.prefill_tokens and 128 in a.prefill_tokens
+
+
+def test_gpu_tier_runs_every_arena_size_in_every_dtype():
+    a = _dense()
+    spec = get_slot("norm.rmsnorm")
+    base = spec.cases("gpu")
+    planned = plan_cases(spec, base, spec.dtypes, random.Random(0), gpu=True, arena=a)
+    arena = [p for p in planned if p.origin == "arena"]
+    mine = [p for p in planned if p.case.profile == "qwen3-0.6b"]  # tier cases already at a size are kept once
+    assert {p.case.dims["T"] for p in mine} >= set(a.decode_batches) | set(a.prefill_tokens)
+    assert all(p.dtypes == spec.dtypes for p in mine)
+    assert all(p.case.profile == "qwen3-0.6b" for p in arena)
+    odd = [p.case.dims["T"] for p in planned if p.origin == "odd"]
+    assert len(odd) == 2 and all(n % 2 for n in odd)
+
+
+def test_gpu_tier_attention_and_fused_norm_sizes():
+    a = _dense()
+    att = get_slot("attention.decode")
+    planned = plan_cases(att, att.cases("gpu"), att.dtypes, random.Random(0), gpu=True, arena=a)
+    assert {p.case.dims["B"] for p in planned} >= set(a.decode_batches)
+    assert all(p.kind == "decode" for p in planned if p.origin != "tier")
+    fused = get_slot("collective.ar_residual_rmsnorm")
+    planned = plan_cases(fused, fused.cases("gpu"), fused.dtypes, random.Random(0), gpu=True, arena=a)
+    assert max(p.case.dims["T"] for p in planned) <= shapes.FUSED_AR_NORM_MAX_TOKENS
+
+
+def test_cpu_tier_samples_the_largest_an_odd_size_and_stays_bounded():
+    a = _dense()
+    spec = get_slot("norm.rmsnorm")
+    base = spec.cases("verify")
+    for seed in range(10):
+        planned = plan_cases(spec, base, spec.dtypes, random.Random(seed), gpu=False, arena=a, pool=base)
+        extra = [p for p in planned if p.origin != "tier"]
+        assert len(extra) <= 3 and all(len(p.dtypes) == 1 for p in extra)
+        largest = [p for p in extra if p.origin == "largest"]
+        assert len(largest) == 1 and largest[0].case.dims["T"] == 16384 and largest[0].dtypes != ("float32",)
+        odd = [p.case.dims["T"] for p in extra if p.origin == "odd"]
+        assert len(odd) == 1 and odd[0] % 2 and odd[0] not in {1, 7, 33}
+
+
+def test_odd_sizes_avoid_the_named_ones_without_an_arena():
+    spec = get_slot("norm.rmsnorm")
+    base = spec.cases("verify")
+    for seed in range(20):
+        planned = plan_cases(spec, base, spec.dtypes, random.Random(seed), gpu=False, arena=None)
+        odd = [p.case.dims["T"] for p in planned if p.origin == "odd"]
+        assert len(odd) == 1 and odd[0] % 2 and odd[0] not in {1, 7, 33}
+
+
+def test_arena_shapes_validate():
+    with pytest.raises(Exception, match="positive integers"):
+        ArenaShapes(profile="x", decode_batches=(0,), prefill_tokens=(4,))
+
+
+def test_cli_reads_the_arena_config():
+    from cacheon_subnet.cli import _arena_shapes, build_parser
+
+    assert _arena_shapes(str(REPO / "configs/arena/dense.toml")) == _dense()
+    args = build_parser().parse_args(["verify", "b", "--arena", "configs/arena/dense.toml"])
+    assert args.arena == "configs/arena/dense.toml"
+
+
+def test_validator_screen_uses_the_gpu_arena_shapes():
+    from types import SimpleNamespace
+
+    from cacheon_subnet.validator.commands import _screener
+
+    config = SimpleNamespace(screen_device="cpu", verify_max_cases=None)
+    assert _screener("cpu", config) is None
+    s = _screener(str(REPO / "configs/arena/dense.toml"), config)
+    assert s.arena == _dense() and s.device == "cpu"
