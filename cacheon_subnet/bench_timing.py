@@ -178,3 +178,30 @@ def run_bench_request(spec: SlotSpec, fn: Callable[..., None], msg: dict[str, An
         _hbm_gbps[str(device)] = measure_copy_bandwidth(device)
     reply = {"type": "bench", "ok": True, "timings": timings, "baseline": baseline, "hbm_gbps": _hbm_gbps[str(device)]}
     return reply, tensors
+
+
+# -- host-clocked timing (the CPU arena): this side only maps the host's memory and runs calls --
+
+def map_arena(fd: int, size: int, calls: list[dict[str, Any]]) -> list[dict[str, torch.Tensor]]:
+    """Views of the host's shared memory, one argument set per call (the host writes inputs
+    while this process is stopped and reads outputs after it is stopped again)."""
+    import mmap
+
+    mem = mmap.mmap(fd, max(size, 1))
+    raw = torch.frombuffer(mem, dtype=torch.uint8)
+    out = []
+    for call in calls:
+        args = {}
+        for name, v in call.items():
+            dt = dtype_of(v["dtype"])
+            args[name] = torch.empty(0, dtype=dt).set_(raw.untyped_storage(), int(v["offset"]) // dt.itemsize,
+                                                      [int(s) for s in v["shape"]], [int(s) for s in v["stride"]])
+        out.append(args)
+    return out
+
+
+def run_calls(fn: Callable[..., Any], calls: list[dict[str, torch.Tensor]], params: dict[str, Any], n: int) -> None:
+    """The timed batch: n calls back to back, each on its own inputs. No clock here: the host's
+    clock brackets this whole batch and the host judges every output."""
+    for i in range(n):
+        fn(**calls[i], **params)
