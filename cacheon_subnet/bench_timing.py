@@ -182,15 +182,15 @@ def run_bench_request(spec: SlotSpec, fn: Callable[..., None], msg: dict[str, An
 
 # -- host-clocked timing (the CPU arena): this side only maps the host's memory and runs calls --
 
-def map_arena(fd: int, size: int, calls: list[dict[str, Any]]) -> list[dict[str, torch.Tensor]]:
-    """Views of the host's shared memory, one argument set per call (the host writes inputs
-    while this process is stopped and reads outputs after it is stopped again)."""
+def map_arena(fd: int, call_bytes: int, calls: list[dict[str, Any]]) -> list[dict[str, torch.Tensor]]:
+    """Views of the host's shared memory, one argument set per call, each call its own mapping
+    (its own storage: a kernel cannot reach another call's inputs through `untyped_storage()`).
+    The host writes inputs while this process is stopped and reads outputs after it stops again."""
     import mmap
 
-    mem = mmap.mmap(fd, max(size, 1))
-    raw = torch.frombuffer(mem, dtype=torch.uint8)
     out = []
-    for call in calls:
+    for i, call in enumerate(calls):
+        raw = torch.frombuffer(mmap.mmap(fd, call_bytes, offset=i * call_bytes), dtype=torch.uint8)
         args = {}
         for name, v in call.items():
             dt = dtype_of(v["dtype"])

@@ -38,6 +38,7 @@ from cacheon_subnet.verify.client import WorkerClient
 from cacheon_subnet.verify.report import Failure
 
 ALIGN = 64
+PAGE = mmap.PAGESIZE  # each call's region is mapped on its own in the worker
 REFERENCE = "@reference"  # the target a baseline worker runs: the slot's fp32 reference
 FROZEN_CPU_SLACK_NS = 200_000  # a frozen side's clock may not move (SIGSTOP'd tasks do not run)
 
@@ -78,9 +79,9 @@ class Layout:
     def size(self) -> int:
         return self.calls * self.call_bytes
 
-    def call_json(self, i: int) -> dict[str, Any]:
-        base = i * self.call_bytes
-        return {k: {**v.to_json(), "offset": base + v.offset} for k, v in self.views.items()}
+    def call_json(self) -> dict[str, Any]:
+        """Offsets within one call's own mapping (the worker maps each call separately)."""
+        return {k: v.to_json() for k, v in self.views.items()}
 
 
 def _align(n: int) -> int:
@@ -115,7 +116,7 @@ def plan_layout(spec: SlotSpec, case: ShapeCase, act: torch.dtype, sample: Mappi
             stride = tuple(int(x) for x in torch.empty(shape, dtype=dt, device="meta").stride())
             views[a.name] = View(pos, tuple(shape), stride, dtype_name(dt))
             pos = _align(pos + n * torch.empty(0, dtype=dt).element_size())
-    return Layout(calls, _align(pos), tuple(storages), views, storage_of, tuple(a.name for a in spec.args if a.written))
+    return Layout(calls, (pos + PAGE - 1) // PAGE * PAGE, tuple(storages), views, storage_of, tuple(a.name for a in spec.args if a.written))
 
 
 class Arena:
@@ -218,8 +219,8 @@ class Side:
 
     def setup(self, spec: SlotSpec, params: Mapping[str, Any], timeout_s: float) -> None:
         lay = self.arena.layout
-        msg = {"type": "timed_setup", "op": self.target, "slot": spec.id, "size": lay.size,
-               "calls": [lay.call_json(i) for i in range(lay.calls)], "params": dict(params)}
+        msg = {"type": "timed_setup", "op": self.target, "slot": spec.id, "call_bytes": lay.call_bytes,
+               "calls": [lay.call_json() for _ in range(lay.calls)], "params": dict(params)}
         fd = self.client.sock.fileno()
         wire.send(fd, msg, None, time.monotonic() + timeout_s)
         socket.send_fds(self.client.sock, [b"M"], [self.arena.fd])

@@ -178,7 +178,7 @@ class Worker:
                 _, fds, _, _ = socket.recv_fds(sock, 1, 1)
             if len(fds) != 1:
                 raise RuntimeError(f"expected one memory fd, got {len(fds)}")
-            calls = map_arena(fds[0], int(msg["size"]), msg["calls"])
+            calls = map_arena(fds[0], int(msg["call_bytes"]), msg["calls"])
             os.close(fds[0])
             if msg["op"] == "@reference":
                 fn = reference_kernel(get_slot(msg["slot"]))
