@@ -44,6 +44,7 @@ def test_honest_control_is_timed_and_judged_without_failure():
 
 @pytest.mark.parametrize("attack, reason", [
     ("skip_every_other", "nan_inf"),  # (a) the 2.55x in-process crown: poison left behind
+    ("skip_after_warmup", "nan_inf"),  # (a'') honest through any warm-up, then skips
     ("replay_previous", "mismatch"),  # (a') skip without leaving poison: stale output
     ("memo_data_ptr", "mismatch"),  # (b) same buffer, fresh contents
     ("memo_first_element", "mismatch"),  # (b') weak content key (issue 14 class 5)
