@@ -18,8 +18,15 @@ import torch
 from cacheon_subnet.bench_timing import _stats
 from cacheon_subnet.slots.gen import seed_generator
 from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_of
-from cacheon_subnet.validator.host_timing import (FROZEN_CPU_SLACK_NS, REFERENCE, Arena, Side, TimingFailure,
-                                                  judge_call, plan_layout)
+from cacheon_subnet.validator.host_timing import (
+    FROZEN_CPU_SLACK_NS,
+    REFERENCE,
+    Arena,
+    Side,
+    TimingFailure,
+    judge_call,
+    plan_layout,
+)
 from cacheon_subnet.verify.client import WorkerClient
 
 InputSet = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]  # (inputs, reference outputs)

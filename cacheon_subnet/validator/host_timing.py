@@ -27,8 +27,9 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -162,6 +163,11 @@ class Arena:
         os.close(self.fd)
 
 
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
 def _group_tasks(pgid: int) -> dict[int, list[str]]:
     """Members of process group `pgid` -> state of each of their tasks (threads)."""
     out: dict[int, list[str]] = {}
@@ -169,7 +175,7 @@ def _group_tasks(pgid: int) -> dict[int, list[str]]:
         if not entry.isdigit():
             continue
         try:
-            stat = open(f"/proc/{entry}/stat").read()
+            stat = _read(f"/proc/{entry}/stat")
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2:].split()
@@ -178,7 +184,7 @@ def _group_tasks(pgid: int) -> dict[int, list[str]]:
         states = []
         try:
             for tid in os.listdir(f"/proc/{entry}/task"):
-                s = open(f"/proc/{entry}/task/{tid}/stat").read()
+                s = _read(f"/proc/{entry}/task/{tid}/stat")
                 states.append(s[s.rindex(")") + 2])
         except OSError:
             states.append(fields[0])
@@ -189,7 +195,7 @@ def _group_tasks(pgid: int) -> dict[int, list[str]]:
 def _children_ticks(pid: int) -> int:
     """cutime + cstime of `pid`: CPU of children it has reaped (a fork it hid from our scans)."""
     try:
-        s = open(f"/proc/{pid}/stat").read()
+        s = _read(f"/proc/{pid}/stat")
     except OSError:
         return -1
     f = s[s.rindex(")") + 2:].split()
@@ -294,7 +300,7 @@ class Side:
 
 def _state(pid: int) -> str:
     try:
-        s = open(f"/proc/{pid}/stat").read()
+        s = _read(f"/proc/{pid}/stat")
     except OSError:
         return ""
     return s[s.rindex(")") + 2]

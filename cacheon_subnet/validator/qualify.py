@@ -22,7 +22,12 @@ from cacheon_subnet.slots import get_slot
 from cacheon_subnet.validator.cpu_case import CaseTimer
 from cacheon_subnet.validator.host_timing import TimingFailure
 from cacheon_subnet.verify import wire
-from cacheon_subnet.verify.client import WorkerClient, WorkerConfig, WorkerDied, WorkerTimeout
+from cacheon_subnet.verify.client import (
+    WorkerClient,
+    WorkerConfig,
+    WorkerDied,
+    WorkerTimeout,
+)
 
 
 @dataclass(frozen=True)
