@@ -66,11 +66,13 @@ class CaseTimer:
         if leak > FROZEN_CPU_SLACK_NS:
             raise TimingFailure(f"{other.name} used {leak / 1e6:.2f} ms CPU while frozen during {side.name}'s batch", other.name)
         self.batches += 1
-        # warm-up batches get the full verify judgement; then one call in a random batch of
-        # four (the worker cannot tell which); every other call the sampled one
-        full = secrets.randbelow(4 * len(sets))
+        # The candidate's warm-up batch gets the full verify judgement, then one call in a random
+        # batch of four (it cannot tell which); every other call (and all of B's, the validator's
+        # own reference in a clean worker) the sampled one.
+        full = secrets.randbelow(4 * len(sets)) if side.name == "candidate" else -1
         for i, (inputs, ref) in enumerate(sets):
-            f = judge_call(self.spec, self.dtype, side.arena, i, inputs, ref, i == full or not self.counting, self.gen)
+            whole = i == full or (not self.counting and side.name == "candidate")
+            f = judge_call(self.spec, self.dtype, side.arena, i, inputs, ref, whole, self.gen)
             if f:
                 raise TimingFailure(f"{side.name}: timed call {i + 1} of {len(sets)} in batch {self.batches} "
                                     f"({self.case.label}): {f.reason}: {f.detail}", side.name)
