@@ -4,8 +4,10 @@ Method (GPU MODE / KernelBench practice): CUDA events around the call only, the 
 a large write before every timed iteration, inout args restored from a pristine copy before
 every iteration (outside the timed region), warm-up excluded, candidate and baseline
 interleaved in rotating order so drift and position effects hit all sides alike, adaptive stop once stderr/mean falls under
-the target for both sides (or the time budget runs out). The result is advisory for miners; the
-validator's authority is end-to-end throughput in the arena.
+the target for both sides (or the time budget runs out). The result is advisory for miners (it
+is measured in the contribution's own process); the validator's authority is the arena's clock.
+`map_arena` / `run_calls` at the end are the worker's half of the CPU arena's host-clocked
+timing: they time nothing.
 """
 
 from __future__ import annotations
