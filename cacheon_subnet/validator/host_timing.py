@@ -168,9 +168,11 @@ def _read(path: str) -> str:
         return f.read()
 
 
-def _group_tasks(pgid: int) -> dict[int, list[str]]:
-    """Members of process group `pgid` -> state of each of their tasks (threads)."""
+def _group_tasks(pgid: int) -> tuple[dict[int, list[str]], list[int]]:
+    """Members of process group `pgid` -> state of each of their tasks (threads); and the
+    children of members that left the group (setsid): those would run unfrozen, off the clock."""
     out: dict[int, list[str]] = {}
+    parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -180,6 +182,7 @@ def _group_tasks(pgid: int) -> dict[int, list[str]]:
             continue
         fields = stat[stat.rindex(")") + 2:].split()
         if int(fields[2]) != pgid:
+            parents[int(entry)] = int(fields[1])
             continue
         states = []
         try:
@@ -189,7 +192,7 @@ def _group_tasks(pgid: int) -> dict[int, list[str]]:
         except OSError:
             states.append(fields[0])
         out[int(entry)] = states
-    return out
+    return out, sorted(p for p, pp in parents.items() if pp in out)
 
 
 def _children_ticks(pid: int) -> int:
@@ -254,7 +257,15 @@ class Side:
         process appeared or vanished, or reaped children (their CPU is not on our clocks)."""
         deadline = time.monotonic() + 2
         while True:
-            tasks = _group_tasks(self.pgid)
+            tasks, escaped = _group_tasks(self.pgid)
+            if escaped:
+                for pid in escaped:  # a group kill would miss them: end them here, by pid
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                raise TimingFailure(f"{self.name}: worker process(es) {escaped} left its process group "
+                                    "(setsid): they would run unfrozen and off its clock", self.name)
             running = {p: s for p, s in tasks.items() if any(x not in ("T", "t", "Z", "X") for x in s)}
             if not running:
                 break

@@ -68,6 +68,12 @@ def test_fork_offload_fails_closed():
     assert "child processes" in r.reason or "started or lost processes" in r.reason, r.reason
 
 
+def test_setsid_escape_fails_closed():
+    """A helper that left the process group would dodge the freeze: its parent is still a member."""
+    r = qualify(CORPUS / "setsid_escape")
+    assert r.verdict == "FAIL" and "left its process group" in r.reason, (r.verdict, r.reason)
+
+
 def test_forged_timing_fields_are_ignored():
     """(c) The worker's replies claim 1 ns per call and its clocks stand still: the verdict is
     the host's, so this stock-equivalent kernel is no faster than the reference."""
