@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import secrets
+import statistics
 import time
 from typing import Any
 
@@ -61,15 +62,15 @@ class CaseTimer:
         for i, (inputs, _) in enumerate(sets):
             side.arena.write_inputs(i, inputs, self.spec)
         wall, cpu = side.run_batch(len(sets), self.q.call_timeout_s)
-        leak = other.snapshot()
+        leak = other.idle_cpu()
         self.frozen_cpu_ns += leak
         if leak > FROZEN_CPU_SLACK_NS:
             raise TimingFailure(f"{other.name} used {leak / 1e6:.2f} ms CPU while frozen during {side.name}'s batch", other.name)
         self.batches += 1
         # The candidate's warm-up batch gets the full verify judgement, then one call in a random
-        # batch of four (it cannot tell which); every other call (and all of B's, the validator's
+        # batch of eight (it cannot tell which); every other call (and all of B's, the validator's
         # own reference in a clean worker) the sampled one.
-        full = secrets.randbelow(4 * len(sets)) if side.name == "candidate" else -1
+        full = secrets.randbelow(8 * len(sets)) if side.name == "candidate" else -1
         for i, (inputs, ref) in enumerate(sets):
             whole = i == full or (not self.counting and side.name == "candidate")
             f = judge_call(self.spec, self.dtype, side.arena, i, inputs, ref, whole, self.gen)
@@ -106,7 +107,6 @@ class CaseTimer:
         k = max(1, min(k_max, math.ceil(q.batch_target_s / max(t_b, 1e-6))))  # from the clean side only
         self.batch(c, b, self.fresh(k))  # warm-up: judged like every batch, not counted
         self.batch(b, c, self.fresh(k))
-        empty = sorted(b.run_batch(0, q.call_timeout_s) for _ in range(3))[1]  # fixed cost of one batch
         self.counting = True
         bs: list[float] = []
         b2s: list[float] = []
@@ -121,10 +121,16 @@ class CaseTimer:
             rounds += 1
             if rounds >= q.max_rounds:
                 break
+            if rounds >= 2 and statistics.median(cs) > 2 * statistics.median(bs + b2s):
+                break  # clearly slower (half the speed or worse): a verdict already; more rounds add nothing
             if rounds >= q.min_iters:
                 st = [_stats(x) for x in (bs, b2s, cs)]
                 if all(s["rel_stderr"] < q.target_rel_err for s in st) or time.monotonic() - t_start > q.budget_s:
                     break
+        empty = sorted(b.run_batch(0, q.call_timeout_s) for _ in range(3))[1]  # fixed cost of one batch
+        leak = b.snapshot() + c.snapshot()  # the full scan of both groups, once more
+        if leak > FROZEN_CPU_SLACK_NS:
+            raise TimingFailure(f"a side used {leak / 1e6:.2f} ms CPU while frozen after the last batch")
         off_cpu = {k: self.wall_ns[k] / max(1, self.cpu_ns[k]) for k in self.wall_ns}
         if off_cpu["candidate"] > q.max_off_cpu * off_cpu["baseline"] + 0.25:
             raise TimingFailure(f"candidate spent {off_cpu['candidate']:.2f}x its CPU time in wall time, the baseline "
@@ -137,4 +143,5 @@ class CaseTimer:
                 "batches_judged": self.batches, "ipc_overhead_frac": empty[1] / 1e3 / (mb * k),
                 "ipc_overhead_wall_frac": empty[0] / 1e3 / (self.wall_ns["baseline"] / 1e3 / (2 * rounds)),
                 "wall_over_cpu": off_cpu,
-                "frozen_cpu_ns": self.frozen_cpu_ns, "clock": "host"}
+                "frozen_cpu_ns": self.frozen_cpu_ns, "clock": "host",
+                "series_us": {k: [round(x, 1) for x in v] for k, v in (("B", bs), ("B2", b2s), ("C", cs))}}

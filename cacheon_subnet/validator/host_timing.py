@@ -284,6 +284,15 @@ class Side:
         self.children = children
         return used
 
+    def idle_cpu(self) -> int:
+        """CPU ns the frozen side's known members used since the last reading (must be 0: they
+        were all confirmed stopped, and only their own batch thaws them). No /proc scan: a
+        stopped group cannot start processes; the full snapshot runs at its own batches."""
+        now = {p: _cpu_ns(p) for p in self.members}
+        used = sum(max(0, c - self.members[p]) for p, c in now.items() if c >= 0)
+        self.members = {p: c if c >= 0 else self.members[p] for p, c in now.items()}
+        return used
+
     def run_batch(self, calls: int, timeout_s: float) -> tuple[int, int]:
         """One timed batch: (wall ns, CPU ns) on the host's clock and the kernel's accounting."""
         fd = self.client.sock.fileno()

@@ -62,10 +62,10 @@ class CpuQualifier:
     tier: str = "gpu"  # realistic extents, so per-call Python overhead does not decide the ratio
     cases: int = 2
     max_case_bytes: int = 6 << 20  # CPU-feasible and cache-friendly: page-fault noise dominates above
-    budget_s: float = 2.0  # wall per case, host work included (min_iters rounds always run)
+    budget_s: float = 4.0  # wall per case, host work included (min_iters rounds always run)
     target_rel_err: float = 0.01
     max_noise: float = 0.05
-    min_iters: int = 5  # B C C B' rounds
+    min_iters: int = 8  # B C C B' rounds
     max_rounds: int = 60
     batch_target_s: float = 0.004  # K = calls per batch, sized so the fixed IPC cost stays small
     arena_bytes: int = 64 << 20  # shared memory per side (caps K)
