@@ -3,6 +3,10 @@
 The kernels run in the sandboxed worker (bench_timing.py); the host picks the shapes, checks
 a fresh-input run of every timed kernel against the reference (a kernel that is fast because it
 is wrong shows up as such) and renders speedup and % of measured HBM copy bandwidth.
+
+Advisory only: these timings are taken inside the worker, next to the contribution's code, so
+a bundle can bend them. No verdict uses them; the CPU arena (validator/qualify.py) times on the
+host's clock (validator/host_timing.py) and the GPU arena in the engine.
 """
 
 from __future__ import annotations

@@ -4,8 +4,10 @@ Method (GPU MODE / KernelBench practice): CUDA events around the call only, the 
 a large write before every timed iteration, inout args restored from a pristine copy before
 every iteration (outside the timed region), warm-up excluded, candidate and baseline
 interleaved in rotating order so drift and position effects hit all sides alike, adaptive stop once stderr/mean falls under
-the target for both sides (or the time budget runs out). The result is advisory for miners; the
-validator's authority is end-to-end throughput in the arena.
+the target for both sides (or the time budget runs out). The result is advisory for miners (it
+is measured in the contribution's own process); the validator's authority is the arena's clock.
+`map_arena` / `run_calls` at the end are the worker's half of the CPU arena's host-clocked
+timing: they time nothing.
 """
 
 from __future__ import annotations
@@ -178,3 +180,30 @@ def run_bench_request(spec: SlotSpec, fn: Callable[..., None], msg: dict[str, An
         _hbm_gbps[str(device)] = measure_copy_bandwidth(device)
     reply = {"type": "bench", "ok": True, "timings": timings, "baseline": baseline, "hbm_gbps": _hbm_gbps[str(device)]}
     return reply, tensors
+
+
+# -- host-clocked timing (the CPU arena): this side only maps the host's memory and runs calls --
+
+def map_arena(fd: int, call_bytes: int, calls: list[dict[str, Any]]) -> list[dict[str, torch.Tensor]]:
+    """Views of the host's shared memory, one argument set per call, each call its own mapping
+    (its own storage: a kernel cannot reach another call's inputs through `untyped_storage()`).
+    The host writes inputs while this process is stopped and reads outputs after it stops again."""
+    import mmap
+
+    out = []
+    for i, call in enumerate(calls):
+        raw = torch.frombuffer(mmap.mmap(fd, call_bytes, offset=i * call_bytes), dtype=torch.uint8)
+        args = {}
+        for name, v in call.items():
+            dt = dtype_of(v["dtype"])
+            args[name] = torch.empty(0, dtype=dt).set_(raw.untyped_storage(), int(v["offset"]) // dt.itemsize,
+                                                      [int(s) for s in v["shape"]], [int(s) for s in v["stride"]])
+        out.append(args)
+    return out
+
+
+def run_calls(fn: Callable[..., Any], calls: list[dict[str, torch.Tensor]], params: dict[str, Any], n: int) -> None:
+    """The timed batch: n calls back to back, each on its own inputs. No clock here: the host's
+    clock brackets this whole batch and the host judges every output."""
+    for i in range(n):
+        fn(**calls[i], **params)

@@ -2,8 +2,8 @@
 
 `Qualifier` is the seam between the validator loop and an arena. The GPU arena (arena/) runs
 the real SGLang engine; `CpuQualifier` is what a CPU-only validator (and the local demo) can do:
-slot-level timing of the kernel against the fp32 reference in the sandboxed worker, with B, C
-and B' interleaved. Its results are labelled "cpu-timing" and its arena id differs from every
+slot-level timing of the kernel against the fp32 reference, each in its own sandboxed worker,
+on the host's clock, with B, C, C, B' interleaved and every timed output judged. Its results are labelled "cpu-timing" and its arena id differs from every
 GPU arena, so they never mix with engine measurements.
 """
 
@@ -19,8 +19,15 @@ from cacheon_subnet import sandbox
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.scoring.settle import Crown
 from cacheon_subnet.slots import get_slot
-from cacheon_subnet.verify import judge
-from cacheon_subnet.verify.client import WorkerClient, WorkerConfig, WorkerDied, WorkerTimeout
+from cacheon_subnet.validator.cpu_case import CaseTimer
+from cacheon_subnet.validator.host_timing import TimingFailure
+from cacheon_subnet.verify import wire
+from cacheon_subnet.verify.client import (
+    WorkerClient,
+    WorkerConfig,
+    WorkerDied,
+    WorkerTimeout,
+)
 
 
 @dataclass(frozen=True)
@@ -46,57 +53,66 @@ class Qualifier(Protocol):
 
 @dataclass(frozen=True)
 class CpuQualifier:
-    """Slot-level CPU timing vs the fp32 reference (advisory; clearly labelled)."""
+    """Slot-level CPU timing vs the fp32 reference, on the host's clock (advisory; labelled).
+
+    Baseline and candidate run in two sandboxed workers of the same kind; the host times
+    batches of K calls on fresh secret inputs through shared memory, freezes the side not being
+    timed and judges every output (host_timing.py says why each piece is there)."""
 
     tier: str = "gpu"  # realistic extents, so per-call Python overhead does not decide the ratio
     cases: int = 2
     max_case_bytes: int = 6 << 20  # CPU-feasible and cache-friendly: page-fault noise dominates above
-    budget_s: float = 1.0
+    budget_s: float = 4.0  # wall per case, host work included (min_iters rounds always run)
     target_rel_err: float = 0.01
     max_noise: float = 0.05
-    min_iters: int = 5
+    min_iters: int = 8  # B C C B' rounds
+    max_rounds: int = 60
+    batch_target_s: float = 0.004  # K = calls per batch, sized so the fixed IPC cost stays small
+    arena_bytes: int = 64 << 20  # shared memory per side (caps K)
+    max_calls: int = 16
+    max_off_cpu: float = 2.0  # C's wall/CPU may exceed B's by this factor (+0.25) before it fails
     noise_floor: float = 0.01  # CPU timing is never trusted below 1 %: bar >= 1 + 2 % at k = 2
     call_timeout_s: float = 300.0
     label: str = "cpu-timing"
 
     @property
     def arena_id(self) -> str:
-        ident = f"cpu-slot-timing/v2/{self.tier}/{self.cases}/{self.max_case_bytes}"
+        ident = f"cpu-slot-timing/v3-host-clock/{self.tier}/{self.cases}/{self.max_case_bytes}"
         return "cpu-" + hashlib.sha256(ident.encode()).hexdigest()[:12]
 
     def qualify(self, bundle: Bundle, op: OpEntry, incumbent: Crown | None) -> QualifyResult:
         spec = get_slot(op.slot)
+        if spec.collective:
+            return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, "collective slot: the CPU arena times one process")
         dtype = op.dtypes[0]
         cases = self.pick_cases(spec, op, dtype)
+        if not cases:
+            return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, f"no {self.tier} case fits the CPU arena")
         policy = sandbox.SandboxPolicy(wall_timeout_s=self.call_timeout_s)
-        client = WorkerClient(bundle, WorkerConfig(device="cpu", policy=policy))
+        base = WorkerClient(bundle, WorkerConfig(device="cpu", policy=policy))  # never imports the bundle
+        cand = WorkerClient(bundle, WorkerConfig(device="cpu", policy=policy))
         ratios, noises, rows = [], [], []
         try:
-            client.start()
+            base.start()
+            cand.start()
             load = {"type": "load", "ops": [{"key": op.key, "slot": op.slot, "module": op.module, "attr": op.attr}]}
-            reply, _ = client.request(load, None, self.call_timeout_s)
+            reply, _ = cand.request(load, None, self.call_timeout_s)
             if not reply["results"][op.key]["ok"]:
                 return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, f"import failed: {reply['results'][op.key]['reason']}")
-            for i, case in enumerate(cases):
-                msg = {"type": "bench", "op": op.key, "case": case.to_json(), "dtype": dtype, "seed": 1000 + i,
-                       "budget_s": self.budget_s, "target_rel_err": self.target_rel_err, "stock": False, "bprime": True, "min_iters": self.min_iters}
-                r, tensors = client.request(msg, None, self.call_timeout_s)
-                if not r.get("ok"):
-                    return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, f"timing run failed: {r.get('reason')}")
-                sent = {k[3:]: v for k, v in tensors.items() if k.startswith("in.")}
-                got = {**sent, **{k[4:]: v for k, v in tensors.items() if k.startswith("out.")}}
-                f = judge.check_outputs(spec, dtype, got, spec.reference(sent, case.params))
-                if f:
-                    return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, f"recheck on timed kernel: {f}")
-                t = r["timings"]
-                b, b2, c = t["baseline"]["median_us"], t["baseline2"]["median_us"], t["candidate"]["median_us"]
-                ratios.append(((b + b2) / 2) / c)
-                noises.append(max(abs(b - b2) / ((b + b2) / 2), t["candidate"]["rel_stderr"], t["baseline"]["rel_stderr"]))
-                rows.append({"case": case.label, "baseline_us": b, "baseline2_us": b2, "candidate_us": c})
-        except (WorkerTimeout, WorkerDied) as e:
-            return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, f"worker: {e}")
+            for case in cases:
+                row = CaseTimer(self, spec, op, case, dtype, base, cand).run()
+                ratios.append(((row["baseline_us"] + row["baseline2_us"]) / 2) / row["candidate_us"])
+                noises.append(row["noise"])
+                rows.append(row)
+        except TimingFailure as e:
+            if e.side == "baseline":  # the validator's own side broke: not the miner's verdict
+                return self._result(op, "NO_DECISION", True, 1.0, 1.0, 0.0, f"baseline: {e.reason}", rows)
+            return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, e.reason, rows)
+        except (WorkerTimeout, WorkerDied, TimeoutError, EOFError, OSError, wire.WireError) as e:
+            return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, f"worker: {type(e).__name__}: {e}", rows)
         finally:
-            client.cleanup()
+            base.cleanup()
+            cand.cleanup()
         vs_stock = math.exp(statistics.fmean(math.log(x) for x in ratios))
         noise = max(self.noise_floor, statistics.median(noises))
         vs_incumbent = vs_stock / incumbent.speedup_vs_stock if incumbent else vs_stock
@@ -105,7 +121,8 @@ class CpuQualifier:
             return self._result(op, "NO_DECISION", True, vs_incumbent, vs_stock, noise,
                                 f"too noisy: {noise:.3%} > {self.max_noise:.0%}", rows)
         return self._result(op, "PASS", True, vs_incumbent, vs_stock, noise,
-                            f"{vs_stock:.3f}x vs fp32 reference over {len(rows)} shapes (noise {noise:.2%})", rows)
+                            f"{vs_stock:.3f}x vs fp32 reference over {len(rows)} shapes, host clock, "
+                            f"every timed output checked (noise {noise:.2%})", rows)
 
     def pick_cases(self, spec, op: OpEntry, dtype: str) -> list:
         """The largest eligible shapes that fit the CPU budget (largest first)."""

@@ -61,6 +61,7 @@ class Worker:
         self.group = group  # this rank's ProcessGroup (collective runs only)
         self.kernels: dict[str, tuple[SlotSpec, Callable[..., Any]]] = {}
         self.compiled: dict[str, Callable[..., Any]] = {}
+        self.timed: tuple[Callable[..., Any], list[dict[str, torch.Tensor]], dict[str, Any]] | None = None
 
     def _params(self, spec: SlotSpec, msg: dict[str, Any], by_name: bool = False) -> dict[str, Any]:
         """Scalar params, plus `group=` for collective slots (its name when it crosses a custom op)."""
@@ -164,6 +165,44 @@ class Worker:
         except BaseException as e:  # noqa: BLE001
             reply, tensors = {"type": "bench", "ok": False, "reason": "exception", "error": _tail(e)}, None
         wire.send(self.fd, reply, tensors)
+
+    def on_timed_setup(self, msg: dict[str, Any], _: dict) -> None:
+        """Host-clocked timing: map the host's memfd (sent right after this frame) as K argument
+        sets for one target (a loaded op, or the slot reference on a baseline worker)."""
+        import socket
+
+        from cacheon_subnet.bench_timing import map_arena, reference_kernel
+
+        try:
+            with socket.socket(fileno=os.dup(self.fd)) as sock:
+                _, fds, _, _ = socket.recv_fds(sock, 1, 1)
+            if len(fds) != 1:
+                raise RuntimeError(f"expected one memory fd, got {len(fds)}")
+            calls = map_arena(fds[0], int(msg["call_bytes"]), msg["calls"])
+            os.close(fds[0])
+            if msg["op"] == "@reference":
+                fn = reference_kernel(get_slot(msg["slot"]))
+            else:
+                fn = self.kernels[msg["op"]][1]
+            self.timed = (fn, calls, dict(msg["params"]))
+        except BaseException as e:  # noqa: BLE001
+            wire.send(self.fd, {"type": "timed_ready", "ok": False, "reason": "setup", "error": _tail(e)})
+            return
+        wire.send(self.fd, {"type": "timed_ready", "ok": True})
+
+    def on_timed_run(self, msg: dict[str, Any], _: dict) -> None:
+        """One batch of calls; the reply carries no timing (the host's clock is the only one)."""
+        from cacheon_subnet.bench_timing import run_calls
+
+        try:
+            if self.timed is None:
+                raise RuntimeError("timed_run before timed_setup")
+            fn, calls, params = self.timed
+            run_calls(fn, calls, params, min(int(msg["n"]), len(calls)))
+        except BaseException as e:  # noqa: BLE001
+            wire.send(self.fd, {"type": "timed_done", "ok": False, "reason": "exception", "error": _tail(e)})
+            return
+        wire.send(self.fd, {"type": "timed_done", "ok": True})
 
     # -- helpers ----------------------------------------------------------------------------
     def _send(self, msg: dict[str, Any], reply: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None) -> None:

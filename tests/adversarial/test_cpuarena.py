@@ -1,0 +1,101 @@
+"""Red-team corpus for the CPU arena (`--arena cpu`, label cpu-timing): host clock, host judge.
+
+These drive the real `CpuQualifier.qualify` (two sandboxed workers, shared memory, SIGSTOP
+freezing) on bundles under tests/adversarial/cpuarena/. They call the qualifier directly, BELOW
+the static policy scan that `cacheon verify` and the validator loop run first: the static
+allowlist would refuse most of these bundles before they run (module-level state, sys.modules,
+ctypes, threads), and these tests exist to show the DYNAMIC wall holds on its own. No production
+flag skips the policy; the validator always verifies before it qualifies.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cacheon_subnet.bundle.archive import load_bundle
+from cacheon_subnet.validator.host_timing import FROZEN_CPU_SLACK_NS
+from cacheon_subnet.validator.qualify import CpuQualifier
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+CORPUS = Path(__file__).resolve().parent / "cpuarena"
+# Tiny verify-tier shapes: the attacks that must FAIL do so at their first judged batch.
+QUICK = CpuQualifier(tier="verify", cases=1, min_iters=3, budget_s=0.5)
+# Realistic shapes where the verdict depends on what was charged, not only on correctness.
+TIMED = CpuQualifier(cases=1, min_iters=4, budget_s=1.0)
+
+
+def qualify(path: Path, q: CpuQualifier = QUICK):
+    bundle = load_bundle(path)
+    return q.qualify(bundle, bundle.manifest.ops[0], None)
+
+
+def test_honest_control_is_timed_and_judged_without_failure():
+    r = qualify(EXAMPLES / "demo" / "cpu_rmsnorm")
+    assert r.verdict in ("PASS", "NO_DECISION"), r.reason
+    assert r.quality_ok and r.label == "cpu-timing"
+    row = r.detail["cases"][0]
+    assert row["clock"] == "host" and row["batches_judged"] >= 4 * QUICK.min_iters + 4
+    assert row["frozen_cpu_ns"] <= FROZEN_CPU_SLACK_NS * row["batches_judged"]
+
+
+@pytest.mark.parametrize("attack, reason", [
+    ("skip_every_other", "nan_inf"),  # (a) the 2.55x in-process crown: poison left behind
+    ("skip_after_warmup", "nan_inf"),  # (a'') honest through any warm-up, then skips
+    ("replay_previous", "mismatch"),  # (a') skip without leaving poison: stale output
+    ("memo_data_ptr", "mismatch"),  # (b) same buffer, fresh contents
+    ("memo_first_element", "mismatch"),  # (b') weak content key (issue 14 class 5)
+    ("early_return", "nan_inf"),  # reply before the work: outputs read after the freeze
+])
+def test_stale_or_skipped_timed_calls_fail(attack, reason):
+    r = qualify(CORPUS / attack)
+    assert r.verdict == "FAIL" and not r.quality_ok, (r.verdict, r.reason)
+    assert "candidate: timed call" in r.reason and reason in r.reason, r.reason
+
+
+def test_cross_call_storage_is_not_reachable():
+    """Each call is its own mapping: call i cannot see call i+1's inputs (no cross-call fusion)."""
+    r = qualify(CORPUS / "cross_call_peek")
+    assert r.verdict == "FAIL" and "no neighbouring call to fuse with" in r.reason, r.reason
+
+
+def test_fork_offload_fails_closed():
+    r = qualify(CORPUS / "fork_offload")
+    assert r.verdict == "FAIL", (r.verdict, r.reason)
+    assert "child processes" in r.reason or "started or lost processes" in r.reason, r.reason
+
+
+def test_setsid_escape_fails_closed():
+    """A helper that left the process group would dodge the freeze: its parent is still a member."""
+    r = qualify(CORPUS / "setsid_escape")
+    assert r.verdict == "FAIL" and "left its process group" in r.reason, (r.verdict, r.reason)
+
+
+def test_forged_timing_fields_are_ignored():
+    """(c) The worker's replies claim 1 ns per call and its clocks stand still: the verdict is
+    the host's, so this stock-equivalent kernel is no faster than the reference."""
+    r = qualify(CORPUS / "fake_timings", TIMED)
+    assert r.verdict in ("PASS", "NO_DECISION"), r.reason
+    assert r.speedup_vs_stock < 1.25, r  # forged: 1e6x; honest stock-equivalent: ~1.0
+    assert r.detail["cases"][0]["candidate_us"] > 10.0
+
+
+def test_spinner_cannot_run_during_the_baseline_and_pays_for_itself():
+    """(d) A thread that spins when the kernel is idle (the baseline's turn) is SIGSTOPped with
+    its process for every B/B' batch: its CPU clock does not move then. While C runs, the
+    spinner's CPU is charged to C."""
+    r = qualify(CORPUS / "spin_on_baseline_turn", TIMED)
+    row = r.detail["cases"][0] if r.detail["cases"] else {}
+    assert r.verdict != "FAIL" or "while frozen" not in r.reason, r.reason
+    assert row and row["frozen_cpu_ns"] <= FROZEN_CPU_SLACK_NS * row["batches_judged"], row
+    assert r.speedup_vs_stock < 1.0, r  # the spinner's CPU is the candidate's bill
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two CPUs to run in parallel")
+def test_parallel_threads_buy_nothing():
+    r = qualify(CORPUS / "parallel_threads", TIMED)
+    assert r.verdict in ("PASS", "NO_DECISION"), r.reason
+    assert r.speedup_vs_stock < 1.15, r  # stock-equivalent math; two threads, one CPU bill
