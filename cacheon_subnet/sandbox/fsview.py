@@ -1,0 +1,209 @@
+"""The child's filesystem: an allowlist of read-only binds, and the host-side scratch handling.
+
+Nothing is visible unless listed here: system dirs (/usr, /lib*, /bin, /sbin, /etc), the
+interpreter's prefixes, every sys.path entry, the repo's source dirs, and what the caller names
+(SandboxPolicy.ro_paths / rw_paths). A secret (a wallet dir, a validator state dir, anything in
+CACHEON_SANDBOX_DENY) is never bound; a listed dir that contains one, or that is a broad dir
+(/, home dirs, /root, /var, /opt, ...), is split into its children, so the secret is simply absent
+(a venv inside a home dir may be bound; the home dir itself never is). Hidden entries of the repo (.git, .cacheon,
+.venv: the venv is bound on its own) are never bound.
+
+Binds are made from O_PATH fds the host (root) opens: the sandbox user needs no search
+permission on the ancestors (pytest's 0700 tmp dirs), only read permission on the files.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+REPO = Path(__file__).resolve().parent.parent.parent
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+GPU_DEV_GLOBS = ("/dev/nvidia*", "/dev/nvidia-caps")
+
+
+@dataclass(frozen=True)
+class Bind:
+    src: str  # host path (opened by the host as an O_PATH fd)
+    dest: str  # path inside the sandbox
+    mode: str  # "ro" | "rw" | "dev"
+
+
+def secret_paths() -> tuple[str, ...]:
+    """Never bound, even when asked for: wallets, validator state, the operator's list."""
+    home = os.path.expanduser("~")
+    out = [os.path.join(home, ".bittensor"), os.path.abspath(".cacheon"), str(REPO / ".cacheon")]
+    out += [p for p in os.environ.get("CACHEON_SANDBOX_DENY", "").split(os.pathsep) if p]
+    return tuple(sorted({os.path.realpath(p) for p in out}))
+
+
+def broad_paths() -> tuple[str, ...]:
+    """Never bound as a whole (a venv or pyenv prefix inside one may be bound on its own)."""
+    return tuple(sorted({os.path.realpath(p) for p in (os.path.expanduser("~"), "/root", "/home", "/var/lib",
+                                                        "/var", "/srv", "/mnt", "/media", "/opt", "/work", "/")}))
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _split(src: str, secret: Sequence[str], broad: Sequence[str], skip_hidden: bool) -> list[str]:
+    """`src` itself, or (when it holds a secret, or is itself a broad dir) its children, recursively."""
+    if any(_under(src, d) for d in secret):
+        return []
+    if not skip_hidden and src not in broad and not any(_under(d, src) for d in secret):
+        return [src]
+    out: list[str] = []
+    try:
+        entries = sorted(os.scandir(src), key=lambda e: e.name)
+    except OSError:
+        return []
+    for e in entries:
+        if (skip_hidden and e.name.startswith(".")) or e.name == "__pycache__":
+            continue
+        out += _split(e.path, secret, broad, False)
+    return out
+
+
+def python_paths() -> list[str]:
+    """What the child interpreter needs: prefixes, stdlib, every existing sys.path entry."""
+    import sysconfig
+
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(os.path.abspath(sys.executable))}
+    paths.update(v for k, v in sysconfig.get_paths().items() if v)
+    paths.update(p for p in sys.path if p)
+    return sorted(p for p in {os.path.realpath(p) for p in paths} if os.path.isdir(p))
+
+
+def system_binds(gpu: bool) -> tuple[list[Bind], list[tuple[str, str]]]:
+    """Read-only system dirs (a merged-/usr symlink such as /bin -> usr/bin is recreated as a
+    symlink) and, for GPU children, the NVIDIA device nodes and /sys (CUDA/NCCL topology)."""
+    binds, links = [], []
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):
+            links.append((os.readlink(d), d))
+        elif os.path.isdir(d):
+            binds.append(Bind(d, d, "ro"))
+    if gpu:
+        for pattern in GPU_DEV_GLOBS:
+            binds += [Bind(p, p, "dev") for p in sorted(glob.glob(pattern))]
+        binds.append(Bind("/sys", "/sys", "ro"))
+    else:
+        binds += [Bind(p, p, "ro") for p in ("/sys/devices/system/cpu",) if os.path.isdir(p)]
+    return binds, links
+
+
+def read_binds(extra_ro: Iterable[str]) -> list[Bind]:
+    """Python, the repo's source dirs and the caller's read-only paths, minus denied paths and
+    minus anything already inside another read-only root."""
+    secret, broad = secret_paths(), broad_paths()
+    roots: list[str] = []
+    for p in python_paths():
+        roots += _split(p, secret, broad, skip_hidden=_under(str(REPO), p))
+    roots += _split(str(REPO), secret, broad, skip_hidden=True)
+    for p in extra_ro:
+        real = os.path.realpath(p)
+        if os.path.exists(real):
+            roots += _split(real, secret, broad, skip_hidden=False)
+    system = [d for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+    kept: list[str] = []
+    for r in sorted(set(roots), key=lambda x: (x.count(os.sep), x)):
+        if any(_under(r, k) for k in kept + system):
+            continue
+        kept.append(r)
+    return [Bind(r, r, "ro") for r in kept]
+
+
+def gpu_present() -> bool:
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
+# -- readability checks (fail closed before launching) ------------------------------------------
+
+def unreadable_by(uid: int, gid: int, paths: Iterable[str]) -> list[str]:
+    """Paths (files or dirs) that `uid` could not read with plain permission bits: they are bound
+    into the view, so their ancestors need no search permission, but they themselves do."""
+    bad = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else 0)
+        if st.st_uid == uid:
+            need <<= 6
+        elif st.st_gid == gid:
+            need <<= 3
+        if st.st_mode & need != need:
+            bad.append(f"{p} (mode {stat.filemode(st.st_mode)}, owner {st.st_uid}:{st.st_gid})")
+    return bad
+
+
+def interpreter_files() -> list[str]:
+    """Files and dirs the child interpreter opens first: the binary, stdlib, key packages."""
+    import importlib.util
+    import sysconfig
+
+    out = [os.path.realpath(sys.executable), sysconfig.get_paths()["stdlib"], str(REPO / "cacheon_subnet")]
+    out.append(os.path.join(sysconfig.get_paths()["stdlib"], "os.py"))
+    for mod in ("torch", "triton", "numpy", "structlog"):
+        try:
+            spec = importlib.util.find_spec(mod)
+        except (ImportError, ValueError):
+            spec = None
+        if spec and spec.origin:
+            out += [spec.origin, os.path.dirname(spec.origin)]
+    out += [p for p in python_paths()]
+    return out
+
+
+# -- scratch --------------------------------------------------------------------------------------
+
+def chown_tree(path: Path, uid: int, gid: int) -> None:
+    """Hand a host-made tree to the sandbox user without following any link in it."""
+    for d, dirs, files in os.walk(path):
+        os.chown(d, uid, gid, follow_symlinks=False)
+        for f in files + [x for x in dirs if os.path.islink(os.path.join(d, x))]:
+            os.chown(os.path.join(d, f), uid, gid, follow_symlinks=False)
+
+
+def remove_tree(path: Path | str) -> list[str]:
+    """Remove `path` whatever the child left there (links, fifos, 000 dirs, read-only trees)
+    without following a link and without raising; returns what could not be removed."""
+    path = os.fspath(path)
+    left: list[str] = []
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return left
+    except OSError as e:
+        return [f"{path}: {e}"]
+    if not stat.S_ISDIR(st.st_mode):
+        try:
+            os.unlink(path)
+        except OSError as e:
+            left.append(f"{path}: {e}")
+        return left
+
+    def onerror(func: object, p: str, exc: object) -> None:
+        try:  # a 0o000 / 0o500 dir (a root host can still be refused on some filesystems)
+            parent = os.path.dirname(p)
+            if not os.path.islink(parent):
+                os.chmod(parent, 0o700)
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.chmod(p, 0o700)
+                shutil.rmtree(p, onerror=lambda *a: left.append(f"{a[1]}: {a[2][1]}"))
+            else:
+                os.unlink(p)
+        except OSError as e:
+            left.append(f"{p}: {e}")
+
+    shutil.rmtree(path, onerror=onerror)  # rmtree never follows symlinks (it unlinks them)
+    return left

@@ -1,0 +1,76 @@
+"""What a sandboxed child may use, and which uid/tools the wall is built from (env-configurable)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from cacheon_subnet.errors import SandboxError
+
+DEFAULT_UID = 64000  # neither root, nor nobody (65534, shared by every daemon), nor a login user
+NOBODY = 65534
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """Limits of one child. `drop_privileges=False` is the explicit weak mode (the miner's own
+    `cacheon bench` on the miner's machine): same uid, no filesystem view, loud warning."""
+
+    wall_timeout_s: float = 300.0
+    cpu_seconds: int | None = 1800
+    address_space_bytes: int | None = None  # set for CPU-only children; CUDA maps huge VA ranges
+    file_bytes: int = 256 * 1024 * 1024
+    open_files: int = 1024
+    max_processes: int = 512  # RLIMIT_NPROC of the sandbox uid (threads count): fork bombs stop here
+    scratch_bytes: int = 1 << 30  # the scratch dir is a tmpfs of this size inside the view
+    tmp_bytes: int = 256 << 20  # each of /tmp and /dev/shm (private tmpfs)
+    isolate_network: bool = True
+    loopback: bool = False  # `lo` is up in every fresh bwrap net namespace; kept for callers
+    drop_privileges: bool = True
+    gpu: bool = False  # NVIDIA device nodes, /sys, when present
+    ro_paths: tuple[str, ...] = ()  # host paths visible read-only at the same path
+    rw_paths: tuple[str, ...] = ()  # host paths visible read-write (handed to the sandbox uid)
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WallConfig:
+    uid: int
+    gid: int
+    bwrap: str
+    setpriv: str
+
+
+def weak_requested(policy: SandboxPolicy) -> str | None:
+    """Why this launch runs without the wall (None: it does not)."""
+    if os.environ.get("CACHEON_SANDBOX", "").strip().lower() == "weak":
+        return "CACHEON_SANDBOX=weak"
+    if not policy.drop_privileges:
+        return "policy drop_privileges=False (miner-side tool)"
+    return None
+
+
+def wall_config() -> WallConfig:
+    """The dedicated uid (CACHEON_SANDBOX_UID, gid CACHEON_SANDBOX_GID or the same) and the tool
+    paths (CACHEON_BWRAP, CACHEON_SETPRIV, else PATH). Raises with what to fix."""
+    raw = os.environ.get("CACHEON_SANDBOX_UID", str(DEFAULT_UID))
+    try:
+        uid = int(raw)
+        gid = int(os.environ.get("CACHEON_SANDBOX_GID", raw))
+    except ValueError:
+        raise SandboxError(f"CACHEON_SANDBOX_UID/GID must be integers, got {raw!r}") from None
+    if uid in (0, NOBODY, os.getuid()) or gid in (0, NOBODY) or uid < 1000:
+        raise SandboxError(f"CACHEON_SANDBOX_UID={uid} (gid {gid}) is not a dedicated unprivileged uid: it must "
+                           f"be >= 1000 and differ from root, nobody ({NOBODY}) and the validator's uid "
+                           f"({os.getuid()}); default {DEFAULT_UID}")
+    tools = {}
+    for name, env in (("bwrap", "CACHEON_BWRAP"), ("setpriv", "CACHEON_SETPRIV")):
+        path = os.environ.get(env) or shutil.which(name) or ""
+        if not (path and os.path.isfile(path) and os.access(path, os.X_OK)):
+            pkg = "bubblewrap" if name == "bwrap" else "util-linux"
+            raise SandboxError(f"sandbox: `{name}` not found ({env}={os.environ.get(env, '')!r}, PATH has none): "
+                               f"install it (apt-get install {pkg}) or point {env} at the binary")
+        tools[name] = os.path.realpath(path)
+    return WallConfig(uid, gid, tools["bwrap"], tools["setpriv"])
