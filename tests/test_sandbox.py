@@ -1,4 +1,4 @@
-"""Each sandbox layer on its own: timeout kill, network, privileges, rlimits, env, audit guard."""
+"""Each sandbox layer on its own: kill, network, dedicated uid, view, seccomp, rlimits, env, guard, fail closed."""
 
 import os
 import subprocess
@@ -92,14 +92,26 @@ LOOPBACK_PROBE = """
 
 
 def test_engine_namespace_has_loopback_but_no_outside(tmp_path):
-    """Engines rendezvous on 127.0.0.1 (SGLang's dist init): loopback up, nothing else."""
-    if not sandbox.probe_isolation(POLICY).network_namespace:
-        pytest.skip("this platform allows no network namespace")
-    _, out = run_child(tmp_path, LOOPBACK_PROBE, sandbox.SandboxPolicy(loopback=True, drop_privileges=False))
+    """Engines rendezvous on 127.0.0.1 (SGLang's dist init): loopback up, nothing else; the
+    loopback is the sandbox's own (a service the host listens on is not reachable)."""
+    import socket
+
+    host_srv = socket.socket()
+    host_srv.bind(("127.0.0.1", 0))
+    host_srv.listen(1)
+    port = host_srv.getsockname()[1]
+    probe = LOOPBACK_PROBE + f"""
+    try:
+        socket.create_connection(("127.0.0.1", {port}), timeout=2); print("HOST-SERVICE")
+    except OSError as e:
+        print("HOST-HIDDEN", e.errno)
+"""
+    try:
+        _, out = run_child(tmp_path, probe, sandbox.SandboxPolicy(loopback=True))
+    finally:
+        host_srv.close()
     assert "LOOPBACK" in out.split() and "BLOCKED" in out and "OUTSIDE" not in out
-    # control: without `loopback` the fresh namespace's lo is down
-    _, out = run_child(tmp_path, LOOPBACK_PROBE, sandbox.SandboxPolicy(loopback=False, drop_privileges=False))
-    assert "NO-LOOPBACK" in out
+    assert "HOST-HIDDEN" in out and "HOST-SERVICE" not in out, out
 
 
 def test_network_allowed_when_not_isolated_control(tmp_path):
@@ -147,11 +159,132 @@ def test_cpu_limit(tmp_path):
     assert rc != 0  # SIGXCPU / SIGKILL
 
 
-def test_privileges_dropped_when_root(tmp_path):
-    if not sandbox.can_drop_privileges():
-        pytest.skip("not root, or interpreter not world-readable: privilege drop unavailable here")
-    _, out = run_child(tmp_path, "import os; print(os.getuid())")
-    assert out.strip() == str(sandbox.NOBODY)
+def test_child_runs_as_the_dedicated_uid(tmp_path):
+    _, out = run_child(tmp_path, "import os; print(os.getuid(), os.getgid(), os.getgroups())")
+    assert out.split()[:2] == [str(sandbox.DEFAULT_UID)] * 2 and "[]" in out
+    assert sandbox.DEFAULT_UID not in (0, sandbox.NOBODY, os.getuid())
+
+
+def test_view_hides_host_and_is_read_only(tmp_path):
+    secret = tmp_path / "outside" / "wallet.json"
+    secret.parent.mkdir()
+    secret.write_text("hotkey")
+    code = f"""
+        import os
+        for p in ("/etc/shadow", "/root", {str(secret)!r}, "/var/lib"):
+            print(p, os.path.exists(p) and os.access(p, os.R_OK))
+        for d in ("/", "/usr", "/etc", {str(tmp_path)!r}):
+            try:
+                open(os.path.join(d, "x"), "w"); print("WROTE", d)
+            except OSError as e:
+                print("RO", d, e.errno)
+        open(os.path.join(os.environ["CACHEON_SANDBOX_SCRATCH"], "ok"), "w").write("x"); print("SCRATCH-OK")
+    """
+    _, out = run_child(tmp_path, code)
+    assert "True" not in out and "WROTE" not in out and "SCRATCH-OK" in out, out
+
+
+def test_seccomp_refuses_namespaces_and_ptrace(tmp_path):
+    code = """
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        print("unshare", libc.unshare(0x40000000), ctypes.get_errno())
+        print("ptrace", libc.ptrace(0, 0, None, None), ctypes.get_errno())
+        print("seccomp", open("/proc/self/status").read().split("Seccomp:")[1].split()[0])
+    """
+    _, out = run_child(tmp_path, code)
+    assert "unshare -1 1" in out and "ptrace -1 1" in out and "seccomp 2" in out, out
+
+
+def test_fail_closed_without_bwrap(tmp_path, monkeypatch):
+    from cacheon_subnet.sandbox import launcher
+
+    launcher.preflight.cache_clear()
+    monkeypatch.setenv("CACHEON_BWRAP", str(tmp_path / "no-bwrap"))
+    try:
+        with pytest.raises(sandbox.SandboxError, match="bwrap.*not found"):
+            sandbox.launch([sys.executable, "-c", "pass"], scratch=tmp_path / "w", policy=POLICY)
+    finally:
+        launcher.preflight.cache_clear()
+
+
+@pytest.mark.parametrize("uid", ["0", "65534", "12"])
+def test_fail_closed_on_a_shared_uid(tmp_path, monkeypatch, uid):
+    from cacheon_subnet.sandbox import launcher
+
+    launcher.preflight.cache_clear()
+    monkeypatch.setenv("CACHEON_SANDBOX_UID", uid)
+    try:
+        with pytest.raises(sandbox.SandboxError, match="not a dedicated unprivileged uid"):
+            sandbox.launch([sys.executable, "-c", "pass"], scratch=tmp_path / "w", policy=POLICY)
+    finally:
+        launcher.preflight.cache_clear()
+
+
+def test_fail_closed_when_not_root(tmp_path, monkeypatch):
+    from cacheon_subnet.sandbox import launcher
+
+    launcher.preflight.cache_clear()
+    monkeypatch.setattr(launcher.os, "geteuid", lambda: 4242)
+    try:
+        with pytest.raises(sandbox.SandboxError, match="not root"):
+            sandbox.launch([sys.executable, "-c", "pass"], scratch=tmp_path / "w", policy=POLICY)
+    finally:
+        launcher.preflight.cache_clear()
+
+
+def test_fail_closed_when_interpreter_unreadable(tmp_path, monkeypatch):
+    from cacheon_subnet.sandbox import fsview, launcher
+
+    private = tmp_path / "private-python"
+    private.write_text("")
+    private.chmod(0o700)
+    launcher.preflight.cache_clear()
+    monkeypatch.setattr(fsview, "interpreter_files", lambda: [str(private)])
+    try:
+        with pytest.raises(sandbox.SandboxError, match="cannot read the interpreter"):
+            sandbox.launch([sys.executable, "-c", "pass"], scratch=tmp_path / "w", policy=POLICY)
+    finally:
+        launcher.preflight.cache_clear()
+
+
+def test_weak_mode_is_loud(tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("CACHEON_SANDBOX", "weak")
+    _, out = run_child(tmp_path, "import os; print(os.getuid(), os.environ['CACHEON_SANDBOX_MODE'])")
+    assert out.split() == [str(os.getuid()), "weak"]
+    assert "WEAK MODE" in capfd.readouterr().err
+
+
+def test_pass_fds_survive_the_wall(tmp_path):
+    import socket
+
+    host, child = socket.socketpair()
+    code = f"import socket; s = socket.socket(fileno={child.fileno()}); s.sendall(b'hello'); print('SENT')"
+    proc = sandbox.launch([sys.executable, "-c", code], scratch=tmp_path / "w", policy=POLICY, pass_fds=[child.fileno()])
+    child.close()
+    try:
+        host.settimeout(30)
+        assert host.recv(5) == b"hello"
+    finally:
+        sandbox.stop(proc)
+        host.close()
+
+
+def test_remove_tree_survives_what_a_child_leaves(tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("x")
+    d = tmp_path / "scratch"
+    (d / "sub").mkdir(parents=True)
+    os.symlink(victim, d / "link-dir")
+    os.symlink(victim / "keep", d / "link-file")
+    os.symlink("/nonexistent", d / "dangling")
+    os.mkfifo(d / "fifo")
+    (d / "sub" / "f").write_text("x")
+    (d / "sub").chmod(0o000)
+    d.chmod(0o500)
+    assert sandbox.remove_tree(d) == []
+    assert not d.exists() and (victim / "keep").read_text() == "x"  # links removed, never followed
 
 
 @pytest.mark.parametrize("body,word", [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
@@ -86,7 +87,7 @@ class WorkerClient:
         ns, pkg = write_namespace(base, self.bundle)
         work = base / "work"
         host_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        policy = worker_policy(self.config)
+        policy = dataclasses.replace(worker_policy(self.config), ro_paths=(str(ns),))  # bundle visible, read-only
         with open(self.log_path, "wb") as log:
             self.proc = sandbox.launch(
                 [sys.executable, "-m", "cacheon_subnet.verify.worker", "--fd", str(child_sock.fileno()),
@@ -140,4 +141,5 @@ class WorkerClient:
 
     def cleanup(self) -> None:
         self.close()
+        sandbox.remove_tree(self.scratch.path)  # never raises on what the child left (links, fifos, 000 dirs)
         self.scratch.cleanup()
