@@ -12,6 +12,7 @@ import pytest
 from cacheon_subnet import sandbox
 
 POLICY = sandbox.SandboxPolicy(wall_timeout_s=30)
+REPO = Path(__file__).resolve().parent.parent
 
 
 def run_child(tmp_path: Path, code: str, policy: sandbox.SandboxPolicy = POLICY, timeout: float = 60) -> tuple[int, str]:
@@ -41,7 +42,7 @@ def guarded(tmp_path: Path, body: str) -> str:
         except PermissionError as e:
             print("REFUSED", e)
     """
-    _, out = run_child(tmp_path, code)
+    _, out = run_child(tmp_path, code, sandbox.SandboxPolicy(wall_timeout_s=30, ro_paths=(str(bundle),)))
     return out
 
 
@@ -173,15 +174,17 @@ def test_view_hides_host_and_is_read_only(tmp_path):
         import os
         for p in ("/etc/shadow", "/root", {str(secret)!r}, "/var/lib"):
             print(p, os.path.exists(p) and os.access(p, os.R_OK))
-        for d in ("/", "/usr", "/etc", {str(tmp_path)!r}):
+        for d in ("/", "/usr", "/etc", {str(REPO)!r}):
             try:
                 open(os.path.join(d, "x"), "w"); print("WROTE", d)
             except OSError as e:
                 print("RO", d, e.errno)
+        open({str(tmp_path / "x")!r}, "w").write("private")  # /tmp inside is the sandbox's own tmpfs
         open(os.path.join(os.environ["CACHEON_SANDBOX_SCRATCH"], "ok"), "w").write("x"); print("SCRATCH-OK")
     """
     _, out = run_child(tmp_path, code)
     assert "True" not in out and "WROTE" not in out and "SCRATCH-OK" in out, out
+    assert not (tmp_path / "x").exists()  # nothing the child wrote reaches the host's /tmp
 
 
 def test_seccomp_refuses_namespaces_and_ptrace(tmp_path):
@@ -289,7 +292,7 @@ def test_remove_tree_survives_what_a_child_leaves(tmp_path):
 
 @pytest.mark.parametrize("body,word", [
     ("import subprocess\nsubprocess.run(['true'])", "spawning"),
-    ("import os\nos.system('true')", "spawning"),
+    ("import os\nos.system('true')", "shell commands"),
     ("import socket\nsocket.socket(socket.AF_INET).connect(('127.0.0.1', 9))", "network"),
     ("import gc\ngc.get_objects()", "gc.get_objects"),
     ("import os\nos.putenv('X', '1')", "os.putenv"),

@@ -110,7 +110,10 @@ def _warn_weak(why: str) -> None:
     print(msg, file=sys.stderr, flush=True)
     from cacheon_subnet.log import get_logger
 
-    get_logger("sandbox").warning("sandbox.weak", reason=why, uid=os.getuid())
+    try:
+        get_logger("sandbox").warning("sandbox.weak", reason=why, uid=os.getuid())
+    except (ValueError, OSError):  # a closed log stream must not turn a warning into a crash
+        pass
 
 
 def _launch_weak(argv: Sequence[str], scratch: Path, policy: SandboxPolicy, pass_fds: Sequence[int],
@@ -208,6 +211,8 @@ def stop(proc: subprocess.Popen[bytes], grace_s: float = 2.0) -> None:
     deadline = time.monotonic() + 5.0  # SIGKILL is asynchronous: "stopped" means no member still runs
     while (live_members(proc.pid) or (ns and namespace_members(ns))) and time.monotonic() < deadline:
         time.sleep(0.02)
+    for d in getattr(proc, "cacheon_staged", ()):
+        remove_tree(d)
 
 
 def live_members(pgid: int) -> list[int]:

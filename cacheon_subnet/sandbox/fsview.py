@@ -127,23 +127,72 @@ def gpu_present() -> bool:
 
 # -- readability checks (fail closed before launching) ------------------------------------------
 
-def unreadable_by(uid: int, gid: int, paths: Iterable[str]) -> list[str]:
-    """Paths (files or dirs) that `uid` could not read with plain permission bits: they are bound
-    into the view, so their ancestors need no search permission, but they themselves do."""
-    bad = []
-    for p in paths:
+def _allows(st: os.stat_result, uid: int, gid: int, bits: int) -> bool:
+    """Plain permission bits for `uid` (no groups: the sandbox runs with --clear-groups)."""
+    if st.st_uid == uid:
+        bits <<= 6
+    elif st.st_gid == gid:
+        bits <<= 3
+    return st.st_mode & bits == bits
+
+
+def unreachable_by(uid: int, gid: int, path: str) -> str | None:
+    """Why `uid` could not reach and read `path` (bwrap resolves bind sources as that uid), or None."""
+    real = os.path.realpath(path)
+    parts = real.split(os.sep)
+    for i in range(2, len(parts)):
+        d = os.sep.join(parts[:i])
         try:
-            st = os.stat(p)
-        except OSError:
-            continue
-        need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else 0)
-        if st.st_uid == uid:
-            need <<= 6
-        elif st.st_gid == gid:
-            need <<= 3
-        if st.st_mode & need != need:
-            bad.append(f"{p} (mode {stat.filemode(st.st_mode)}, owner {st.st_uid}:{st.st_gid})")
-    return bad
+            st = os.stat(d)
+        except OSError as e:
+            return f"{d}: {e.strerror}"
+        if not _allows(st, uid, gid, stat.S_IXOTH):
+            return f"{d} (mode {stat.filemode(st.st_mode)}, owner {st.st_uid}:{st.st_gid}) is not searchable"
+    try:
+        st = os.stat(real)
+    except OSError as e:
+        return f"{real}: {e.strerror}"
+    need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else 0)
+    if not _allows(st, uid, gid, need):
+        return f"{real} (mode {stat.filemode(st.st_mode)}, owner {st.st_uid}:{st.st_gid}) is not readable"
+    return None
+
+
+def unreadable_by(uid: int, gid: int, paths: Iterable[str]) -> list[str]:
+    """The paths of `paths` that exist and that `uid` cannot reach or read, each with why."""
+    return [why for p in paths if os.path.exists(p) and (why := unreachable_by(uid, gid, p))]
+
+
+STAGE_LIMIT = 256 << 20
+
+
+def stage_copy(src: str, base: str | None = None) -> str:
+    """A copy of `src` (a small read-only input: a bundle dir, a job file) under a fresh dir the
+    sandbox uid can reach, for a source whose ancestors it cannot search (e.g. a 0700 tmp dir).
+    The view still shows it at its original path. Returns the staging root (caller removes it)."""
+    import tempfile
+
+    total = 0
+    for d, _, files in os.walk(src):
+        total += sum(os.lstat(os.path.join(d, f)).st_size for f in files)
+    if os.path.isfile(src):
+        total = os.path.getsize(src)
+    if total > STAGE_LIMIT:
+        raise OSError(f"{src}: {total >> 20} MiB is too large to stage (limit {STAGE_LIMIT >> 20} MiB); "
+                      "make its parent dirs searchable by the sandbox uid instead")
+    root = tempfile.mkdtemp(prefix="cacheon-ro-", dir=base or os.environ.get("CACHEON_SANDBOX_STAGE"))
+    os.chmod(root, 0o755)
+    dst = os.path.join(root, "x")
+    if os.path.isdir(src):
+        shutil.copytree(src, dst, symlinks=True)
+    else:
+        shutil.copy2(src, dst)
+    for d, dirs, files in os.walk(root):
+        os.chmod(d, 0o755)
+        for f in files:
+            if not os.path.islink(os.path.join(d, f)):
+                os.chmod(os.path.join(d, f), 0o644)
+    return root
 
 
 def interpreter_files() -> list[str]:

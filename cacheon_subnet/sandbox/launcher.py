@@ -28,6 +28,7 @@ from cacheon_subnet.sandbox.policy import SandboxPolicy, WallConfig, wall_config
 class Command:
     argv: tuple[str, ...]
     fds: tuple[int, ...]  # to pass to the child (bind fds, seccomp fd); the host closes them after Popen
+    staged: tuple[str, ...] = ()  # copies of unreachable read-only inputs; removed by sandbox.stop()
 
 
 def rlimits(policy: SandboxPolicy, nproc: bool) -> list[tuple[int, int]]:
@@ -62,6 +63,14 @@ def build(argv: Sequence[str], scratch: Path, policy: SandboxPolicy, cfg: WallCo
           env: dict[str, str]) -> Command:
     """The full command and the fds it needs. Binds are sorted so parents come before children."""
     fds: list[int] = []
+    staged: list[str] = []
+
+    def ro_source(path: str) -> str:
+        """`path`, or a reachable copy of it when the sandbox uid cannot search its ancestors."""
+        if fsview.unreachable_by(cfg.uid, cfg.gid, path) is None:
+            return path
+        staged.append(fsview.stage_copy(path))
+        return os.path.join(staged[-1], "x")
 
     def fd(path: str) -> str:
         fds.append(_open(path))
@@ -86,7 +95,7 @@ def build(argv: Sequence[str], scratch: Path, policy: SandboxPolicy, cfg: WallCo
                 out += ["--dev-bind", b.src, b.dest]  # device nodes: path bind (mode 0666 on hosts)
         out += ["--size", str(policy.tmp_bytes), "--tmpfs", "/tmp", "--size", str(policy.tmp_bytes), "--tmpfs", "/dev/shm"]
         extra_ro = list(policy.ro_paths) + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        mounts: list[tuple[str, list[str]]] = [(b.dest, ["--ro-bind-fd", fd(b.src), b.dest])
+        mounts: list[tuple[str, list[str]]] = [(b.dest, ["--ro-bind-fd", fd(ro_source(b.src)), b.dest])
                                                for b in fsview.read_binds(extra_ro)]
         sdest = os.path.abspath(scratch)
         scratch_ops = ["--size", str(policy.scratch_bytes), "--tmpfs", sdest]
@@ -94,16 +103,24 @@ def build(argv: Sequence[str], scratch: Path, policy: SandboxPolicy, cfg: WallCo
             scratch_ops += ["--dir", os.path.join(sdest, sub)]
         mounts.append((sdest, scratch_ops))
         for p in policy.rw_paths:
+            why = fsview.unreachable_by(cfg.uid, cfg.gid, p)
+            if why:
+                raise SandboxError(f"sandbox: rw path {p} is out of the sandbox uid's reach: {why}; put it under "
+                                   "a dir others can search (e.g. CACHEON_SCRATCH=/var/tmp/cacheon)")
             mounts.append((os.path.abspath(p), ["--bind-fd", fd(p), os.path.abspath(p)]))
         for _, ops in sorted(mounts, key=lambda m: (m[0].count(os.sep), m[0])):
             out += ops
         out += ["--remount-ro", "/", "--seccomp", str(_seccomp(fds))]  # bwrap's root tmpfs: read-only
-    except OSError as e:
+    except (OSError, SandboxError) as e:
         for f in fds:
             os.close(f)
+        for d in staged:
+            fsview.remove_tree(d)
+        if isinstance(e, SandboxError):
+            raise
         raise SandboxError(f"sandbox: cannot open a path of the filesystem view: {e}") from e
     out += ["--chdir", os.path.abspath(cwd or scratch), "--", *argv]
-    return Command(tuple(out), tuple(fds))
+    return Command(tuple(out), tuple(fds), tuple(staged))
 
 
 def _seccomp(fds: list[int]) -> int:
@@ -114,11 +131,15 @@ def _seccomp(fds: list[int]) -> int:
 def popen(cmd: Command, limits: Sequence[tuple[int, int]], env: dict[str, str], pass_fds: Sequence[int],
           stdout: int | None, stderr: int | None) -> subprocess.Popen[bytes]:
     try:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             list(cmd.argv), cwd="/", env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
             pass_fds=tuple(pass_fds) + cmd.fds, close_fds=True, start_new_session=True,
             preexec_fn=lambda: apply_rlimits(limits, strict=True))
+        proc.cacheon_staged = cmd.staged  # type: ignore[attr-defined]
+        return proc
     except (OSError, subprocess.SubprocessError) as e:
+        for d in cmd.staged:
+            fsview.remove_tree(d)
         raise SandboxError(f"cannot start sandboxed child {cmd.argv[-2:]}: {e}") from e
     finally:
         for f in cmd.fds:
