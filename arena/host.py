@@ -66,6 +66,8 @@ class EngineSpec:
     timeout_s: float = 1200.0
     start_timeout_s: float | None = None  # no "started" record by then -> killed (a stuck start)
     isolate_network: bool = True
+    ro_paths: tuple[str, ...] = ()  # e.g. the checkpoint dir, the sealed engine tree (sandbox view)
+    rw_paths: tuple[str, ...] = ()  # e.g. the receipts dir while receipts still travel as files
 
 
 def plugin_site(workdir: Path) -> str | None:
@@ -104,13 +106,16 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     scratch = workdir / f"{spec.name}-scratch"
     result = workdir / f"{spec.name}.jsonl"
     result.unlink(missing_ok=True)
+    result.touch()  # bound read-write into the engine's view (the only host file it may write)
     job = dict(spec.job, result_path=str(result))
     job_path = workdir / f"{spec.name}.job.json"
     job_path.write_text(json.dumps(job))
     pythonpath = os.pathsep.join(p for p in (str(REPO), plugin_site(workdir), os.environ.get("PYTHONPATH", "")) if p)
     policy = sandbox.SandboxPolicy(wall_timeout_s=spec.timeout_s, cpu_seconds=None, file_bytes=64 << 30,
                                    open_files=65536, isolate_network=spec.isolate_network, loopback=True,
-                                   drop_privileges=False, extra_env={"PYTHONPATH": pythonpath, **spec.env})
+                                   max_processes=16384, scratch_bytes=16 << 30, tmp_bytes=16 << 30, gpu=True,
+                                   ro_paths=(str(job_path), *spec.ro_paths), rw_paths=(str(result), *spec.rw_paths),
+                                   extra_env={"PYTHONPATH": pythonpath, **spec.env})
     log_path = workdir / f"{spec.name}.log"
     baseline = gpu_memory_used_mib()
     t0 = time.monotonic()

@@ -166,6 +166,27 @@ def unreadable_by(uid: int, gid: int, paths: Iterable[str]) -> list[str]:
 STAGE_LIMIT = 256 << 20
 
 
+def stage_link(src: str, uid: int, gid: int) -> str:
+    """A hard link to the regular file `src` (same inode: writes reach the host file) in a fresh
+    dir under its nearest ancestor on the same filesystem that `uid` can reach. Returns the
+    staging root (caller removes it); raises OSError when there is none."""
+    import tempfile
+
+    real = os.path.realpath(src)
+    if not os.path.isfile(real) or os.path.islink(src):
+        raise OSError(f"{src}: only a regular file can be staged read-write (a dir needs searchable parents)")
+    dev = os.stat(real).st_dev
+    d = os.path.dirname(real)
+    while d != os.sep:
+        d = os.path.dirname(d)
+        if os.stat(d).st_dev == dev and unreachable_by(uid, gid, d) is None and os.access(d, os.W_OK):
+            root = tempfile.mkdtemp(prefix="cacheon-rw-", dir=d)
+            os.chmod(root, 0o711)
+            os.link(real, os.path.join(root, "x"))
+            return root
+    raise OSError(f"{src}: no ancestor on its filesystem that the sandbox uid can search")
+
+
 def stage_copy(src: str, base: str | None = None) -> str:
     """A copy of `src` (a small read-only input: a bundle dir, a job file) under a fresh dir the
     sandbox uid can reach, for a source whose ancestors it cannot search (e.g. a 0700 tmp dir).

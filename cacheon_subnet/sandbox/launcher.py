@@ -103,11 +103,16 @@ def build(argv: Sequence[str], scratch: Path, policy: SandboxPolicy, cfg: WallCo
             scratch_ops += ["--dir", os.path.join(sdest, sub)]
         mounts.append((sdest, scratch_ops))
         for p in policy.rw_paths:
+            src = p
             why = fsview.unreachable_by(cfg.uid, cfg.gid, p)
             if why:
-                raise SandboxError(f"sandbox: rw path {p} is out of the sandbox uid's reach: {why}; put it under "
-                                   "a dir others can search (e.g. CACHEON_SCRATCH=/var/tmp/cacheon)")
-            mounts.append((os.path.abspath(p), ["--bind-fd", fd(p), os.path.abspath(p)]))
+                try:
+                    staged.append(fsview.stage_link(p, cfg.uid, cfg.gid))
+                except OSError as e:
+                    raise SandboxError(f"sandbox: rw path {p} is out of the sandbox uid's reach: {why} ({e}); put it "
+                                       "under a dir others can search (e.g. CACHEON_SCRATCH=/var/tmp/cacheon)") from None
+                src = os.path.join(staged[-1], "x")
+            mounts.append((os.path.abspath(p), ["--bind-fd", fd(src), os.path.abspath(p)]))
         for _, ops in sorted(mounts, key=lambda m: (m[0].count(os.sep), m[0])):
             out += ops
         out += ["--remount-ro", "/", "--seccomp", str(_seccomp(fds))]  # bwrap's root tmpfs: read-only
