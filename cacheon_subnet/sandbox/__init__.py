@@ -25,17 +25,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from cacheon_subnet.errors import SandboxError
 from cacheon_subnet.sandbox import launcher
 from cacheon_subnet.sandbox.fsview import chown_tree, remove_tree
-from cacheon_subnet.sandbox.probe import Isolation, probe_isolation
 from cacheon_subnet.sandbox.policy import DEFAULT_UID, NOBODY, SandboxPolicy, WallConfig, wall_config, weak_requested
+from cacheon_subnet.sandbox.probe import Isolation, probe_isolation
 
-__all__ = ["DEFAULT_UID", "NOBODY", "SandboxError", "SandboxPolicy", "WallConfig", "can_drop_privileges",
-           "Isolation", "child_env", "launch", "probe_isolation", "live_members", "remove_tree", "stop", "wall_config", "weak_requested"]
+__all__ = ["DEFAULT_UID", "NOBODY", "Isolation", "SandboxError", "SandboxPolicy", "WallConfig", "can_drop_privileges",
+           "child_env", "launch", "live_members", "probe_isolation", "remove_tree", "stop", "wall_config",
+           "weak_requested"]
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
@@ -101,7 +102,7 @@ def launch(
         chown_tree(Path(p), cfg.uid, cfg.gid) if os.path.isdir(p) else os.chown(p, cfg.uid, cfg.gid)
     env = child_env(scratch, policy)
     cmd = launcher.build(argv, scratch, policy, cfg, cwd, env)
-    return launcher.popen(cmd, launcher.rlimits(policy, nproc=True), env, pass_fds, stdout, stderr)
+    return launcher.popen(cmd, env, pass_fds, stdout, stderr)
 
 
 def _warn_weak(why: str) -> None:
@@ -137,7 +138,7 @@ def _launch_weak(argv: Sequence[str], scratch: Path, policy: SandboxPolicy, pass
     try:
         return subprocess.Popen(list(argv), cwd=str(cwd or scratch), env=env, stdin=subprocess.DEVNULL, stdout=stdout,
                                 stderr=stderr, pass_fds=tuple(pass_fds), close_fds=True, start_new_session=True,
-                                preexec_fn=pre)
+                                preexec_fn=pre)  # noqa: PLW1509 - weak mode only (development)
     except OSError as e:
         raise SandboxError(f"cannot start sandboxed child {argv[:2]}: {e}") from e
 

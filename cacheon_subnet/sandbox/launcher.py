@@ -5,7 +5,10 @@ exec'ing bwrap (every namespace, no nested user namespaces, allowlist view, secc
       bwrap --unshare-all --unshare-user --disable-userns --die-with-parent --new-session
             --cap-drop ALL --seccomp FD <view> --chdir CWD -- argv
 
-Rlimits are set in the forked child before exec (they survive the uid switch and exec).
+Rlimits come first, from `prlimit` (util-linux) as root, so they hold across the uid switch
+and every exec (no preexec_fn in a possibly threaded host):
+
+    prlimit --core=0 --fsize=F --nofile=N --nproc=P [--cpu=S] [--as=A] -- setpriv ...
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ import os
 import resource
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from cacheon_subnet.errors import SandboxError
 from cacheon_subnet.sandbox import fsview, seccomp
@@ -29,6 +32,10 @@ class Command:
     argv: tuple[str, ...]
     fds: tuple[int, ...]  # to pass to the child (bind fds, seccomp fd); the host closes them after Popen
     staged: tuple[str, ...] = ()  # copies of unreachable read-only inputs; removed by sandbox.stop()
+
+
+_PRLIMIT_NAMES = {resource.RLIMIT_CORE: "core", resource.RLIMIT_FSIZE: "fsize", resource.RLIMIT_NOFILE: "nofile",
+                  resource.RLIMIT_NPROC: "nproc", resource.RLIMIT_CPU: "cpu", resource.RLIMIT_AS: "as"}
 
 
 def rlimits(policy: SandboxPolicy, nproc: bool) -> list[tuple[int, int]]:
@@ -43,8 +50,14 @@ def rlimits(policy: SandboxPolicy, nproc: bool) -> list[tuple[int, int]]:
     return out
 
 
+def _capped(res: int, val: int) -> int:
+    """`val`, or the host's hard limit when lower (raising it needs CAP_SYS_RESOURCE)."""
+    hard = resource.getrlimit(res)[1]
+    return val if hard == resource.RLIM_INFINITY else min(val, hard)
+
+
 def apply_rlimits(limits: Sequence[tuple[int, int]], strict: bool) -> None:
-    """In the forked child. Strict (the wall): a limit that cannot be set aborts the launch."""
+    """In a forked child (weak mode). Strict: a limit that cannot be set raises."""
     for res, val in limits:
         try:
             _, hard = resource.getrlimit(res)
@@ -62,6 +75,12 @@ def _open(path: str) -> int:
 def build(argv: Sequence[str], scratch: Path, policy: SandboxPolicy, cfg: WallConfig, cwd: Path | None,
           env: dict[str, str]) -> Command:
     """The full command and the fds it needs. Binds are sorted so parents come before children."""
+    limits = [f"--{_PRLIMIT_NAMES[res]}={v}:{v}" for res, val in rlimits(policy, nproc=True) if (v := _capped(res, val)) >= 0]
+    return _build([cfg.prlimit, *limits, "--"], argv, scratch, policy, cfg, cwd, env)
+
+
+def _build(head: list[str], argv: Sequence[str], scratch: Path, policy: SandboxPolicy, cfg: WallConfig,
+           cwd: Path | None, env: dict[str, str]) -> Command:
     fds: list[int] = []
     staged: list[str] = []
 
@@ -76,7 +95,7 @@ def build(argv: Sequence[str], scratch: Path, policy: SandboxPolicy, cfg: WallCo
         fds.append(_open(path))
         return str(fds[-1])
 
-    out = [cfg.setpriv, f"--reuid={cfg.uid}", f"--regid={cfg.gid}", "--clear-groups", "--no-new-privs",
+    out = [*head, cfg.setpriv, f"--reuid={cfg.uid}", f"--regid={cfg.gid}", "--clear-groups", "--no-new-privs",
            "--inh-caps=-all", "--bounding-set=-all", cfg.bwrap,
            "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
            "--cap-drop", "ALL", "--hostname", "sandbox"]
@@ -133,13 +152,12 @@ def _seccomp(fds: list[int]) -> int:
     return fds[-1]
 
 
-def popen(cmd: Command, limits: Sequence[tuple[int, int]], env: dict[str, str], pass_fds: Sequence[int],
-          stdout: int | None, stderr: int | None) -> subprocess.Popen[bytes]:
+def popen(cmd: Command, env: dict[str, str], pass_fds: Sequence[int], stdout: int | None,
+          stderr: int | None) -> subprocess.Popen[bytes]:
     try:
         proc = subprocess.Popen(
             list(cmd.argv), cwd="/", env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-            pass_fds=tuple(pass_fds) + cmd.fds, close_fds=True, start_new_session=True,
-            preexec_fn=lambda: apply_rlimits(limits, strict=True))
+            pass_fds=tuple(pass_fds) + cmd.fds, close_fds=True, start_new_session=True)
         proc.cacheon_staged = cmd.staged  # type: ignore[attr-defined]
         return proc
     except (OSError, subprocess.SubprocessError) as e:
@@ -172,7 +190,7 @@ def preflight() -> WallConfig:
     cmd = build([sys.executable, "-I", "-S", "-c", "import os; print(os.getuid())"], scratch, policy, cfg, Path("/"), env)
     os.makedirs(scratch, mode=0o700, exist_ok=True)
     try:
-        proc = popen(cmd, rlimits(policy, nproc=True), env, (), subprocess.PIPE, subprocess.STDOUT)
+        proc = popen(cmd, env, (), subprocess.PIPE, subprocess.STDOUT)
         out, _ = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         proc.kill()

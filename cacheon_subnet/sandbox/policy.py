@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from cacheon_subnet.errors import SandboxError
 
@@ -41,6 +41,7 @@ class WallConfig:
     gid: int
     bwrap: str
     setpriv: str
+    prlimit: str
 
 
 def weak_requested(policy: SandboxPolicy) -> str | None:
@@ -54,7 +55,7 @@ def weak_requested(policy: SandboxPolicy) -> str | None:
 
 def wall_config() -> WallConfig:
     """The dedicated uid (CACHEON_SANDBOX_UID, gid CACHEON_SANDBOX_GID or the same) and the tool
-    paths (CACHEON_BWRAP, CACHEON_SETPRIV, else PATH). Raises with what to fix."""
+    paths (CACHEON_BWRAP, CACHEON_SETPRIV, CACHEON_PRLIMIT, else PATH). Raises with what to fix."""
     raw = os.environ.get("CACHEON_SANDBOX_UID", str(DEFAULT_UID))
     try:
         uid = int(raw)
@@ -66,11 +67,11 @@ def wall_config() -> WallConfig:
                            f"be >= 1000 and differ from root, nobody ({NOBODY}) and the validator's uid "
                            f"({os.getuid()}); default {DEFAULT_UID}")
     tools = {}
-    for name, env in (("bwrap", "CACHEON_BWRAP"), ("setpriv", "CACHEON_SETPRIV")):
+    for name, env in (("bwrap", "CACHEON_BWRAP"), ("setpriv", "CACHEON_SETPRIV"), ("prlimit", "CACHEON_PRLIMIT")):
         path = os.environ.get(env) or shutil.which(name) or ""
         if not (path and os.path.isfile(path) and os.access(path, os.X_OK)):
             pkg = "bubblewrap" if name == "bwrap" else "util-linux"
             raise SandboxError(f"sandbox: `{name}` not found ({env}={os.environ.get(env, '')!r}, PATH has none): "
                                f"install it (apt-get install {pkg}) or point {env} at the binary")
         tools[name] = os.path.realpath(path)
-    return WallConfig(uid, gid, tools["bwrap"], tools["setpriv"])
+    return WallConfig(uid, gid, tools["bwrap"], tools["setpriv"], tools["prlimit"])

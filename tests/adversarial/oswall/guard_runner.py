@@ -10,11 +10,11 @@ from _attack import ctx, report
 
 c = ctx()
 scratch = os.environ["CACHEON_SANDBOX_SCRATCH"]
-from cacheon_subnet import guard  # noqa: E402
+from cacheon_subnet import guard
 
 guard.install_guard(c["bundle_root"], [scratch])
 sys.path.insert(0, c["bundle_root"])
-import attack  # noqa: E402  - bundle import: arms the guard
+import attack
 
 before = len(guard.violations)
 try:
