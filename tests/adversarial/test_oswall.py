@@ -234,3 +234,32 @@ t = threading.Thread(target=os.system, args=("echo UNARMED-SPAWN",)); t.start();
     out, _ = proc.communicate(timeout=60)
     sandbox.stop(proc)
     assert b"UNARMED-SPAWN" in out
+
+
+def test_state_dir_and_db_are_private(tmp_path):
+    """The validator's state is readable by root alone (defence in depth behind the view)."""
+    from cacheon_subnet.validator.state import StateDB, acquire_run_lock
+
+    d = tmp_path / "state"
+    fd = acquire_run_lock(d)
+    db = StateDB(d)
+    with db.tx() as con:
+        con.execute("SELECT 1")
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in d.iterdir()}
+    db.close()
+    os.close(fd)
+    assert oct(d.stat().st_mode & 0o777) == "0o700"
+    assert modes and all(m == "0o600" for m in modes.values()), modes
+
+
+def test_doctor_reports_every_layer(monkeypatch):
+    from cacheon_subnet.cli import main
+
+    out = subprocess.run([sys.executable, "-m", "cacheon_subnet.cli", "doctor", "--json"], capture_output=True,
+                         text=True, timeout=120, check=False, cwd=REPO)
+    doc = json.loads(out.stdout)
+    assert out.returncode == 0 and doc["ok"], out.stdout[-2000:]
+    assert {x["name"] for x in doc["layers"]} >= {"uid", "no_new_privs", "seccomp", "namespaces", "network", "rlimits",
+                                                  "secrets_unreadable", "read_only_view", "host_pids"}
+    monkeypatch.setenv("CACHEON_SANDBOX", "weak")  # control: the weak mode never reports a wall
+    assert main(["doctor"]) == 1
