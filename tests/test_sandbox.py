@@ -313,3 +313,15 @@ def test_guard_allows_scratch_writes(tmp_path):
 def test_guard_refuses_writes_into_bundle(tmp_path):
     out = guarded(tmp_path, "import os\nopen(os.path.join(os.path.dirname(__file__), 'mod.py'), 'a').write('#')")
     assert "REFUSED" in out
+
+
+def test_view_never_binds_hidden_repo_entries_or_shared_dirs(monkeypatch):
+    """A sys.path / PYTHONPATH entry equal to the repo root or /tmp must not widen the view: the
+    repo's hidden entries (.git, .cacheon state, .venv) and other runs' temp files stay out."""
+    from cacheon_subnet.sandbox import fsview
+
+    monkeypatch.setattr(sys, "path", sys.path + ["/tmp", "/dev/shm", str(REPO)])
+    srcs = [b.src for b in fsview.read_binds([str(REPO), "/tmp", "/var/tmp"])]
+    assert not [s for s in srcs if s.startswith(str(REPO) + "/.")], srcs
+    assert not [s for s in srcs if fsview._under(s, "/tmp") or fsview._under(s, "/dev")], srcs
+    assert str(REPO / "cacheon_subnet") in srcs

@@ -49,15 +49,21 @@ def broad_paths() -> tuple[str, ...]:
                                                         "/var", "/srv", "/mnt", "/media", "/opt", "/work", "/")}))
 
 
+# Shared dirs (other runs' temp files, host sockets): a sys.path entry equal to one is dropped, not
+# split; only an explicitly named path inside one (a bundle dir under /tmp) is bound.
+SHARED = ("/tmp", "/var/tmp", "/dev", "/dev/shm", "/run", "/proc", "/sys")
+
+
 def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def _split(src: str, secret: Sequence[str], broad: Sequence[str], skip_hidden: bool) -> list[str]:
-    """`src` itself, or (when it holds a secret, or is itself a broad dir) its children, recursively."""
-    if any(_under(src, d) for d in secret):
+def _split(src: str, secret: Sequence[str], broad: Sequence[str], force: bool) -> list[str]:
+    """`src` itself, or (when it holds a secret, is a broad dir, or `force`) its non-hidden
+    children, recursively. A secret or a shared dir yields nothing."""
+    if any(_under(src, d) for d in secret) or src in SHARED:
         return []
-    if not skip_hidden and src not in broad and not any(_under(d, src) for d in secret):
+    if not force and src not in broad and not any(_under(d, src) for d in secret + SHARED):
         return [src]
     out: list[str] = []
     try:
@@ -65,9 +71,8 @@ def _split(src: str, secret: Sequence[str], broad: Sequence[str], skip_hidden: b
     except OSError:
         return []
     for e in entries:
-        if (skip_hidden and e.name.startswith(".")) or e.name == "__pycache__":
-            continue
-        out += _split(e.path, secret, broad, False)
+        if not (e.name.startswith(".") or e.name == "__pycache__"):
+            out += _split(e.path, secret, broad, False)
     return out
 
 
@@ -106,12 +111,12 @@ def read_binds(extra_ro: Iterable[str]) -> list[Bind]:
     secret, broad = secret_paths(), broad_paths()
     roots: list[str] = []
     for p in python_paths():
-        roots += _split(p, secret, broad, skip_hidden=_under(str(REPO), p))
-    roots += _split(str(REPO), secret, broad, skip_hidden=True)
+        roots += _split(p, secret, broad, force=_under(str(REPO), p))
+    roots += _split(str(REPO), secret, broad, force=True)
     for p in extra_ro:
         real = os.path.realpath(p)
         if os.path.exists(real):
-            roots += _split(real, secret, broad, skip_hidden=False)
+            roots += _split(real, secret, broad, force=_under(str(REPO), real))
     system = [d for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
     kept: list[str] = []
     for r in sorted(set(roots), key=lambda x: (x.count(os.sep), x)):
