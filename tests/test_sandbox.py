@@ -160,10 +160,30 @@ def test_cpu_limit(tmp_path):
     assert rc != 0  # SIGXCPU / SIGKILL
 
 
-def test_child_runs_as_the_dedicated_uid(tmp_path):
+def test_child_runs_as_a_dedicated_uid(tmp_path):
     _, out = run_child(tmp_path, "import os; print(os.getuid(), os.getgid(), os.getgroups())")
-    assert out.split()[:2] == [str(sandbox.DEFAULT_UID)] * 2 and "[]" in out
-    assert sandbox.DEFAULT_UID not in (0, sandbox.NOBODY, os.getuid())
+    uid, gid = map(int, out.split()[:2])
+    cfg = sandbox.wall_config()
+    assert cfg.uid <= uid < cfg.uid + cfg.count and gid - cfg.gid == uid - cfg.uid and "[]" in out
+    assert not {0, sandbox.NOBODY, os.getuid()} & set(range(cfg.uid, cfg.uid + cfg.count))
+
+
+def test_concurrent_children_get_distinct_uids(tmp_path):
+    """No shared process budget or file ownership between two children running at once (a
+    candidate's fork bomb cannot starve the baseline's engine of processes)."""
+    code = "import os, time; print(os.getuid(), flush=True); time.sleep(30)"
+    a = sandbox.launch([sys.executable, "-c", code], scratch=tmp_path / "a", policy=POLICY)
+    b = sandbox.launch([sys.executable, "-c", code], scratch=tmp_path / "b", policy=POLICY)
+    try:
+        ua, ub = int(a.stdout.readline()), int(b.stdout.readline())
+    finally:
+        sandbox.stop(a)
+        sandbox.stop(b)
+    assert ua != ub and {ua, ub} == {a.cacheon_uid, b.cacheon_uid}
+    c = sandbox.launch([sys.executable, "-c", "import os; print(os.getuid())"], scratch=tmp_path / "c", policy=POLICY)
+    out, _ = c.communicate(timeout=30)
+    sandbox.stop(c)
+    assert int(out) == min(ua, ub)  # leases are returned by stop()
 
 
 def test_view_hides_host_and_is_read_only(tmp_path):

@@ -31,7 +31,8 @@ from pathlib import Path
 from cacheon_subnet.errors import SandboxError
 from cacheon_subnet.sandbox import launcher
 from cacheon_subnet.sandbox.fsview import chown_tree, remove_tree
-from cacheon_subnet.sandbox.policy import DEFAULT_UID, NOBODY, SandboxPolicy, WallConfig, wall_config, weak_requested
+from cacheon_subnet.sandbox.policy import (DEFAULT_UID, NOBODY, SandboxPolicy, WallConfig, lease_uid, wall_config,
+                                           weak_requested)
 from cacheon_subnet.sandbox.probe import Isolation, probe_isolation
 
 __all__ = ["DEFAULT_UID", "NOBODY", "Isolation", "SandboxError", "SandboxPolicy", "WallConfig", "can_drop_privileges",
@@ -94,15 +95,22 @@ def launch(
     why_weak = weak_requested(policy)
     if why_weak:
         return _launch_weak(argv, scratch, policy, pass_fds, stdout, stderr, cwd, why_weak)
-    cfg = launcher.preflight()
-    scratch.mkdir(parents=True, exist_ok=True)
-    for p in policy.rw_paths:
-        if not os.path.exists(p):
-            raise SandboxError(f"sandbox: rw path {p} does not exist (create it before launch)")
-        chown_tree(Path(p), cfg.uid, cfg.gid) if os.path.isdir(p) else os.chown(p, cfg.uid, cfg.gid)
-    env = child_env(scratch, policy)
-    cmd = launcher.build(argv, scratch, policy, cfg, cwd, env)
-    return launcher.popen(cmd, env, pass_fds, stdout, stderr)
+    cfg, lease = lease_uid(launcher.preflight())
+    try:
+        scratch.mkdir(parents=True, exist_ok=True)
+        for p in policy.rw_paths:
+            if not os.path.exists(p):
+                raise SandboxError(f"sandbox: rw path {p} does not exist (create it before launch)")
+            chown_tree(Path(p), cfg.uid, cfg.gid) if os.path.isdir(p) else os.chown(p, cfg.uid, cfg.gid)
+        env = child_env(scratch, policy)
+        cmd = launcher.build(argv, scratch, policy, cfg, cwd, env)
+        proc = launcher.popen(cmd, env, pass_fds, stdout, stderr)
+    except BaseException:
+        os.close(lease)
+        raise
+    proc.cacheon_lease = lease  # type: ignore[attr-defined]  # released by stop()
+    proc.cacheon_uid = cfg.uid  # type: ignore[attr-defined]
+    return proc
 
 
 def _warn_weak(why: str) -> None:
@@ -214,6 +222,10 @@ def stop(proc: subprocess.Popen[bytes], grace_s: float = 2.0) -> None:
         time.sleep(0.02)
     for d in getattr(proc, "cacheon_staged", ()):
         remove_tree(d)
+    lease = getattr(proc, "cacheon_lease", None)
+    if lease is not None and not (ns and namespace_members(ns)) and not live_members(proc.pid):
+        os.close(lease)  # the uid is free for the next child only once nothing of this one runs
+        proc.cacheon_lease = None  # type: ignore[attr-defined]
 
 
 def live_members(pgid: int) -> list[int]:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from cacheon_subnet.errors import SandboxError
 from cacheon_subnet.sandbox import fsview, seccomp
-from cacheon_subnet.sandbox.policy import SandboxPolicy, WallConfig, wall_config
+from cacheon_subnet.sandbox.policy import SandboxPolicy, WallConfig, lease_uid, wall_config
 
 
 @dataclass(frozen=True)
@@ -187,16 +187,20 @@ def preflight() -> WallConfig:
     policy = SandboxPolicy(cpu_seconds=30, max_processes=64)
     scratch = Path("/tmp/cacheon-preflight-scratch")
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
-    cmd = build([sys.executable, "-I", "-S", "-c", "import os; print(os.getuid())"], scratch, policy, cfg, Path("/"), env)
-    os.makedirs(scratch, mode=0o700, exist_ok=True)
+    leased, lease = lease_uid(cfg)
     try:
+        cmd = build([sys.executable, "-I", "-S", "-c", "import os; print(os.getuid())"], scratch, policy, leased,
+                    Path("/"), env)
         proc = popen(cmd, env, (), subprocess.PIPE, subprocess.STDOUT)
         out, _ = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         proc.kill()
+        proc.wait()
         raise SandboxError("sandbox: the preflight child did not finish within 60 s") from None
+    finally:
+        os.close(lease)
     text = out.decode(errors="replace").strip()
-    if proc.returncode != 0 or text.splitlines()[-1:] != [str(cfg.uid)]:
+    if proc.returncode != 0 or text.splitlines()[-1:] != [str(leased.uid)]:
         hint = ""
         if "namespace" in text or "uid map" in text or "Operation not permitted" in text:
             hint = (" User namespaces look unavailable: check `sysctl user.max_user_namespaces` (> 0), "

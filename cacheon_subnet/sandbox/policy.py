@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from cacheon_subnet.errors import SandboxError
 
 DEFAULT_UID = 64000  # neither root, nor nobody (65534, shared by every daemon), nor a login user
+DEFAULT_UIDS = 64  # concurrent children get distinct uids base..base+63 (no shared process budget)
 NOBODY = 65534
 
 
@@ -37,11 +38,12 @@ class SandboxPolicy:
 
 @dataclass(frozen=True)
 class WallConfig:
-    uid: int
+    uid: int  # the base uid; each running child holds its own uid in [uid, uid + count)
     gid: int
     bwrap: str
     setpriv: str
     prlimit: str
+    count: int = DEFAULT_UIDS
 
 
 def weak_requested(policy: SandboxPolicy) -> str | None:
@@ -60,12 +62,14 @@ def wall_config() -> WallConfig:
     try:
         uid = int(raw)
         gid = int(os.environ.get("CACHEON_SANDBOX_GID", raw))
+        count = int(os.environ.get("CACHEON_SANDBOX_UIDS", str(DEFAULT_UIDS)))
     except ValueError:
-        raise SandboxError(f"CACHEON_SANDBOX_UID/GID must be integers, got {raw!r}") from None
-    if uid in (0, NOBODY, os.getuid()) or gid in (0, NOBODY) or uid < 1000:
-        raise SandboxError(f"CACHEON_SANDBOX_UID={uid} (gid {gid}) is not a dedicated unprivileged uid: it must "
-                           f"be >= 1000 and differ from root, nobody ({NOBODY}) and the validator's uid "
-                           f"({os.getuid()}); default {DEFAULT_UID}")
+        raise SandboxError(f"CACHEON_SANDBOX_UID/GID/UIDS must be integers, got {raw!r}") from None
+    span = range(uid, uid + max(count, 1))
+    if 0 in span or NOBODY in span or os.getuid() in span or gid in (0, NOBODY) or uid < 1000 or count < 1:
+        raise SandboxError(f"CACHEON_SANDBOX_UID={uid} (gid {gid}, {count} uids) is not a dedicated unprivileged uid "
+                           f"range: it must be >= 1000 and hold neither root, nobody ({NOBODY}) nor the validator's "
+                           f"uid ({os.getuid()}); default {DEFAULT_UID}..{DEFAULT_UID + DEFAULT_UIDS - 1}")
     tools = {}
     for name, env in (("bwrap", "CACHEON_BWRAP"), ("setpriv", "CACHEON_SETPRIV"), ("prlimit", "CACHEON_PRLIMIT")):
         path = os.environ.get(env) or shutil.which(name) or ""
@@ -74,4 +78,34 @@ def wall_config() -> WallConfig:
             raise SandboxError(f"sandbox: `{name}` not found ({env}={os.environ.get(env, '')!r}, PATH has none): "
                                f"install it (apt-get install {pkg}) or point {env} at the binary")
         tools[name] = os.path.realpath(path)
-    return WallConfig(uid, gid, tools["bwrap"], tools["setpriv"], tools["prlimit"])
+    return WallConfig(uid, gid, tools["bwrap"], tools["setpriv"], tools["prlimit"], count)
+
+
+def lock_dir() -> str:
+    """Where uid leases live: root-only (0700), one per host."""
+    d = os.environ.get("CACHEON_SANDBOX_LOCKS") or ("/run/cacheon-sandbox" if os.access("/run", os.W_OK)
+                                                   else "/tmp/cacheon-sandbox-locks")
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    st = os.lstat(d)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o077 or not os.path.isdir(d) or os.path.islink(d):
+        raise SandboxError(f"sandbox: uid lease dir {d} must be a real dir owned by uid {os.geteuid()}, mode 0700")
+    return d
+
+
+def lease_uid(cfg: WallConfig) -> tuple[WallConfig, int]:
+    """A uid of the range that no other running child holds (flock: released with the fd, even
+    when the host dies). Returns the config for that uid and the lock fd (close it to release)."""
+    import dataclasses
+    import fcntl
+
+    d = lock_dir()
+    for n in range(cfg.count):
+        fd = os.open(os.path.join(d, f"uid-{cfg.uid + n}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return dataclasses.replace(cfg, uid=cfg.uid + n, gid=cfg.gid + n), fd
+    raise SandboxError(f"sandbox: all {cfg.count} sandbox uids from {cfg.uid} are in use by running children; "
+                       "raise CACHEON_SANDBOX_UIDS or run fewer at once")

@@ -122,13 +122,16 @@ def layers(seen: dict[str, Any], policy: SandboxPolicy, want_gpu: bool) -> tuple
     """Which required layer holds, from the probe's report and the host's own view."""
     from cacheon_subnet.sandbox.policy import wall_config
 
-    uid = wall_config().uid
+    cfg = wall_config()
+    uid = cfg.uid
     host_ns = {n: os.readlink(f"/proc/self/ns/{n}") for n in NAMESPACES}
     fresh = [n for n in NAMESPACES if seen["ns"][n] != host_ns[n]]
     r = seen["rlimits"]
     out = [
-        Layer("uid", seen["uid"] == uid and seen["gid"] != 0 and seen["uid"] != os.getuid(),
-              f"uid {seen['uid']} gid {seen['gid']} groups {seen['groups']} (dedicated uid {uid}, host uid {os.getuid()})"),
+        Layer("uid", uid <= seen["uid"] < uid + cfg.count and seen["gid"] != 0 and seen["uid"] != os.getuid()
+              and not seen["groups"],
+              f"uid {seen['uid']} gid {seen['gid']} groups {seen['groups']} (dedicated range {uid}..{uid + cfg.count - 1}, "
+              f"host uid {os.getuid()})"),
         Layer("no_new_privs", seen["no_new_privs"] == "1", f"NoNewPrivs {seen['no_new_privs']}"),
         Layer("capabilities", int(seen["cap_eff"] or "0", 16) == 0, f"CapEff {seen['cap_eff']}"),
         Layer("seccomp", seen["seccomp"] == "2" and not seen["unshare_user"] and not seen["ptrace_traceme"],

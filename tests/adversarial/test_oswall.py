@@ -29,6 +29,8 @@ def run_attack(script: str, ctx: dict, tmp_path: Path, policy: sandbox.SandboxPo
                timeout: float = 90) -> tuple[dict[str, tuple[str, str]], str]:
     proc = sandbox.launch([sys.executable, str(HERE / script), json.dumps(ctx)], scratch=tmp_path / "work",
                           policy=policy)
+    if "victim_uid" in ctx:  # the same-uid neighbour test is only meaningful with the very same uid
+        assert proc.cacheon_uid == ctx["victim_uid"], (proc.cacheon_uid, ctx["victim_uid"])
     try:
         out, _ = proc.communicate(timeout=timeout)
     finally:
@@ -114,6 +116,8 @@ def test_state_db_cannot_be_written(host, tmp_path):
 def test_host_processes_are_invisible(host, tmp_path, victim):
     ctx, victims, _ = host
     ctx = dict(ctx, host_pid=victims[victim].pid)
+    if victim == 1:
+        ctx["victim_uid"] = sandbox.wall_config().uid
     for script, labels in (("procfs_host.py", {"host_environ", "host_mem", "proc_scan", "parent_environ"}),
                            ("ptrace_vm.py", {"ptrace_host", "ptrace_child", "process_vm_readv_host",
                                              "process_vm_readv_child"}),
