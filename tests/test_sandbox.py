@@ -229,6 +229,8 @@ def test_fail_closed_without_bwrap(tmp_path, monkeypatch):
             sandbox.launch([sys.executable, "-c", "pass"], scratch=tmp_path / "w", policy=POLICY)
     finally:
         launcher.preflight.cache_clear()
+        if "fake_dir" in locals():
+            sandbox.remove_tree(fake_dir)
 
 
 @pytest.mark.parametrize("uid", ["0", "65534", "12"])
@@ -242,6 +244,8 @@ def test_fail_closed_on_a_shared_uid(tmp_path, monkeypatch, uid):
             sandbox.launch([sys.executable, "-c", "pass"], scratch=tmp_path / "w", policy=POLICY)
     finally:
         launcher.preflight.cache_clear()
+        if "fake_dir" in locals():
+            sandbox.remove_tree(fake_dir)
 
 
 def test_fail_closed_when_not_root(tmp_path, monkeypatch):
@@ -254,6 +258,8 @@ def test_fail_closed_when_not_root(tmp_path, monkeypatch):
             sandbox.launch([sys.executable, "-c", "pass"], scratch=tmp_path / "w", policy=POLICY)
     finally:
         launcher.preflight.cache_clear()
+        if "fake_dir" in locals():
+            sandbox.remove_tree(fake_dir)
 
 
 def test_fail_closed_when_interpreter_unreadable(tmp_path, monkeypatch):
@@ -269,6 +275,8 @@ def test_fail_closed_when_interpreter_unreadable(tmp_path, monkeypatch):
             sandbox.launch([sys.executable, "-c", "pass"], scratch=tmp_path / "w", policy=POLICY)
     finally:
         launcher.preflight.cache_clear()
+        if "fake_dir" in locals():
+            sandbox.remove_tree(fake_dir)
 
 
 def test_weak_mode_is_loud(tmp_path, monkeypatch, capfd):
@@ -345,3 +353,27 @@ def test_view_never_binds_hidden_repo_entries_or_shared_dirs(monkeypatch):
     assert not [s for s in srcs if s.startswith(str(REPO) + "/.")], srcs
     assert not [s for s in srcs if fsview._under(s, "/tmp") or fsview._under(s, "/dev")], srcs
     assert str(REPO / "cacheon_subnet") in srcs
+
+
+def test_fail_closed_when_user_namespaces_are_unavailable(tmp_path, monkeypatch):
+    """A bwrap that cannot create its namespaces (sysctl, AppArmor, a container's seccomp) stops
+    every launch with the sysctls to check, instead of running anything weaker."""
+    from cacheon_subnet.sandbox import launcher
+
+    import tempfile
+
+    fake_dir = Path(tempfile.mkdtemp(prefix="cacheon-fake-bwrap-", dir="/tmp"))
+    fake_dir.chmod(0o755)  # setpriv execs bwrap as the sandbox uid: it must reach it
+    fake = fake_dir / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to creating new namespace, likely because the kernel "
+                    "does not allow non-privileged user namespaces.' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    launcher.preflight.cache_clear()
+    monkeypatch.setenv("CACHEON_BWRAP", str(fake))
+    try:
+        with pytest.raises(sandbox.SandboxError, match="User namespaces look unavailable.*max_user_namespaces"):
+            sandbox.launch([sys.executable, "-c", "pass"], scratch=tmp_path / "w", policy=POLICY)
+    finally:
+        launcher.preflight.cache_clear()
+        if "fake_dir" in locals():
+            sandbox.remove_tree(fake_dir)

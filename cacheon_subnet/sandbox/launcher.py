@@ -178,6 +178,10 @@ def preflight() -> WallConfig:
             "under a dedicated uid (a shared uid is no boundary: same-uid processes can ptrace and signal it). "
             "Run the validator as root (container default), or set CACHEON_SANDBOX=weak for local development only")
     cfg = wall_config()
+    tool = fsview.unreachable_by(cfg.uid, cfg.gid, cfg.bwrap)
+    if tool:
+        raise SandboxError(f"sandbox: setpriv runs bwrap as uid {cfg.uid}, which cannot reach it: {tool}; put the "
+                           "binary (CACHEON_BWRAP) under a dir others can search, mode 0755")
     bad = fsview.unreadable_by(cfg.uid, cfg.gid, fsview.interpreter_files())
     if bad:
         raise SandboxError(
