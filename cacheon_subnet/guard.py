@@ -61,7 +61,7 @@ def _toolchain_asks() -> bool:
             return False
         if fn.startswith(tools):
             return True
-        if not (fn.startswith(stdlib) or fn.startswith("<") or fn == __file__):
+        if not (fn.startswith((stdlib, "<")) or fn == __file__):
             return False
         f = f.f_back
     return False
@@ -86,7 +86,7 @@ def _executable(event: str, args: tuple[Any, ...]) -> str:
     exe: Any = args[0] if args else None
     if event == "subprocess.Popen" and exe is None and len(args) > 1:
         argv = args[1]
-        exe = argv if isinstance(argv, (str, bytes, os.PathLike)) else (list(argv)[0] if argv else None)
+        exe = argv if isinstance(argv, (str, bytes, os.PathLike)) else next(iter(argv), None)
     if isinstance(exe, (list, tuple)):
         exe = exe[0] if exe else None
     if not isinstance(exe, (str, bytes, os.PathLike)):
@@ -123,9 +123,8 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         if exe and exe in _state["tool_paths"] and _toolchain_asks():
             return
         _deny(event, f"process spawning is not allowed ({exe or args[:1]!r})")
-    elif event in _TOOLCHAIN_ONLY:
-        if not _toolchain_asks():
-            _deny(event, "not allowed in contribution code")
+    elif event in _TOOLCHAIN_ONLY and not _toolchain_asks():
+        _deny(event, "not allowed in contribution code")
 
 
 def install_guard(bundle_root: str, writable: list[str]) -> None:

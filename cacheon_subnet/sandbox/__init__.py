@@ -31,8 +31,15 @@ from pathlib import Path
 from cacheon_subnet.errors import SandboxError
 from cacheon_subnet.sandbox import launcher
 from cacheon_subnet.sandbox.fsview import chown_tree, remove_tree
-from cacheon_subnet.sandbox.policy import (DEFAULT_UID, NOBODY, SandboxPolicy, WallConfig, lease_uid, wall_config,
-                                           weak_requested)
+from cacheon_subnet.sandbox.policy import (
+    DEFAULT_UID,
+    NOBODY,
+    SandboxPolicy,
+    WallConfig,
+    lease_uid,
+    wall_config,
+    weak_requested,
+)
 from cacheon_subnet.sandbox.probe import Isolation, probe_isolation
 
 __all__ = ["DEFAULT_UID", "NOBODY", "Isolation", "SandboxError", "SandboxPolicy", "WallConfig", "can_drop_privileges",

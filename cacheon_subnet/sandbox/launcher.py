@@ -24,7 +24,12 @@ from pathlib import Path
 
 from cacheon_subnet.errors import SandboxError
 from cacheon_subnet.sandbox import fsview, seccomp
-from cacheon_subnet.sandbox.policy import SandboxPolicy, WallConfig, lease_uid, wall_config
+from cacheon_subnet.sandbox.policy import (
+    SandboxPolicy,
+    WallConfig,
+    lease_uid,
+    wall_config,
+)
 
 
 @dataclass(frozen=True)

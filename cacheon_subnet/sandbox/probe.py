@@ -159,7 +159,8 @@ def layers(seen: dict[str, Any], policy: SandboxPolicy, want_gpu: bool) -> tuple
     return tuple(out)
 
 
-def probe_isolation(policy: SandboxPolicy = SandboxPolicy(), want_gpu: bool = False) -> Isolation:
+def probe_isolation(policy: SandboxPolicy | None = None, want_gpu: bool = False) -> Isolation:
+    policy = policy or SandboxPolicy()
     seen, _ = run_probe(policy)
     ls = layers(seen, policy, want_gpu)
     return Isolation(network_namespace=not seen["outside_net"] and set(seen["interfaces"]) <= {"lo"},
