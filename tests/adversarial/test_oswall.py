@@ -152,6 +152,12 @@ def test_nothing_lands_on_the_host_filesystem(host, tmp_path):
         assert not (Path(d) / ctx["marker"]).exists(), d
 
 
+def test_setuid_binaries_grant_nothing(host, tmp_path):
+    ctx, _, _ = host
+    res, text = run_attack("setuid_exec.py", ctx, tmp_path)
+    assert_blocked(res, text, {"setuid_mount", "setuid_su", "own_setuid_file"})
+
+
 def test_setsid_double_fork_survivor_dies_with_the_run(host, tmp_path):
     ctx, _, _ = host
     proc = sandbox.launch([sys.executable, str(HERE / "survivor.py"), json.dumps(ctx)], scratch=tmp_path / "w",
