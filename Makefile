@@ -9,7 +9,7 @@ BASE_PYTHON ?= $(firstword $(wildcard /usr/bin/python3.13 /usr/bin/python3.12 /u
 TORCH_SPEC ?= torch==2.13.0
 TRITON_SPEC ?= triton==3.6.0
 
-.PHONY: demo test install clean
+.PHONY: demo test install clean doctor
 
 $(VENV)/.installed: pyproject.toml
 	$(BASE_PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ install: $(VENV)/.installed
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/cacheon demo
+
+# The sandbox wall in force here (exit 0 only when every layer holds; see docs/security.md).
+doctor: $(VENV)/.installed
+	$(VENV)/bin/cacheon doctor
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q

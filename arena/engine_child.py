@@ -126,6 +126,8 @@ class Driver:
             kwargs["model_path"] = str(info.path)
             self.emit({"op": "checkpoint", "path": str(info.path), "recipe_digest": info.recipe_digest,
                        "n_params": info.n_params, "s": round(time.perf_counter() - t, 2)})
+        if self.job.get("checkpoint_only"):  # the pristine step that writes it; engines see it read-only
+            return
         factory = self.job.get("engine_factory")
         t = time.perf_counter()
         if factory:

@@ -84,6 +84,8 @@ class EngineSpec:
     # outputs_ready record -> the quality sample to request ({"sample": {tag: [keys]}}), chosen now
     choose_sample: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     seed_caches: Mapping[str, str] = field(default_factory=dict)  # env key -> operator cache to copy
+    ro_paths: tuple[str, ...] = ()  # the checkpoint dir, the sealed engine tree (sandbox view)
+    rw_paths: tuple[str, ...] = ()  # the receipts / answers dir the scheduler ranks write
 
 
 def plugin_site(workdir: Path) -> str | None:
@@ -219,7 +221,9 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     env = {k: v for k, v in spec.env.items() if k not in CACHE_KEYS}
     policy = sandbox.SandboxPolicy(wall_timeout_s=spec.timeout_s, cpu_seconds=None, file_bytes=64 << 30,
                                    open_files=65536, isolate_network=spec.isolate_network, loopback=True,
-                                   drop_privileges=False, extra_env={"PYTHONPATH": pythonpath, **env, **caches})
+                                   max_processes=16384, scratch_bytes=16 << 30, tmp_bytes=16 << 30, gpu=True,
+                                   ro_paths=tuple(spec.ro_paths), rw_paths=(*spec.rw_paths, *caches.values()),
+                                   extra_env={"PYTHONPATH": pythonpath, **env, **caches})
     log_path = workdir / f"{spec.name}.log"
     baseline = gpu_memory_used_mib()
     job_r, job_w = os.pipe()

@@ -16,7 +16,13 @@ from cacheon_subnet.validator.qualify import QualifyResult
 
 
 def default_home() -> Path:
-    return Path(os.environ.get("CACHEON_HOME", Path.home() / ".cacheon"))
+    """Arena work (engine trees, checkpoints, receipts, results) lives where the sandbox's
+    dedicated uid can reach it and the ZMQ socket paths stay short: $CACHEON_ARENA_HOME, else
+    /var/tmp/cacheon. Nothing secret is kept there (state DB and wallet live elsewhere)."""
+    home = Path(os.environ.get("CACHEON_ARENA_HOME") or "/var/tmp/cacheon")
+    home.mkdir(parents=True, exist_ok=True)
+    home.chmod(0o755)
+    return home
 
 
 @dataclass(frozen=True)

@@ -148,12 +148,17 @@ class Qualification:
         return self.result.to_json()
 
     def _engine(self, name: str, job: dict[str, Any], env: dict[str, str], ranks: tuple[int, ...] = (),
-                choose: Any = None) -> EngineRun:
+                choose: Any = None, rw: tuple[str, ...] = ()) -> EngineRun:
+        """One engine behind the sandbox wall: it sees the checkpoint and the sealed tree read-only
+        and writes only its own scratch plus `rw` (its answers dir; the checkpoint dir for the
+        pristine checkpoint step alone)."""
         left = self.cfg.limits.total_timeout_s - (time.monotonic() - self.t0)
+        ckpt = (job.get("checkpoint") or {}).get("dir")
+        ro = tuple(p for p in (ckpt, env.get("CACHEON_ENGINE_TREE")) if p and p not in rw)
         run = run_engine(EngineSpec(name, job, env, timeout_s=max(30.0, left),
                                     start_timeout_s=self.cfg.limits.engine_start_timeout_s,
                                     isolate_network=self.opts.isolate_network, ranks=ranks, choose_sample=choose,
-                                    seed_caches=cache_env()),
+                                    seed_caches=cache_env(), ro_paths=ro, rw_paths=rw),
                          self.opts.workdir, self.cfg.limits.gpu_free_timeout_s)
         starts = tuple(r for r in run.records if r.get("op") in ("checkpoint", "started"))
         self.result = self.result.with_stage(StageRecord(
@@ -216,7 +221,7 @@ class Qualification:
             return grading.request(self.samples[name])
 
         run = self._engine(name, job, {**env, "CACHEON_RECEIPT_DIR": str(receipts_dir), "CACHEON_FORWARD_CLOCK": "1"},
-                           ranks, choose)
+                           ranks, choose, rw=(str(receipts_dir),))
         swaps = [(s["epoch"], s["route"]) for s in steps if s["op"] == "route"]
         # verdict inputs come only from nonce-bound answers; the receipt files add only what no
         # answer can show (a receipt from a process role that must never load the candidate)
@@ -265,6 +270,13 @@ class Qualification:
                                        f"enters an engine: {e.detail}")
         base = {"engine_kwargs": engine_kwargs(cfg), "engine_factory": self.opts.engine_factory,
                 "checkpoint": None if self.opts.engine_factory else checkpoint_job(cfg, self.opts.checkpoint_root)}
+        if base["checkpoint"]:  # written by a pristine child before any engine: read-only to all of them
+            ck = base["checkpoint"]
+            Path(ck["dir"]).parent.mkdir(parents=True, exist_ok=True)
+            made = self._engine("checkpoint", {**base, "steps": [], "checkpoint_only": True}, seam_environment(()),
+                                rw=(str(Path(ck["dir"]).parent),))
+            if made.error:
+                return self.finish("NO_DECISION", f"the checkpoint step failed (infrastructure): {made.error}")
         graded = self.opts.control != "stock-as-candidate"  # the role-bias control has nothing to grade
         steps, windows = resident_steps(cfg, self.baseline, quality=graded)
         setup: dict[str, Any] = {"baseline": (f"incumbent {self.incumbent[0].digest} ({self.incumbent[1].key})"

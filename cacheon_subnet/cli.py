@@ -153,6 +153,13 @@ def cmd_chain_compat(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+@command("doctor")
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from cacheon_subnet.sandbox.probe import doctor
+
+    return doctor(as_json=args.json, gpu=args.gpu)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cacheon", description=__doc__)
     p.add_argument("--log-level", default=None, help="debug|info|warning|error (env CACHEON_LOG_LEVEL)")
@@ -199,6 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("chain-compat", help="check the installed bittensor SDK still has every call we use")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("doctor", help="print the sandbox isolation in force here (exit 0 only if every layer holds)")
+    s.add_argument("--gpu", action="store_true", help="also require the NVIDIA devices inside the sandbox")
     s.add_argument("--json", action="store_true")
 
     m = sub.add_parser("miner", help="miner tools").add_subparsers(dest="miner_cmd", required=True)

@@ -1,28 +1,33 @@
-"""In-child audit hook: the last layer of the sandbox, installed before any bundle import.
+"""In-child audit hook: defence in depth inside the OS wall, installed before any bundle import.
 
-An audit hook cannot be removed once added. It refuses, whenever a bundle frame is on the
-stack (or always, for the network), the operations a kernel never needs: sockets, process
-spawning, native library loading, GC scans (a known cheat: finding the expected tensor),
-environment mutation and file writes outside the child's scratch dir. Toolchains that the
-trusted compilers run themselves (Triton invoking ptxas / cc) stay allowed.
+An audit hook cannot be removed once added. Decisions do not depend on which frame asks (a
+thread the bundle starts, or a callback, has no bundle frame on its stack):
+- always refused: network sockets, writes outside the scratch dir (and into the bundle);
+- refused once the bundle is imported (the first open of a file under the bundle root arms
+  it): process spawning except the toolchain binaries (checked by realpath against the
+  realpaths `shutil.which` gives at arm time, never by name: a link named `cc` to /bin/sh is
+  /bin/sh), `os.system` and shells always; ctypes, GC scans, environment mutation and tracing
+  unless the nearest non-stdlib frame is the toolchain itself (triton / torch loading what
+  they need while compiling a bundle kernel).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
 from typing import Any
 
-_SPAWN_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
-                           "os.fork", "os.forkpty", "pty.spawn"})
+_SPAWN_EVENTS = frozenset({"subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
+                           "pty.spawn"})
 _NET_EVENTS = frozenset({"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg",
                          "socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr"})
-_BUNDLE_ONLY = frozenset({"ctypes.dlopen", "ctypes.dlsym", "gc.get_objects", "gc.get_referrers",
-                          "gc.get_referents", "os.putenv", "os.unsetenv", "sys.settrace", "sys.setprofile",
-                          "ctypes.cdata", "ctypes.addressof"})
-ALLOWED_TOOLS = frozenset({"ptxas", "cc", "gcc", "x86_64-linux-gnu-gcc", "clang", "ldconfig", "nvcc",
-                           "cuobjdump", "nvdisasm", "uname", "which", "ninja", "c++", "g++"})
+_TOOLCHAIN_ONLY = frozenset({"ctypes.dlopen", "ctypes.dlsym", "gc.get_objects", "gc.get_referrers",
+                             "gc.get_referents", "os.putenv", "os.unsetenv", "sys.settrace", "sys.setprofile",
+                             "ctypes.cdata", "ctypes.addressof", "ctypes.call_function", "sys._current_frames"})
+ALLOWED_TOOLS = ("ptxas", "cc", "gcc", "x86_64-linux-gnu-gcc", "clang", "ldconfig", "nvcc", "cuobjdump",
+                 "nvdisasm", "uname", "which", "ninja", "c++", "g++")
 _WRITE_CHARS = set("wax+")
 
 _state: dict[str, Any] = {}
@@ -44,18 +49,19 @@ def _bundle_frame() -> str | None:
     return None
 
 
-def _spawned_by_toolchain() -> bool:
-    """True when the nearest non-stdlib frame asking for the spawn lives in triton or torch:
-    their compilers run ptxas / ldconfig / cc themselves while a bundle kernel is launching."""
+def _toolchain_asks() -> bool:
+    """True when the nearest frame outside the stdlib lives in triton or torch (their compilers
+    run ptxas / cc and load libraries while a kernel launches). A bundle frame, or no
+    non-stdlib frame at all (a thread started on os.system / ctypes.CDLL), is False."""
     f = sys._getframe(2)
-    stdlib = _state["stdlib"]
+    stdlib, root, tools = _state["stdlib"], _state["bundle_root"], _state["toolchains"]
     while f is not None:
         fn = f.f_code.co_filename
-        if fn.startswith(_state["bundle_root"]):
+        if fn.startswith(root):
             return False
-        if any(fn.startswith(t) for t in _state["toolchains"]):
+        if fn.startswith(tools):
             return True
-        if not (fn.startswith(stdlib) or fn.startswith("<")):
+        if not (fn.startswith((stdlib, "<")) or fn == __file__):
             return False
         f = f.f_back
     return False
@@ -75,44 +81,72 @@ def _deny(event: str, detail: str) -> None:
     raise SandboxViolation(msg)
 
 
+def _executable(event: str, args: tuple[Any, ...]) -> str:
+    """The program a spawn event would run ('' when it cannot be told)."""
+    exe: Any = args[0] if args else None
+    if event == "subprocess.Popen" and exe is None and len(args) > 1:
+        argv = args[1]
+        exe = argv if isinstance(argv, (str, bytes, os.PathLike)) else next(iter(argv), None)
+    if isinstance(exe, (list, tuple)):
+        exe = exe[0] if exe else None
+    if not isinstance(exe, (str, bytes, os.PathLike)):
+        return ""
+    exe = os.fsdecode(exe)
+    if os.sep not in exe:
+        exe = shutil.which(exe) or exe
+    return os.path.realpath(exe)
+
+
 def _hook(event: str, args: tuple[Any, ...]) -> None:
     if event in _NET_EVENTS:
         _deny(event, "network access is not allowed")
     elif event == "socket.__new__":
         if len(args) > 1 and args[1] not in (socket.AF_UNIX, -1):
             _deny(event, "network sockets are not allowed")
-    elif event in _SPAWN_EVENTS:
-        exe = args[0] if args else ""
-        if isinstance(exe, (list, tuple)):
-            exe = exe[0] if exe else ""
-        name = os.path.basename(os.fsdecode(exe)) if isinstance(exe, (str, bytes, os.PathLike)) else ""
-        if name in ALLOWED_TOOLS and (_bundle_frame() is None or _spawned_by_toolchain()):
-            return
-        _deny(event, f"process spawning is not allowed ({name or exe!r})")
-    elif event in _BUNDLE_ONLY:
-        if _bundle_frame() is not None:
-            _deny(event, "not allowed in contribution code")
     elif event == "open":
         path, mode, flags = (list(args) + [None, None, None])[:3]
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            return
+        p = os.fsdecode(path)
         writing = (isinstance(mode, str) and bool(_WRITE_CHARS & set(mode))) or (
             isinstance(flags, int) and bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC)))
-        if writing and isinstance(path, (str, bytes, os.PathLike)) and not _writable(os.fsdecode(path)):
-            _deny(event, f"writing {os.fsdecode(path)!r} outside the scratch dir")
+        if writing and not _writable(p):
+            _deny(event, f"writing {p!r} outside the scratch dir")
+        if not _state["armed"] and os.path.realpath(p).startswith(_state["bundle_root"]):
+            _state["armed"] = True  # the bundle is being imported: from now on, whatever the thread
+    elif not _state["armed"]:
+        return
+    elif event == "os.system":
+        _deny(event, "shell commands are not allowed")
+    elif event in _SPAWN_EVENTS:
+        exe = _executable(event, args)
+        if exe and exe in _state["tool_paths"] and _toolchain_asks():
+            return
+        _deny(event, f"process spawning is not allowed ({exe or args[:1]!r})")
+    elif event in _TOOLCHAIN_ONLY and not _toolchain_asks():
+        _deny(event, "not allowed in contribution code")
 
 
 def install_guard(bundle_root: str, writable: list[str]) -> None:
-    """Arm the hook (idempotent per process)."""
+    """Arm the hook (idempotent per process). Call before the bundle is imported."""
     if _state:
         return
-    _state["bundle_root"] = os.path.realpath(bundle_root) + os.sep
-    _state["writable"] = [os.path.realpath(w) for w in writable] + ["/dev/null", "/dev/shm"]
     import sysconfig
 
+    _state["bundle_root"] = os.path.realpath(bundle_root) + os.sep
+    _state["writable"] = [os.path.realpath(w) for w in writable] + ["/dev/null", "/dev/shm"]
     _state["stdlib"] = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    _state["armed"] = False
+    tools = set()
+    for t in ALLOWED_TOOLS + tuple(os.environ.get(k, "") for k in ("TRITON_PTXAS_PATH",)):
+        found = shutil.which(t) if t else None
+        if found:
+            tools.add(os.path.realpath(found))
+    _state["tool_paths"] = frozenset(tools)
     roots = []
     for mod in ("triton", "torch"):
         m = sys.modules.get(mod)
         if m is not None and getattr(m, "__file__", None):
             roots.append(os.path.dirname(os.path.realpath(m.__file__)) + os.sep)
-    _state["toolchains"] = tuple(roots)
+    _state["toolchains"] = tuple(roots) or ("\0",)
     sys.addaudithook(_hook)

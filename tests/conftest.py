@@ -20,6 +20,20 @@ dtypes = ["bfloat16"]
 """
 
 
+@pytest.fixture(autouse=True)
+def _sandbox_can_search_tmp(request: pytest.FixtureRequest) -> None:
+    """pytest makes its temp dirs 0700; the sandbox's dedicated uid must search (not list) them
+    to reach the paths a test hands to a sandboxed child, as it does under /var/tmp in production."""
+    if "tmp_path" not in request.fixturenames:
+        return
+    tmp: Path = request.getfixturevalue("tmp_path")
+    for d in (tmp, tmp.parent, tmp.parent.parent):
+        try:
+            d.chmod(d.stat().st_mode | 0o111)
+        except OSError:
+            pass
+
+
 @pytest.fixture
 def make_bundle(tmp_path: Path):
     """Write {path: text|bytes} into a fresh directory and return it."""

@@ -1,4 +1,4 @@
-"""Each sandbox layer on its own: timeout kill, network, privileges, rlimits, env, audit guard."""
+"""Each sandbox layer on its own: kill, network, dedicated uid, view, seccomp, rlimits, env, guard, fail closed."""
 
 import os
 import subprocess
@@ -12,6 +12,7 @@ import pytest
 from cacheon_subnet import sandbox
 
 POLICY = sandbox.SandboxPolicy(wall_timeout_s=30)
+REPO = Path(__file__).resolve().parent.parent
 
 
 def run_child(tmp_path: Path, code: str, policy: sandbox.SandboxPolicy = POLICY, timeout: float = 60) -> tuple[int, str]:
@@ -41,7 +42,7 @@ def guarded(tmp_path: Path, body: str) -> str:
         except PermissionError as e:
             print("REFUSED", e)
     """
-    _, out = run_child(tmp_path, code)
+    _, out = run_child(tmp_path, code, sandbox.SandboxPolicy(wall_timeout_s=30, ro_paths=(str(bundle),)))
     return out
 
 
@@ -54,7 +55,7 @@ def test_timeout_kills_whole_process_group(tmp_path):
     assert pgid == proc.pid  # own process group (setsid)
     sandbox.stop(proc)
     time.sleep(0.2)
-    ps = subprocess.run(["ps", "-o", "stat=", "-g", str(pgid)], capture_output=True, text=True).stdout.split()
+    ps = subprocess.run(["ps", "-o", "stat=", "-g", str(pgid)], capture_output=True, text=True, check=False).stdout.split()
     assert proc.returncode is not None and [s for s in ps if not s.startswith("Z")] == []
 
 
@@ -92,14 +93,26 @@ LOOPBACK_PROBE = """
 
 
 def test_engine_namespace_has_loopback_but_no_outside(tmp_path):
-    """Engines rendezvous on 127.0.0.1 (SGLang's dist init): loopback up, nothing else."""
-    if not sandbox.probe_isolation(POLICY).network_namespace:
-        pytest.skip("this platform allows no network namespace")
-    _, out = run_child(tmp_path, LOOPBACK_PROBE, sandbox.SandboxPolicy(loopback=True, drop_privileges=False))
+    """Engines rendezvous on 127.0.0.1 (SGLang's dist init): loopback up, nothing else; the
+    loopback is the sandbox's own (a service the host listens on is not reachable)."""
+    import socket
+
+    host_srv = socket.socket()
+    host_srv.bind(("127.0.0.1", 0))
+    host_srv.listen(1)
+    port = host_srv.getsockname()[1]
+    probe = LOOPBACK_PROBE + f"""
+    try:
+        socket.create_connection(("127.0.0.1", {port}), timeout=2); print("HOST-SERVICE")
+    except OSError as e:
+        print("HOST-HIDDEN", e.errno)
+"""
+    try:
+        _, out = run_child(tmp_path, probe, sandbox.SandboxPolicy(loopback=True))
+    finally:
+        host_srv.close()
     assert "LOOPBACK" in out.split() and "BLOCKED" in out and "OUTSIDE" not in out
-    # control: without `loopback` the fresh namespace's lo is down
-    _, out = run_child(tmp_path, LOOPBACK_PROBE, sandbox.SandboxPolicy(loopback=False, drop_privileges=False))
-    assert "NO-LOOPBACK" in out
+    assert "HOST-HIDDEN" in out and "HOST-SERVICE" not in out, out
 
 
 def test_network_allowed_when_not_isolated_control(tmp_path):
@@ -147,16 +160,159 @@ def test_cpu_limit(tmp_path):
     assert rc != 0  # SIGXCPU / SIGKILL
 
 
-def test_privileges_dropped_when_root(tmp_path):
-    if not sandbox.can_drop_privileges():
-        pytest.skip("not root, or interpreter not world-readable: privilege drop unavailable here")
-    _, out = run_child(tmp_path, "import os; print(os.getuid())")
-    assert out.strip() == str(sandbox.NOBODY)
+def test_child_runs_as_a_dedicated_uid(tmp_path):
+    _, out = run_child(tmp_path, "import os; print(os.getuid(), os.getgid(), os.getgroups())")
+    uid, gid = map(int, out.split()[:2])
+    cfg = sandbox.wall_config()
+    assert cfg.uid <= uid < cfg.uid + cfg.count and gid - cfg.gid == uid - cfg.uid and "[]" in out
+    assert not {0, sandbox.NOBODY, os.getuid()} & set(range(cfg.uid, cfg.uid + cfg.count))
+
+
+def test_concurrent_children_get_distinct_uids(tmp_path):
+    """No shared process budget or file ownership between two children running at once (a
+    candidate's fork bomb cannot starve the baseline's engine of processes)."""
+    code = "import os, time; print(os.getuid(), flush=True); time.sleep(30)"
+    a = sandbox.launch([sys.executable, "-c", code], scratch=tmp_path / "a", policy=POLICY)
+    b = sandbox.launch([sys.executable, "-c", code], scratch=tmp_path / "b", policy=POLICY)
+    try:
+        ua, ub = int(a.stdout.readline()), int(b.stdout.readline())
+    finally:
+        sandbox.stop(a)
+        sandbox.stop(b)
+    assert ua != ub and {ua, ub} == {a.cacheon_uid, b.cacheon_uid}
+    c = sandbox.launch([sys.executable, "-c", "import os; print(os.getuid())"], scratch=tmp_path / "c", policy=POLICY)
+    out, _ = c.communicate(timeout=30)
+    sandbox.stop(c)
+    assert int(out) == min(ua, ub)  # leases are returned by stop()
+
+
+def test_view_hides_host_and_is_read_only(tmp_path):
+    secret = tmp_path / "outside" / "wallet.json"
+    secret.parent.mkdir()
+    secret.write_text("hotkey")
+    code = f"""
+        import os
+        for p in ("/etc/shadow", "/root", {str(secret)!r}, "/var/lib"):
+            print(p, os.path.exists(p) and os.access(p, os.R_OK))
+        for d in ("/", "/usr", "/etc", {str(REPO)!r}):
+            try:
+                open(os.path.join(d, "x"), "w"); print("WROTE", d)
+            except OSError as e:
+                print("RO", d, e.errno)
+        open({str(tmp_path / "x")!r}, "w").write("private")  # /tmp inside is the sandbox's own tmpfs
+        open(os.path.join(os.environ["CACHEON_SANDBOX_SCRATCH"], "ok"), "w").write("x"); print("SCRATCH-OK")
+    """
+    _, out = run_child(tmp_path, code)
+    assert "True" not in out and "WROTE" not in out and "SCRATCH-OK" in out, out
+    assert not (tmp_path / "x").exists()  # nothing the child wrote reaches the host's /tmp
+
+
+def test_seccomp_refuses_namespaces_and_ptrace(tmp_path):
+    code = """
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        print("unshare", libc.unshare(0x40000000), ctypes.get_errno())
+        print("ptrace", libc.ptrace(0, 0, None, None), ctypes.get_errno())
+        print("seccomp", open("/proc/self/status").read().split("Seccomp:")[1].split()[0])
+    """
+    _, out = run_child(tmp_path, code)
+    assert "unshare -1 1" in out and "ptrace -1 1" in out and "seccomp 2" in out, out
+
+
+def test_fail_closed_without_bwrap(tmp_path, monkeypatch):
+    from cacheon_subnet.sandbox import launcher
+
+    launcher.preflight.cache_clear()
+    monkeypatch.setenv("CACHEON_BWRAP", str(tmp_path / "no-bwrap"))
+    try:
+        with pytest.raises(sandbox.SandboxError, match="bwrap.*not found"):
+            sandbox.launch([sys.executable, "-c", "pass"], scratch=tmp_path / "w", policy=POLICY)
+    finally:
+        launcher.preflight.cache_clear()
+
+
+@pytest.mark.parametrize("uid", ["0", "65534", "12"])
+def test_fail_closed_on_a_shared_uid(tmp_path, monkeypatch, uid):
+    from cacheon_subnet.sandbox import launcher
+
+    launcher.preflight.cache_clear()
+    monkeypatch.setenv("CACHEON_SANDBOX_UID", uid)
+    try:
+        with pytest.raises(sandbox.SandboxError, match="not a dedicated unprivileged uid"):
+            sandbox.launch([sys.executable, "-c", "pass"], scratch=tmp_path / "w", policy=POLICY)
+    finally:
+        launcher.preflight.cache_clear()
+
+
+def test_fail_closed_when_not_root(tmp_path, monkeypatch):
+    from cacheon_subnet.sandbox import launcher
+
+    launcher.preflight.cache_clear()
+    monkeypatch.setattr(launcher.os, "geteuid", lambda: 4242)
+    try:
+        with pytest.raises(sandbox.SandboxError, match="not root"):
+            sandbox.launch([sys.executable, "-c", "pass"], scratch=tmp_path / "w", policy=POLICY)
+    finally:
+        launcher.preflight.cache_clear()
+
+
+def test_fail_closed_when_interpreter_unreadable(tmp_path, monkeypatch):
+    from cacheon_subnet.sandbox import fsview, launcher
+
+    private = tmp_path / "private-python"
+    private.write_text("")
+    private.chmod(0o700)
+    launcher.preflight.cache_clear()
+    monkeypatch.setattr(fsview, "interpreter_files", lambda: [str(private)])
+    try:
+        with pytest.raises(sandbox.SandboxError, match="cannot read the interpreter"):
+            sandbox.launch([sys.executable, "-c", "pass"], scratch=tmp_path / "w", policy=POLICY)
+    finally:
+        launcher.preflight.cache_clear()
+
+
+def test_weak_mode_is_loud(tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("CACHEON_SANDBOX", "weak")
+    _, out = run_child(tmp_path, "import os; print(os.getuid(), os.environ['CACHEON_SANDBOX_MODE'])")
+    assert out.split() == [str(os.getuid()), "weak"]
+    assert "WEAK MODE" in capfd.readouterr().err
+
+
+def test_pass_fds_survive_the_wall(tmp_path):
+    import socket
+
+    host, child = socket.socketpair()
+    code = f"import socket; s = socket.socket(fileno={child.fileno()}); s.sendall(b'hello'); print('SENT')"
+    proc = sandbox.launch([sys.executable, "-c", code], scratch=tmp_path / "w", policy=POLICY, pass_fds=[child.fileno()])
+    child.close()
+    try:
+        host.settimeout(30)
+        assert host.recv(5) == b"hello"
+    finally:
+        sandbox.stop(proc)
+        host.close()
+
+
+def test_remove_tree_survives_what_a_child_leaves(tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("x")
+    d = tmp_path / "scratch"
+    (d / "sub").mkdir(parents=True)
+    os.symlink(victim, d / "link-dir")
+    os.symlink(victim / "keep", d / "link-file")
+    os.symlink("/nonexistent", d / "dangling")
+    os.mkfifo(d / "fifo")
+    (d / "sub" / "f").write_text("x")
+    (d / "sub").chmod(0o000)
+    d.chmod(0o500)
+    assert sandbox.remove_tree(d) == []
+    assert not d.exists() and (victim / "keep").read_text() == "x"  # links removed, never followed
 
 
 @pytest.mark.parametrize("body,word", [
     ("import subprocess\nsubprocess.run(['true'])", "spawning"),
-    ("import os\nos.system('true')", "spawning"),
+    ("import os\nos.system('true')", "shell commands"),
     ("import socket\nsocket.socket(socket.AF_INET).connect(('127.0.0.1', 9))", "network"),
     ("import gc\ngc.get_objects()", "gc.get_objects"),
     ("import os\nos.putenv('X', '1')", "os.putenv"),
@@ -177,3 +333,38 @@ def test_guard_allows_scratch_writes(tmp_path):
 def test_guard_refuses_writes_into_bundle(tmp_path):
     out = guarded(tmp_path, "import os\nopen(os.path.join(os.path.dirname(__file__), 'mod.py'), 'a').write('#')")
     assert "REFUSED" in out
+
+
+def test_view_never_binds_hidden_repo_entries_or_shared_dirs(monkeypatch):
+    """A sys.path / PYTHONPATH entry equal to the repo root or /tmp must not widen the view: the
+    repo's hidden entries (.git, .cacheon state, .venv) and other runs' temp files stay out."""
+    from cacheon_subnet.sandbox import fsview
+
+    monkeypatch.setattr(sys, "path", sys.path + ["/tmp", "/dev/shm", str(REPO)])
+    srcs = [b.src for b in fsview.read_binds([str(REPO), "/tmp", "/var/tmp"])]
+    assert not [s for s in srcs if s.startswith(str(REPO) + "/.")], srcs
+    assert not [s for s in srcs if fsview._under(s, "/tmp") or fsview._under(s, "/dev")], srcs
+    assert str(REPO / "cacheon_subnet") in srcs
+
+
+def test_fail_closed_when_user_namespaces_are_unavailable(tmp_path, monkeypatch):
+    """A bwrap that cannot create its namespaces (sysctl, AppArmor, a container's seccomp) stops
+    every launch with the sysctls to check, instead of running anything weaker."""
+    import tempfile
+
+    from cacheon_subnet.sandbox import launcher
+
+    fake_dir = Path(tempfile.mkdtemp(prefix="cacheon-fake-bwrap-", dir="/tmp"))
+    fake_dir.chmod(0o755)  # setpriv execs bwrap as the sandbox uid: it must reach it
+    fake = fake_dir / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to creating new namespace, likely because the kernel "
+                    "does not allow non-privileged user namespaces.' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    launcher.preflight.cache_clear()
+    monkeypatch.setenv("CACHEON_BWRAP", str(fake))
+    try:
+        with pytest.raises(sandbox.SandboxError, match="User namespaces look unavailable.*max_user_namespaces"):
+            sandbox.launch([sys.executable, "-c", "pass"], scratch=tmp_path / "w", policy=POLICY)
+    finally:
+        launcher.preflight.cache_clear()
+        sandbox.remove_tree(fake_dir)

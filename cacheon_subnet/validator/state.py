@@ -137,8 +137,8 @@ class Contribution:
 def acquire_run_lock(state_dir: Path) -> int:
     """One running validator per state dir (two would publish twice). flock, so a process
     killed with SIGKILL releases it with its file descriptors. Returns the fd to keep open."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(state_dir / "validator.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    private_dir(state_dir)
+    fd = os.open(state_dir / "validator.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -149,7 +149,22 @@ def acquire_run_lock(state_dir: Path) -> int:
     return fd
 
 
+def private_dir(d: Path) -> None:
+    """The state dir is the validator's alone (0700): no other uid (the sandbox's) may list or read it."""
+    d.mkdir(parents=True, exist_ok=True)
+    os.chmod(d, 0o700)
+
+
+def private_db(path: Path) -> None:
+    """DB, WAL and SHM files 0600 (SQLite gives its -wal/-shm the main file's mode)."""
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        if p.exists():
+            os.chmod(p, 0o600)
+
+
 def connect(path: Path) -> sqlite3.Connection:
+    private_db(path)
     con = sqlite3.connect(str(path), timeout=30.0, isolation_level=None, check_same_thread=False)
     con.row_factory = sqlite3.Row
     con.execute("PRAGMA busy_timeout=30000")
@@ -174,7 +189,7 @@ class StateDB:
             self.con.row_factory = sqlite3.Row
             self._check_version(migrate=False)
             return
-        self.dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.dir)
         self.con = connect(self.path)
         self._check_version(migrate=True)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
@@ -31,6 +32,9 @@ class WorkerConfig:
     policy: sandbox.SandboxPolicy = sandbox.SandboxPolicy()
 
 
+CPU_ADDRESS_SPACE = 8 << 30  # a CPU worker (torch + triton interpreter) maps about 1 GiB
+
+
 def package_name(digest: str) -> str:
     """Sealed import namespace: contribution modules never shadow anything else."""
     return f"cacheon_c_{digest}"
@@ -49,7 +53,10 @@ def worker_policy(config: WorkerConfig, **overrides: object) -> sandbox.SandboxP
         # which otherwise makes CPU timings depend on allocation history, not on the kernel.
         env.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 30))
         env.setdefault("MALLOC_TRIM_THRESHOLD_", str(1 << 30))
-    return sandbox.SandboxPolicy(**{**config.policy.__dict__, "extra_env": env, **overrides})
+    wall: dict[str, object] = {"gpu": config.device != "cpu"}  # NVIDIA device nodes in the view
+    if config.device == "cpu" and config.policy.address_space_bytes is None:
+        wall["address_space_bytes"] = CPU_ADDRESS_SPACE  # a memory balloon ends in MemoryError
+    return sandbox.SandboxPolicy(**{**config.policy.__dict__, "extra_env": env, **wall, **overrides})
 
 
 def write_namespace(base: Path, bundle: Bundle) -> tuple[Path, str]:
@@ -86,7 +93,7 @@ class WorkerClient:
         ns, pkg = write_namespace(base, self.bundle)
         work = base / "work"
         host_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        policy = worker_policy(self.config)
+        policy = dataclasses.replace(worker_policy(self.config), ro_paths=(str(ns),))  # bundle visible, read-only
         with open(self.log_path, "wb") as log:
             self.proc = sandbox.launch(
                 [sys.executable, "-m", "cacheon_subnet.verify.worker", "--fd", str(child_sock.fileno()),
@@ -140,4 +147,5 @@ class WorkerClient:
 
     def cleanup(self) -> None:
         self.close()
+        sandbox.remove_tree(self.scratch.path)  # never raises on what the child left (links, fifos, 000 dirs)
         self.scratch.cleanup()

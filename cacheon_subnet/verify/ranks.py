@@ -10,6 +10,7 @@ answer in time, dies or breaks the protocol ends the run: the whole process grou
 
 from __future__ import annotations
 
+import dataclasses
 import select
 import socket
 import subprocess
@@ -62,12 +63,16 @@ class RankGroup:
     def start(self) -> None:
         base = self.scratch.path
         ns, pkg = write_namespace(base, self.bundle)
-        for r in range(self.world_size):  # made before launch: prepare_scratch hands them to the child uid
+        logs = []
+        for r in range(self.world_size):  # inside, work/ is a private tmpfs: only the rank logs reach the host
             (self.work / f"rank{r}").mkdir(parents=True)
+            logs.append(self.work / f"rank{r}" / "worker.log")
+            logs[-1].touch()
         pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(self.world_size)]
         env = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo", **self.config.policy.extra_env}
         policy = worker_policy(WorkerConfig(self.config.device, sandbox.SandboxPolicy(
             **{**self.config.policy.__dict__, "extra_env": env})), loopback=True)
+        policy = dataclasses.replace(policy, ro_paths=(str(ns),), rw_paths=tuple(map(str, logs)))
         child_fds = [child.fileno() for _, child in pairs]
         argv = [sys.executable, "-m", "cacheon_subnet.verify.rank_launch", "--fds", ",".join(map(str, child_fds)),
                 "--work", str(self.work), "--", "--bundle-root", str(ns), "--package", pkg,
@@ -142,4 +147,5 @@ class RankGroup:
 
     def cleanup(self) -> None:
         self.close()
+        sandbox.remove_tree(self.scratch.path)  # never raises on what the child left (links, fifos, 000 dirs)
         self.scratch.cleanup()

@@ -1,0 +1,68 @@
+"""The seccomp filter every sandboxed child runs under, built with libseccomp (pyseccomp).
+
+Default ALLOW (Python, torch, CUDA and NCCL need a wide, moving set of syscalls), and EPERM for
+the calls that reach outside the sandbox or other processes: debugging/memory access of other
+processes, namespaces and mounts, kernel modules/kexec, bpf/perf, the keyring, userfaultfd,
+io_uring (it bypasses seccomp for the operations it queues), fd stealing (pidfd_getfd), handle
+opens. clone() with any namespace flag is refused; clone3 gets ENOSYS (its flags live in
+memory a filter cannot read), so glibc falls back to clone(), which is filtered. Syscalls of
+any other architecture (i386 `int 0x80`, x32) kill the process: libseccomp's default bad-arch
+action. bwrap loads the program (`--seccomp FD`) as the last step before exec.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import tempfile
+
+from cacheon_subnet.errors import SandboxError
+
+DENIED = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "pidfd_getfd", "kcmp",
+    "setns", "unshare", "mount", "umount2", "pivot_root", "chroot", "move_mount", "fsopen", "fsconfig",
+    "fsmount", "fspick", "open_tree", "mount_setattr", "kexec_load", "kexec_file_load", "bpf",
+    "perf_event_open", "keyctl", "add_key", "request_key", "init_module", "finit_module", "delete_module",
+    "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "open_by_handle_at",
+    "name_to_handle_at", "swapon", "swapoff", "reboot", "syslog", "acct", "settimeofday", "clock_settime",
+    "clock_adjtime", "adjtimex", "iopl", "ioperm", "quotactl", "vhangup", "lookup_dcookie", "quotactl_fd",
+    "fanotify_init", "landlock_create_ruleset",
+)
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
+NS_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x00000080)
+
+
+@functools.lru_cache(maxsize=1)
+def program() -> bytes:
+    """The compiled BPF program (cached: the same for every child)."""
+    try:
+        import pyseccomp as sc
+    except (ImportError, OSError) as e:  # the module, or libseccomp.so.2 under it
+        raise SandboxError(f"seccomp: cannot load libseccomp through pyseccomp ({e}); "
+                           "`pip install pyseccomp` and install libseccomp2 (apt) / libseccomp (rpm)") from e
+    f = sc.SyscallFilter(sc.ALLOW)
+    eperm = sc.ERRNO(errno.EPERM)
+    for name in DENIED:
+        try:
+            f.add_rule(eperm, name)
+        except (OSError, RuntimeError, ValueError):
+            pass  # a syscall this kernel/arch does not know cannot be called either
+    for flag in NS_FLAGS:
+        f.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+    f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    with tempfile.TemporaryFile() as tmp:
+        f.export_bpf(tmp)
+        tmp.seek(0)
+        data = tmp.read()
+    if not data:
+        raise SandboxError("seccomp: libseccomp exported an empty program")
+    return data
+
+
+def program_fd() -> int:
+    """A fresh readable fd holding the program (bwrap reads it to EOF); the caller closes it."""
+    fd = os.memfd_create("cacheon-seccomp", 0)
+    os.write(fd, program())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd

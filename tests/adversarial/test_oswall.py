@@ -1,0 +1,275 @@
+"""The OS as the second wall (issue 14, item 3; classes 2, 3, 7, 8): attack scripts from
+tests/adversarial/oswall/ run INSIDE sandbox.launch, as if every static check had been bypassed.
+Each attempt prints `RESULT <label> BLOCKED|ESCAPED`; every one must be BLOCKED, and the host
+checks the effect itself (files absent, victims alive, no survivor). Controls in weak mode
+(CACHEON_SANDBOX=weak: same uid, no view, no seccomp) show the same scripts do detect escapes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cacheon_subnet import sandbox
+
+HERE = Path(__file__).resolve().parent / "oswall"
+REPO = HERE.parent.parent.parent
+POLICY = sandbox.SandboxPolicy(wall_timeout_s=60, cpu_seconds=60)
+
+
+def run_attack(script: str, ctx: dict, tmp_path: Path, policy: sandbox.SandboxPolicy = POLICY,
+               timeout: float = 90) -> tuple[dict[str, tuple[str, str]], str]:
+    proc = sandbox.launch([sys.executable, str(HERE / script), json.dumps(ctx)], scratch=tmp_path / "work",
+                          policy=policy)
+    if "victim_uid" in ctx:  # the same-uid neighbour test is only meaningful with the very same uid
+        assert proc.cacheon_uid == ctx["victim_uid"], (proc.cacheon_uid, ctx["victim_uid"])
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        sandbox.stop(proc)
+    text = out.decode(errors="replace")
+    results = {}
+    for line in text.splitlines():
+        if line.startswith("RESULT "):
+            _, label, status, *detail = line.split(" ", 3)
+            results[label] = (status, " ".join(detail))
+    return results, text
+
+
+def assert_blocked(results: dict[str, tuple[str, str]], text: str, labels: set[str]) -> None:
+    assert labels <= set(results), f"missing results {labels - set(results)}: {text[-1500:]}"
+    escaped = {k: v for k, v in results.items() if v[0] != "BLOCKED"}
+    assert not escaped, f"escaped: {escaped}"
+
+
+@pytest.fixture
+def host(tmp_path):
+    """The host's secrets and services: a 0600 wallet and a 0644 state DB outside the view, a
+    secret under /root, a TCP and an abstract-unix listener, and two victim processes: one of
+    root and one of the sandbox's own uid outside the sandbox (a same-uid neighbour)."""
+    outside = tmp_path / "validator"
+    outside.mkdir()
+    wallet = outside / "hotkey.json"
+    wallet.write_text('{"secretSeed": "0xdeadbeef"}')
+    wallet.chmod(0o600)
+    db = outside / "validator.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE crowns (hotkey TEXT, slot TEXT)")
+    con.commit()
+    con.close()
+    db.chmod(0o644)
+    outside.chmod(0o755)  # even world-readable: the dir is not in the view
+    root_secret = Path(f"/root/cacheon-oswall-{uuid.uuid4().hex[:8]}.json")
+    root_secret.write_text("root secret")
+    root_secret.chmod(0o644)
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    abstract = f"cacheon-oswall-{uuid.uuid4().hex[:8]}"
+    usrv = socket.socket(socket.AF_UNIX)
+    usrv.bind("\0" + abstract)
+    usrv.listen(4)
+    uid = sandbox.wall_config().uid
+    victims = [subprocess.Popen(["sleep", "300"]),
+               subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "300"])]
+    ctx = {"secrets": [str(wallet), str(db), str(root_secret)], "state_db": str(db), "port": srv.getsockname()[1],
+           "abstract": abstract, "marker": f"cacheon-oswall-{uuid.uuid4().hex[:8]}", "repo": str(REPO),
+           "ro_dir": str(HERE)}
+    try:
+        yield ctx, victims, db
+    finally:
+        for v in victims:
+            v.kill()
+            v.wait()
+        srv.close()
+        usrv.close()
+        root_secret.unlink(missing_ok=True)
+
+
+def proc_state(pid: int) -> str:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2:].split()[0]
+
+
+def test_secrets_are_out_of_view(host, tmp_path):
+    ctx, _, _ = host
+    res, text = run_attack("read_secrets.py", ctx, tmp_path)
+    assert_blocked(res, text, {"shadow", "secret0", "secret1", "secret2", "root_home", "var_lib"})
+
+
+def test_state_db_cannot_be_written(host, tmp_path):
+    ctx, _, db = host
+    res, text = run_attack("write_state_db.py", ctx, tmp_path)
+    assert_blocked(res, text, {"state_db_write"})
+    assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM crowns").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("victim", [0, 1], ids=["root-victim", "same-uid-victim"])
+def test_host_processes_are_invisible(host, tmp_path, victim):
+    ctx, victims, _ = host
+    ctx = dict(ctx, host_pid=victims[victim].pid)
+    if victim == 1:
+        ctx["victim_uid"] = sandbox.wall_config().uid
+    for script, labels in (("procfs_host.py", {"host_environ", "host_mem", "proc_scan", "parent_environ"}),
+                           ("ptrace_vm.py", {"ptrace_host", "ptrace_child", "process_vm_readv_host",
+                                             "process_vm_readv_child"}),
+                           ("signal_host.py", {"sigstop_host", "sigkill_host", "sigkill_parent"})):
+        res, text = run_attack(script, ctx, tmp_path)
+        assert_blocked(res, text, labels)
+    time.sleep(0.2)
+    assert victims[victim].poll() is None and proc_state(victims[victim].pid) in ("S", "R")
+
+
+def test_namespaces_cannot_be_entered_or_made(host, tmp_path):
+    ctx, victims, _ = host
+    ctx = dict(ctx, host_pid=victims[0].pid)
+    res, text = run_attack("namespaces_thread.py", ctx, tmp_path)
+    assert_blocked(res, text, {"setns_host_thread", "setns_init_thread", "unshare_user_thread", "unshare_net_thread",
+                               "unshare_mnt_thread", "unshare_pid_thread", "clone_newuser", "mount_tmpfs"})
+    assert "Operation not permitted" in res["unshare_user_thread"][1]  # seccomp's EPERM, not a missing file
+
+
+def test_host_services_are_unreachable(host, tmp_path):
+    ctx, _, _ = host
+    res, text = run_attack("network.py", ctx, tmp_path, sandbox.SandboxPolicy(loopback=True, cpu_seconds=60))
+    assert_blocked(res, text, {"host_tcp_loopback", "host_abstract_unix", "outside", "interfaces"})
+
+
+def test_nothing_lands_on_the_host_filesystem(host, tmp_path):
+    ctx, _, _ = host
+    res, text = run_attack("host_tmp.py", ctx, tmp_path)
+    assert_blocked(res, text, {"write_tmp", "write_dev_shm", "write_repo", "write_ro_dir", "write_root", "write_usr",
+                               "fd_escape", "proc_sys_write", "io_uring", "keyctl"})
+    for d in ("/tmp", "/dev/shm", str(REPO), str(HERE), "/"):
+        assert not (Path(d) / ctx["marker"]).exists(), d
+
+
+def test_setuid_binaries_grant_nothing(host, tmp_path):
+    ctx, _, _ = host
+    res, text = run_attack("setuid_exec.py", ctx, tmp_path)
+    assert_blocked(res, text, {"setuid_mount", "setuid_su", "own_setuid_file"})
+
+
+def test_setsid_double_fork_survivor_dies_with_the_run(host, tmp_path):
+    ctx, _, _ = host
+    proc = sandbox.launch([sys.executable, str(HERE / "survivor.py"), json.dumps(ctx)], scratch=tmp_path / "w",
+                          policy=POLICY)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not _with_marker(ctx["marker"]):
+        time.sleep(0.1)
+    assert _with_marker(ctx["marker"]), "the survivor never started (the test would prove nothing)"
+    sandbox.stop(proc)
+    assert _with_marker(ctx["marker"]) == []
+
+
+def _with_marker(marker: str) -> list[int]:
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{p}/cmdline").read_bytes() and proc_state(int(p)) not in "ZX":
+                    out.append(int(p))
+            except OSError:
+                pass
+    return out
+
+
+def test_fork_bomb_is_bounded(host, tmp_path):
+    ctx, _, _ = host
+    res, text = run_attack("fork_bomb.py", ctx, tmp_path, sandbox.SandboxPolicy(max_processes=64, cpu_seconds=60))
+    assert_blocked(res, text, {"fork_bomb"})
+    count = int(text.split("COUNT ")[1].split()[0])
+    assert count < 64, count
+
+
+def test_memory_balloon_is_bounded(host, tmp_path):
+    ctx, _, _ = host
+    res, text = run_attack("balloon.py", ctx, tmp_path, sandbox.SandboxPolicy(address_space_bytes=1 << 30, cpu_seconds=60))
+    assert_blocked(res, text, {"memory_balloon"})
+    assert "MemoryError" in res["memory_balloon"][1]
+
+
+def test_scratch_tmp_and_shm_are_bounded(host, tmp_path):
+    ctx, _, _ = host
+    policy = sandbox.SandboxPolicy(scratch_bytes=32 << 20, tmp_bytes=16 << 20, cpu_seconds=60)
+    res, text = run_attack("disk_fill.py", ctx, tmp_path, policy)
+    assert_blocked(res, text, {"disk_fill_scratch", "disk_fill_tmp", "disk_fill_shm"})
+    sizes = {line.split()[1]: int(line.split()[2]) for line in text.splitlines() if line.startswith("BYTES ")}
+    assert sizes["scratch"] <= 32 << 20 and sizes["tmp"] <= 16 << 20 and sizes["shm"] <= 16 << 20, sizes
+    assert all("errno 28" in res[k][1] for k in res), res  # ENOSPC: the tmpfs is full, not a per-file limit
+
+
+GUARD_ATTACKS = ["cc_symlink", "cc_symlink_on_path", "thread_os_system", "thread_timer_subprocess", "thread_ctypes",
+                 "thread_gc", "thread_putenv", "map_os_system"]
+
+
+@pytest.mark.parametrize("kind", GUARD_ATTACKS)
+def test_guard_refuses_laundered_calls(tmp_path, kind):
+    ctx = {"bundle_root": str(HERE / "guard_bundle"), "kind": kind}
+    res, text = run_attack("guard_runner.py", ctx, tmp_path)
+    assert_blocked(res, text, {kind})
+    assert "PWNED" not in text and "cacheon sandbox refused" in res[kind][1], text[-800:]
+
+
+# -- controls: the same scripts see the escapes when the wall is not there ----------------------
+
+def test_control_weak_mode_reads_and_signals(host, tmp_path, monkeypatch, capfd):
+    ctx, victims, _ = host
+    monkeypatch.setenv("CACHEON_SANDBOX", "weak")
+    res, _ = run_attack("read_secrets.py", ctx, tmp_path)
+    assert res["shadow"][0] == "ESCAPED" and res["secret0"][0] == "ESCAPED"  # root, full view
+    res, _ = run_attack("procfs_host.py", dict(ctx, host_pid=victims[0].pid), tmp_path)
+    assert res["host_environ"][0] == "ESCAPED"
+    assert "WEAK MODE" in capfd.readouterr().err
+
+
+def test_control_guard_without_arming_lets_a_thread_spawn(tmp_path):
+    """The bundle-imported state is what arms the guard: the same attack, called before any
+    bundle file is opened, is not refused (so the test above is testing the arming)."""
+    code = f"""
+import os, sys, threading
+from cacheon_subnet import guard
+guard.install_guard({str(HERE / 'guard_bundle')!r}, [os.environ["CACHEON_SANDBOX_SCRATCH"]])
+t = threading.Thread(target=os.system, args=("echo UNARMED-SPAWN",)); t.start(); t.join()
+"""
+    proc = sandbox.launch([sys.executable, "-c", code], scratch=tmp_path / "w", policy=POLICY)
+    out, _ = proc.communicate(timeout=60)
+    sandbox.stop(proc)
+    assert b"UNARMED-SPAWN" in out
+
+
+def test_state_dir_and_db_are_private(tmp_path):
+    """The validator's state is readable by root alone (defence in depth behind the view)."""
+    from cacheon_subnet.validator.state import StateDB, acquire_run_lock
+
+    d = tmp_path / "state"
+    fd = acquire_run_lock(d)
+    db = StateDB(d)
+    with db.tx() as con:
+        con.execute("SELECT 1")
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in d.iterdir()}
+    db.close()
+    os.close(fd)
+    assert oct(d.stat().st_mode & 0o777) == "0o700"
+    assert modes and all(m == "0o600" for m in modes.values()), modes
+
+
+def test_doctor_reports_every_layer(monkeypatch):
+    from cacheon_subnet.cli import main
+
+    out = subprocess.run([sys.executable, "-m", "cacheon_subnet.cli", "doctor", "--json"], capture_output=True,
+                         text=True, timeout=120, check=False, cwd=REPO)
+    doc = json.loads(out.stdout)
+    assert out.returncode == 0 and doc["ok"], out.stdout[-2000:]
+    assert {x["name"] for x in doc["layers"]} >= {"uid", "no_new_privs", "seccomp", "namespaces", "network", "rlimits",
+                                                  "secrets_unreadable", "read_only_view", "host_pids"}
+    monkeypatch.setenv("CACHEON_SANDBOX", "weak")  # control: the weak mode never reports a wall
+    assert main(["doctor"]) == 1
