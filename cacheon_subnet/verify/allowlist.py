@@ -12,7 +12,20 @@ every Triton internal (fn, src, run, cache, handle).
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Mapping
+
+RULES: Mapping[str, str] = {
+    "P001": "process spawning", "P002": "network access", "P003": "native code loading",
+    "P004": "timers or monkey-patching", "P005": "dynamic code or reflection", "P006": "GC / frame introspection",
+    "P007": "host sync inside the op (graph-unsafe)", "P008": "files, threads, signals or environment",
+    "P009": "import outside the allowed set", "P010": "syntax error",
+    "P011": "name not allowed", "P012": "attribute not allowed", "P013": "dunder or private name",
+    "P014": "statement not allowed at module level", "P015": "statement or expression not allowed",
+    "P016": "module object or type used outside its allowed position", "P017": "assignment target not allowed",
+    "P018": "decorator or Triton-source rule", "P019": "call form not allowed", "P020": "source encoding",
+    "P021": "relative import of something that is not a bundle definition",
+}
 
 # import statement -> (name it binds, canonical module); nothing else may be imported (relative
 # imports of bundle definitions aside).
@@ -134,3 +147,22 @@ ATTR_CODES: Mapping[str, str] = {
     "init_process_group": "P002", "new_group": "P002", "new_subgroups": "P002", "destroy_process_group": "P002",
     "TCPStore": "P002", "FileStore": "P002", "HashStore": "P002", "PrefixStore": "P002", "init_device_mesh": "P002",
 }
+
+
+def never_statement(st: ast.stmt) -> bool:
+    return isinstance(st, (ast.ClassDef, ast.Try, ast.With, ast.AsyncWith, ast.AsyncFor, ast.AsyncFunctionDef,
+                           ast.Global, ast.Nonlocal, ast.Delete, ast.Match)) or type(st).__name__ == "TryStar"
+
+
+def module_code(name: str) -> str:
+    for prefix in sorted(MODULE_CODES, key=len, reverse=True):
+        if name == prefix or name.startswith(prefix + "."):
+            return MODULE_CODES[prefix]
+    return "P009"
+
+
+def chain_code(full: str) -> str:
+    code = module_code(full)
+    if code != "P009":
+        return code
+    return next((ATTR_CODES[p] for p in full.split(".") if p in ATTR_CODES), "P012")

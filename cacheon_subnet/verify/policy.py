@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cacheon_subnet.verify import allowlist as A
+from cacheon_subnet.verify.policy_module import ModuleRules
 from cacheon_subnet.verify.policy_scope import (
     ModuleIndex,
     bound_names,
@@ -27,29 +28,16 @@ from cacheon_subnet.verify.policy_scope import (
     dotted,
     index,
     module_key,
-    resolve_relative,
 )
 from cacheon_subnet.verify.policy_triton import TritonRules
 
 POLICY_VERSION = 2
-RULES: Mapping[str, str] = {
-    "P001": "process spawning", "P002": "network access", "P003": "native code loading",
-    "P004": "timers or monkey-patching", "P005": "dynamic code or reflection", "P006": "GC / frame introspection",
-    "P007": "host sync inside the op (graph-unsafe)", "P008": "files, threads, signals or environment",
-    "P009": "import outside the allowed set", "P010": "syntax error",
-    "P011": "name not allowed", "P012": "attribute not allowed", "P013": "dunder or private name",
-    "P014": "statement not allowed at module level", "P015": "statement or expression not allowed",
-    "P016": "module object or type used outside its allowed position", "P017": "assignment target not allowed",
-    "P018": "decorator or Triton-source rule", "P019": "call form not allowed", "P020": "source encoding",
-    "P021": "relative import of something that is not a bundle definition",
-}
+RULES = A.RULES
 _ALL_BUILTINS = frozenset(dir(builtins))
 _TRITON_INTERNAL = frozenset({"_semantic", "_builder", "_generator"})  # Triton passes its internals by these names
 _CANON = {"torch": "torch", "triton": "triton", "math": "math", "tl": "triton.language", "dist": "torch.distributed"}
 _EXPRS = (ast.BinOp, ast.BoolOp, ast.Compare, ast.UnaryOp, ast.IfExp, ast.Tuple, ast.List, ast.Set, ast.Dict,
           ast.Subscript, ast.Slice, ast.JoinedStr, ast.FormattedValue, ast.Starred)
-_CONST_EXPRS = (ast.BinOp, ast.BoolOp, ast.Compare, ast.UnaryOp, ast.IfExp, ast.Tuple)
-_CONST_CALLS = frozenset({"float", "int", "min", "max", "abs", "round", "pow"})
 _FN_STMTS = (ast.Expr, ast.Return, ast.Pass, ast.Break, ast.Continue, ast.If, ast.While, ast.For, ast.Assign,
              ast.AugAssign, ast.AnnAssign, ast.Assert, ast.Raise, ast.FunctionDef)
 
@@ -91,7 +79,7 @@ def scan_source(path: str, text: str) -> list[Finding]:
     return scan_files({path: text.encode("utf-8")})
 
 
-class _Checker(TritonRules):
+class _Checker(ModuleRules, TritonRules):
     def __init__(self, mod: ModuleIndex, mods: Mapping[str, ModuleIndex], files: frozenset[str], params: frozenset[str]):
         self.m, self.mods, self.files, self.kernel_params = mod, mods, files, params
         self.findings: list[Finding] = []
@@ -130,120 +118,6 @@ class _Checker(TritonRules):
             self.add(node, "P013", f"{where} {name!r}: dunder names and Triton's internal names are not allowed")
         elif name in _ALL_BUILTINS or name in _CANON or (self.scopes and name in self.m.globals):
             self.add(node, "P017", f"{where} {name!r} shadows a builtin, an import or a module-level name")
-
-    # -- module level ------------------------------------------------------------------------
-    def module_stmt(self, i: int, st: ast.stmt) -> None:
-        if i == 0 and isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant) and isinstance(st.value.value, str):
-            return
-        if isinstance(st, ast.Import):
-            for a in st.names:
-                if (a.name, a.asname) not in A.IMPORTS:
-                    self.add(st, _module_code(a.name), f"import of {a.name!r}" + (f" as {a.asname!r}" if a.asname else "")
-                             + " (allowed: import torch / triton / math, triton.language as tl, torch.distributed as dist)")
-        elif isinstance(st, ast.ImportFrom):
-            self.import_from(st)
-        elif isinstance(st, (ast.Assign, ast.AnnAssign)):
-            targets = st.targets if isinstance(st, ast.Assign) else [st.target]
-            for t in targets:
-                nodes = list(ast.walk(t))
-                if any(isinstance(n, ast.Attribute) for n in nodes):
-                    self.add(st, "P004", f"assignment to {ast.unparse(t)[:40]} (monkey-patching)")
-                elif not all(isinstance(n, (ast.Name, ast.Tuple, ast.expr_context)) for n in nodes):
-                    self.add(st, "P017", "module-level assignments bind plain names only")
-                else:
-                    for n in nodes:
-                        if isinstance(n, ast.Name):
-                            self.module_name(st, n.id)
-            if isinstance(st, ast.AnnAssign):
-                self.annotation(st.annotation)
-            if st.value is None:
-                self.add(st, "P014", "annotated name without a value")
-            else:
-                self.const(st.value)
-        elif isinstance(st, ast.FunctionDef):
-            self.module_name(st, st.name)
-            self.function(st, top=True)
-        elif isinstance(st, ast.Raise):
-            self.stmt(st)
-        else:
-            if isinstance(st, ast.Expr):
-                self.expr(st.value)
-            self.add(st, "P015" if _never(st) else "P014", f"{type(st).__name__} at module level (allowed: docstring, "
-                                                            "imports, constants, def, raise)")
-
-    def module_name(self, node: ast.AST, name: str) -> None:
-        self.check_binding(node, name, "module-level name")
-        if self.m.path.endswith("__init__.py"):
-            pkg = self.m.path[: -len("__init__.py")]
-            if f"{pkg}{name}.py" in self.files or any(f.startswith(f"{pkg}{name}/") for f in self.files):
-                self.add(node, "P017", f"{name!r} is also a submodule of this package (importing it rebinds the name "
-                                       "to a module object)")
-
-    def import_from(self, st: ast.ImportFrom) -> None:
-        if st.level == 0:
-            mod, names = st.module or "", [a.name for a in st.names]
-            if mod == "__future__" and names == ["annotations"]:
-                return
-            if mod == "typing" and all(n in A.TYPING_NAMES for n in names) and all(a.asname is None for a in st.names):
-                return
-            self.add(st, _module_code(f"{mod}.{names[0]}" if names else mod),
-                     f"from {mod} import {', '.join(names)} (allowed: from typing import <annotations>, "
-                     "from __future__ import annotations, relative imports of bundle definitions)")
-            return
-        for a in st.names:
-            if a.name == "*":
-                self.add(st, "P015", "star import")
-                continue
-            self.module_name(st, a.asname or a.name)
-            why = self.definition(resolve_relative(self.m.path, st.level, st.module), a.name, set())
-            if why:
-                self.add(st, "P021", f"from {'.' * st.level}{st.module or ''} import {a.name}: {why}")
-
-    def definition(self, target: str | None, name: str, seen: set[tuple[str, str]]) -> str | None:
-        """None when `name` of bundle module `target` is a def or constant (transitively)."""
-        if target is None:
-            return "relative import beyond the bundle's top level"
-        mod = self.mods.get(target)
-        if mod is None:
-            return f"module {target or '(bundle root)'!r} is not a .py file of the bundle"
-        if mod.path.endswith("__init__.py"):
-            pkg = mod.path[: -len("__init__.py")]
-            if f"{pkg}{name}.py" in self.files or any(f.startswith(f"{pkg}{name}/") for f in self.files):
-                return f"{name!r} is a submodule (a module object), not a definition"
-        if name in mod.defs or name in mod.consts:
-            return None
-        if name in mod.rel and (target, name) not in seen:
-            t, orig, _ = mod.rel[name]
-            return self.definition(t, orig, seen | {(target, name)})
-        return f"{name!r} is not a function or constant defined in {mod.path}"
-
-    def const(self, node: ast.expr) -> None:
-        """Module-level values and defaults: immutable constant expressions only (no state survives a call)."""
-        if isinstance(node, ast.Constant):
-            return
-        if isinstance(node, ast.Name):
-            if self.resolve(node.id) != "bundle" or node.id in self.m.typing:
-                self.add(node, "P014", f"{node.id!r} in a constant: only literals and other module constants")
-            return
-        if isinstance(node, ast.Attribute):
-            self.attribute(node, "value")
-            return
-        if isinstance(node, ast.Call) and not node.keywords:
-            f = node.func
-            if isinstance(f, ast.Name) and f.id in _CONST_CALLS and self.resolve(f.id) == "builtin" or (
-                    self.chain_of(f) or "").startswith("math."):
-                self.expr(f, "call")
-                for a in node.args:
-                    self.const(a)
-                return
-        if isinstance(node, _CONST_EXPRS):
-            for c in ast.iter_child_nodes(node):
-                if isinstance(c, ast.expr):
-                    self.const(c)
-            return
-        self.add(node, "P014", f"{type(node).__name__} where a constant is required (literals, tuples, arithmetic, "
-                               "other constants)")
-        self.expr(node)  # and say what inside it is refused
 
     # -- functions ---------------------------------------------------------------------------
     def function(self, fn: ast.FunctionDef, top: bool) -> None:
@@ -393,7 +267,7 @@ class _Checker(TritonRules):
         if full is not None:
             kind = A.MODULE_ATTRS.get(full)
             if kind is None:
-                self.add(node, _chain_code(full), f"{full} is not on the allowlist")
+                self.add(node, A.chain_code(full), f"{full} is not on the allowlist")
             elif not (kind == pos or (pos == "annotation" and kind == "value")):
                 self.add(node, "P016", f"{full} ({kind}) used as {'a value' if pos == 'value' else pos}")
             return
@@ -435,22 +309,3 @@ class _Checker(TritonRules):
                     self.annotation(c)
         else:
             self.add(node, "P015", f"{type(node).__name__} in an annotation")
-
-
-def _never(st: ast.stmt) -> bool:
-    return isinstance(st, (ast.ClassDef, ast.Try, ast.With, ast.AsyncWith, ast.AsyncFor, ast.AsyncFunctionDef,
-                           ast.Global, ast.Nonlocal, ast.Delete, ast.Match)) or type(st).__name__ == "TryStar"
-
-
-def _module_code(name: str) -> str:
-    for prefix in sorted(A.MODULE_CODES, key=len, reverse=True):
-        if name == prefix or name.startswith(prefix + "."):
-            return A.MODULE_CODES[prefix]
-    return "P009"
-
-
-def _chain_code(full: str) -> str:
-    code = _module_code(full)
-    if code != "P009":
-        return code
-    return next((A.ATTR_CODES[p] for p in full.split(".") if p in A.ATTR_CODES), "P012")

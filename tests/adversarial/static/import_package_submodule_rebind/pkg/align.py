@@ -1,0 +1,3 @@
+"""The submodule."""
+
+X = 1
