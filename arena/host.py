@@ -32,7 +32,7 @@ from cacheon_subnet.log import get_logger
 
 log = get_logger("arena.host")
 REPO = Path(__file__).resolve().parent.parent
-CACHE_KEYS = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME")
+CACHE_KEYS = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME", "TVM_FFI_CACHE_DIR")
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def private_caches(scratch: Path, seeds: Mapping[str, str]) -> dict[str, str]:
     pristine teacher's above all). An operator's warm cache is copied in, never shared."""
     env = {}
     for key, name in (("TRITON_CACHE_DIR", "triton"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
-                      ("XDG_CACHE_HOME", "xdg")):
+                      ("XDG_CACHE_HOME", "xdg"), ("TVM_FFI_CACHE_DIR", "tvm-ffi")):
         d = scratch / "cache" / name
         shutil.rmtree(d, ignore_errors=True)
         src = seeds.get(key)

@@ -123,5 +123,5 @@ def cache_env() -> dict[str, str]:
     """JIT caches the operator chose, as seeds only: arena.host.private_caches copies them into
     each engine's own scratch (cold engine start is ~2x slower without them); no engine ever
     writes to the operator's cache or to another engine's."""
-    keys = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME")
+    keys = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME", "TVM_FFI_CACHE_DIR")
     return {k: os.environ[k] for k in keys if k in os.environ}

@@ -52,10 +52,15 @@ def run(name: str, env: Path, **kw):
 
 
 def test_prewritten_step_log_is_never_read_and_is_caught(env):
-    """The H200 attack: one record per timed window pre-written into <workdir>/<engine>.jsonl."""
+    """The H200 attack: one record per timed window pre-written into <workdir>/<engine>.jsonl.
+    Behind the OS wall that file is outside the engine's view (the write fails); without the wall
+    (weak mode) the host's copy check calls it forging. Either way no forged number is read."""
     r = run("prewrite_step_log", env)
-    assert r["verdict"] == "FAIL", r["reason"]
-    assert "forging attempt" in r["reason"] and "record copy resident.jsonl" in r["reason"], r["reason"]
+    assert r["verdict"] != "PASS", r["reason"]
+    copy = env / "work" / "resident.jsonl"
+    assert b"1030000.0" not in copy.read_bytes()  # the host's copy holds only what it accepted
+    if r["verdict"] == "FAIL":
+        assert "forging attempt" in r["reason"] and "record copy resident.jsonl" in r["reason"], r["reason"]
     assert all(w.get("output_tokens_per_s", 0) < 1e5 for w in r.get("windows", []))  # no forged number read
 
 
