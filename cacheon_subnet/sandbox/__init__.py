@@ -67,7 +67,9 @@ def child_env(scratch: Path, policy: SandboxPolicy, weak: bool = False) -> dict[
         HOME=str(home), TMPDIR=str(tmp) if weak else "/tmp", XDG_CACHE_HOME=str(cache),
         TRITON_CACHE_DIR=str(cache / "triton"), TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
         TORCHINDUCTOR_COMPILE_THREADS="1", PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
-        PYTHONNOUSERSITE="1", CACHEON_SANDBOX_SCRATCH=str(scratch), CACHEON_SANDBOX_MODE="weak" if weak else "wall",
+        PYTHONNOUSERSITE="1", CACHEON_SANDBOX_SCRATCH=str(scratch),
+        # the leased uid has no passwd entry: getpass.getuser() (Triton, Inductor) reads these first
+        USER="cacheon-sandbox", LOGNAME="cacheon-sandbox", CACHEON_SANDBOX_MODE="weak" if weak else "wall",
         NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
     )
     # The child must import this package even when it is not installed (source checkouts).
