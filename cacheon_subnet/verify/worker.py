@@ -331,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
 
     scratch = os.environ.get("CACHEON_SANDBOX_SCRATCH", os.getcwd())
     writable = [scratch] + [os.environ[k] for k in ("TVM_FFI_CACHE_DIR",) if os.environ.get(k)]
+    if os.environ.get("CACHEON_SANDBOX_MODE") == "wall":  # behind the wall /tmp is the child's own tmpfs
+        writable.append(os.environ.get("TMPDIR") or "/tmp")  # (Triton builds its launcher there)
     install_guard(os.path.join(a.bundle_root, a.package), writable)
     sys.path.insert(0, a.bundle_root)
     Worker(a.fd, os.path.join(a.bundle_root, a.package), a.package, device, group).serve()
