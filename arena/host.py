@@ -135,6 +135,27 @@ def private_caches(scratch: Path, seeds: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def warm_seed_caches(private: Mapping[str, str], seeds: Mapping[str, str]) -> None:
+    """Copy what an engine WITHOUT contribution code compiled into the operator's caches (new
+    files only, never overwriting): later engines start warm. An engine that loaded a bundle
+    never writes back, so a candidate cannot poison the stock kernels of a later engine."""
+    for key, src in private.items():
+        dst = seeds.get(key)
+        if not dst or not Path(src).is_dir():
+            continue
+        for d, _, files in os.walk(src):
+            rel = os.path.relpath(d, src)
+            for f in files:
+                a, b = os.path.join(d, f), os.path.join(dst, rel, f)
+                if os.path.islink(a) or os.path.exists(b):
+                    continue
+                try:
+                    os.makedirs(os.path.dirname(b), exist_ok=True)
+                    shutil.copy2(a, b)
+                except OSError:
+                    pass
+
+
 class _Reader(threading.Thread):
     """Drains the record pipe: validate, persist (fsync), answer the sample request."""
 
@@ -274,6 +295,8 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     if not same and stream.forgery is None:
         stream.forgery = f"the host's record copy {result.name} was modified or removed by another process"
     gpu_free = _wait_gpu_free(baseline, gpu_free_timeout_s)
+    if "CACHEON_ENGINE_TREE" not in spec.env:  # no contribution code ran in it: its JIT output is trusted
+        warm_seed_caches(caches, {**seeds, **spec.seed_caches})
     shutil.rmtree(scratch, ignore_errors=True)  # the engine's HOME/TMPDIR and caches; records and log stay
     tail = log_path.read_text(errors="replace")[-4000:] if log_path.exists() else ""
     log.info("arena.engine.end", engine=spec.name, rc=proc.returncode, timed_out=timed_out, wall_s=round(wall, 1),

@@ -41,8 +41,10 @@ case "${1:-}" in
     head -14 "$OUT/handicap.txt"
     ;;
   faithful)
-    step faithful 560 $C arena run --config configs/arena/dense.toml --bundle examples/norm.rmsnorm --out "$OUT/faithful.json"
+    step faithful 500 $C arena run --config configs/arena/dense.toml --bundle examples/norm.rmsnorm --out "$OUT/faithful.json"
     head -14 "$OUT/faithful.txt"
+    step verify-arena 80 $C verify examples/norm.rmsnorm --device cuda --arena configs/arena/dense.toml
+    tail -4 "$OUT/verify-arena.txt"
     ;;
   *) echo "usage: $0 wall|handicap|faithful"; exit 2 ;;
 esac
