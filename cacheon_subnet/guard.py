@@ -142,11 +142,23 @@ def install_guard(bundle_root: str, writable: list[str]) -> None:
         found = shutil.which(t) if t else None
         if found:
             tools.add(os.path.realpath(found))
-    _state["tool_paths"] = frozenset(tools)
     roots = []
+    import importlib.util
+
     for mod in ("triton", "torch"):
         m = sys.modules.get(mod)
-        if m is not None and getattr(m, "__file__", None):
-            roots.append(os.path.dirname(os.path.realpath(m.__file__)) + os.sep)
+        origin = getattr(m, "__file__", None) if m is not None else None
+        if origin is None:
+            spec = importlib.util.find_spec(mod)  # not imported yet: locate it without importing
+            origin = spec.origin if spec else None
+        if origin:
+            roots.append(os.path.dirname(os.path.realpath(origin)) + os.sep)
+    # the binaries Triton ships itself (backends/nvidia/bin/ptxas, cuobjdump, nvdisasm), by realpath
+    for root in roots:
+        for d, _, files in os.walk(os.path.join(root, "backends")):
+            if os.path.basename(d) == "bin":
+                tools.update(os.path.realpath(os.path.join(d, f)) for f in files
+                             if os.path.splitext(f)[0] in ALLOWED_TOOLS)
+    _state["tool_paths"] = frozenset(tools)
     _state["toolchains"] = tuple(roots) or ("\0",)
     sys.addaudithook(_hook)
