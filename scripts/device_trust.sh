@@ -35,6 +35,13 @@ case "${1:-}" in
       --out "$OUT/rolebias.json"
     head -12 "$OUT/rolebias.txt"
     ;;
+  wall2)  # verify's GPU tier on the arena's shapes, then the role bias again
+    step verify-arena 140 $C verify examples/norm.rmsnorm --device cuda --arena configs/arena/dense.toml
+    tail -6 "$OUT/verify-arena.txt"
+    step rolebias2 360 $C arena run --config configs/arena/dense.toml --control stock-as-candidate --slot norm.rmsnorm \
+      --out "$OUT/rolebias2.json"
+    head -12 "$OUT/rolebias2.txt"
+    ;;
   handicap)
     step handicap 560 $C arena run --config configs/arena/dense.toml --control handicap --slot norm.rmsnorm \
       --handicap-us 150 --out "$OUT/handicap.json"
