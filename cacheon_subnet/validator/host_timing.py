@@ -195,6 +195,49 @@ def _group_tasks(pgid: int) -> tuple[dict[int, list[str]], list[int]]:
     return out, sorted(p for p, pp in parents.items() if pp in out)
 
 
+def _pid_ns(pid: int | str) -> int:
+    try:
+        return os.stat(f"/proc/{pid}/ns/pid").st_ino
+    except OSError:
+        return -1
+
+
+def _ns_tasks(ns: int) -> dict[int, list[str]]:
+    """Every process of pid namespace `ns` (the sandbox's: nothing in it can leave it) -> the
+    state of each of its tasks."""
+    out: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or _pid_ns(entry) != ns:
+            continue
+        states = []
+        try:
+            for tid in os.listdir(f"/proc/{entry}/task"):
+                s = _read(f"/proc/{entry}/task/{tid}/stat")
+                states.append(s[s.rindex(")") + 2])
+        except OSError:
+            continue
+        out[int(entry)] = states
+    return out
+
+
+def _sandbox_ns(leader: int) -> int | None:
+    """The pid namespace of the sandbox under `leader` (the launcher's pid, in ours), or None
+    when the child shares ours (weak mode: the process group is then the unit)."""
+    own = _pid_ns("self")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = _read(f"/proc/{entry}/stat")
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2:].split()[1]) == leader:
+            ns = _pid_ns(entry)
+            if ns not in (-1, own):
+                return ns
+    return None
+
+
 def _children_ticks(pid: int) -> int:
     """cutime + cstime of `pid`: CPU of children it has reaped (a fork it hid from our scans)."""
     try:
@@ -222,6 +265,9 @@ class Side:
         self.arena = arena
         self.target = target
         self.pgid = client.proc.pid  # the worker called setsid: its pid is its group
+        # behind the sandbox wall the unit is the child's own pid namespace: every process of it
+        # (a setsid or double-forked one too) is frozen, scanned and charged
+        self.ns = _sandbox_ns(client.proc.pid)
         self.members: dict[int, int] = {}  # pid -> CPU ns at the last freeze
         self.children = 0  # the leader's reaped children's CPU (clock ticks): must never move
         self.frozen = False
@@ -239,17 +285,30 @@ class Side:
         self.freeze()
         self.snapshot()
 
+    def _signal(self, sig: int) -> None:
+        if self.ns is None:
+            os.killpg(self.pgid, sig)
+            return
+        for pid in _ns_tasks(self.ns):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def _tasks(self) -> tuple[dict[int, list[str]], list[int]]:
+        return (_ns_tasks(self.ns), []) if self.ns is not None else _group_tasks(self.pgid)
+
     def freeze(self) -> None:
-        os.killpg(self.pgid, signal.SIGSTOP)
+        self._signal(signal.SIGSTOP)
         deadline = time.monotonic() + 5
-        while _state(self.pgid) not in ("T", "t", "Z", "X", ""):
+        while self.ns is None and _state(self.pgid) not in ("T", "t", "Z", "X", ""):
             if time.monotonic() > deadline:
                 raise TimingFailure(f"{self.name}: worker did not stop on SIGSTOP", self.name)
         self.frozen = True
 
     def thaw(self) -> None:
         self.frozen = False
-        os.killpg(self.pgid, signal.SIGCONT)
+        self._signal(signal.SIGCONT)
 
     def snapshot(self) -> int:
         """Confirm every task of every member is stopped; record CPU clocks. Returns the CPU ns
@@ -257,7 +316,7 @@ class Side:
         process appeared or vanished, or reaped children (their CPU is not on our clocks)."""
         deadline = time.monotonic() + 2
         while True:
-            tasks, escaped = _group_tasks(self.pgid)
+            tasks, escaped = self._tasks()
             if escaped:
                 for pid in escaped:  # a group kill would miss them: end them here, by pid
                     try:
@@ -275,7 +334,7 @@ class Side:
         if self.members and set(tasks) != set(self.members):
             raise TimingFailure(f"{self.name}: worker started or lost processes during timing "
                                 f"({sorted(self.members)} -> {sorted(tasks)}); the CPU arena times one process", self.name)
-        children = _children_ticks(self.pgid)
+        children = sum(_children_ticks(p) for p in tasks) if self.ns is not None else _children_ticks(self.pgid)
         if self.members and children != self.children:
             raise TimingFailure(f"{self.name}: worker ran child processes during timing (their CPU is off its clock)", self.name)
         now = {p: _cpu_ns(p) for p in tasks}

@@ -65,13 +65,18 @@ def test_cross_call_storage_is_not_reachable():
 def test_fork_offload_fails_closed():
     r = qualify(CORPUS / "fork_offload")
     assert r.verdict == "FAIL", (r.verdict, r.reason)
-    assert "child processes" in r.reason or "started or lost processes" in r.reason, r.reason
+    # behind the OS wall its ctypes import is refused outright; in weak mode the process scan catches it
+    assert any(k in r.reason for k in ("child processes", "started or lost processes", "import failed")), r.reason
 
 
 def test_setsid_escape_fails_closed():
-    """A helper that left the process group would dodge the freeze: its parent is still a member."""
+    """A helper that left the process group would dodge the freeze: behind the OS wall the unit is
+    the sandbox's pid namespace (the helper is frozen and counted with it); in weak mode its parent
+    is still a group member and the scan names it."""
     r = qualify(CORPUS / "setsid_escape")
-    assert r.verdict == "FAIL" and "left its process group" in r.reason, (r.verdict, r.reason)
+    assert r.verdict == "FAIL", (r.verdict, r.reason)
+    assert any(k in r.reason for k in ("left its process group", "started or lost processes", "import failed",
+                                       "child processes")), r.reason
 
 
 def test_forged_timing_fields_are_ignored():
