@@ -135,6 +135,29 @@ def private_caches(scratch: Path, seeds: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def view_paths(spec: EngineSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What the engine's sandbox view adds to the system: the sealed tree and a finished
+    checkpoint read-only; its receipts/answers dir read-write; a checkpoint dir that does not
+    exist yet read-write (scripts; `arena run` writes it first in a pristine step)."""
+    rw = list(spec.rw_paths)
+    ro = list(spec.ro_paths)
+    if spec.env.get("CACHEON_RECEIPT_DIR"):
+        rw.append(spec.env["CACHEON_RECEIPT_DIR"])
+    if spec.env.get("CACHEON_ENGINE_TREE"):
+        ro.append(spec.env["CACHEON_ENGINE_TREE"])
+    ckpt = (spec.job.get("checkpoint") or {}).get("dir")
+    if ckpt:
+        if os.path.isdir(ckpt):
+            ro.append(ckpt)
+        else:
+            Path(ckpt).parent.mkdir(parents=True, exist_ok=True)
+            rw.append(str(Path(ckpt).parent))
+    rw_set = {os.path.abspath(p) for p in rw}
+    ro = [p for p in dict.fromkeys(ro) if os.path.abspath(p) not in rw_set
+          and not any(os.path.abspath(p).startswith(w + os.sep) for w in rw_set)]
+    return tuple(ro), tuple(dict.fromkeys(rw))
+
+
 def warm_seed_caches(private: Mapping[str, str], seeds: Mapping[str, str]) -> None:
     """Copy what an engine WITHOUT contribution code compiled into the operator's caches (new
     files only, never overwriting): later engines start warm. An engine that loaded a bundle
@@ -240,10 +263,11 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     seeds = {k: v for k, v in spec.env.items() if k in CACHE_KEYS}  # an operator's cache: a seed, never shared
     caches = private_caches(scratch, {**seeds, **spec.seed_caches})
     env = {k: v for k, v in spec.env.items() if k not in CACHE_KEYS}
+    ro, rw = view_paths(spec)
     policy = sandbox.SandboxPolicy(wall_timeout_s=spec.timeout_s, cpu_seconds=None, file_bytes=64 << 30,
                                    open_files=65536, isolate_network=spec.isolate_network, loopback=True,
                                    max_processes=16384, scratch_bytes=16 << 30, tmp_bytes=16 << 30, gpu=True,
-                                   ro_paths=tuple(spec.ro_paths), rw_paths=(*spec.rw_paths, *caches.values()),
+                                   ro_paths=ro, rw_paths=(*rw, *caches.values()),
                                    extra_env={"PYTHONPATH": pythonpath, **env, **caches})
     log_path = workdir / f"{spec.name}.log"
     baseline = gpu_memory_used_mib()

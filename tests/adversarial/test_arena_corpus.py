@@ -65,12 +65,14 @@ def test_prewritten_step_log_is_never_read_and_is_caught(env):
 
 
 def test_records_injected_into_the_record_pipe_are_forging(env):
-    """Root here can still open /proc/<driver>/fd (CAP_SYS_PTRACE; the unprivileged engine user
-    cannot: test_arena_channel.py::test_a_hardened_driver_hides_its_pipes): the injected
-    records carry no nonce the host issued."""
+    """Behind the OS wall the engine runs as a dedicated uid and the driver is non-dumpable, so
+    /proc/<driver>/fd cannot be opened and nothing is injected; where a process could (root in
+    weak mode: CAP_SYS_PTRACE), the injected records carry no nonce the host issued."""
     r = run("forge_record_stream", env)
-    assert r["verdict"] == "FAIL", r["reason"]
-    assert "forging attempt in the resident engine" in r["reason"] and "unknown nonce" in r["reason"], r["reason"]
+    assert r["verdict"] != "PASS", r["reason"]
+    if r["verdict"] == "FAIL" and "forging" in r["reason"]:
+        assert "forging attempt in the resident engine" in r["reason"] and "unknown nonce" in r["reason"], r["reason"]
+    assert all(w.get("output_tokens_per_s", 0) < 1e5 for w in r.get("windows", []))
 
 
 def test_prewritten_clock_answers_are_forging(env):
