@@ -158,6 +158,11 @@ def view_paths(spec: EngineSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(ro), tuple(dict.fromkeys(rw))
 
 
+def may_warm_caches(spec: EngineSpec) -> bool:
+    """Only an engine that loaded no contribution code (no sealed tree) may warm shared caches."""
+    return not spec.env.get("CACHEON_ENGINE_TREE")
+
+
 def warm_seed_caches(private: Mapping[str, str], seeds: Mapping[str, str]) -> None:
     """Copy what an engine WITHOUT contribution code compiled into the operator's caches (new
     files only, never overwriting): later engines start warm. An engine that loaded a bundle
@@ -319,7 +324,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     if not same and stream.forgery is None:
         stream.forgery = f"the host's record copy {result.name} was modified or removed by another process"
     gpu_free = _wait_gpu_free(baseline, gpu_free_timeout_s)
-    if "CACHEON_ENGINE_TREE" not in spec.env:  # no contribution code ran in it: its JIT output is trusted
+    if may_warm_caches(spec):
         warm_seed_caches(caches, {**seeds, **spec.seed_caches})
     shutil.rmtree(scratch, ignore_errors=True)  # the engine's HOME/TMPDIR and caches; records and log stay
     tail = log_path.read_text(errors="replace")[-4000:] if log_path.exists() else ""

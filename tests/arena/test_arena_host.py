@@ -87,3 +87,22 @@ def test_every_engine_gets_private_jit_caches_seeded_never_shared(tmp_path, monk
     assert all(str(op_cache) not in v for v in seen.values())
     assert (scratch / "cache" / "triton" / "k" / "stock.cubin").read_bytes() == b"warm"
     assert {"TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME"} <= set(seen)
+
+
+def test_only_engines_without_contribution_code_warm_the_operators_cache(tmp_path):
+    """A candidate's engine must never write into a cache a later engine (T, B) reads."""
+    from arena.host import EngineSpec, may_warm_caches, warm_seed_caches
+
+    assert may_warm_caches(EngineSpec("teacher", {}, {"CACHEON_SEAM_NORM": "0"}))
+    assert not may_warm_caches(EngineSpec("resident", {}, {"CACHEON_ENGINE_TREE": "/x/tree"}))
+    private, seed = tmp_path / "private", tmp_path / "seed"
+    (private / "k").mkdir(parents=True)
+    (seed / "k").mkdir(parents=True)
+    (private / "k" / "new.bin").write_bytes(b"compiled")
+    (private / "k" / "old.bin").write_bytes(b"poisoned")
+    (seed / "k" / "old.bin").write_bytes(b"original")
+    (private / "k" / "link").symlink_to("/etc/shadow")
+    warm_seed_caches({"TRITON_CACHE_DIR": str(private)}, {"TRITON_CACHE_DIR": str(seed)})
+    assert (seed / "k" / "new.bin").read_bytes() == b"compiled"
+    assert (seed / "k" / "old.bin").read_bytes() == b"original"  # never overwritten
+    assert not (seed / "k" / "link").exists()  # links are not copied
