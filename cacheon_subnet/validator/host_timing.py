@@ -184,15 +184,17 @@ def _group_tasks(pgid: int) -> tuple[dict[int, list[str]], list[int]]:
         if int(fields[2]) != pgid:
             parents[int(entry)] = int(fields[1])
             continue
-        states = []
-        try:
-            for tid in os.listdir(f"/proc/{entry}/task"):
-                s = _read(f"/proc/{entry}/task/{tid}/stat")
-                states.append(s[s.rindex(")") + 2])
-        except OSError:
-            states.append(fields[0])
-        out[int(entry)] = states
+        out[int(entry)] = _task_states(entry) or [fields[0]]
     return out, sorted(p for p, pp in parents.items() if pp in out)
+
+
+def _task_states(pid: int | str) -> list[str]:
+    """The state letter of every task (thread) of `pid`; [] when it is gone."""
+    try:
+        return [(s := _read(f"/proc/{pid}/task/{tid}/stat"))[s.rindex(")") + 2]
+                for tid in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
 
 
 def _pid_ns(pid: int | str) -> int:
@@ -207,16 +209,8 @@ def _ns_tasks(ns: int) -> dict[int, list[str]]:
     state of each of its tasks."""
     out: dict[int, list[str]] = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or _pid_ns(entry) != ns:
-            continue
-        states = []
-        try:
-            for tid in os.listdir(f"/proc/{entry}/task"):
-                s = _read(f"/proc/{entry}/task/{tid}/stat")
-                states.append(s[s.rindex(")") + 2])
-        except OSError:
-            continue
-        out[int(entry)] = states
+        if entry.isdigit() and _pid_ns(entry) == ns and (states := _task_states(entry)):
+            out[int(entry)] = states
     return out
 
 
