@@ -118,6 +118,8 @@ class OpTrials:
             reason = "compile" if f.reason == "exception" else f.reason
             return Failure(reason, f.detail, stage="compile", case=case.label, dtype=t.dtype)
         f = judge.check_outputs(self.spec, t.dtype, tensors, self.spec.reference(inputs, case.params))
+        if f and f.reason in ("mismatch", "nan_inf"):  # name an unwritten output as eager trials do
+            f = self._diagnose(f, case, act, inputs)
         return self._where(f, "compile", t, case) if f else None
 
     def _graph(self, t: Trial, case: ShapeCase, act: torch.dtype) -> Failure | None:
