@@ -168,11 +168,8 @@ def _read(path: str) -> str:
         return f.read()
 
 
-def _group_tasks(pgid: int) -> tuple[dict[int, list[str]], list[int]]:
-    """Members of process group `pgid` -> state of each of their tasks (threads); and the
-    children of members that left the group (setsid): those would run unfrozen, off the clock."""
-    out: dict[int, list[str]] = {}
-    parents: dict[int, int] = {}
+def _proc_stats():  # noqa: ANN202 - yields (pid, the /proc/<pid>/stat fields after the name)
+    """Every live process's stat fields (state, ppid, pgrp, ...), skipping those that vanish."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -180,11 +177,19 @@ def _group_tasks(pgid: int) -> tuple[dict[int, list[str]], list[int]]:
             stat = _read(f"/proc/{entry}/stat")
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        yield int(entry), stat[stat.rindex(")") + 2:].split()
+
+
+def _group_tasks(pgid: int) -> tuple[dict[int, list[str]], list[int]]:
+    """Members of process group `pgid` -> state of each of their tasks (threads); and the
+    children of members that left the group (setsid): those would run unfrozen, off the clock."""
+    out: dict[int, list[str]] = {}
+    parents: dict[int, int] = {}
+    for pid, fields in _proc_stats():
         if int(fields[2]) != pgid:
-            parents[int(entry)] = int(fields[1])
+            parents[pid] = int(fields[1])
             continue
-        out[int(entry)] = _task_states(entry) or [fields[0]]
+        out[pid] = _task_states(pid) or [fields[0]]
     return out, sorted(p for p, pp in parents.items() if pp in out)
 
 
@@ -218,17 +223,9 @@ def _sandbox_ns(leader: int) -> int | None:
     """The pid namespace of the sandbox under `leader` (the launcher's pid, in ours), or None
     when the child shares ours (weak mode: the process group is then the unit)."""
     own = _pid_ns("self")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = _read(f"/proc/{entry}/stat")
-        except OSError:
-            continue
-        if int(stat[stat.rindex(")") + 2:].split()[1]) == leader:
-            ns = _pid_ns(entry)
-            if ns not in (-1, own):
-                return ns
+    for pid, fields in _proc_stats():
+        if int(fields[1]) == leader and _pid_ns(pid) not in (-1, own):
+            return _pid_ns(pid)
     return None
 
 
