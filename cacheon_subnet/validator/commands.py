@@ -16,7 +16,7 @@ from typing import Any
 from cacheon_subnet.errors import CacheonError, UsageError
 
 DEFAULT_STATE_DIR = ".cacheon/validator"
-CPU_ARENA_KEYS = {"kind", "name", "tier", "cases", "budget_s", "target_rel_err", "max_noise", "call_timeout_s",
+CPU_ARENA_KEYS = {"kind", "name", "tier", "cases", "budget_s", "hard_budget_factor", "target_rel_err", "max_noise", "call_timeout_s",
                   "max_case_bytes", "min_iters", "noise_floor"}
 
 
