@@ -38,7 +38,7 @@ from arena.speed import Window, guard, guards_of, judge, judge_each
 from arena.speed import swaps as count_swaps
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.bundle.engine_tree import build_tree
-from cacheon_subnet.errors import BundleError
+from cacheon_subnet.errors import BundleError, CacheonError
 from cacheon_subnet.log import get_logger
 from seams.receipts import read_receipts
 from seams.table import adapters_for_slot, seam_environment
@@ -269,8 +269,16 @@ class Qualification:
             return self.finish("FAIL", f"policy: the bundle's sources fail the static allowlist, so it never "
                                        f"enters an engine: {e.detail}")
         base = {"engine_kwargs": engine_kwargs(cfg), "engine_factory": self.opts.engine_factory,
-                "checkpoint": None if self.opts.engine_factory else checkpoint_job(cfg, self.opts.checkpoint_root)}
-        if base["checkpoint"]:  # written by a pristine child before any engine: read-only to all of them
+                "checkpoint": None if self.opts.engine_factory and not cfg.real
+                else checkpoint_job(cfg, self.opts.checkpoint_root)}
+        if base["checkpoint"] and cfg.real:  # the operator's checkpoint: a verified copy, its corpus tokenized
+            from arena.real import prepare
+
+            try:
+                base["text_tokens"] = prepare(cfg, Path(base["checkpoint"]["dir"]))
+            except CacheonError as e:  # not the declared checkpoint: refused, never charged to the miner
+                return self.finish("NO_DECISION", f"real checkpoint refused: {e}")
+        elif base["checkpoint"]:  # written by a pristine child before any engine: read-only to all of them
             ck = base["checkpoint"]
             Path(ck["dir"]).parent.mkdir(parents=True, exist_ok=True)
             made = self._engine("checkpoint", {**base, "steps": [], "checkpoint_only": True}, seam_environment(()),
