@@ -131,6 +131,10 @@ class ArenaConfig:
         return self.model.path is not None
 
     def resolve(self, value: str) -> Path:
+        """A path from the config: ~ and $VARS expanded ($CACHEON_ARENA_HOME defaults to the arena
+        home, /var/tmp/cacheon), relative to the config file's directory."""
+        home = os.environ.get("CACHEON_ARENA_HOME") or "/var/tmp/cacheon"
+        value = value.replace("${CACHEON_ARENA_HOME}", home).replace("$CACHEON_ARENA_HOME", home)
         p = Path(os.path.expandvars(os.path.expanduser(value)))
         return p if p.is_absolute() else Path(self.path).resolve().parent / p
 

