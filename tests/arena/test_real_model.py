@@ -281,3 +281,44 @@ def test_profile_from_hf_config_names_the_missing_key():
     moe = from_hf_config({**doc, "model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2,
                           "moe_intermediate_size": 128, "norm_topk_prob": True}, "m")
     assert moe.moe is not None and (moe.moe.n_experts, moe.moe.top_k, moe.moe.moe_intermediate) == (8, 2, 128)
+
+
+# ---- the whole qualification (fake engine) on a real checkpoint ---------------------------
+def _small_real(tmp_path: Path, ck: Path):
+    from dataclasses import replace
+
+    from arena.config import QualitySection
+
+    m = scan(ck)
+    write_manifest(m, tmp_path / "m.json")
+    cfg = load_config(_real_config(tmp_path, ck, m.digest, "m.json"))
+    return m, replace(cfg, workload=replace(cfg.workload, prompts_per_window=4, input_len=8, output_len=4, cycles=2,
+                                            warmup_windows=1), quality=QualitySection(prompts=8, top_k=4))
+
+
+def test_a_changed_checkpoint_is_refused_before_any_engine_starts(tmp_path, tiny_ckpt, monkeypatch):
+    h.runtime_env(tmp_path, monkeypatch)
+    ck = _copy(tiny_ckpt, tmp_path / "ck")
+    _, cfg = _small_real(tmp_path, ck)
+    (ck / "tokenizer_config.json").write_text("{}")
+    r = h.run(h.torch_bundle("real"), tmp_path, cfg=cfg)
+    assert r["verdict"] == "NO_DECISION" and "tokenizer_config.json" in r["reason"], r["reason"]
+    assert not r.get("stages") and not (tmp_path / "ckpt" / f"real-{cfg.model.digest[7:23]}").exists()
+
+
+@pytest.mark.slow  # a whole qualification with the fake engine (~50 s on 2 shared CPU cores)
+def test_qualification_on_a_real_checkpoint_grades_corpus_prompts(tmp_path, tiny_ckpt, monkeypatch):
+    h.runtime_env(tmp_path, monkeypatch)
+    m, cfg = _small_real(tmp_path, tiny_ckpt)
+    r = h.run(h.torch_bundle("real"), tmp_path, cfg=cfg)
+    assert r["quality"]["verdict"] == "PASS", r["quality"]
+    assert r["arena_id"] == cfg.arena_id
+    installed = tmp_path / "ckpt" / f"real-{m.digest[7:23]}"
+    assert scan(installed).digest == m.digest
+    stream = list(corpus_tokens("stdlib-docs", installed, 10**6, 8).tokens)
+    records = [json.loads(x) for x in (tmp_path / "work" / "resident.jsonl").read_text().splitlines()]
+    seqs = [s for rec in records if rec.get("op") == "sample" for v in rec["sequences"].values() for s in v]
+    assert seqs, [rec.get("op") for rec in records]
+    for s in seqs[:4]:  # every graded prompt is a window of the tokenized corpus
+        p = s["prompt"]
+        assert len(p) == 8 and any(stream[i:i + 8] == p for i in range(len(stream) - 8))
