@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from arena import grading
+from arena import calibrate, grading
 from arena import quality as q
 from arena.config import SPEED_METRICS, ArenaConfig
 from arena.evidence import check, leaks, receipts_from_answers
@@ -355,6 +355,10 @@ class Qualification:
             except grading.TeacherAlignmentError as e:
                 return "NO_DECISION", f"teacher alignment: {e}"
             qv = q.grade(q.metrics(g["B"]), q.metrics(g["C"]), policy)
+            # B-vs-B′ spread of this sample, beside the verdict (never judged): arena/calibrate.py
+            spread = calibrate.stock_spread(g["B"], [b for _, b, _ in self.samples[name]])
+            if spread is not None:
+                qv = replace(qv, metrics={**qv.metrics, "stock_spread": spread})
             rec = QualityRecord(q.verdict_to_json(qv), self.samples[name])
             self.update(**{"quality" if name == "resident" else "confirm_quality": rec})
             if qv.verdict != "PASS":

@@ -319,6 +319,8 @@ def test_qualification_on_a_real_checkpoint_grades_corpus_prompts(tmp_path, tiny
     records = [json.loads(x) for x in (tmp_path / "work" / "resident.jsonl").read_text().splitlines()]
     seqs = [s for rec in records if rec.get("op") == "sample" for v in rec["sequences"].values() for s in v]
     assert seqs, [rec.get("op") for rec in records]
+    roles = {b.rsplit("-", 1)[-1] for _, b, _ in r["quality"]["sample"]}
+    assert ("stock_spread" in r["quality"]["metrics"]) == (roles == {"B", "B'"})  # arena/calibrate.py
     for s in seqs[:4]:  # every graded prompt is a window of the tokenized corpus
         p = s["prompt"]
         assert len(p) == 8 and any(stream[i:i + 8] == p for i in range(len(stream) - 8))
