@@ -148,7 +148,20 @@ class ArenaConfig:
         from dataclasses import replace
 
         if self.real:
-            return _real_profile(str(self.model_dir / "config.json"), self.model.digest or "")
+            cj = self.model_dir / "config.json"
+            name = self.model_dir.name.lower() + "@" + (self.model.digest or "").removeprefix("sha256:")[:8]
+            if not cj.is_file() and self.model.manifest:  # no weights here (a miner): the manifest's checked copy
+                from arena.model_dir import load_manifest
+
+                text = load_manifest(self.resolve(self.model.manifest)).config_json
+                if text is not None:
+                    return _real_profile(text, name, f"{self.model.manifest} (config_json)")
+            try:
+                text = cj.read_text()
+            except FileNotFoundError:
+                raise ArenaConfigError(f"{cj}: missing: a real checkpoint is an HF-format directory (or declare a "
+                                       "manifest written by `cacheon arena digest`, which carries config.json)") from None
+            return _real_profile(text, name, str(cj))
         p = PROFILES[self.model.profile]
         if self.model.layers:
             p = replace(p, layers=self.model.layers)
@@ -264,21 +277,19 @@ def _check_real(path: Path, cfg: ArenaConfig, raw_model: Mapping[str, Any]) -> N
 
 
 @lru_cache(maxsize=16)
-def _real_profile(config_json: str, digest: str) -> ModelProfile:
-    """The checkpoint's shapes, registered under "<dir name>@<digest prefix>" (slot case labels)."""
+def _real_profile(text: str, name: str, where: str) -> ModelProfile:
+    """The checkpoint's shapes from its config.json text, registered under "<dir name>@<digest
+    prefix>" (slot case labels)."""
     from cacheon_subnet.slots.profiles import from_hf_config, register
 
     try:
-        doc = json.loads(Path(config_json).read_text())
-    except FileNotFoundError:
-        raise ArenaConfigError(f"{config_json}: missing: a real checkpoint is an HF-format directory") from None
+        doc = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ArenaConfigError(f"{config_json}: not JSON ({e})") from None
-    name = Path(config_json).parent.name.lower() + "@" + digest.removeprefix("sha256:")[:8]
+        raise ArenaConfigError(f"{where}: not JSON ({e})") from None
     try:
         return register(from_hf_config(doc, name))
     except ValueError as e:
-        raise ArenaConfigError(f"{config_json}: {e}") from None
+        raise ArenaConfigError(f"{where}: {e}") from None
 
 
 def _check(path: Path, cfg: ArenaConfig, raw_model: Mapping[str, Any] | None = None) -> None:

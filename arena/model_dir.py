@@ -46,6 +46,9 @@ class FileEntry:
 @dataclass(frozen=True)
 class Manifest:
     files: tuple[FileEntry, ...]  # sorted by UTF-8 path
+    # the checkpoint's config.json text, checked against its entry: verify/bench read the model's
+    # shapes from the manifest alone, on a machine without the weights (a miner's)
+    config_json: str | None = None
 
     @property
     def digest(self) -> str:
@@ -59,13 +62,16 @@ class Manifest:
         return {f.path: f for f in self.files}
 
     def to_json(self) -> dict:
-        return {"schema": MANIFEST_SCHEMA, "digest": self.digest,
-                "files": {f.path: {"size": f.size, "sha256": f.sha256} for f in self.files}}
+        doc = {"schema": MANIFEST_SCHEMA, "digest": self.digest,
+               "files": {f.path: {"size": f.size, "sha256": f.sha256} for f in self.files}}
+        if self.config_json is not None:
+            doc["config_json"] = self.config_json
+        return doc
 
 
-def manifest_of(entries: Mapping[str, tuple[int, str]] | list[FileEntry]) -> Manifest:
+def manifest_of(entries: Mapping[str, tuple[int, str]] | list[FileEntry], config_json: str | None = None) -> Manifest:
     items = entries if isinstance(entries, list) else [FileEntry(p, s, h) for p, (s, h) in entries.items()]
-    return Manifest(tuple(sorted(items, key=lambda f: f.path.encode("utf-8"))))
+    return Manifest(tuple(sorted(items, key=lambda f: f.path.encode("utf-8"))), config_json)
 
 
 def _files(root: Path) -> list[tuple[str, Path]]:
@@ -101,7 +107,14 @@ def _hash_file(path: Path, copy_to: Path | None = None) -> tuple[int, str]:
 def scan(root: str | Path) -> Manifest:
     """Hash every file of the checkpoint directory (the operator's `cacheon arena digest`)."""
     root = Path(root)
-    return manifest_of([FileEntry(rel, *_hash_file(full)) for rel, full in _files(root)])
+    files = _files(root)
+    entries = [FileEntry(rel, *_hash_file(full)) for rel, full in files]
+    cj = next((full for rel, full in files if rel == "config.json"), None)
+    text = cj.read_bytes().decode("utf-8", errors="replace") if cj is not None and cj.stat().st_size < 1 << 20 else None
+    m = manifest_of(entries, text)
+    if text is not None and hashlib.sha256(text.encode()).hexdigest() != m.by_path()["config.json"].sha256:
+        m = manifest_of(entries)  # changed while hashed, or not UTF-8: keep no copy rather than a wrong one
+    return m
 
 
 def load_manifest(path: str | Path) -> Manifest:
@@ -111,7 +124,9 @@ def load_manifest(path: str | Path) -> Manifest:
     try:
         doc = json.loads(path.read_text())
         files = doc["files"]
-        m = manifest_of({str(p): (int(v["size"]), str(v["sha256"])) for p, v in files.items()})
+        cj = doc.get("config_json")
+        m = manifest_of({str(p): (int(v["size"]), str(v["sha256"])) for p, v in files.items()},
+                        cj if isinstance(cj, str) else None)
         bad = [f.path for f in m.files if len(f.sha256) != 64 or any(c not in "0123456789abcdef" for c in f.sha256)]
     except FileNotFoundError:
         raise CheckpointMismatch(f"{path}: no such manifest (write it with `cacheon arena digest`)") from None
@@ -123,6 +138,9 @@ def load_manifest(path: str | Path) -> Manifest:
         raise CheckpointMismatch(f"{path}: {bad[0]}: sha256 is not 64 lowercase hex digits")
     if doc.get("digest") != m.digest:
         raise CheckpointMismatch(f"{path}: its digest {doc.get('digest')!r} is not the digest of its files ({m.digest})")
+    entry = m.by_path().get("config.json")
+    if m.config_json is not None and (entry is None or hashlib.sha256(m.config_json.encode()).hexdigest() != entry.sha256):
+        raise CheckpointMismatch(f"{path}: its config_json is not the config.json its files list")
     return m
 
 

