@@ -156,7 +156,7 @@ def make_app(state_dir: str | Path, buckets: TokenBuckets | None = None) -> web.
     """The app over one state dir (which need not exist yet: requests answer 503 until it does)."""
     app = web.Application(middlewares=[guard], client_max_size=1024)
     app[STATE_DIR] = Path(state_dir)
-    app[BUCKETS] = buckets or TokenBuckets()
+    app[BUCKETS] = buckets if buckets is not None else TokenBuckets()  # (an empty table is falsy: len 0)
     for path, fn in (("/", html_index), ("/contributions/{cid}", html_contribution), (PATH_HEALTH, api_health),
                      (PATH_CROWNS, api_crowns), (PATH_CONTRIBUTIONS, api_contributions),
                      (PATH_CONTRIBUTIONS + "/{cid}", api_contribution)):
