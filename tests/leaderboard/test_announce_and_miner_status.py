@@ -126,7 +126,7 @@ class Hostile:
                 app = web.Application()
                 app[MODE] = mode
                 app.router.add_get("/api/contributions", _hostile)
-                runner = web.AppRunner(app)
+                runner = web.AppRunner(app, shutdown_timeout=0.2)
                 await runner.setup()
                 site = web.TCPSite(runner, "127.0.0.1", 0)
                 await site.start()
@@ -143,6 +143,14 @@ class Hostile:
         return self.ports
 
     def __exit__(self, *exc) -> None:
+        async def cleanup() -> None:
+            for r in self.runners:
+                await r.cleanup()
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in rest:  # the slow handler, still asleep
+                t.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+        asyncio.run_coroutine_threadsafe(cleanup(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
 

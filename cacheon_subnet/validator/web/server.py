@@ -228,6 +228,10 @@ class Leaderboard:
             started.set()
             loop.run_forever()
             loop.run_until_complete(self.stop_async())
+            rest = asyncio.all_tasks(loop)  # handlers still in flight when we were stopped
+            for t in rest:
+                t.cancel()
+            loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
             loop.close()
 
         self._loop = loop
