@@ -52,7 +52,7 @@ def make_chain(path: Path, *, version_key: int = 29, rate_limit: int = 5,
 
 
 def commit(chain: LocalChain, hotkey: str, digest: str, url: str, reveal: int = 1) -> int:
-    return chain.commit(hotkey, NETUID, encode(digest, hotkey, url), reveal)
+    return chain.commit(hotkey, NETUID, encode(digest, hotkey, url, chain.url_policy()), reveal)
 
 
 class FileServer:
