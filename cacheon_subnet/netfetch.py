@@ -52,10 +52,11 @@ class FetchError(CacheonError):
     too_large | timeout | connect | io | bundle_invalid | digest_mismatch. transient: worth
     retrying later."""
 
-    def __init__(self, reason: str, detail: str, transient: bool) -> None:
+    def __init__(self, reason: str, detail: str, transient: bool, status: int | None = None) -> None:
         self.reason = reason
         self.detail = detail
         self.transient = transient
+        self.status = status  # the HTTP status, when there was one
         super().__init__(f"fetch [{reason}] {detail}")
 
 
@@ -94,11 +95,17 @@ async def download(url: str, dest: Path, policy: FetchPolicy = FetchPolicy(),
             await session.close()
 
 
-def _refused(exc: BaseException) -> UrlRefused | None:
-    while exc is not None:
+def _refused(exc: BaseException | None) -> UrlRefused | None:
+    """The policy refusal behind a connector error (aiohttp / happy-eyeballs wrap it, and merge
+    several addresses' errors into one message)."""
+    for _ in range(8):
+        if exc is None:
+            return None
         if isinstance(exc, UrlRefused):
             return exc
-        exc = getattr(exc, "os_error", None) or exc.__cause__  # type: ignore[assignment]
+        if "[url_address]" in str(exc):
+            return UrlRefused("url_address", str(exc).split("[url_address]", 1)[1].strip())
+        exc = getattr(exc, "os_error", None) or exc.__cause__
     return None
 
 
@@ -121,7 +128,7 @@ async def _follow(session: aiohttp.ClientSession, url: str, dest: Path, policy: 
                     continue
                 if resp.status != 200:
                     raise FetchError("http_status", f"{url}: HTTP {resp.status}",
-                                     transient=resp.status in _TRANSIENT_STATUS)
+                                     transient=resp.status in _TRANSIENT_STATUS, status=resp.status)
                 enc = resp.headers.get(aiohttp.hdrs.CONTENT_ENCODING, "identity").lower()
                 if enc != "identity":
                     raise FetchError("content_encoding", f"{url}: server sends Content-Encoding: {enc}; "

@@ -163,12 +163,18 @@ def check_peer(transport: Any, policy: UrlPolicy) -> None:
 
 
 class GuardedConnector(TCPConnector):
-    """TCPConnector resolving through GuardedResolver and checking each new connection's peer
-    before any request bytes are written on it."""
+    """TCPConnector that resolves through GuardedResolver, creates a socket only for an allowed
+    address (its socket factory sees the exact address about to be connected, before TCP or
+    TLS starts), and checks each new connection's peer before a request is written on it."""
 
-    def __init__(self, policy: UrlPolicy, **kw: Any) -> None:
-        super().__init__(resolver=GuardedResolver(policy), **kw)
+    def __init__(self, policy: UrlPolicy, inner: AbstractResolver | None = None, **kw: Any) -> None:
+        super().__init__(resolver=GuardedResolver(policy, inner), socket_factory=self._socket, **kw)
         self.policy = policy
+
+    def _socket(self, addr_info: Any) -> socket.socket:
+        family, type_, proto, _, address = addr_info
+        check_address(str(address[0]), self.policy, "connecting to")
+        return socket.socket(family=family, type=type_, proto=proto)
 
     async def _create_connection(self, req: Any, traces: Any, timeout: Any) -> Any:
         proto = await super()._create_connection(req, traces, timeout)

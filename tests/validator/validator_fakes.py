@@ -61,6 +61,7 @@ class FileServer:
 
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
+        self.hits: list[str] = []  # names requested under /f/ (a refused connection adds none)
         self.big_sent = 0
         self._stopping = threading.Event()
         self._loop = asyncio.new_event_loop()
@@ -106,6 +107,7 @@ class FileServer:
         self._loop.run_until_complete(runner.cleanup())
 
     async def _file(self, req: web.Request) -> web.Response:
+        self.hits.append(req.match_info["name"])
         data = self.files.get(req.match_info["name"])
         return web.Response(body=data) if data is not None else web.Response(status=404)
 
