@@ -90,6 +90,9 @@ class BittensorChain:
             except ImportError as exc:
                 raise ChainUnavailable(
                     f"bittensor SDK not importable ({exc}); pip install bittensor=={PIN}") from exc
+            from cacheon_subnet import log
+
+            log.adopt("bittensor")  # the SDK installs its own handlers: route it through structlog
             self._bt = bittensor
         return self._bt
 
