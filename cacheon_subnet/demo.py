@@ -55,7 +55,8 @@ def _raw_commit(chain: Any, hotkey: str, bundle_dir: Path, serve_dir: Path, base
 
     digest = load_bundle(bundle_dir).digest
     pack(bundle_dir, serve_dir / f"{digest}.tar.gz")
-    chain.commit(hotkey, NETUID, encode(digest, hotkey, f"{base_url}/{digest}.tar.gz"), REVEAL_BLOCKS)
+    chain.commit(hotkey, NETUID, encode(digest, hotkey, f"{base_url}/{digest}.tar.gz", chain.url_policy()),
+                 REVEAL_BLOCKS)
     return digest
 
 

@@ -17,7 +17,6 @@ import argparse
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -85,25 +84,28 @@ def _submit_with_retries(args: argparse.Namespace, ctx: ChainContext, log: Any) 
     """Submit; an unreachable chain is retried with exponential backoff, anything else is not."""
     from cacheon_subnet.miner.serve import base_url
     from cacheon_subnet.miner.submit import DEFAULT_REVEAL_BLOCKS, SubmitError, submit
+    from cacheon_subnet.retry import call_with_retries
     from cacheon_subnet.verify import VerifyOptions
 
     reveal = DEFAULT_REVEAL_BLOCKS if args.reveal_blocks is None else args.reveal_blocks
     opts = VerifyOptions(device=args.verify_device, max_cases=args.max_cases)
-    delay = 5.0
-    for attempt in range(1, CHAIN_RETRIES + 1):
-        try:
-            return submit(args.bundle, backend=ctx.backend, netuid=ctx.netuid, hotkey=ctx.hotkey,
-                          url=args.url, serve_dir=args.serve_dir,
-                          base_url=args.base_url or base_url(args.host, args.port),
-                          reveal_after_blocks=reveal, verify_options=opts,
-                          state_dir=args.state_dir)
-        except SubmitError as exc:
-            if exc.reason != "chain:unavailable" or attempt == CHAIN_RETRIES:
-                raise
-            log.warning("miner.chain_retry", attempt=attempt, wait_s=delay, error=exc.detail)
-            time.sleep(delay)
-            delay *= 2
-    raise AssertionError("unreachable")
+
+    def once() -> SubmitResult:
+        return submit(args.bundle, backend=ctx.backend, netuid=ctx.netuid, hotkey=ctx.hotkey,
+                      url=args.url, serve_dir=args.serve_dir,
+                      base_url=args.base_url or base_url(args.host, args.port),
+                      reveal_after_blocks=reveal, verify_options=opts, state_dir=args.state_dir)
+
+    def retryable(exc: BaseException) -> bool:
+        # Only reads failed: a commit that went out (exc.sent) may have landed and is never re-sent.
+        return isinstance(exc, SubmitError) and exc.reason == "chain:unavailable" and not exc.sent
+
+    def logged(exc: BaseException, attempt: int) -> None:
+        if retryable(exc) and attempt < CHAIN_RETRIES:
+            log.warning("miner.chain_retry", attempt=attempt, error=getattr(exc, "detail", str(exc)))
+
+    return call_with_retries(once, attempts=CHAIN_RETRIES, base_s=5.0, cap_s=300.0, retry_if=retryable,
+                             on_error=logged)
 
 
 def _watch(url: str, digest: str, interval: float, log: Any) -> None:

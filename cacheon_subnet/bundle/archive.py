@@ -2,7 +2,10 @@
 
 A bundle is a directory or a `.tar.gz`. Either way we read every member ourselves (never
 `extractall`), check it against the rules in limits.py while streaming (so a bomb stops at
-the first byte over a limit), and write only into a fresh scratch directory we own.
+the first byte over a limit), and write only into a fresh scratch directory we own. An archive
+is pre-scanned first (tarscan.py) so tarfile never reads an unbounded header. Worst-case memory
+of a load: the files themselves (<= unpacked_bytes) + one member being read (<= file_bytes) +
+about 2 MiB of scan windows (tested in tests/test_archive_bounds.py).
 """
 
 from __future__ import annotations
@@ -30,10 +33,8 @@ from cacheon_subnet.bundle.limits import (
     check_path,
 )
 from cacheon_subnet.bundle.manifest import Manifest, parse_manifest
+from cacheon_subnet.bundle.tarscan import prescan
 from cacheon_subnet.errors import BundleError
-
-_CHUNK = 1 << 20
-
 
 @dataclass(frozen=True)
 class Bundle:
@@ -148,6 +149,7 @@ def _read_archive(path: Path, limits: Limits) -> dict[str, bytes]:
         raise BundleError(path.name, "archive-too-large", f"{size} bytes > {limits.archive_bytes}")
     if not path.name.endswith((".tar.gz", ".tgz")):
         raise BundleError(path.name, "archive-type", "bundles are directories or .tar.gz archives")
+    prescan(path, limits)  # bounded: PAX / long-name headers are sized before tarfile reads them
     budget = Budget(limits)
     files: dict[str, bytes] = {}
     try:
@@ -178,14 +180,10 @@ def _read_archive(path: Path, limits: Limits) -> dict[str, bytes]:
 
 
 def _read_capped(fobj: io.BufferedReader, rel: str, limits: Limits) -> bytes:
-    buf = bytearray()
-    while True:
-        chunk = fobj.read(_CHUNK)
-        if not chunk:
-            return bytes(buf)
-        buf += chunk
-        if len(buf) > limits.file_bytes:
-            raise BundleError(rel, "file-too-large", f"more than {limits.file_bytes} bytes")
+    data = fobj.read(limits.file_bytes + 1)  # one allocation, never more than the cap + 1
+    if len(data) > limits.file_bytes:
+        raise BundleError(rel, "file-too-large", f"more than {limits.file_bytes} bytes")
+    return data
 
 
 def pack(src: str | os.PathLike[str], out: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS) -> Bundle:

@@ -19,6 +19,18 @@ class Limits:
     file_bytes: int = 16 * MiB
     path_chars: int = 255
     depth: int = 8
+    # Archive headers, checked before tarfile reads one (bundle/tarscan.py):
+    header_bytes: int = 64 * 1024  # one PAX / GNU long-name header payload
+    meta_bytes: int = 4 * MiB  # all such payloads together
+    entries: int = 16384  # tar headers of any kind (members, dirs, metadata)
+    max_ratio: int = 200  # decompressed / compressed bytes ...
+    ratio_floor_bytes: int = 4 * MiB  # ... once past this much output
+
+    @property
+    def stream_bytes(self) -> int:
+        """The longest decompressed tar stream these limits allow: data, metadata, two blocks
+        (header + padding) per entry, and the end-of-archive record."""
+        return self.unpacked_bytes + self.meta_bytes + self.entries * 2 * 512 + 20 * 512
 
 
 DEFAULT_LIMITS = Limits()

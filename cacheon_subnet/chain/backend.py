@@ -13,12 +13,48 @@ from typing import Mapping, Protocol, Sequence, runtime_checkable
 from cacheon_subnet.errors import CacheonError
 
 
+# Refusals that the same call cannot turn into a success by waiting: retrying them only burns
+# fees and rate-limit windows (a missing validator permit was once retried 36 times in 12 passes).
+DEFINITIVE_REASONS = frozenset({
+    "not_registered", "no_validator_permit", "version_key", "wallet", "wallet_mismatch", "usage",
+    "hotkey", "netuid", "subnet_missing", "commitment_empty", "commitment_too_large", "commitment_type",
+    "reveal_delay", "owner_unregistered", "schema", "encoding", "space_limit",
+})
+# Subtensor error names (bittensor SDK ChainError.name) with the same meaning.
+DEFINITIVE_SDK_NAMES = frozenset({
+    "NeuronNoValidatorPermit", "HotKeyNotRegisteredInSubNet", "HotKeyNotRegisteredInNetwork",
+    "NotEnoughStakeToSetWeights", "SubNetworkDoesNotExist", "IncorrectWeightVersionKey",
+    "WeightVecLengthIsLow", "UidsLengthExceedUidsInSubNet", "UidVecContainInvalidOne",
+    "DuplicateUids", "InvalidUid", "CommitRevealEnabled", "NonAssociatedColdKey",
+})
+
+
 class ChainError(CacheonError):
     """The chain refused or failed a call. `reason` is a stable id for the rule that failed."""
 
     def __init__(self, message: str, reason: str = "chain") -> None:
         self.reason = reason
         super().__init__(message)
+
+    @property
+    def definitive(self) -> bool:
+        """True when retrying the same call cannot succeed (see `classify`)."""
+        return classify(self) == "definitive"
+
+
+def classify(exc: BaseException) -> str:
+    """"wait" (rate limited: the chain's normal not-yet), "definitive" (refused for a reason a
+    retry cannot fix: stop and say so) or "transient" (unreachable, timeouts, unknown: back off)."""
+    if isinstance(exc, RateLimited):
+        return "wait"
+    if isinstance(exc, ChainUnavailable) or not isinstance(exc, ChainError):
+        return "transient"
+    reason = exc.reason
+    if reason in DEFINITIVE_REASONS or reason.startswith("weights_"):
+        return "definitive"
+    if reason.startswith("sdk:") and reason[4:] in DEFINITIVE_SDK_NAMES:
+        return "definitive"
+    return "transient"
 
 
 class RateLimited(ChainError):

@@ -30,6 +30,7 @@ from cacheon_subnet.chain.backend import (
 )
 from cacheon_subnet.chain.compat import PIN, field, invoke, sdk, sdk_call
 from cacheon_subnet.chain.local import MAX_COMMITMENT_BYTES, quantize
+from cacheon_subnet.netpolicy import LOCAL, STRICT, UrlPolicy
 
 _RETRY = re.compile(r"Retry in ~(\d+) blocks")
 _SEALED_MEMORY = 8  # sealed commit blocks remembered per hotkey
@@ -94,6 +95,9 @@ class BittensorChain:
             except ImportError as exc:
                 raise ChainUnavailable(
                     f"bittensor SDK not importable ({exc}); pip install bittensor=={PIN}") from exc
+            from cacheon_subnet import log
+
+            log.adopt("bittensor")  # the SDK installs its own handlers: route it through structlog
             self._bt = bittensor
         return self._bt
 
@@ -170,6 +174,10 @@ class BittensorChain:
         return int(str(ext).split("-")[0]) if ext else None
 
     # -- ChainBackend ------------------------------------------------------------------------
+
+    def url_policy(self) -> UrlPolicy:
+        """Loopback fetch URLs only on a `local` subtensor (a dev node); public https otherwise."""
+        return LOCAL if self.network == "local" else STRICT
 
     def current_block(self) -> int:
         with self._sdk_errors():

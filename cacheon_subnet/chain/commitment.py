@@ -14,24 +14,24 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
+from cacheon_subnet import netpolicy
 from cacheon_subnet.errors import CacheonError
+from cacheon_subnet.netpolicy import LOOPBACK_HOSTS, MAX_URL_LENGTH, STRICT, UrlPolicy, UrlRefused
+
+__all__ = ["LOOPBACK_HOSTS", "MAX_URL_LENGTH", "CommitmentError", "Payload", "check_url", "encode", "parse"]
 
 VERSION = 1
 MAX_PAYLOAD_BYTES = 1024
-MAX_URL_LENGTH = 512
 KEYS = ("v", "d", "b", "u")
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-_URL_CHARS = re.compile(r"[!-~]+")  # printable ASCII, no spaces or controls
 
 REASONS = (
     "type", "too_large", "not_json", "not_object", "duplicate_key", "missing_key", "unknown_key",
     "version", "digest", "bound_digest", "bound_mismatch", "url_type", "url_too_long",
     "url_chars", "url_scheme", "url_http_not_loopback", "url_credentials", "url_host",
-    "url_port", "not_canonical",
+    "url_port", "not_canonical", "encoding", "url_address",
 )
 
 
@@ -60,33 +60,13 @@ def _bound(digest: str, hotkey: str) -> str:
     return hotkey_bound_digest(digest, hotkey)
 
 
-def check_url(url: Any) -> str:
-    """https anywhere; http only to a loopback host (the local demo). No credentials."""
-    if not isinstance(url, str):
-        raise CommitmentError("url_type", f"u must be a string, got {type(url).__name__}")
-    if len(url) > MAX_URL_LENGTH:
-        raise CommitmentError("url_too_long", f"u is {len(url)} chars; at most {MAX_URL_LENGTH}")
-    if not _URL_CHARS.fullmatch(url):
-        raise CommitmentError("url_chars", "u must be printable ASCII without spaces "
-                              "(punycode international hosts)")
+def check_url(url: Any, urls: UrlPolicy = STRICT) -> str:
+    """https to a public host; loopback (and http to it) only under a local chain's policy.
+    The rules live in cacheon_subnet.netpolicy, shared with the fetch's connect-time checks."""
     try:
-        parts = urlsplit(url)
-        host, port = parts.hostname, parts.port
-    except ValueError as exc:
-        raise CommitmentError("url_port", f"u has a bad host or port: {exc}") from exc
-    if parts.scheme not in ("https", "http"):
-        raise CommitmentError("url_scheme", f"u scheme {parts.scheme!r}; must be https")
-    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
-        raise CommitmentError("url_credentials", "u must not carry user:password@")
-    if not host:
-        raise CommitmentError("url_host", "u has no host")
-    if parts.scheme == "http" and host not in LOOPBACK_HOSTS:
-        raise CommitmentError("url_http_not_loopback",
-                              f"u uses http to {host!r}; http is allowed only for "
-                              f"{sorted(LOOPBACK_HOSTS)}, use https")
-    if port == 0:
-        raise CommitmentError("url_port", "u port 0 is not a real port")
-    return url
+        return netpolicy.check_url(url, urls)
+    except UrlRefused as exc:
+        raise CommitmentError(exc.reason, exc.detail) from None
 
 
 def _check_digest(value: Any, key: str, reason: str) -> str:
@@ -95,10 +75,10 @@ def _check_digest(value: Any, key: str, reason: str) -> str:
     return value
 
 
-def encode(digest: str, hotkey: str, url: str) -> str:
+def encode(digest: str, hotkey: str, url: str, urls: UrlPolicy = STRICT) -> str:
     """The canonical payload for `hotkey` committing bundle `digest` served at `url`."""
     _check_digest(digest, "d", "digest")
-    check_url(url)
+    check_url(url, urls)
     obj = {"v": VERSION, "d": digest, "b": _bound(digest, hotkey), "u": url}
     data = json.dumps(obj, separators=(",", ":"), ensure_ascii=True)
     if len(data.encode("utf-8")) > MAX_PAYLOAD_BYTES:
@@ -116,11 +96,15 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
-def parse(data: Any, hotkey: str) -> Payload:
-    """Validate a revealed commitment of `hotkey`; raises CommitmentError naming the rule."""
+def parse(data: Any, hotkey: str, urls: UrlPolicy = STRICT) -> Payload:
+    """Validate a revealed commitment of `hotkey`; raises CommitmentError naming the rule.
+    `urls`: STRICT (public https only) unless the chain is local."""
     if not isinstance(data, str):
         raise CommitmentError("type", f"commitment must be str, got {type(data).__name__}")
-    size = len(data.encode("utf-8"))
+    try:
+        size = len(data.encode("utf-8"))
+    except UnicodeEncodeError as exc:  # a lone surrogate (undecodable bytes from the chain)
+        raise CommitmentError("encoding", f"not valid UTF-8 text ({exc.reason} at char {exc.start})") from None
     if size > MAX_PAYLOAD_BYTES:
         raise CommitmentError("too_large", f"{size} bytes; at most {MAX_PAYLOAD_BYTES}")
     try:
@@ -142,7 +126,7 @@ def parse(data: Any, hotkey: str) -> Payload:
         raise CommitmentError("version", f"v={v!r}; this validator reads v={VERSION}")
     digest = _check_digest(obj["d"], "d", "digest")
     bound = _check_digest(obj["b"], "b", "bound_digest")
-    url = check_url(obj["u"])
+    url = check_url(obj["u"], urls)
     if not hotkey:
         raise CommitmentError("bound_mismatch", "no hotkey to bind the digest to")
     expected = _bound(digest, hotkey)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from cacheon_subnet.chain._store import AXONS, Store, init_file, read_meta
+from cacheon_subnet.netpolicy import LOCAL, UrlPolicy
 from cacheon_subnet.chain.backend import (
     ChainError,
     Commitment,
@@ -203,6 +204,10 @@ class LocalChain(Store):
 
     # -- ChainBackend ------------------------------------------------------------------------
 
+    def url_policy(self) -> UrlPolicy:
+        """A local chain: miners may serve over loopback (the demo does)."""
+        return LOCAL
+
     def current_block(self) -> int:
         with self._tx() as con:
             return self._block(con)
@@ -224,13 +229,16 @@ class LocalChain(Store):
             self._subnet(con, netuid)
             block = self._block(con)
             rows = con.execute(
-                "SELECT c.hotkey, n.uid, c.commit_block, c.reveal_block, c.data"
+                "SELECT c.hotkey, n.uid, c.commit_block, c.reveal_block, CAST(c.data AS BLOB)"
                 " FROM commitments c JOIN neurons n ON n.netuid=c.netuid AND n.hotkey=c.hotkey"
                 " WHERE c.netuid=? AND c.id = (SELECT c2.id FROM commitments c2"
                 "   WHERE c2.netuid=c.netuid AND c2.hotkey=c.hotkey AND c2.reveal_block<=?"
                 "   ORDER BY c2.id DESC LIMIT 1)"
                 " ORDER BY c.commit_block, n.uid", (netuid, block)).fetchall()
-        return [Commitment(r[0], int(r[1]), int(r[2]), int(r[3]), r[4]) for r in rows]
+        # Bytes, decoded per row: one undecodable row must not fail the query for every miner.
+        # surrogateescape keeps the bad bytes visible, and parse() rejects them ("encoding").
+        return [Commitment(r[0], int(r[1]), int(r[2]), int(r[3]), bytes(r[4]).decode("utf-8", "surrogateescape"))
+                for r in rows]
 
     def commit(self, hotkey: str, netuid: int, data: str, reveal_after_blocks: int) -> int:
         """Timelocked commitment: invisible until commit_block + reveal_after_blocks."""

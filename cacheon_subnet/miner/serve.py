@@ -8,8 +8,8 @@ the bytes whose digest a validator checks.
 
 In process: `async with BundleServer(dir, port=0) as srv: srv.url_for(digest)`; from sync code
 (tests, the demo): `start_in_thread(dir)`; blocking: `serve_forever(dir, host, port)`.
-`probe(url, digest)` is the client side: fetch a URL the way a validator would and say whether
-its bytes unpack to the expected content digest.
+`probe(url, digest)` is the client side: fetch a URL with the validator's own download code
+(same URL policy and redirect budget) and say whether its bytes unpack to the expected digest.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from aiohttp import hdrs, web
 
 from cacheon_subnet.errors import CacheonError
 from cacheon_subnet.log import get_logger
+from cacheon_subnet.netpolicy import STRICT, UrlPolicy
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8787
@@ -252,8 +253,11 @@ def serve_forever(directory: str | os.PathLike[str], host: str = DEFAULT_HOST,
 
 # -- client side: what a validator would get from a URL --------------------------------------
 
-PROBE_REASONS = ("ok", "unreachable", "timeout", "redirect", "http_status", "content_encoding",
+PROBE_REASONS = ("ok", "url", "unreachable", "timeout", "redirect", "http_status", "content_encoding",
                  "too_large", "not_bundle", "digest_mismatch")
+_PROBE_REASON = {"url": "url", "url_address": "url", "redirects": "redirect", "http_status": "http_status",
+                 "content_encoding": "content_encoding", "too_large": "too_large", "timeout": "timeout",
+                 "connect": "unreachable", "io": "unreachable"}
 
 
 @dataclass(frozen=True)
@@ -271,72 +275,46 @@ class Probe:
 
 
 async def aprobe(url: str, expected_digest: str | None = None, *, timeout_s: float = 60.0,
-                 max_bytes: int | None = None) -> Probe:
-    """GET `url` without redirects or decompression (strict, like a validator) and digest it."""
+                 max_bytes: int | None = None, urls: UrlPolicy = STRICT) -> Probe:
+    """Fetch `url` with the validator's own download (cacheon_subnet.netfetch: same URL and
+    address policy, same redirect budget, no Content-Encoding) and digest what arrives."""
     import hashlib
     import tempfile
 
-    import aiohttp
-
-    from cacheon_subnet.bundle import DEFAULT_LIMITS, load_bundle
+    from cacheon_subnet.bundle import load_bundle
     from cacheon_subnet.errors import BundleError
+    from cacheon_subnet.netfetch import FetchError, FetchPolicy, download
 
-    cap = DEFAULT_LIMITS.archive_bytes if max_bytes is None else max_bytes
+    policy = FetchPolicy(total_timeout_s=timeout_s, urls=urls,
+                         **({} if max_bytes is None else {"max_bytes": max_bytes}))
 
     def fail(reason: str, detail: str, **kw: Any) -> Probe:
         return Probe(url, False, reason, detail, **kw)
 
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
-    try:
-        async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as session:
-            async with session.get(url, allow_redirects=False) as resp:
-                status = resp.status
-                if 300 <= status < 400:
-                    return fail("redirect", f"HTTP {status} to {resp.headers.get('Location')!r}; "
-                                "validators do not follow redirects: commit the final URL",
-                                http_status=status)
-                if status != 200:
-                    return fail("http_status", f"HTTP {status} (expected 200)", http_status=status)
-                enc = resp.headers.get(hdrs.CONTENT_ENCODING, "identity").lower()
-                if enc != "identity":
-                    return fail("content_encoding", f"server sends Content-Encoding: {enc}; "
-                                "clients may unzip the archive, serve it as application/gzip "
-                                "without Content-Encoding", http_status=status)
-                if resp.content_length is not None and resp.content_length > cap:
-                    return fail("too_large", f"Content-Length {resp.content_length} > {cap}",
-                                http_status=status, size=resp.content_length)
-                buf = bytearray()
-                async for chunk in resp.content.iter_chunked(CHUNK):
-                    buf += chunk
-                    if len(buf) > cap:
-                        return fail("too_large", f"body exceeds {cap} bytes", http_status=status)
-    except asyncio.TimeoutError:
-        return fail("timeout", f"no complete answer within {timeout_s:.0f} s")
-    except (aiohttp.ClientError, OSError, ValueError) as exc:
-        return fail("unreachable", f"{type(exc).__name__}: {exc}")
-    data = bytes(buf)
-    sha = hashlib.sha256(data).hexdigest()
     with tempfile.TemporaryDirectory(prefix="cacheon-probe-") as tmp:
         path = Path(tmp) / "fetched.tar.gz"
-        path.write_bytes(data)
+        try:
+            size = await download(url, path, policy)
+        except FetchError as exc:
+            return fail(_PROBE_REASON.get(exc.reason, "unreachable"), exc.detail, http_status=exc.status)
+        data = path.read_bytes()
+        sha = hashlib.sha256(data).hexdigest()
         try:
             digest = load_bundle(path).digest
         except BundleError as exc:
             return fail("not_bundle", f"served bytes are not a valid bundle archive: {exc}",
-                        http_status=200, size=len(data), sha256=sha)
+                        http_status=200, size=size, sha256=sha)
     if expected_digest is not None and digest != expected_digest:
         return fail("digest_mismatch", f"serves content digest {digest}, expected "
-                    f"{expected_digest}", http_status=200, size=len(data), sha256=sha,
-                    digest=digest)
-    return Probe(url, True, "ok", f"{len(data)} bytes, content digest {digest}", 200, len(data),
-                 sha, digest)
+                    f"{expected_digest}", http_status=200, size=size, sha256=sha, digest=digest)
+    return Probe(url, True, "ok", f"{size} bytes, content digest {digest}", 200, size, sha, digest)
 
 
 def probe(url: str, expected_digest: str | None = None, *, timeout_s: float = 60.0,
-          max_bytes: int | None = None) -> Probe:
+          max_bytes: int | None = None, urls: UrlPolicy = STRICT) -> Probe:
     """Blocking `aprobe`; safe to call from a thread that already runs an event loop."""
     coro_args = (url, expected_digest)
-    kw = {"timeout_s": timeout_s, "max_bytes": max_bytes}
+    kw = {"timeout_s": timeout_s, "max_bytes": max_bytes, "urls": urls}
     try:
         asyncio.get_running_loop()
     except RuntimeError:

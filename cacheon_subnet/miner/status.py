@@ -19,6 +19,7 @@ from cacheon_subnet.chain.backend import ChainBackend, ChainError
 from cacheon_subnet.chain.endpoints import validator_endpoints
 from cacheon_subnet.miner import verdicts as verdicts_mod
 from cacheon_subnet.miner.serve import Probe, probe
+from cacheon_subnet.netpolicy import policy_for_backend
 from cacheon_subnet.miner.submit import SubmissionRecord, chain_label, chain_view
 
 
@@ -140,10 +141,11 @@ def miner_status(
     mg = backend.metagraph(netuid)
     uid = mg.uid_of(hotkey)
     block, revealed_c, rec = chain_view(backend, netuid, hotkey, state, label)
+    urls = policy_for_backend(backend)
     revealed = None
     if revealed_c is not None:
         try:
-            pl = commitment.parse(revealed_c.data, hotkey)
+            pl = commitment.parse(revealed_c.data, hotkey, urls)
             revealed = RevealedView(revealed_c.commit_block, revealed_c.reveal_block, pl.digest,
                                     pl.url)
         except commitment.CommitmentError as exc:
@@ -154,7 +156,7 @@ def miner_status(
     for view in (pending, revealed):
         if view is not None and view.digest and view.url and (view.url, view.digest) not in targets:
             targets.append((view.url, view.digest))
-    probes = tuple(probe(u, d, timeout_s=timeout_s) for u, d in targets) if fetch else ()
+    probes = tuple(probe(u, d, timeout_s=timeout_s, urls=urls) for u, d in targets) if fetch else ()
     weights = _weights(backend, netuid, uid, mg) if uid is not None else ()
     report = verdicts_mod.fetch_verdicts(validator_endpoints(mg), hotkey, timeout_s=verdict_timeout_s) \
         if verdicts else ()

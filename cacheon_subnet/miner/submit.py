@@ -27,6 +27,7 @@ from cacheon_subnet.chain.backend import ChainBackend, ChainError, Commitment, N
 from cacheon_subnet.errors import BundleError, CacheonError
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.miner.serve import DEFAULT_HOST, DEFAULT_PORT, archive_name, base_url, probe
+from cacheon_subnet.netpolicy import STRICT, UrlPolicy, policy_for_backend
 
 DEFAULT_REVEAL_BLOCKS = 20  # ~4 min at 12 s/block: long enough to hide content, short to wait
 DEFAULT_BASE_URL = base_url(DEFAULT_HOST, DEFAULT_PORT)
@@ -41,8 +42,9 @@ class SubmitError(CacheonError):
     """Submission refused. `reason` is a stable id; `reasons` lists e.g. the verify failures."""
 
     def __init__(self, reason: str, detail: str, reasons: tuple[str, ...] = (),
-                 report: Any = None, codes: tuple[str, ...] = ()) -> None:
+                 report: Any = None, codes: tuple[str, ...] = (), sent: bool = False) -> None:
         self.reason = reason
+        self.sent = sent  # the commit extrinsic went out: it may have landed, never re-send blindly
         self.detail = detail
         self.reasons = reasons
         self.report = report
@@ -155,7 +157,7 @@ def chain_view(backend: ChainBackend, netuid: int, hotkey: str, state_dir: Path 
 
 
 def _already(revealed: Commitment | None, pending: SubmissionRecord | None, hotkey: str,
-             digest: str, url: str) -> str | None:
+             digest: str, url: str, urls: UrlPolicy = STRICT) -> str | None:
     """Why committing digest+url again would be pointless (None: it would not be)."""
     if pending is not None:
         if (pending.digest, pending.url) == (digest, url):
@@ -164,7 +166,7 @@ def _already(revealed: Commitment | None, pending: SubmissionRecord | None, hotk
         return None  # a different submission is sealed; this one replaces it
     if revealed is not None:
         try:
-            p = commitment.parse(revealed.data, hotkey)
+            p = commitment.parse(revealed.data, hotkey, urls)
         except commitment.CommitmentError:
             return None
         if (p.digest, p.url) == (digest, url):
@@ -239,10 +241,11 @@ def submit(
     digest = bundle.digest
     if url is None:
         url = f"{base_url.rstrip('/')}/{archive_name(digest)}"
+    urls = policy_for_backend(backend)  # loopback URLs only on a local chain
     try:
-        commitment.check_url(url)
+        commitment.check_url(url, urls)
     except commitment.CommitmentError as exc:
-        raise SubmitError("url", f"{url!r}: {exc}") from exc
+        raise SubmitError("url", f"{url!r}: {exc} (chain policy: {urls.label})") from exc
 
     uid = _registered_uid(backend, netuid, hotkey)
     label = chain_label(backend)
@@ -251,7 +254,7 @@ def submit(
     except ChainError as exc:
         raise SubmitError(f"chain:{exc.reason}", f"cannot read commitments: {exc}") from exc
     archive = _archive_path(serve_dir, state, digest)
-    already = None if force else _already(revealed, pending, hotkey, digest, url)
+    already = None if force else _already(revealed, pending, hotkey, digest, url, urls)
     if already is not None:
         if not archive.exists():
             _pack(bundle_dir, archive, digest)  # a restart keeps serving what is committed
@@ -260,26 +263,29 @@ def submit(
         log.info("submit.already_committed", digest=digest, url=url, detail=already)
         return SubmitResult("already_committed", digest, hotkey_bound_digest(digest, hotkey),
                             hotkey, uid, netuid, url, str(archive),
-                            commitment.encode(digest, hotkey, url), cb, rb,
+                            commitment.encode(digest, hotkey, url, urls), cb, rb,
                             f"already committed: {already}; nothing sent (force re-commits and "
                             "resets the commit block, losing priority)")
 
     if check_url and serve_dir is None:  # cheap refusal before the slow verify
         _pack(bundle_dir, archive, digest)
-        _check_served(url, digest, archive)
+        _check_served(url, digest, archive, urls)
     seconds = _verify(bundle, verify_device, verify_options)
     if serve_dir is not None or not check_url:
         _pack(bundle_dir, archive, digest)  # self-hosted: only verified bundles land in serve_dir
     if check_url and serve_dir is not None:
-        _check_served(url, digest, archive)
-    payload = commitment.encode(digest, hotkey, url)
-    commitment.parse(payload, hotkey)  # what validators will run; must accept our own payload
+        _check_served(url, digest, archive, urls)
+    payload = commitment.encode(digest, hotkey, url, urls)
+    commitment.parse(payload, hotkey, urls)  # what validators will run; must accept our own payload
     try:
         commit_block = backend.commit(hotkey, netuid, payload, int(reveal_after_blocks))
     except NotRegistered as exc:
         raise SubmitError("not_registered", str(exc)) from exc
     except ChainError as exc:
-        raise SubmitError(f"chain:{exc.reason}", f"commit failed: {exc}") from exc
+        # Sent: it may have landed. Never re-sent blindly (neurons/miner.py does not retry this);
+        # `cacheon miner status` reads the chain back.
+        raise SubmitError(f"chain:{exc.reason}", f"commit failed: {exc}; it may still have landed: "
+                          "check `cacheon miner status` before submitting again", sent=True) from exc
     reveal_block = commit_block + int(reveal_after_blocks)
     record = SubmissionRecord(
         chain=label, netuid=netuid, hotkey=hotkey, digest=digest,
@@ -339,8 +345,8 @@ def _pack(bundle_dir: Any, archive: Path, digest: str) -> None:
                           f"-> {packed.digest}); run submit again")
 
 
-def _check_served(url: str, digest: str, archive: Path) -> None:
-    pr = probe(url, digest)
+def _check_served(url: str, digest: str, archive: Path, urls: UrlPolicy = STRICT) -> None:
+    pr = probe(url, digest, urls=urls)
     if not pr.ok:
         raise SubmitError("url_mismatch", f"{url} does not serve bundle {digest}: "
                           f"[{pr.reason}] {pr.detail}; upload {archive} there first")

@@ -79,7 +79,13 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arena", default="cpu", help='"cpu" or configs/arena/<name>.toml')
     p.add_argument("--screen-device", dest="screen_device", default="cpu")
     p.add_argument("--interval", type=float, default=60.0, help="seconds between passes")
-    p.add_argument("--once", action="store_true", help="one pass, print its summary as JSON, exit")
+    p.add_argument("--once", action="store_true",
+                   help="one pass, print its summary as JSON, exit 0 if it did its job, 1 if it failed "
+                   "(chain error, weights refused/failed, or every item a stage tried ended in an error)")
+    p.add_argument("--metrics-port", dest="metrics_port", type=int, default=None, metavar="PORT",
+                   help="serve Prometheus metrics on PORT (off by default; see docs/observability.md)")
+    p.add_argument("--metrics-addr", dest="metrics_addr", default="127.0.0.1",
+                   help="address the metrics endpoint binds (default 127.0.0.1)")
     p.add_argument("--leaderboard", metavar="HOST:PORT", default=None,
                    help="serve the read-only leaderboard page and JSON API on HOST:PORT and announce it on "
                         "chain as this hotkey's axon (off by default)")
@@ -106,13 +112,19 @@ def run_from_args(args: argparse.Namespace) -> int:
                              interval_s=args.interval, screen_device=args.screen_device)
     validator = Validator(config, backend, qualifier, screener=_screener(args.arena, config))
     board = None
+    if getattr(args, "metrics_port", None) is not None:
+        port = validator.metrics.serve(args.metrics_port, args.metrics_addr)
+        validator.log.info("metrics.serving", addr=args.metrics_addr, port=port)
     try:
         if getattr(args, "leaderboard", None):
             board = _start_leaderboard(args, backend, hotkey)
         if args.once:
             summary = validator.run_once()
-            print(json.dumps({**summary.__dict__, "idle": summary.idle}, indent=2, sort_keys=True, default=str))
-            return 0 if summary.chain_error is None else 1
+            print(json.dumps({**summary.__dict__, "idle": summary.idle, "ok": summary.ok}, indent=2,
+                             sort_keys=True, default=str))
+            if not summary.ok:
+                print("pass failed: " + "; ".join(summary.problems), file=sys.stderr)
+            return 0 if summary.ok else 1
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
@@ -121,6 +133,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     finally:
         if board is not None:
             board.stop()
+        validator.metrics.stop()
         validator.close()
 
 
@@ -222,26 +235,44 @@ def cmd_status(args: argparse.Namespace) -> int:
         report = status.collect(args.state_dir)
     except CacheonError as exc:
         raise UsageError(str(exc)) from None
+    check = getattr(args, "check", False)
+    problems = status.health(report, args.max_pass_age) if check else []
     if args.json:
+        if check:
+            report = {**report, "health": {"healthy": not problems, "reasons": problems}}
         print(json.dumps(report, indent=2, sort_keys=True, default=str))
     else:
         print(status.render(report))
-    return 0
+        if check:
+            print("\nhealth: " + ("OK" if not problems else "UNHEALTHY\n" + "\n".join(f"  - {p}" for p in problems)))
+    return 1 if problems else 0
+
+
+def _status_args(s: argparse.ArgumentParser) -> None:
+    from cacheon_subnet.validator.status import DEFAULT_MAX_PASS_AGE_MIN
+
+    s.add_argument("--state-dir", dest="state_dir", default=DEFAULT_STATE_DIR)
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--check", action="store_true",
+                   help="health check: exit 1 with the reasons when the validator is unhealthy "
+                   "(no completed pass for --max-pass-age minutes, last pass failed, set_weights "
+                   "refused or failing, repeated chain errors); exit 0 when healthy")
+    s.add_argument("--max-pass-age", dest="max_pass_age", type=float, default=DEFAULT_MAX_PASS_AGE_MIN,
+                   metavar="MIN", help=f"with --check: minutes without a completed pass that count as "
+                   f"unhealthy (default {DEFAULT_MAX_PASS_AGE_MIN:g})")
 
 
 def register(sub: Any, groups: dict[str, Any]) -> None:
     """cli.EXTENSIONS hook."""
     s = sub.add_parser("status", help="the validator's queue, verdicts, crowns and weights")
-    s.add_argument("--state-dir", dest="state_dir", default=DEFAULT_STATE_DIR)
-    s.add_argument("--json", action="store_true")
+    _status_args(s)
     s.set_defaults(handler=cmd_status)
     v = sub.add_parser("validator", help="validator tools").add_subparsers(dest="validator_cmd", required=True)
     r = v.add_parser("run", help="run the validator loop (same flags as neurons/validator.py)")
     add_run_args(r)
     r.set_defaults(handler=run_from_args)
     s = v.add_parser("status", help="same as `cacheon status`")
-    s.add_argument("--state-dir", dest="state_dir", default=DEFAULT_STATE_DIR)
-    s.add_argument("--json", action="store_true")
+    _status_args(s)
     s.set_defaults(handler=cmd_status)
     groups["validator"] = v
     s = sub.add_parser("leaderboard", help="serve a validator state dir's leaderboard page and JSON API (read-only)")

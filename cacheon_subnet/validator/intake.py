@@ -23,6 +23,7 @@ from typing import Sequence
 
 from cacheon_subnet.chain.backend import Commitment
 from cacheon_subnet.chain.commitment import CommitmentError, parse
+from cacheon_subnet.netpolicy import STRICT, UrlPolicy
 from cacheon_subnet.validator.state import ACTIVE, Contribution, StateDB
 
 
@@ -54,22 +55,36 @@ def malformed_id(c: Commitment) -> str:
     return "malformed:" + hashlib.sha256(raw).hexdigest()[:40]
 
 
+def _text(s: str) -> str:
+    """Storable text: lone surrogates (undecodable chain bytes) become backslash escapes."""
+    return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _malformed(db: StateDB, c: Commitment, block: int, why: str) -> list[IntakeEvent]:
+    cid = malformed_id(c)
+    if db.find(cid) is not None:
+        return []
+    why = _text(why)[:2000]
+    with db.tx() as con:
+        db.insert(con, cid=cid, hotkey=_text(c.hotkey), uid=c.uid, commit_block=c.commit_block,
+                  reveal_block=c.reveal_block, url=None, digest=None, state="failed",
+                  reason=f"malformed commitment: {why}", rule="malformed", seen_block=block)
+    return [IntakeEvent(cid, c.hotkey, "malformed", why)]
+
+
 def intake(db: StateDB, commitments: Sequence[Commitment], policy: IntakePolicy,
-           block: int) -> list[IntakeEvent]:
-    """Record every commitment not seen before; returns one event per new row."""
+           block: int, urls: UrlPolicy = STRICT) -> list[IntakeEvent]:
+    """Record every commitment not seen before; returns one event per new row. `urls`: which
+    fetch URLs a commitment may name (loopback only on a local chain)."""
     events: list[IntakeEvent] = []
     for c in sorted(commitments, key=lambda c: (c.commit_block, c.hotkey)):
         try:
-            payload = parse(c.data, c.hotkey)
+            payload = parse(c.data, c.hotkey, urls)
         except CommitmentError as exc:
-            cid = malformed_id(c)
-            if db.find(cid) is None:
-                with db.tx() as con:
-                    db.insert(con, cid=cid, hotkey=c.hotkey, uid=c.uid, commit_block=c.commit_block,
-                              reveal_block=c.reveal_block, url=None, digest=None, state="failed",
-                              reason=f"malformed commitment: {exc}", rule="malformed",
-                              seen_block=block)
-                events.append(IntakeEvent(cid, c.hotkey, "malformed", str(exc)))
+            events.extend(_malformed(db, c, block, str(exc)))
+            continue
+        except Exception as exc:  # noqa: BLE001 - a parser bug on hostile bytes: this row fails, not intake
+            events.extend(_malformed(db, c, block, f"parser error {type(exc).__name__}: {exc}"))
             continue
         if db.find(payload.bound) is not None:
             continue  # same hotkey, same content: the earliest sighting already holds it

@@ -3,14 +3,16 @@
 Every stage reads its work from the state DB and ends each item in one transaction, so the
 loop is resumable from any kill -9: nothing is held only in memory between stages. Chain
 failures (anything the backend raises) are logged to the DB and backed off exponentially with
-jitter; work that needs no chain (fetch, screen, verify) still proceeds during an outage.
+jitter (cacheon_subnet.retry, the one backoff rule); work that needs no chain (fetch, screen,
+verify) still proceeds during an outage. Every pass ends by writing its outcome to the state DB
+(`last_pass_*`, read by `cacheon status --check`) and to the Prometheus metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
-import random
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -22,12 +24,22 @@ import aiohttp
 from cacheon_subnet.bundle import Bundle
 from cacheon_subnet.chain.backend import ChainBackend
 from cacheon_subnet.log import get_logger
+from cacheon_subnet.netpolicy import UrlPolicy, policy_for_backend
+from cacheon_subnet.retry import backoff_s
 from cacheon_subnet.scoring.settle import VERDICTS, Crown, ScoringError, SpeedPolicy
 from cacheon_subnet.scoring.weights import WeightPolicy
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.chainguard import ChainDown, GuardedChain
-from cacheon_subnet.validator.fetch import FetchError, FetchPolicy, clear_partials, fetch_bundle, load_cached
+from cacheon_subnet.validator.fetch import (
+    FetchError,
+    FetchPolicy,
+    clear_partials,
+    fetch_bundle,
+    guarded_session,
+    load_cached,
+)
 from cacheon_subnet.validator.intake import IntakePolicy, intake
+from cacheon_subnet.validator.metrics import Metrics
 from cacheon_subnet.validator.publish import Publisher, PublishPolicy
 from cacheon_subnet.validator.qualify import Qualifier
 from cacheon_subnet.validator.screen import Screener, VerifyScreener, static_screen
@@ -63,6 +75,7 @@ class ValidatorConfig:
     max_remeasure: int = 1
     max_items_per_pass: int = 16  # per stage, so settlement and weights are never starved
     fetch_concurrency: int = 4
+    url_policy: UrlPolicy | None = None  # None: the backend's own (loopback only on a local chain)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state_dir", Path(self.state_dir))
@@ -88,6 +101,13 @@ class PassSummary:
     active: int = 0  # contributions not yet terminal
     unsettled: int = 0  # targets with unsettled evidence
     next_delay_s: float = 0.0
+    failed: dict[str, int] = field(default_factory=dict)  # stage -> items that ended in an error this pass
+    problems: tuple[str, ...] = ()  # why this pass counts as failed (empty: it did its job)
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
 
     @property
     def idle(self) -> bool:
@@ -97,11 +117,16 @@ class PassSummary:
 
 class Validator:
     def __init__(self, config: ValidatorConfig, backend: ChainBackend, qualifier: Qualifier, *,
-                 screener: Screener | None = None, fetcher: Fetcher | None = None) -> None:
+                 screener: Screener | None = None, fetcher: Fetcher | None = None,
+                 metrics: Metrics | None = None) -> None:
         self.cfg = config
         self._lock_fd = acquire_run_lock(config.state_dir)
         self.db = StateDB(config.state_dir)
-        self.chain = GuardedChain(backend, self.db, config.chain_call_retries, config.chain_call_retry_s)
+        self.metrics = metrics or Metrics()
+        self.chain = GuardedChain(backend, self.db, config.chain_call_retries, config.chain_call_retry_s,
+                                  on_error=self.metrics.chain_error)
+        self.urls = config.url_policy or policy_for_backend(backend)  # loopback only on a local chain
+        self.fetch_policy = replace(config.fetch, urls=self.urls)
         self.qualifier = qualifier
         self.screener = screener or VerifyScreener(device=config.screen_device, max_cases=config.verify_max_cases)
         self.fetcher: Fetcher = fetcher or fetch_bundle
@@ -119,6 +144,7 @@ class Validator:
         removed = clear_partials(config.cache_dir)
         self.log.info("validator.start", state=str(self.db.path), hotkey=config.hotkey,
                       arena=getattr(qualifier, "arena_id", "?"), partials_removed=removed,
+                      url_policy=self.urls.label,
                       **self.db.counts())
 
     def close(self) -> None:
@@ -130,7 +156,8 @@ class Validator:
     def run_once(self) -> PassSummary:
         """One pass. Stages are independent: a chain failure in one is logged and the next
         still runs (fetch/screen/verify need no chain; publishing keeps weights fresh)."""
-        self._s = {"moved": {}, "settled": [], "crowns": [], "intake": 0, "block": None, "weights": None}
+        self._s = {"moved": {}, "settled": [], "crowns": [], "intake": 0, "block": None, "weights": None,
+                   "failed": {}, "tried": {}, "t0": time.monotonic()}
         errors: list[ChainDown] = []
         for stage in (self._sync, self._fetch_stage, self._screen_stage, self._verify_stage,
                       self._qualify_stage, self._settle_stage, self._publish_stage):
@@ -140,6 +167,42 @@ class Validator:
                 errors.append(exc)
         return self._summary(errors[0] if errors else None)
 
+    def _problems(self, error: ChainDown | None) -> tuple[str, ...]:
+        """A pass failed when the chain failed, weights were refused or failed read-back, or
+        every item a stage tried ended in an error (a verify/qualify FAIL verdict is a decision,
+        not an error; a fetch that fails is one, whoever's fault it is)."""
+        s, out = self._s, []
+        if error is not None:
+            out.append(f"chain: {error}"[:300])
+        if s["weights"] in ("failed", "refused", "blocked"):
+            out.append(f"weights {s['weights']}: {s.get('weights_detail', '')}"[:300])
+        for stage, n in sorted(s["failed"].items()):
+            if n and n >= s["tried"].get(stage, 0):
+                out.append(f"{stage}: all {n} items tried this pass ended in an error")
+        return tuple(out)
+
+    def _record_pass(self, summary: PassSummary, counts: dict[str, int]) -> None:
+        now = time.time()
+        with self.db.tx() as con:
+            self.db.put("last_pass_at", now, con)
+            self.db.put("last_pass_ok", int(summary.ok), con)
+            self.db.put("last_pass_problems", json.dumps(list(summary.problems)), con)
+            self.db.put("chain_failures_consecutive", self._chain_failures, con)
+        verified = ledger.last_weights(self.db, ("verified",))
+        self.metrics.observe_pass(ok=summary.ok, duration_s=summary.duration_s, at=now, counts=counts,
+                                  weights=summary.weights, block=summary.block,
+                                  verified_block=verified.block if verified else None)
+
+    def _record_crash(self, error: str) -> None:
+        self.metrics.crashed()
+        try:
+            with self.db.tx() as con:
+                self.db.put("last_pass_ok", 0, con)
+                self.db.put("last_pass_problems", json.dumps([f"pass crashed: {error}"[:300]]), con)
+                self.db.put("last_crash_at", time.time(), con)
+        except Exception:  # noqa: BLE001 - the DB itself may be what broke; the log has it
+            pass
+
     def run_forever(self, stop: threading.Event) -> None:
         """Passes until `stop` is set; a pass never takes the process down."""
         while not stop.is_set():
@@ -147,6 +210,7 @@ class Validator:
                 delay = self.run_once().next_delay_s
             except Exception as exc:  # noqa: BLE001 - a bug in one pass must not stop validating
                 self.log.exception("pass.crashed", error=f"{type(exc).__name__}: {exc}")
+                self._record_crash(f"{type(exc).__name__}: {exc}")
                 self._chain_failures += 1
                 delay = self._backoff()
             stop.wait(delay)
@@ -156,7 +220,7 @@ class Validator:
         if error is not None:
             self._chain_failures += 1
             delay = self._backoff()
-            self.log.warning("chain.error", op=error.op, error=str(error.cause)[:300],
+            self.log.warning("chain.error", op=error.op, kind=error.kind, error=str(error.cause)[:300],
                              consecutive=self._chain_failures, retry_in_s=round(delay, 2))
         else:
             self._chain_failures = 0
@@ -168,20 +232,27 @@ class Validator:
             crowns_changed=tuple(s["crowns"]), weights=s["weights"],
             chain_error=None if error is None else str(error),
             active=sum(counts[k] for k in ("queued", "fetched", "screened", "verified")),
-            unsettled=len(ledger.unsettled_targets(self.db)), next_delay_s=delay)
-        self.log.info("pass.done", **{k: v for k, v in summary.__dict__.items() if k != "moved"}, **summary.moved)
+            unsettled=len(ledger.unsettled_targets(self.db)), next_delay_s=delay, failed=dict(s["failed"]),
+            problems=self._problems(error), duration_s=round(time.monotonic() - s["t0"], 3))
+        self._record_pass(summary, counts)
+        self.log.info("pass.done", **{k: v for k, v in summary.__dict__.items() if k not in ("moved", "failed")},
+                      **summary.moved)
         return summary
 
     def _backoff(self) -> float:
-        base = min(self.cfg.chain_backoff_max_s,
-                   self.cfg.chain_backoff_base_s * 2 ** max(0, self._chain_failures - 1))
-        return base * random.uniform(0.5, 1.0)
+        return backoff_s(max(0, self._chain_failures - 1), self.cfg.chain_backoff_base_s, self.cfg.chain_backoff_max_s)
 
     def _retry_delay(self, attempts: int) -> float:
-        return min(self.cfg.retry_max_s, self.cfg.retry_base_s * 2 ** attempts) * random.uniform(0.5, 1.0)
+        return backoff_s(attempts, self.cfg.retry_base_s, self.cfg.retry_max_s)
 
     def _moved(self, stage: str) -> None:
         self._s["moved"][stage] = self._s["moved"].get(stage, 0) + 1
+
+    def _tried(self, stage: str, failed: bool = False) -> None:
+        key = "failed" if failed else "tried"
+        self._s[key][stage] = self._s[key].get(stage, 0) + 1
+        if failed:
+            self._tried(stage)
 
     # -- stages ----------------------------------------------------------------------------
 
@@ -190,7 +261,7 @@ class Validator:
         self._s["block"] = block
         mg = self.chain.metagraph(self.cfg.netuid)
         commitments = self.chain.revealed_commitments(self.cfg.netuid)
-        events = intake(self.db, commitments, self.cfg.intake, block)
+        events = intake(self.db, commitments, self.cfg.intake, block, self.urls)
         for e in events:
             self.log.info("intake." + e.outcome, contribution=e.contribution_id, hotkey=e.hotkey,
                           reason=e.reason[:300])
@@ -217,16 +288,15 @@ class Validator:
 
     async def _fetch_all(self, items: list[Contribution]) -> None:
         sem = asyncio.Semaphore(self.cfg.fetch_concurrency)
-        timeout = aiohttp.ClientTimeout(total=None, connect=self.cfg.fetch.connect_timeout_s,
-                                        sock_connect=self.cfg.fetch.connect_timeout_s)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        async with guarded_session(self.fetch_policy) as session:
             async def one(c: Contribution) -> None:
                 async with sem:
                     self.log.info("fetch.start", contribution=c.id, url=c.url)
                     try:
                         path = await self.fetcher(c.url or "", c.digest or "", self.cfg.cache_dir,
-                                                  self.cfg.fetch, session)
+                                                  self.fetch_policy, session)
                     except FetchError as exc:
+                        self._tried("fetch", failed=True)
                         if exc.transient:
                             self._transient(c, "fetch", str(exc), "failed")
                         else:
@@ -234,8 +304,10 @@ class Validator:
                             self.log.info("fetch.failed", contribution=c.id, reason=str(exc)[:300])
                         return
                     except Exception as exc:  # noqa: BLE001 - our side (disk, a bug): not the miner's fault
+                        self._tried("fetch", failed=True)
                         self._transient(c, "fetch", f"{type(exc).__name__}: {exc}", "no_decision")
                         return
+                    self._tried("fetch")
                     self.db.transition(c.id, "fetched", "archive cached, content digest matches",
                                        detail={**c.detail, "archive": path.name})
                     self._moved("fetched")
@@ -279,8 +351,10 @@ class Validator:
             try:
                 result = self.screener(bundle)
             except Exception as exc:  # noqa: BLE001 - infrastructure, not the bundle's fault
+                self._tried("verify", failed=True)
                 self._transient(c, "verify", f"{type(exc).__name__}: {exc}", "no_decision")
                 continue
+            self._tried("verify")
             detail = {**c.detail, "verify": result.detail}
             if result.passed:
                 todo = tuple(sorted({op.slot for op in bundle.manifest.ops}))
@@ -322,8 +396,11 @@ class Validator:
                 if result.verdict not in VERDICTS:
                     raise ValueError(f"qualifier returned verdict {result.verdict!r}, not one of {VERDICTS}")
             except Exception as exc:  # noqa: BLE001 - arena trouble says nothing about the bundle
+                self._tried("qualify", failed=True)
                 self._transient(c, "qualify", f"{target}: {type(exc).__name__}: {exc}", "no_decision")
                 return
+            self._tried("qualify")
+            self.metrics.verdict(result.verdict)
             if result.target != target:
                 result = replace(result, target=target)
             evaluated = max(start, self.chain.current_block())
@@ -381,5 +458,5 @@ class Validator:
 
     def _publish_stage(self) -> None:
         result = self.publisher.step()
-        self._s["weights"] = result.action
+        self._s["weights"], self._s["weights_detail"] = result.action, result.detail
         self.log.info("weights." + result.action, weights_id=result.weights_id, detail=result.detail[:300])

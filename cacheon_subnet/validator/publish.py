@@ -9,16 +9,22 @@ Rules, and why:
 * A `pending` row is written before set_weights. After a crash it is resolved from the chain:
   if LastUpdate moved past its creation and the chain holds its vector, it landed (no resend);
   otherwise it is sent again, so one vector is never published twice in one window.
+* A send that raised anything but a definitive refusal stays `pending`: it may have landed, so
+  the next pass reads the chain back (`_resolve`) before it sends again, never blindly.
+* A definitive refusal (no validator permit, not registered, version key...) is recorded in
+  the state DB (`weights_blocked`, shown by `cacheon status`) and set_weights is not sent again
+  for `refusal_hold_blocks`, or until the metagraph shows the permit.
 * Read-back: get_weights must hold what we sent (u16, +-1 for rounding); otherwise `failed`
   (after `readback_grace_blocks`, for commit-reveal subnets whose weights show up later).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from cacheon_subnet.chain.backend import ChainError, ChainUnavailable, RateLimited, VersionKeyTooLow
+from cacheon_subnet.chain.backend import RateLimited
 from cacheon_subnet.scoring.weights import U16_MAX, WeightPolicy, compute_weights, to_u16
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.chainguard import ChainDown, GuardedChain
@@ -31,11 +37,12 @@ class PublishPolicy:
     interval_blocks: int = 360  # re-send unchanged weights this often (one tempo)
     readback_grace_blocks: int = 0  # >0 on commit-reveal subnets (weights appear after reveal)
     min_change_u16: int = 328  # a vector differing by less (0.5 %, e.g. age decay) is "unchanged"
+    refusal_hold_blocks: int = 360  # after a definitive refusal, wait this long before asking again
 
 
 @dataclass(frozen=True)
 class PublishResult:
-    action: str  # verified | published | failed | deferred | unchanged | rate_limited | resolved
+    action: str  # verified | published | failed | deferred | unchanged | rate_limited | resolved | refused | blocked
     weights_id: int | None
     detail: str
 
@@ -75,6 +82,9 @@ class Publisher:
         carry = self._resolve(block)
         if isinstance(carry, PublishResult):
             return carry
+        held = self._held(block)
+        if held is not None:
+            return held
         uids, vals = self.desired(block)
         landed = ledger.last_weights(self.db, ("published", "verified", "failed"))
         if (carry is None and landed is not None and landed.state != "failed" and landed.block is not None
@@ -104,13 +114,38 @@ class Publisher:
             ledger.update_weights(self.db, row.id, "deferred", f"rate limited: {exc}")
             return PublishResult("deferred", row.id, str(exc))
         except ChainDown as exc:
-            if isinstance(exc.cause, VersionKeyTooLow):
-                ledger.update_weights(self.db, row.id, "failed", f"version key refused: {exc.cause}")
-            elif isinstance(exc.cause, ChainError) and not isinstance(exc.cause, ChainUnavailable):
-                ledger.update_weights(self.db, row.id, "failed", f"chain refused: {exc.cause}")
-            raise  # unavailable: unknown whether it landed; the pending row is resolved next pass
+            if not exc.definitive:
+                raise  # may have landed: the pending row is read back next pass before any resend
+            reason = getattr(exc.cause, "reason", type(exc.cause).__name__)
+            why = f"refused, definitive ({reason}): {exc.cause}"
+            ledger.update_weights(self.db, row.id, "failed", why)
+            block = self.chain.current_block()
+            self.db.put("weights_blocked", json.dumps({"reason": reason, "detail": str(exc.cause)[:500],
+                                                       "block": block, "weights_id": row.id}))
+            return PublishResult("refused", row.id, f"{why}; not sent again for "
+                                 f"{self.policy.refusal_hold_blocks} blocks (or until the cause is gone)")
+        self.db.put("weights_blocked", "")
         ledger.update_weights(self.db, row.id, "published", "accepted", block=receipt.block)
         return self._readback(row.id, uids, vals, receipt.block, receipt.block)
+
+    def _held(self, block: int) -> PublishResult | None:
+        """While a definitive refusal holds, nothing is sent (the metagraph granting the
+        permit, or the hold running out, lifts it)."""
+        raw = self.db.get("weights_blocked") or ""
+        if not raw:
+            return None
+        info = json.loads(raw)
+        waited = block - int(info["block"])
+        if waited >= self.policy.refusal_hold_blocks:
+            return None  # ask the chain once more
+        if info["reason"] in ("no_validator_permit", "sdk:NeuronNoValidatorPermit"):
+            mg = self.chain.metagraph(self.netuid)
+            me = next((n for n in mg.neurons if n.hotkey == self.hotkey), None)
+            if me is not None and me.validator_permit:
+                return None
+        return PublishResult("blocked", info.get("weights_id"), f"set_weights refused at block {info['block']} "
+                             f"({info['reason']}: {info['detail'][:200]}); next try in "
+                             f"{self.policy.refusal_hold_blocks - waited} blocks")
 
     def _readback(self, wid: int, uids: Sequence[int], vals: Sequence[int], sent_block: int,
                   now: int) -> PublishResult:

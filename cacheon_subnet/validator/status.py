@@ -49,9 +49,49 @@ def collect(state_dir: str | Path) -> dict[str, Any]:
             "chain_errors": n_err, "last_chain_error": dict(err) if err else None,
             "last_sync_block": int(kv["last_sync_block"]) if "last_sync_block" in kv else None,
             "last_sync_at": float(kv["last_sync_at"]) if "last_sync_at" in kv else None,
+            "last_pass_at": float(kv["last_pass_at"]) if "last_pass_at" in kv else None,
+            "last_pass_ok": kv.get("last_pass_ok") == "1" if "last_pass_ok" in kv else None,
+            "last_pass_problems": json.loads(kv.get("last_pass_problems") or "[]"),
+            "chain_failures_consecutive": int(kv.get("chain_failures_consecutive") or 0),
+            "weights_blocked": json.loads(kv["weights_blocked"]) if kv.get("weights_blocked") else None,
         }
     finally:
         db.close()
+
+
+DEFAULT_MAX_PASS_AGE_MIN = 30.0
+CHAIN_FAILURES_UNHEALTHY = 3
+
+
+def health(report: dict[str, Any], max_pass_age_min: float = DEFAULT_MAX_PASS_AGE_MIN,
+           now: float | None = None) -> list[str]:
+    """Why the validator is unhealthy (empty: healthy). Rules, each a reason an operator acts on:
+    no completed pass within `max_pass_age_min`; the last pass failed (its problems); set_weights
+    refused or the latest weights failed read-back; `CHAIN_FAILURES_UNHEALTHY` passes in a row
+    with chain errors."""
+    now = time.time() if now is None else now
+    out: list[str] = []
+    at = report.get("last_pass_at")
+    if at is None:
+        out.append("no completed pass recorded yet")
+    elif now - at > max_pass_age_min * 60:
+        out.append(f"no completed pass for {(now - at) / 60:.0f} min (limit {max_pass_age_min:g} min)")
+    if report.get("last_pass_ok") is False:
+        problems = "; ".join(report.get("last_pass_problems") or []) or "see the log"
+        out.append(f"last pass failed: {problems}"[:400])
+    blocked = report.get("weights_blocked")
+    if blocked:
+        out.append(f"set_weights refused (definitive, not retried until block "
+                   f"{blocked['block']} + hold): {blocked['reason']}: {blocked['detail'][:200]}")
+    w = report.get("weights")
+    if w is not None and w["state"] == "failed" and not blocked:
+        out.append(f"set_weights failing: weights #{w['id']} {w['reason'][:200]}")
+    n = report.get("chain_failures_consecutive") or 0
+    if n >= CHAIN_FAILURES_UNHEALTHY:
+        err = report.get("last_chain_error") or {}
+        out.append(f"chain errors: {n} passes in a row failed on the chain (last: {err.get('op')} "
+                   f"{err.get('error_type')}: {str(err.get('message'))[:160]})")
+    return out
 
 
 def _ago(ts: float | None) -> str:
@@ -63,7 +103,10 @@ def _ago(ts: float | None) -> str:
 
 def render(report: dict[str, Any]) -> str:
     out = [f"cacheon validator state: {report['state_dir']} (schema v{report['schema_version']})",
-           f"last sync: block {report['last_sync_block']} ({_ago(report['last_sync_at'])})", "",
+           f"last sync: block {report['last_sync_block']} ({_ago(report['last_sync_at'])})",
+           f"last pass: {_ago(report.get('last_pass_at'))}"
+           + ("" if report.get("last_pass_ok") is not False else
+              "  FAILED: " + "; ".join(report.get("last_pass_problems") or [])[:200]), "",
            "queue: " + "  ".join(f"{s} {report['counts'][s]}" for s in STATES), ""]
     out.append(f"contributions ({len(report['contributions'])}):")
     for c in report["contributions"]:
@@ -89,8 +132,13 @@ def render(report: dict[str, Any]) -> str:
         out.append(f"  #{w['id']} {w['state']} at block {w['block'] if w['block'] is not None else '-'} "
                    f"(version key {w['version_key']}, attempts {w['attempts']}): {w['reason']}")
         out.append(f"  u16 {pairs}")
+    if report.get("weights_blocked"):
+        b = report["weights_blocked"]
+        out.append(f"  BLOCKED: refused at block {b['block']} ({b['reason']}): not sent again until the hold "
+                   "expires or the cause is gone")
     err = report["last_chain_error"]
-    out += ["", f"chain errors: {report['chain_errors']}"]
+    out += ["", f"chain errors: {report['chain_errors']} (consecutive failing passes: "
+            f"{report.get('chain_failures_consecutive', 0)})"]
     if err:
         out.append(f"  last: {err['op']} {err['error_type']}: {err['message'][:200]} ({_ago(err['at'])})")
     return "\n".join(out)

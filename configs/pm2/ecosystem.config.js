@@ -1,58 +1,83 @@
-// pm2 start configs/pm2/ecosystem.config.js   (then: pm2 logs cacheon-validator, pm2 save)
-// Edit the env block (or export the variables) for your netuid, network and wallet.
-const NETUID = process.env.CACHEON_NETUID || "1";
-const NETWORK = process.env.CACHEON_NETWORK || "finney";
-const WALLET = process.env.CACHEON_WALLET || "default";
-const VALIDATOR_HOTKEY = process.env.CACHEON_VALIDATOR_HOTKEY || "default";
-const ARENA = process.env.CACHEON_ARENA || "cpu"; // or configs/arena/<name>.toml (kind = "gpu")
-const PYTHON = process.env.CACHEON_PYTHON || ".venv/bin/python";
+// pm2 start /path/to/checkout/configs/pm2/ecosystem.config.js   (from any directory)
+// then: pm2 logs cacheon-validator; pm2 save.  Every path below is absolute, resolved from this
+// file's own location, so the working directory pm2 is started from does not matter.
+// Settings come from the environment (export them before `pm2 start`, or edit the defaults):
+//   CACHEON_NETUID, CACHEON_NETWORK, CACHEON_WALLET, CACHEON_VALIDATOR_HOTKEY, CACHEON_ARENA,
+//   CACHEON_PYTHON (interpreter; default <checkout>/.venv/bin/python, else python3 on PATH),
+//   CACHEON_LOG_DIR (default $CACHEON_HOME/logs, CACHEON_HOME default ~/.cacheon),
+//   CACHEON_METRICS_PORT (serve Prometheus metrics there; unset = off).
+const fs = require("fs");
+const os = require("os");
+const path = require("path");
+
+const ROOT = path.resolve(__dirname, "..", "..");
+const env = process.env;
+const NETUID = env.CACHEON_NETUID || "1";
+const NETWORK = env.CACHEON_NETWORK || "finney";
+const WALLET = env.CACHEON_WALLET || "default";
+const VALIDATOR_HOTKEY = env.CACHEON_VALIDATOR_HOTKEY || "default";
+// "cpu", or an arena config (kind = "gpu"); a relative path is taken from the checkout.
+const ARENA_SPEC = env.CACHEON_ARENA || "cpu";
+const ARENA = ARENA_SPEC === "cpu" ? ARENA_SPEC : path.resolve(ROOT, ARENA_SPEC);
+const VENV_PYTHON = path.join(ROOT, ".venv", "bin", "python");
+const PYTHON = env.CACHEON_PYTHON || (fs.existsSync(VENV_PYTHON) ? VENV_PYTHON : "python3");
+const HOME = env.CACHEON_HOME || path.join(os.homedir(), ".cacheon");
+const LOG_DIR = path.resolve(env.CACHEON_LOG_DIR || path.join(HOME, "logs"));
+const METRICS = env.CACHEON_METRICS_PORT ? ["--metrics-port", env.CACHEON_METRICS_PORT] : [];
 
 module.exports = {
   apps: [
     {
       name: "cacheon-validator",
-      script: "neurons/validator.py",
+      script: path.join(ROOT, "neurons", "validator.py"),
       interpreter: PYTHON,
-      cwd: __dirname + "/../..",
+      cwd: ROOT,
       args: [
         "--netuid", NETUID,
         "--subtensor.network", NETWORK,
         "--wallet.name", WALLET,
         "--wallet.hotkey", VALIDATOR_HOTKEY,
         "--chain", "bittensor",
-        "--state-dir", ".cacheon/validator",
         "--arena", ARENA,
         "--interval", "60",
+        ...METRICS,
       ],
       // The state DB makes restarts safe (kill -9 included), so restart freely but back off.
       autorestart: true,
       exp_backoff_restart_delay: 1000,
       max_restarts: 50,
       min_uptime: "60s",
-      kill_timeout: 30000, // SIGINT first: the loop stops after the current item
-      out_file: ".cacheon/logs/validator.out.log",
-      error_file: ".cacheon/logs/validator.err.log", // structlog JSON lines go to stderr
+      // pm2 sends SIGINT, then SIGKILL after kill_timeout: the loop stops after the item in hand.
+      kill_timeout: 30000,
+      // Logs are JSON lines (structlog, and stdlib loggers such as the bittensor SDK routed
+      // through it) on stderr. No `time` prefix and no pm2 log_type json: either would wrap
+      // every line and the files would stop being one JSON object per line.
+      out_file: path.join(LOG_DIR, "validator.out.log"),
+      error_file: path.join(LOG_DIR, "validator.err.log"),
       merge_logs: true,
-      time: true,
+      time: false,
       env: { PYTHONUNBUFFERED: "1", CACHEON_LOG_LEVEL: "info" },
     },
-    // Miner (uncomment when neurons/miner.py is in place): commits a packed bundle served over https.
+    // Miner: uncomment to run neurons/miner.py under pm2. It verifies and commits the bundle
+    // once, then keeps serving it (--serve-dir) or probing the URL you host (--url). Off a local
+    // chain the URL must be public https (validators refuse loopback and private addresses).
     // {
     //   name: "cacheon-miner",
-    //   script: "neurons/miner.py",
+    //   script: path.join(ROOT, "neurons", "miner.py"),
     //   interpreter: PYTHON,
-    //   cwd: __dirname + "/../..",
+    //   cwd: ROOT,
     //   args: [
     //     "--netuid", NETUID,
     //     "--subtensor.network", NETWORK,
     //     "--wallet.name", WALLET,
-    //     "--wallet.hotkey", process.env.CACHEON_MINER_HOTKEY || "miner",
-    //     "--bundle", "my_bundle/",
+    //     "--wallet.hotkey", env.CACHEON_MINER_HOTKEY || "miner",
+    //     "--bundle", path.join(ROOT, "my_bundle"),
     //     "--url", "https://example.org/my_bundle.tar.gz",
     //   ],
     //   autorestart: false,
-    //   out_file: ".cacheon/logs/miner.out.log",
-    //   error_file: ".cacheon/logs/miner.err.log",
+    //   out_file: path.join(LOG_DIR, "miner.out.log"),
+    //   error_file: path.join(LOG_DIR, "miner.err.log"),
+    //   time: false,
     //   env: { PYTHONUNBUFFERED: "1" },
     // },
   ],

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from cacheon_subnet.netpolicy import LOCAL
 from cacheon_subnet.chain.commitment import (
     MAX_PAYLOAD_BYTES,
     MAX_URL_LENGTH,
@@ -45,18 +46,23 @@ def test_golden_example() -> None:
     assert parse(GOLDEN, HOTKEY) == Payload(digest=DIGEST, bound=BOUND, url=URL, version=1)
 
 
-@pytest.mark.parametrize("url", [
-    URL,
-    "https://host:8443/a?b=c",
-    "http://127.0.0.1:8765/bundle.tar.gz",
-    "http://localhost/x",
-    "http://[::1]:9000/x",
+@pytest.mark.parametrize("url, local", [
+    (URL, False),
+    ("https://host.example:8443/a?b=c", False),
+    ("https://8.8.8.8/x", False),
+    ("http://127.0.0.1:8765/bundle.tar.gz", True),
+    ("http://localhost/x", True),
+    ("http://[::1]:9000/x", True),
 ])
-def test_round_trip(url: str) -> None:
-    data = encode(DIGEST, HOTKEY, url)
+def test_round_trip(url: str, local: bool) -> None:
+    urls = (LOCAL,) if local else ()
+    data = encode(DIGEST, HOTKEY, url, *urls)
     assert " " not in data
-    p = parse(data, HOTKEY)
+    p = parse(data, HOTKEY, *urls)
     assert (p.digest, p.url, p.version) == (DIGEST, url, 1)
+    if local:  # the same loopback commitment on a non-local chain is refused
+        with pytest.raises(CommitmentError):
+            parse(data, HOTKEY)
 
 
 def _reason(data, hotkey: str = HOTKEY) -> str:
@@ -96,6 +102,13 @@ def _reason(data, hotkey: str = HOTKEY) -> str:
     (_raw(u="https:///path-only"), "url_host"),
     (_raw(u="https://host:99999/x"), "url_port"),
     (_raw(u="https://host:0/x"), "url_port"),
+    (_raw(u="https://169.254.169.254/latest/meta-data"), "url_address"),
+    (_raw(u="https://10.0.0.1/x"), "url_address"),
+    (_raw(u="https://127.0.0.1/x"), "url_address"),
+    (_raw(u="https://localhost/x"), "url_address"),
+    (_raw(u="https://2130706433/x"), "url_host"),
+    (_raw(u="https://intranet/x"), "url_host"),
+    ("{\"v\":1,\"d\":\"\udcff\"}", "encoding"),
     ('{"v":1, "d":"%s","b":"%s","u":"%s"}' % (DIGEST, BOUND, URL), "not_canonical"),
     ('{"d":"%s","v":1,"b":"%s","u":"%s"}' % (DIGEST, BOUND, URL), "not_canonical"),
 ])
@@ -115,7 +128,7 @@ def test_every_reason_is_exercised() -> None:
     exercised = {"type", "too_large", "not_json", "not_object", "duplicate_key", "unknown_key",
                  "missing_key", "version", "digest", "bound_digest", "url_type", "url_too_long",
                  "url_chars", "url_scheme", "url_http_not_loopback", "url_credentials",
-                 "url_host", "url_port", "not_canonical", "bound_mismatch"}
+                 "url_host", "url_port", "not_canonical", "bound_mismatch", "encoding", "url_address"}
     assert exercised == set(REASONS)
 
 

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from cacheon_subnet.netpolicy import LOCAL
 from cacheon_subnet.chain import LocalChain, commitment
 
 from conftest import EXAMPLES, REPO
@@ -67,7 +68,7 @@ def test_cli_submit_status_and_neuron_round_trip(tmp_path: Path) -> None:
     assert res["status"] == "committed" and res["reveal_block"] == 3
     digest = res["digest"]
     assert (serve_dir / f"{digest}.tar.gz").is_file()
-    assert commitment.parse(res["payload"], "m1").url == f"http://127.0.0.1:{port}/{digest}.tar.gz"
+    assert commitment.parse(res["payload"], "m1", LOCAL).url == f"http://127.0.0.1:{port}/{digest}.tar.gz"
 
     st = run(["-m", "cacheon_subnet.cli", "miner", "status", "--json", "--no-fetch",
               *chain_flags], env)

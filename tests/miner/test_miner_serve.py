@@ -14,6 +14,7 @@ import pytest
 from aiohttp import web
 
 from cacheon_subnet.bundle import pack
+from cacheon_subnet.netpolicy import LOCAL
 from cacheon_subnet.miner.serve import (
     BundleServer,
     ServeError,
@@ -135,11 +136,11 @@ def test_in_process_async_server_and_probe(served) -> None:
     async def main() -> tuple:
         async with BundleServer(root, port=0) as srv:
             assert srv.port != 0
-            good = await aprobe(srv.url_for(digest), digest)
-            wrong = await aprobe(srv.url_for(digest), DIGEST_LIKE)
-            missing = await aprobe(srv.url_for(DIGEST_LIKE), DIGEST_LIKE)
+            good = await aprobe(srv.url_for(digest), digest, urls=LOCAL)
+            wrong = await aprobe(srv.url_for(digest), DIGEST_LIKE, urls=LOCAL)
+            missing = await aprobe(srv.url_for(DIGEST_LIKE), DIGEST_LIKE, urls=LOCAL)
             url = srv.url_for(digest)
-        gone = await aprobe(url, digest, timeout_s=5)
+        gone = await aprobe(url, digest, timeout_s=5, urls=LOCAL)
         return good, wrong, missing, gone
 
     good, wrong, missing, gone = asyncio.run(main())
@@ -168,17 +169,20 @@ def test_probe_flags_bad_archives_redirects_and_content_encoding(tmp_path: Path)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]
         try:
-            r = await aprobe(f"http://127.0.0.1:{port}/r", DIGEST_LIKE)
-            e = await aprobe(f"http://127.0.0.1:{port}/e", DIGEST_LIKE)
+            r = await aprobe(f"http://127.0.0.1:{port}/r", DIGEST_LIKE, urls=LOCAL)
+            e = await aprobe(f"http://127.0.0.1:{port}/e", DIGEST_LIKE, urls=LOCAL)
+            strict = await aprobe(f"http://127.0.0.1:{port}/r", DIGEST_LIKE)
         finally:
             await runner.cleanup()
-        return r, e
+        return r, e, strict
 
-    r, e = asyncio.run(main())
-    assert r.reason == "redirect" and "do not follow redirects" in r.detail
+    r, e, strict = asyncio.run(main())
+    # the probe follows redirects exactly like a validator's fetch (same code): /r -> /elsewhere 404
+    assert r.reason == "http_status" and r.http_status == 404 and "/elsewhere" in r.detail
+    assert strict.reason == "url" and "http" in strict.detail  # loopback is refused off a local chain
     assert e.reason == "content_encoding"
     with start_in_thread(tmp_path) as srv:
-        bad = probe(srv.url_for(DIGEST_LIKE), DIGEST_LIKE)
-        small = probe(srv.url_for(DIGEST_LIKE), DIGEST_LIKE, max_bytes=4)
+        bad = probe(srv.url_for(DIGEST_LIKE), DIGEST_LIKE, urls=LOCAL)
+        small = probe(srv.url_for(DIGEST_LIKE), DIGEST_LIKE, max_bytes=4, urls=LOCAL)
     assert bad.reason == "not_bundle" and "archive-corrupt" in bad.detail
     assert small.reason == "too_large"

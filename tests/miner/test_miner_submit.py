@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cacheon_subnet.netpolicy import LOCAL
 from cacheon_subnet.bundle import load_bundle
 from cacheon_subnet.chain import LocalChain, commitment
 from cacheon_subnet.miner.serve import archive_name, start_in_thread
@@ -69,9 +70,9 @@ def test_faithful_bundle_committed_sealed_then_revealed_with_status(world) -> No
     assert Path(res.archive) == archive and archive.is_file()
     assert res.url == srv.url_for(digest)
     assert (res.commit_block, res.reveal_block) == (0, 5)
-    assert commitment.parse(res.payload, "m1").digest == digest
+    assert commitment.parse(res.payload, "m1", LOCAL).digest == digest
     with pytest.raises(commitment.CommitmentError) as err:  # bound to m1, useless to a copier
-        commitment.parse(res.payload, "m2")
+        commitment.parse(res.payload, "m2", LOCAL)
     assert err.value.reason == "bound_mismatch"
     [rec] = load_records(world["state"])
     assert (rec.digest, rec.url, rec.reveal_block, rec.hotkey) == (digest, res.url, 5, "m1")
@@ -89,7 +90,7 @@ def test_faithful_bundle_committed_sealed_then_revealed_with_status(world) -> No
     chain.advance(1)
     [c] = revealed_of(chain, "m1")
     assert c.commit_block == 0 and c.reveal_block == 5
-    assert commitment.parse(c.data, "m1") == commitment.parse(res.payload, "m1")
+    assert commitment.parse(c.data, "m1", LOCAL) == commitment.parse(res.payload, "m1", LOCAL)
 
     chain.set_weights("v1", NET, [2, 3], [3.0, 1.0], version_key=0)
     st = miner_status(chain, NET, "m1", state_dir=world["state"])
@@ -181,7 +182,7 @@ def test_user_hosted_url_checked_then_committed(world) -> None:
     assert list(world["serve"].iterdir()) == []
     world["chain"].advance(5)
     [c] = revealed_of(world["chain"], "m1")
-    assert commitment.parse(c.data, "m1").url == res.url
+    assert commitment.parse(c.data, "m1", LOCAL).url == res.url
 
 
 def test_status_of_unregistered_and_invalid_commitments(world) -> None:

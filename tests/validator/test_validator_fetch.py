@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from validator_fakes import EXAMPLES, FileServer, make_archive
 
+from cacheon_subnet.netpolicy import LOCAL
 from cacheon_subnet.validator.fetch import FetchError, FetchPolicy, cache_path, fetch_bundle, load_cached
 
 MiB = 1024 * 1024
@@ -27,6 +28,7 @@ def archives(tmp_path_factory) -> dict[str, tuple[Path, str]]:
 
 
 def fetch(url: str, digest: str, cache: Path, **policy) -> Path:
+    policy.setdefault("urls", LOCAL)  # the test server is on loopback (a local chain's policy)
     return asyncio.run(fetch_bundle(url, digest, cache, FetchPolicy(**policy)))
 
 

@@ -12,6 +12,7 @@ from validator_fakes import EXAMPLES, NETUID, VALIDATOR, FakeQualifier, FileServ
 from cacheon_subnet.chain import ChainUnavailable, RateLimited, WeightsReceipt
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.fetch import FetchError
+from cacheon_subnet.netpolicy import LOCAL
 from cacheon_subnet.validator.loop import Validator, ValidatorConfig
 from cacheon_subnet.validator.publish import PublishPolicy
 
@@ -85,7 +86,7 @@ def world(tmp_path, srv):
 
 def make(world, backend=None, qualifier=None, fetcher=None, **cfg) -> Validator:
     opts = {"interval_s": 0, "targets": TARGETS, "retry_base_s": 0.0, "retry_max_s": 0.0,
-            "chain_backoff_base_s": 0.01, "chain_call_retry_s": 0.0, **cfg}
+            "chain_backoff_base_s": 0.01, "chain_call_retry_s": 0.0, "url_policy": LOCAL, **cfg}
     config = ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=world["tmp"] / "state", **opts)
     return Validator(config, backend or world["chain"], qualifier or FakeQualifier(), screener=fake_screener(),
                      fetcher=fetcher)
@@ -273,7 +274,9 @@ def test_chain_refusal_marks_the_publication_failed(world):
     world["chain"].set_stake(VALIDATOR, 1000.0, validator_permit=False)
     v = make(world)
     s = v.run_once()
-    assert s.chain_error is not None and "validator permit" in s.chain_error
+    # definitive: not a chain outage (no pass backoff), but the pass failed and says why
+    assert s.chain_error is None and s.weights == "refused" and not s.ok
+    assert any("validator permit" in p for p in s.problems)
     row = ledger.last_weights(v.db)
     assert row.state == "failed" and "validator permit" in row.reason
     err = v.db.con.execute("SELECT op, error_type FROM chain_errors").fetchone()

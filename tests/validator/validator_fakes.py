@@ -52,7 +52,7 @@ def make_chain(path: Path, *, version_key: int = 29, rate_limit: int = 5,
 
 
 def commit(chain: LocalChain, hotkey: str, digest: str, url: str, reveal: int = 1) -> int:
-    return chain.commit(hotkey, NETUID, encode(digest, hotkey, url), reveal)
+    return chain.commit(hotkey, NETUID, encode(digest, hotkey, url, chain.url_policy()), reveal)
 
 
 class FileServer:
@@ -61,6 +61,7 @@ class FileServer:
 
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
+        self.hits: list[str] = []  # names requested under /f/ (a refused connection adds none)
         self.big_sent = 0
         self._stopping = threading.Event()
         self._loop = asyncio.new_event_loop()
@@ -106,6 +107,7 @@ class FileServer:
         self._loop.run_until_complete(runner.cleanup())
 
     async def _file(self, req: web.Request) -> web.Response:
+        self.hits.append(req.match_info["name"])
         data = self.files.get(req.match_info["name"])
         return web.Response(body=data) if data is not None else web.Response(status=404)
 
