@@ -235,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 EXTENSIONS = ("cacheon_subnet.miner.commands", "cacheon_subnet.validator.commands", "cacheon_subnet.demo",
+              "cacheon_subnet.chain.commands",
               "seams.commands", "arena.commands")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -74,12 +75,15 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="wallet hotkey name; on --chain local it is the hotkey itself")
     p.add_argument("--wallet.path", dest="wallet_path", default=None)
     p.add_argument("--chain", choices=("local", "bittensor"), default="bittensor")
-    p.add_argument("--local-chain", dest="local_chain", help="LocalChain SQLite file (--chain local)")
+    p.add_argument("--local-chain", dest="local_chain", default=os.environ.get("CACHEON_LOCAL_CHAIN"),
+                   help="LocalChain SQLite file (--chain local; env CACHEON_LOCAL_CHAIN)")
     p.add_argument("--state-dir", dest="state_dir", default=DEFAULT_STATE_DIR)
     p.add_argument("--arena", default="cpu", help='"cpu" or configs/arena/<name>.toml')
     p.add_argument("--screen-device", dest="screen_device", default="cpu")
     p.add_argument("--interval", type=float, default=60.0, help="seconds between passes")
     p.add_argument("--once", action="store_true", help="one pass, print its summary as JSON, exit")
+    p.add_argument("--verify-max-cases", dest="verify_max_cases", type=int, default=None,
+                   help="screen with at most N shapes per dtype (a quick local trial; default: all)")
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -97,7 +101,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         hotkey = backend.hotkey
     qualifier = load_qualifier(args.arena)
     config = ValidatorConfig(netuid=args.netuid, hotkey=hotkey, state_dir=Path(args.state_dir),
-                             interval_s=args.interval, screen_device=args.screen_device)
+                             interval_s=args.interval, screen_device=args.screen_device,
+                             verify_max_cases=getattr(args, "verify_max_cases", None))
     validator = Validator(config, backend, qualifier, screener=_screener(args.arena, config))
     try:
         if args.once:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cacheon_subnet.validator.state import STATES, StateDB
+from cacheon_subnet.validator.words import ID_NOTE, baseline_name, block, evidence_words, fractions, speed_words
 
 
 def _short(cid: str | None) -> str:
@@ -66,18 +67,21 @@ def render(report: dict[str, Any]) -> str:
            f"last sync: block {report['last_sync_block']} ({_ago(report['last_sync_at'])})", "",
            "queue: " + "  ".join(f"{s} {report['counts'][s]}" for s in STATES), ""]
     out.append(f"contributions ({len(report['contributions'])}):")
+    out += block("  ", f"({ID_NOTE})")
     for c in report["contributions"]:
-        out.append(f"  {_short(c['id']):14} {c['hotkey'][:16]:16} block {c['commit_block']:<8} "
-                   f"{c['state']:11} {c['reason'][:110]}")
+        head = (f"  {_short(c['id']):14} {c['hotkey'][:16]:16} block {c['commit_block']:<8} "
+                f"{c['state']:11} ")
+        out += block(head, c["reason"])
         for e in c["evidence"]:
-            settled = f"settled: {e['outcome']}" if e["settled"] else "unsettled"
-            out.append(f"      {e['target']:24} {e['verdict']:11} x{e['speedup']:.4f} "
-                       f"(vs stock x{e['speedup_vs_stock']:.4f}, noise {e['noise']:.2%}) {e['label']} "
-                       f"@{e['evaluated_block']}  {settled}")
+            pre = f"      {e['target']:24} "
+            text = (f"{evidence_words(e)} (x{e['speedup']:.4f} vs the current crown holder, "
+                    f"noise {e['noise']:.2%}, {e['label']} @{e['evaluated_block']})")
+            out += block(pre, text)
     out += ["", f"crowns ({len(report['crowns'])}):"]
     for c in report["crowns"] or []:
+        speed = speed_words(c["speedup_vs_stock"], baseline_name(c["arena_id"]))
         out.append(f"  {c['target']:26} {c['hotkey'][:16]:16} {_short(c['contribution_id']):14} "
-                   f"x{c['speedup_vs_stock']:.4f} vs stock  crowned @{c['crowned_block']} ({c['arena_id']})")
+                   f"{speed}  crowned @{c['crowned_block']} ({c['arena_id']})")
     if not report["crowns"]:
         out.append("  none: every target's share burns to the owner")
     w = report["weights"]
@@ -85,12 +89,12 @@ def render(report: dict[str, Any]) -> str:
     if w is None:
         out.append("  never published")
     else:
-        pairs = ", ".join(f"{u}:{v}" for u, v in zip(w["uids"], w["vals"]))
+        pairs = ", ".join(f"uid {u}: {f:.3f}" for u, f in zip(w["uids"], fractions(w["vals"])))
         out.append(f"  #{w['id']} {w['state']} at block {w['block'] if w['block'] is not None else '-'} "
                    f"(version key {w['version_key']}, attempts {w['attempts']}): {w['reason']}")
-        out.append(f"  u16 {pairs}")
+        out.append(f"  fractions {pairs}")
     err = report["last_chain_error"]
     out += ["", f"chain errors: {report['chain_errors']}"]
     if err:
-        out.append(f"  last: {err['op']} {err['error_type']}: {err['message'][:200]} ({_ago(err['at'])})")
+        out += block("  last: ", f"{err['op']} {err['error_type']} ({_ago(err['at'])}): {err['message']}")
     return "\n".join(out)
