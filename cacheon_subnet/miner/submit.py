@@ -304,6 +304,8 @@ def _load(bundle_dir: str | os.PathLike[str]) -> Any:
     try:
         return load_bundle(bundle_dir)
     except BundleError as exc:
+        if exc.rule == "not-found":  # a mistyped path is a usage error (exit 2), as in every verb
+            raise SubmitError("usage", str(exc)) from exc
         reason = "manifest" if exc.rule.startswith("manifest") else "bundle"
         raise SubmitError(reason, f"{bundle_dir}: {exc}") from exc
 
