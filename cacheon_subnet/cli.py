@@ -77,8 +77,12 @@ def cmd_pack(args: argparse.Namespace) -> int:
         from cacheon_subnet.bundle import hotkey_bound_digest
 
         payload["hotkey_digest"] = hotkey_bound_digest(bundle.digest, args.hotkey)
-    _emit(args, payload, "\n".join(f"{k}: {v}" for k, v in payload.items()))
+    _emit(args, payload, "\n".join(f"{k}: {v}" for k, v in payload.items()) + _ID_NOTE)
     return EXIT_OK
+
+
+_ID_NOTE = ("\n(digest: the bundle's content alone; hotkey_digest = sha256(digest + hotkey) is the contribution id "
+            "validators and `cacheon status` show)")
 
 
 @command("digest")
@@ -89,7 +93,7 @@ def cmd_digest(args: argparse.Namespace) -> int:
     payload = {"digest": bundle.digest, "files": len(bundle.files), "ops": [o.key for o in bundle.manifest.ops]}
     if args.hotkey:
         payload["hotkey_digest"] = hotkey_bound_digest(bundle.digest, args.hotkey)
-    _emit(args, payload, "\n".join(f"{k}: {v}" for k, v in payload.items()))
+    _emit(args, payload, "\n".join(f"{k}: {v}" for k, v in payload.items()) + _ID_NOTE)
     return EXIT_OK
 
 

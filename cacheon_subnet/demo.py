@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from cacheon_subnet import progress
-from cacheon_subnet.bundle import hotkey_bound_digest
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.owned_dir import mark_owned, wipe_owned
 from cacheon_subnet.validator.words import ID_NOTE, baseline_name, block, evidence_words, fractions, speed_words
@@ -108,6 +107,7 @@ def _prepare(state_dir: Path) -> Path:
 
 def run_demo(state_dir: Path, max_passes: int = 12, verify_cases: int = 2) -> int:
     """Run the loop, print the summary; exit 0 only when every expectation held on every validator."""
+    from cacheon_subnet.bundle import hotkey_bound_digest
     from cacheon_subnet.chain.local import LocalChain
     from cacheon_subnet.miner.serve import start_in_thread
     from cacheon_subnet.miner.submit import submit

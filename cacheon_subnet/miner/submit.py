@@ -198,7 +198,9 @@ class SubmitResult:
 
     def render(self) -> str:
         head = {"committed": "committed", "already_committed": "already committed"}[self.status]
-        lines = [f"cacheon miner submit: {head}  digest {self.digest}",
+        lines = [f"cacheon miner submit: {head}  contribution {self.bound}",
+                 f"  (the contribution id validators show = sha256(bundle digest + hotkey); bundle digest "
+                 f"{self.digest} is the content alone)",
                  f"  hotkey {self.hotkey} (uid {self.uid}, netuid {self.netuid})",
                  f"  url    {self.url}"]
         if self.archive:

@@ -50,7 +50,7 @@ def evidence_words(e: dict) -> str:
     verdict = VERDICT_WORDS.get(e.get("verdict") or "", e.get("verdict") or "?")
     outcome = e.get("outcome")
     settled = OUTCOME_WORDS.get(outcome, outcome) if outcome else "not settled yet"
-    text = f"{verdict}, {settled}"
+    text = verdict if outcome == "failed" else f"{verdict}, {settled}"
     if e.get("verdict") == "PASS":
         text += f": {speed_words(e.get('speedup_vs_stock'), baseline_name(e.get('label')))}"
     return text
