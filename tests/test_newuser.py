@@ -257,3 +257,16 @@ def test_make_shows_install_progress_and_how_to_run_cacheon(tmp_path):
     pips = [ln for ln in r.stdout.splitlines() if "pip install" in ln]
     assert len(pips) == 3 and not any(" -q" in ln for ln in pips), pips
     assert f"source {tmp_path}/v/bin/activate" in r.stdout and f"{tmp_path}/v/bin/cacheon" in r.stdout
+
+
+def test_demo_hint_names_a_cacheon_that_runs(monkeypatch, tmp_path):
+    from cacheon_subnet import demo
+
+    monkeypatch.setattr(demo.shutil, "which", lambda name: None)  # not on PATH: the venv's own script
+    (tmp_path / "cacheon").write_text("#!/bin/sh\n")
+    monkeypatch.setattr(demo.sys, "executable", str(tmp_path / "python"))
+    assert demo._cacheon() == str(tmp_path / "cacheon")
+    (tmp_path / "cacheon").unlink()
+    assert demo._cacheon().endswith("python -m cacheon_subnet.cli")
+    monkeypatch.setattr(demo.shutil, "which", lambda name: "/usr/local/bin/cacheon")
+    assert demo._cacheon() == "cacheon"
