@@ -128,7 +128,7 @@ def run_demo(state_dir: Path, max_passes: int = 12, verify_cases: int = 2) -> in
         chain.register(m.hotkey, f"{m.hotkey}-cold")
     print(f"== Cacheon demo: local chain {state_dir / 'chain.sqlite'} (netuid {NETUID}) + CPU arena ==")
     print(f"   logs (JSON lines): {log_path}")
-    print("   ids below are contribution ids: " + ID_NOTE)
+    print("\n".join(block("   ids below are contribution ids: ", ID_NOTE)))
     server = start_in_thread(serve_dir)
     try:
         for m in MINERS:

@@ -270,3 +270,17 @@ def test_demo_hint_names_a_cacheon_that_runs(monkeypatch, tmp_path):
     assert demo._cacheon().endswith("python -m cacheon_subnet.cli")
     monkeypatch.setattr(demo.shutil, "which", lambda name: "/usr/local/bin/cacheon")
     assert demo._cacheon() == "cacheon"
+
+
+def test_demo_log_file_takes_every_logger_even_ones_used_before(tmp_path):
+    """The demo's summary is apart from its logs: a logger structlog already cached on stderr
+    must follow configure(file=..., force=True) into the file too."""
+    code = ("import sys; from cacheon_subnet import log; log.configure(json=True); "
+            "early = log.get_logger('early'); early.info('before'); "
+            f"log.configure(file=open({str(tmp_path / 'demo.log')!r}, 'w', buffering=1), json=True, force=True); "
+            "early.info('cached-after'); log.get_logger('late').info('late-after')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    logged = (tmp_path / "demo.log").read_text()
+    assert "cached-after" in logged and "late-after" in logged and "before" not in logged
+    assert "before" in r.stderr and "after" not in r.stderr
