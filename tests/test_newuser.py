@@ -284,3 +284,22 @@ def test_demo_log_file_takes_every_logger_even_ones_used_before(tmp_path):
     logged = (tmp_path / "demo.log").read_text()
     assert "cached-after" in logged and "late-after" in logged and "before" not in logged
     assert "before" in r.stderr and "after" not in r.stderr
+
+
+def test_chain_local_verbs_and_their_errors(tmp_path):
+    import json
+
+    chain = str(tmp_path / "c.sqlite")
+    env = {"CACHEON_LOCAL_CHAIN": chain}
+    assert cacheon("chain", "local", "create", env=env).returncode == 0
+    again = cacheon("chain", "local", "create", env=env)
+    assert again.returncode == 2 and "already exists" in again.stderr  # never overwrites a chain
+    assert cacheon("chain", "local", "register", "v", "--stake", "10", "--validator", env=env).returncode == 0
+    clash = cacheon("chain", "local", "register", "v", "--coldkey", "other", env=env)
+    assert clash.returncode == 2 and "already registered" in clash.stderr
+    back = cacheon("chain", "local", "advance", "--", "-1", env=env)
+    assert back.returncode == 2 and "never go back" in back.stderr
+    assert cacheon("chain", "local", "advance", "5", env=env).stdout.strip() == "block 5"
+    shown = json.loads(cacheon("chain", "local", "show", "--json", env=env).stdout)
+    assert shown["block"] == 5 and [(n["uid"], n["hotkey"], n["validator_permit"]) for n in shown["neurons"]] == [
+        (0, "owner", False), (1, "v", True)]
