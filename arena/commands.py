@@ -4,6 +4,9 @@
                     [--workdir DIR] [--out result.json] [--json]
       exit 0 PASS, 1 FAIL, 3 NO_DECISION, 2 usage error
   cacheon arena id --config ...      the arena id and the identity it is the digest of
+  cacheon arena digest --model-dir DIR [--manifest FILE] [--config C]
+      a real checkpoint's content digest (for `[model] digest`), its per-file manifest written to
+      FILE; with --config, check DIR against that config's declared digest (exit 1 naming the file)
 """
 
 from __future__ import annotations
@@ -132,6 +135,32 @@ def cmd_arena_id(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_arena_digest(args: argparse.Namespace) -> int:
+    from arena.config import ArenaConfigError, load_config
+    from arena.model_dir import CheckpointMismatch, check, load_manifest, scan, write_manifest
+
+    try:
+        if args.config:
+            cfg = load_config(args.config)
+            if not cfg.real:
+                raise UsageError(f"{args.config}: not an arena on a real checkpoint (no [model] path)")
+            want = load_manifest(cfg.resolve(cfg.model.manifest)) if cfg.model.manifest else None
+            m = check(args.model_dir or cfg.model_dir, cfg.model.digest or "", want)
+        else:
+            if not args.model_dir:
+                raise UsageError("arena digest: --model-dir DIR (or --config C) is required")
+            m = scan(args.model_dir)
+    except ArenaConfigError as e:
+        raise UsageError(str(e)) from None
+    except CheckpointMismatch as e:
+        print(f"cacheon arena digest: REFUSED: {e}")
+        return 1
+    if args.manifest:
+        write_manifest(m, args.manifest)
+    print(json.dumps(m.to_json(), indent=1) if args.json else m.digest)
+    return 0
+
+
 def register(sub: Any, groups: dict[str, Any]) -> None:
     a = sub.add_parser("arena", help="qualify a bundle in a real SGLang engine on the GPU (B/C/B′ + T)")
     asub = a.add_subparsers(dest="arena_cmd", required=True)
@@ -153,3 +182,9 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     i.add_argument("--config", required=True)
     i.add_argument("--json", action="store_true")
     i.set_defaults(handler=cmd_arena_id)
+    d = asub.add_parser("digest", help="a real checkpoint's content digest and per-file manifest ([model] digest)")
+    d.add_argument("--model-dir", help="HF-format checkpoint directory")
+    d.add_argument("--manifest", help="write the per-file manifest here ([model] manifest)")
+    d.add_argument("--config", help="check the directory against this arena config's declared digest")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(handler=cmd_arena_digest)

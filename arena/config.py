@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -35,6 +37,13 @@ class ModelSection:
     init: str = "random"  # or "trained": a byte-level model trained on the device (arena/train.py)
     vocab: int | None = None  # override the profile's vocabulary (byte-level trained arenas: 257..4096)
     train_steps: int = 600
+    # a real checkpoint (docs/arena.md "Real models"): an HF-format directory; its shapes come from
+    # its config.json, its content digest ("sha256:...", arena.model_dir) is declared here and is
+    # part of the arena id; manifest: the per-file list (`cacheon arena digest`) that names a
+    # differing file. Relative paths are relative to this config file; ~ and $VARS expand.
+    path: str | None = None
+    digest: str | None = None
+    manifest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,7 @@ class WorkloadSection:
     warmup_windows: int = 2
     seed: int = 1234
     vocab_low: int = 100  # prompt token ids are drawn from [vocab_low, vocab - 1]
+    corpus: str | None = None  # real checkpoints: prompts cut from this text (arena/prompts.py)
 
 
 @dataclass(frozen=True)
@@ -116,9 +126,42 @@ class ArenaConfig:
     limits: LimitsSection
 
     @property
+    def real(self) -> bool:
+        """The arena runs an operator's checkpoint (`[model] path`), not a synthetic one."""
+        return self.model.path is not None
+
+    def resolve(self, value: str) -> Path:
+        """A path from the config: ~ and $VARS expanded ($CACHEON_ARENA_HOME defaults to the arena
+        home, /var/tmp/cacheon), relative to the config file's directory."""
+        home = os.environ.get("CACHEON_ARENA_HOME") or "/var/tmp/cacheon"
+        value = value.replace("${CACHEON_ARENA_HOME}", home).replace("$CACHEON_ARENA_HOME", home)
+        p = Path(os.path.expandvars(os.path.expanduser(value)))
+        return p if p.is_absolute() else Path(self.path).resolve().parent / p
+
+    @property
+    def model_dir(self) -> Path:
+        assert self.model.path is not None
+        return self.resolve(self.model.path)
+
+    @property
     def profile(self) -> ModelProfile:
         from dataclasses import replace
 
+        if self.real:
+            cj = self.model_dir / "config.json"
+            name = self.model_dir.name.lower() + "@" + (self.model.digest or "").removeprefix("sha256:")[:8]
+            if not cj.is_file() and self.model.manifest:  # no weights here (a miner): the manifest's checked copy
+                from arena.model_dir import load_manifest
+
+                text = load_manifest(self.resolve(self.model.manifest)).config_json
+                if text is not None:
+                    return _real_profile(text, name, f"{self.model.manifest} (config_json)")
+            try:
+                text = cj.read_text()
+            except FileNotFoundError:
+                raise ArenaConfigError(f"{cj}: missing: a real checkpoint is an HF-format directory (or declare a "
+                                       "manifest written by `cacheon arena digest`, which carries config.json)") from None
+            return _real_profile(text, name, str(cj))
         p = PROFILES[self.model.profile]
         if self.model.layers:
             p = replace(p, layers=self.model.layers)
@@ -131,11 +174,23 @@ class ArenaConfig:
         doc = {k: v for k, v in asdict(self).items() if k not in ("path", "name")}
         doc["schema"] = SCHEMA
         doc["pins"] = {"sglang": SGLANG_PIN, "sglang_kernel": SGLANG_KERNEL_PIN, "torch": TORCH_PIN}
+        if self.real:  # the digest covers config.json, weights and tokenizer; where it lives does not count
+            doc["model"] = {"digest": self.model.digest}
+            doc["hf_config"] = None
+            doc["workload"]["corpus"] = {"name": self.workload.corpus, "sha256": self.corpus_sha256}
+            return doc
         doc["hf_config"] = hf_config(self)
         from arena.checkpoint import RECIPE_VERSION
 
         doc["checkpoint_recipe"] = RECIPE_VERSION  # a new init recipe is a new arena
         return doc
+
+    @property
+    def corpus_sha256(self) -> str:
+        from arena.prompts import corpus_path, corpus_sha256
+
+        assert self.workload.corpus is not None
+        return corpus_sha256(corpus_path(self.workload.corpus, Path(self.path).resolve().parent))
 
     @property
     def arena_id(self) -> str:
@@ -165,6 +220,11 @@ def _section(path: Path, name: str, cls: type, raw: Any) -> Any:
                 raise ArenaConfigError(f"{path}: [{name}] {key} = {value!r}: expected a list of integers")
             out[key] = tuple(value)
             continue
+        if known[key].type == "str | None":
+            if not isinstance(value, str) or not value:
+                raise ArenaConfigError(f"{path}: [{name}] {key} = {value!r}: expected a non-empty string")
+            out[key] = value
+            continue
         ok = (isinstance(value, bool) if isinstance(want, bool) else
               isinstance(value, (int, float)) and not isinstance(value, bool) if isinstance(want, float) else
               isinstance(value, int) and not isinstance(value, bool) if isinstance(want, int) else
@@ -177,10 +237,68 @@ def _section(path: Path, name: str, cls: type, raw: Any) -> Any:
     return cls(**out)
 
 
-def _check(path: Path, cfg: ArenaConfig) -> None:
+_REAL_KEYS = {"path", "digest", "manifest"}
+
+
+def _check_real(path: Path, cfg: ArenaConfig, raw_model: Mapping[str, Any]) -> None:
+    """A real checkpoint: digest declared, manifest consistent with it, shapes from its config.json
+    (no synthetic keys beside it), prompts from a corpus, a context the model supports."""
     def bad(where: str, why: str) -> ArenaConfigError:
         return ArenaConfigError(f"{path}: {where}: {why}")
 
+    if not cfg.real:
+        raise bad("[workload] corpus", "text prompts need a real checkpoint's tokenizer ([model] path)")
+    extra = sorted(set(raw_model) - _REAL_KEYS)
+    if extra:
+        raise bad("[model]", f"{extra} set beside path: a real checkpoint's shapes, dtype and weights come from "
+                  f"its own files (only {sorted(_REAL_KEYS)} apply)")
+    d = cfg.model.digest or ""
+    if not (d.startswith("sha256:") and len(d) == 71 and all(c in "0123456789abcdef" for c in d[7:])):
+        raise bad("[model] digest", f"{d or None!r}: the checkpoint's content digest \"sha256:<64 hex>\" is "
+                  "required (`cacheon arena digest --model-dir DIR` prints it)")
+    if cfg.model.manifest is not None:
+        from arena.model_dir import CheckpointMismatch, load_manifest
+
+        try:
+            m = load_manifest(cfg.resolve(cfg.model.manifest))
+        except CheckpointMismatch as e:
+            raise bad("[model] manifest", str(e)) from None
+        if m.digest != d:
+            raise bad("[model] manifest", f"lists checkpoint {m.digest}, not the declared digest {d}")
+    if cfg.workload.corpus is None:
+        raise bad("[workload] corpus", "a real checkpoint takes its prompts from text: name a corpus "
+                  "(\"stdlib-docs\" ships with the arena, or a UTF-8 file)")
+    from arena.prompts import CorpusError
+
+    try:
+        cfg.corpus_sha256
+    except CorpusError as e:
+        raise bad("[workload] corpus", str(e)) from None
+
+
+@lru_cache(maxsize=16)
+def _real_profile(text: str, name: str, where: str) -> ModelProfile:
+    """The checkpoint's shapes from its config.json text, registered under "<dir name>@<digest
+    prefix>" (slot case labels)."""
+    from cacheon_subnet.slots.profiles import from_hf_config, register
+
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ArenaConfigError(f"{where}: not JSON ({e})") from None
+    try:
+        return register(from_hf_config(doc, name))
+    except ValueError as e:
+        raise ArenaConfigError(f"{where}: {e}") from None
+
+
+def _check(path: Path, cfg: ArenaConfig, raw_model: Mapping[str, Any] | None = None) -> None:
+    raw_model = raw_model or {}
+    def bad(where: str, why: str) -> ArenaConfigError:
+        return ArenaConfigError(f"{path}: {where}: {why}")
+
+    if cfg.real or cfg.workload.corpus is not None:
+        _check_real(path, cfg, raw_model)
     if cfg.model.profile not in PROFILES:
         raise bad("[model] profile", f"{cfg.model.profile!r} is not a known profile ({sorted(PROFILES)})")
     if cfg.model.layers is not None and not 1 <= cfg.model.layers <= 128:
@@ -263,7 +381,7 @@ def load_config(path: str | Path) -> ArenaConfig:
                                "written out (see configs/arena/dense.toml)")
     sections = {n: _section(path, n, c, raw.get(n)) for n, c in _SECTIONS.items()}
     cfg = ArenaConfig(name=str(top.get("name", path.stem)), path=str(path), **sections)
-    _check(path, cfg)
+    _check(path, cfg, raw.get("model") or {})
     return cfg
 
 

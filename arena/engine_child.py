@@ -113,7 +113,11 @@ class Driver:
         ckpt = self.job.get("checkpoint")
         if ckpt:
             t = time.perf_counter()
-            if ckpt.get("kind") == "trained":
+            if ckpt.get("kind") == "real":  # installed and verified by the host before any engine
+                from types import SimpleNamespace
+
+                info = SimpleNamespace(path=Path(ckpt["dir"]), recipe_digest=ckpt["digest"], n_params=None)
+            elif ckpt.get("kind") == "trained":
                 from arena.train import train_checkpoint
 
                 info = train_checkpoint(ckpt["hf_config"], Path(ckpt["dir"]), int(ckpt["seed"]),
@@ -161,6 +165,10 @@ class Driver:
                                 f"{missing} (answers: {fired or 'none'}): the kernel never runs in this engine")
 
     def prompts(self, p: dict[str, Any]) -> list[list[int]]:
+        if p.get("source") == "text":
+            from arena.prompts import text_prompts
+
+            return text_prompts(self.job["text_tokens"], p["seed"], p["n"], p["len"])
         if p.get("source") == "corpus":
             from arena.train import corpus_sequences, load_corpus
 

@@ -30,6 +30,9 @@ def engine_kwargs(cfg: ArenaConfig) -> dict[str, Any]:
 def checkpoint_job(cfg: ArenaConfig, checkpoint_root: Path) -> dict[str, Any]:
     from arena.checkpoint import recipe_digest
 
+    if cfg.real:  # the host installs a verified copy there first (arena.model_dir.install)
+        d = (cfg.model.digest or "").removeprefix("sha256:")
+        return {"kind": "real", "digest": cfg.model.digest, "dir": str(checkpoint_root / f"real-{d[:16]}")}
     doc = hf_config(cfg)
     if cfg.model.init == "trained":
         key = recipe_digest({**doc, "cacheon_trained_steps": cfg.model.train_steps}, cfg.model.seed)
@@ -41,8 +44,9 @@ def checkpoint_job(cfg: ArenaConfig, checkpoint_root: Path) -> dict[str, Any]:
 
 def _prompts(cfg: ArenaConfig, seed: int, n: int, length: int) -> dict[str, Any]:
     """Random token ids for random-init models; held-out corpus text for a trained byte model
-    (ids it never saw in training would say nothing about quality)."""
-    source = "corpus" if cfg.model.init == "trained" else "random"
+    (ids it never saw in training would say nothing about quality); a real checkpoint's prompts are
+    cut from the job's `text_tokens` (the corpus, tokenized by the host: arena/prompts.py)."""
+    source = "text" if cfg.real else "corpus" if cfg.model.init == "trained" else "random"
     return {"seed": seed, "n": n, "len": length, "low": cfg.workload.vocab_low, "high": cfg.profile.vocab,
             "source": source}
 

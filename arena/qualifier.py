@@ -69,7 +69,20 @@ def to_qualify_result(result: dict[str, Any], op: OpEntry, incumbent: Crown | No
     else:
         speedup, vs_stock, basis = ratio, ratio, "measured vs stock"
     quality_ok = (result.get("quality") or {}).get("verdict") == "PASS"
+    confirm = result.get("confirm") or {}
     detail = {"result_json": result.get("result_path"), "speedup_basis": basis, "evidence": result.get("evidence"),
-              "windows": result.get("windows"), "wall_s": result.get("wall_s")}
+              "windows": result.get("windows"), "wall_s": result.get("wall_s"),
+              # what the leaderboard plots need (per-window B, C, B′ with the noise band and bar)
+              "metric": result.get("metric"), "speed": _speed_brief(result.get("speed")),
+              "confirm": {"windows": confirm.get("windows"), "speed": _speed_brief(confirm.get("speed"))}
+              if confirm else None}
     return QualifyResult(op.slot, result["verdict"], quality_ok, speedup, vs_stock, noise, arena_id, label,
                          result.get("reason", ""), detail)
+
+
+SPEED_KEYS = ("verdict", "ratio", "noise", "bar", "run_drift", "reason")
+
+
+def _speed_brief(speed: Any) -> dict[str, Any] | None:
+    """The judged figures of one timed stage (arena.speed.SpeedVerdict.to_json), without the per-cycle lists."""
+    return {k: speed.get(k) for k in SPEED_KEYS} if isinstance(speed, dict) else None

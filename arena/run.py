@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from arena import grading
+from arena import calibrate, grading
 from arena import quality as q
 from arena.config import SPEED_METRICS, ArenaConfig
 from arena.evidence import check, leaks, receipts_from_answers
@@ -38,7 +38,7 @@ from arena.speed import Window, guard, guards_of, judge, judge_each
 from arena.speed import swaps as count_swaps
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.bundle.engine_tree import build_tree
-from cacheon_subnet.errors import BundleError
+from cacheon_subnet.errors import BundleError, CacheonError
 from cacheon_subnet.log import get_logger
 from seams.receipts import read_receipts
 from seams.table import adapters_for_slot, seam_environment
@@ -269,8 +269,16 @@ class Qualification:
             return self.finish("FAIL", f"policy: the bundle's sources fail the static allowlist, so it never "
                                        f"enters an engine: {e.detail}")
         base = {"engine_kwargs": engine_kwargs(cfg), "engine_factory": self.opts.engine_factory,
-                "checkpoint": None if self.opts.engine_factory else checkpoint_job(cfg, self.opts.checkpoint_root)}
-        if base["checkpoint"]:  # written by a pristine child before any engine: read-only to all of them
+                "checkpoint": None if self.opts.engine_factory and not cfg.real
+                else checkpoint_job(cfg, self.opts.checkpoint_root)}
+        if base["checkpoint"] and cfg.real:  # the operator's checkpoint: a verified copy, its corpus tokenized
+            from arena.real import prepare
+
+            try:
+                base["text_tokens"] = prepare(cfg, Path(base["checkpoint"]["dir"]))
+            except CacheonError as e:  # not the declared checkpoint: refused, never charged to the miner
+                return self.finish("NO_DECISION", f"real checkpoint refused: {e}")
+        elif base["checkpoint"]:  # written by a pristine child before any engine: read-only to all of them
             ck = base["checkpoint"]
             Path(ck["dir"]).parent.mkdir(parents=True, exist_ok=True)
             made = self._engine("checkpoint", {**base, "steps": [], "checkpoint_only": True}, seam_environment(()),
@@ -347,6 +355,10 @@ class Qualification:
             except grading.TeacherAlignmentError as e:
                 return "NO_DECISION", f"teacher alignment: {e}"
             qv = q.grade(q.metrics(g["B"]), q.metrics(g["C"]), policy)
+            # B-vs-B′ spread of this sample, beside the verdict (never judged): arena/calibrate.py
+            spread = calibrate.stock_spread(g["B"], [b for _, b, _ in self.samples[name]])
+            if spread is not None:
+                qv = replace(qv, metrics={**qv.metrics, "stock_spread": spread})
             rec = QualityRecord(q.verdict_to_json(qv), self.samples[name])
             self.update(**{"quality" if name == "resident" else "confirm_quality": rec})
             if qv.verdict != "PASS":

@@ -20,6 +20,7 @@ from cacheon_subnet import progress, sandbox
 from cacheon_subnet.bundle import Bundle
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.slots import get_slot
+from cacheon_subnet.slots.retarget import profile_cases
 from cacheon_subnet.slots.spec import dtype_of
 from cacheon_subnet.verify import judge
 from cacheon_subnet.verify.client import WorkerClient, WorkerConfig, WorkerDied, WorkerTimeout
@@ -38,6 +39,7 @@ class BenchOptions:
     seed: int | None = None
     call_timeout_s: float = 900.0
     stock: bool = True
+    model: Any = None  # slots.profiles.ModelProfile of a real checkpoint: its shapes replace the built-in ones
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,13 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
             if dtype not in op.dtypes:
                 errors.append(f"{op.key}: dtype {dtype} not declared by the bundle")
                 continue
-            cases = [c for c in spec.cases(opts.tier) if op.eligible(c.dims)][: opts.max_cases or None]
+            cases = spec.cases(opts.tier)
+            if opts.model is not None:
+                cases = profile_cases(spec, cases, opts.model)
+                if not cases:
+                    errors.append(f"{op.key}: slot {op.slot} has no workload on model {opts.model.name}")
+                    continue
+            cases = [c for c in cases if op.eligible(c.dims)][: opts.max_cases or None]
             for i, case in enumerate(progress.bar(cases, desc=f"bench {op.key}", unit="shape")):
                 msg = {"type": "bench", "op": op.key, "case": case.to_json(), "dtype": dtype, "seed": seed + 1000 * i,
                        "budget_s": opts.budget_s, "target_rel_err": opts.target_rel_err, "stock": opts.stock}

@@ -27,7 +27,10 @@ def _sandbox_can_search_tmp(request: pytest.FixtureRequest) -> None:
     if "tmp_path" not in request.fixturenames:
         return
     tmp: Path = request.getfixturevalue("tmp_path")
-    for d in (tmp, tmp.parent, tmp.parent.parent):
+    chain = [tmp, *tmp.parents]
+    # up to and including pytest-of-<user> (xdist adds a popen-gwN level below pytest-N)
+    top = next((i for i, d in enumerate(chain) if d.name.startswith("pytest-of-")), 2)
+    for d in chain[: top + 1]:
         try:
             d.chmod(d.stat().st_mode | 0o111)
         except OSError:

@@ -19,6 +19,12 @@ from cacheon_subnet.chain.backend import ChainError, ChainUnavailable, NotRegist
 
 SCHEMA_VERSION = 1
 
+# Served endpoints (subtensor's Axons map). Added after schema 1 shipped, so it is created on
+# first use in older files too (serve_axon) and read as empty where it is absent.
+AXONS = ("CREATE TABLE IF NOT EXISTS axons(netuid INTEGER NOT NULL, hotkey TEXT NOT NULL,"
+         " ip TEXT NOT NULL, port INTEGER NOT NULL, protocol INTEGER NOT NULL, version INTEGER NOT NULL,"
+         " block INTEGER NOT NULL, PRIMARY KEY(netuid, hotkey))")
+
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS subnets(netuid INTEGER PRIMARY KEY, tempo INTEGER NOT NULL,"
@@ -36,6 +42,7 @@ SCHEMA = (
     " epoch INTEGER NOT NULL, used INTEGER NOT NULL, PRIMARY KEY(netuid, hotkey))",
     "CREATE TABLE IF NOT EXISTS weights(netuid INTEGER NOT NULL, setter_uid INTEGER NOT NULL,"
     " uid INTEGER NOT NULL, value INTEGER NOT NULL, PRIMARY KEY(netuid, setter_uid, uid))",
+    AXONS,
 )
 
 

@@ -59,6 +59,7 @@ class Neuron:
     coldkey: str
     stake: float
     validator_permit: bool
+    axon: str | None = None  # the served endpoint "ip:port" ("[v6]:port"), None when nothing is served
 
 
 @dataclass(frozen=True)
@@ -136,3 +137,8 @@ class ChainBackend(Protocol):
     def get_weights(self, netuid: int, hotkey: str) -> dict[int, float]: ...
 
     def owner_uid(self, netuid: int) -> int: ...
+
+    def serve_axon(self, hotkey: str, netuid: int, ip: str, port: int, protocol: int = 4,
+                   version: int = 1) -> None:
+        """Publish hotkey's endpoint (the chain's axon info; Neuron.axon reads it back)."""
+        ...

@@ -56,6 +56,11 @@ def commitment_info(encrypted: bytes, reveal_round: int, nested: bool) -> dict[s
     return {"fields": [entry] if nested else entry}
 
 
+def _axon(value: Any) -> str | None:
+    """MetagraphNeuron.axon is "ip:port" or None; anything else reads as not served."""
+    return value if isinstance(value, str) and value else None
+
+
 class BittensorChain:
     """One network + one wallet (its hotkey signs commitments and weights)."""
 
@@ -184,6 +189,7 @@ class BittensorChain:
                     coldkey=str(field(n, "MetagraphNeuron.coldkey")),
                     stake=float(field(field(n, "MetagraphNeuron.total_stake"), "Balance.tao")),
                     validator_permit=bool(field(n, "MetagraphNeuron.validator_permit")),
+                    axon=_axon(field(n, "MetagraphNeuron.axon")),
                 )
                 for n in field(mg, "Metagraph.neurons"))
             return Metagraph(netuid=netuid, block=int(field(mg, "Metagraph.block")),
@@ -302,6 +308,17 @@ class BittensorChain:
                 raise NotRegistered(f"hotkey {hotkey!r} is not registered on netuid {netuid}")
             rows = invoke(field(self.client, "client.weights"), "weights.weights", netuid)
         return {int(k): float(v) for k, v in (rows.get(uid) or {}).items()}
+
+    def serve_axon(self, hotkey: str, netuid: int, ip: str, port: int, protocol: int = 4,
+                   version: int = 1) -> None:
+        """The SDK's ServeAxon intent (chain data only; v11 has no axon server): signed by the
+        hotkey, which must be registered; the chain's ServingRateLimit applies."""
+        self._own(hotkey)
+        with self._sdk_errors():
+            intent = sdk_call(self.bt, "ServeAxon", netuid=netuid, ip=str(ip), port=int(port),
+                              protocol=int(protocol), version=int(version))
+            result = invoke(self.client, "client.execute", intent, self.wallet)
+            invoke(result, "ExtrinsicResult.raise_for_failure")
 
     def owner_uid(self, netuid: int) -> int:
         with self._sdk_errors():

@@ -13,12 +13,13 @@ a still-sealed older one), <= 1024 B per commitment, <= 3100 B per hotkey per te
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-from cacheon_subnet.chain._store import Store, init_file, read_meta
+from cacheon_subnet.chain._store import AXONS, Store, init_file, read_meta
 from cacheon_subnet.chain.backend import (
     ChainError,
     Commitment,
@@ -213,7 +214,8 @@ class LocalChain(Store):
                 "SELECT uid, hotkey, coldkey, stake, validator_permit FROM neurons"
                 " WHERE netuid=? ORDER BY uid", (netuid,)).fetchall()
             block = self._block(con)
-        neurons = tuple(Neuron(int(r[0]), r[1], r[2], float(r[3]), bool(r[4])) for r in rows)
+            axons = self._axons(con, netuid)
+        neurons = tuple(Neuron(int(r[0]), r[1], r[2], float(r[3]), bool(r[4]), axons.get(r[1])) for r in rows)
         return Metagraph(netuid=netuid, block=block, neurons=neurons)
 
     def revealed_commitments(self, netuid: int) -> list[Commitment]:
@@ -370,6 +372,32 @@ class LocalChain(Store):
         with self._tx() as con:
             owner = self._subnet(con, netuid)["owner_hotkey"]
             return int(self._neuron(con, netuid, owner)["uid"])
+
+    def serve_axon(self, hotkey: str, netuid: int, ip: str, port: int, protocol: int = 4,
+                   version: int = 1) -> None:
+        """subtensor's serve_axon: the chain stores an IP (as an integer) and a port, so a host
+        name cannot be announced; the hotkey must be registered. No serving rate limit here."""
+        try:
+            addr = ipaddress.ip_address(ip)
+        except ValueError:
+            raise ChainError(f"serve_axon: {ip!r} is not an IPv4/IPv6 address (the chain stores "
+                             "an IP, not a host name)", "axon_ip") from None
+        if not 0 < int(port) < 65536:
+            raise ChainError(f"serve_axon: port {port} is not in 1..65535", "axon_port")
+        with self._tx(write=True) as con:
+            self._subnet(con, netuid)
+            self._neuron(con, netuid, hotkey)
+            con.execute(AXONS)
+            con.execute("INSERT OR REPLACE INTO axons VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (netuid, hotkey, str(addr), int(port), int(protocol), int(version), self._block(con)))
+
+    @staticmethod
+    def _axons(con: Any, netuid: int) -> dict[str, str]:
+        """hotkey -> "ip:port" ("[v6]:port", as the SDK's MetagraphNeuron.axon writes it)."""
+        if not con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='axons'").fetchone():
+            return {}
+        rows = con.execute("SELECT hotkey, ip, port FROM axons WHERE netuid=?", (netuid,)).fetchall()
+        return {r[0]: (f"[{r[1]}]:{r[2]}" if ":" in r[1] else f"{r[1]}:{r[2]}") for r in rows}
 
     def weights_matrix(self, netuid: int) -> WeightsMatrix:
         """(validator hotkeys, their stakes, row-normalised weights over all uids) for Yuma.

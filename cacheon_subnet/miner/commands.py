@@ -117,7 +117,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     ctx = open_chain(args)
     st = miner_status(ctx.backend, ctx.netuid, ctx.hotkey, state_dir=args.state_dir,
-                      chain=ctx.label, fetch=not args.no_fetch, timeout_s=args.timeout)
+                      chain=ctx.label, fetch=not args.no_fetch, timeout_s=args.timeout,
+                      verdicts=not args.no_verdicts, verdict_timeout_s=args.verdict_timeout)
     _emit(args, st.to_json(), st.render())
     healthy = st.registered and all(p.ok for p in st.probes) and st.state != "invalid"
     return EXIT_OK if healthy else EXIT_FAIL
@@ -160,9 +161,13 @@ def register(sub: argparse._SubParsersAction, groups: dict[str, Any]) -> None:
     add_chain_args(s)
     s.set_defaults(handler=cmd_submit)
 
-    s = m.add_parser("status", help="registration, commitment, URL health and weights")
+    s = m.add_parser("status", help="registration, commitment, URL health, weights and every validator's verdicts")
     s.add_argument("--no-fetch", action="store_true", help="do not fetch the committed URLs")
     s.add_argument("--timeout", type=float, default=60.0, help="seconds per URL fetch")
+    s.add_argument("--no-verdicts", action="store_true",
+                   help="do not fetch each validator's verdicts from its announced leaderboard")
+    s.add_argument("--verdict-timeout", type=float, default=10.0,
+                   help="seconds per validator leaderboard fetch (default 10)")
     s.add_argument("--json", action="store_true")
     add_chain_args(s)
     s.set_defaults(handler=cmd_status)

@@ -16,6 +16,8 @@ from typing import Any
 
 from cacheon_subnet.chain import commitment
 from cacheon_subnet.chain.backend import ChainBackend, ChainError
+from cacheon_subnet.chain.endpoints import validator_endpoints
+from cacheon_subnet.miner import verdicts as verdicts_mod
 from cacheon_subnet.miner.serve import Probe, probe
 from cacheon_subnet.miner.submit import SubmissionRecord, chain_label, chain_view
 
@@ -67,6 +69,7 @@ class MinerStatus:
     pending: PendingView | None
     probes: tuple[Probe, ...]
     weights: tuple[ValidatorWeight, ...]
+    verdicts: tuple[verdicts_mod.ValidatorVerdicts, ...] = ()  # each validator's verdicts, from its leaderboard
 
     @property
     def registered(self) -> bool:
@@ -114,6 +117,7 @@ class MinerStatus:
                     else "no weights set")
             lines.append(f"  weight   uid {w.uid:<4} {w.hotkey:<20} stake {w.stake:<12.2f} "
                          f"{what}")
+        lines += verdicts_mod.render(self.verdicts)
         return "\n".join(lines)
 
 
@@ -126,8 +130,11 @@ def miner_status(
     chain: str | None = None,
     fetch: bool = True,
     timeout_s: float = 60.0,
+    verdicts: bool = True,
+    verdict_timeout_s: float = verdicts_mod.DEFAULT_TIMEOUT_S,
 ) -> MinerStatus:
-    """Read chain + local record (+ fetch committed URLs when `fetch`)."""
+    """Read chain + local record (+ fetch committed URLs when `fetch`, + every validator's verdicts
+    from its announced leaderboard when `verdicts`)."""
     label = chain or chain_label(backend)
     state = Path(state_dir) if state_dir is not None else None
     mg = backend.metagraph(netuid)
@@ -149,7 +156,9 @@ def miner_status(
             targets.append((view.url, view.digest))
     probes = tuple(probe(u, d, timeout_s=timeout_s) for u, d in targets) if fetch else ()
     weights = _weights(backend, netuid, uid, mg) if uid is not None else ()
-    return MinerStatus(label, netuid, block, hotkey, uid, revealed, pending, probes, weights)
+    report = verdicts_mod.fetch_verdicts(validator_endpoints(mg), hotkey, timeout_s=verdict_timeout_s) \
+        if verdicts else ()
+    return MinerStatus(label, netuid, block, hotkey, uid, revealed, pending, probes, weights, report)
 
 
 def _pending(rec: SubmissionRecord | None, block: int) -> PendingView | None:

@@ -44,8 +44,7 @@ class ModelProfile:
         return self.n_kv_heads * self.head_dim
 
 
-PROFILES: Mapping[str, ModelProfile] = MappingProxyType(
-    {
+_REGISTRY: dict[str, ModelProfile] = {
         p.name: p
         for p in (
             # Qwen3-0.6B (config.json of the public checkpoint).
@@ -63,8 +62,8 @@ PROFILES: Mapping[str, ModelProfile] = MappingProxyType(
                 moe=MoEProfile(n_experts=16, top_k=4, moe_intermediate=512, norm_topk_prob=True),
             ),
         )
-    }
-)
+}
+PROFILES: Mapping[str, ModelProfile] = MappingProxyType(_REGISTRY)  # built-ins + register()ed checkpoints
 
 DENSE = ("qwen3-0.6b", "qwen3-8b")
 MOE = ("qwen3-30b-a3b", "qwen3-moe-mini")
@@ -76,6 +75,63 @@ PREFILL_TOKENS = {"verify": (33,), "gpu": (512,), "bench": (2048, 8192)}
 
 def get(name: str) -> ModelProfile:
     return PROFILES[name]
+
+
+def register(profile: ModelProfile) -> ModelProfile:
+    """Make a checkpoint-derived profile known by name in this process (slot cases re-targeted to
+    it carry their own constants, so a worker process never needs the registry)."""
+    have = _REGISTRY.get(profile.name)
+    if have is not None and have != profile:
+        raise ValueError(f"model profile {profile.name!r} is already registered with other shapes")
+    _REGISTRY[profile.name] = profile
+    return profile
+
+
+# model_type -> (experts key, top-k key, expert width key, renormalise key or a fixed value)
+_MOE_KEYS = {
+    "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob"),
+    "qwen2_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob"),
+    "mixtral": ("num_local_experts", "num_experts_per_tok", "intermediate_size", True),
+}
+DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+def from_hf_config(doc: Mapping[str, object], name: str) -> ModelProfile:
+    """The shapes a checkpoint pushes through every slot, read from its HF config.json.
+    Missing or ill-typed keys are a ValueError naming the key (never a guessed shape); only
+    HF's own documented defaults apply (num_key_value_heads = heads, head_dim = hidden / heads,
+    rope_theta 10000, norm_topk_prob false)."""
+    model_type = doc.get("model_type")
+    if model_type not in DENSE_TYPES and model_type not in _MOE_KEYS:
+        raise ValueError(f"model_type {model_type!r}: supported {sorted(DENSE_TYPES + tuple(_MOE_KEYS))}")
+
+    def num(key: str, kind: type = int, default: object = None) -> int | float:
+        v = doc.get(key, default)
+        if v is None:
+            raise ValueError(f"config.json lacks {key!r}")
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+        if not ok or (kind is int and not isinstance(v, int)):
+            raise ValueError(f"config.json {key!r} = {v!r}: expected a positive {kind.__name__}")
+        return kind(v)
+
+    hidden, heads = int(num("hidden_size")), int(num("num_attention_heads"))
+    kv = int(num("num_key_value_heads", int, heads))
+    if heads % kv:
+        raise ValueError(f"config.json num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
+    head_dim = doc.get("head_dim") or (hidden // heads if hidden % heads == 0 else None)
+    if head_dim is None:
+        raise ValueError(f"config.json lacks 'head_dim' and hidden_size {hidden} is not a multiple of {heads} heads")
+    moe = None
+    if model_type in _MOE_KEYS:
+        ek, kk, ik, rk = _MOE_KEYS[model_type]
+        renorm = rk if isinstance(rk, bool) else bool(doc.get(rk, False))
+        moe = MoEProfile(n_experts=int(num(ek)), top_k=int(num(kk)), moe_intermediate=int(num(ik)),
+                         norm_topk_prob=renorm)
+        if moe.top_k > moe.n_experts:
+            raise ValueError(f"config.json {kk} {moe.top_k} exceeds {ek} {moe.n_experts}")
+    return ModelProfile(name, hidden, int(num("intermediate_size")), heads, kv, int(head_dim),
+                        int(num("num_hidden_layers")), int(num("vocab_size")), float(num("rms_norm_eps", float)),
+                        float(num("rope_theta", float, 10000.0)), int(num("max_position_embeddings")), moe)
 
 
 def token_counts(tier: str) -> tuple[tuple[str, int], ...]:

@@ -166,13 +166,20 @@ class ShapeCase:
     profile: str
     dims: Mapping[str, int]
     params: Mapping[str, Any]
+    # model constants the inputs need but the kernel is not passed (rope_theta): a case re-targeted
+    # to a checkpoint's profile carries them, so no process has to look its profile up by name
+    constants: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dims", MappingProxyType(dict(self.dims)))
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+        object.__setattr__(self, "constants", MappingProxyType(dict(self.constants)))
 
     def to_json(self) -> dict[str, Any]:
-        return {"label": self.label, "profile": self.profile, "dims": dict(self.dims), "params": dict(self.params)}
+        doc = {"label": self.label, "profile": self.profile, "dims": dict(self.dims), "params": dict(self.params)}
+        if self.constants:
+            doc["constants"] = dict(self.constants)
+        return doc
 
 
 Tensors = Mapping[str, torch.Tensor]

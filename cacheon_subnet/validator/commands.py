@@ -17,7 +17,7 @@ from typing import Any
 from cacheon_subnet.errors import CacheonError, UsageError
 
 DEFAULT_STATE_DIR = ".cacheon/validator"
-CPU_ARENA_KEYS = {"kind", "name", "tier", "cases", "budget_s", "target_rel_err", "max_noise", "call_timeout_s",
+CPU_ARENA_KEYS = {"kind", "name", "tier", "cases", "budget_s", "hard_budget_factor", "target_rel_err", "max_noise", "call_timeout_s",
                   "max_case_bytes", "min_iters", "noise_floor"}
 
 
@@ -84,6 +84,12 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--once", action="store_true", help="one pass, print its summary as JSON, exit")
     p.add_argument("--verify-max-cases", dest="verify_max_cases", type=int, default=None,
                    help="screen with at most N shapes per dtype (a quick local trial; default: all)")
+    p.add_argument("--leaderboard", metavar="HOST:PORT", default=None,
+                   help="serve the read-only leaderboard page and JSON API on HOST:PORT and announce it on "
+                        "chain as this hotkey's axon (off by default)")
+    p.add_argument("--leaderboard-announce", dest="leaderboard_announce", metavar="IP:PORT", default=None,
+                   help="the public address to announce (default: the --leaderboard address; required when that "
+                        "is 0.0.0.0/::/a host name); 'none' serves without announcing")
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -104,7 +110,10 @@ def run_from_args(args: argparse.Namespace) -> int:
                              interval_s=args.interval, screen_device=args.screen_device,
                              verify_max_cases=getattr(args, "verify_max_cases", None))
     validator = Validator(config, backend, qualifier, screener=_screener(args.arena, config))
+    board = None
     try:
+        if getattr(args, "leaderboard", None):
+            board = _start_leaderboard(args, backend, hotkey)
         if args.once:
             summary = validator.run_once()
             print(json.dumps({**summary.__dict__, "idle": summary.idle}, indent=2, sort_keys=True, default=str))
@@ -115,7 +124,81 @@ def run_from_args(args: argparse.Namespace) -> int:
         validator.run_forever(stop)
         return 0
     finally:
+        if board is not None:
+            board.stop()
         validator.close()
+
+
+def _announce_address(args: argparse.Namespace, bound_port: int | None = None) -> tuple[str, int] | None:
+    """(ip, port) to announce, None for 'none'; UsageError when it cannot be known. Without
+    --leaderboard-announce the listen address is announced, with the port actually bound."""
+    import ipaddress
+
+    from cacheon_subnet.validator.web.server import LeaderboardError, parse_listen
+
+    text = args.leaderboard_announce or args.leaderboard
+    if text == "none":
+        return None
+    try:
+        ip, port = parse_listen(text)
+        addr = ipaddress.ip_address(ip)
+        if not args.leaderboard_announce and bound_port:
+            port = bound_port
+    except (LeaderboardError, ValueError):
+        raise UsageError(f"--leaderboard-announce {text!r}: expected IP:PORT with a literal IPv4/IPv6 address "
+                         "(the chain stores an IP, not a host name), or 'none'") from None
+    if addr.is_unspecified or port == 0:
+        raise UsageError(f"--leaderboard {args.leaderboard}: cannot announce {text!r} (a wildcard address or port "
+                         "0); pass --leaderboard-announce PUBLIC_IP:PORT, or 'none'")
+    return str(addr), port
+
+
+def _start_leaderboard(args: argparse.Namespace, backend: Any, hotkey: str) -> Any:
+    """Serve the state dir read-only beside the loop, then announce it (a chain error is logged: the
+    validator keeps validating without an announced endpoint)."""
+    from cacheon_subnet.chain import ChainError
+    from cacheon_subnet.chain.endpoints import announce
+    from cacheon_subnet.log import get_logger
+    from cacheon_subnet.validator.web.server import Leaderboard, LeaderboardError, parse_listen
+
+    try:
+        host, port = parse_listen(args.leaderboard)
+    except LeaderboardError as exc:
+        raise UsageError(f"--leaderboard: {exc}") from None
+    if port:
+        _announce_address(args)  # a bad announce address is a usage error before anything starts
+    try:
+        board = Leaderboard(args.state_dir, host, port).start()
+    except LeaderboardError as exc:
+        raise UsageError(f"--leaderboard: {exc}") from None
+    try:
+        where = _announce_address(args, board.port)
+    except UsageError:
+        board.stop()
+        raise
+    log = get_logger("cacheon.validator.web")
+    if where is not None:
+        try:
+            served = announce(backend, args.netuid, hotkey, *where)
+            log.info("web.announced" if served else "web.announce_unchanged", ip=where[0], port=where[1])
+        except ChainError as exc:
+            log.warning("web.announce_failed", error=str(exc), ip=where[0], port=where[1])
+    return board
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    """`cacheon leaderboard`: serve an existing state dir read-only (beside or without its validator)."""
+    from cacheon_subnet.validator.state import DB_NAME
+    from cacheon_subnet.validator.web.server import LeaderboardError, parse_listen, serve_forever
+
+    if not (Path(args.state_dir) / DB_NAME).is_file():
+        raise UsageError(f"--state-dir {args.state_dir}: no {DB_NAME} there (run the validator first)")
+    try:
+        host, port = parse_listen(args.listen)
+        serve_forever(args.state_dir, host, port)
+    except LeaderboardError as exc:
+        raise UsageError(str(exc)) from None
+    return 0
 
 
 def _screener(arena_path: str, config: Any) -> Any:
@@ -166,6 +249,10 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     s.add_argument("--json", action="store_true")
     s.set_defaults(handler=cmd_status)
     groups["validator"] = v
+    s = sub.add_parser("leaderboard", help="serve a validator state dir's leaderboard page and JSON API (read-only)")
+    s.add_argument("--state-dir", dest="state_dir", default=DEFAULT_STATE_DIR)
+    s.add_argument("--listen", default="127.0.0.1:8090", metavar="HOST:PORT", help="bind address (default 127.0.0.1:8090)")
+    s.set_defaults(handler=cmd_leaderboard)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,6 +64,7 @@ class CpuQualifier:
     cases: int = 2
     max_case_bytes: int = 6 << 20  # CPU-feasible and cache-friendly: page-fault noise dominates above
     budget_s: float = 4.0  # wall per case, host work included (min_iters rounds always run)
+    hard_budget_factor: float = 3.0  # ... extended up to this many budgets while the band is over max_noise / 2
     target_rel_err: float = 0.01
     max_noise: float = 0.05
     min_iters: int = 8  # B C C B' rounds
@@ -78,7 +79,7 @@ class CpuQualifier:
 
     @property
     def arena_id(self) -> str:
-        ident = f"cpu-slot-timing/v3-host-clock/{self.tier}/{self.cases}/{self.max_case_bytes}"
+        ident = f"cpu-slot-timing/v4-host-clock-paired/{self.tier}/{self.cases}/{self.max_case_bytes}"
         return "cpu-" + hashlib.sha256(ident.encode()).hexdigest()[:12]
 
     def qualify(self, bundle: Bundle, op: OpEntry, incumbent: Crown | None) -> QualifyResult:
@@ -102,7 +103,7 @@ class CpuQualifier:
                 return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, f"import failed: {reply['results'][op.key]['reason']}")
             for case in progress.bar(cases, desc=f"{self.label} {op.key}", unit="shape"):
                 row = CaseTimer(self, spec, op, case, dtype, base, cand).run()
-                ratios.append(((row["baseline_us"] + row["baseline2_us"]) / 2) / row["candidate_us"])
+                ratios.append(row["speedup"])
                 noises.append(row["noise"])
                 rows.append(row)
         except TimingFailure as e:

@@ -184,7 +184,7 @@ class StateDB:
         if readonly:
             if not self.path.is_file():
                 raise StateError(f"{self.path}: no validator state here (run the validator first)")
-            self.con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30.0,
+            self.con = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0,
                                        isolation_level=None, check_same_thread=False)
             self.con.row_factory = sqlite3.Row
             self._check_version(migrate=False)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cacheon_subnet.errors import UsageError
+from cacheon_subnet.slots.profiles import ModelProfile
+from cacheon_subnet.slots.retarget import profile_cases
 from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_of
 
 
@@ -48,12 +50,15 @@ ODD_RANGES = {"cpu": ((3, 63), (35, 127)), "gpu": ((3, 255), (513, 4095))}
 @dataclass(frozen=True)
 class ArenaShapes:
     """Token counts one arena runs through every slot: decode batch sizes (one token each) and
-    prefill forward sizes; `profile` picks the slot cases used as templates."""
+    prefill forward sizes; `profile` picks the slot cases used as templates. `model`: the shapes
+    of a real checkpoint (arena `[model] path`): the slot's cases re-targeted to them
+    (slots/retarget.py) are the templates, so verify runs the checkpoint's own extents."""
 
     profile: str
     decode_batches: tuple[int, ...]
     prefill_tokens: tuple[int, ...]
     name: str = ""
+    model: ModelProfile | None = None
 
     def __post_init__(self) -> None:
         for field_name in ("decode_batches", "prefill_tokens"):
@@ -88,8 +93,9 @@ def from_arena_config(cfg: Any) -> ArenaShapes:
     while w.input_len * k <= top:  # whole batches of 1, 2, 4, ... prompts (every size would cost too much)
         prefill.add(w.input_len * k)
         k *= 2
-    return ArenaShapes(profile=cfg.model.profile, decode_batches=decode, prefill_tokens=tuple(prefill),
-                       name=getattr(cfg, "name", ""))
+    model = cfg.profile if getattr(cfg.model, "path", None) else None  # a real checkpoint: its own shapes
+    return ArenaShapes(profile=model.name if model else cfg.model.profile, decode_batches=decode,
+                       prefill_tokens=tuple(prefill), name=getattr(cfg, "name", ""), model=model)
 
 
 # -- re-targeting a slot case -----------------------------------------------------------------
@@ -119,9 +125,14 @@ def resize(spec: SlotSpec, case: ShapeCase, kind: str, n: int) -> ShapeCase | No
     return dataclasses.replace(case, label=f"{case.profile}/{tag}{name}", dims={**case.dims, "T": n})
 
 
-def templates(spec: SlotSpec, cases: Sequence[ShapeCase], profile: str | None) -> list[ShapeCase]:
-    """Cases of `profile` that resize (all resizable cases when the slot has none of it)."""
+def templates(spec: SlotSpec, cases: Sequence[ShapeCase], profile: str | None,
+              model: ModelProfile | None = None) -> list[ShapeCase]:
+    """Cases of `profile` that resize (all resizable cases when the slot has none of it); with a
+    checkpoint's `model`, the resizable cases re-targeted to its shapes (none when the slot does
+    not apply to it, e.g. an MoE slot on a dense model)."""
     usable = [c for c in cases if token_count(spec, c) is not None]
+    if model is not None:
+        return profile_cases(spec, usable, model)
     own = [c for c in usable if c.profile == profile]
     return own or usable
 
@@ -140,7 +151,8 @@ def plan_cases(spec: SlotSpec, base: Sequence[ShapeCase], dtypes: Sequence[str],
     """Tier cases in every dtype, then the arena / odd sizes (see module doc). `pool`: the cases
     templates are drawn from (default `base`); `eligible(dims)`: the op's constraints."""
     out = [PlannedCase(c, tuple(dtypes), "tier") for c in base]
-    temps = templates(spec, list(pool) or list(base), arena.profile if arena else None)
+    temps = templates(spec, list(pool) or list(base), arena.profile if arena else None,
+                      arena.model if arena else None)
     if not temps:
         return out
     seen = {(c.label, tuple(sorted(c.dims.items()))) for c in base}

@@ -113,11 +113,14 @@ def test_state_db_cannot_be_written(host, tmp_path):
 
 
 @pytest.mark.parametrize("victim", [0, 1], ids=["root-victim", "same-uid-victim"])
-def test_host_processes_are_invisible(host, tmp_path, victim):
+def test_host_processes_are_invisible(host, tmp_path, victim, monkeypatch):
     ctx, victims, _ = host
     ctx = dict(ctx, host_pid=victims[victim].pid)
     if victim == 1:
         ctx["victim_uid"] = sandbox.wall_config().uid
+        # Private uid leases: the attacker must get the victim's very uid even while other
+        # sandboxes on this host (a parallel run) hold leases of the range.
+        monkeypatch.setenv("CACHEON_SANDBOX_LOCKS", str(tmp_path / "locks"))
     for script, labels in (("procfs_host.py", {"host_environ", "host_mem", "proc_scan", "parent_environ"}),
                            ("ptrace_vm.py", {"ptrace_host", "ptrace_child", "process_vm_readv_host",
                                              "process_vm_readv_child"}),

@@ -36,3 +36,21 @@ def test_without_the_incumbents_bundle_the_ratio_is_derived_and_labelled():
 def test_no_speed_stage_never_reads_as_a_gain():
     q = to_qualify_result({"verdict": "FAIL", "reason": "execution evidence: ..."}, OP, None, "arena-x", "gpu-arena")
     assert q.verdict == "FAIL" and q.speedup == 1.0 and not q.quality_ok
+
+
+def test_the_stored_detail_keeps_what_the_leaderboard_plots():
+    """Each timed stage's windows on the judged metric, its noise and bar (arena-result/2 keys)."""
+    from cacheon_subnet.validator.web.data import stages_of
+
+    m = "decode_gpu_tokens_per_s"
+    win = [{"index": i, "cycle": i // 4, "role": r, "route": "x", m: v, "s": 1.0}
+           for i, (r, v) in enumerate([("B", 100.0), ("C", 110.0), ("C", 111.0), ("B'", 101.0)] * 2)]
+    speed = {"verdict": "PASS", "ratio": 1.09, "noise": 0.01, "bar": 1.02, "run_drift": 0.01, "reason": "r",
+             "ratios": [1.0], "drift": [0.0], "paired_ratio": 1.0}
+    result = {**RESULT, "metric": m, "windows": win, "speed": speed, "confirm": {"windows": win[:4], "speed": speed}}
+    q = to_qualify_result(result, OP, None, "arena-x", "gpu-arena")
+    assert q.detail["metric"] == m and q.detail["speed"]["bar"] == 1.02 and "ratios" not in q.detail["speed"]
+    stages = stages_of(q.detail)
+    assert [(s["name"], len(s["windows"]), s["bar"], s["noise"]) for s in stages] == [
+        ("resident", 8, 1.02, 0.01), ("confirm", 4, 1.02, 0.01)]
+    assert stages_of(to_qualify_result(RESULT, OP, None, "arena-x", "gpu-arena").detail) == []  # nothing timed

@@ -47,7 +47,7 @@ class FakeClient:
             return None
         bal = types.SimpleNamespace(tao=12.5)
         n = types.SimpleNamespace(uid=0, hotkey="owner", coldkey="ck", validator_permit=True,
-                                  total_stake=bal)
+                                  total_stake=bal, axon="203.0.113.7:8090")
         return types.SimpleNamespace(block=self.block, neurons=[n])
 
     def query(self, item, params):
@@ -114,6 +114,7 @@ def test_reads(chain: BittensorChain, fake: FakeClient) -> None:
     assert chain.current_block() == 1000
     mg = chain.metagraph(1)
     assert mg.block == 1000 and mg.neurons[0].stake == 12.5 and mg.uid_of("owner") == 0
+    assert mg.neurons[0].axon == "203.0.113.7:8090"
     with pytest.raises(ChainError):
         chain.metagraph(2)
     assert chain.weights_version_key(1) == 29 and chain.weights_rate_limit(1) == 100
@@ -202,3 +203,16 @@ def test_revealed_commitments_keep_the_commit_block(chain: BittensorChain,
     assert c.commit_block == 530  # falls back to the reveal block: never earlier than truth
     fake.commitments = {"m": _nc(520, [(530, "payload")], live=True)}  # live and revealed
     assert fresh.revealed_commitments(1)[0].commit_block == 520
+
+
+def test_serve_axon_goes_through_the_sdk_intent_signed_by_our_hotkey(chain: BittensorChain,
+                                                                     fake: FakeClient) -> None:
+    chain.serve_axon(ME, 1, "203.0.113.7", 8090, protocol=4, version=1)
+    [intent] = fake.executed
+    assert isinstance(intent, bt.ServeAxon)
+    assert (intent.netuid, intent.ip, intent.port, intent.protocol, intent.version) == (1, "203.0.113.7", 8090, 4, 1)
+    with pytest.raises(ChainError, match="not this wallet"):
+        chain.serve_axon("someone-else", 1, "203.0.113.7", 8090)
+    fake.result = bt.ExtrinsicResult(success=False, message="ServingRateLimitExceeded")
+    with pytest.raises(ChainError):
+        chain.serve_axon(ME, 1, "203.0.113.7", 8091)

@@ -69,7 +69,7 @@ def _inputs(c: ShapeCase, dt: torch.dtype, g: torch.Generator) -> dict[str, torc
     q = qkv[:, : HQ * D].view(T, HQ, D)
     k = qkv[:, HQ * D : (HQ + HK) * D].view(T, HK, D)
     positions = torch.randint(0, P, (T,), generator=g, dtype=torch.int64)
-    theta = profiles.get(c.profile).rope_theta
+    theta = c.constants["rope_theta"] if "rope_theta" in c.constants else profiles.get(c.profile).rope_theta
     return {"positions": positions, "q": q, "k": k, "cos_sin_cache": cos_sin_cache(P, D, theta)}
 
 

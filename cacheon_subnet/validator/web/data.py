@@ -1,0 +1,191 @@
+"""What the leaderboard shows, read from the validator's state DB without ever writing to it.
+
+Each call opens its own read-only connection (StateDB(readonly=True): SQLite `mode=ro`), so a
+reader can never change the state, is safe beside the running validator (WAL readers do not
+block the writer) and needs no locking between aiohttp worker threads. Every document carries
+the API schema id and is JSON-clean (NaN/inf -> null).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from cacheon_subnet.validator.state import STATES, StateDB
+from cacheon_subnet.webapi import MAX_PAGE, SCHEMA, clean
+
+CONTRIBUTION_ID = re.compile(r"(malformed:)?[0-9a-f]{16,128}")
+EVIDENCE_COLS = ("id", "target", "round", "verdict", "quality_ok", "speedup", "speedup_vs_stock", "noise",
+                 "arena_id", "label", "evaluated_block", "incumbent_id", "reason", "settled", "outcome",
+                 "outcome_reason", "created_at")
+ROLES = ("warmup", "B", "C", "B'")
+
+
+def _open(state_dir: Path) -> StateDB:
+    return StateDB(state_dir, readonly=True)
+
+
+def _kv(db: StateDB) -> dict[str, str]:
+    return {r["key"]: r["value"] for r in db.con.execute("SELECT key, value FROM kv")}
+
+
+def _last_sync(db: StateDB) -> tuple[int | None, float | None]:
+    kv = _kv(db)
+    block = int(kv["last_sync_block"]) if kv.get("last_sync_block", "").lstrip("-").isdigit() else None
+    try:
+        at = float(kv["last_sync_at"]) if "last_sync_at" in kv else None
+    except ValueError:
+        at = None
+    return block, at
+
+
+def health(state_dir: Path) -> dict[str, Any]:
+    db = _open(state_dir)
+    try:
+        block, at = _last_sync(db)
+        return clean({"schema": SCHEMA, "ok": True, "state_schema_version": db.schema_version(),
+                      "counts": db.counts(), "last_sync_block": block, "last_sync_at": at, "now": time.time()})
+    finally:
+        db.close()
+
+
+def crowns(state_dir: Path) -> dict[str, Any]:
+    """Every slot's crown: holder, speedup (vs stock and as measured), arena, label and age."""
+    db = _open(state_dir)
+    try:
+        block, _ = _last_sync(db)
+        now = time.time()
+        out = []
+        for r in db.con.execute("SELECT * FROM crowns ORDER BY target"):
+            ev = db.con.execute("SELECT label FROM evidence WHERE contribution_id=? AND target=? ORDER BY id DESC"
+                                " LIMIT 1", (r["contribution_id"], r["target"])).fetchone()
+            out.append({"target": r["target"], "hotkey": r["hotkey"], "contribution_id": r["contribution_id"],
+                        "commit_block": r["commit_block"], "crowned_block": r["crowned_block"],
+                        "speedup_vs_stock": r["speedup_vs_stock"], "measured_speedup": r["measured_speedup"],
+                        "arena_id": r["arena_id"], "label": ev["label"] if ev else None,
+                        "updated_at": r["updated_at"], "age_s": max(0.0, now - r["updated_at"]),
+                        "age_blocks": None if block is None else max(0, block - r["crowned_block"])})
+        return clean({"schema": SCHEMA, "last_sync_block": block, "crowns": out})
+    finally:
+        db.close()
+
+
+def _evidence(db: StateDB, cids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    got: dict[str, list[dict[str, Any]]] = {c: [] for c in cids}
+    for i in range(0, len(cids), 500):
+        part = cids[i:i + 500]
+        marks = ",".join("?" * len(part))
+        for r in db.con.execute(f"SELECT contribution_id, detail, {', '.join(EVIDENCE_COLS)} FROM evidence"
+                                f" WHERE contribution_id IN ({marks}) ORDER BY id", part):
+            e = {k: r[k] for k in EVIDENCE_COLS}
+            e["quality_ok"], e["settled"] = bool(e["quality_ok"]), bool(e["settled"])
+            e["detail"] = _loads(r["detail"])
+            got[r["contribution_id"]].append(e)
+    return got
+
+
+def _loads(text: str) -> dict[str, Any]:
+    try:
+        v = json.loads(text)
+    except (TypeError, ValueError):
+        return {}
+    return v if isinstance(v, dict) else {}
+
+
+def _contribution(r: Any, evidence: list[dict[str, Any]], plots: bool) -> dict[str, Any]:
+    evs = []
+    for e in evidence:
+        detail = e.pop("detail")
+        stages = stages_of(detail)
+        e["has_windows"] = bool(stages)
+        if plots:
+            e["stages"] = stages
+            e["speedup_basis"] = detail.get("speedup_basis")
+        evs.append(e)
+    return {"id": r["id"], "hotkey": r["hotkey"], "uid": r["uid"], "commit_block": r["commit_block"],
+            "reveal_block": r["reveal_block"], "digest": r["digest"], "url": r["url"], "state": r["state"],
+            "rule": r["rule"], "reason": r["reason"], "duplicate_of": r["duplicate_of"],
+            "superseded_by": r["superseded_by"], "updated_at": r["updated_at"], "evidence": evs}
+
+
+def contributions(state_dir: Path, *, hotkey: str | None = None, state: str | None = None, limit: int = 100,
+                  offset: int = 0) -> dict[str, Any]:
+    """A page of contributions, newest commit first, each with every verdict and its full reason."""
+    if not 1 <= limit <= MAX_PAGE or offset < 0:
+        raise ValueError(f"limit must be 1..{MAX_PAGE} and offset >= 0 (got {limit}, {offset})")
+    if state is not None and state not in STATES:
+        raise ValueError(f"state {state!r}: expected one of {', '.join(STATES)}")
+    where, args = [], []
+    if hotkey is not None:
+        where, args = where + ["hotkey=?"], args + [hotkey]
+    if state is not None:
+        where, args = where + ["state=?"], args + [state]
+    sql_where = f" WHERE {' AND '.join(where)}" if where else ""
+    db = _open(state_dir)
+    try:
+        total = db.con.execute(f"SELECT COUNT(*) FROM contributions{sql_where}", args).fetchone()[0]
+        rows = db.con.execute(f"SELECT * FROM contributions{sql_where} ORDER BY commit_block DESC, id"
+                              " LIMIT ? OFFSET ?", (*args, limit, offset)).fetchall()
+        ev = _evidence(db, [r["id"] for r in rows])
+        out = [_contribution(r, ev[r["id"]], plots=False) for r in rows]
+        nxt = offset + len(rows) if offset + len(rows) < total else None
+        return clean({"schema": SCHEMA, "total": total, "offset": offset, "limit": limit, "next_offset": nxt,
+                      "hotkey": hotkey, "contributions": out})
+    finally:
+        db.close()
+
+
+def contribution(state_dir: Path, cid: str) -> dict[str, Any] | None:
+    """One contribution with every verdict, the per-window figures of each timed stage, and its history."""
+    db = _open(state_dir)
+    try:
+        r = db.con.execute("SELECT * FROM contributions WHERE id=?", (cid,)).fetchone()
+        if r is None:
+            return None
+        doc = _contribution(r, _evidence(db, [cid])[cid], plots=True)
+        doc["history"] = [dict(t) for t in db.con.execute(
+            "SELECT from_state, to_state, reason, at FROM transitions WHERE contribution_id=? ORDER BY id", (cid,))]
+        return clean({"schema": SCHEMA, "contribution": doc})
+    finally:
+        db.close()
+
+
+def _windows(rows: Any, metric: str) -> list[dict[str, Any]]:
+    out = []
+    for w in rows if isinstance(rows, list) else ():
+        if not isinstance(w, dict) or w.get("role") not in ROLES:
+            continue
+        v = w.get(metric)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v > 0:
+            out.append({"index": w.get("index"), "cycle": w.get("cycle"), "role": w["role"], "value": float(v)})
+    return out
+
+
+def stages_of(detail: dict[str, Any]) -> list[dict[str, Any]]:
+    """The timed stages of a GPU verdict ("resident", "confirm"): each window's throughput on the
+    judged metric, and the level, noise band and bar the verdict was judged against."""
+    metric = detail.get("metric")
+    if not isinstance(metric, str):
+        return []
+    confirm = detail.get("confirm") if isinstance(detail.get("confirm"), dict) else {}
+    out = []
+    for name, rows, speed in (("resident", detail.get("windows"), detail.get("speed")),
+                              ("confirm", confirm.get("windows"), confirm.get("speed"))):
+        windows = _windows(rows, metric)
+        if not any(w["role"] == "C" for w in windows):
+            continue
+        speed = speed if isinstance(speed, dict) else {}
+        base = [w["value"] for w in windows if w["role"] in ("B", "B'")]
+        level = statistics.median(base) if base else None
+        out.append({"name": name, "metric": metric, "windows": windows, "baseline_median": level,
+                    "verdict": speed.get("verdict"), "ratio": _num(speed.get("ratio")),
+                    "noise": _num(speed.get("noise")), "bar": _num(speed.get("bar")), "reason": speed.get("reason")})
+    return out
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else None

@@ -1,0 +1,274 @@
+"""The leaderboard's aiohttp app: GET/HEAD only, rate-limited per client IP, strict headers.
+
+Routes: `/` (crowns + contributions page), `/contributions/<id>` (verdicts, full reasons,
+per-window plots), and the JSON API of cacheon_subnet.webapi: `/api/health`, `/api/crowns`,
+`/api/contributions` (?hotkey=&state=&limit=&offset=), `/api/contributions/<id>`.
+
+Why these headers: every string a miner controls is escaped (page.py); the Content-Security-
+Policy (no script at all, nothing from elsewhere) is a second wall should escaping ever miss.
+The client IP is the TCP peer (`request.remote`); forwarded-for headers are not trusted, so
+behind a reverse proxy every client shares the proxy's bucket (rate-limit at the proxy then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import threading
+from functools import partial
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+from cacheon_subnet.errors import CacheonError
+from cacheon_subnet.log import get_logger
+from cacheon_subnet.validator.web import data, page
+from cacheon_subnet.validator.web.ratelimit import TokenBuckets
+from cacheon_subnet.webapi import MAX_PAGE, PATH_CONTRIBUTIONS, PATH_CROWNS, PATH_HEALTH, SCHEMA
+
+log = get_logger("cacheon.validator.web")
+DEFAULT_LISTEN = "127.0.0.1:8090"
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; "
+                               "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-cache",
+}
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+STATE_DIR: web.AppKey[Path] = web.AppKey("state_dir", Path)
+BUCKETS: web.AppKey[TokenBuckets] = web.AppKey("buckets", TokenBuckets)
+_dumps = partial(json.dumps, allow_nan=False, sort_keys=True)
+
+
+class LeaderboardError(CacheonError):
+    """The server could not start (bad listen address, port in use)."""
+
+
+def _json(doc: Any, status: int = 200) -> web.Response:
+    return web.json_response(doc, status=status, dumps=_dumps)
+
+
+def _error(status: int, message: str, html: bool) -> web.Response:
+    if html:
+        return web.Response(status=status, text=f"{status}: {message}\n", content_type="text/plain")
+    return _json({"schema": SCHEMA, "error": message}, status)
+
+
+@web.middleware
+async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Rate limit first (a 429 costs no DB read), then the handler, then the headers."""
+    html = not request.path.startswith("/api/")
+    wait = request.app[BUCKETS].take(request.remote or "?")
+    if wait > 0:
+        resp: web.StreamResponse = _error(429, "too many requests from this address; slow down", html)
+        resp.headers["Retry-After"] = str(max(1, int(wait + 0.999)))
+    else:
+        try:
+            resp = await handler(request)
+        except web.HTTPException as exc:
+            resp = _error(exc.status, exc.reason, html)
+            if exc.status == 405:
+                resp.headers["Allow"] = "GET, HEAD"
+        except CacheonError as exc:  # no state yet, or a schema this code does not read
+            resp = _error(503, str(exc), html)
+        except Exception as exc:  # noqa: BLE001 - a bug: log it, tell the client nothing internal
+            log.error("web.error", path=request.path, error=f"{type(exc).__name__}: {exc}")
+            resp = _error(500, "internal error", html)
+    resp.headers.update(HEADERS)
+    return resp
+
+
+async def _read(request: web.Request, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    """SQLite reads run in the default executor: a slow disk never stalls the event loop."""
+    return await asyncio.get_running_loop().run_in_executor(None, partial(fn, request.app[STATE_DIR], *args, **kw))
+
+
+def _int(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not lo <= int(raw) <= hi:
+        raise web.HTTPBadRequest(reason=f"query {name}={raw[:40]!r}: expected an integer in {lo}..{hi}")
+    return int(raw)
+
+
+def _page_args(request: web.Request) -> dict[str, Any]:
+    state = request.query.get("state")
+    if state is not None and state not in data.STATES:
+        raise web.HTTPBadRequest(reason=f"query state={state[:40]!r}: expected one of {', '.join(data.STATES)}")
+    hotkey = request.query.get("hotkey")
+    if hotkey is not None and not 0 < len(hotkey) <= 128:
+        raise web.HTTPBadRequest(reason="query hotkey: 1..128 characters")
+    return {"hotkey": hotkey, "state": state, "limit": _int(request, "limit", 100, 1, MAX_PAGE),
+            "offset": _int(request, "offset", 0, 0, 10**9)}
+
+
+def _cid(request: web.Request) -> str:
+    cid = request.match_info["cid"]
+    if not data.CONTRIBUTION_ID.fullmatch(cid):
+        raise web.HTTPNotFound(reason="no such contribution (ids are hex digests or malformed:<hex>)")
+    return cid
+
+
+async def api_health(request: web.Request) -> web.Response:
+    return _json(await _read(request, data.health))
+
+
+async def api_crowns(request: web.Request) -> web.Response:
+    return _json(await _read(request, data.crowns))
+
+
+async def api_contributions(request: web.Request) -> web.Response:
+    return _json(await _read(request, data.contributions, **_page_args(request)))
+
+
+async def api_contribution(request: web.Request) -> web.Response:
+    doc = await _read(request, data.contribution, _cid(request))
+    if doc is None:
+        raise web.HTTPNotFound(reason="no such contribution")
+    return _json(doc)
+
+
+async def html_index(request: web.Request) -> web.Response:
+    crowns = await _read(request, data.crowns)
+    contribs = await _read(request, data.contributions, **_page_args(request))
+    return web.Response(text=page.index(crowns, contribs, SCHEMA), content_type="text/html", charset="utf-8")
+
+
+async def html_contribution(request: web.Request) -> web.Response:
+    doc = await _read(request, data.contribution, _cid(request))
+    if doc is None:
+        raise web.HTTPNotFound(reason="no such contribution")
+    return web.Response(text=page.detail(doc, SCHEMA), content_type="text/html", charset="utf-8")
+
+
+async def _not_found(request: web.Request) -> web.Response:
+    if request.method not in ("GET", "HEAD"):
+        raise web.HTTPMethodNotAllowed(request.method, ["GET", "HEAD"])
+    raise web.HTTPNotFound(reason="not found")
+
+
+def make_app(state_dir: str | Path, buckets: TokenBuckets | None = None) -> web.Application:
+    """The app over one state dir (which need not exist yet: requests answer 503 until it does)."""
+    app = web.Application(middlewares=[guard], client_max_size=1024)
+    app[STATE_DIR] = Path(state_dir)
+    app[BUCKETS] = buckets if buckets is not None else TokenBuckets()  # (an empty table is falsy: len 0)
+    for path, fn in (("/", html_index), ("/contributions/{cid}", html_contribution), (PATH_HEALTH, api_health),
+                     (PATH_CROWNS, api_crowns), (PATH_CONTRIBUTIONS, api_contributions),
+                     (PATH_CONTRIBUTIONS + "/{cid}", api_contribution)):
+        app.router.add_get(path, fn)  # GET and HEAD
+    app.router.add_route("*", "/{tail:.*}", _not_found)
+    return app
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """HOST:PORT ([v6]:PORT for IPv6); a clear error naming the flag value otherwise."""
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise LeaderboardError(f"listen address {text!r}: expected HOST:PORT (e.g. {DEFAULT_LISTEN}, [::1]:8090)")
+    return host, int(port)
+
+
+class Leaderboard:
+    """The app bound to host:port on its own event loop in a daemon thread (beside the validator's
+    synchronous loop), or blocking via `serve_forever`."""
+
+    def __init__(self, state_dir: str | Path, host: str, port: int, buckets: TokenBuckets | None = None) -> None:
+        self.state_dir, self.host, self.port = Path(state_dir), host, port
+        self.buckets = buckets
+        self._runner: web.AppRunner | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    async def start_async(self) -> str:
+        runner = web.AppRunner(make_app(self.state_dir, self.buckets), access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise LeaderboardError(f"leaderboard: cannot listen on {self.host}:{self.port}: {exc}") from exc
+        sockets = getattr(site._server, "sockets", None) or ()  # the only place the bound port lives
+        if sockets:
+            self.port = int(sockets[0].getsockname()[1])
+        self._runner = runner
+        log.info("web.start", url=self.url, state_dir=str(self.state_dir))
+        return self.url
+
+    async def stop_async(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @property
+    def url(self) -> str:
+        return f"http://[{self.host}]:{self.port}" if ":" in self.host else f"http://{self.host}:{self.port}"
+
+    def start(self) -> Leaderboard:
+        """Serve from a daemon thread; returns once listening (or raises why not)."""
+        loop = asyncio.new_event_loop()
+        ready: list[BaseException | None] = []
+        started = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.start_async())
+                ready.append(None)
+            except BaseException as exc:  # handed to the starting thread
+                ready.append(exc)
+                started.set()
+                return
+            started.set()
+            loop.run_forever()
+            loop.run_until_complete(self.stop_async())
+            rest = asyncio.all_tasks(loop)  # handlers still in flight when we were stopped
+            for t in rest:
+                t.cancel()
+            loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
+            loop.close()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=run, name="cacheon-leaderboard", daemon=True)
+        self._thread.start()
+        if not started.wait(30):
+            raise LeaderboardError("leaderboard: did not start within 30 s")
+        if ready and ready[0] is not None:
+            raise ready[0]
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None and self._thread.is_alive() and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    def __enter__(self) -> Leaderboard:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def serve_forever(state_dir: str | Path, host: str, port: int) -> None:
+    """Block serving until SIGINT/SIGTERM (`cacheon leaderboard`)."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        board = Leaderboard(state_dir, host, port)
+        await board.start_async()
+        print(f"leaderboard: {board.url}/ (state {state_dir}, read-only)", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            await board.stop_async()
+
+    asyncio.run(main())

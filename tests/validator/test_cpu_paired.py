@@ -1,0 +1,52 @@
+"""The CPU arena's per-round paired figures: common-mode load cancels, real effects do not."""
+
+import random
+
+import pytest
+
+from cacheon_subnet.validator.cpu_case import paired_figures
+
+
+def _rounds(n, gain, load, jitter, seed=7, bias=0.0):
+    rnd = random.Random(seed)
+    bs, b2s, cs = [], [], []
+    level = 1.0
+    for _ in range(n):
+        level = max(0.5, level * (1 + rnd.gauss(0, load)))  # a co-tenant drifting over seconds
+        j = lambda: 1 + rnd.gauss(0, jitter)  # noqa: E731
+        bs.append(100 * level * j())
+        cs += [100 / gain * level * j(), 100 / gain * level * j()]
+        b2s.append(100 * (1 + bias) * level * j())
+    return bs, b2s, cs
+
+
+def test_common_mode_load_cancels_in_the_pairs():
+    bs, b2s, cs = _rounds(16, gain=1.5, load=0.15, jitter=0.002)
+    speedup, noise = paired_figures(bs, b2s, cs)
+    assert speedup == pytest.approx(1.5, rel=0.01)
+    assert noise < 0.01  # the unpaired medians of this series spread by tens of percent
+    import statistics
+    unpaired = abs(statistics.median(bs) - statistics.median(b2s)) / statistics.median(bs)
+    assert unpaired > 3 * noise or statistics.pstdev(bs) / statistics.mean(bs) > 0.05
+
+
+def test_no_gain_reads_parity_within_its_band():
+    for seed in range(20):
+        speedup, noise = paired_figures(*_rounds(12, gain=1.0, load=0.1, jitter=0.01, seed=seed))
+        assert abs(speedup - 1) < 3 * noise + 0.002, (seed, speedup, noise)
+
+
+def test_baseline_drift_against_itself_widens_the_band():
+    _, quiet = paired_figures(*_rounds(12, gain=1.0, load=0.0, jitter=0.001))
+    _, biased = paired_figures(*_rounds(12, gain=1.0, load=0.0, jitter=0.001, bias=0.04))
+    assert quiet < 0.005 and biased == pytest.approx(0.04, rel=0.1)
+
+
+def test_jitter_is_the_band():
+    _, noise = paired_figures(*_rounds(9, gain=1.2, load=0.0, jitter=0.05))
+    assert noise > 0.01
+
+
+def test_mismatched_series_refused():
+    with pytest.raises(ValueError, match="need n B"):
+        paired_figures([1.0, 2.0], [1.0, 2.0], [1.0, 1.0, 1.0])
