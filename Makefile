@@ -11,17 +11,21 @@ TRITON_SPEC ?= triton==3.6.0
 
 .PHONY: demo test install clean doctor
 
+# No -q: pip shows its own progress bars (on a terminal); the torch wheel alone takes minutes on a slow link.
 $(VENV)/.installed: pyproject.toml
+	@echo "== installing into $(VENV) (torch, triton, then this package; several minutes on first use) =="
 	$(BASE_PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH_SPEC)" "$(TRITON_SPEC)"
-	$(PY) -m pip install -q -e '.[dev,chain]'
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install "$(TORCH_SPEC)" "$(TRITON_SPEC)"
+	$(PY) -m pip install -e '.[dev,chain]'
 	touch $@
+	@echo "== installed. The CLI is $(VENV)/bin/cacheon; to type plain \`cacheon\`: source $(VENV)/bin/activate =="
 
 install: $(VENV)/.installed
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/cacheon demo
+	@echo "(cacheon is $(VENV)/bin/cacheon; \`source $(VENV)/bin/activate\` puts it on PATH)"
 
 # The sandbox wall in force here (exit 0 only when every layer holds; see docs/security.md).
 doctor: $(VENV)/.installed

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from arena.channel import RecordStream, seal
-from cacheon_subnet import sandbox
+from cacheon_subnet import progress, sandbox
 from cacheon_subnet.log import get_logger
 
 log = get_logger("arena.host")
@@ -194,6 +194,8 @@ class _Reader(threading.Thread):
         self.log = open(log_path, "xb")  # created here, before the engine runs
         self.written = bytearray()
         self.started = threading.Event()
+        # one tick per timed step record (windows, route swaps): a cold engine runs for minutes
+        self.bar = progress.bar(desc="arena steps", total=len(stream.job.get("steps") or ()), unit="step")
 
     def run(self) -> None:
         buf = b""
@@ -207,6 +209,7 @@ class _Reader(threading.Thread):
                 for line in lines:
                     self._line(line)
         finally:
+            self.bar.close()
             self.stream.finish(buf)
             self.log.close()
             os.close(self.fd)
@@ -221,6 +224,8 @@ class _Reader(threading.Thread):
         self.log.flush()
         os.fsync(self.log.fileno())
         self.written += data
+        if "step" in rec:
+            self.bar.update(1)
         if rec.get("op") == "started":
             self.started.set()
         if rec.get("op") == "outputs_ready" and self.job_w is not None:

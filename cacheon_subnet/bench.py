@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from cacheon_subnet import sandbox
+from cacheon_subnet import progress, sandbox
 from cacheon_subnet.bundle import Bundle
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.slots import get_slot
@@ -129,7 +129,7 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
                     errors.append(f"{op.key}: slot {op.slot} has no workload on model {opts.model.name}")
                     continue
             cases = [c for c in cases if op.eligible(c.dims)][: opts.max_cases or None]
-            for i, case in enumerate(cases):
+            for i, case in enumerate(progress.bar(cases, desc=f"bench {op.key}", unit="shape")):
                 msg = {"type": "bench", "op": op.key, "case": case.to_json(), "dtype": dtype, "seed": seed + 1000 * i,
                        "budget_s": opts.budget_s, "target_rel_err": opts.target_rel_err, "stock": opts.stock}
                 log.info("bench.case", op=op.key, case=case.label, dtype=dtype)

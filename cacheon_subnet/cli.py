@@ -1,4 +1,9 @@
-"""`cacheon ...`: thin faces over the library. Exit codes: 0 ok/PASS, 1 FAIL, 2 usage or internal error."""
+"""Cacheon: contribute faster, faithful GPU kernels to a pinned SGLang engine and get paid on a
+Bittensor subnet. Miners scaffold, verify, bench, pack and submit kernel bundles; validators
+verify them in a sandbox, time them in an arena, settle crowns and publish weights.
+
+Exit codes, every verb: 0 ok/PASS, 1 FAIL (the bundle or check failed), 2 usage error (bad flag,
+missing path, no CUDA for --device cuda)."""
 
 from __future__ import annotations
 
@@ -56,8 +61,15 @@ def cmd_slots(args: argparse.Namespace) -> int:
 
 @command("pack")
 def cmd_pack(args: argparse.Namespace) -> int:
-    from cacheon_subnet.bundle import pack
+    from cacheon_subnet.bundle import load_bundle, pack
+    from cacheon_subnet.verify import policy
 
+    findings = [str(f) for f in policy.scan_files(load_bundle(args.src).files)]
+    if findings:  # syntax errors included: every validator rejects it before running a line
+        payload = {"status": "refused", "reasons": findings, "source": args.src}
+        _emit(args, payload, "cacheon pack: refused, the static policy scan fails (validators reject this bundle "
+              "unexecuted; `cacheon verify` shows the same):\n" + "\n".join(f"  {f}" for f in findings))
+        return EXIT_FAIL
     out = args.out or f"{Path(args.src).resolve().name}.tar.gz"
     bundle = pack(args.src, out)
     payload = {"archive": str(out), "digest": bundle.digest, "files": len(bundle.files), "bytes": bundle.size}
@@ -65,8 +77,12 @@ def cmd_pack(args: argparse.Namespace) -> int:
         from cacheon_subnet.bundle import hotkey_bound_digest
 
         payload["hotkey_digest"] = hotkey_bound_digest(bundle.digest, args.hotkey)
-    _emit(args, payload, "\n".join(f"{k}: {v}" for k, v in payload.items()))
+    _emit(args, payload, "\n".join(f"{k}: {v}" for k, v in payload.items()) + _ID_NOTE)
     return EXIT_OK
+
+
+_ID_NOTE = ("\n(digest: the bundle's content alone; hotkey_digest = sha256(digest + hotkey) is the contribution id "
+            "validators and `cacheon status` show)")
 
 
 @command("digest")
@@ -77,7 +93,7 @@ def cmd_digest(args: argparse.Namespace) -> int:
     payload = {"digest": bundle.digest, "files": len(bundle.files), "ops": [o.key for o in bundle.manifest.ops]}
     if args.hotkey:
         payload["hotkey_digest"] = hotkey_bound_digest(bundle.digest, args.hotkey)
-    _emit(args, payload, "\n".join(f"{k}: {v}" for k, v in payload.items()))
+    _emit(args, payload, "\n".join(f"{k}: {v}" for k, v in payload.items()) + _ID_NOTE)
     return EXIT_OK
 
 
@@ -127,11 +143,28 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from cacheon_subnet.bundle import load_bundle
 
     bundle = load_bundle(args.bundle)
-    report = bench_bundle(bundle, BenchOptions(device=args.device, budget_s=args.budget, tier=args.tier,
+    report = bench_bundle(bundle, BenchOptions(device=_bench_device(args.device), budget_s=args.budget, tier=args.tier,
                                                target_rel_err=args.target_rel_err, max_cases=args.max_cases,
                                                model=_arena_shapes(args.arena).model if args.arena else None))
     _emit(args, report.to_json(), report.render())
     return EXIT_OK if report.ok else EXIT_FAIL
+
+
+def _bench_device(asked: str | None) -> str:
+    """Default: cuda where a CUDA device is visible, else cpu (said on stderr). An explicit
+    --device cuda without one is a usage error, before any table or worker."""
+    import torch
+
+    has_cuda = torch.cuda.is_available()
+    if asked == "cuda" and not has_cuda:
+        raise UsageError("--device cuda requested but no CUDA device is visible (use --device cpu: timing vs the "
+                         "fp32 reference, advisory)")
+    if asked is None:
+        if not has_cuda:
+            print("cacheon bench: no CUDA device visible; timing on cpu against the fp32 reference (advisory; "
+                  "pass --device cuda on a GPU box)", file=sys.stderr)
+        return "cuda" if has_cuda else "cpu"
+    return asked
 
 
 @command("miner init")
@@ -162,8 +195,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cacheon", description=__doc__)
+    p = argparse.ArgumentParser(prog="cacheon", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Start: `cacheon demo` (the whole loop on one machine), then README "
+                                       "'For miners'. Run from a checkout: .venv/bin/cacheon, or "
+                                       "`source .venv/bin/activate` first.")
     p.add_argument("--log-level", default=None, help="debug|info|warning|error (env CACHEON_LOG_LEVEL)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars (they are on stderr, TTY only)")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("slots", help="list the slot ABI catalog")
@@ -199,7 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("bench", help="time a bundle's kernels against stock SGLang (or the reference)")
     s.add_argument("bundle")
-    s.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
+    s.add_argument("--device", default=None, choices=["cpu", "cuda"],
+                   help="default: cuda if a CUDA device is visible, else cpu")
     s.add_argument("--tier", default="bench", choices=["verify", "gpu", "bench"])
     s.add_argument("--budget", type=float, default=3.0, help="seconds of timing per case and side")
     s.add_argument("--target-rel-err", type=float, default=0.001, help="stop when stderr/mean falls below")
@@ -238,15 +277,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 EXTENSIONS = ("cacheon_subnet.miner.commands", "cacheon_subnet.validator.commands", "cacheon_subnet.demo",
+              "cacheon_subnet.chain.commands",
               "seams.commands", "arena.commands")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from cacheon_subnet import log
+    from cacheon_subnet import log, progress
 
     log.configure(level=args.log_level)
+    progress.set_quiet(args.quiet)
     name = args.cmd
     for attr in ("miner_cmd",):
         if getattr(args, attr, None):
@@ -263,9 +304,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    except BundleError as e:
+    except BundleError as e:  # a missing path is usage (2), like every verb; a bad bundle is FAIL (1)
         print(f"error: {e}", file=sys.stderr)
-        return EXIT_FAIL
+        return EXIT_USAGE if e.rule == "not-found" else EXIT_FAIL
     except CacheonError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import TextIO
 
 import structlog
 
@@ -18,6 +19,35 @@ _configured = False
 _HANDLER_NAME = "cacheon-structlog"
 # Chatty at INFO and not ours: kept at WARNING unless CACHEON_LOG_LEVEL=debug.
 _QUIET = ("urllib3", "websockets", "asyncio", "aiohttp.access", "filelock", "httpx", "httpcore")
+
+
+class _Sink:
+    """Where every logger writes, switchable later: structlog caches a logger (its file and
+    processors) on first use, so `configure(file=..., force=True)` must redirect, not rebuild."""
+
+    def __init__(self) -> None:
+        self.target: TextIO | None = None  # None: the current sys.stderr
+        self.json = True
+
+    def _out(self) -> TextIO:
+        return self.target or sys.stderr
+
+    def write(self, text: str) -> int:
+        return self._out().write(text)
+
+    def flush(self) -> None:
+        self._out().flush()
+
+    def isatty(self) -> bool:
+        return self._out().isatty()
+
+    def render(self, logger: object, name: str, event: dict) -> str:
+        return (_JSON if self.json else _CONSOLE)(logger, name, event)
+
+
+_SINK = _Sink()
+_JSON = structlog.processors.JSONRenderer()
+_CONSOLE = structlog.dev.ConsoleRenderer()
 
 
 def _shared() -> list:
@@ -30,35 +60,36 @@ def _shared() -> list:
     ]
 
 
-def configure(level: str | None = None, json: bool | None = None, force: bool = False) -> None:
-    """Configure once per process (`force` re-configures). Logs go to stderr so stdout stays
-    for results."""
+def configure(level: str | None = None, json: bool | None = None, file: TextIO | None = None,
+              force: bool = False) -> None:
+    """Configure once per process (force: again). Logs go to stderr so stdout stays for results;
+    `file` sends them (as JSON lines) elsewhere, e.g. the demo's log file, away from its summary."""
     global _configured
     if _configured and not force:
         return
     level_name = (level or os.environ.get("CACHEON_LOG_LEVEL", "info")).upper()
     lvl = getattr(logging, level_name, logging.INFO)
-    use_json = (not sys.stderr.isatty()) if json is None else json
-    renderer = structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer()
+    _SINK.target = file
+    _SINK.json = (not _SINK.isatty()) if json is None else json
     structlog.configure(
-        processors=[*_shared(), renderer],
+        processors=[*_shared(), _SINK.render],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_SINK),
         cache_logger_on_first_use=True,
     )
-    _route_stdlib(lvl, renderer)
+    _route_stdlib(lvl)
     _configured = True
 
 
-def _route_stdlib(lvl: int, renderer: object) -> None:
-    """One root handler rendering stdlib records like ours; other root handlers are removed
-    (a library's basicConfig would print a second, non-JSON copy of each line)."""
-    handler = logging.StreamHandler(sys.stderr)
+def _route_stdlib(lvl: int) -> None:
+    """One root handler rendering stdlib records like ours, into the same sink; other root
+    handlers are removed (a library's basicConfig would print a second, non-JSON copy of each line)."""
+    handler = logging.StreamHandler(_SINK)  # type: ignore[arg-type]
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[structlog.stdlib.add_logger_name,
                            *(p for p in _shared() if p is not structlog.contextvars.merge_contextvars)],
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer]))
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, _SINK.render]))
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)

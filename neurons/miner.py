@@ -23,9 +23,15 @@ from typing import TYPE_CHECKING, Any, Sequence
 if __package__ in (None, ""):  # run as a script from a checkout: make the package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cacheon_subnet import log as cacheon_log  # noqa: E402
-from cacheon_subnet.errors import CacheonError  # noqa: E402
-from cacheon_subnet.miner.commands import ChainContext, add_chain_args, open_chain  # noqa: E402
+try:
+    from cacheon_subnet import log as cacheon_log
+    from cacheon_subnet.errors import CacheonError
+    from cacheon_subnet.miner.commands import ChainContext, add_chain_args, open_chain
+except ImportError as _exc:  # another interpreter than the checkout's .venv (e.g. no structlog)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _bootstrap import reexec_or_explain
+
+    reexec_or_explain(_exc, sys.argv[0], sys.argv[1:])
 
 if TYPE_CHECKING:
     from cacheon_subnet.miner.submit import SubmitResult

@@ -11,11 +11,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-try:
-    from cacheon_subnet.validator.commands import main
-except ImportError:  # running from a checkout without `pip install -e .`
+if __package__ in (None, ""):  # run as a script from a checkout: make the package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+try:
+    from cacheon_subnet import log as _log  # noqa: F401 - structlog: the dependency a bare python lacks first
     from cacheon_subnet.validator.commands import main
+except ImportError as _exc:  # another interpreter than the checkout's .venv (e.g. no structlog)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _bootstrap import reexec_or_explain
+
+    reexec_or_explain(_exc, sys.argv[0], sys.argv[1:])
+
 
 def _demo(argv: list[str]) -> int:
     """`--chain local --demo`: the whole loop on an embedded chain (same as `cacheon demo`)."""

@@ -66,6 +66,9 @@ class Row:
     detail: str
 
 
+NOT_INSTALLED = "(sglang not installed)"
+
+
 @dataclass(frozen=True)
 class CompatReport:
     mode: str  # "static" | "runtime"
@@ -77,6 +80,11 @@ class CompatReport:
     @property
     def version_ok(self) -> bool:
         return self.found == self.pinned
+
+    @property
+    def installed(self) -> bool:
+        """False only for a runtime check on a host where sglang does not import at all."""
+        return not (self.mode == "runtime" and self.where == NOT_INSTALLED)
 
     @property
     def failed(self) -> tuple[Row, ...]:
@@ -94,7 +102,7 @@ class CompatReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"mode": self.mode, "where": self.where, "pinned": self.pinned, "found": self.found,
-                "version_ok": self.version_ok, "exit_code": self.exit_code, "rows": [asdict(r) for r in self.rows]}
+                "version_ok": self.version_ok, "installed": self.installed, "exit_code": self.exit_code, "rows": [asdict(r) for r in self.rows]}
 
 
 # -- signatures ----------------------------------------------------------------------------------
@@ -325,7 +333,7 @@ def runtime_check() -> CompatReport:
     sglang, _, why = _import("sglang")
     if sglang is None:
         rows = [Row("seam", a.binding, a.target, SKIP, f"sglang not importable: {why}") for a in SEAM_ADAPTERS]
-        return CompatReport("runtime", "(sglang not installed)", PINNED, None, tuple(rows))
+        return CompatReport("runtime", NOT_INSTALLED, PINNED, None, tuple(rows))
     rows = [_runtime_seam(a) for a in SEAM_ADAPTERS]
     mod, const = PLUGIN_GROUP_SITE
     plugins, status, why = _import(mod)
@@ -357,9 +365,14 @@ def render(report: CompatReport) -> str:
         lines.append(f"  {r.status:<4}  {r.kind:<6} {r.name:<{width}}  {r.target}")
         if r.detail:
             lines.append(f"{'':14}{r.detail}")
+    skipped = f" ({len(report.skipped)} skipped: {', '.join(r.name for r in report.skipped)})" if report.skipped else ""
+    if not report.installed:
+        lines.append(f"version: pinned {report.pinned}, SGLang not installed here")
+        lines.append(f"result: SGLang NOT INSTALLED: nothing assessed (exit {EXIT_VERSION}); install the pin "
+                     f"(pip install -e '.[gpu]') or check a source tree with --source DIR")
+        return "\n".join(lines)
     verdict = "matches pin" if report.version_ok else "DIFFERS from pin"
     lines.append(f"version: pinned {report.pinned}, found {report.found or 'unknown'} -- {verdict}")
-    skipped = f" ({len(report.skipped)} skipped: {', '.join(r.name for r in report.skipped)})" if report.skipped else ""
     if report.exit_code == EXIT_VERSION:
         lines.append(f"result: VERSION DIFFERS from pin {report.pinned} (exit 2); {len(report.failed)} row(s) FAIL{skipped}")
     elif report.exit_code == EXIT_BROKEN:

@@ -17,8 +17,15 @@ def test_demo_crowns_the_faithful_fast_bundle_and_publishes(tmp_path):
     r = subprocess.run([sys.executable, "-m", "cacheon_subnet.cli", "demo", "--state-dir", str(state)],
                        capture_output=True, text=True, timeout=900, cwd=REPO)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    assert "norm.rmsnorm             miner-fast" in r.stdout
-    assert "validator-b settled the same crowns independently" in r.stdout
+    assert "norm.rmsnorm                   miner-fast     " in r.stdout
+    assert "ok    validator-b settled the same crowns independently" in r.stdout
+    # the summary is apart from the logs: JSON lines go to demo.log, never to stdout
+    assert "all expectations held" in r.stdout and "MISS" not in r.stdout
+    assert not [ln for ln in r.stdout.splitlines() if ln.lstrip().startswith("{")]
+    logged = (state / "demo.log").read_text().splitlines()
+    assert logged and all(ln.startswith("{") for ln in logged) and any('"demo.pass"' in ln for ln in logged)
+    assert "PASS 0." not in r.stdout and "slower than the fp32 reference" in r.stdout  # plain words
+    assert "owner=0.8" in r.stdout  # weights as fractions
     chain = LocalChain.open(state / "chain.sqlite")
     uid = {n.hotkey: n.uid for n in chain.metagraph(1).neurons}
     for hk in ("validator-a", "validator-b"):

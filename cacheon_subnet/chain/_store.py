@@ -100,7 +100,7 @@ def init_file(path: Path, default_netuid: int, seconds_per_block: float, exist_o
 
 def read_meta(path: Path) -> dict[str, str]:
     if not path.is_file():
-        raise ChainUnavailable(f"{path}: no local chain file (create it with LocalChain.create)")
+        raise ChainUnavailable(f"{path}: no local chain file (create it with `cacheon chain local create --local-chain {path}`)")
     try:
         con = connect(path)
         try:

@@ -200,7 +200,9 @@ class SubmitResult:
 
     def render(self) -> str:
         head = {"committed": "committed", "already_committed": "already committed"}[self.status]
-        lines = [f"cacheon miner submit: {head}  digest {self.digest}",
+        lines = [f"cacheon miner submit: {head}  contribution {self.bound}",
+                 f"  (the contribution id validators show = sha256(bundle digest + hotkey); bundle digest "
+                 f"{self.digest} is the content alone)",
                  f"  hotkey {self.hotkey} (uid {self.uid}, netuid {self.netuid})",
                  f"  url    {self.url}"]
         if self.archive:
@@ -310,6 +312,8 @@ def _load(bundle_dir: str | os.PathLike[str]) -> Any:
     try:
         return load_bundle(bundle_dir)
     except BundleError as exc:
+        if exc.rule == "not-found":  # a mistyped path is a usage error (exit 2), as in every verb
+            raise SubmitError("usage", str(exc)) from exc
         reason = "manifest" if exc.rule.startswith("manifest") else "bundle"
         raise SubmitError(reason, f"{bundle_dir}: {exc}") from exc
 

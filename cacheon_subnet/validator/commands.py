@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -74,7 +75,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="wallet hotkey name; on --chain local it is the hotkey itself")
     p.add_argument("--wallet.path", dest="wallet_path", default=None)
     p.add_argument("--chain", choices=("local", "bittensor"), default="bittensor")
-    p.add_argument("--local-chain", dest="local_chain", help="LocalChain SQLite file (--chain local)")
+    p.add_argument("--local-chain", dest="local_chain", default=os.environ.get("CACHEON_LOCAL_CHAIN"),
+                   help="LocalChain SQLite file (--chain local; env CACHEON_LOCAL_CHAIN)")
     p.add_argument("--state-dir", dest="state_dir", default=DEFAULT_STATE_DIR)
     p.add_argument("--arena", default="cpu", help='"cpu" or configs/arena/<name>.toml')
     p.add_argument("--screen-device", dest="screen_device", default="cpu")
@@ -86,6 +88,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="serve Prometheus metrics on PORT (off by default; see docs/observability.md)")
     p.add_argument("--metrics-addr", dest="metrics_addr", default="127.0.0.1",
                    help="address the metrics endpoint binds (default 127.0.0.1)")
+    p.add_argument("--verify-max-cases", dest="verify_max_cases", type=int, default=None,
+                   help="screen with at most N shapes per dtype (a quick local trial; default: all)")
     p.add_argument("--leaderboard", metavar="HOST:PORT", default=None,
                    help="serve the read-only leaderboard page and JSON API on HOST:PORT and announce it on "
                         "chain as this hotkey's axon (off by default)")
@@ -109,7 +113,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         hotkey = backend.hotkey
     qualifier = load_qualifier(args.arena)
     config = ValidatorConfig(netuid=args.netuid, hotkey=hotkey, state_dir=Path(args.state_dir),
-                             interval_s=args.interval, screen_device=args.screen_device)
+                             interval_s=args.interval, screen_device=args.screen_device,
+                             verify_max_cases=getattr(args, "verify_max_cases", None))
     validator = Validator(config, backend, qualifier, screener=_screener(args.arena, config))
     board = None
     if getattr(args, "metrics_port", None) is not None:

@@ -44,6 +44,7 @@ from cacheon_subnet.validator.publish import Publisher, PublishPolicy
 from cacheon_subnet.validator.qualify import Qualifier
 from cacheon_subnet.validator.screen import Screener, VerifyScreener, static_screen
 from cacheon_subnet.validator.state import Contribution, StateDB, acquire_run_lock
+from cacheon_subnet.validator.words import VERDICT_WORDS
 
 Fetcher = Callable[[str, str, Path, FetchPolicy, aiohttp.ClientSession], Awaitable[Path]]
 
@@ -421,7 +422,8 @@ class Validator:
         rows = con.execute("SELECT target, verdict, reason FROM evidence WHERE contribution_id=? AND id IN"
                            " (SELECT MAX(id) FROM evidence WHERE contribution_id=? GROUP BY target)",
                            (c.id, c.id)).fetchall()
-        text = "; ".join(f"{r['target']} {r['verdict']}: {r['reason']}" for r in rows)[:2000]
+        text = "; ".join(f"{r['target']} {VERDICT_WORDS.get(r['verdict'], r['verdict'])}: {r['reason']}"
+                         for r in rows)[:2000]
         if rows and all(r["verdict"] == "FAIL" for r in rows):
             self.db.move(con, c.id, "failed", "qualify: " + text, todo=())
         else:

@@ -15,12 +15,13 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from cacheon_subnet import sandbox
+from cacheon_subnet import progress, sandbox
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.scoring.settle import Crown
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.validator.cpu_case import CaseTimer
 from cacheon_subnet.validator.host_timing import TimingFailure
+from cacheon_subnet.validator.words import speed_words
 from cacheon_subnet.verify import wire
 from cacheon_subnet.verify.client import (
     WorkerClient,
@@ -100,7 +101,7 @@ class CpuQualifier:
             reply, _ = cand.request(load, None, self.call_timeout_s)
             if not reply["results"][op.key]["ok"]:
                 return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, f"import failed: {reply['results'][op.key]['reason']}")
-            for case in cases:
+            for case in progress.bar(cases, desc=f"{self.label} {op.key}", unit="shape"):
                 row = CaseTimer(self, spec, op, case, dtype, base, cand).run()
                 ratios.append(row["speedup"])
                 noises.append(row["noise"])
@@ -122,7 +123,7 @@ class CpuQualifier:
             return self._result(op, "NO_DECISION", True, vs_incumbent, vs_stock, noise,
                                 f"too noisy: {noise:.3%} > {self.max_noise:.0%}", rows)
         return self._result(op, "PASS", True, vs_incumbent, vs_stock, noise,
-                            f"{vs_stock:.3f}x vs fp32 reference over {len(rows)} shapes, host clock, "
+                            f"{speed_words(vs_stock, 'the fp32 reference')} ({vs_stock:.3f}x) over {len(rows)} shapes, host clock, "
                             f"every timed output checked (noise {noise:.2%})", rows)
 
     def pick_cases(self, spec, op: OpEntry, dtype: str) -> list:

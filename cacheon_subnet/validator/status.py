@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cacheon_subnet.validator.state import STATES, StateDB
+from cacheon_subnet.validator.words import ID_NOTE, baseline_name, block, evidence_words, fractions, speed_words
 
 
 def _short(cid: str | None) -> str:
@@ -78,14 +79,14 @@ def health(report: dict[str, Any], max_pass_age_min: float = DEFAULT_MAX_PASS_AG
         out.append(f"no completed pass for {(now - at) / 60:.0f} min (limit {max_pass_age_min:g} min)")
     if report.get("last_pass_ok") is False:
         problems = "; ".join(report.get("last_pass_problems") or []) or "see the log"
-        out.append(f"last pass failed: {problems}"[:400])
+        out.append(f"last pass failed: {problems}")
     blocked = report.get("weights_blocked")
     if blocked:
         out.append(f"set_weights refused (definitive, not retried until block "
-                   f"{blocked['block']} + hold): {blocked['reason']}: {blocked['detail'][:200]}")
+                   f"{blocked['block']} + hold): {blocked['reason']}: {blocked['detail']}")
     w = report.get("weights")
     if w is not None and w["state"] == "failed" and not blocked:
-        out.append(f"set_weights failing: weights #{w['id']} {w['reason'][:200]}")
+        out.append(f"set_weights failing: weights #{w['id']} {w['reason']}")
     n = report.get("chain_failures_consecutive") or 0
     if n >= CHAIN_FAILURES_UNHEALTHY:
         err = report.get("last_chain_error") or {}
@@ -106,21 +107,24 @@ def render(report: dict[str, Any]) -> str:
            f"last sync: block {report['last_sync_block']} ({_ago(report['last_sync_at'])})",
            f"last pass: {_ago(report.get('last_pass_at'))}"
            + ("" if report.get("last_pass_ok") is not False else
-              "  FAILED: " + "; ".join(report.get("last_pass_problems") or [])[:200]), "",
+              "  FAILED: " + "; ".join(report.get("last_pass_problems") or [])), "",
            "queue: " + "  ".join(f"{s} {report['counts'][s]}" for s in STATES), ""]
     out.append(f"contributions ({len(report['contributions'])}):")
+    out += block("  ", f"({ID_NOTE})")
     for c in report["contributions"]:
-        out.append(f"  {_short(c['id']):14} {c['hotkey'][:16]:16} block {c['commit_block']:<8} "
-                   f"{c['state']:11} {c['reason'][:110]}")
+        head = (f"  {_short(c['id']):14} {c['hotkey'][:16]:16} block {c['commit_block']:<8} "
+                f"{c['state']:11} ")
+        out += block(head, c["reason"])
         for e in c["evidence"]:
-            settled = f"settled: {e['outcome']}" if e["settled"] else "unsettled"
-            out.append(f"      {e['target']:24} {e['verdict']:11} x{e['speedup']:.4f} "
-                       f"(vs stock x{e['speedup_vs_stock']:.4f}, noise {e['noise']:.2%}) {e['label']} "
-                       f"@{e['evaluated_block']}  {settled}")
+            pre = f"      {e['target']:24} "
+            text = (f"{evidence_words(e)} (x{e['speedup']:.4f} vs the current crown holder, "
+                    f"noise {e['noise']:.2%}, {e['label']} @{e['evaluated_block']})")
+            out += block(pre, text)
     out += ["", f"crowns ({len(report['crowns'])}):"]
     for c in report["crowns"] or []:
+        speed = speed_words(c["speedup_vs_stock"], baseline_name(c["arena_id"]))
         out.append(f"  {c['target']:26} {c['hotkey'][:16]:16} {_short(c['contribution_id']):14} "
-                   f"x{c['speedup_vs_stock']:.4f} vs stock  crowned @{c['crowned_block']} ({c['arena_id']})")
+                   f"{speed}  crowned @{c['crowned_block']} ({c['arena_id']})")
     if not report["crowns"]:
         out.append("  none: every target's share burns to the owner")
     w = report["weights"]
@@ -128,10 +132,10 @@ def render(report: dict[str, Any]) -> str:
     if w is None:
         out.append("  never published")
     else:
-        pairs = ", ".join(f"{u}:{v}" for u, v in zip(w["uids"], w["vals"]))
+        pairs = ", ".join(f"uid {u}: {f:.3f}" for u, f in zip(w["uids"], fractions(w["vals"])))
         out.append(f"  #{w['id']} {w['state']} at block {w['block'] if w['block'] is not None else '-'} "
                    f"(version key {w['version_key']}, attempts {w['attempts']}): {w['reason']}")
-        out.append(f"  u16 {pairs}")
+        out.append(f"  fractions {pairs}")
     if report.get("weights_blocked"):
         b = report["weights_blocked"]
         out.append(f"  BLOCKED: refused at block {b['block']} ({b['reason']}): not sent again until the hold "
@@ -140,5 +144,5 @@ def render(report: dict[str, Any]) -> str:
     out += ["", f"chain errors: {report['chain_errors']} (consecutive failing passes: "
             f"{report.get('chain_failures_consecutive', 0)})"]
     if err:
-        out.append(f"  last: {err['op']} {err['error_type']}: {err['message'][:200]} ({_ago(err['at'])})")
+        out += block("  last: ", f"{err['op']} {err['error_type']} ({_ago(err['at'])}): {err['message']}")
     return "\n".join(out)

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from cacheon_subnet import progress
 from cacheon_subnet.bundle import OpEntry
 from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_name, dtype_of
 from cacheon_subnet.tensor_views import rebase
@@ -46,12 +47,13 @@ class OpTrials:
                 self.left[(t.case, t.dtype)] = self.left.get((t.case, t.dtype), 0) + 1
 
     def run(self) -> Failure | None:
-        for t in self.plan:
-            case = self.cases[t.case]
-            self.run_._stage = f"{t.kind} {t.dtype} {case.label}"
-            f = getattr(self, f"_{t.kind}")(t, case, dtype_of(t.dtype))
-            if f:
-                return f
+        with progress.bar(self.plan, desc=f"verify {self.op.key}", unit="trial") as trials:
+            for t in trials:
+                case = self.cases[t.case]
+                self.run_._stage = f"{t.kind} {t.dtype} {case.label}"
+                f = getattr(self, f"_{t.kind}")(t, case, dtype_of(t.dtype))
+                if f:
+                    return f
         return None
 
     def _where(self, f: Failure, stage: str, t: Trial, case: ShapeCase) -> Failure:

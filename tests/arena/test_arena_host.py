@@ -106,3 +106,13 @@ def test_only_engines_without_contribution_code_warm_the_operators_cache(tmp_pat
     assert (seed / "k" / "new.bin").read_bytes() == b"compiled"
     assert (seed / "k" / "old.bin").read_bytes() == b"original"  # never overwritten
     assert not (seed / "k" / "link").exists()  # links are not copied
+
+
+def test_timed_steps_tick_a_progress_bar(tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("CACHEON_PROGRESS", "1")  # forced: pytest's stderr is no terminal
+    steps = [{"op": "generate", "tag": f"g{i}", "prompts": {"seed": i, "n": 1, "len": 4, "low": 10, "high": 500},
+              "max_new_tokens": 2, "top_k": 0} for i in range(2)]
+    run = run_engine(EngineSpec("p", job("FakeEngine", steps), timeout_s=120), tmp_path)
+    assert run.error is None
+    err = capfd.readouterr().err
+    assert "arena steps" in err and "0/2" in err and "1/2" in err  # ticks per step record (bar clears on close)

@@ -117,7 +117,9 @@ def test_sglang_absent_exit_2() -> None:
     proc = subprocess.run([sys.executable, "-m", "cacheon_subnet.cli", "compat"], capture_output=True, text=True,
                           cwd=fake_sglang.REPO, timeout=120)
     assert proc.returncode == 2
-    assert f"pinned {SGLANG_PIN}, found unknown -- DIFFERS from pin" in proc.stdout
+    # absent is said as absent, not as a version that "differs" (issue 18)
+    assert f"pinned {SGLANG_PIN}, SGLang not installed here" in proc.stdout
+    assert "SGLang NOT INSTALLED" in proc.stdout and "DIFFERS" not in proc.stdout and "unknown" not in proc.stdout
     assert proc.stdout.count("SKIP") >= len(SEAM_ADAPTERS)
 
 

@@ -55,7 +55,7 @@ def test_status_text_is_readable(ran, capsys):
     assert cli_main(["status", "--state-dir", str(ran / "state")]) == 0
     text = capsys.readouterr().out
     for needle in ("queue:", "qualified 1", "crowns (1):", "norm.rmsnorm", "verified at block",
-                   "version key 29", "settled: crowned", "malformed commitment", "chain errors: 0"):
+                   "version key 29", "verified, crowned", "malformed commitment", "chain errors: 0"):
         assert needle in text, needle
 
 

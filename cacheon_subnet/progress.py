@@ -1,0 +1,41 @@
+"""Progress bars (tqdm) for the long steps: verify trials, CPU timing, arena windows, bench cases.
+
+Always on stderr, so stdout stays for results and JSON. Shown only when stderr is a terminal,
+never with `cacheon --quiet` (or CACHEON_PROGRESS=0); CACHEON_PROGRESS=1 forces them (tests, logs).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Iterable, TypeVar
+
+T = TypeVar("T")
+ENV = "CACHEON_PROGRESS"
+_quiet = False
+
+
+def set_quiet(quiet: bool) -> None:
+    """`--quiet`: no bars in this process (and, through the environment, in its children)."""
+    global _quiet
+    _quiet = bool(quiet)
+    if quiet:
+        os.environ[ENV] = "0"
+
+
+def enabled() -> bool:
+    forced = os.environ.get(ENV)
+    if _quiet or forced == "0":
+        return False
+    if forced == "1":
+        return True
+    return sys.stderr.isatty()
+
+
+def bar(iterable: Iterable[T] | None = None, *, desc: str, total: int | None = None, unit: str = "it",
+        leave: bool = False) -> Any:
+    """A tqdm bar on stderr (a no-op object when disabled); use as an iterable or call .update()."""
+    from tqdm import tqdm
+
+    return tqdm(iterable, desc=desc, total=total, unit=unit, leave=leave, file=sys.stderr,
+                disable=not enabled(), dynamic_ncols=True, mininterval=0.5)

@@ -1,0 +1,77 @@
+"""Plain words for verdicts, speeds and ids, shared by `cacheon status` and `cacheon demo`.
+
+`PASS 0.001x` reads as a pass; "verified, 1000x slower than the fp32 reference" does not. One
+name per hash: the *contribution id* (what validators key on) is shown everywhere; the bundle
+digest (content only) is explained once, in ID_NOTE.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+ID_NOTE = ("contribution id = sha256(bundle digest + hotkey), what validators key verdicts and crowns on; "
+           "the bundle digest (`cacheon digest`) hashes the content alone, so a copy has the same digest "
+           "but a different contribution id")
+SAME_SPEED = 0.005  # |ratio - 1| below this reads "as fast as"
+
+OUTCOME_WORDS = {
+    "crowned": "crowned",
+    "below_bar": "below the bar (not faster by the required margin)",
+    "failed": "failed",
+    "no_decision": "no decision yet (too noisy to judge; retried, never charged to the miner)",
+    "beaten_by_earlier": "beaten by an earlier commit",
+    "superseded": "superseded by the miner's newer commit",
+}
+VERDICT_WORDS = {"PASS": "verified", "FAIL": "failed", "NO_DECISION": "undecided"}
+
+
+def baseline_name(label: str | None) -> str:
+    """What a speed ratio is against: the CPU arena times the fp32 reference, GPU arenas stock SGLang."""
+    return "the fp32 reference" if (label or "").startswith("cpu") else "stock SGLang"
+
+
+def _times(x: float) -> str:
+    return f"{x:.0f}x" if x >= 10 else f"{x:.2f}x"
+
+
+def speed_words(ratio: float | None, baseline: str = "stock") -> str:
+    """1.23 -> "1.23x faster than stock"; 0.001 -> "1000x slower than stock"."""
+    if ratio is None or ratio <= 0:
+        return "not timed"
+    if abs(ratio - 1.0) < SAME_SPEED:
+        return f"as fast as {baseline} (within {SAME_SPEED:.1%})"
+    if ratio > 1:
+        return f"{_times(ratio)} faster than {baseline}"
+    return f"{_times(1.0 / ratio)} slower than {baseline}"
+
+
+def evidence_words(e: dict) -> str:
+    """One evidence row: verdict and settled outcome in words, then the speed against its baseline."""
+    verdict = VERDICT_WORDS.get(e.get("verdict") or "", e.get("verdict") or "?")
+    outcome = e.get("outcome")
+    settled = OUTCOME_WORDS.get(outcome, outcome) if outcome else "not settled yet"
+    text = verdict if outcome == "failed" else f"{verdict}, {settled}"
+    if e.get("verdict") == "PASS":
+        text += f": {speed_words(e.get('speedup_vs_stock'), baseline_name(e.get('label')))}"
+    return text
+
+
+def wrap(text: str, indent: int, width: int = 120) -> list[str]:
+    """Every word of text (never cut), wrapped to `width` columns: the first line is meant to follow
+    a head `indent` columns wide, the rest carry that indent themselves."""
+    pad = " " * indent
+    lines = textwrap.wrap(text or "", width=max(indent + 40, width), initial_indent=pad, subsequent_indent=pad,
+                          break_long_words=True, break_on_hyphens=False)
+    return [lines[0][indent:], *lines[1:]] if lines else [""]
+
+
+def fractions(vals: list[int] | list[float]) -> list[float]:
+    """u16 weights (max-upscaled) as fractions of their sum."""
+    total = float(sum(vals)) or 1.0
+    return [float(v) / total for v in vals]
+
+
+def block(head: str, text: str, width: int = 120) -> list[str]:
+    """head + text wrapped under it (continuation lines aligned after head)."""
+    first, *rest = wrap(text, len(head), width)
+    return [head + first, *rest]
