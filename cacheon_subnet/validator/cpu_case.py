@@ -54,6 +54,19 @@ def paired_figures(bs: list[float], b2s: list[float], cs: list[float]) -> tuple[
     return math.exp(center), math.expm1(max(spread, drift))
 
 
+def off_cpu_failure(off_cpu: dict[str, float], max_off_cpu: float, busy: float) -> TimingFailure | None:
+    """Wall/CPU of each side's counted batches. A candidate far more off its CPU clock than the
+    baseline did work the charge cannot see (FAIL) -- unless the clean baseline itself waited that
+    much (a contended box: NO_DECISION, side "box")."""
+    if off_cpu["candidate"] <= max_off_cpu * off_cpu["baseline"] + 0.25:
+        return None
+    if off_cpu["baseline"] > busy:
+        return TimingFailure(f"box too busy to judge off-CPU time: the baseline spent {off_cpu['baseline']:.2f}x "
+                             f"its CPU time in wall time, the candidate {off_cpu['candidate']:.2f}x", "box")
+    return TimingFailure(f"candidate spent {off_cpu['candidate']:.2f}x its CPU time in wall time, the baseline "
+                         f"{off_cpu['baseline']:.2f}x: work done off its CPU clock (outside its process?)")
+
+
 class CaseTimer:
     def __init__(self, q: Any, spec: SlotSpec, op: Any, case: ShapeCase, dtype: str,
                  base: WorkerClient, cand: WorkerClient) -> None:
@@ -155,9 +168,9 @@ class CaseTimer:
         if leak > FROZEN_CPU_SLACK_NS:
             raise TimingFailure(f"a side used {leak / 1e6:.2f} ms CPU while frozen after the last batch")
         off_cpu = {k: self.wall_ns[k] / max(1, self.cpu_ns[k]) for k in self.wall_ns}
-        if off_cpu["candidate"] > q.max_off_cpu * off_cpu["baseline"] + 0.25:
-            raise TimingFailure(f"candidate spent {off_cpu['candidate']:.2f}x its CPU time in wall time, the baseline "
-                                f"{off_cpu['baseline']:.2f}x: work done off its CPU clock (outside its process?)")
+        failure = off_cpu_failure(off_cpu, q.max_off_cpu, q.busy_off_cpu)
+        if failure is not None:
+            raise failure
         sb, sb2, sc = _stats(bs), _stats(b2s), _stats(cs)
         mb = (sb["median_us"] + sb2["median_us"]) / 2
         speedup, noise = paired_figures(bs, b2s, cs)

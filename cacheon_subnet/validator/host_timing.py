@@ -50,7 +50,7 @@ class TimingFailure(Exception):
     def __init__(self, reason: str, side: str = "candidate") -> None:
         super().__init__(reason)
         self.reason = reason
-        self.side = side  # "baseline": the validator's own side broke (no verdict on the miner)
+        self.side = side  # "baseline": the validator's own side broke; "box": contended (no verdict on the miner)
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,7 @@ class CpuQualifier:
     arena_bytes: int = 64 << 20  # shared memory per side (caps K)
     max_calls: int = 16
     max_off_cpu: float = 2.0  # C's wall/CPU may exceed B's by this factor (+0.25) before it fails
+    busy_off_cpu: float = 1.5  # ... unless B's own wall/CPU is above this: a busy box, NO_DECISION
     noise_floor: float = 0.01  # CPU timing is never trusted below 1 %: bar >= 1 + 2 % at k = 2
     call_timeout_s: float = 300.0
     label: str = "cpu-timing"
@@ -107,8 +108,8 @@ class CpuQualifier:
                 noises.append(row["noise"])
                 rows.append(row)
         except TimingFailure as e:
-            if e.side == "baseline":  # the validator's own side broke: not the miner's verdict
-                return self._result(op, "NO_DECISION", True, 1.0, 1.0, 0.0, f"baseline: {e.reason}", rows)
+            if e.side in ("baseline", "box"):  # the validator's own side or the box: not the miner's verdict
+                return self._result(op, "NO_DECISION", True, 1.0, 1.0, 0.0, f"{e.side}: {e.reason}", rows)
             return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, e.reason, rows)
         except (WorkerTimeout, WorkerDied, TimeoutError, EOFError, OSError, wire.WireError) as e:
             return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, f"worker: {type(e).__name__}: {e}", rows)

@@ -50,3 +50,13 @@ def test_jitter_is_the_band():
 def test_mismatched_series_refused():
     with pytest.raises(ValueError, match="need n B"):
         paired_figures([1.0, 2.0], [1.0, 2.0], [1.0, 1.0, 1.0])
+
+
+def test_off_cpu_work_fails_on_a_quiet_box_and_is_undecided_on_a_busy_one():
+    from cacheon_subnet.validator.cpu_case import off_cpu_failure
+
+    assert off_cpu_failure({"baseline": 1.05, "candidate": 1.3}, 2.0, 1.5) is None
+    quiet = off_cpu_failure({"baseline": 1.05, "candidate": 3.0}, 2.0, 1.5)
+    assert quiet is not None and quiet.side == "candidate" and "off its CPU clock" in quiet.reason
+    busy = off_cpu_failure({"baseline": 4.63, "candidate": 10.04}, 2.0, 1.5)
+    assert busy is not None and busy.side == "box" and "too busy" in busy.reason
