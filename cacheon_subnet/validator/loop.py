@@ -26,6 +26,7 @@ from cacheon_subnet.scoring.settle import VERDICTS, Crown, ScoringError, SpeedPo
 from cacheon_subnet.scoring.weights import WeightPolicy
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.chainguard import ChainDown, GuardedChain
+from cacheon_subnet.validator.copies import settle_copy
 from cacheon_subnet.validator.fetch import FetchError, FetchPolicy, clear_partials, fetch_bundle, load_cached
 from cacheon_subnet.validator.intake import IntakePolicy, intake
 from cacheon_subnet.validator.publish import Publisher, PublishPolicy
@@ -263,7 +264,15 @@ class Validator:
                 continue
             result = static_screen(bundle)
             if result.passed:
-                self.db.transition(c.id, "screened", "static screen clean")
+                with self.db.tx() as con:  # a copy of a judged contribution costs no verify or GPU time
+                    copy = settle_copy(self.db, con, c, bundle)
+                    if copy is None or copy.contribution_id != c.id:
+                        self.db.move(con, c.id, "screened", "static screen clean")
+                if copy is not None:
+                    self.log.info("screen.copy", contribution=copy.contribution_id, outcome=copy.outcome,
+                                  reason=copy.reason[:300])
+                if copy is not None and copy.contribution_id == c.id:
+                    continue
                 self._moved("screened")
                 self.log.info("screen.ok", contribution=c.id, ops=result.detail.get("ops"))
             else:
