@@ -83,6 +83,9 @@ class EngineSpec:
     ranks: tuple[int, ...] = ()  # scheduler ranks that answer the host's RPCs (engines with a candidate)
     # outputs_ready record -> the quality sample to request ({"sample": {tag: [keys]}}), chosen now
     choose_sample: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # after each gate step (the last window of a cycle): the records so far -> go on (True) or
+    # stop (False); arena/sequential.py through arena/run.py. Any exception in it means go on.
+    gate: Callable[[tuple[dict[str, Any], ...]], bool] | None = None
     seed_caches: Mapping[str, str] = field(default_factory=dict)  # env key -> operator cache to copy
     ro_paths: tuple[str, ...] = ()  # the checkpoint dir, the sealed engine tree (sandbox view)
     rw_paths: tuple[str, ...] = ()  # the receipts / answers dir the scheduler ranks write
@@ -188,9 +191,11 @@ class _Reader(threading.Thread):
     """Drains the record pipe: validate, persist (fsync), answer the sample request."""
 
     def __init__(self, fd: int, stream: RecordStream, log_path: Path, job_w: int | None,
-                 choose: Callable[[dict[str, Any]], dict[str, Any]] | None) -> None:
+                 choose: Callable[[dict[str, Any]], dict[str, Any]] | None,
+                 gate: Callable[[tuple[dict[str, Any], ...]], bool] | None = None) -> None:
         super().__init__(daemon=True, name="arena-records")
-        self.fd, self.stream, self.job_w, self.choose = fd, stream, job_w, choose
+        self.fd, self.stream, self.job_w, self.choose, self.gate = fd, stream, job_w, choose, gate
+        self.gates = {s["tag"]: s["gate_nonce"] for s in stream.job["steps"] if s.get("gate_nonce")}
         self.log = open(log_path, "xb")  # created here, before the engine runs
         self.written = bytearray()
         self.started = threading.Event()
@@ -223,6 +228,18 @@ class _Reader(threading.Thread):
         self.written += data
         if rec.get("op") == "started":
             self.started.set()
+        if rec.get("step") in self.gates and self.job_w is not None:
+            go = True
+            try:
+                go = bool(self.gate(tuple(self.stream.records))) if self.gate else True
+            except Exception as e:  # noqa: BLE001 - a bug in the test must never end a run early
+                log.warning("arena.gate.error", error=f"{type(e).__name__}: {e}"[:300])
+            if not go:
+                self.stream.stop()
+            try:
+                os.write(self.job_w, (json.dumps({"nonce": self.gates[rec["step"]], "go": go}) + "\n").encode())
+            except OSError:
+                pass
         if rec.get("op") == "outputs_ready" and self.job_w is not None:
             try:
                 req = self.choose(rec) if self.choose else {"sample": {}}
@@ -278,7 +295,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     baseline = gpu_memory_used_mib()
     job_r, job_w = os.pipe()
     rec_r, rec_w = os.pipe()
-    reader = _Reader(rec_r, stream, result, job_w, spec.choose_sample)
+    reader = _Reader(rec_r, stream, result, job_w, spec.choose_sample, spec.gate)
     t0 = time.monotonic()
     with open(log_path, "wb") as logf:
         try:
