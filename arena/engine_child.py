@@ -139,7 +139,8 @@ class Driver:
         else:
             from sglang.srt.entrypoints.engine import Engine as cls  # noqa: N813
         self.engine = cls(**kwargs)
-        self.emit({"op": "started", "s": round(time.perf_counter() - t, 2), "pid": os.getpid()})
+        self.emit({"op": "started", "s": round(time.perf_counter() - t, 2), "pid": os.getpid(),
+                   "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})  # which GPU(s) this arena owns
         if self.answers:
             snap = self.rpc("cacheon_clock", self.job["start_rpc"], "clock")
             self.emit({"op": "snapshot", "answers": {"start": _str_keys(snap)}})

@@ -109,12 +109,13 @@ def plugin_site(workdir: Path) -> str | None:
     return str(site)
 
 
-def gpu_memory_used_mib() -> list[int] | None:
-    """Memory in use per visible GPU (None where nvidia-smi is absent, e.g. CPU CI)."""
+def gpu_memory_used_mib(visible: str | None = None) -> list[int] | None:
+    """Memory in use per visible GPU (None where nvidia-smi is absent, e.g. CPU CI). visible: the
+    arena's own CUDA_VISIBLE_DEVICES (one arena per GPU shares the host process with others)."""
     if not shutil.which("nvidia-smi"):
         return None
     cmd = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    visible = (visible if visible is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "")).strip()
     if visible:  # only the GPUs this arena owns: a neighbour's engine on another GPU is not ours
         cmd.insert(1, "--id=" + visible)
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
@@ -292,7 +293,8 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
                                    ro_paths=ro, rw_paths=(*rw, *caches.values()),
                                    extra_env={"PYTHONPATH": pythonpath, **env, **caches})
     log_path = workdir / f"{spec.name}.log"
-    baseline = gpu_memory_used_mib()
+    visible = spec.env.get("CUDA_VISIBLE_DEVICES")
+    baseline = gpu_memory_used_mib(visible)
     job_r, job_w = os.pipe()
     rec_r, rec_w = os.pipe()
     reader = _Reader(rec_r, stream, result, job_w, spec.choose_sample, spec.gate)
@@ -340,7 +342,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
         same = False
     if not same and stream.forgery is None:
         stream.forgery = f"the host's record copy {result.name} was modified or removed by another process"
-    gpu_free = _wait_gpu_free(baseline, gpu_free_timeout_s)
+    gpu_free = _wait_gpu_free(baseline, gpu_free_timeout_s, visible)
     if may_warm_caches(spec):
         warm_seed_caches(caches, {**seeds, **spec.seed_caches})
     shutil.rmtree(scratch, ignore_errors=True)  # the engine's HOME/TMPDIR and caches; records and log stay
@@ -351,7 +353,8 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
                      stream.truncated)
 
 
-def _wait_gpu_free(baseline: list[int] | None, timeout_s: float, slack_mib: int = 1024) -> bool | None:
+def _wait_gpu_free(baseline: list[int] | None, timeout_s: float, visible: str | None = None,
+                   slack_mib: int = 1024) -> bool | None:
     """True once every GPU's used memory is back to what it was before the engine started (within
     slack): the engine's contexts and caches are really gone, whatever PIDs nvidia-smi shows in a
     container. False if not within timeout_s; None where it cannot be seen."""
@@ -359,7 +362,7 @@ def _wait_gpu_free(baseline: list[int] | None, timeout_s: float, slack_mib: int 
         return None
     deadline = time.monotonic() + timeout_s
     while True:
-        now = gpu_memory_used_mib()
+        now = gpu_memory_used_mib(visible)
         if now is None or all(n <= b + slack_mib for n, b in zip(now, baseline)):
             return True if now is not None else None
         if time.monotonic() > deadline:

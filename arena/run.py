@@ -61,6 +61,7 @@ class RunOptions:
     isolate_network: bool = True
     control: str | None = None  # "stock-as-candidate" | "handicap" (seams/controls.py; never a crown)
     handicap_us: float = 0.0  # the handicap control's spin per baseline call
+    devices: str | None = None  # CUDA_VISIBLE_DEVICES of every engine of this arena (one arena per GPU)
 
 
 # stock-as-candidate: stock vs stock through the candidate route -> the role bias (speed only).
@@ -178,6 +179,8 @@ class Qualification:
         and writes only its own scratch plus `rw` (its answers dir; the checkpoint dir for the
         pristine checkpoint step alone)."""
         left = self.cfg.limits.total_timeout_s - (time.monotonic() - self.t0)
+        if self.opts.devices is not None:
+            env = {**env, "CUDA_VISIBLE_DEVICES": self.opts.devices}
         ckpt = (job.get("checkpoint") or {}).get("dir")
         ro = tuple(p for p in (ckpt, env.get("CACHEON_ENGINE_TREE")) if p and p not in rw)
         run = run_engine(EngineSpec(name, job, env, timeout_s=max(30.0, left),
