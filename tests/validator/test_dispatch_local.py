@@ -150,3 +150,22 @@ def test_two_fake_gpus_run_two_real_arenas_each_on_its_own_device(tmp_path, monk
         seen[r.worker] = {s["visible_devices"] for s in starts}
         assert r.result.verdict in ("PASS", "FAIL", "NO_DECISION") and doc["evidence"]["ok"]
     assert seen == {"gpu 0": {"0"}, "gpu 1": {"1"}}  # every engine of an arena on its own GPU
+
+
+def test_validator_flags_build_the_pool_or_say_why_not():
+    from arena import qualifier_from_config
+
+    from cacheon_subnet.errors import UsageError
+    from cacheon_subnet.validator.commands import fan_out
+    from cacheon_subnet.validator.qualify import CpuQualifier
+
+    gpu = qualifier_from_config(REPO / "configs" / "arena" / "dense.toml", preflight=False)
+    pool = fan_out(gpu, "0,1,2+3", None)
+    assert isinstance(pool, LocalPool) and sorted(q.devices for q in pool._bound.values()) == ["0", "1", "2,3"]
+    assert pool.arena_id == gpu.arena_id and pool.head_to_head
+    pool.close()
+    assert fan_out(gpu, None, None) is gpu
+    for args, why in (((gpu, "0", "auto"), "exclude each other"), ((CpuQualifier(), "0", None), "GPU arena"),
+                      ((gpu, "a,b", None), "GPU indices"), ((gpu, None, "http://x"), "ray://")):
+        with pytest.raises(UsageError, match=why):
+            fan_out(*args)
