@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from validator_fakes import EXAMPLES, NETUID, VALIDATOR, FakeQualifier, FileServer, commit, fake_screener, make_archive, make_chain
 
+from ray_fakes import FakeEngineArena
+
 from cacheon_subnet.validator.dispatch import LocalPool, QualifyJob, job_key
 from cacheon_subnet.validator.loop import Validator, ValidatorConfig
 from cacheon_subnet.validator.state import StateDB
@@ -100,37 +102,12 @@ def test_a_job_submitted_twice_runs_once_and_a_bad_pool_is_refused():
         LocalPool(FakeQualifier(), ("0",))
 
 
-@dataclass(frozen=True)
-class FakeEngineArena:
-    """The real arena (host, driver, seams, verdicts) on the fake engine, bound to a device."""
-
-    root: Path
-    devices: str | None = None
-    arena_id: str = "fake-engine-arena"
-    label: str = "fake-engine"
-
-    def on_devices(self, d: str) -> "FakeEngineArena":
-        return replace(self, devices=d)
-
-    def qualify(self, bundle, op, incumbent):
-        sys.path.insert(0, str(REPO / "tests" / "arena"))
-        import arena_harness as h
-
-        from arena.qualifier import to_qualify_result
-        from arena.run import RunOptions, qualify
-
-        work = self.root / f"gpu{self.devices}-{bundle.digest[:8]}"
-        opts = RunOptions(workdir=work, checkpoint_root=self.root / "ckpt",
-                          engine_factory="tests.arena.fake_engine:FakeEngine", devices=self.devices)
-        return to_qualify_result(qualify(h.small_config(), bundle, op, opts), op, incumbent, self.arena_id, self.label)
-
-
 def test_two_fake_gpus_run_two_real_arenas_each_on_its_own_device(tmp_path, monkeypatch):
     sys.path.insert(0, str(REPO / "tests" / "arena"))
     import arena_harness as h
 
     h.runtime_env(tmp_path, monkeypatch)
-    pool = LocalPool(FakeEngineArena(tmp_path), ("0", "1"))
+    pool = LocalPool(FakeEngineArena(str(tmp_path)), ("0", "1"))
     jobs = []
     for salt in ("x", "y"):
         b = h.torch_bundle(salt)

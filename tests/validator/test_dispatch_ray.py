@@ -108,3 +108,37 @@ def test_a_worker_on_another_arena_is_refused(cluster, tmp_path):
     assert set(QualifyJob.__dataclass_fields__) == {"key", "contribution_id", "target", "files", "op", "incumbent",
                                                     "incumbent_files", "start_block"}
     assert json.dumps(sorted(QualifyJob.__dataclass_fields__))
+
+
+def test_the_real_arena_on_ray_survives_a_worker_killed_mid_verdict(cluster, tmp_path):
+    """The fake engine behind the real arena host on a Ray worker; the worker is SIGKILLed once
+    its resident engine has started; Ray re-runs the job, the verdict comes back once."""
+    import sys
+
+    sys.path.insert(0, str(HERE.parent / "arena"))
+    import arena_harness as h
+    import seam_harness
+    from ray_fakes import FakeEngineArena
+
+    runtime = seam_harness.write_runtime(tmp_path / "fake-sglang")
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    pool = _pool(FakeEngineArena(str(tmp_path / "arena"), str(runtime), marker_dir=str(markers)))
+    b = h.torch_bundle("ray")
+    pool.submit(QualifyJob(job_key("c", "norm.rmsnorm", 0, 0), "c", "norm.rmsnorm", dict(b.files), b.manifest.ops[0]))
+    got, killed, deadline = [], False, time.monotonic() + 400
+    while not got and time.monotonic() < deadline:
+        got = pool.poll()
+        first = next(iter(markers.glob("*-0")), None)
+        if first and not killed:
+            pid, work = first.read_text().split()
+            if (Path(work) / "resident.jsonl").exists():  # mid-verdict: the engine is running
+                os.kill(int(pid), signal.SIGKILL)
+                killed = True
+        time.sleep(0.2)
+    pool.close()
+    assert killed and len(got) == 1 and got[0].error is None, got
+    assert got[0].result.verdict in ("PASS", "FAIL", "NO_DECISION") and "result_json" in got[0].result.detail
+    assert len(list(markers.glob("*-*"))) == 2  # killed once, retried once
+    doc = json.loads(Path(got[0].result.detail["result_json"]).read_text())
+    assert doc["evidence"]["ok"] and doc["verdict"] == got[0].result.verdict
