@@ -57,3 +57,29 @@ def test_a_record_after_the_hosts_stop_is_forging():
     s2 = RecordStream(job)
     s2.feed(b'{"op":"generate","step":"a","nonce":"%s"}' % job["steps"][0]["gate_nonce"].encode())
     assert s2.forgery and "RPC nonce" in s2.forgery
+
+
+def test_the_driver_takes_a_go_stop_only_with_the_hosts_gate_nonce():
+    import io
+
+    from arena.engine_child import Driver
+    from seams.answers import ForgeryError
+
+    step = {"tag": "w004-B'", "gate": True, "gate_nonce": "n-123"}
+    for line, want in (('{"nonce": "n-123", "go": false}\n', False), ('{"nonce": "n-123", "go": true}\n', True)):
+        assert Driver({"steps": []}, -1, io.StringIO(line)).go(step) is want
+    for bad in ('{"nonce": "other", "go": false}\n', '{"go": false}\n', 'stop\n', '{"nonce": "n-123", "go": 0}\n'):
+        with pytest.raises(ForgeryError):
+            Driver({"steps": []}, -1, io.StringIO(bad)).go(step)
+    with pytest.raises(RuntimeError, match="closed the job pipe"):
+        Driver({"steps": []}, -1, io.StringIO("")).go(step)
+
+
+def test_gates_sit_after_every_cycle_but_the_last_and_only_when_asked():
+    from arena.jobs import resident_steps
+
+    cfg = h.small_config(cycles=3)
+    steps, windows = resident_steps(cfg, gates=True)
+    gated = [s["tag"] for s in steps if s.get("gate")]
+    assert gated == [f"w{i:03d}-B'" for i in (4, 8)]  # warm-up w000; cycles end at w004, w008, w012
+    assert not any(s.get("gate") for s in resident_steps(cfg)[0])

@@ -89,3 +89,29 @@ def test_migration_adds_the_column_to_a_schema_1_db(tmp_path):
     db = StateDB(d)
     assert db.schema_version() == SCHEMA_VERSION == 2
     assert db.contribution("x").norm_id is None  # old rows: no identity until screened
+
+
+def test_an_earlier_commit_screened_late_takes_the_claim_over(tmp_path):
+    """Out of order: the later commit was screened (and crowned) first; the earlier one's
+    screening makes the later one the copy, voids its unsettled evidence, moves its crown."""
+    from cacheon_subnet.bundle import bundle_from_files
+    from cacheon_subnet.validator.copies import settle_copy
+
+    man = (EXAMPLES / "norm.rmsnorm" / "manifest.toml").read_text()
+    early = bundle_from_files({"rmsnorm.py": SRC.encode(), "manifest.toml": man.encode()})
+    late = bundle_from_files({"fast.py": RENAMED.encode(),
+                              "manifest.toml": man.replace("rmsnorm:rmsnorm", "fast:rmsnorm").encode()})
+    db = StateDB(tmp_path / "s")
+    with db.tx() as con:
+        for cid, hk, block, d in (("late", "h2", 20, late.digest), ("early", "h1", 10, early.digest)):
+            db.insert(con, cid=cid, hotkey=hk, uid=None, commit_block=block, reveal_block=block, url="u", digest=d,
+                      state="fetched")
+        con.execute("INSERT INTO crowns VALUES ('norm.rmsnorm', 'h2', 'late', 20, 25, 1.2, 1.2, 'a', NULL, 0)")
+    with db.tx() as con:
+        assert settle_copy(db, con, db.contribution("late", con), late) is None  # nothing earlier yet
+    with db.tx() as con:
+        ev = settle_copy(db, con, db.contribution("early", con), early)
+    assert ev is not None and ev.contribution_id == "late" and ev.outcome == "swapped"
+    assert db.contribution("late").rule == "duplicate" and db.contribution("late").duplicate_of == "early"
+    assert db.con.execute("SELECT contribution_id FROM crowns").fetchone()[0] == "early"
+    assert db.contribution("early").state == "fetched"  # the loop moves it on to screened
