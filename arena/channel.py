@@ -35,6 +35,8 @@ def seal(job: dict[str, Any], answers: bool) -> dict[str, Any]:
         s = dict(s, nonce=nonce())
         if answers and s["op"] in ("generate", "route"):
             s["rpc"] = [nonce() for _ in range(2 if s["op"] == "generate" else 1)]
+        if s.get("gate"):  # the host's go/stop after this step must echo it (arena/sequential.py)
+            s["gate_nonce"] = nonce()
         steps.append(s)
     out = dict(job, steps=steps, lifecycle_nonces=[nonce() for _ in range(LIFECYCLE)], sample_nonce=nonce())
     if answers:
@@ -52,6 +54,7 @@ class RecordStream:
     forgery: str | None = None
     truncated: bool = False
     _step: int = 0
+    stopped_after: int | None = None  # the host told the driver to stop after this step (sequential test)
     _life: int = 0
     _seen: set[str] = field(default_factory=set)
     _ended: bool = False
@@ -60,8 +63,13 @@ class RecordStream:
         self._steps = {s["nonce"]: i for i, s in enumerate(self.job["steps"])}
         self._lifes = {n: i for i, n in enumerate(self.job["lifecycle_nonces"])}
         self._rpcs = {n for s in self.job["steps"] for n in s.get("rpc", [])} | {self.job.get("sample_nonce")}
+        self._rpcs |= {s["gate_nonce"] for s in self.job["steps"] if s.get("gate_nonce")}
         if self.job.get("start_rpc"):
             self._rpcs.add(self.job["start_rpc"])
+
+    def stop(self) -> None:
+        """The host stopped the run after the last accepted step: any later step record is forging."""
+        self.stopped_after = self._step - 1
 
     def _forged(self, why: str) -> None:
         if self.forgery is None:
@@ -99,6 +107,8 @@ class RecordStream:
             return f"nonce {n[:8]}… is an RPC nonce, not a record's"
         if n in self._steps:
             i = self._steps[n]
+            if self.stopped_after is not None and i > self.stopped_after:
+                return f"the record of step {i} after the host stopped the run at step {self.stopped_after}"
             if i != self._step:
                 return f"the record of step {i} arrived where step {self._step} was due (out of order)"
             step = self.job["steps"][i]

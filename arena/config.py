@@ -21,7 +21,9 @@ from cacheon_subnet.errors import CacheonError
 from cacheon_subnet.pins import SGLANG_KERNEL_PIN, SGLANG_PIN, TORCH_PIN
 from cacheon_subnet.slots.profiles import PROFILES, ModelProfile
 
-SCHEMA = "cacheon.arena/2"  # 2: [quality] grades a sample of the timed windows (no input_len/output_len/seed)
+# 2: [quality] grades a sample of the timed windows (no input_len/output_len/seed)
+# 3: [sequential] (an SPRT over per-cycle ratios may end the resident engine's cycles early)
+SCHEMA = "cacheon.arena/3"
 
 
 class ArenaConfigError(CacheonError):
@@ -108,6 +110,20 @@ class SpeedSection:
 
 
 @dataclass(frozen=True)
+class SequentialSection:
+    """Wald's SPRT over per-cycle log(C/B) (arena/sequential.py, docs/arena.md "Sequential stop"):
+    H0 no gain vs H1 a gain of alt_gain; the resident engine stops after the first cycle at which
+    it decides. Off: every verdict runs all its cycles."""
+
+    enabled: bool = False
+    alpha: float = 0.01  # false crown rate (PASS with no gain) the test is set for
+    beta: float = 0.05  # false FAIL rate at a gain of alt_gain
+    alt_gain: float = 0.01
+    sigma: float = 0.007  # assumed per-cycle SD of log(C/B); the observed SD is used when larger
+    min_cycles: int = 2
+
+
+@dataclass(frozen=True)
 class LimitsSection:
     engine_start_timeout_s: float = 300.0
     total_timeout_s: float = 1200.0
@@ -124,6 +140,7 @@ class ArenaConfig:
     quality: QualitySection
     speed: SpeedSection
     limits: LimitsSection
+    sequential: SequentialSection = field(default_factory=SequentialSection)
 
     @property
     def real(self) -> bool:
@@ -199,7 +216,8 @@ class ArenaConfig:
 
 
 _SECTIONS = {"model": ModelSection, "engine": EngineSection, "workload": WorkloadSection,
-             "quality": QualitySection, "speed": SpeedSection, "limits": LimitsSection}
+             "quality": QualitySection, "speed": SpeedSection, "limits": LimitsSection,
+             "sequential": SequentialSection}
 
 
 def _section(path: Path, name: str, cls: type, raw: Any) -> Any:
@@ -345,6 +363,13 @@ def _check(path: Path, cfg: ArenaConfig, raw_model: Mapping[str, Any] | None = N
     if cfg.engine.piecewise_cuda_graph and cfg.engine.cuda_graph:
         raise bad("[engine] piecewise_cuda_graph", "not supported in the arena yet: a route swap cannot rebuild "
                   "piecewise graphs, so prefill would keep the route captured at start (docs/arena.md)")
+    q2 = cfg.sequential
+    if not (0 < q2.alpha < 0.5 and 0 < q2.beta < 0.5 and 0 < q2.alt_gain < 1 and 0 < q2.sigma < 1):
+        raise bad("[sequential]", "0 < alpha < 0.5, 0 < beta < 0.5, 0 < alt_gain < 1, 0 < sigma < 1")
+    if not 1 <= q2.min_cycles <= w.cycles:
+        raise bad("[sequential] min_cycles", f"must be in 1..[workload] cycles ({w.cycles})")
+    if q2.enabled and q2.min_cycles < 2:
+        raise bad("[sequential] min_cycles", "at least 2 when enabled (the fixed verdict needs 2 cycles)")
     if s.metric not in SPEED_METRICS:
         raise bad("[speed] metric", " or ".join(SPEED_METRICS))
     if cfg.quality.policy:

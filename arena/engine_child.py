@@ -22,8 +22,11 @@ Steps:
    (driver-only) keeps its outputs for the host's after-the-fact quality sample
   {"op": "route", "route", "epoch", "tag", "nonce", "rpc": [n]}      -> Engine.collective_rpc
   {"op": "teacher", "tag", "nonce", "sequences": [{"key", "prompt", "cont"}], "top_k"}
-After the steps, if outputs were kept: record "outputs_ready", then one JSON line on fd J names
-the sample ({"sample": {tag: [keys]}}) and record "sample" returns exactly those sequences.
+A step with "gate" (the last window of a cycle, when the host runs the sequential test) is
+followed by one JSON line on fd J, {"nonce": <its gate nonce>, "go": bool}: on false the driver
+runs no further step. After the steps, if outputs were kept: record "outputs_ready", then one
+JSON line on fd J names the sample ({"sample": {tag: [keys]}}) and record "sample" returns
+exactly those sequences.
 """
 
 from __future__ import annotations
@@ -140,7 +143,8 @@ class Driver:
         else:
             from sglang.srt.entrypoints.engine import Engine as cls  # noqa: N813
         self.engine = cls(**kwargs)
-        self.emit({"op": "started", "s": round(time.perf_counter() - t, 2), "pid": os.getpid()})
+        self.emit({"op": "started", "s": round(time.perf_counter() - t, 2), "pid": os.getpid(),
+                   "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})  # which GPU(s) this arena owns
         if self.answers:
             snap = self.rpc("cacheon_clock", self.job["start_rpc"], "clock")
             self.emit({"op": "snapshot", "answers": {"start": _str_keys(snap)}})
@@ -230,6 +234,21 @@ class Driver:
         return {"op": "route", "route": step["route"], "epoch": step["epoch"], "s": time.perf_counter() - t,
                 "answers": {"route": _str_keys(ans)}}
 
+    def go(self, step: dict[str, Any]) -> bool:
+        """After a gate step: one line on the job pipe, the host's go/stop with the step's gate nonce."""
+        line = self.job_file.readline() if self.job_file else ""
+        if not line:
+            raise RuntimeError(f"the host closed the job pipe at gate {step.get('tag')}")
+        from seams.answers import ForgeryError
+
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            raise ForgeryError("the job pipe carried a line that is not the host's go/stop") from None
+        if not isinstance(msg, dict) or msg.get("nonce") != step.get("gate_nonce") or not isinstance(msg.get("go"), bool):
+            raise ForgeryError(f"a go/stop at gate {step.get('tag')} without the host's gate nonce")
+        return msg["go"]
+
     def sample(self) -> None:
         """The host names the sequences to grade only now, after every window has run."""
         self.emit({"op": "outputs_ready", "kept": {tag: len(v["outs"]) for tag, v in self.kept.items()}})
@@ -259,6 +278,8 @@ class Driver:
                 rec = getattr(self, step["op"])(step)
                 rec["step"] = step.get("tag", step["op"])
                 self.emit(rec, step["nonce"])
+                if step.get("gate") and not self.go(step):
+                    break  # the host's sequential test decided: no more windows
             if self.kept:
                 self.sample()
             self.emit({"op": "done"})

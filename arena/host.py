@@ -83,6 +83,9 @@ class EngineSpec:
     ranks: tuple[int, ...] = ()  # scheduler ranks that answer the host's RPCs (engines with a candidate)
     # outputs_ready record -> the quality sample to request ({"sample": {tag: [keys]}}), chosen now
     choose_sample: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # after each gate step (the last window of a cycle): the records so far -> go on (True) or
+    # stop (False); arena/sequential.py through arena/run.py. Any exception in it means go on.
+    gate: Callable[[tuple[dict[str, Any], ...]], bool] | None = None
     seed_caches: Mapping[str, str] = field(default_factory=dict)  # env key -> operator cache to copy
     ro_paths: tuple[str, ...] = ()  # the checkpoint dir, the sealed engine tree (sandbox view)
     rw_paths: tuple[str, ...] = ()  # the receipts / answers dir the scheduler ranks write
@@ -106,12 +109,13 @@ def plugin_site(workdir: Path) -> str | None:
     return str(site)
 
 
-def gpu_memory_used_mib() -> list[int] | None:
-    """Memory in use per visible GPU (None where nvidia-smi is absent, e.g. CPU CI)."""
+def gpu_memory_used_mib(visible: str | None = None) -> list[int] | None:
+    """Memory in use per visible GPU (None where nvidia-smi is absent, e.g. CPU CI). visible: the
+    arena's own CUDA_VISIBLE_DEVICES (one arena per GPU shares the host process with others)."""
     if not shutil.which("nvidia-smi"):
         return None
     cmd = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    visible = (visible if visible is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "")).strip()
     if visible:  # only the GPUs this arena owns: a neighbour's engine on another GPU is not ours
         cmd.insert(1, "--id=" + visible)
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
@@ -188,9 +192,11 @@ class _Reader(threading.Thread):
     """Drains the record pipe: validate, persist (fsync), answer the sample request."""
 
     def __init__(self, fd: int, stream: RecordStream, log_path: Path, job_w: int | None,
-                 choose: Callable[[dict[str, Any]], dict[str, Any]] | None) -> None:
+                 choose: Callable[[dict[str, Any]], dict[str, Any]] | None,
+                 gate: Callable[[tuple[dict[str, Any], ...]], bool] | None = None) -> None:
         super().__init__(daemon=True, name="arena-records")
-        self.fd, self.stream, self.job_w, self.choose = fd, stream, job_w, choose
+        self.fd, self.stream, self.job_w, self.choose, self.gate = fd, stream, job_w, choose, gate
+        self.gates = {s["tag"]: s["gate_nonce"] for s in stream.job["steps"] if s.get("gate_nonce")}
         self.log = open(log_path, "xb")  # created here, before the engine runs
         self.written = bytearray()
         self.started = threading.Event()
@@ -228,6 +234,18 @@ class _Reader(threading.Thread):
             self.bar.update(1)
         if rec.get("op") == "started":
             self.started.set()
+        if rec.get("step") in self.gates and self.job_w is not None:
+            go = True
+            try:
+                go = bool(self.gate(tuple(self.stream.records))) if self.gate else True
+            except Exception as e:  # noqa: BLE001 - a bug in the test must never end a run early
+                log.warning("arena.gate.error", error=f"{type(e).__name__}: {e}"[:300])
+            if not go:
+                self.stream.stop()
+            try:
+                os.write(self.job_w, (json.dumps({"nonce": self.gates[rec["step"]], "go": go}) + "\n").encode())
+            except OSError:
+                pass
         if rec.get("op") == "outputs_ready" and self.job_w is not None:
             try:
                 req = self.choose(rec) if self.choose else {"sample": {}}
@@ -280,10 +298,11 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
                                    ro_paths=ro, rw_paths=(*rw, *caches.values()),
                                    extra_env={"PYTHONPATH": pythonpath, **env, **caches})
     log_path = workdir / f"{spec.name}.log"
-    baseline = gpu_memory_used_mib()
+    visible = spec.env.get("CUDA_VISIBLE_DEVICES")
+    baseline = gpu_memory_used_mib(visible)
     job_r, job_w = os.pipe()
     rec_r, rec_w = os.pipe()
-    reader = _Reader(rec_r, stream, result, job_w, spec.choose_sample)
+    reader = _Reader(rec_r, stream, result, job_w, spec.choose_sample, spec.gate)
     t0 = time.monotonic()
     with open(log_path, "wb") as logf:
         try:
@@ -328,7 +347,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
         same = False
     if not same and stream.forgery is None:
         stream.forgery = f"the host's record copy {result.name} was modified or removed by another process"
-    gpu_free = _wait_gpu_free(baseline, gpu_free_timeout_s)
+    gpu_free = _wait_gpu_free(baseline, gpu_free_timeout_s, visible)
     if may_warm_caches(spec):
         warm_seed_caches(caches, {**seeds, **spec.seed_caches})
     shutil.rmtree(scratch, ignore_errors=True)  # the engine's HOME/TMPDIR and caches; records and log stay
@@ -339,7 +358,8 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
                      stream.truncated)
 
 
-def _wait_gpu_free(baseline: list[int] | None, timeout_s: float, slack_mib: int = 1024) -> bool | None:
+def _wait_gpu_free(baseline: list[int] | None, timeout_s: float, visible: str | None = None,
+                   slack_mib: int = 1024) -> bool | None:
     """True once every GPU's used memory is back to what it was before the engine started (within
     slack): the engine's contexts and caches are really gone, whatever PIDs nvidia-smi shows in a
     container. False if not within timeout_s; None where it cannot be seen."""
@@ -347,7 +367,7 @@ def _wait_gpu_free(baseline: list[int] | None, timeout_s: float, slack_mib: int 
         return None
     deadline = time.monotonic() + timeout_s
     while True:
-        now = gpu_memory_used_mib()
+        now = gpu_memory_used_mib(visible)
         if now is None or all(n <= b + slack_mib for n, b in zip(now, baseline)):
             return True if now is not None else None
         if time.monotonic() > deadline:

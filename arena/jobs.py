@@ -76,7 +76,7 @@ def mirror(windows: tuple[Window, ...]) -> dict[int, int]:
 
 
 def resident_steps(cfg: ArenaConfig, baseline: str = "stock", confirm: bool = False, candidate: str = "candidate",
-                   quality: bool = True) -> tuple[list[dict[str, Any]], tuple[Window, ...]]:
+                   quality: bool = True, gates: bool = False) -> tuple[list[dict[str, Any]], tuple[Window, ...]]:
     """Swap to the baseline (stock or the incumbent), warm-up, the B C C B′ cycles (swapping the
     route where it changes; `settle_windows` untimed windows after each swap).
 
@@ -87,7 +87,9 @@ def resident_steps(cfg: ArenaConfig, baseline: str = "stock", confirm: bool = Fa
     the sample from them after the fact). A C window runs the same prompts as its mirror
     baseline window (mirror()); otherwise prompts are fresh everywhere.
     confirm: the confirmation pass — its own cycle count, prompts never used before.
-    candidate/quality: the seam-overhead benchmark times "stock" against "pristine", ungraded."""
+    candidate/quality: the seam-overhead benchmark times "stock" against "pristine", ungraded.
+    gates: the last window of every cycle but the final one carries "gate" (driver-only, like
+    "keep"): the driver then waits for the host's go/stop (the sequential test, arena/sequential.py)."""
     w = cfg.workload
     cycles, salt = (cfg.speed.confirm_cycles, 104729) if confirm else (w.cycles, 0)
     windows = plan(cycles, w.warmup_windows, baseline, w.windows_per_role, candidate)
@@ -109,10 +111,17 @@ def resident_steps(cfg: ArenaConfig, baseline: str = "stock", confirm: bool = Fa
             for k in range(w.settle_windows):  # untimed: the first windows after a recapture dip
                 steps.append(gen(f"settle-{epoch}-{k}", w.seed + salt + 15485863 + 31 * epoch + k, False))
 
+    last = {}
+    for win in windows:
+        if win.cycle >= 0:
+            last[win.cycle] = win.index
+    gate_at = {i for c, i in last.items() if c != max(last)} if gates and last else set()
     for win in windows:
         to(win.route)
         seed = w.seed + salt + 7919 * (pair.get(win.index, win.index) + 1)
         steps.append(gen(window_tag(win), seed, quality and win.role != "warmup"))
+        if win.index in gate_at:
+            steps[-1]["gate"] = True
     return steps, windows
 
 

@@ -30,6 +30,7 @@ class GpuQualifier:
     config: ArenaConfig
     label: str = "gpu-arena"
     head_to_head: bool = True  # the validator hands over the incumbent's bundle (loop._incumbent_bundle)
+    devices: str | None = None  # CUDA_VISIBLE_DEVICES for this arena's engines (validator/dispatch.py: one per GPU)
 
     @property
     def arena_id(self) -> str:
@@ -38,7 +39,13 @@ class GpuQualifier:
     def options(self, bundle: Bundle, op: OpEntry) -> RunOptions:
         home = default_home()
         work = home / "arena" / self.arena_id / f"{bundle.digest[:16]}-{op.slot}-{op.variant}"
-        return RunOptions(workdir=work, checkpoint_root=home / "arena" / "checkpoints")
+        return RunOptions(workdir=work, checkpoint_root=home / "arena" / "checkpoints", devices=self.devices)
+
+    def on_devices(self, devices: str) -> GpuQualifier:
+        """The same arena bound to one GPU (or a TP group: "2,3") of this host."""
+        from dataclasses import replace
+
+        return replace(self, devices=devices)
 
     def qualify(self, bundle: Bundle, op: OpEntry, incumbent: Crown | None,
                 incumbent_bundle: Bundle | None = None) -> QualifyResult:

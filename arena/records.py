@@ -120,6 +120,7 @@ class ArenaResult:
     quality: QualityRecord | None = None
     confirm: TimedStage | None = None
     confirm_quality: QualityRecord | None = None
+    sequential: tuple[Mapping[str, Any], ...] = ()  # the SPRT's state after each gated cycle (arena/sequential.py)
     verdict: str | None = None
     reason: str | None = None
     finished: str | None = None
@@ -139,6 +140,8 @@ class ArenaResult:
                 doc.update(speed=r["speed"], speed_by_metric=r["speed_by_metric"], metric=self.metric)
         if self.role_bias is not None:
             doc["role_bias"] = self.role_bias
+        if self.sequential:
+            doc["sequential"] = [dict(s) for s in self.sequential]
         if self.quality is not None:
             doc["quality"] = self.quality.to_json()
         if self.confirm is not None:

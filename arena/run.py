@@ -15,6 +15,7 @@ from typing import Any
 
 from arena import calibrate, grading
 from arena import quality as q
+from arena import sequential as seq
 from arena.config import SPEED_METRICS, ArenaConfig
 from arena.evidence import check, leaks, receipts_from_answers
 from arena.host import EngineRun, EngineSpec, run_engine
@@ -60,6 +61,7 @@ class RunOptions:
     isolate_network: bool = True
     control: str | None = None  # "stock-as-candidate" | "handicap" (seams/controls.py; never a crown)
     handicap_us: float = 0.0  # the handicap control's spin per baseline call
+    devices: str | None = None  # CUDA_VISIBLE_DEVICES of every engine of this arena (one arena per GPU)
 
 
 # stock-as-candidate: stock vs stock through the candidate route -> the role bias (speed only).
@@ -129,6 +131,30 @@ class Qualification:
         self.samples: dict[str, tuple[tuple[str, str, int], ...]] = {}
         self.sampled: dict[str, dict[str, list[dict[str, Any]]]] = {}
         self._files: dict[str, list[dict[str, Any]]] = {}
+        self.stopped: tuple[str, seq.SprtState] | None = None  # the sequential test ended the cycles
+
+    @property
+    def sequential_on(self) -> bool:
+        """The SPRT gates the resident engine's cycles (not the role-bias control: it measures all)."""
+        return self.cfg.sequential.enabled and self.opts.control != "stock-as-candidate"
+
+    def _gate(self, windows: tuple[Window, ...]) -> Any:
+        """The host's go/stop after each cycle (arena/host.py calls it from the record reader)."""
+        policy, metric = seq.policy_of(self.cfg.sequential), self.cfg.speed.metric
+
+        def gate(records: tuple[dict[str, Any], ...]) -> bool:
+            by_tag = {r["step"]: r for r in records if "step" in r}
+            samples = [(w, float(by_tag[t][metric])) for w in windows if w.role != "warmup"
+                       and (t := window_tag(w)) in by_tag and by_tag[t].get(metric) is not None]
+            decision, state = seq.early_stop(samples, self.cfg.speed, policy)
+            self.result = replace(self.result, sequential=self.result.sequential + (
+                {**state.to_json(), "gated": decision},))
+            if decision == "CONTINUE":
+                return True
+            self.stopped = (decision, state)
+            return False
+
+        return gate
 
     def save(self) -> None:
         tmp = self.out.with_suffix(".tmp")
@@ -148,17 +174,19 @@ class Qualification:
         return self.result.to_json()
 
     def _engine(self, name: str, job: dict[str, Any], env: dict[str, str], ranks: tuple[int, ...] = (),
-                choose: Any = None, rw: tuple[str, ...] = ()) -> EngineRun:
+                choose: Any = None, rw: tuple[str, ...] = (), gate: Any = None) -> EngineRun:
         """One engine behind the sandbox wall: it sees the checkpoint and the sealed tree read-only
         and writes only its own scratch plus `rw` (its answers dir; the checkpoint dir for the
         pristine checkpoint step alone)."""
         left = self.cfg.limits.total_timeout_s - (time.monotonic() - self.t0)
+        if self.opts.devices is not None:
+            env = {**env, "CUDA_VISIBLE_DEVICES": self.opts.devices}
         ckpt = (job.get("checkpoint") or {}).get("dir")
         ro = tuple(p for p in (ckpt, env.get("CACHEON_ENGINE_TREE")) if p and p not in rw)
         run = run_engine(EngineSpec(name, job, env, timeout_s=max(30.0, left),
                                     start_timeout_s=self.cfg.limits.engine_start_timeout_s,
                                     isolate_network=self.opts.isolate_network, ranks=ranks, choose_sample=choose,
-                                    seed_caches=cache_env(), ro_paths=ro, rw_paths=rw),
+                                    seed_caches=cache_env(), ro_paths=ro, rw_paths=rw, gate=gate),
                          self.opts.workdir, self.cfg.limits.gpu_free_timeout_s)
         starts = tuple(r for r in run.records if r.get("op") in ("checkpoint", "started"))
         self.result = self.result.with_stage(StageRecord(
@@ -204,7 +232,7 @@ class Qualification:
         return None
 
     def _timed(self, name: str, steps: list[dict[str, Any]], windows: tuple[Window, ...], base: dict[str, Any],
-               env: dict[str, str]) -> tuple[EngineRun, TimedStage, list[dict[str, Any]]]:
+               env: dict[str, str], gate: Any = None) -> tuple[EngineRun, TimedStage, list[dict[str, Any]]]:
         """One engine with the candidate armed: its records, windows, evidence, leaks, receipts."""
         cfg, op = self.cfg, self.op
         receipts_dir = self.opts.workdir / f"receipts-{name}"
@@ -221,8 +249,11 @@ class Qualification:
             return grading.request(self.samples[name])
 
         run = self._engine(name, job, {**env, "CACHEON_RECEIPT_DIR": str(receipts_dir), "CACHEON_FORWARD_CLOCK": "1"},
-                           ranks, choose, rw=(str(receipts_dir),))
-        swaps = [(s["epoch"], s["route"]) for s in steps if s["op"] == "route"]
+                           ranks, choose, rw=(str(receipts_dir),), gate=gate)
+        ran = {r.get("step") for r in run.records}
+        stopped = run.records and any(s.get("gate") for s in steps) and self.stopped is not None
+        # a run the sequential test stopped early owes acks only for the swaps it reached
+        swaps = [(s["epoch"], s["route"]) for s in steps if s["op"] == "route" and (not stopped or s["tag"] in ran)]
         # verdict inputs come only from nonce-bound answers; the receipt files add only what no
         # answer can show (a receipt from a process role that must never load the candidate)
         files = read_receipts(receipts_dir)
@@ -286,7 +317,7 @@ class Qualification:
             if made.error:
                 return self.finish("NO_DECISION", f"the checkpoint step failed (infrastructure): {made.error}")
         graded = self.opts.control != "stock-as-candidate"  # the role-bias control has nothing to grade
-        steps, windows = resident_steps(cfg, self.baseline, quality=graded)
+        steps, windows = resident_steps(cfg, self.baseline, quality=graded, gates=self.sequential_on)
         setup: dict[str, Any] = {"baseline": (f"incumbent {self.incumbent[0].digest} ({self.incumbent[1].key})"
                                               if self.incumbent else "stock")}
         if spin_us := self.opts.handicap_us:
@@ -296,7 +327,8 @@ class Qualification:
         self.update(setup=setup)
 
         # evidence first: a kernel that never ran is never timed as a win
-        resident, stage, receipts = self._timed("resident", steps, windows, base, env)
+        resident, stage, receipts = self._timed("resident", steps, windows, base, env,
+                                                gate=self._gate(windows) if self.sequential_on else None)
         self.update(resident=stage, receipts=tuple(receipts))
         stop = self._outcome("resident", resident, receipts, stage)
         if stop:
@@ -305,6 +337,14 @@ class Qualification:
         self.update(resident=stage)
         speed = stage.speed
         assert speed is not None
+        if self.stopped and self.stopped[0] == "FAIL":
+            # decided: slower than a crown at the configured error rates. No teacher, no
+            # confirmation: a slower kernel is FAIL whatever its quality
+            state = self.stopped[1]
+            self.update(resident=replace(stage, speed=replace(speed, verdict="FAIL",
+                                                              reason=f"{state.reason}; {speed.reason}")))
+            return self.finish("FAIL", f"speed (sequential stop after {state.cycles} of {cfg.workload.cycles} "
+                                       f"cycles): {state.reason}; {speed.reason}")
         if not graded:
             # stock vs stock through the candidate route: the role bias. Same kernels in both
             # roles, so there is no quality to grade and no crown to confirm.

@@ -79,6 +79,10 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="LocalChain SQLite file (--chain local; env CACHEON_LOCAL_CHAIN)")
     p.add_argument("--state-dir", dest="state_dir", default=DEFAULT_STATE_DIR)
     p.add_argument("--arena", default="cpu", help='"cpu" or configs/arena/<name>.toml')
+    p.add_argument("--arena-gpus", dest="arena_gpus", default=None,
+                   help="GPUs of this host, one arena each: 0,1,2,3 (or TP groups 0+1,2+3); default: one arena")
+    p.add_argument("--arena-workers", dest="arena_workers", default=None,
+                   help="qualify on a Ray cluster: ray://HOST:PORT or auto (optional extra `ray`)")
     p.add_argument("--screen-device", dest="screen_device", default="cpu")
     p.add_argument("--interval", type=float, default=60.0, help="seconds between passes")
     p.add_argument("--once", action="store_true",
@@ -98,6 +102,31 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                         "is 0.0.0.0/::/a host name); 'none' serves without announcing")
 
 
+def fan_out(qualifier: Any, gpus: str | None, workers: str | None) -> Any:
+    """--arena-gpus: one arena per GPU of this host; --arena-workers: Ray workers (one GPU per job).
+    Either way the loop submits jobs and writes every result itself (validator/dispatch.py)."""
+    if gpus and workers:
+        raise UsageError("--arena-gpus and --arena-workers exclude each other (Ray assigns the GPUs of its workers)")
+    if (gpus or workers) and getattr(qualifier, "label", "") == "cpu-timing":
+        raise UsageError("--arena-gpus / --arena-workers need a GPU arena config (--arena configs/arena/<name>.toml)")
+    if gpus:
+        from cacheon_subnet.validator.dispatch import LocalPool
+
+        devices = tuple(g.strip().replace("+", ",") for g in gpus.split(",") if g.strip())
+        if not devices or not all(d.replace(",", "").isdigit() for d in devices):
+            raise UsageError(f"--arena-gpus {gpus!r}: expected GPU indices like 0,1,2,3 (TP groups as 0+1,2+3)")
+        return LocalPool(qualifier, devices)
+    if workers:
+        from cacheon_subnet.validator.ray_pool import RayPool, RayUnavailable
+
+        engine = getattr(getattr(qualifier, "config", None), "engine", None)
+        try:  # a TP arena asks Ray for tp_size GPUs per job
+            return RayPool(qualifier, workers, num_gpus=float(engine.tp_size) if engine else 1.0)
+        except (RayUnavailable, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+    return qualifier
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     from cacheon_subnet.chain import LocalChain, make_backend
     from cacheon_subnet.validator.loop import Validator, ValidatorConfig
@@ -111,7 +140,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         backend = make_backend("bittensor", network=args.subtensor_network, wallet_name=args.wallet_name,
                                wallet_hotkey=args.wallet_hotkey, wallet_path=args.wallet_path)
         hotkey = backend.hotkey
-    qualifier = load_qualifier(args.arena)
+    qualifier = fan_out(load_qualifier(args.arena), getattr(args, "arena_gpus", None),
+                        getattr(args, "arena_workers", None))
     config = ValidatorConfig(netuid=args.netuid, hotkey=hotkey, state_dir=Path(args.state_dir),
                              interval_s=args.interval, screen_device=args.screen_device,
                              verify_max_cases=getattr(args, "verify_max_cases", None))

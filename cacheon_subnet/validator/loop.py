@@ -30,6 +30,8 @@ from cacheon_subnet.scoring.settle import VERDICTS, Crown, ScoringError, SpeedPo
 from cacheon_subnet.scoring.weights import WeightPolicy
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.chainguard import ChainDown, GuardedChain
+from cacheon_subnet.validator.copies import settle_copy
+from cacheon_subnet.validator.dispatch import JobResult, QualifyJob, job_key
 from cacheon_subnet.validator.fetch import (
     FetchError,
     FetchPolicy,
@@ -336,7 +338,15 @@ class Validator:
                 continue
             result = static_screen(bundle)
             if result.passed:
-                self.db.transition(c.id, "screened", "static screen clean")
+                with self.db.tx() as con:  # a copy of a judged contribution costs no verify or GPU time
+                    copy = settle_copy(self.db, con, c, bundle)
+                    if copy is None or copy.contribution_id != c.id:
+                        self.db.move(con, c.id, "screened", "static screen clean")
+                if copy is not None:
+                    self.log.info("screen.copy", contribution=copy.contribution_id, outcome=copy.outcome,
+                                  reason=copy.reason[:300])
+                if copy is not None and copy.contribution_id == c.id:
+                    continue
                 self._moved("screened")
                 self.log.info("screen.ok", contribution=c.id, ops=result.detail.get("ops"))
             else:
@@ -367,6 +377,8 @@ class Validator:
                 self.log.info("verify.failed", contribution=c.id, reasons=list(result.reasons)[:5])
 
     def _qualify_stage(self) -> None:
+        if hasattr(self.qualifier, "submit") and hasattr(self.qualifier, "poll"):
+            return self._dispatch_stage()  # a pool of arenas (validator/dispatch.py)
         for c in self.db.due("verified")[: self.cfg.max_items_per_pass]:
             bundle = self._bundle(c)
             if bundle is not None:
@@ -404,18 +416,81 @@ class Validator:
             self.metrics.verdict(result.verdict)
             if result.target != target:
                 result = replace(result, target=target)
-            evaluated = max(start, self.chain.current_block())
-            with self.db.tx() as con:
-                ledger.record_evidence(con, c.id, result, evaluated, incumbent.contribution_id if incumbent else None)
-                c = self.db.contribution(c.id, con)
-                todo = tuple(t for t in c.todo if t != target)
-                if todo:
-                    self.db.update(con, c.id, {"todo": todo, "attempts": 0})
-                else:
+            self._record(c, target, result, start, incumbent.contribution_id if incumbent else None)
+        self._moved("qualified")
+
+    def _record(self, c: Contribution, target: str, result: Any, start: int, incumbent_id: str | None,
+                key: str | None = None) -> None:
+        """One op's evidence, in one transaction (with the job's idempotency key, if any)."""
+        evaluated = max(start, self.chain.current_block())
+        with self.db.tx() as con:
+            ledger.record_evidence(con, c.id, result, evaluated, incumbent_id)
+            if key is not None:
+                self.db.put("job:" + key, result.verdict, con)
+            c = self.db.contribution(c.id, con)
+            todo = tuple(t for t in c.todo if t != target)
+            if todo:
+                self.db.update(con, c.id, {"todo": todo, "attempts": 0})
+            else:
+                self._finish(con, c)
+        self.log.info("qualify.op", contribution=c.id, target=target, verdict=result.verdict,
+                      speedup=round(result.speedup, 4), vs_stock=round(result.speedup_vs_stock, 4),
+                      noise=round(result.noise, 4), arena=result.arena_id, label=result.label)
+
+    def _dispatch_stage(self) -> None:
+        """A pool of arenas: collect what finished (this thread alone writes the DB), then keep
+        every free arena busy with due work, oldest commit first."""
+        pool: Any = self.qualifier
+        for r in pool.poll():
+            self._collect(r)
+        running = {tuple(k.split("|")[:2]) for k in pool.in_flight()}
+        for c in self.db.due("verified"):
+            if pool.free_slots() <= 0:
+                break
+            if not c.todo:
+                with self.db.tx() as con:
                     self._finish(con, c)
-            self.log.info("qualify.op", contribution=c.id, target=target, verdict=result.verdict,
-                          speedup=round(result.speedup, 4), vs_stock=round(result.speedup_vs_stock, 4),
-                          noise=round(result.noise, 4), arena=result.arena_id, label=result.label)
+                continue
+            bundle = None
+            for target in c.todo:
+                key = job_key(c.id, target, c.attempts, c.remeasures)
+                if pool.free_slots() <= 0 or (c.id, target) in running or self.db.get("job:" + key) is not None:
+                    continue
+                bundle = bundle or self._bundle(c)
+                if bundle is None:
+                    break
+                op = next((o for o in bundle.manifest.ops if o.slot == target), None)
+                if op is None:
+                    self._transient(c, "qualify", f"{target}: bundle has no op for target {target}", "no_decision")
+                    break
+                incumbent = ledger.crown_of(self.db, target)
+                start = self.chain.current_block()
+                if incumbent is not None and start <= incumbent.crowned_block:
+                    continue  # measured in the crown's own block it would be stale; next pass
+                inc = self._incumbent_bundle(incumbent) if incumbent is not None and pool.head_to_head else None
+                pool.submit(QualifyJob(key, c.id, target, dict(bundle.files), op, incumbent,
+                                       dict(inc.files) if inc is not None else None, start))
+                running.add((c.id, target))
+                self.log.info("qualify.dispatch", contribution=c.id, target=target, key=key,
+                              incumbent=incumbent.contribution_id if incumbent else "stock")
+
+    def _collect(self, r: JobResult) -> None:
+        """One finished job into the DB, once: a key already recorded (a retried or twice-delivered
+        job) or a contribution that moved on meanwhile is dropped."""
+        if self.db.get("job:" + r.key) is not None:
+            self.log.warning("qualify.duplicate_result", key=r.key, worker=r.worker)
+            return
+        c = self.db.find(r.contribution_id)
+        if c is None or c.state != "verified" or r.target not in c.todo:
+            self.db.put("job:" + r.key, "stale")
+            self.log.info("qualify.stale_result", key=r.key, state=c.state if c else None)
+            return
+        if r.result is None or r.result.verdict not in VERDICTS:
+            why = r.error or f"qualifier returned verdict {r.result.verdict if r.result else None!r}"
+            self.db.put("job:" + r.key, "error")
+            self._transient(c, "qualify", f"{r.target}: {why} (on {r.worker})", "no_decision")
+            return
+        self._record(c, r.target, r.result, r.start_block, r.incumbent_id, key=r.key)
         self._moved("qualified")
 
     def _finish(self, con: Any, c: Contribution) -> None:

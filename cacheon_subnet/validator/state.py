@@ -93,8 +93,14 @@ _CHAIN = (
     " error_type TEXT NOT NULL, message TEXT NOT NULL, at REAL NOT NULL)",
     "CREATE TABLE kv(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
+# 2: the normalized identity of what a bundle runs (cacheon_subnet/bundle/identity.py), set at
+# screening; a later commit with the same identity is a copy settled from the earlier verdict
+_NORM_ID = (
+    "ALTER TABLE contributions ADD COLUMN norm_id TEXT",
+    "CREATE INDEX contributions_norm_id ON contributions(norm_id)",
+)
 # Append-only: migration N brings a DB from version N-1 to N. Never edit a shipped entry.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_CONTRIBUTIONS + _EVIDENCE + _CHAIN,)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_CONTRIBUTIONS + _EVIDENCE + _CHAIN, _NORM_ID)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -124,6 +130,7 @@ class Contribution:
     superseded_by: str | None
     seen_block: int | None
     detail: dict[str, Any]
+    norm_id: str | None = None  # normalized identity (set once screened; NULL before schema 2)
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Contribution:
@@ -131,7 +138,7 @@ class Contribution:
                    row["url"], row["digest"], row["state"], row["reason"], row["rule"],
                    row["attempts"], row["next_try_at"], tuple(json.loads(row["todo"])),
                    row["remeasures"], row["duplicate_of"], row["superseded_by"], row["seen_block"],
-                   json.loads(row["detail"]))
+                   json.loads(row["detail"]), row["norm_id"] if "norm_id" in row.keys() else None)
 
 
 def acquire_run_lock(state_dir: Path) -> int:
@@ -330,7 +337,7 @@ class StateDB:
     def update(self, con: sqlite3.Connection, cid: str, fields: Mapping[str, Any]) -> None:
         """Set columns of one row inside the caller's transaction (no state check: use move)."""
         allowed = {"state", "reason", "rule", "attempts", "next_try_at", "todo",
-                   "remeasures", "duplicate_of", "superseded_by", "detail", "uid", "url"}
+                   "remeasures", "duplicate_of", "superseded_by", "detail", "uid", "url", "norm_id"}
         bad = set(fields) - allowed
         if bad:
             raise StateError(f"{cid}: cannot set {sorted(bad)}")

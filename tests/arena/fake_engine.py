@@ -148,6 +148,19 @@ class SlowStockCore(FakeCore):
         return super().hidden(ids)
 
 
+class SlowCandidateCore(FakeCore):
+    """The candidate route 5 ms slower per call: a clear loser (the sequential stop's FAIL)."""
+
+    def hidden(self, ids: torch.Tensor) -> torch.Tensor:
+        from seams.dispatch import REGISTRY
+
+        if REGISTRY.enabled and REGISTRY.route_on:
+            import time
+
+            time.sleep(0.005)
+        return super().hidden(ids)
+
+
 class PrefillTaxCore(SlowStockCore):
     """The candidate route wins every decode step but costs 20 ms per prefill: faster on the
     decode-step clock and on the wall clock, slower where the decode clock does not look."""
@@ -263,6 +276,10 @@ class FakeEngine(_Proxy):
 
 class SlowStockEngine(_Proxy):
     core = "SlowStockCore"
+
+
+class SlowCandidateEngine(_Proxy):
+    core = "SlowCandidateCore"
 
 
 class PrefillTaxEngine(_Proxy):

@@ -1,0 +1,142 @@
+"""Qualifications on many arenas at once: one arena per GPU of this host (LocalPool), or GPU
+workers on other hosts through Ray (validator/ray_pool.py). The state DB keeps one owner.
+
+Why this shape: a verdict takes minutes of GPU time and a validator with several GPUs or hosts
+would otherwise use one. Workers only *compute*: a job carries what the arena needs (the sealed
+bundle's files, the op, the incumbent's crown and files) and nothing of the validator's (no DB
+handle, no wallet, no chain keys); a worker returns a typed `JobResult`. Only the validator
+thread writes results into the state DB (loop._dispatch_stage), each under the job's
+idempotency key — one key per qualification attempt (contribution, target, attempt, round) —
+so a job retried after a lost worker, or delivered twice, is counted once.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Protocol
+
+from cacheon_subnet.bundle import OpEntry, bundle_from_files
+from cacheon_subnet.scoring.settle import Crown
+from cacheon_subnet.validator.qualify import QualifyResult
+
+
+@dataclass(frozen=True)
+class QualifyJob:
+    """One qualification attempt, as a worker receives it (picklable; nothing secret in it)."""
+
+    key: str  # idempotency key: contribution|target|attempt|round
+    contribution_id: str
+    target: str
+    files: Mapping[str, bytes]  # the bundle's members (re-validated on the worker)
+    op: OpEntry
+    incumbent: Crown | None = None
+    incumbent_files: Mapping[str, bytes] | None = None
+    start_block: int = 0
+
+
+@dataclass(frozen=True)
+class JobResult:
+    key: str
+    contribution_id: str
+    target: str
+    start_block: int
+    result: QualifyResult | None  # None: the job itself failed (error says why: never the miner's fault)
+    error: str | None = None
+    worker: str = ""  # which GPU / host ran it (for the log)
+    wall_s: float = 0.0
+    incumbent_id: str | None = None  # the crown it was measured against
+
+
+def job_key(contribution_id: str, target: str, attempts: int, remeasures: int) -> str:
+    return f"{contribution_id}|{target}|a{attempts}|r{remeasures}"
+
+
+def run_job(qualifier: Any, job: QualifyJob, worker: str = "") -> JobResult:
+    """What a worker does with a job: rebuild the bundle, run the qualifier, type the answer.
+    Arena trouble becomes `error` (the validator retries or gives up as for a local qualify)."""
+    t0 = time.monotonic()
+    inc_id = job.incumbent.contribution_id if job.incumbent else None
+    try:
+        bundle = bundle_from_files(dict(job.files), source=f"<job {job.key}>")
+        if job.incumbent is not None and getattr(qualifier, "head_to_head", False):
+            inc = bundle_from_files(dict(job.incumbent_files), source="<incumbent>") if job.incumbent_files else None
+            result = qualifier.qualify(bundle, job.op, job.incumbent, incumbent_bundle=inc)
+        else:
+            result = qualifier.qualify(bundle, job.op, job.incumbent)
+        if not isinstance(result, QualifyResult):
+            raise TypeError(f"qualifier returned {type(result).__name__}, not a QualifyResult")
+        if result.target != job.target:
+            result = replace(result, target=job.target)
+        return JobResult(job.key, job.contribution_id, job.target, job.start_block, result, None, worker,
+                         time.monotonic() - t0, inc_id)
+    except Exception as exc:  # noqa: BLE001 - typed back to the validator, which decides
+        return JobResult(job.key, job.contribution_id, job.target, job.start_block, None,
+                         f"{type(exc).__name__}: {exc}"[:2000], worker, time.monotonic() - t0, inc_id)
+
+
+class Dispatcher(Protocol):
+    """What the validator loop needs of a pool of arenas."""
+
+    arena_id: str
+    label: str
+
+    def submit(self, job: QualifyJob) -> None: ...
+    def poll(self) -> list[JobResult]: ...  # finished since the last poll (never blocks)
+    def in_flight(self) -> frozenset[str]: ...  # keys submitted and not yet returned by poll
+    def free_slots(self) -> int: ...
+    def close(self) -> None: ...
+
+
+class LocalPool:
+    """One arena per GPU of this host: a worker thread per device, each running its qualifier
+    bound to that device (`qualifier.on_devices(d)`: every engine of it gets CUDA_VISIBLE_DEVICES=d).
+    Jobs wait in one queue, so every GPU stays busy while work is due. The engines are child
+    processes; the threads only wait on them."""
+
+    def __init__(self, qualifier: Any, devices: tuple[str, ...]) -> None:
+        if not devices or len(set(devices)) != len(devices):
+            raise ValueError(f"LocalPool: devices must be distinct and non-empty, got {devices}")
+        if not hasattr(qualifier, "on_devices"):
+            raise ValueError(f"{type(qualifier).__name__} cannot be bound to a GPU (no on_devices)")
+        self.arena_id, self.label = qualifier.arena_id, qualifier.label
+        self.head_to_head = getattr(qualifier, "head_to_head", False)
+        self._bound = {d: qualifier.on_devices(d) for d in devices}
+        self._free: queue.Queue[str] = queue.Queue()
+        for d in devices:
+            self._free.put(d)
+        self._pool = ThreadPoolExecutor(max_workers=len(devices), thread_name_prefix="arena-gpu")
+        self._futures: dict[str, Future[JobResult]] = {}
+        self._lock = threading.Lock()
+
+    def _run(self, job: QualifyJob) -> JobResult:
+        d = self._free.get()
+        try:
+            return run_job(self._bound[d], job, worker=f"gpu {d}")
+        finally:
+            self._free.put(d)
+
+    def submit(self, job: QualifyJob) -> None:
+        with self._lock:
+            if job.key in self._futures:
+                return  # already running: one attempt, one job
+            self._futures[job.key] = self._pool.submit(self._run, job)
+
+    def poll(self) -> list[JobResult]:
+        with self._lock:
+            done = [k for k, f in self._futures.items() if f.done()]
+            return [self._futures.pop(k).result() for k in done]
+
+    def in_flight(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._futures)
+
+    def free_slots(self) -> int:
+        with self._lock:
+            return max(0, len(self._bound) - len(self._futures))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)

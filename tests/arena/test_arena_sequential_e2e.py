@@ -1,0 +1,85 @@
+"""The sequential stop wired through the whole arena on CPU (fake engine, real host, driver,
+seams): after each cycle the host's SPRT says go or stop over the job pipe; a clear loser stops
+after min_cycles with no teacher started, a clear winner stops early and is still confirmed in a
+fresh engine; a driver that runs on after a stop is forging."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+import arena_harness as h
+from arena.config import SequentialSection
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    h.runtime_env(tmp_path, monkeypatch)
+    return tmp_path
+
+
+def _seq(cfg, enabled=True):
+    # CPU windows are tiny and noisy (per-cycle SD of log C/B ~10-30 % on a shared box), so the
+    # test is set for a 30 % gain: the wiring is under test here, the rates in test_sequential.py
+    return replace(cfg, sequential=SequentialSection(enabled=enabled, alt_gain=0.3, sigma=0.05, min_cycles=2))
+
+
+def test_a_clear_loser_stops_after_min_cycles_without_a_teacher(env):
+    cfg = _seq(h.small_config(cycles=4, max_noise=0.5))
+    r = h.run(h.torch_bundle("loser"), env, engine="SlowCandidateEngine", cfg=cfg)
+    assert r["verdict"] == "FAIL" and "sequential stop after 2 of 4 cycles" in r["reason"], r["reason"]
+    assert [s["gated"] for s in r["sequential"]] == ["CONTINUE", "FAIL"]  # cycle 1 < min_cycles
+    assert len(r["windows"]) == 1 + 4 * 2  # warm-up + two cycles: cycles 3-4 never ran
+    assert "teacher" not in r["stages"] and r["evidence"]["ok"]
+
+
+def test_a_clear_winner_stops_early_and_is_still_confirmed(env):
+    cfg = _seq(h.small_config(prompts=6, output=6, cycles=4, max_noise=0.5))
+    r = h.run(h.torch_bundle("seq"), env, engine="SlowStockEngine", cfg=cfg)
+    assert r["verdict"] == "PASS" and "confirmed in a fresh engine" in r["reason"], r["reason"]
+    assert r["sequential"][-1]["gated"] == "PASS" and len(r["windows"]) == 1 + 4 * 2
+    assert r["quality"]["verdict"] == "PASS" and len(r["confirm"]["windows"]) == 1 + 4 * 3
+
+
+def test_a_record_after_the_hosts_stop_is_forging():
+    from arena.channel import RecordStream, seal
+
+    job = seal({"steps": [{"op": "generate", "tag": "a", "gate": True}, {"op": "generate", "tag": "b"}]},
+               answers=False)
+    s = RecordStream(job)
+    assert job["steps"][0]["gate_nonce"] and s.feed(b'{"op":"generate","step":"a","nonce":"%s"}'
+                                                    % job["steps"][0]["nonce"].encode())
+    s.stop()
+    s.feed(b'{"op":"generate","step":"b","nonce":"%s"}' % job["steps"][1]["nonce"].encode())
+    assert s.forgery and "after the host stopped the run" in s.forgery
+    # the gate nonce is the host's reply, never a record's
+    s2 = RecordStream(job)
+    s2.feed(b'{"op":"generate","step":"a","nonce":"%s"}' % job["steps"][0]["gate_nonce"].encode())
+    assert s2.forgery and "RPC nonce" in s2.forgery
+
+
+def test_the_driver_takes_a_go_stop_only_with_the_hosts_gate_nonce():
+    import io
+
+    from arena.engine_child import Driver
+    from seams.answers import ForgeryError
+
+    step = {"tag": "w004-B'", "gate": True, "gate_nonce": "n-123"}
+    for line, want in (('{"nonce": "n-123", "go": false}\n', False), ('{"nonce": "n-123", "go": true}\n', True)):
+        assert Driver({"steps": []}, -1, io.StringIO(line)).go(step) is want
+    for bad in ('{"nonce": "other", "go": false}\n', '{"go": false}\n', 'stop\n', '{"nonce": "n-123", "go": 0}\n'):
+        with pytest.raises(ForgeryError):
+            Driver({"steps": []}, -1, io.StringIO(bad)).go(step)
+    with pytest.raises(RuntimeError, match="closed the job pipe"):
+        Driver({"steps": []}, -1, io.StringIO("")).go(step)
+
+
+def test_gates_sit_after_every_cycle_but_the_last_and_only_when_asked():
+    from arena.jobs import resident_steps
+
+    cfg = h.small_config(cycles=3)
+    steps, windows = resident_steps(cfg, gates=True)
+    gated = [s["tag"] for s in steps if s.get("gate")]
+    assert gated == [f"w{i:03d}-B'" for i in (4, 8)]  # warm-up w000; cycles end at w004, w008, w012
+    assert not any(s.get("gate") for s in resident_steps(cfg)[0])
