@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from cacheon_subnet import sockpath
+from cacheon_subnet import lifecycle, sockpath
 from cacheon_subnet.errors import SandboxError
 from cacheon_subnet.sandbox import launcher
 from cacheon_subnet.sandbox.fsview import chown_tree, remove_tree
@@ -136,6 +136,7 @@ def launch(
         raise
     proc.cacheon_lease = lease  # type: ignore[attr-defined]  # released by stop()
     proc.cacheon_uid = cfg.uid  # type: ignore[attr-defined]
+    lifecycle.track(proc.pid, scratch)  # a shutdown kills it; a crash's leftovers are reaped on restart
     return proc
 
 
@@ -183,6 +184,7 @@ def _launch_weak(argv: Sequence[str], scratch: Path, policy: SandboxPolicy, pass
         remove_tree(tmp)
         raise SandboxError(f"cannot start sandboxed child {argv[:2]}: {e}") from e
     proc.cacheon_staged = (tmp,)  # type: ignore[attr-defined]  # removed by stop()
+    lifecycle.track(proc.pid, scratch)
     return proc
 
 
@@ -257,8 +259,11 @@ def stop(proc: subprocess.Popen[bytes], grace_s: float = 2.0) -> None:
         time.sleep(0.02)
     for d in getattr(proc, "cacheon_staged", ()):
         remove_tree(d)
+    gone = not (ns and namespace_members(ns)) and not live_members(proc.pid)
+    if gone:
+        lifecycle.untrack(proc.pid)
     lease = getattr(proc, "cacheon_lease", None)
-    if lease is not None and not (ns and namespace_members(ns)) and not live_members(proc.pid):
+    if lease is not None and gone:
         os.close(lease)  # the uid is free for the next child only once nothing of this one runs
         proc.cacheon_lease = None  # type: ignore[attr-defined]
 
