@@ -71,6 +71,11 @@ def live() -> dict[int, str]:
 def request_shutdown(wait: bool = False) -> None:
     """Stop: set SHUTDOWN, kill every live child's group (TERM, SHUTDOWN_GRACE_S, KILL)."""
     SHUTDOWN.set()
+    kill_live(wait)
+
+
+def kill_live(wait: bool = False) -> None:
+    """Kill every live child's group (TERM, SHUTDOWN_GRACE_S, KILL) from a helper thread."""
     t = threading.Thread(target=_kill_groups, args=(live(), SHUTDOWN_GRACE_S), daemon=True, name="shutdown-kill")
     t.start()
     if wait:

@@ -102,6 +102,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     local = startup.is_local(args.chain, args.subtensor_network)
     try:
         arena = startup.arena_spec(args.arena, local, args.subtensor_network)
+        qualifier = startup.check_timing(load_qualifier(arena), local, args.allow_cpu_timing, args.subtensor_network)
         if args.chain == "local":
             if not args.local_chain:
                 raise UsageError("--chain local needs --local-chain PATH")
@@ -111,7 +112,6 @@ def run_from_args(args: argparse.Namespace) -> int:
             backend = make_backend("bittensor", network=args.subtensor_network, wallet_name=args.wallet_name,
                                    wallet_hotkey=args.wallet_hotkey, wallet_path=args.wallet_path)
             hotkey = backend.hotkey
-        qualifier = startup.check_timing(load_qualifier(arena), local, args.allow_cpu_timing, args.subtensor_network)
         gpu_arena = not str(getattr(qualifier, "label", "")).startswith("cpu-timing")
         ident = startup.identity()
         log.info("validator.identity", **ident)
@@ -146,7 +146,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         return 0
     finally:
         validator.close()
-        lifecycle.request_shutdown(wait=True)  # nothing sandboxed outlives the validator
+        lifecycle.kill_live(wait=True)  # nothing sandboxed outlives the validator
 
 
 def install_signal_handlers(stop: threading.Event) -> None:

@@ -63,7 +63,7 @@ def default_state_dir(network: str, netuid: int, hotkey: str) -> Path:
 def existing_state_dirs() -> list[Path]:
     """Validator state dirs under the default root (what `cacheon status` can pick from)."""
     root = cacheon_home() / "validator"
-    return sorted(p.parent for p in root.glob("*/*/*/state.sqlite"))
+    return sorted(p.parent for p in root.glob("*/*/*/validator.sqlite"))
 
 
 def arena_spec(arena: str | None, local: bool, network: str) -> str:
