@@ -42,6 +42,10 @@ def set_lease_dir(path: Path | None) -> None:
         _lease_dir.mkdir(parents=True, exist_ok=True)
 
 
+def lease_dir() -> Path | None:
+    return _lease_dir
+
+
 def track(pid: int, scratch: Path) -> None:
     """Called by sandbox.launch for every child (before anything waits on it)."""
     with _lock:
@@ -49,8 +53,13 @@ def track(pid: int, scratch: Path) -> None:
     if _lease_dir is not None:
         rec = {"pid": pid, "scratch": str(scratch), "start": _starttime(pid), "at": time.time()}
         tmp = _lease_dir / f".{pid}.tmp"
-        tmp.write_text(json.dumps(rec))
-        os.replace(tmp, _lease_dir / f"{pid}.json")
+        try:
+            tmp.write_text(json.dumps(rec))
+            os.replace(tmp, _lease_dir / f"{pid}.json")
+        except OSError as e:  # a lost record costs only crash reaping; never the launch itself
+            from cacheon_subnet.log import get_logger
+
+            get_logger("cacheon.lifecycle").warning("lease.write_failed", pid=pid, error=str(e))
     if SHUTDOWN.is_set():  # started during a shutdown: it must not outlive it
         _kill_groups({pid: str(scratch)}, SHUTDOWN_GRACE_S)
 

@@ -126,6 +126,8 @@ class Validator:
                       **self.db.counts())
 
     def close(self) -> None:
+        if lifecycle.lease_dir() == self.cfg.state_dir / "children":
+            lifecycle.set_lease_dir(None)
         self.db.close()
         os.close(self._lock_fd)
 

@@ -10,9 +10,11 @@ import subprocess
 import sys
 
 import arena_harness as h
+import pytest
 from test_gpu_scripts import _small_config
 
 
+@pytest.mark.slow
 def test_gpu_e2e_dry_run_crowns_the_test_control_and_fails_the_broken_bundle(tmp_path):
     root = h.seam_harness.write_runtime(tmp_path / "fake-sglang")
     env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{h.REPO}", TRITON_INTERPRET="1",

@@ -91,6 +91,7 @@ def _row(tmp: Path):
     return v, v.db.contributions()[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_stops_the_engine_in_flight_and_its_verdict_is_retried(tmp_path, srv, sig):
     chain = _world(tmp_path, srv)
@@ -117,6 +118,7 @@ def test_signal_stops_the_engine_in_flight_and_its_verdict_is_retried(tmp_path, 
 
 
 @pytest.mark.parametrize("weak", [False, True])
+@pytest.mark.slow
 def test_kill_9_leftovers_are_reaped_before_the_next_start(tmp_path, srv, weak):
     """Behind the wall, bwrap --die-with-parent takes the engine down with the validator. In weak
     mode the direct child has PR_SET_PDEATHSIG, but its grandchild survives: the next start must
