@@ -136,3 +136,18 @@ def test_a_real_socket_at_the_limit_binds_and_one_past_it_does_not(tmp_path):
         s.bind(str(ok))
     with socket.socket(socket.AF_UNIX) as s, pytest.raises(OSError):
         s.bind(str(base / ("b" * (room + 1))))
+
+
+def test_bundle_code_may_write_its_weak_mode_tmpdir_but_not_the_shared_tmp(tmp_path):
+    """Weak mode moved TMPDIR out of the scratch (to keep it short): the verify worker's guard
+    must still let Triton build its launcher there, and never open the shared /tmp."""
+    from cacheon_subnet.verify.worker import guard_writable
+
+    tmp = sandbox.short_tmpdir()
+    try:
+        env = sandbox.child_env(tmp_path, sandbox.SandboxPolicy(), weak=True, tmpdir=tmp)
+        assert str(tmp) in guard_writable(env, "/")
+        assert "/tmp" not in guard_writable({**env, "TMPDIR": "/tmp"}, "/")
+        assert "/tmp" in guard_writable(sandbox.child_env(tmp_path, sandbox.SandboxPolicy()), "/")  # the wall's own
+    finally:
+        tmp.rmdir()
