@@ -174,7 +174,7 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     r.add_argument("--slot", help="the slot of a --control run")
     r.add_argument("--incumbent", help="the crowned bundle of the same slot: B and B′ run it (head-to-head)")
     r.add_argument("--op", help="which op of the bundle (slot id or op key), when it has several")
-    r.add_argument("--workdir", help="where engines, receipts and result.json go (default ~/.cacheon/arena/...)")
+    r.add_argument("--workdir", help="where engines, receipts and result.json go (default $CACHEON_ARENA_HOME/arena/<arena id>/..., home /var/tmp/cacheon)")
     r.add_argument("--out", help="also copy the result JSON here")
     r.add_argument("--json", action="store_true")
     r.set_defaults(handler=cmd_arena_run)

@@ -135,6 +135,11 @@ class Driver:
                        "n_params": info.n_params, "s": round(time.perf_counter() - t, 2)})
         if self.job.get("checkpoint_only"):  # the pristine step that writes it; engines see it read-only
             return
+        import tempfile
+
+        from cacheon_subnet.sockpath import check_tmpdir
+
+        check_tmpdir(tempfile.gettempdir(), "arena engine")  # SGLang's ZMQ sockets: say why, not a bind error
         factory = self.job.get("engine_factory")
         t = time.perf_counter()
         if factory:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from arena.channel import RecordStream, seal
-from cacheon_subnet import progress, sandbox
+from cacheon_subnet import lifecycle, progress, sandbox
 from cacheon_subnet.log import get_logger
 
 log = get_logger("arena.host")
@@ -324,6 +324,8 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
         start_deadline = t0 + spec.start_timeout_s if spec.start_timeout_s else None
         try:
             while proc.poll() is None:
+                if lifecycle.SHUTDOWN.is_set():
+                    break
                 now = time.monotonic()
                 if now - t0 > spec.timeout_s or stream.forgery:
                     timed_out = not stream.forgery
@@ -336,7 +338,14 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
                         break
                 time.sleep(0.2)
         finally:
-            sandbox.stop(proc, grace_s=10.0)  # TERM, grace, KILL the group, until no member runs
+            # TERM, grace, KILL the group, until no member runs (shorter when the validator stops)
+            sandbox.stop(proc, grace_s=lifecycle.SHUTDOWN_GRACE_S if lifecycle.SHUTDOWN.is_set() else 10.0)
+    if lifecycle.SHUTDOWN.is_set():  # no verdict from a run we cut short; the GPU must be free first
+        gpu_free = _wait_gpu_free(baseline, min(gpu_free_timeout_s, 15.0))
+        reader.join(timeout=5)
+        shutil.rmtree(scratch, ignore_errors=True)
+        log.warning("arena.engine.interrupted", engine=spec.name, pid=proc.pid, gpu_free=gpu_free)
+        raise lifecycle.Interrupted(f"engine {spec.name} stopped by a shutdown request (gpu free: {gpu_free})")
     reader.join(timeout=30)
     wall = time.monotonic() - t0
     if reader.is_alive() and stream.forgery is None:  # the driver never passes its pipe on

@@ -17,8 +17,9 @@ from cacheon_subnet.validator.qualify import QualifyResult
 
 def default_home() -> Path:
     """Arena work (engine trees, checkpoints, receipts, results) lives where the sandbox's
-    dedicated uid can reach it and the ZMQ socket paths stay short: $CACHEON_ARENA_HOME, else
-    /var/tmp/cacheon. Nothing secret is kept there (state DB and wallet live elsewhere)."""
+    dedicated uid can reach it: $CACHEON_ARENA_HOME, else /var/tmp/cacheon. Its length does not
+    matter to SGLang's ZMQ sockets (the engine's TMPDIR is short by construction: sockpath.py).
+    Nothing secret is kept there (state DB and wallet live elsewhere)."""
     home = Path(os.environ.get("CACHEON_ARENA_HOME") or "/var/tmp/cacheon")
     home.mkdir(parents=True, exist_ok=True)
     home.chmod(0o755)

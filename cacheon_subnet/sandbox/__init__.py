@@ -24,10 +24,12 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from cacheon_subnet import lifecycle, sockpath
 from cacheon_subnet.errors import SandboxError
 from cacheon_subnet.sandbox import launcher
 from cacheon_subnet.sandbox.fsview import chown_tree, remove_tree
@@ -48,6 +50,7 @@ __all__ = ["DEFAULT_UID", "NOBODY", "Isolation", "SandboxError", "SandboxPolicy"
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
+PR_SET_PDEATHSIG = 1
 
 # Environment passed through to the child (everything else is dropped).
 _ENV_KEEP = (
@@ -60,11 +63,15 @@ _ENV_KEEP = (
 _ENV_KEEP_PREFIXES = ("SGLANG_", "FLASHINFER_", "TVM_FFI_", "CUDA_")
 
 
-def child_env(scratch: Path, policy: SandboxPolicy, weak: bool = False) -> dict[str, str]:
+def child_env(scratch: Path, policy: SandboxPolicy, weak: bool = False, tmpdir: Path | None = None) -> dict[str, str]:
+    """The child's whole environment. TMPDIR is short whatever `scratch` is (sockpath.py: SGLang's
+    ZMQ sockets live there): the wall's private /tmp, or in weak mode `tmpdir` (a short dir from
+    short_tmpdir()); a policy that sets a TMPDIR too long for them is refused."""
     env = {k: v for k, v in os.environ.items() if k in _ENV_KEEP or k.startswith(_ENV_KEEP_PREFIXES)}
-    home, tmp, cache = scratch / "home", scratch / "tmp", scratch / "cache"
+    home, cache = scratch / "home", scratch / "cache"
+    tmp = "/tmp" if not weak else str(tmpdir or scratch / "tmp")
     env.update(
-        HOME=str(home), TMPDIR=str(tmp) if weak else "/tmp", XDG_CACHE_HOME=str(cache),
+        HOME=str(home), TMPDIR=tmp, XDG_CACHE_HOME=str(cache),
         TRITON_CACHE_DIR=str(cache / "triton"), TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
         TORCHINDUCTOR_COMPILE_THREADS="1", PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
         PYTHONNOUSERSITE="1", CACHEON_SANDBOX_SCRATCH=str(scratch),
@@ -76,7 +83,17 @@ def child_env(scratch: Path, policy: SandboxPolicy, weak: bool = False) -> dict[
     here = str(Path(__file__).resolve().parent.parent.parent)
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(policy.extra_env)
+    try:
+        sockpath.check_tmpdir(env["TMPDIR"], "sandbox child")
+    except ValueError as e:
+        raise SandboxError(str(e)) from None
     return env
+
+
+def short_tmpdir() -> Path:
+    """A fresh private dir whose path is short and fixed-length (/tmp/cx-XXXXXXXX): a weak-mode
+    child's TMPDIR, so its socket paths never depend on where its scratch lives."""
+    return Path(tempfile.mkdtemp(prefix="cx-", dir="/tmp"))
 
 
 def can_drop_privileges() -> bool:
@@ -119,6 +136,7 @@ def launch(
         raise
     proc.cacheon_lease = lease  # type: ignore[attr-defined]  # released by stop()
     proc.cacheon_uid = cfg.uid  # type: ignore[attr-defined]
+    lifecycle.track(proc.pid, scratch)  # a shutdown kills it; a crash's leftovers are reaped on restart
     return proc
 
 
@@ -138,9 +156,14 @@ def _launch_weak(argv: Sequence[str], scratch: Path, policy: SandboxPolicy, pass
                  stdout: int | None, stderr: int | None, cwd: Path | None, why: str) -> subprocess.Popen[bytes]:
     """Development/miner-side only, and loud: own session, a net namespace if allowed, rlimits."""
     _warn_weak(why)
-    env = child_env(scratch, policy, weak=True)
-    for d in ("home", "tmp", "cache"):
+    for d in ("home", "cache"):
         (scratch / d).mkdir(parents=True, exist_ok=True)
+    tmp = short_tmpdir()
+    try:
+        env = child_env(scratch, policy, weak=True, tmpdir=tmp)
+    except BaseException:
+        remove_tree(tmp)
+        raise
     limits = launcher.rlimits(policy, nproc=False)
 
     def pre() -> None:
@@ -149,15 +172,20 @@ def _launch_weak(argv: Sequence[str], scratch: Path, policy: SandboxPolicy, pass
             flags = CLONE_NEWNET if os.geteuid() == 0 else CLONE_NEWUSER | CLONE_NEWNET
             if libc.unshare(flags) == 0 and policy.loopback:
                 _loopback_up()
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the wall's bwrap: --die-with-parent
         launcher.apply_rlimits(limits, strict=False)
         os.umask(0o077)
 
     try:
-        return subprocess.Popen(list(argv), cwd=str(cwd or scratch), env=env, stdin=subprocess.DEVNULL, stdout=stdout,
+        proc = subprocess.Popen(list(argv), cwd=str(cwd or scratch), env=env, stdin=subprocess.DEVNULL, stdout=stdout,
                                 stderr=stderr, pass_fds=tuple(pass_fds), close_fds=True, start_new_session=True,
                                 preexec_fn=pre)  # noqa: PLW1509 - weak mode only (development)
     except OSError as e:
+        remove_tree(tmp)
         raise SandboxError(f"cannot start sandboxed child {argv[:2]}: {e}") from e
+    proc.cacheon_staged = (tmp,)  # type: ignore[attr-defined]  # removed by stop()
+    lifecycle.track(proc.pid, scratch)
+    return proc
 
 
 def _loopback_up() -> None:
@@ -231,8 +259,11 @@ def stop(proc: subprocess.Popen[bytes], grace_s: float = 2.0) -> None:
         time.sleep(0.02)
     for d in getattr(proc, "cacheon_staged", ()):
         remove_tree(d)
+    gone = not (ns and namespace_members(ns)) and not live_members(proc.pid)
+    if gone:
+        lifecycle.untrack(proc.pid)
     lease = getattr(proc, "cacheon_lease", None)
-    if lease is not None and not (ns and namespace_members(ns)) and not live_members(proc.pid):
+    if lease is not None and gone:
         os.close(lease)  # the uid is free for the next child only once nothing of this one runs
         proc.cacheon_lease = None  # type: ignore[attr-defined]
 

@@ -90,10 +90,10 @@ class Isolation:
 
 
 def _secret_paths(extra: list[str]) -> list[str]:
-    from cacheon_subnet.validator.commands import DEFAULT_STATE_DIR
-
     home = os.path.expanduser("~")
-    return ["/etc/shadow", "/root", os.path.join(home, ".bittensor"), os.path.abspath(DEFAULT_STATE_DIR), *extra]
+    # the validator's default state root ($CACHEON_HOME/validator, validator/startup.py)
+    state_root = os.path.join(os.environ.get("CACHEON_HOME") or os.path.join(home, ".cacheon"), "validator")
+    return ["/etc/shadow", "/root", os.path.join(home, ".bittensor"), state_root, *extra]
 
 
 def run_probe(policy: SandboxPolicy, secret: list[str] | None = None) -> tuple[dict[str, Any], float]:

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from cacheon_subnet.errors import CacheonError, UsageError
+from cacheon_subnet.validator.startup import CPU_OPT_IN_LABEL
 
-DEFAULT_STATE_DIR = ".cacheon/validator"
 CPU_ARENA_KEYS = {"kind", "name", "tier", "cases", "budget_s", "hard_budget_factor", "target_rel_err", "max_noise", "call_timeout_s",
                   "max_case_bytes", "min_iters", "noise_floor"}
 
@@ -77,17 +77,24 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chain", choices=("local", "bittensor"), default="bittensor")
     p.add_argument("--local-chain", dest="local_chain", default=os.environ.get("CACHEON_LOCAL_CHAIN"),
                    help="LocalChain SQLite file (--chain local; env CACHEON_LOCAL_CHAIN)")
-    p.add_argument("--state-dir", dest="state_dir", default=DEFAULT_STATE_DIR)
-    p.add_argument("--arena", default="cpu", help='"cpu" or configs/arena/<name>.toml')
-    p.add_argument("--arena-gpus", dest="arena_gpus", default=None,
-                   help="GPUs of this host, one arena each: 0,1,2,3 (or TP groups 0+1,2+3); default: one arena")
-    p.add_argument("--arena-workers", dest="arena_workers", default=None,
-                   help="qualify on a Ray cluster: ray://HOST:PORT or auto (optional extra `ray`)")
+    p.add_argument("--state-dir", dest="state_dir", default=None,
+                   help="default $CACHEON_HOME/validator/<network>/<netuid>/<hotkey> (CACHEON_HOME: ~/.cacheon)")
+    p.add_argument("--arena", default=None, help='configs/arena/<name>.toml (kind = "gpu"; required on a '
+                   'non-local chain) or "cpu" (the default on a local chain)')
+    p.add_argument("--allow-cpu-timing", dest="allow_cpu_timing", action="store_true",
+                   help="on a non-local chain, publish weights from CPU timing (host-timed slot calls, advisory, "
+                        f"not engine measurements); every record is labelled {CPU_OPT_IN_LABEL!r}")
     p.add_argument("--screen-device", dest="screen_device", default="cpu")
     p.add_argument("--interval", type=float, default=60.0, help="seconds between passes")
     p.add_argument("--once", action="store_true",
                    help="one pass, print its summary as JSON, exit 0 if it did its job, 1 if it failed "
                    "(chain error, weights refused/failed, or every item a stage tried ended in an error)")
+    p.add_argument("--dry-run", dest="dry_run", action="store_true",
+                   help="everything (checks, sync, fetch, verify, arena, settle) but set_weights: the vector is logged")
+    p.add_argument("--arena-gpus", dest="arena_gpus", default=None,
+                   help="GPUs of this host, one arena each: 0,1,2,3 (or TP groups 0+1,2+3); default: one arena")
+    p.add_argument("--arena-workers", dest="arena_workers", default=None,
+                   help="qualify on a Ray cluster: ray://HOST:PORT or auto (optional extra `ray`)")
     p.add_argument("--metrics-port", dest="metrics_port", type=int, default=None, metavar="PORT",
                    help="serve Prometheus metrics on PORT (off by default; see docs/observability.md)")
     p.add_argument("--metrics-addr", dest="metrics_addr", default="127.0.0.1",
@@ -128,24 +135,56 @@ def fan_out(qualifier: Any, gpus: str | None, workers: str | None) -> Any:
 
 
 def run_from_args(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from cacheon_subnet import lifecycle
     from cacheon_subnet.chain import LocalChain, make_backend
+    from cacheon_subnet.log import get_logger
+    from cacheon_subnet.validator import startup
     from cacheon_subnet.validator.loop import Validator, ValidatorConfig
 
-    if args.chain == "local":
-        if not args.local_chain:
-            raise UsageError("--chain local needs --local-chain PATH")
-        backend: Any = LocalChain.open(args.local_chain)
-        hotkey = args.wallet_hotkey
-    else:
-        backend = make_backend("bittensor", network=args.subtensor_network, wallet_name=args.wallet_name,
-                               wallet_hotkey=args.wallet_hotkey, wallet_path=args.wallet_path)
-        hotkey = backend.hotkey
-    qualifier = fan_out(load_qualifier(args.arena), getattr(args, "arena_gpus", None),
-                        getattr(args, "arena_workers", None))
-    config = ValidatorConfig(netuid=args.netuid, hotkey=hotkey, state_dir=Path(args.state_dir),
+    log = get_logger("cacheon.validator.startup", netuid=args.netuid)
+    local = startup.is_local(args.chain, args.subtensor_network)
+    try:
+        arena = startup.arena_spec(args.arena, local, args.subtensor_network)
+        qualifier = startup.check_timing(load_qualifier(arena), local, args.allow_cpu_timing, args.subtensor_network)
+        if args.chain == "local":
+            if not args.local_chain:
+                raise UsageError("--chain local needs --local-chain PATH")
+            backend: Any = LocalChain.open(args.local_chain)
+            hotkey = args.wallet_hotkey
+        else:
+            backend = make_backend("bittensor", network=args.subtensor_network, wallet_name=args.wallet_name,
+                                   wallet_hotkey=args.wallet_hotkey, wallet_path=args.wallet_path)
+            hotkey = backend.hotkey
+        gpu_arena = not str(getattr(qualifier, "label", "")).startswith("cpu-timing")
+        qualifier = fan_out(qualifier, getattr(args, "arena_gpus", None), getattr(args, "arena_workers", None))
+        ident = startup.identity()
+        log.info("validator.identity", **ident)
+        compat = startup.check_compat(args.chain, gpu_arena)
+        reg = startup.check_registration(backend, args.netuid, hotkey)
+        floor = startup.check_version_key(backend, args.netuid)
+    except startup.StartupError as exc:
+        log.error("validator.startup_failed", error=str(exc)[:2000])
+        raise UsageError(f"start-up check failed: {exc}") from None
+    net = startup.network_key(args.chain, args.subtensor_network, args.local_chain)
+    state_dir = Path(args.state_dir) if args.state_dir else startup.default_state_dir(net, args.netuid, hotkey)
+    config = ValidatorConfig(netuid=args.netuid, hotkey=hotkey, state_dir=state_dir,
                              interval_s=args.interval, screen_device=args.screen_device,
                              verify_max_cases=getattr(args, "verify_max_cases", None))
-    validator = Validator(config, backend, qualifier, screener=_screener(args.arena, config))
+    if args.dry_run:
+        config = replace(config, publish=replace(config.publish, dry_run=True))
+    from cacheon_subnet import __spec_version__
+
+    log.info("validator.config", chain=args.chain, network=args.subtensor_network, local=local, netuid=args.netuid,
+             hotkey=hotkey, uid=reg["uid"], stake=reg["stake"], state_dir=str(state_dir), arena=arena,
+             arena_id=getattr(qualifier, "arena_id", "?"), label=getattr(qualifier, "label", "?"),
+             allow_cpu_timing=args.allow_cpu_timing, screen_device=args.screen_device, interval_s=args.interval,
+             once=args.once, dry_run=args.dry_run, spec_version=__spec_version__, chain_version_key=floor, **compat)
+    stop = threading.Event()
+    install_signal_handlers(stop)
+    validator = Validator(config, backend, qualifier, screener=_screener(arena, config))
+    args.state_dir = str(state_dir)  # the leaderboard serves the dir the loop writes
     board = None
     if getattr(args, "metrics_port", None) is not None:
         port = validator.metrics.serve(args.metrics_port, args.metrics_addr)
@@ -160,9 +199,6 @@ def run_from_args(args: argparse.Namespace) -> int:
             if not summary.ok:
                 print("pass failed: " + "; ".join(summary.problems), file=sys.stderr)
             return 0 if summary.ok else 1
-        stop = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
         validator.run_forever(stop)
         return 0
     finally:
@@ -170,6 +206,22 @@ def run_from_args(args: argparse.Namespace) -> int:
             board.stop()
         validator.metrics.stop()
         validator.close()
+        lifecycle.kill_live(wait=True)  # nothing sandboxed outlives the validator
+
+
+def install_signal_handlers(stop: threading.Event) -> None:
+    """SIGTERM/SIGINT (pm2 stop/restart): stop in-flight arenas now (kill their groups), end the
+    pass without recording their verdicts, exit within pm2's kill timeout. A second signal is
+    not needed and changes nothing."""
+    from cacheon_subnet import lifecycle
+
+    def handler(signum: int, _frame: Any) -> None:
+        if not stop.is_set():
+            stop.set()
+            lifecycle.request_shutdown()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
 
 
 def _announce_address(args: argparse.Namespace, bound_port: int | None = None) -> tuple[str, int] | None:
@@ -234,6 +286,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     from cacheon_subnet.validator.state import DB_NAME
     from cacheon_subnet.validator.web.server import LeaderboardError, parse_listen, serve_forever
 
+    args.state_dir = _status_dir(args.state_dir)
     if not (Path(args.state_dir) / DB_NAME).is_file():
         raise UsageError(f"--state-dir {args.state_dir}: no {DB_NAME} there (run the validator first)")
     try:
@@ -267,7 +320,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from cacheon_subnet.validator import status
 
     try:
-        report = status.collect(args.state_dir)
+        report = status.collect(_status_dir(args.state_dir))
     except CacheonError as exc:
         raise UsageError(str(exc)) from None
     check = getattr(args, "check", False)
@@ -286,7 +339,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _status_args(s: argparse.ArgumentParser) -> None:
     from cacheon_subnet.validator.status import DEFAULT_MAX_PASS_AGE_MIN
 
-    s.add_argument("--state-dir", dest="state_dir", default=DEFAULT_STATE_DIR)
+    s.add_argument("--state-dir", dest="state_dir", default=None,
+                   help="default: the one dir under $CACHEON_HOME/validator/<network>/<netuid>/<hotkey>")
     s.add_argument("--json", action="store_true")
     s.add_argument("--check", action="store_true",
                    help="health check: exit 1 with the reasons when the validator is unhealthy "
@@ -295,6 +349,22 @@ def _status_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--max-pass-age", dest="max_pass_age", type=float, default=DEFAULT_MAX_PASS_AGE_MIN,
                    metavar="MIN", help=f"with --check: minutes without a completed pass that count as "
                    f"unhealthy (default {DEFAULT_MAX_PASS_AGE_MIN:g})")
+
+
+def _status_dir(given: str | None) -> str:
+    """--state-dir, else the one validator state dir under $CACHEON_HOME/validator."""
+    if given:
+        return given
+    from cacheon_subnet.validator.startup import cacheon_home, existing_state_dirs
+
+    found = existing_state_dirs()
+    if len(found) == 1:
+        return str(found[0])
+    root = cacheon_home() / "validator"
+    if not found:
+        raise UsageError(f"no validator state dir under {root}; pass --state-dir DIR")
+    raise UsageError(f"{len(found)} validator state dirs under {root}; pick one with --state-dir: "
+                     + ", ".join(str(f) for f in found))
 
 
 def register(sub: Any, groups: dict[str, Any]) -> None:
@@ -311,7 +381,8 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     s.set_defaults(handler=cmd_status)
     groups["validator"] = v
     s = sub.add_parser("leaderboard", help="serve a validator state dir's leaderboard page and JSON API (read-only)")
-    s.add_argument("--state-dir", dest="state_dir", default=DEFAULT_STATE_DIR)
+    s.add_argument("--state-dir", dest="state_dir", default=None,
+                   help="default: the one dir under $CACHEON_HOME/validator/<network>/<netuid>/<hotkey>")
     s.add_argument("--listen", default="127.0.0.1:8090", metavar="HOST:PORT", help="bind address (default 127.0.0.1:8090)")
     s.set_defaults(handler=cmd_leaderboard)
 

@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable
 
 import aiohttp
 
+from cacheon_subnet import lifecycle
 from cacheon_subnet.bundle import Bundle
 from cacheon_subnet.chain.backend import ChainBackend
 from cacheon_subnet.log import get_logger
@@ -124,6 +125,8 @@ class Validator:
                  metrics: Metrics | None = None) -> None:
         self.cfg = config
         self._lock_fd = acquire_run_lock(config.state_dir)
+        lifecycle.set_lease_dir(config.state_dir / "children")  # what we hold, for the next start's reaping
+        reaped = lifecycle.reap_leftovers(config.state_dir / "children")  # a crashed run's engines: before the GPU
         self.db = StateDB(config.state_dir)
         self.metrics = metrics or Metrics()
         self.chain = GuardedChain(backend, self.db, config.chain_call_retries, config.chain_call_retry_s,
@@ -148,9 +151,12 @@ class Validator:
         self.log.info("validator.start", state=str(self.db.path), hotkey=config.hotkey,
                       arena=getattr(qualifier, "arena_id", "?"), partials_removed=removed,
                       url_policy=self.urls.label,
+                      reaped=[r["killed"] for r in reaped],
                       **self.db.counts())
 
     def close(self) -> None:
+        if lifecycle.lease_dir() == self.cfg.state_dir / "children":
+            lifecycle.set_lease_dir(None)
         self.db.close()
         os.close(self._lock_fd)
 
@@ -164,10 +170,15 @@ class Validator:
         errors: list[ChainDown] = []
         for stage in (self._sync, self._fetch_stage, self._screen_stage, self._verify_stage,
                       self._qualify_stage, self._settle_stage, self._publish_stage):
+            if lifecycle.SHUTDOWN.is_set():
+                break  # a shutdown: what is in flight is left due, retried after the restart
             try:
                 stage()
             except ChainDown as exc:
                 errors.append(exc)
+            except lifecycle.Interrupted as exc:
+                self.log.warning("pass.interrupted", stage=stage.__name__.strip("_"), reason=str(exc)[:300])
+                break
         return self._summary(errors[0] if errors else None)
 
     def _problems(self, error: ChainDown | None) -> tuple[str, ...]:
@@ -208,7 +219,7 @@ class Validator:
 
     def run_forever(self, stop: threading.Event) -> None:
         """Passes until `stop` is set; a pass never takes the process down."""
-        while not stop.is_set():
+        while not stop.is_set() and not lifecycle.SHUTDOWN.is_set():
             try:
                 delay = self.run_once().next_delay_s
             except Exception as exc:  # noqa: BLE001 - a bug in one pass must not stop validating
@@ -363,8 +374,12 @@ class Validator:
                 result = self.screener(bundle)
             except Exception as exc:  # noqa: BLE001 - infrastructure, not the bundle's fault
                 self._tried("verify", failed=True)
+                if lifecycle.SHUTDOWN.is_set():
+                    raise lifecycle.Interrupted(f"verify of {c.id} stopped by shutdown") from None
                 self._transient(c, "verify", f"{type(exc).__name__}: {exc}", "no_decision")
                 continue
+            if lifecycle.SHUTDOWN.is_set():  # its workers were killed under it: no verdict
+                raise lifecycle.Interrupted(f"verify of {c.id} stopped by shutdown")
             self._tried("verify")
             detail = {**c.detail, "verify": result.detail}
             if result.passed:
@@ -406,10 +421,14 @@ class Validator:
                                                     incumbent_bundle=self._incumbent_bundle(incumbent))
                 else:
                     result = self.qualifier.qualify(bundle, op, incumbent)
+                if lifecycle.SHUTDOWN.is_set():  # its engines were killed under it: not the bundle's verdict
+                    raise lifecycle.Interrupted(f"{target}: qualification stopped by shutdown")
                 if result.verdict not in VERDICTS:
                     raise ValueError(f"qualifier returned verdict {result.verdict!r}, not one of {VERDICTS}")
             except Exception as exc:  # noqa: BLE001 - arena trouble says nothing about the bundle
                 self._tried("qualify", failed=True)
+                if isinstance(exc, lifecycle.Interrupted) or lifecycle.SHUTDOWN.is_set():
+                    self._interrupted(c, target, exc)
                 self._transient(c, "qualify", f"{target}: {type(exc).__name__}: {exc}", "no_decision")
                 return
             self._tried("qualify")
@@ -492,6 +511,15 @@ class Validator:
             return
         self._record(c, r.target, r.result, r.start_block, r.incumbent_id, key=r.key)
         self._moved("qualified")
+
+    def _interrupted(self, c: Contribution, target: str, exc: Exception) -> None:
+        """The verdict in flight is NO_DECISION and the item stays due, no attempt counted (the
+        validator stopped; the arena did not fail): the next start qualifies it again."""
+        why = f"qualify: {target}: NO_DECISION, interrupted by shutdown; retried after restart ({exc})"
+        with self.db.tx() as con:
+            self.db.update(con, c.id, {"reason": why[:2000], "next_try_at": 0})
+        self.log.warning("qualify.interrupted", contribution=c.id, target=target, verdict="NO_DECISION")
+        raise lifecycle.Interrupted(why) from exc
 
     def _finish(self, con: Any, c: Contribution) -> None:
         rows = con.execute("SELECT target, verdict, reason FROM evidence WHERE contribution_id=? AND id IN"

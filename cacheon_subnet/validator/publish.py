@@ -1,8 +1,10 @@
 """Publishing weights: compute, send with the chain's version key, read back, record.
 
 Rules, and why:
-* The version key is read from the chain before every send (never a constant): the leading
-  implementation sent 1 while the chain wanted 29 and its weights were silently dropped.
+* The version key sent is this code's spec version (cacheon_subnet.__spec_version__), so the
+  subnet owner can retire old validators by raising weights_version_key. The chain's key is
+  read before every send: below it we do not send (the chain would silently drop the weights,
+  as it did for an implementation that sent 1 while the chain wanted 29) and say "outdated".
 * The chain rate limit (WeightsSetRateLimit from LastUpdate) is checked before sending and a
   RateLimited answer is "wait", not an error. Unchanged weights are re-sent every
   `interval_blocks` so the validator stays active.
@@ -24,7 +26,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from cacheon_subnet.chain.backend import RateLimited
+from cacheon_subnet import __spec_version__
+from cacheon_subnet.chain.backend import ChainError, ChainUnavailable, RateLimited, VersionKeyTooLow
 from cacheon_subnet.scoring.weights import U16_MAX, WeightPolicy, compute_weights, to_u16
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.chainguard import ChainDown, GuardedChain
@@ -38,11 +41,13 @@ class PublishPolicy:
     readback_grace_blocks: int = 0  # >0 on commit-reveal subnets (weights appear after reveal)
     min_change_u16: int = 328  # a vector differing by less (0.5 %, e.g. age decay) is "unchanged"
     refusal_hold_blocks: int = 360  # after a definitive refusal, wait this long before asking again
+    version_key: int | None = None  # None: this code's cacheon_subnet.__spec_version__
+    dry_run: bool = False  # --dry-run: everything but set_weights (the vector is logged, not sent)
 
 
 @dataclass(frozen=True)
 class PublishResult:
-    action: str  # verified | published | failed | deferred | unchanged | rate_limited | resolved | refused | blocked
+    action: str  # verified | published | failed | deferred | unchanged | rate_limited | resolved | refused | blocked | outdated | dry_run
     weights_id: int | None
     detail: str
 
@@ -95,7 +100,14 @@ class Publisher:
         if last is not None and block - last < limit:
             return PublishResult("rate_limited", None, f"last update {last}, limit {limit}: retry in "
                                  f"{limit - (block - last)} blocks")
-        version_key = self.chain.weights_version_key(self.netuid)
+        required = self.chain.weights_version_key(self.netuid)  # the owner's floor (hyperparameter)
+        version_key = self.policy.version_key if self.policy.version_key is not None else __spec_version__
+        if version_key < required:  # definitive: sending would be dropped; only an upgrade helps
+            return PublishResult("outdated", None, f"spec version {version_key} < the subnet's weights_version_key "
+                                 f"{required}: this validator is retired; upgrade (docs/operators.md, Upgrades)")
+        if self.policy.dry_run:
+            return PublishResult("dry_run", None, f"--dry-run: not sent: uids {list(uids)} weights {list(vals)} "
+                                 f"version_key {version_key}")
         if carry is not None and carry.uids == tuple(uids) and carry.vals == tuple(vals):
             row = carry
             ledger.update_weights(self.db, row.id, "pending", "re-sending after restart",

@@ -329,14 +329,23 @@ def main(argv: list[str] | None = None) -> int:
         interp_fix.apply()
     from cacheon_subnet.guard import install_guard
 
-    scratch = os.environ.get("CACHEON_SANDBOX_SCRATCH", os.getcwd())
-    writable = [scratch] + [os.environ[k] for k in ("TVM_FFI_CACHE_DIR",) if os.environ.get(k)]
-    if os.environ.get("CACHEON_SANDBOX_MODE") == "wall":  # behind the wall /tmp is the child's own tmpfs
-        writable.append(os.environ.get("TMPDIR") or "/tmp")  # (Triton builds its launcher there)
-    install_guard(os.path.join(a.bundle_root, a.package), writable)
+    install_guard(os.path.join(a.bundle_root, a.package), guard_writable(dict(os.environ), os.getcwd()))
     sys.path.insert(0, a.bundle_root)
     Worker(a.fd, os.path.join(a.bundle_root, a.package), a.package, device, group).serve()
     return 0
+
+
+def guard_writable(env: dict[str, str], cwd: str) -> list[str]:
+    """Where bundle code may write: its scratch, the TVM cache, and TMPDIR (Triton builds its
+    launcher there): behind the wall /tmp is the child's own tmpfs; in weak mode TMPDIR is the
+    child's private short dir (sandbox.short_tmpdir), never the shared /tmp."""
+    writable = [env.get("CACHEON_SANDBOX_SCRATCH", cwd)] + [env[k] for k in ("TVM_FFI_CACHE_DIR",) if env.get(k)]
+    mode = env.get("CACHEON_SANDBOX_MODE")
+    if mode == "wall":
+        writable.append(env.get("TMPDIR") or "/tmp")
+    elif mode == "weak" and env.get("TMPDIR") and env["TMPDIR"] not in ("/tmp", "/var/tmp"):
+        writable.append(env["TMPDIR"])
+    return writable
 
 
 def _join_group(a: argparse.Namespace, device: str) -> Any:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from validator_fakes import EXAMPLES, NETUID, VALIDATOR, FileServer, commit, make_archive, make_chain, snapshot
 
+from cacheon_subnet import __spec_version__
 from cacheon_subnet.chain import LocalChain
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.publish import readback_check
@@ -121,7 +122,7 @@ def _check_invariants(state: Path, chain_path: Path) -> None:
     blocks = sorted(w.block for w in rows if w.block is not None)
     assert all(b2 - b1 >= RATE_LIMIT for b1, b2 in zip(blocks, blocks[1:])), blocks
     last = ledger.last_weights(db)
-    assert last is not None and last.state == "verified" and last.version_key == 29
+    assert last is not None and last.state == "verified" and last.version_key == __spec_version__
     chain = LocalChain.open(chain_path)
     ok, detail = readback_check(last.uids, last.vals, chain.get_weights(NETUID, VALIDATOR))
     assert ok, detail

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from validator_fakes import EXAMPLES, NETUID, VALIDATOR, FakeQualifier, FileServer, commit, fake_screener, make_archive, make_chain
 
+from cacheon_subnet import __spec_version__
 from cacheon_subnet.chain import ChainUnavailable, RateLimited, WeightsReceipt
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.fetch import FetchError
@@ -92,29 +93,49 @@ def make(world, backend=None, qualifier=None, fetcher=None, **cfg) -> Validator:
                      fetcher=fetcher)
 
 
-def test_full_pass_crowns_and_publishes_with_the_chains_version_key(world):
+def test_full_pass_crowns_and_publishes_with_the_code_spec_version(world):
     rec = Recording(world["chain"])
     v = make(world, rec)
     s = v.run_once()
     assert s.idle and s.weights == "verified" and set(s.crowns_changed) == {"norm.rmsnorm", "activation.silu_and_mul"}
     (hotkey, netuid, uids, vals, version_key), = rec.sent()
-    assert version_key == 29  # read from the chain, never a constant
+    assert version_key == __spec_version__ > 29  # this code's spec version, above the chain's floor (29)
     row = ledger.last_weights(v.db)
-    assert row.state == "verified" and row.version_key == 29 and row.block is not None
+    assert row.state == "verified" and row.version_key == __spec_version__ and row.block is not None
     assert uids == [0, 2, 3]  # owner burn + the two crown holders (uids 2 and 3)
     assert world["chain"].get_weights(NETUID, VALIDATOR)
 
 
-def test_version_key_change_on_chain_is_followed(world):
-    v = make(world)
+def test_owner_retires_old_validators_by_raising_the_version_key(world):
+    """The owner's lever: weights_version_key above this code's spec version -> nothing is sent
+    ("outdated", no chain call); at our version -> sent again with it."""
+    rec = Recording(world["chain"])
+    v = make(world, rec)
     v.run_once()
-    world["chain"].set_hyperparams(NETUID, weights_version_key=31)
-    world["chain"].advance(5)
     from cacheon_subnet.validator.publish import Publisher
 
     v.publisher = Publisher(v.db, v.chain, NETUID, VALIDATOR, TARGETS, v.cfg.weights, PublishPolicy(interval_blocks=1))
-    assert v.run_once().weights == "verified"
-    assert ledger.last_weights(v.db).version_key == 31
+    world["chain"].set_hyperparams(NETUID, weights_version_key=__spec_version__ + 1)
+    world["chain"].advance(5)
+    before = len(rec.sent())
+    s = v.run_once()
+    assert s.weights == "outdated" and len(rec.sent()) == before
+    world["chain"].set_hyperparams(NETUID, weights_version_key=__spec_version__)
+    world["chain"].advance(5)
+    assert v.run_once().weights == "verified" and len(rec.sent()) == before + 1
+    assert ledger.last_weights(v.db).version_key == __spec_version__
+
+
+def test_dry_run_does_everything_but_set_weights(world):
+    from dataclasses import replace
+
+    rec = Recording(world["chain"])
+    v = make(world, rec)
+    v.publisher = type(v.publisher)(v.db, v.chain, NETUID, VALIDATOR, TARGETS, v.cfg.weights,
+                                    replace(v.cfg.publish, dry_run=True))
+    s = v.run_once()
+    assert s.weights == "dry_run" and set(s.crowns_changed) == {"norm.rmsnorm", "activation.silu_and_mul"}
+    assert rec.sent() == [] and ledger.last_weights(v.db) is None and not world["chain"].get_weights(NETUID, VALIDATOR)
 
 
 def test_flaky_chain_never_crashes_and_eventually_publishes(world):

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""The validator's own GPU path end to end on one box (issue 16, item 1). UNMEASURED so far:
+written without a GPU; its CPU dry run (--engine-factory, tests/arena/test_gpu_e2e.py) checks
+only the plumbing. Record real runs in docs/benchmarks.md.
+
+    python scripts/gpu_e2e.py --config configs/arena/dense.toml --out e2e.json \
+        [--work /var/tmp/cacheon-e2e] [--crown-bundle examples/norm.rmsnorm] \
+        [--fail-bundle examples/controls/wrong_math] [--handicap-us 2000]
+
+A local chain (SQLite) and miners that commit packed bundles served over loopback, then:
+  phase "product": `neurons/validator.py --chain local --arena CONFIG --screen-device cuda --once`
+      (the CLI an operator runs, its start-up checks included), pass after pass until idle: the
+      failing bundle ends FAIL with its reason; the crown bundle gets the GPU arena's real verdict.
+  phase "test-handicap": the same loop (in-process Validator, same stages) whose qualifier is
+      the GPU arena running the HANDICAP CONTROL for the committed bundle's slot (B/B′ = stock +
+      a GPU spin per call, C = stock): a known speedup, so the crown, the weights and their
+      read-back are exercised. Every record of this phase is labelled "TEST:handicap-control":
+      it crowns the arena's control, not the bundle, until a champion bundle exists.
+At the end: the chain's weights read back, `cacheon status` of each state dir, all in --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+TEST_LABEL = "TEST:handicap-control"
+VALIDATOR = "e2e-validator"
+NETUIDS = {"product": 1, "test-handicap": 2}
+
+
+def _commit(chain: Any, netuid: int, hotkey: str, bundle_dir: Path, serve_dir: Path, base_url: str) -> str:
+    from cacheon_subnet.bundle import pack
+    from cacheon_subnet.bundle.archive import load_bundle
+    from cacheon_subnet.chain.commitment import encode
+
+    digest = load_bundle(bundle_dir).digest
+    pack(bundle_dir, serve_dir / f"{digest}.tar.gz")
+    chain.commit(hotkey, netuid, encode(digest, hotkey, f"{base_url}/{digest}.tar.gz"), 1)
+    return digest
+
+
+def _report(state_dir: Path, chain: Any, netuid: int) -> dict[str, Any]:
+    from cacheon_subnet.validator import status
+
+    rep = status.collect(state_dir)
+    cli = subprocess.run([sys.executable, "-m", "cacheon_subnet.cli", "status", "--state-dir", str(state_dir)],
+                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    return {"status": rep, "status_text": cli.stdout[-6000:], "status_rc": cli.returncode,
+            "chain_weights": {str(k): v for k, v in chain.get_weights(netuid, VALIDATOR).items()}}
+
+
+def product_phase(a: argparse.Namespace, chain_path: Path, state: Path) -> dict[str, Any]:
+    """neurons/validator.py --once, pass after pass, as an operator runs it."""
+    argv = [sys.executable, str(REPO / "neurons" / "validator.py"), "--netuid", str(NETUIDS["product"]),
+            "--chain", "local", "--local-chain", str(chain_path), "--wallet.hotkey", VALIDATOR,
+            "--state-dir", str(state), "--once",
+            "--arena", "cpu" if a.engine_factory else a.config,  # the CLI cannot take a fake engine
+            "--screen-device", "cpu" if a.engine_factory else "cuda"]
+    passes = []
+    t0 = time.monotonic()
+    for _ in range(a.max_passes):
+        t = time.monotonic()
+        r = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=a.pass_timeout_s)
+        summary = json.loads(r.stdout) if r.returncode in (0, 1) and r.stdout.strip() else None
+        passes.append({"rc": r.returncode, "wall_s": round(time.monotonic() - t, 1), "summary": summary,
+                       "stderr_tail": r.stderr[-3000:] if summary is None else ""})
+        if summary is None or summary.get("idle"):
+            break
+    return {"argv": argv, "passes": passes, "wall_s": round(time.monotonic() - t0, 1)}
+
+
+@dataclass(frozen=True)
+class _HandicapQualifier:
+    """TEST ONLY: the GPU arena runs the handicap control for the committed op's slot."""
+
+    inner: Any
+    handicap_us: float
+    engine_factory: str | None
+    label: str = TEST_LABEL
+    head_to_head: bool = False
+
+    @property
+    def arena_id(self) -> str:
+        return self.inner.arena_id + "-test-handicap"
+
+    def qualify(self, bundle: Any, op: Any, incumbent: Any) -> Any:
+        from arena.qualifier import to_qualify_result
+        from arena.run import qualify, stock_control_op
+
+        opts = self.inner.options(bundle, op)
+        opts = replace(opts, workdir=opts.workdir.parent / f"test-handicap-{op.slot}", control="handicap",
+                       handicap_us=self.handicap_us, engine_factory=self.engine_factory)
+        result = qualify(self.inner.config, None, stock_control_op(op.slot), opts)
+        return to_qualify_result(result, op, incumbent, self.arena_id, self.label)
+
+
+def test_phase(a: argparse.Namespace, chain: Any, state: Path) -> dict[str, Any]:
+    from arena import GpuQualifier, load_config
+    from cacheon_subnet.scoring.settle import SpeedPolicy
+    from cacheon_subnet.validator.loop import Validator, ValidatorConfig
+    from cacheon_subnet.validator.publish import PublishPolicy
+
+    q = _HandicapQualifier(GpuQualifier(load_config(a.config)), a.handicap_us, a.engine_factory)
+    speed = replace(SpeedPolicy(), max_noise=a.settle_max_noise or SpeedPolicy().max_noise,
+                    max_speedup=a.settle_max_speedup or SpeedPolicy().max_speedup)
+    cfg = ValidatorConfig(netuid=NETUIDS["test-handicap"], hotkey=VALIDATOR, state_dir=state, interval_s=0,
+                          screen_device="cpu" if a.engine_factory else "cuda", retry_base_s=0.0, speed=speed,
+                          settle_hold_blocks=1, publish=PublishPolicy(interval_blocks=1))
+    v = Validator(cfg, chain, q)
+    passes = []
+    t0 = time.monotonic()
+    try:
+        for _ in range(a.max_passes):
+            s = v.run_once()
+            passes.append({k: getattr(s, k) for k in ("block", "moved", "crowns_changed", "weights", "chain_error")})
+            chain.advance(1)
+            if s.idle and s.weights in ("verified", "unchanged"):
+                break
+    finally:
+        v.close()
+    return {"passes": passes, "wall_s": round(time.monotonic() - t0, 1), "label": TEST_LABEL,
+            "settle_policy": {"max_noise": speed.max_noise, "max_speedup": speed.max_speedup}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="the validator's GPU path end to end (local chain, loopback miners)")
+    ap.add_argument("--config", default=str(REPO / "configs" / "arena" / "dense.toml"))
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--work", default="/var/tmp/cacheon-e2e", help="wiped only if this script created it")
+    ap.add_argument("--crown-bundle", default=str(REPO / "examples" / "norm.rmsnorm"))
+    ap.add_argument("--fail-bundle", default=str(REPO / "examples" / "controls" / "wrong_math"))
+    ap.add_argument("--handicap-us", type=float, default=200.0,
+                    help="spin per baseline call; pick it so the end-to-end ratio stays under settle's "
+                         "max_speedup (3.0), else the crown is re-measured as implausible (value not yet measured)")
+    ap.add_argument("--settle-max-noise", type=float, default=None, help="test phase only (CPU dry runs)")
+    ap.add_argument("--settle-max-speedup", type=float, default=None, help="test phase only (CPU dry runs)")
+    ap.add_argument("--max-passes", type=int, default=8)
+    ap.add_argument("--pass-timeout-s", type=float, default=3600.0)
+    ap.add_argument("--engine-factory", help="tests only: a CPU stand-in engine (module:Class); no GPU number")
+    a = ap.parse_args(argv)
+
+    from cacheon_subnet.chain.local import LocalChain
+    from cacheon_subnet.miner.serve import start_in_thread
+    from cacheon_subnet.owned_dir import mark_owned, wipe_owned
+
+    work = Path(a.work)
+    wipe_owned(work)  # refuses a dir it did not create
+    mark_owned(work)
+    serve = work / "serve"
+    serve.mkdir()
+    out: dict[str, Any] = {"script": "scripts/gpu_e2e.py", "config": a.config, "handicap_us": a.handicap_us,
+                           "mode": "fake-engine CPU dry run (no GPU number)" if a.engine_factory else "gpu",
+                           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "phases": {}}
+    from cacheon_subnet.validator.startup import identity
+
+    out["identity"] = identity()
+    server = start_in_thread(serve)
+    try:
+        for phase, netuid in NETUIDS.items():
+            chain_path = work / f"chain-{phase}.sqlite"
+            chain = LocalChain.create(chain_path, netuid, owner_hotkey="owner", weights_rate_limit=1,
+                                      seconds_per_block=0)
+            chain.register(VALIDATOR, "e2e-cold", stake=1000.0, validator_permit=True)
+            miners = {"miner-crown": Path(a.crown_bundle), "miner-fail": Path(a.fail_bundle)}
+            if phase == "product" and a.engine_factory:
+                miners.pop("miner-crown")  # CPU timing of an interpreted Triton bundle: minutes, no signal
+            commits = {}
+            for hk, bundle in miners.items():
+                chain.register(hk, f"{hk}-cold")
+                commits[hk] = _commit(chain, netuid, hk, bundle, serve, server.base_url)
+                chain.advance(1)
+            chain.advance(2)
+            state = work / f"state-{phase}"
+            ran = product_phase(a, chain_path, state) if phase == "product" else test_phase(a, chain, state)
+            out["phases"][phase] = {"netuid": netuid, "commits": commits, **ran, **_report(state, chain, netuid)}
+            chain.close()
+    finally:
+        server.stop()
+    Path(a.out).write_text(json.dumps(out, indent=1, default=str))
+    for phase, p in out["phases"].items():
+        print(f"== {phase} ({p.get('label', 'product path')}): {p['wall_s']} s, weights on chain {p['chain_weights']}")
+        print(p["status_text"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""scripts/gpu_e2e.py dry-run on CPU with the fake engine: the plumbing of the next GPU session's
+end-to-end run (local chain, loopback miners, the product CLI's passes, the TEST-labelled
+handicap phase that crowns and publishes, read-back, status). No GPU number comes from this."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import arena_harness as h
+import pytest
+from test_gpu_scripts import _small_config
+
+
+@pytest.mark.slow
+def test_gpu_e2e_dry_run_crowns_the_test_control_and_fails_the_broken_bundle(tmp_path):
+    root = h.seam_harness.write_runtime(tmp_path / "fake-sglang")
+    env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{h.REPO}", TRITON_INTERPRET="1",
+               CACHEON_ARENA_HOME=str(tmp_path / "arena-home"), CACHEON_HOME=str(tmp_path / "home"))
+    out = tmp_path / "e2e.json"
+    cfg = _small_config(tmp_path)
+    text = cfg.read_text()
+    assert "max_noise = 0.02" in text
+    cfg.write_text(text.replace("max_noise = 0.02", "max_noise = 0.5"))  # a shared 2-core box: plumbing only
+    r = subprocess.run([sys.executable, "scripts/gpu_e2e.py", "--config", str(cfg),
+                        "--crown-bundle", str(h.REPO / "examples" / "demo" / "cpu_rmsnorm"),  # fast to verify on CPU
+                        "--out", str(out), "--work", str(tmp_path / "work"), "--handicap-us", "5000",
+                        "--settle-max-noise", "1.0", "--settle-max-speedup", "1000",
+                        "--engine-factory", "tests.arena.fake_engine:FakeEngine"],
+                       capture_output=True, text=True, env=env, cwd=h.REPO, timeout=900)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
+    rec = json.loads(out.read_text())
+    assert rec["mode"].startswith("fake-engine")
+    prod, test = rec["phases"]["product"], rec["phases"]["test-handicap"]
+    fail = next(c for c in prod["status"]["contributions"] if c["hotkey"] == "miner-fail")
+    assert fail["state"] == "failed" and fail["reason"].startswith("verify:"), fail
+    assert prod["status_rc"] == 0 and all(p["rc"] == 0 for p in prod["passes"]), prod["passes"]
+    crown = next(c for c in test["status"]["crowns"])
+    assert crown["hotkey"] == "miner-crown" and test["label"] == "TEST:handicap-control"
+    ev = [e for c in test["status"]["contributions"] for e in c.get("evidence", [])]
+    assert ev and all(e["label"] == "TEST:handicap-control" for e in ev)  # labelled in every record
+    assert test["status"]["weights"]["state"] == "verified" and test["chain_weights"]
