@@ -2,7 +2,8 @@
 // then: pm2 logs cacheon-validator; pm2 save.  Every path below is absolute, resolved from this
 // file's own location, so the working directory pm2 is started from does not matter.
 // Settings come from the environment (export them before `pm2 start`, or edit the defaults):
-//   CACHEON_NETUID, CACHEON_NETWORK, CACHEON_WALLET, CACHEON_VALIDATOR_HOTKEY, CACHEON_ARENA,
+//   CACHEON_NETUID, CACHEON_NETWORK, CACHEON_WALLET, CACHEON_VALIDATOR_HOTKEY, CACHEON_ARENA
+//   (default configs/arena/dense.toml), CACHEON_ALLOW_CPU_TIMING=1 (only with CACHEON_ARENA=cpu),
 //   CACHEON_PYTHON (interpreter; default <checkout>/.venv/bin/python, else python3 on PATH),
 //   CACHEON_LOG_DIR (default $CACHEON_HOME/logs, CACHEON_HOME default ~/.cacheon),
 //   CACHEON_METRICS_PORT (serve Prometheus metrics there; unset = off).
@@ -16,9 +17,13 @@ const NETUID = env.CACHEON_NETUID || "1";
 const NETWORK = env.CACHEON_NETWORK || "finney";
 const WALLET = env.CACHEON_WALLET || "default";
 const VALIDATOR_HOTKEY = env.CACHEON_VALIDATOR_HOTKEY || "default";
-// "cpu", or an arena config (kind = "gpu"); a relative path is taken from the checkout.
-const ARENA_SPEC = env.CACHEON_ARENA || "cpu";
+// A GPU arena config (kind = "gpu"; a relative path is taken from the checkout). Off a local chain
+// the validator refuses "cpu" unless CACHEON_ALLOW_CPU_TIMING=1 (then every record is labelled
+// cpu-timing:opt-in: host-timed slot calls, not engine measurements).
+const ARENA_SPEC = env.CACHEON_ARENA || "configs/arena/dense.toml";
 const ARENA = ARENA_SPEC === "cpu" ? ARENA_SPEC : path.resolve(ROOT, ARENA_SPEC);
+const CPU_OPT_IN = env.CACHEON_ALLOW_CPU_TIMING === "1" ? ["--allow-cpu-timing"] : [];
+// The state dir defaults to $CACHEON_HOME/validator/<network>/<netuid>/<hotkey> (outside the checkout).
 const VENV_PYTHON = path.join(ROOT, ".venv", "bin", "python");
 const PYTHON = env.CACHEON_PYTHON || (fs.existsSync(VENV_PYTHON) ? VENV_PYTHON : "python3");
 const HOME = env.CACHEON_HOME || path.join(os.homedir(), ".cacheon");
@@ -39,6 +44,8 @@ module.exports = {
         "--wallet.hotkey", VALIDATOR_HOTKEY,
         "--chain", "bittensor",
         "--arena", ARENA,
+        ...CPU_OPT_IN,
+        "--screen-device", ARENA === "cpu" ? "cpu" : "cuda",
         "--interval", "60",
         ...METRICS,
       ],
@@ -47,7 +54,8 @@ module.exports = {
       exp_backoff_restart_delay: 1000,
       max_restarts: 50,
       min_uptime: "60s",
-      // pm2 sends SIGINT, then SIGKILL after kill_timeout: the loop stops after the item in hand.
+      // pm2 sends SIGINT, then SIGKILL after kill_timeout: in-flight arena engines are killed
+      // (their process groups) and the verdict in flight stays due (NO_DECISION, retried).
       kill_timeout: 30000,
       // Logs are JSON lines (structlog, and stdlib loggers such as the bittensor SDK routed
       // through it) on stderr. No `time` prefix and no pm2 log_type json: either would wrap

@@ -173,6 +173,21 @@ def test_pm2_file_resolves_every_path_from_its_own_location(tmp_path):
     assert json.loads(out.stdout)["apps"][0]["interpreter"] == "/opt/py/bin/python"
 
 
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node not installed")
+def test_pm2_defaults_are_a_gpu_arena_and_cpu_timing_only_by_opt_in(tmp_path):
+    cfg = REPO / "configs" / "pm2" / "ecosystem.config.js"
+    js = f"console.log(JSON.stringify(require({json.dumps(str(cfg))}).apps[0].args))"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEON_")}
+    env["HOME"] = str(tmp_path)
+    args = json.loads(subprocess.run(["node", "-e", js], capture_output=True, text=True, timeout=60, env=env).stdout)
+    assert args[args.index("--arena") + 1] == str(REPO / "configs/arena/dense.toml")
+    assert "--allow-cpu-timing" not in args and "--state-dir" not in args  # default dir: outside the checkout
+    assert args[args.index("--screen-device") + 1] == "cuda"
+    env.update(CACHEON_ARENA="cpu", CACHEON_ALLOW_CPU_TIMING="1")
+    args = json.loads(subprocess.run(["node", "-e", js], capture_output=True, text=True, timeout=60, env=env).stdout)
+    assert args[args.index("--arena") + 1] == "cpu" and "--allow-cpu-timing" in args
+
 def test_one_backoff_rule():
     rng = random.Random(1)
     for attempt in range(12):
