@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 from conftest import REPO
 
@@ -40,14 +41,14 @@ def _wait_port(port: int, timeout: float = 30.0) -> None:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.2)
-    raise AssertionError(f"miner serve never listened on {port}")
+    raise AssertionError(f"nothing listened on {port}")
 
 
 def test_readme_miner_flow_runs_end_to_end(tmp_path):
     lines = readme_flow()
     tmp_path.chmod(0o755)  # the cwd is on the child's sys.path (-m): the sandbox uid reads it, as a checkout
-    assert lines[0] == "source .venv/bin/activate" and lines[-1] == "kill %1"
-    port = str(_free_port())
+    assert lines[0] == "source .venv/bin/activate" and lines[-1] == "kill %1 %2"
+    port, board_port = str(_free_port()), str(_free_port())
     env = {**os.environ, "CACHEON_PROGRESS": "1", "PYTHONPATH": str(REPO)}
     env.pop("CACHEON_LOCAL_CHAIN", None)
     cli = [sys.executable, "-m", "cacheon_subnet.cli"]
@@ -55,10 +56,14 @@ def test_readme_miner_flow_runs_end_to_end(tmp_path):
     out: dict[str, subprocess.CompletedProcess] = {}
     try:
         for line in lines[1:-1]:
-            line = line.replace("8787", port).replace("$PWD", str(tmp_path))
+            line = line.replace("8787", port).replace("8790", board_port).replace("$PWD", str(tmp_path))
             if line.startswith("export "):
                 key, value = line[len("export "):].split("=", 1)
                 env[key] = value
+                continue
+            if line.startswith("curl -s "):
+                with urllib.request.urlopen(line.split()[-1], timeout=30) as reply:
+                    out["curl"] = json.loads(reply.read())
                 continue
             argv = shlex.split(line.rstrip("&").strip())
             assert argv[0] == "cacheon", line
@@ -66,7 +71,10 @@ def test_readme_miner_flow_runs_end_to_end(tmp_path):
             if line.endswith("&"):
                 background.append(subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                                                    stderr=subprocess.DEVNULL))
-                _wait_port(int(port))
+                _wait_port(int(board_port if board_port in line else port))
+                if board_port in line:  # the page a new user opens in a browser
+                    with urllib.request.urlopen(f"http://127.0.0.1:{board_port}/", timeout=30) as reply:
+                        out["page"] = reply.read().decode()
                 continue
             t0 = time.monotonic()
             r = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -87,6 +95,9 @@ def test_readme_miner_flow_runs_end_to_end(tmp_path):
     # the scaffold is Triton under the CPU interpreter: verified, far slower, said in plain words
     assert re.search(r"verified, below the bar \(.*?\): \d+x slower than the fp32 reference", words), status
     assert "PASS" not in status and "fractions uid 0: 1.000" in status
+    rows = out["curl"]["contributions"]
+    assert out["curl"]["schema"] == "cacheon.leaderboard/1" and [r["hotkey"] for r in rows] == ["alice"], out["curl"]
+    assert "alice" in out["page"] and "norm.rmsnorm" in out["page"]  # the submission, on the page
     mine = out["miner status"].stdout
     assert "alice" in mine and "serves" in mine, mine
     shown = out["chain local"].stdout
