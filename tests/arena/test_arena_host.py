@@ -44,10 +44,10 @@ def test_gpu_free_means_memory_back_to_the_baseline(monkeypatch):
     import arena.host as host
 
     readings = iter([[70000], [30000], [1500]])
-    monkeypatch.setattr(host, "gpu_memory_used_mib", lambda: next(readings))
+    monkeypatch.setattr(host, "gpu_memory_used_mib", lambda visible=None: next(readings))
     monkeypatch.setattr(host.time, "sleep", lambda s: None)
     assert host._wait_gpu_free([1000], timeout_s=60) is True  # 1500 <= 1000 + 1024 slack
-    monkeypatch.setattr(host, "gpu_memory_used_mib", lambda: [70000])
+    monkeypatch.setattr(host, "gpu_memory_used_mib", lambda visible=None: [70000])
     assert host._wait_gpu_free([1000], timeout_s=0) is False  # an engine still holds the GPU
     assert host._wait_gpu_free(None, timeout_s=1) is None  # no nvidia-smi: cannot be seen
 

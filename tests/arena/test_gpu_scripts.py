@@ -62,7 +62,7 @@ def test_arena_benchmarks_dry_run(tmp_path):
     runs = {x["run"]: x for x in json.loads(out.read_text())["runs"]}
     assert runs["handicap"]["quality"] == "PASS" and runs["handicap"]["ratio"] > 1.2, runs["handicap"]["reason"]
     assert {"output_tokens_per_s", "gpu_tokens_per_s"} <= set(runs["handicap"]["by_metric"])
-    assert runs["wrong"]["verdict"] == "FAIL" and runs["wrong"]["quality"] == "FAIL"
+    assert runs["wrong"]["verdict"] == "FAIL" and runs["wrong"]["quality"] == "FAIL", runs["wrong"].get("reason")
     assert runs["never-fires"]["verdict"] == "FAIL" and "evidence" in runs["never-fires"]["reason"]
     assert runs["faithful"]["quality"] == "PASS" and isinstance(runs["role-bias"]["role_bias"], float)
     assert isinstance(runs["faithful"]["drift"], float) and runs["role-bias"]["quality"] is None
