@@ -45,7 +45,7 @@ def _commit(chain: Any, netuid: int, hotkey: str, bundle_dir: Path, serve_dir: P
 
     digest = load_bundle(bundle_dir).digest
     pack(bundle_dir, serve_dir / f"{digest}.tar.gz")
-    chain.commit(hotkey, netuid, encode(digest, hotkey, f"{base_url}/{digest}.tar.gz"), 1)
+    chain.commit(hotkey, netuid, encode(digest, hotkey, f"{base_url}/{digest}.tar.gz", chain.url_policy()), 1)
     return digest
 
 

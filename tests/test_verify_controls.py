@@ -76,11 +76,12 @@ def test_constraints_excluding_every_shape_fail(example_copy):
 class _FakeClient:
     """Stands in for the worker: answers compile-mode calls the way a failing dispatch would."""
 
-    def __init__(self, reply):
-        self.reply = reply
+    def __init__(self, reply, eager=None):
+        self.reply, self.eager = reply, eager
 
     def request(self, msg, tensors, timeout_s):
-        return {**self.reply, "nonce": msg.get("nonce")}, {}
+        reply = self.eager if self.eager is not None and msg.get("mode") != "compile" else self.reply
+        return {**reply, "nonce": msg.get("nonce")}, {}
 
 
 def test_compile_gate_maps_worker_failures():
@@ -89,10 +90,15 @@ def test_compile_gate_maps_worker_failures():
 
     bundle = load_bundle(EXAMPLES / "norm.rmsnorm")
     run = _Run(bundle, OPTS, seed=1)
-    run.client = _FakeClient({"type": "result", "ok": False, "reason": "exception", "error": "Unsupported: dynamo"})
     spec = get_slot("norm.rmsnorm")
+    ok = {"type": "result", "ok": True, "returned": None, "host_sync": [], "aliases": []}
+    dynamo = {"type": "result", "ok": False, "reason": "exception", "error": "Unsupported: dynamo"}
+    run.client = _FakeClient(dynamo, eager=ok)  # fails only under torch.compile
     f = _compile(run, bundle, spec)
     assert f is not None and f.reason == "compile" and f.stage == "compile"
+    run.client = _FakeClient(dynamo)  # fails eagerly too: the kernel's own exception, whichever trial came first
+    f = _compile(run, bundle, spec)
+    assert f is not None and f.reason == "exception" and f.stage.startswith("eager")
     run.client = _FakeClient({"type": "result", "ok": True, "returned": None, "host_sync": [], "aliases": []})
     f = _compile(run, bundle, spec)
     assert f is not None and f.reason == "protocol"  # no tensors came back: never a silent pass

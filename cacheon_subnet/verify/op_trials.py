@@ -117,7 +117,14 @@ class OpTrials:
         reply, tensors = self.run_.call(self.op, self.spec, act, case, inputs, 0, False, mode="compile")
         f = judge.check_reply(reply)
         if f:
-            reason = "compile" if f.reason == "exception" else f.reason
+            reason = f.reason
+            if reason == "exception":  # the kernel itself, or only under torch.compile? (trial order is random)
+                eager, _ = self.run_.call(self.op, self.spec, act, case, self.run_.inputs(self.spec, case, act), 0, False)
+                e = judge.check_reply(eager)
+                if e is not None and e.reason == "exception":
+                    return Failure("exception", e.detail, stage="eager (after a failed compile trial)",
+                                   case=case.label, dtype=t.dtype)
+                reason = "compile"
             return Failure(reason, f.detail, stage="compile", case=case.label, dtype=t.dtype)
         f = judge.check_outputs(self.spec, t.dtype, tensors, self.spec.reference(inputs, case.params))
         if f and f.reason in ("mismatch", "nan_inf"):  # name an unwritten output as eager trials do
