@@ -7,7 +7,7 @@ after the candidate, so B vs B′ measures the drift the candidate is judged aga
 Statistics are medians over windows (judge()), because single windows dip 10–40 % on a lent
 H200: ratio = median(C) / median(B ∪ B′), noise = max(|median(B′)/median(B) − 1|, the ratio's
 standard error from the windows' MADs), bar = 1 + max(margin, k · noise).
-PASS: ratio ≥ bar; NO_DECISION: noise above max_noise (the box cannot decide);
+PASS: ratio ≥ bar; NO_DECISION: noise above max_noise (the box cannot decide) unless clearly slower;
 FAIL otherwise. PASS, FAIL and NO_DECISION stay distinct all the way to the result JSON.
 """
 
@@ -142,7 +142,9 @@ def judge(samples: Sequence[tuple[Window, float]], policy: SpeedSection) -> Spee
     noise = max(abs(drift), se)
     bar = 1 + max(policy.margin, policy.k_noise * noise)
     detail = f"C/B {ratio:.4f}, bar {bar:.4f} (B′/B drift {drift:+.2%}, ratio s.e. {se:.2%})"
-    if noise > policy.max_noise:
+    if noise > policy.max_noise and ratio * (1 + policy.k_noise * noise) >= 1.0:
+        # too noisy to decide -- unless even the top of the band is slower than parity: that is a
+        # decision (FAIL below the bar), as in settlement
         return SpeedVerdict("NO_DECISION", ratio, per_cycle_ratio, per_cycle_drift, noise, bar,
                             f"noise {noise:.2%} > max {policy.max_noise:.2%}: the box is too noisy to decide; {detail}",
                             drift, *alt)

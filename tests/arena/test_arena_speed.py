@@ -56,6 +56,12 @@ def test_too_noisy_is_no_decision():
     assert v.verdict == "NO_DECISION" and "too noisy" in v.reason
 
 
+def test_too_noisy_but_clearly_slower_is_a_fail():
+    """A kernel at a fraction of the baseline's speed is decided whatever the noise (as in settlement)."""
+    v = judge(samples(-0.6, 0.08, seed=1), POLICY)
+    assert v.noise > POLICY.max_noise and v.verdict == "FAIL", v
+
+
 def test_window_dips_do_not_decide():
     """Measured on the H200: 4 of 24 windows dipped 13-40 %. Dips in B′ windows would fake a
     gain for a stock-equivalent candidate under a mean; medians must not move."""
