@@ -6,6 +6,7 @@ monkeypatching): here they test the arena's own wall, as if that first wall had 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -59,8 +60,11 @@ def test_prewritten_step_log_is_never_read_and_is_caught(env):
     assert r["verdict"] != "PASS", r["reason"]
     copy = env / "work" / "resident.jsonl"
     assert b"1030000.0" not in copy.read_bytes()  # the host's copy holds only what it accepted
-    if r["verdict"] == "FAIL":
+    if "forging" in r["reason"]:  # the write landed (weak mode): the copy check named it
         assert "forging attempt" in r["reason"] and "record copy resident.jsonl" in r["reason"], r["reason"]
+    else:  # only the OS wall may stop it silently; what is left is the honest kernel's own verdict
+        assert os.environ.get("CACHEON_SANDBOX", "").lower() != "weak", r["reason"]
+        assert r["reason"].startswith(("speed:", "quality:")), r["reason"]
     assert all(w.get("output_tokens_per_s", 0) < 1e5 for w in r.get("windows", []))  # no forged number read
 
 
