@@ -11,6 +11,7 @@ TRITON_SPEC ?= triton==3.6.0
 # pytest-xdist workers: on the 2-core CI box a serial run left a core idle while tests waited on
 # sandboxed subprocesses (full suite: 26.6 min serial; 18.9 min with 2 workers, measured)
 TEST_JOBS ?= 2
+# --durations: every run lists its slowest tests, so the suite-time budget (~15 min) stays visible
 
 .PHONY: demo test install clean doctor
 
@@ -35,7 +36,7 @@ doctor: $(VENV)/.installed
 	$(VENV)/bin/cacheon doctor
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -n $(TEST_JOBS)
+	$(PY) -m pytest -q -n $(TEST_JOBS) --durations=40
 
 clean:
 	rm -rf $(VENV) .pytest_cache .cacheon
