@@ -289,7 +289,7 @@ def _check_real(path: Path, cfg: ArenaConfig, raw_model: Mapping[str, Any]) -> N
     from arena.prompts import CorpusError
 
     try:
-        cfg.corpus_sha256
+        cfg.corpus_sha256  # noqa: B018 - the property reads and checks the corpus
     except CorpusError as e:
         raise bad("[workload] corpus", str(e)) from None
 

@@ -5,7 +5,6 @@ them is a GPU measurement (docs/arena.md "Calibrating the quality gate"), not ma
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import pytest

@@ -1,6 +1,5 @@
 """Every verify gate has a broken control that it rejects with the right reason."""
 
-from pathlib import Path
 
 import pytest
 

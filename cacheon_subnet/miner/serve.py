@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import signal
 import stat
 import threading
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from typing import Any
 
 from aiohttp import hdrs, web
 
+from cacheon_subnet import httpsite
 from cacheon_subnet.errors import CacheonError
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.netpolicy import STRICT, UrlPolicy
@@ -53,7 +53,7 @@ def archive_name(digest: str) -> str:
 
 def base_url(host: str, port: int) -> str:
     """http://host:port, bracketing IPv6 literals."""
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return httpsite.http_url(host, port)
 
 
 def _open_archive(directory: Path, name: str) -> tuple[int, int] | None:
@@ -138,19 +138,11 @@ class BundleServer:
     async def start(self) -> str:
         """Bind and start serving; returns the base URL (with the real port)."""
         app = make_app(self.directory)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port)
         try:
-            await site.start()
+            bound = await httpsite.bind(app, self.host, self.port)
         except OSError as exc:
-            await runner.cleanup()
             raise ServeError(f"cannot listen on {self.host}:{self.port}: {exc}") from exc
-        server = site._server  # the asyncio Server: the only place the bound port lives
-        sockets = getattr(server, "sockets", None) or ()
-        if sockets:
-            self.port = int(sockets[0].getsockname()[1])
-        self._runner = runner
+        self._runner, self.port = bound.runner, bound.port
         log.info("serve.start", dir=str(self.directory), url=self.base_url)
         return self.base_url
 
@@ -181,37 +173,18 @@ class ThreadedServer:
     def __init__(self, directory: str | os.PathLike[str], host: str = DEFAULT_HOST,
                  port: int = 0) -> None:
         self.server = BundleServer(Path(directory), host, port)
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="cacheon-serve", daemon=True)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._loop.run_until_complete(self.server.start())
-        except BaseException as exc:  # reported to the starting thread
-            self._error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        self._loop.run_forever()
-        self._loop.run_until_complete(self.server.stop())
-        self._loop.close()
+        self._thread = httpsite.LoopThread("cacheon-serve", self.server.start, self.server.stop)
 
     def start(self) -> "ThreadedServer":
         """Start once (idempotent: `with start_in_thread(d) as srv:` works too)."""
-        if not (self._thread.is_alive() or self._ready.is_set()):
-            self._thread.start()
-            self._ready.wait(30)
-        if self._error is not None:
-            raise self._error
+        try:
+            self._thread.run()
+        except TimeoutError as exc:
+            raise ServeError(str(exc)) from exc
         return self
 
     def stop(self) -> None:
-        if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
+        self._thread.stop()
 
     @property
     def base_url(self) -> str:
@@ -236,19 +209,8 @@ def start_in_thread(directory: str | os.PathLike[str], host: str = DEFAULT_HOST,
 def serve_forever(directory: str | os.PathLike[str], host: str = DEFAULT_HOST,
                   port: int = DEFAULT_PORT) -> None:
     """Block serving `directory` until SIGINT/SIGTERM."""
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, stop.set)
-            except (NotImplementedError, RuntimeError):  # not the main thread
-                pass
-        async with BundleServer(Path(directory), host, port):
-            await stop.wait()
-
-    asyncio.run(main())
+    server = BundleServer(Path(directory), host, port)
+    httpsite.serve_until_signal(server.start, server.stop)
 
 
 # -- client side: what a validator would get from a URL --------------------------------------

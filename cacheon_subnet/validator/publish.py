@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from cacheon_subnet import __spec_version__
-from cacheon_subnet.chain.backend import ChainError, ChainUnavailable, RateLimited, VersionKeyTooLow
+from cacheon_subnet.chain.backend import RateLimited
 from cacheon_subnet.scoring.weights import U16_MAX, WeightPolicy, compute_weights, to_u16
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.chainguard import ChainDown, GuardedChain

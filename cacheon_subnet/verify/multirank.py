@@ -218,7 +218,7 @@ class _RankRun:
         got: list[list[dict[str, torch.Tensor]]] = []
         for poison, watch in ((0, False), (1, True)):
             replies = self._call(op, spec, act, case, inputs, poison, watch)
-            f = _each(self.world, lambda r: judge.check_reply(replies[r][0]))
+            f = _each(self.world, lambda r: judge.check_reply(replies[r][0]))  # noqa: B023 - called at once
             if f:
                 return _at(f, stage="eager", **where)
             got.append([t for _, t in replies])
@@ -277,8 +277,8 @@ class _RankRun:
         for i, merged in enumerate(replays):
             refs = self._refs(spec, merged, case)
             outs = [_replay(replies[r][1], i) for r in range(self.world)]
-            f = _each(self.world, lambda r: judge.check_outputs(spec, act_name, outs[r], refs[r])) \
-                or judge.check_replicated(spec, outs)
+            f = (_each(self.world, lambda r: judge.check_outputs(spec, act_name, outs[r], refs[r]))  # noqa: B023
+                 or judge.check_replicated(spec, outs))
             if f:
                 return _at(dataclasses.replace(f, reason="graph_replay", detail=f"replay {i}: {f.detail}"),
                            stage="graph", case=case.label, dtype=act_name)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 

@@ -372,4 +372,4 @@ def test_shapes_come_from_the_manifest_where_the_weights_are_absent(tmp_path, ti
         load_config(_real_config(tmp_path, tmp_path / "not-here", m.digest, "m.json"))
     bare = load_config(_real_config(tmp_path, tmp_path / "not-here", m.digest))
     with pytest.raises(ArenaConfigError, match="config.json: missing"):
-        bare.profile
+        bare.profile  # noqa: B018 - the property raises

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import threading
 from functools import partial
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
+from cacheon_subnet import httpsite
 from cacheon_subnet.errors import CacheonError
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.validator.web import data, page
@@ -182,22 +181,14 @@ class Leaderboard:
         self.state_dir, self.host, self.port = Path(state_dir), host, port
         self.buckets = buckets
         self._runner: web.AppRunner | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._thread: httpsite.LoopThread | None = None
 
     async def start_async(self) -> str:
-        runner = web.AppRunner(make_app(self.state_dir, self.buckets), access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port)
         try:
-            await site.start()
+            bound = await httpsite.bind(make_app(self.state_dir, self.buckets), self.host, self.port)
         except OSError as exc:
-            await runner.cleanup()
             raise LeaderboardError(f"leaderboard: cannot listen on {self.host}:{self.port}: {exc}") from exc
-        sockets = getattr(site._server, "sockets", None) or ()  # the only place the bound port lives
-        if sockets:
-            self.port = int(sockets[0].getsockname()[1])
-        self._runner = runner
+        self._runner, self.port = bound.runner, bound.port
         log.info("web.start", url=self.url, state_dir=str(self.state_dir))
         return self.url
 
@@ -208,45 +199,20 @@ class Leaderboard:
 
     @property
     def url(self) -> str:
-        return f"http://[{self.host}]:{self.port}" if ":" in self.host else f"http://{self.host}:{self.port}"
+        return httpsite.http_url(self.host, self.port)
 
     def start(self) -> Leaderboard:
         """Serve from a daemon thread; returns once listening (or raises why not)."""
-        loop = asyncio.new_event_loop()
-        ready: list[BaseException | None] = []
-        started = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self.start_async())
-                ready.append(None)
-            except BaseException as exc:  # handed to the starting thread
-                ready.append(exc)
-                started.set()
-                return
-            started.set()
-            loop.run_forever()
-            loop.run_until_complete(self.stop_async())
-            rest = asyncio.all_tasks(loop)  # handlers still in flight when we were stopped
-            for t in rest:
-                t.cancel()
-            loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
-            loop.close()
-
-        self._loop = loop
-        self._thread = threading.Thread(target=run, name="cacheon-leaderboard", daemon=True)
-        self._thread.start()
-        if not started.wait(30):
-            raise LeaderboardError("leaderboard: did not start within 30 s")
-        if ready and ready[0] is not None:
-            raise ready[0]
+        self._thread = httpsite.LoopThread("cacheon-leaderboard", self.start_async, self.stop_async)
+        try:
+            self._thread.run()
+        except TimeoutError as exc:
+            raise LeaderboardError(f"leaderboard: {exc}") from exc
         return self
 
     def stop(self) -> None:
-        if self._thread is not None and self._thread.is_alive() and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
+        if self._thread is not None:
+            self._thread.stop()
 
     def __enter__(self) -> Leaderboard:
         return self.start()
@@ -257,18 +223,7 @@ class Leaderboard:
 
 def serve_forever(state_dir: str | Path, host: str, port: int) -> None:
     """Block serving until SIGINT/SIGTERM (`cacheon leaderboard`)."""
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        board = Leaderboard(state_dir, host, port)
-        await board.start_async()
-        print(f"leaderboard: {board.url}/ (state {state_dir}, read-only)", flush=True)
-        try:
-            await stop.wait()
-        finally:
-            await board.stop_async()
-
-    asyncio.run(main())
+    board = Leaderboard(state_dir, host, port)
+    httpsite.serve_until_signal(
+        board.start_async, board.stop_async,
+        lambda: print(f"leaderboard: {board.url}/ (state {state_dir}, read-only)", flush=True))
