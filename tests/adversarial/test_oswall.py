@@ -276,3 +276,18 @@ def test_doctor_reports_every_layer(monkeypatch):
                                                   "secrets_unreadable", "read_only_view", "host_pids"}
     monkeypatch.setenv("CACHEON_SANDBOX", "weak")  # control: the weak mode never reports a wall
     assert main(["doctor"]) == 1
+
+
+def test_unnamespaced_socket_families_are_refused(host, tmp_path):
+    """The wall's seccomp allows only AF_UNIX/INET/INET6/NETLINK sockets: AF_VSOCK (on a VM it
+    reaches the hypervisor's services from any netns) and other families no netns isolates fail
+    with seccomp's EPERM, whatever the upper bits of the family argument say."""
+    ctx, _, _ = host
+    res, text = run_attack("socket_families.py", ctx, tmp_path)
+    labels = {"vsock", "vsock_high_bits", "tipc", "can", "bluetooth", "rds", "alg", "packet", "socketpair_tipc"}
+    assert_blocked(res, text, labels)
+    for label in ("vsock", "vsock_high_bits", "tipc", "socketpair_tipc"):
+        assert "Operation not permitted" in res[label][1], (label, res[label])  # seccomp, not a missing module
+    # the namespaced families stay open (SGLang's ranks, NCCL's interface scan)
+    res, text = run_attack("network.py", ctx, tmp_path, sandbox.SandboxPolicy(loopback=True, cpu_seconds=60))
+    assert "Operation not permitted" not in res["host_tcp_loopback"][1], res["host_tcp_loopback"]
