@@ -296,7 +296,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     ro, rw = view_paths(spec)
     policy = sandbox.SandboxPolicy(wall_timeout_s=spec.timeout_s, cpu_seconds=None, file_bytes=64 << 30,
                                    open_files=65536, isolate_network=spec.isolate_network, loopback=True,
-                                   max_processes=16384, scratch_bytes=16 << 30, tmp_bytes=16 << 30, gpu=True,
+                                   max_processes=16384, scratch_bytes=16 << 30, tmp_bytes=16 << 30, inodes=1 << 20, gpu=True,
                                    ro_paths=ro, rw_paths=(*rw, *caches.values()),
                                    extra_env={"PYTHONPATH": pythonpath, **env, **caches})
     log_path = workdir / f"{spec.name}.log"

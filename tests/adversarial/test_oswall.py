@@ -291,3 +291,16 @@ def test_unnamespaced_socket_families_are_refused(host, tmp_path):
     # the namespaced families stay open (SGLang's ranks, NCCL's interface scan)
     res, text = run_attack("network.py", ctx, tmp_path, sandbox.SandboxPolicy(loopback=True, cpu_seconds=60))
     assert "Operation not permitted" not in res["host_tcp_loopback"][1], res["host_tcp_loopback"]
+
+
+def test_tmpfs_inodes_are_bounded(host, tmp_path):
+    """scratch, /tmp and /dev/shm share one host-mounted tmpfs with nr_inodes (sandbox/tmpfs.py):
+    bwrap's own tmpfs mounts bound bytes only, and empty files cost inodes (kernel memory), not
+    bytes. The host detaches the mount when the run is stopped."""
+    ctx, _, _ = host
+    policy = sandbox.SandboxPolicy(cpu_seconds=60, inodes=5000)  # each of the three mounts
+    res, text = run_attack("inode_flood.py", dict(ctx, per_dir=20000), tmp_path, policy)
+    assert_blocked(res, text, {"inode_flood_scratch", "inode_flood_tmp", "inode_flood_shm"})
+    assert "errno 28" in res["inode_flood_scratch"][1], res  # ENOSPC: the inode bound, not another error
+    assert int(text.split("TOTAL ")[1].split()[0]) <= 3 * 5000, text[-500:]
+    assert " fs-" not in Path("/proc/mounts").read_text()  # stop() detached it
