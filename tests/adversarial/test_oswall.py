@@ -304,3 +304,20 @@ def test_tmpfs_inodes_are_bounded(host, tmp_path):
     assert "errno 28" in res["inode_flood_scratch"][1], res  # ENOSPC: the inode bound, not another error
     assert int(text.split("TOTAL ")[1].split()[0]) <= 3 * 5000, text[-500:]
     assert " fs-" not in Path("/proc/mounts").read_text()  # stop() detached it
+
+
+def test_a_run_cannot_reach_a_concurrent_run(host, tmp_path):
+    """Two sandboxes at once (distinct leased uids, each its own ipc/net/pid namespaces and
+    private tmpfs): nothing one leaves under a well-known name is visible to the other."""
+    ctx, _, _ = host
+    planter = sandbox.launch([sys.executable, str(HERE / "cross_run.py"), json.dumps(dict(ctx, role="plant"))],
+                             scratch=tmp_path / "a", policy=POLICY)
+    try:
+        line = planter.stdout.readline()
+        assert line.startswith(b"PLANTED"), line + planter.stdout.read(2000)
+        res, text = run_attack("cross_run.py", dict(ctx, role="seek"), tmp_path)
+        assert_blocked(res, text, {"sysv_shm", "sysv_msg", "posix_mq", "abstract_socket", "tmp_file", "shm_file",
+                                   "processes"})
+        assert planter.poll() is None  # the planter was alive (and its names held) the whole time
+    finally:
+        sandbox.stop(planter)
