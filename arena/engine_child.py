@@ -36,6 +36,7 @@ import ctypes
 import gc
 import importlib
 import json
+import math
 import os
 import random
 import sys
@@ -318,13 +319,27 @@ def _compact(o: dict[str, Any], k: int) -> dict[str, Any]:
     return s
 
 
+def _positive(x: Any) -> bool:
+    """A finite number above zero (not a bool, not NaN or inf, not a string)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def _reading(c: Any) -> str:
+    if not isinstance(c, dict):
+        return repr(c)[:40]
+    return ", ".join(f"{k}={str(c.get(k))[:20]}" for k in ("forwards", "gpu_s", "decodes", "decode_gpu_s") if k in c)
+
+
 def clock_metrics(answers: dict[int, dict[str, Any]], ranks: list[int], n_out: int, n_in: int) -> dict[str, Any]:
     """The forward clock's GPU seconds for a window: the slowest rank bounds a TP step. A rank
     without spans leaves the window without the metric (the judge then lacks it: never a win)."""
-    clocks = {r: (answers.get(r) or {}).get("clock") for r in ranks}
-    if any(not c or c.get("forwards", 0) == 0 or c.get("gpu_s", 0) <= 0 for c in clocks.values()):
+    clocks = {r: a.get("clock") if isinstance(a := answers.get(r), dict) else None for r in ranks}
+    if any(not isinstance(c, dict) or not _positive(c.get("forwards")) or not _positive(c.get("gpu_s"))
+           or any(k in c and not (_positive(c[k]) or c[k] == 0) for k in ("decode_gpu_s", "decodes"))
+           for c in clocks.values()):
+        # the answers come from the scheduler ranks: NaN, inf, strings, bools are no reading
         return {"clock_error": f"forward clock: ranks {ranks} reported "
-                               f"{[(r, (c or {}).get('forwards')) for r, c in clocks.items()]}"}
+                               f"{[(r, _reading(c)) for r, c in clocks.items()]}"}
     cs = list(clocks.values())
     gpu_s = max(c["gpu_s"] for c in cs)
     out = {"gpu_s": gpu_s, "forwards": max(c["forwards"] for c in cs), "gpu_tokens_per_s": n_out / gpu_s}

@@ -15,6 +15,7 @@ by every scheduler rank; hard wall-clock timeout -> a clear verdict, never a han
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ from typing import Any, Callable, Mapping
 from arena.channel import RecordStream, seal
 from cacheon_subnet import lifecycle, progress, sandbox
 from cacheon_subnet.log import get_logger
+from cacheon_subnet.sandbox.logsink import LogSink
 
 log = get_logger("arena.host")
 REPO = Path(__file__).resolve().parent.parent
@@ -294,7 +296,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     ro, rw = view_paths(spec)
     policy = sandbox.SandboxPolicy(wall_timeout_s=spec.timeout_s, cpu_seconds=None, file_bytes=64 << 30,
                                    open_files=65536, isolate_network=spec.isolate_network, loopback=True,
-                                   max_processes=16384, scratch_bytes=16 << 30, tmp_bytes=16 << 30, gpu=True,
+                                   max_processes=16384, scratch_bytes=16 << 30, tmp_bytes=16 << 30, inodes=1 << 20, gpu=True,
                                    ro_paths=ro, rw_paths=(*rw, *caches.values()),
                                    extra_env={"PYTHONPATH": pythonpath, **env, **caches})
     log_path = workdir / f"{spec.name}.log"
@@ -304,11 +306,12 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     rec_r, rec_w = os.pipe()
     reader = _Reader(rec_r, stream, result, job_w, spec.choose_sample, spec.gate)
     t0 = time.monotonic()
-    with open(log_path, "wb") as logf:
+    logf = LogSink(log_path)  # the engine's output: capped on disk, never read back whole
+    with contextlib.closing(logf):
         try:
             proc = sandbox.launch([sys.executable, "-m", "arena.engine_child", "--job-fd", str(job_r),
                                    "--record-fd", str(rec_w)], scratch=scratch, policy=policy,
-                                  pass_fds=(job_r, rec_w), stdout=logf, stderr=subprocess.STDOUT, cwd=REPO)
+                                  pass_fds=(job_r, rec_w), stdout=logf.fileno(), stderr=subprocess.STDOUT, cwd=REPO)
         except BaseException:
             reader.log.close()
             os.close(rec_r)
@@ -317,6 +320,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
         finally:
             os.close(job_r)
             os.close(rec_w)
+            logf.writer_passed()
         reader.start()
         threading.Thread(target=_send_job, args=(job_w, job), daemon=True).start()
         log.info("arena.engine.start", engine=spec.name, pid=proc.pid, timeout_s=spec.timeout_s)
@@ -360,7 +364,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     if may_warm_caches(spec):
         warm_seed_caches(caches, {**seeds, **spec.seed_caches})
     shutil.rmtree(scratch, ignore_errors=True)  # the engine's HOME/TMPDIR and caches; records and log stay
-    tail = log_path.read_text(errors="replace")[-4000:] if log_path.exists() else ""
+    tail = logf.tail(4000)
     log.info("arena.engine.end", engine=spec.name, rc=proc.returncode, timed_out=timed_out, wall_s=round(wall, 1),
              gpu_free=gpu_free, forgery=stream.forgery)
     return EngineRun(tuple(stream.records), proc.returncode, timed_out, wall, tail, gpu_free, stream.forgery,

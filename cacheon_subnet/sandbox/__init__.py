@@ -31,7 +31,7 @@ from pathlib import Path
 
 from cacheon_subnet import lifecycle, sockpath
 from cacheon_subnet.errors import SandboxError
-from cacheon_subnet.sandbox import launcher
+from cacheon_subnet.sandbox import launcher, tmpfs
 from cacheon_subnet.sandbox.fsview import chown_tree, remove_tree
 from cacheon_subnet.sandbox.policy import (
     DEFAULT_UID,
@@ -122,6 +122,7 @@ def launch(
     if why_weak:
         return _launch_weak(argv, scratch, policy, pass_fds, stdout, stderr, cwd, why_weak)
     cfg, lease = lease_uid(launcher.preflight())
+    fs_root = None
     try:
         scratch.mkdir(parents=True, exist_ok=True)
         for p in policy.rw_paths:
@@ -129,11 +130,17 @@ def launch(
                 raise SandboxError(f"sandbox: rw path {p} does not exist (create it before launch)")
             chown_tree(Path(p), cfg.uid, cfg.gid) if os.path.isdir(p) else os.chown(p, cfg.uid, cfg.gid)
         env = child_env(scratch, policy)
-        cmd = launcher.build(argv, scratch, policy, cfg, cwd, env)
+        fs_root, why = tmpfs.mount_bounded(cfg.uid, cfg.gid, policy)  # bytes AND inodes bounded
+        if fs_root is None:
+            tmpfs.warn_unbounded(why)
+        cmd = launcher.build(argv, scratch, policy, cfg, cwd, env, fs_root)
         proc = launcher.popen(cmd, env, pass_fds, stdout, stderr)
     except BaseException:
+        if fs_root:
+            tmpfs.unmount(fs_root)
         os.close(lease)
         raise
+    proc.cacheon_fs = fs_root  # type: ignore[attr-defined]  # detached by stop()
     proc.cacheon_lease = lease  # type: ignore[attr-defined]  # released by stop()
     proc.cacheon_uid = cfg.uid  # type: ignore[attr-defined]
     lifecycle.track(proc.pid, scratch)  # a shutdown kills it; a crash's leftovers are reaped on restart
@@ -262,6 +269,10 @@ def stop(proc: subprocess.Popen[bytes], grace_s: float = 2.0) -> None:
     gone = not (ns and namespace_members(ns)) and not live_members(proc.pid)
     if gone:
         lifecycle.untrack(proc.pid)
+    fs_root = getattr(proc, "cacheon_fs", None)
+    if fs_root and gone:
+        tmpfs.unmount(fs_root)
+        proc.cacheon_fs = None  # type: ignore[attr-defined]
     lease = getattr(proc, "cacheon_lease", None)
     if lease is not None and gone:
         os.close(lease)  # the uid is free for the next child only once nothing of this one runs

@@ -78,14 +78,16 @@ def _open(path: str) -> int:
 
 
 def build(argv: Sequence[str], scratch: Path, policy: SandboxPolicy, cfg: WallConfig, cwd: Path | None,
-          env: dict[str, str]) -> Command:
-    """The full command and the fds it needs. Binds are sorted so parents come before children."""
+          env: dict[str, str], fs_root: str | None = None) -> Command:
+    """The full command and the fds it needs. Binds are sorted so parents come before children.
+    fs_root: the host-mounted, inode-bounded tmpfs (tmpfs.py) whose subdirs become scratch, /tmp
+    and /dev/shm; None: bwrap's own tmpfs mounts (bytes bounded, inodes not)."""
     limits = [f"--{_PRLIMIT_NAMES[res]}={v}:{v}" for res, val in rlimits(policy, nproc=True) if (v := _capped(res, val)) >= 0]
-    return _build([cfg.prlimit, *limits, "--"], argv, scratch, policy, cfg, cwd, env)
+    return _build([cfg.prlimit, *limits, "--"], argv, scratch, policy, cfg, cwd, env, fs_root)
 
 
 def _build(head: list[str], argv: Sequence[str], scratch: Path, policy: SandboxPolicy, cfg: WallConfig,
-           cwd: Path | None, env: dict[str, str]) -> Command:
+           cwd: Path | None, env: dict[str, str], fs_root: str | None = None) -> Command:
     fds: list[int] = []
     staged: list[str] = []
 
@@ -117,14 +119,22 @@ def _build(head: list[str], argv: Sequence[str], scratch: Path, policy: SandboxP
         for b in system:
             if b.mode == "dev":
                 out += ["--dev-bind", b.src, b.dest]  # device nodes: path bind (mode 0666 on hosts)
-        out += ["--size", str(policy.tmp_bytes), "--tmpfs", "/tmp", "--size", str(policy.tmp_bytes), "--tmpfs", "/dev/shm"]
+        if fs_root:
+            out += ["--bind-fd", fd(os.path.join(fs_root, "tmp")), "/tmp", "--bind-fd", fd(os.path.join(fs_root, "shm")),
+                    "/dev/shm"]
+        else:
+            out += ["--size", str(policy.tmp_bytes), "--tmpfs", "/tmp", "--size", str(policy.tmp_bytes), "--tmpfs",
+                    "/dev/shm"]
         extra_ro = list(policy.ro_paths) + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         mounts: list[tuple[str, list[str]]] = [(b.dest, ["--ro-bind-fd", fd(ro_source(b.src)), b.dest])
                                                for b in fsview.read_binds(extra_ro)]
         sdest = os.path.abspath(scratch)
-        scratch_ops = ["--size", str(policy.scratch_bytes), "--tmpfs", sdest]
-        for sub in ("home", "tmp", "cache"):
-            scratch_ops += ["--dir", os.path.join(sdest, sub)]
+        if fs_root:  # home, tmp, cache made by tmpfs.mount_bounded
+            scratch_ops = ["--bind-fd", fd(os.path.join(fs_root, "scratch")), sdest]
+        else:
+            scratch_ops = ["--size", str(policy.scratch_bytes), "--tmpfs", sdest]
+            for sub in ("home", "tmp", "cache"):
+                scratch_ops += ["--dir", os.path.join(sdest, sub)]
         mounts.append((sdest, scratch_ops))
         for p in policy.rw_paths:
             src = p

@@ -27,6 +27,7 @@ class SandboxPolicy:
     max_processes: int = 512  # RLIMIT_NPROC of the sandbox uid (threads count): fork bombs stop here
     scratch_bytes: int = 1 << 30  # the scratch dir is a tmpfs of this size inside the view
     tmp_bytes: int = 256 << 20  # each of /tmp and /dev/shm (private tmpfs)
+    inodes: int = 1 << 18  # files + dirs of each of scratch, /tmp, /dev/shm (~1 KiB kernel memory each)
     isolate_network: bool = True
     loopback: bool = False  # `lo` is up in every fresh bwrap net namespace; kept for callers
     drop_privileges: bool = True

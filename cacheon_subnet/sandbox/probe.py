@@ -65,6 +65,7 @@ PROBE_CODE = textwrap.dedent(r'''
     out["interfaces"] = [l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:]]
     out["gpu_devices"] = sorted(p for p in os.listdir("/dev") if p.startswith("nvidia"))
     out["fds"] = sorted(int(x) for x in os.listdir("/proc/self/fd"))
+    out["inodes"] = {p: os.statvfs(p).f_files for p in (os.environ.get("CACHEON_SANDBOX_SCRATCH", "/tmp"), "/tmp", "/dev/shm")}
     print("CACHEON-PROBE " + json.dumps(out), flush=True)
 ''')
 
@@ -153,6 +154,9 @@ def layers(seen: dict[str, Any], policy: SandboxPolicy, want_gpu: bool) -> tuple
               ", ".join(f"{p}: {'WRITABLE' if v else 'ro'}" for p, v in seen["writable"].items())
               + f"; scratch {'writable' if seen['scratch_writable'] else 'NOT WRITABLE'}"),
         Layer("inherited_fds", set(seen["fds"]) <= {0, 1, 2, 3}, f"open fds {seen['fds']}"),
+        Layer("tmpfs_inodes", all(0 < n <= policy.inodes for n in seen["inodes"].values()),
+              f"inodes {seen['inodes']} (bound {policy.inodes}; above it: the host could not mount the bounded tmpfs, "
+              "see the launch's warning)"),
     ]
     if want_gpu:
         out.append(Layer("gpu_devices", any(d[6:].isdigit() for d in seen["gpu_devices"]), f"/dev: {seen['gpu_devices']}"))

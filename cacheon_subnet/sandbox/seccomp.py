@@ -8,6 +8,12 @@ opens. clone() with any namespace flag is refused; clone3 gets ENOSYS (its flags
 memory a filter cannot read), so glibc falls back to clone(), which is filtered. Syscalls of
 any other architecture (i386 `int 0x80`, x32) kill the process: libseccomp's default bad-arch
 action. bwrap loads the program (`--seccomp FD`) as the last step before exec.
+
+Sockets are an allowlist of address families (SOCKET_FAMILIES): the network namespace isolates
+only families that are namespaced. AF_VSOCK is not (on a VM it reaches the hypervisor host's
+services, CID 2, from inside a fresh netns), nor are several others (Bluetooth, CAN, TIPC, RDS,
+...); socket() and socketpair() with any family but AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK
+(netns-scoped; getifaddrs and NCCL's interface scan need it) get EPERM.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ DENIED = (
     "clock_adjtime", "adjtimex", "iopl", "ioperm", "quotactl", "vhangup", "lookup_dcookie", "quotactl_fd",
     "fanotify_init", "landlock_create_ruleset",
 )
+AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
+SOCKET_FAMILIES = (AF_UNIX, AF_INET, AF_INET6, AF_NETLINK)
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
 NS_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x00000080)
 
@@ -51,6 +59,11 @@ def program() -> bytes:
     for flag in NS_FLAGS:
         f.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
     f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    for call in ("socket", "socketpair"):  # the family is an int: the kernel reads the low 32 bits
+        f.add_rule(eperm, call, sc.Arg(0, sc.GE, max(SOCKET_FAMILIES) + 1))
+        for fam in range(max(SOCKET_FAMILIES)):
+            if fam not in SOCKET_FAMILIES:
+                f.add_rule(eperm, call, sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, fam))
     with tempfile.TemporaryFile() as tmp:
         f.export_bpf(tmp)
         tmp.seek(0)

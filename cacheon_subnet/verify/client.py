@@ -15,6 +15,7 @@ import torch
 
 from cacheon_subnet import sandbox
 from cacheon_subnet.bundle import Bundle, Scratch
+from cacheon_subnet.sandbox.logsink import tail_of
 from cacheon_subnet.verify import wire
 
 
@@ -120,10 +121,7 @@ class WorkerClient:
             raise WorkerDied(f"worker exited (code {code}): {e}; log tail: {self.log_tail()}") from None
 
     def log_tail(self, limit: int = 1200) -> str:
-        try:
-            return self.log_path.read_bytes()[-limit:].decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return tail_of(self.log_path, limit)  # from the end: the worker may have written 256 MiB
 
     @property
     def alive(self) -> bool:

@@ -22,6 +22,7 @@ import torch
 
 from cacheon_subnet import sandbox
 from cacheon_subnet.bundle import Bundle, Scratch
+from cacheon_subnet.sandbox.logsink import tail_of
 from cacheon_subnet.verify import wire
 from cacheon_subnet.verify.client import WorkerConfig, WorkerDied, WorkerTimeout, worker_policy, write_namespace
 
@@ -119,10 +120,7 @@ class RankGroup:
                            f"were killed; rank {rank} log tail: {self.log_tail(rank)}", rank) from None
 
     def log_tail(self, rank: int, limit: int = 1200) -> str:
-        try:
-            return (self.work / f"rank{rank}" / "worker.log").read_bytes()[-limit:].decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return tail_of(self.work / f"rank{rank}" / "worker.log", limit)
 
     @property
     def alive(self) -> bool:

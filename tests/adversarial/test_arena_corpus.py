@@ -143,3 +143,22 @@ def test_wrong_until_the_old_quality_epoch_fails_quality(env):
     window. There is no such window now: every graded output is a timed one."""
     r = run("wrong_until_quality_epoch", env)
     assert r["verdict"] == "FAIL" and r["reason"].startswith("quality:"), r["reason"]
+
+
+def test_a_flooded_engine_log_stays_capped_on_disk_and_in_memory(env, monkeypatch):
+    """The engine's output is contribution-controlled and its files may reach 64 GiB: the host
+    drains it through a pipe, keeps LOG_CAP bytes on disk plus a bounded tail, and quotes the tail
+    from memory. Here the cap is 1 MiB and the bundle writes 24 MiB."""
+    import functools
+
+    import arena.host
+    from cacheon_subnet.sandbox.logsink import LogSink
+
+    monkeypatch.setattr(arena.host, "LogSink", functools.partial(LogSink, cap=1 << 20, keep=16 << 10))
+    r = run("flood_log", env)
+    assert r["verdict"] in ("PASS", "FAIL", "NO_DECISION"), r  # a verdict, whatever the honest kernel earns
+    log = env / "work" / "resident.log"
+    size = log.stat().st_size
+    assert size <= (1 << 20) + (16 << 10) + 200, size
+    text = log.read_bytes()[-(16 << 10) - 200:]
+    assert b"past the 1048576-byte log cap dropped" in text and b"FLOOD-END" in text, text[-300:]

@@ -276,3 +276,48 @@ def test_doctor_reports_every_layer(monkeypatch):
                                                   "secrets_unreadable", "read_only_view", "host_pids"}
     monkeypatch.setenv("CACHEON_SANDBOX", "weak")  # control: the weak mode never reports a wall
     assert main(["doctor"]) == 1
+
+
+def test_unnamespaced_socket_families_are_refused(host, tmp_path):
+    """The wall's seccomp allows only AF_UNIX/INET/INET6/NETLINK sockets: AF_VSOCK (on a VM it
+    reaches the hypervisor's services from any netns) and other families no netns isolates fail
+    with seccomp's EPERM, whatever the upper bits of the family argument say."""
+    ctx, _, _ = host
+    res, text = run_attack("socket_families.py", ctx, tmp_path)
+    labels = {"vsock", "vsock_high_bits", "tipc", "can", "bluetooth", "rds", "alg", "packet", "socketpair_tipc"}
+    assert_blocked(res, text, labels)
+    for label in ("vsock", "vsock_high_bits", "tipc", "socketpair_tipc"):
+        assert "Operation not permitted" in res[label][1], (label, res[label])  # seccomp, not a missing module
+    # the namespaced families stay open (SGLang's ranks, NCCL's interface scan)
+    res, text = run_attack("network.py", ctx, tmp_path, sandbox.SandboxPolicy(loopback=True, cpu_seconds=60))
+    assert "Operation not permitted" not in res["host_tcp_loopback"][1], res["host_tcp_loopback"]
+
+
+def test_tmpfs_inodes_are_bounded(host, tmp_path):
+    """scratch, /tmp and /dev/shm share one host-mounted tmpfs with nr_inodes (sandbox/tmpfs.py):
+    bwrap's own tmpfs mounts bound bytes only, and empty files cost inodes (kernel memory), not
+    bytes. The host detaches the mount when the run is stopped."""
+    ctx, _, _ = host
+    policy = sandbox.SandboxPolicy(cpu_seconds=60, inodes=5000)  # each of the three mounts
+    res, text = run_attack("inode_flood.py", dict(ctx, per_dir=20000), tmp_path, policy)
+    assert_blocked(res, text, {"inode_flood_scratch", "inode_flood_tmp", "inode_flood_shm"})
+    assert "errno 28" in res["inode_flood_scratch"][1], res  # ENOSPC: the inode bound, not another error
+    assert int(text.split("TOTAL ")[1].split()[0]) <= 3 * 5000, text[-500:]
+    assert " fs-" not in Path("/proc/mounts").read_text()  # stop() detached it
+
+
+def test_a_run_cannot_reach_a_concurrent_run(host, tmp_path):
+    """Two sandboxes at once (distinct leased uids, each its own ipc/net/pid namespaces and
+    private tmpfs): nothing one leaves under a well-known name is visible to the other."""
+    ctx, _, _ = host
+    planter = sandbox.launch([sys.executable, str(HERE / "cross_run.py"), json.dumps(dict(ctx, role="plant"))],
+                             scratch=tmp_path / "a", policy=POLICY)
+    try:
+        line = planter.stdout.readline()
+        assert line.startswith(b"PLANTED"), line + planter.stdout.read(2000)
+        res, text = run_attack("cross_run.py", dict(ctx, role="seek"), tmp_path)
+        assert_blocked(res, text, {"sysv_shm", "sysv_msg", "posix_mq", "abstract_socket", "tmp_file", "shm_file",
+                                   "processes"})
+        assert planter.poll() is None  # the planter was alive (and its names held) the whole time
+    finally:
+        sandbox.stop(planter)
