@@ -13,7 +13,8 @@ Sockets are an allowlist of address families (SOCKET_FAMILIES): the network name
 only families that are namespaced. AF_VSOCK is not (on a VM it reaches the hypervisor host's
 services, CID 2, from inside a fresh netns), nor are several others (Bluetooth, CAN, TIPC, RDS,
 ...); socket() and socketpair() with any family but AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK
-(netns-scoped; getifaddrs and NCCL's interface scan need it) get EPERM.
+(netns-scoped; getifaddrs and NCCL's interface scan need it) get EPERM; netlink sockets only
+with protocol NETLINK_ROUTE.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ DENIED = (
 )
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
 SOCKET_FAMILIES = (AF_UNIX, AF_INET, AF_INET6, AF_NETLINK)
+NETLINK_ROUTE = 0
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
 NS_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x00000080)
 
@@ -64,6 +66,9 @@ def program() -> bytes:
         for fam in range(max(SOCKET_FAMILIES)):
             if fam not in SOCKET_FAMILIES:
                 f.add_rule(eperm, call, sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, fam))
+    # netlink: NETLINK_ROUTE (protocol 0) only, the one getifaddrs and NCCL use; audit, uevent,
+    # netfilter, crypto, generic, ... are refused (an allowlist within the family too)
+    f.add_rule(eperm, "socket", sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, AF_NETLINK), sc.Arg(2, sc.NE, NETLINK_ROUTE))
     with tempfile.TemporaryFile() as tmp:
         f.export_bpf(tmp)
         tmp.seek(0)

@@ -286,8 +286,11 @@ def test_unnamespaced_socket_families_are_refused(host, tmp_path):
     res, text = run_attack("socket_families.py", ctx, tmp_path)
     labels = {"vsock", "vsock_high_bits", "tipc", "can", "bluetooth", "rds", "alg", "packet", "socketpair_tipc"}
     assert_blocked(res, text, labels)
-    for label in ("vsock", "vsock_high_bits", "tipc", "socketpair_tipc"):
+    labels |= {"netlink_audit", "netlink_uevent", "netlink_netfilter", "netlink_crypto"}
+    assert_blocked(res, text, labels)
+    for label in ("vsock", "vsock_high_bits", "tipc", "socketpair_tipc", "netlink_audit", "netlink_uevent"):
         assert "Operation not permitted" in res[label][1], (label, res[label])  # seccomp, not a missing module
+    assert "route netlink opened" in res["netlink_route_allowed"][1], res["netlink_route_allowed"]
     # the namespaced families stay open (SGLang's ranks, NCCL's interface scan)
     res, text = run_attack("network.py", ctx, tmp_path, sandbox.SandboxPolicy(loopback=True, cpu_seconds=60))
     assert "Operation not permitted" not in res["host_tcp_loopback"][1], res["host_tcp_loopback"]

@@ -42,3 +42,15 @@ attempt("rds", lambda: make(AF_RDS, socket.SOCK_SEQPACKET))
 attempt("alg", lambda: make(AF_ALG, socket.SOCK_SEQPACKET))
 attempt("packet", lambda: make(AF_PACKET, socket.SOCK_RAW))
 attempt("socketpair_tipc", lambda: socketpair(AF_TIPC))
+# netlink is allowed for NETLINK_ROUTE only: audit (9), uevents (15), netfilter (12), crypto (21)
+for _label, _proto in (("netlink_audit", 9), ("netlink_uevent", 15), ("netlink_netfilter", 12), ("netlink_crypto", 21)):
+    attempt(_label, lambda p=_proto: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, p).close() or "created")
+
+
+def netlink_route():
+    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+    s.close()
+    raise RuntimeError("route netlink opened (allowed, as expected)")
+
+
+attempt("netlink_route_allowed", netlink_route)
