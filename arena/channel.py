@@ -44,6 +44,10 @@ def seal(job: dict[str, Any], answers: bool) -> dict[str, Any]:
     return out
 
 
+# The longest line the driver ever writes is an outputs record (tokens of a window's prompts):
+# kilobytes. The host stops reading a stream at this, so one line cannot take its memory.
+MAX_RECORD_BYTES = 64 << 20
+
 @dataclass
 class RecordStream:
     """Validates the driver's records as they arrive; `forgery` names the first violation."""
@@ -70,6 +74,10 @@ class RecordStream:
     def stop(self) -> None:
         """The host stopped the run after the last accepted step: any later step record is forging."""
         self.stopped_after = self._step - 1
+
+    def oversized(self, size: int) -> None:
+        """A line longer than any record the driver writes: the host stops reading (forging)."""
+        self._forged(f"a record line over {MAX_RECORD_BYTES >> 20} MiB ({size} bytes without a newline)")
 
     def _forged(self, why: str) -> None:
         if self.forgery is None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from arena.channel import RecordStream, seal
+from arena.channel import MAX_RECORD_BYTES, RecordStream, seal
 from cacheon_subnet import lifecycle, progress, sandbox
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.sandbox.logsink import LogSink
@@ -206,19 +206,24 @@ class _Reader(threading.Thread):
         self.bar = progress.bar(desc="arena steps", total=len(stream.job.get("steps") or ()), unit="step")
 
     def run(self) -> None:
-        buf = b""
+        buf = bytearray()
         try:
             while True:
                 chunk = os.read(self.fd, 1 << 16)
                 if not chunk:
                     break
+                scan, start = len(buf), 0
                 buf += chunk
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    self._line(line)
+                while (nl := buf.find(b"\n", scan)) >= 0:
+                    self._line(bytes(buf[start:nl]))
+                    start = scan = nl + 1
+                del buf[:start]
+                if len(buf) > MAX_RECORD_BYTES:  # only the driver writes here; bound it anyway
+                    self.stream.oversized(len(buf))
+                    break
         finally:
             self.bar.close()
-            self.stream.finish(buf)
+            self.stream.finish(bytes(buf))
             self.log.close()
             os.close(self.fd)
             self._close_job()

@@ -116,3 +116,55 @@ def test_timed_steps_tick_a_progress_bar(tmp_path, monkeypatch, capfd):
     assert run.error is None
     err = capfd.readouterr().err
     assert "arena steps" in err and "0/2" in err and "1/2" in err  # ticks per step record (bar clears on close)
+
+
+
+def _read_through_pipe(tmp_path, payload_for):  # noqa: ANN001, ANN202
+    """The host's record reader fed `payload_for(sealed_job)` through a real pipe, as the driver
+    writes it; returns the stream once the reader has ended."""
+    import os
+    import threading
+
+    from arena.channel import RecordStream, seal
+    from arena.host import _Reader
+
+    sealed = seal({"steps": [{"op": "generate", "tag": "g"}]}, answers=False)
+    stream = RecordStream(sealed)
+    r, w = os.pipe()
+    reader = _Reader(r, stream, tmp_path / "copy.jsonl", None, None)
+    reader.start()
+
+    def write() -> None:
+        try:
+            os.write(w, payload_for(sealed))
+        except OSError:  # the reader stopped reading: EPIPE
+            pass
+        os.close(w)
+
+    t = threading.Thread(target=write, daemon=True)
+    t.start()
+    reader.join(60)
+    t.join(10)
+    assert not reader.is_alive()
+    return stream
+
+
+def test_a_long_record_line_split_across_reads_is_kept_whole(tmp_path):
+    import json
+
+    def payload(sealed: dict) -> bytes:
+        return json.dumps({"op": "started", "nonce": sealed["lifecycle_nonces"][0], "pad": "x" * 300_000}).encode() + b"\n"
+
+    stream = _read_through_pipe(tmp_path, payload)
+    assert stream.forgery is None and [r["op"] for r in stream.records] == ["started"]
+    assert len((tmp_path / "copy.jsonl").read_bytes()) > 300_000
+
+
+def test_a_record_line_without_end_is_cut_at_the_cap_and_is_forging(tmp_path, monkeypatch):
+    """A line longer than any record the driver writes must not take the host's memory: the
+    reader stops at MAX_RECORD_BYTES and names it."""
+    import arena.host
+
+    monkeypatch.setattr(arena.host, "MAX_RECORD_BYTES", 1 << 20)
+    stream = _read_through_pipe(tmp_path, lambda sealed: b"{" + b"x" * (4 << 20))
+    assert stream.forgery and "record line over" in stream.forgery, stream.forgery
