@@ -129,4 +129,12 @@ def index(path: str, tree: ast.Module, text: str) -> ModuleIndex:
         elif isinstance(st, (ast.Assign, ast.AnnAssign)):
             for t in (st.targets if isinstance(st, ast.Assign) else [st.target]):
                 consts.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
-    return ModuleIndex(path, tree, tuple(text.splitlines()), imports, frozenset(typing), defs, frozenset(consts), rel)
+    return ModuleIndex(path, tree, source_lines(text), imports, frozenset(typing), defs, frozenset(consts), rel)
+
+
+def source_lines(text: str) -> tuple[str, ...]:
+    """Lines as Python numbers them and as linecache (hence inspect, hence Triton) reads them:
+    universal newlines, split on \\n only. Never str.splitlines(): it also breaks at U+2028,
+    U+0085, \\x0c, \\x1c-\\x1e, so a comment full of those would shift every later line number
+    and hide a fake `def` line from the def-line rule."""
+    return tuple(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
