@@ -104,6 +104,21 @@ def test_linebreak_shift_attack_is_real(tmp_path: Path) -> None:
     assert len(src.splitlines()) == src.count("\n") + 40  # what a splitlines() def-line rule counts
 
 
+def test_def_tab_attack_is_real(tmp_path: Path) -> None:
+    """Under TRITON_INTERPRET=1 the launch runs the string's lambda, not the scanned body: the
+    output stays untouched (zeros) and the lambda's unscanned os.getpid() is what ran."""
+    code = ("import importlib.util, torch\n"
+            f"spec = importlib.util.spec_from_file_location('adv', {str(CORPUS / 'triton_def_tab' / 'kernel.py')!r})\n"
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+            "x, w, o = torch.randn(4, 64), torch.randn(64), torch.zeros(4, 64)\n"
+            "m.rmsnorm(x, w, o, 1e-6)\n"
+            "print(bool((o == 0).all()))\n")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                       check=False, env=env)
+    assert r.stdout.strip() == "True", r.stderr[-2000:]
+
+
 class _NoWorker:
     def __init__(self, *a, **k) -> None:
         raise AssertionError("a bundle refused by the policy reached the worker")
