@@ -28,10 +28,13 @@ from cacheon_subnet.verify.policy_scope import (
     dotted,
     index,
     module_key,
+    too_deep,
 )
 from cacheon_subnet.verify.policy_triton import TritonRules
 
 POLICY_VERSION = 2
+MAX_SOURCE_BYTES = 512 * 1024  # all .py of a bundle together; the largest example is under 9 KiB
+MAX_DEPTH = 100  # AST levels; real kernels stay under 25, the checker needs about 3 frames per level
 RULES = A.RULES
 _ALL_BUILTINS = frozenset(dir(builtins))
 _TRITON_INTERNAL = frozenset({"_semantic", "_builder", "_generator"})  # Triton passes its internals by these names
@@ -57,7 +60,11 @@ def scan_files(files: Mapping[str, bytes]) -> list[Finding]:
     """Every .py member of a bundle, checked together (relative imports resolve inside it)."""
     out: list[Finding] = []
     mods: dict[str, ModuleIndex] = {}
-    for path in sorted(p for p in files if p.endswith(".py")):
+    sources = sorted(p for p in files if p.endswith(".py"))
+    total = sum(len(files[p]) for p in sources)
+    if total > MAX_SOURCE_BYTES:  # parsing costs ~400 bytes of host memory per source byte
+        return [Finding(sources[0], 1, "P010", f"{total} bytes of Python in the bundle > {MAX_SOURCE_BYTES}: not parsed")]
+    for path in sources:
         text, bad = decode(files[path])
         if bad:
             out.append(Finding(path, 1, "P020", bad))
@@ -66,6 +73,13 @@ def scan_files(files: Mapping[str, bytes]) -> list[Finding]:
             tree = ast.parse(text, filename=path)
         except SyntaxError as e:
             out.append(Finding(path, e.lineno or 0, "P010", str(e.msg)))
+            continue
+        except (RecursionError, MemoryError, ValueError) as e:  # parser stack, NUL bytes: refused, never raised
+            out.append(Finding(path, 1, "P010", f"not parseable ({type(e).__name__}: {str(e)[:80]})"))
+            continue
+        deep = too_deep(tree, MAX_DEPTH)
+        if deep is not None:  # the checker recurses over the tree: bound it before it runs
+            out.append(Finding(path, getattr(deep, "lineno", 1), "P015", f"syntax nested deeper than {MAX_DEPTH} levels"))
             continue
         mods[module_key(path)] = index(path, tree, text)
     params = frozenset(a.arg for m in mods.values() for d in m.defs.values() if d.decorator_list

@@ -60,6 +60,17 @@ def dotted(node: ast.AST) -> list[str] | None:
     return parts[::-1]
 
 
+def too_deep(tree: ast.AST, limit: int) -> ast.AST | None:
+    """The first node more than `limit` levels below `tree` (found without recursing), or None."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return node
+        stack.extend((c, depth + 1) for c in ast.iter_child_nodes(node))
+    return None
+
+
 def module_key(path: str) -> str:
     """Bundle-relative module key: 'a/b.py' -> 'a/b', 'a/__init__.py' -> 'a', '__init__.py' -> ''."""
     stem = path[:-3]
