@@ -28,6 +28,7 @@ from cacheon_subnet.verify.policy_scope import (
     dotted,
     index,
     module_key,
+    required_params,
     too_deep,
 )
 from cacheon_subnet.verify.policy_triton import TritonRules
@@ -97,7 +98,7 @@ class _Checker(ModuleRules, TritonRules):
     def __init__(self, mod: ModuleIndex, mods: Mapping[str, ModuleIndex], files: frozenset[str], params: frozenset[str]):
         self.m, self.mods, self.files, self.kernel_params = mod, mods, files, params
         self.findings: list[Finding] = []
-        self.scopes: list[tuple[str, set[str]]] = []  # ("fn" | "comp", bound names), innermost last
+        self.scopes: list[tuple[frozenset[str], set[str]]] = []  # (required params, bound names), innermost last
         self.jit = False
 
     def add(self, node: ast.AST, rule: str, msg: str) -> None:
@@ -145,7 +146,7 @@ class _Checker(ModuleRules, TritonRules):
         if fn.returns is not None:
             self.annotation(fn.returns)
         was, self.jit = self.jit, self.jit or bool(fn.decorator_list)
-        self.scopes.append(("fn", bound_names(fn)))
+        self.scopes.append((required_params(fn), bound_names(fn)))
         for st in fn.body:
             self.stmt(st)
         self.scopes.pop()
@@ -222,7 +223,7 @@ class _Checker(ModuleRules, TritonRules):
             self.call(node)
         elif isinstance(node, ast.Lambda):
             self.arguments(node.args)
-            self.scopes.append(("fn", bound_names(node)))
+            self.scopes.append((required_params(node), bound_names(node)))
             self.expr(node.body)
             self.scopes.pop()
         elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
@@ -242,7 +243,7 @@ class _Checker(ModuleRules, TritonRules):
     def comprehension(self, node: ast.expr) -> None:
         gens = node.generators  # type: ignore[attr-defined]
         self.expr(gens[0].iter)
-        self.scopes.append(("comp", bound_names(node)))
+        self.scopes.append((frozenset(), bound_names(node)))
         for i, g in enumerate(gens):
             if g.is_async:
                 self.add(node, "P015", "async comprehension")
@@ -299,6 +300,9 @@ class _Checker(ModuleRules, TritonRules):
                                         f"{', '.join(sorted(A.LAUNCH_OPTIONS))})")
         else:
             self.expr(f, "call" if isinstance(f, (ast.Name, ast.Attribute)) else "value")
+            full = self.chain_of(f) or ""
+            if full in A.GROUP_POSITION:
+                self.group_arg(node, full, A.GROUP_POSITION[full])
         if isinstance(f, ast.Attribute) and f.attr == "set_" and (len(node.args) != 1 or node.keywords):
             self.add(node, "P019", ".set_() takes exactly one tensor here (no storage, offset or size)")
         for a in node.args:
@@ -309,6 +313,15 @@ class _Checker(ModuleRules, TritonRules):
             elif k.arg.startswith("_"):  # _semantic=, _builder=, _generator=: Triton's internal channels
                 self.add(k, "P013", f"keyword {k.arg}=: private keywords are not allowed")
             self.expr(k.value)
+
+    def group_arg(self, node: ast.Call, full: str, pos: int) -> None:
+        """Collectives name their group: a parameter every caller must pass, never rebound (the
+        default group spans every rank of the engine, not the ranks the kernel was handed)."""
+        g = next((k.value for k in node.keywords if k.arg == "group"), node.args[pos] if len(node.args) > pos else None)
+        scope = next((req for req, names in reversed(self.scopes) if isinstance(g, ast.Name) and g.id in names), None)
+        if scope is None or g.id not in scope:  # type: ignore[union-attr]
+            self.add(node, "P019", f"{full} needs group=<a parameter without default>: without it the default "
+                                   "(world) group runs the collective")
 
     def annotation(self, node: ast.expr) -> None:
         if isinstance(node, ast.Constant):

@@ -33,6 +33,18 @@ def bound_names(node: ast.AST) -> set[str]:
     return out
 
 
+def required_params(node: ast.AST) -> frozenset[str]:
+    """Parameters of a def or lambda that every caller must pass (no default) and that its body
+    never rebinds."""
+    args = node.args  # type: ignore[attr-defined]
+    pos = args.posonlyargs + args.args
+    req = {a.arg for a in pos[: len(pos) - len(args.defaults)]}
+    req |= {a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None}
+    body = node.body if isinstance(node.body, list) else [node.body]  # type: ignore[attr-defined]
+    stored = {n.id for st in body for n in ast.walk(st) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return frozenset(req - stored)
+
+
 def _collect(node: ast.AST, out: set[str]) -> None:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         out.add(node.name)
