@@ -110,8 +110,12 @@ def parse_manifest(text: bytes | str, files: frozenset[str] | None = None) -> Ma
         raw = tomllib.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ManifestError("", f"not valid TOML: {e}") from None
+    except RecursionError:  # tomllib recurses per nested array/table: `x = [[[[...` thousands deep
+        raise ManifestError("", "not valid TOML: nested too deeply") from None
     _no_unknown(raw, _TOP_KEYS, "")
     schema = raw.get("schema")
+    if not isinstance(schema, str):
+        raise ManifestError("schema", f"must be the string {SCHEMA!r}, got a {type(schema).__name__}")
     if schema in RETIRED_SCHEMAS:
         raise ManifestError("schema", f"{schema!r} is no longer accepted; {RETIRED_SCHEMAS[schema]}")
     if schema != SCHEMA:
@@ -157,6 +161,8 @@ def _parse_op(i: int, o: Any, files: frozenset[str] | None) -> OpEntry:
     if not m:
         raise ManifestError(f"{where}.entry", f"must look like 'module.path:callable', got {entry!r}")
     module, attr = m["mod"], m["attr"]
+    if any(part.startswith("__") for part in (*module.split("."), attr)):
+        raise ManifestError(f"{where}.entry", f"{entry!r}: dunder names are module internals, not bundle functions")
     if module.split(".")[0] in {"cacheon_subnet", "seams", "arena", "torch", "triton", "sglang", "sgl_kernel"}:
         raise ManifestError(f"{where}.entry", f"module {module!r} must live inside the bundle")
     op = OpEntry(slot_id, spec.version, module, attr, "default", spec.dtypes)
@@ -196,7 +202,7 @@ def _parse_constraints(where: str, raw: Any, spec) -> tuple[DimConstraint, ...]:
                 raise ManifestError(f"{field}.{k}", "must be a non-negative integer (multiple_of >= 1)")
             vals[k] = v
         one_of = rule.get("in")
-        if one_of is not None and (not isinstance(one_of, list) or not one_of or not all(isinstance(x, int) for x in one_of)):
+        if one_of is not None and (not isinstance(one_of, list) or not one_of or not all(isinstance(x, int) and not isinstance(x, bool) for x in one_of)):
             raise ManifestError(f"{field}.in", "must be a non-empty list of integers")
         out.append(DimConstraint(dim, vals["min"], vals["max"], vals["multiple_of"], tuple(one_of) if one_of else None))
     return tuple(out)

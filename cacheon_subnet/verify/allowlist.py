@@ -50,6 +50,12 @@ _TORCH_CALLS = """empty empty_like empty_strided zeros zeros_like ones ones_like
     nn.functional.layer_norm nn.functional.linear nn.functional.pad
     distributed.all_reduce distributed.all_gather_into_tensor distributed.reduce_scatter_tensor distributed.broadcast
     distributed.get_rank distributed.get_world_size"""
+# Where each distributed call takes its group (positionally); policy.py requires one (group=).
+GROUP_POSITION: Mapping[str, int] = {
+    "torch.distributed.all_reduce": 2, "torch.distributed.all_gather_into_tensor": 2,
+    "torch.distributed.reduce_scatter_tensor": 3, "torch.distributed.broadcast": 2,
+    "torch.distributed.get_rank": 0, "torch.distributed.get_world_size": 0,
+}
 _TORCH_VALUES = """float32 float16 bfloat16 float64 int8 int16 int32 int64 uint8 bool
     distributed.ReduceOp.SUM distributed.ReduceOp.MAX distributed.ReduceOp.MIN distributed.ReduceOp.PRODUCT
     distributed.ReduceOp.AVG"""

@@ -28,10 +28,14 @@ from cacheon_subnet.verify.policy_scope import (
     dotted,
     index,
     module_key,
+    required_params,
+    too_deep,
 )
 from cacheon_subnet.verify.policy_triton import TritonRules
 
 POLICY_VERSION = 2
+MAX_SOURCE_BYTES = 512 * 1024  # all .py of a bundle together; the largest example is under 9 KiB
+MAX_DEPTH = 100  # AST levels; real kernels stay under 25, the checker needs about 3 frames per level
 RULES = A.RULES
 _ALL_BUILTINS = frozenset(dir(builtins))
 _TRITON_INTERNAL = frozenset({"_semantic", "_builder", "_generator"})  # Triton passes its internals by these names
@@ -57,7 +61,11 @@ def scan_files(files: Mapping[str, bytes]) -> list[Finding]:
     """Every .py member of a bundle, checked together (relative imports resolve inside it)."""
     out: list[Finding] = []
     mods: dict[str, ModuleIndex] = {}
-    for path in sorted(p for p in files if p.endswith(".py")):
+    sources = sorted(p for p in files if p.endswith(".py"))
+    total = sum(len(files[p]) for p in sources)
+    if total > MAX_SOURCE_BYTES:  # parsing costs ~400 bytes of host memory per source byte
+        return [Finding(sources[0], 1, "P010", f"{total} bytes of Python in the bundle > {MAX_SOURCE_BYTES}: not parsed")]
+    for path in sources:
         text, bad = decode(files[path])
         if bad:
             out.append(Finding(path, 1, "P020", bad))
@@ -66,6 +74,13 @@ def scan_files(files: Mapping[str, bytes]) -> list[Finding]:
             tree = ast.parse(text, filename=path)
         except SyntaxError as e:
             out.append(Finding(path, e.lineno or 0, "P010", str(e.msg)))
+            continue
+        except (RecursionError, MemoryError, ValueError) as e:  # parser stack, NUL bytes: refused, never raised
+            out.append(Finding(path, 1, "P010", f"not parseable ({type(e).__name__}: {str(e)[:80]})"))
+            continue
+        deep = too_deep(tree, MAX_DEPTH)
+        if deep is not None:  # the checker recurses over the tree: bound it before it runs
+            out.append(Finding(path, getattr(deep, "lineno", 1), "P015", f"syntax nested deeper than {MAX_DEPTH} levels"))
             continue
         mods[module_key(path)] = index(path, tree, text)
     params = frozenset(a.arg for m in mods.values() for d in m.defs.values() if d.decorator_list
@@ -83,7 +98,7 @@ class _Checker(ModuleRules, TritonRules):
     def __init__(self, mod: ModuleIndex, mods: Mapping[str, ModuleIndex], files: frozenset[str], params: frozenset[str]):
         self.m, self.mods, self.files, self.kernel_params = mod, mods, files, params
         self.findings: list[Finding] = []
-        self.scopes: list[tuple[str, set[str]]] = []  # ("fn" | "comp", bound names), innermost last
+        self.scopes: list[tuple[frozenset[str], set[str]]] = []  # (required params, bound names), innermost last
         self.jit = False
 
     def add(self, node: ast.AST, rule: str, msg: str) -> None:
@@ -131,7 +146,7 @@ class _Checker(ModuleRules, TritonRules):
         if fn.returns is not None:
             self.annotation(fn.returns)
         was, self.jit = self.jit, self.jit or bool(fn.decorator_list)
-        self.scopes.append(("fn", bound_names(fn)))
+        self.scopes.append((required_params(fn), bound_names(fn)))
         for st in fn.body:
             self.stmt(st)
         self.scopes.pop()
@@ -208,7 +223,7 @@ class _Checker(ModuleRules, TritonRules):
             self.call(node)
         elif isinstance(node, ast.Lambda):
             self.arguments(node.args)
-            self.scopes.append(("fn", bound_names(node)))
+            self.scopes.append((required_params(node), bound_names(node)))
             self.expr(node.body)
             self.scopes.pop()
         elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
@@ -228,7 +243,7 @@ class _Checker(ModuleRules, TritonRules):
     def comprehension(self, node: ast.expr) -> None:
         gens = node.generators  # type: ignore[attr-defined]
         self.expr(gens[0].iter)
-        self.scopes.append(("comp", bound_names(node)))
+        self.scopes.append((frozenset(), bound_names(node)))
         for i, g in enumerate(gens):
             if g.is_async:
                 self.add(node, "P015", "async comprehension")
@@ -285,6 +300,9 @@ class _Checker(ModuleRules, TritonRules):
                                         f"{', '.join(sorted(A.LAUNCH_OPTIONS))})")
         else:
             self.expr(f, "call" if isinstance(f, (ast.Name, ast.Attribute)) else "value")
+            full = self.chain_of(f) or ""
+            if full in A.GROUP_POSITION:
+                self.group_arg(node, full, A.GROUP_POSITION[full])
         if isinstance(f, ast.Attribute) and f.attr == "set_" and (len(node.args) != 1 or node.keywords):
             self.add(node, "P019", ".set_() takes exactly one tensor here (no storage, offset or size)")
         for a in node.args:
@@ -295,6 +313,15 @@ class _Checker(ModuleRules, TritonRules):
             elif k.arg.startswith("_"):  # _semantic=, _builder=, _generator=: Triton's internal channels
                 self.add(k, "P013", f"keyword {k.arg}=: private keywords are not allowed")
             self.expr(k.value)
+
+    def group_arg(self, node: ast.Call, full: str, pos: int) -> None:
+        """Collectives name their group: a parameter every caller must pass, never rebound (the
+        default group spans every rank of the engine, not the ranks the kernel was handed)."""
+        g = next((k.value for k in node.keywords if k.arg == "group"), node.args[pos] if len(node.args) > pos else None)
+        scope = next((req for req, names in reversed(self.scopes) if isinstance(g, ast.Name) and g.id in names), None)
+        if scope is None or g.id not in scope:  # type: ignore[union-attr]
+            self.add(node, "P019", f"{full} needs group=<a parameter without default>: without it the default "
+                                   "(world) group runs the collective")
 
     def annotation(self, node: ast.expr) -> None:
         if isinstance(node, ast.Constant):

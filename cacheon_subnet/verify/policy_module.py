@@ -14,6 +14,7 @@ from cacheon_subnet.verify import allowlist as A
 from cacheon_subnet.verify.policy_scope import resolve_relative
 
 _CONST_EXPRS = (ast.BinOp, ast.BoolOp, ast.Compare, ast.UnaryOp, ast.IfExp, ast.Tuple)
+MAX_REEXPORTS = 16
 _CONST_CALLS = frozenset({"float", "int", "min", "max", "abs", "round", "pow"})
 
 
@@ -89,22 +90,26 @@ class ModuleRules:
                 self.add(st, "P021", f"from {'.' * st.level}{st.module or ''} import {a.name}: {why}")
 
     def definition(self, target: str | None, name: str, seen: set[tuple[str, str]]) -> str | None:
-        """None when `name` of bundle module `target` is a def or constant (transitively)."""
-        if target is None:
-            return "relative import beyond the bundle's top level"
-        mod = self.mods.get(target)
-        if mod is None:
-            return f"module {target or '(bundle root)'!r} is not a .py file of the bundle"
-        if mod.path.endswith("__init__.py"):
-            pkg = mod.path[: -len("__init__.py")]
-            if f"{pkg}{name}.py" in self.files or any(f.startswith(f"{pkg}{name}/") for f in self.files):
-                return f"{name!r} is a submodule (a module object), not a definition"
-        if name in mod.defs or name in mod.consts:
-            return None
-        if name in mod.rel and (target, name) not in seen:
-            t, orig, _ = mod.rel[name]
-            return self.definition(t, orig, seen | {(target, name)})
-        return f"{name!r} is not a function or constant defined in {mod.path}"
+        """None when `name` of bundle module `target` is a def or constant (transitively, followed
+        in a loop: a chain of re-exports through thousands of files must not exhaust the stack)."""
+        while True:
+            if target is None:
+                return "relative import beyond the bundle's top level"
+            mod = self.mods.get(target)
+            if mod is None:
+                return f"module {target or '(bundle root)'!r} is not a .py file of the bundle"
+            if mod.path.endswith("__init__.py"):
+                pkg = mod.path[: -len("__init__.py")]
+                if f"{pkg}{name}.py" in self.files or any(f.startswith(f"{pkg}{name}/") for f in self.files):
+                    return f"{name!r} is a submodule (a module object), not a definition"
+            if name in mod.defs or name in mod.consts:
+                return None
+            if name not in mod.rel or (target, name) in seen:
+                return f"{name!r} is not a function or constant defined in {mod.path}"
+            if len(seen) >= MAX_REEXPORTS:
+                return f"{name!r} is re-exported through more than {MAX_REEXPORTS} modules"
+            seen = seen | {(target, name)}
+            target, name, _ = mod.rel[name]
 
     def const(self, node: ast.expr) -> None:
         """Module-level values and defaults: immutable constant expressions only (no state survives a call)."""

@@ -33,6 +33,18 @@ def bound_names(node: ast.AST) -> set[str]:
     return out
 
 
+def required_params(node: ast.AST) -> frozenset[str]:
+    """Parameters of a def or lambda that every caller must pass (no default) and that its body
+    never rebinds."""
+    args = node.args  # type: ignore[attr-defined]
+    pos = args.posonlyargs + args.args
+    req = {a.arg for a in pos[: len(pos) - len(args.defaults)]}
+    req |= {a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None}
+    body = node.body if isinstance(node.body, list) else [node.body]  # type: ignore[attr-defined]
+    stored = {n.id for st in body for n in ast.walk(st) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return frozenset(req - stored)
+
+
 def _collect(node: ast.AST, out: set[str]) -> None:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         out.add(node.name)
@@ -58,6 +70,17 @@ def dotted(node: ast.AST) -> list[str] | None:
         return None
     parts.append(node.id)
     return parts[::-1]
+
+
+def too_deep(tree: ast.AST, limit: int) -> ast.AST | None:
+    """The first node more than `limit` levels below `tree` (found without recursing), or None."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return node
+        stack.extend((c, depth + 1) for c in ast.iter_child_nodes(node))
+    return None
 
 
 def module_key(path: str) -> str:
@@ -129,4 +152,12 @@ def index(path: str, tree: ast.Module, text: str) -> ModuleIndex:
         elif isinstance(st, (ast.Assign, ast.AnnAssign)):
             for t in (st.targets if isinstance(st, ast.Assign) else [st.target]):
                 consts.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
-    return ModuleIndex(path, tree, tuple(text.splitlines()), imports, frozenset(typing), defs, frozenset(consts), rel)
+    return ModuleIndex(path, tree, source_lines(text), imports, frozenset(typing), defs, frozenset(consts), rel)
+
+
+def source_lines(text: str) -> tuple[str, ...]:
+    """Lines as Python numbers them and as linecache (hence inspect, hence Triton) reads them:
+    universal newlines, split on \\n only. Never str.splitlines(): it also breaks at U+2028,
+    U+0085, \\x0c, \\x1c-\\x1e, so a comment full of those would shift every later line number
+    and hide a fake `def` line from the def-line rule."""
+    return tuple(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"))

@@ -15,6 +15,7 @@ from cacheon_subnet.verify import allowlist as A
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DEF_LINE = re.compile(r"^\s*def\b")
+_KERNEL_DEF = re.compile(r"^def [A-Za-z_][A-Za-z0-9_]*\(")  # what compiled Triton and the interpreter both find
 
 
 class TritonRules:
@@ -22,8 +23,13 @@ class TritonRules:
 
     def triton_source(self, fn: ast.FunctionDef) -> None:
         """Triton re-reads a kernel's source: compiled mode from the first line matching `^def`,
-        the interpreter from the LAST line starting with `def `. Only the real def line may."""
+        the interpreter from the LAST line starting with `def ` (the block's last line when none
+        does). Only the real def line may, and it must be one both read as such."""
         first = min(d.lineno for d in fn.decorator_list)
+        own = self.m.lines[fn.lineno - 1] if fn.lineno - 1 < len(self.m.lines) else ""
+        if not _KERNEL_DEF.match(own):  # `def\t_k(`: the interpreter finds no 'def ' and runs the block's last line
+            self.add(fn, "P018", f"kernel {fn.name}: its def line must start 'def {fn.name}(' (one space, column 0), the "
+                                 "line Triton's interpreter and compiler both take for the kernel's source")
         for no in range(first, (fn.end_lineno or fn.lineno) + 1):
             if no != fn.lineno and no - 1 < len(self.m.lines) and _DEF_LINE.match(self.m.lines[no - 1]):
                 self.add(ast.Pass(lineno=no), "P018", f"line {no} of kernel {fn.name} starts with 'def': Triton would take it for the "

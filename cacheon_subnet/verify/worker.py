@@ -35,6 +35,14 @@ _SYNC_METHODS = frozenset({"item", "tolist", "numpy", "cpu", "__bool__", "__int_
                            "nonzero", "synchronize"})
 
 
+def _to_host(name: str, args: tuple, kwargs: dict) -> bool:
+    """A copy to host memory: `.to("cpu")`, `.to(device="cpu")`, `.type("torch.FloatTensor")`."""
+    values = (*args, *kwargs.values())
+    if name == "to":
+        return any(str(a) == "cpu" or str(a).startswith("cpu:") for a in values)
+    return name == "type" and any(isinstance(a, str) and not a.startswith("torch.cuda.") for a in values)
+
+
 class HostSyncWatch(TorchFunctionMode):
     """Flags device->host reads made directly by bundle code (graph-unsafe on CUDA)."""
 
@@ -45,7 +53,7 @@ class HostSyncWatch(TorchFunctionMode):
 
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         name = getattr(func, "__name__", "")
-        if name in _SYNC_METHODS or (name == "to" and any(str(a) == "cpu" for a in args[1:])):
+        if name in _SYNC_METHODS or _to_host(name, args[1:], kwargs or {}):
             caller = sys._getframe(1)
             if caller.f_code.co_filename.startswith(self.root):
                 self.hits.append(f"{name}() at {os.path.relpath(caller.f_code.co_filename, self.root)}:{caller.f_lineno}")

@@ -10,6 +10,7 @@ outcome is reason `policy` and that the bundle is never imported.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -30,7 +31,7 @@ _MARK = re.compile(r"#\s*expect:\s*((?:P\d{3}\s*)+)$")
 def expected(root: Path) -> set[tuple[str, int, str]]:
     out = set()
     for f in sorted(root.rglob("*.py")):
-        for no, line in enumerate(f.read_bytes().decode("utf-8").splitlines(), 1):
+        for no, line in enumerate(f.read_bytes().decode("utf-8").split("\n"), 1):  # Python's numbering
             m = _MARK.search(line)
             if m:
                 out.update((f.relative_to(root).as_posix(), no, rule) for rule in m.group(1).split())
@@ -83,6 +84,39 @@ def test_utf7_attack_is_real() -> None:
     src = (CORPUS / "source_utf7_cookie" / "kernel.py").read_bytes()
     assert "torch.rsqrt = torch.sqrt" in src.decode("utf-7").splitlines()
     assert "\ntorch.rsqrt = torch.sqrt" not in src.decode("utf-8")
+
+
+def test_linebreak_shift_attack_is_real(tmp_path: Path) -> None:
+    """Under TRITON_INTERPRET=1 the kernel that runs is the one hidden in the string (correct),
+    not the visible body (zeros): the hidden def is what CPU verify would have judged."""
+    code = ("import importlib.util, torch\n"
+            f"spec = importlib.util.spec_from_file_location('adv', {str(CORPUS / 'triton_linebreak_shift' / 'kernel.py')!r})\n"
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+            "x, w, o = torch.randn(4, 64), torch.randn(64), torch.zeros(4, 64)\n"
+            "m.rmsnorm(x, w, o, 1e-6)\n"
+            "ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w\n"
+            "print(bool(torch.allclose(o, ref, atol=1e-5)))\n")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                       check=False, env=env)
+    assert r.stdout.strip() == "True", r.stderr[-2000:]
+    src = (CORPUS / "triton_linebreak_shift" / "kernel.py").read_text(encoding="utf-8")
+    assert len(src.splitlines()) == src.count("\n") + 40  # what a splitlines() def-line rule counts
+
+
+def test_def_tab_attack_is_real(tmp_path: Path) -> None:
+    """Under TRITON_INTERPRET=1 the launch runs the string's lambda, not the scanned body: the
+    output stays untouched (zeros) and the lambda's unscanned os.getpid() is what ran."""
+    code = ("import importlib.util, torch\n"
+            f"spec = importlib.util.spec_from_file_location('adv', {str(CORPUS / 'triton_def_tab' / 'kernel.py')!r})\n"
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+            "x, w, o = torch.randn(4, 64), torch.randn(64), torch.zeros(4, 64)\n"
+            "m.rmsnorm(x, w, o, 1e-6)\n"
+            "print(bool((o == 0).all()))\n")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                       check=False, env=env)
+    assert r.stdout.strip() == "True", r.stderr[-2000:]
 
 
 class _NoWorker:

@@ -41,6 +41,9 @@ EXPECTED = {  # bundle -> (reason(s), stage prefix the failure is seen in)
     "wrong_kth_call": (("mismatch", "nondeterministic"), "eager"),
     "stale_in_runs": ("mismatch", "eager"),
     "poison_sniffer": ("mismatch", "eager"),
+    # policy-clean device-to-host copies HostSyncWatch used to miss (keyword device=, a CPU type string)
+    "host_copy_device_kwarg": ("host_sync", "eager"),
+    "host_copy_type_string": ("host_sync", "eager"),
 }
 NEEDS_ARENA = {"wrong_ge128"}  # the CPU tier's own sizes stay below 128 tokens
 
