@@ -65,15 +65,30 @@ def test_pack_and_digest_agree(tmp_path):
 
 
 @pytest.mark.parametrize("slot", [s.id for s in all_slots()])
-def test_miner_init_scaffold_passes_verify(tmp_path, slot):
+def test_miner_init_scaffold_runs_what_the_verified_example_runs(tmp_path, slot):
+    """Every slot's scaffold is its example bundle with a new name and README: the same sources
+    and manifest ops, so the example's own verify test (tests/slots, test_verify_multirank,
+    test_verify_controls) covers what it runs; one slot goes through verify below."""
+    from cacheon_subnet.bundle import load_bundle
+
     dest = tmp_path / "mine"
     r = cacheon("miner", "init", "--slot", slot, str(dest))
     assert r.returncode == 0, r.stderr
     assert (dest / "manifest.toml").is_file() and (dest / "README.md").is_file()
-    v = cacheon("verify", str(dest), "--device", "cpu", "--max-cases", "1")
-    assert v.returncode == 0, v.stdout + v.stderr
+    mine, example = load_bundle(dest), load_bundle(EXAMPLES / slot)
+    assert mine.manifest.name != example.manifest.name
+    code = {p: d for p, d in example.files.items() if p.endswith(".py")}
+    assert code and {p: d for p, d in mine.files.items() if p.endswith(".py")} == code
+    assert mine.manifest.to_json()["ops"] == example.manifest.to_json()["ops"]
     again = cacheon("miner", "init", "--slot", slot, str(dest))
     assert again.returncode == 2 and "not empty" in again.stderr
+
+
+def test_miner_init_scaffold_passes_verify(tmp_path):
+    dest = tmp_path / "mine"
+    assert cacheon("miner", "init", "--slot", "norm.rmsnorm", str(dest)).returncode == 0
+    v = cacheon("verify", str(dest), "--device", "cpu", "--max-cases", "1")
+    assert v.returncode == 0, v.stdout + v.stderr
 
 
 def test_miner_init_unknown_slot():

@@ -88,6 +88,20 @@ def check_graph_keys(spec: SlotSpec, out: Mapping[str, torch.Tensor], replays: i
     return None
 
 
+def check_graph_inputs(spec: SlotSpec, reply: Any, expected: Mapping[str, torch.Tensor]) -> Failure | None:
+    """After the last replay every read-only input must hold what the host put there (the
+    capture's values, or the last replay's for graph-dynamic ones): writes recorded only while
+    capturing never show in an eager trial, so the graph trial checks them itself."""
+    final = reply.get("final_digests") if isinstance(reply, Mapping) else None
+    names = {a.name for a in spec.by_role("in")}
+    if not isinstance(final, dict) or set(final) != names or not all(isinstance(v, str) for v in final.values()):
+        return Failure("protocol", f"graph reply: final_digests must name exactly the read-only inputs {sorted(names)}")
+    for name in sorted(names):
+        if final[name] != tensor_digest(expected[name]):
+            return Failure("input_mutated", f"{name} changed under CUDA-graph replay but the slot declares it read-only")
+    return None
+
+
 def check_shapes(spec: SlotSpec, sent: Mapping[str, torch.Tensor], got: Mapping[str, torch.Tensor]) -> Failure | None:
     """The worker is untrusted: every argument must come back, with the shape/dtype it went out with."""
     for a in spec.args:

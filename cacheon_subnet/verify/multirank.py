@@ -271,7 +271,9 @@ class _RankRun:
                "replays": len(replays)}
         self.calls += 1 + len(replays)
         replies = self._request({**msg, "nonce": secrets.token_hex(16)}, sent)
-        f = _each(self.world, lambda r: judge.check_reply(replies[r][0]))
+        last = replays[-1] if replays else capture
+        f = _each(self.world, lambda r: judge.check_reply(replies[r][0])
+                  or judge.check_graph_inputs(spec, replies[r][0], last[r]))
         if f:
             return _at(f, stage="graph", case=case.label, dtype=act_name)
         for i, merged in enumerate(replays):

@@ -153,7 +153,8 @@ class OpTrials:
         f = bad or judge.check_reply(reply)
         if f:
             return self._where(f, "graph", t, case)
-        f = judge.check_graph_keys(spec, out, len(replays))
+        f = judge.check_graph_keys(spec, out, len(replays)) or \
+            judge.check_graph_inputs(spec, reply, replays[-1] if replays else capture)
         if f:
             return self._where(f, "graph", t, case)
         for i, merged in enumerate(replays):

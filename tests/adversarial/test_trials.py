@@ -46,6 +46,8 @@ EXPECTED = {  # bundle -> (reason(s), stage prefix the failure is seen in)
     "host_copy_type_string": ("host_sync", "eager"),
 }
 NEEDS_ARENA = {"wrong_ge128"}  # the CPU tier's own sizes stay below 128 tokens
+# cheats only a CUDA graph trial can show (faithful on every eager call): CUDA runs only
+CUDA_ONLY = {"write_input_under_capture": ("input_mutated", "graph")}
 
 
 def dynamic_verify(name: str, seed: int = SEED, **opts: object):
@@ -63,7 +65,7 @@ def dynamic_verify(name: str, seed: int = SEED, **opts: object):
 
 def test_corpus_is_listed():
     on_disk = {p.name for p in CORPUS.iterdir() if (p / "manifest.toml").exists()}
-    assert on_disk == set(EXPECTED) | {"honest_torch"}
+    assert on_disk == set(EXPECTED) | set(CUDA_ONLY) | {"honest_torch"}
 
 
 def test_honest_control_passes():
@@ -91,3 +93,19 @@ def test_wrong_ge128_needs_the_arena_sizes():
 def test_stale_replay_fails_for_any_seed(seed):
     """The soak (10..14 calls on one random case) catches a per-shape counter whatever the seed."""
     assert dynamic_verify("stale_after_9", seed=seed).failure.reason == "mismatch"
+
+
+@pytest.mark.parametrize("name", sorted(CUDA_ONLY))
+def test_cuda_graph_attack_fails_with_its_reason(name):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA graph trials need a GPU (the host-side check runs on CPU in test_trials_protocol.py)")
+    bundle = load_bundle(CORPUS / name)
+    run = _Run(bundle, VerifyOptions(device="cuda", max_cases=2, call_timeout_s=120, seed=SEED), SEED)
+    try:
+        (r,), _ = run.execute()
+    finally:
+        run.close()
+    reason, stage = CUDA_ONLY[name]
+    assert r.status == "FAIL" and r.failure.reason == reason and r.failure.stage.startswith(stage), str(r.failure)

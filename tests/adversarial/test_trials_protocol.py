@@ -159,3 +159,69 @@ def test_collective_rank_reply_without_the_nonce_is_protocol():
     replies = run._request({"type": "call", "nonce": "this-call"}, [{}, {}])
     assert judge.check_reply(replies[0][0]) is None
     assert judge.check_reply(replies[1][0]).reason == "protocol"
+
+
+# ---- CUDA-graph trials: read-only inputs after the last replay --------------------------------
+# The host side runs on CPU here (graph_check=True plans graph trials; the fake answers them);
+# the worker's capture/replay itself needs CUDA (tests/slots GPU tier).
+GRAPH_OPTS = VerifyOptions(device="cpu", max_cases=1, compile_check=False, seed=7, graph_check=True)
+
+
+def honest_graph(msg, tensors):
+    """Each replay's outputs from its own inputs (graph-dynamic ones replaced), and the digests of
+    the read-only inputs as the last replay left them."""
+    from cacheon_subnet.tensor_views import tensor_digest
+
+    base = {k: v for k, v in tensors.items() if "." not in k}
+    out, last = {}, base
+    for i in range(msg["replays"]):
+        last = {**base, **{k.split(".", 1)[1]: v for k, v in tensors.items() if k.startswith(f"r{i}.")}}
+        ref = SPEC.reference(last, msg["params"])["out"].to(dtype_of(msg["alloc"]["out"]["dtype"]))
+        out[f"r{i}.out"] = ref
+    final = {a.name: tensor_digest(last[a.name]) for a in SPEC.by_role("in")}
+    return {"type": "result", "ok": True, "final_digests": final, "nonce": msg["nonce"]}, out
+
+
+def check_graph(forge_graph):
+    bundle = load_bundle(BUNDLE)
+    run = _Run(bundle, GRAPH_OPTS, 7)
+    seen = []
+
+    def forge(f, m, t):
+        if m["type"] == "graph":
+            seen.append(m["replays"])
+            return forge_graph(m, t)
+        return honest(m, t)
+
+    run.client = Fake(forge)
+    result = run.check_op(bundle.manifest.ops[0])
+    assert seen, "no graph trial was planned"
+    return result
+
+
+def test_honest_graph_replies_pass():
+    r = check_graph(honest_graph)
+    assert r.status == "PASS", r.failure
+
+
+def test_a_weight_written_only_under_capture_is_input_mutated():
+    """is_current_stream_capturing() lets a kernel write into its weight only in the graph: every
+    replay then does it, and only the graph trial can see it."""
+    from cacheon_subnet.tensor_views import tensor_digest
+
+    def forge(m, t):
+        reply, out = honest_graph(m, t)
+        reply["final_digests"]["weight"] = tensor_digest(t["weight"] * 2)
+        return reply, out
+
+    r = check_graph(forge)
+    assert r.failure.reason == "input_mutated" and "weight" in r.failure.detail and r.failure.stage == "graph", r.failure
+
+
+def test_graph_reply_without_final_digests_is_protocol():
+    def forge(m, t):
+        reply, out = honest_graph(m, t)
+        return {k: v for k, v in reply.items() if k != "final_digests"}, out
+
+    r = check_graph(forge)
+    assert r.failure.reason == "protocol" and "final_digests" in r.failure.detail, r.failure
