@@ -20,6 +20,21 @@ dtypes = ["bfloat16"]
 """
 
 
+# Files whose tests take the longest (make test prints --durations): collected first, so the two
+# xdist workers start them early instead of one of them finishing the run alone.
+HEAVY_FIRST = ("tests/test_demo.py", "tests/arena/test_gpu_scripts.py", "tests/test_readme_flow.py",
+               "tests/slots/test_moe.py", "tests/arena/test_gpu_e2e.py", "tests/test_verify_multirank.py",
+               "tests/arena/test_arena_e2e.py", "tests/miner/test_miner_cli.py", "tests/validator/test_restart.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return next((i for i, f in enumerate(HEAVY_FIRST) if path == f), len(HEAVY_FIRST))
+
+    items.sort(key=rank)  # stable: the order inside a file (and its module fixtures) is kept
+
+
 @pytest.fixture(autouse=True)
 def _sandbox_can_search_tmp(request: pytest.FixtureRequest) -> None:
     """pytest makes its temp dirs 0700; the sandbox's dedicated uid must search (not list) them

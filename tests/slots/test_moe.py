@@ -135,12 +135,12 @@ def test_experts_reference_matches_float64_loop() -> None:
 
 # ---- (c) the example bundles pass verify --------------------------------------------------
 def test_topk_example_passes_verify() -> None:
-    report = verify_bundle(load_bundle(ROOT / "examples" / "moe.topk_softmax"), VerifyOptions(device="cpu"))
+    report = verify_bundle(load_bundle(ROOT / "examples" / "moe.topk_softmax"), VerifyOptions(device="cpu", max_cases=2))
     assert report.status == "PASS", report.render()
 
 
 def test_fused_experts_example_passes_verify() -> None:
-    opts = VerifyOptions(device="cpu", max_cases=2)
+    opts = VerifyOptions(device="cpu", max_cases=1)  # interpreted Triton: ~45 s a case on the 2-core CI box
     report = verify_bundle(load_bundle(ROOT / "examples" / "moe.fused_experts"), opts)
     assert report.status == "PASS", report.render()
 
