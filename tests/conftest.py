@@ -41,7 +41,12 @@ def _sandbox_can_search_tmp(request: pytest.FixtureRequest) -> None:
     to reach the paths a test hands to a sandboxed child, as it does under /var/tmp in production."""
     if "tmp_path" not in request.fixturenames:
         return
-    tmp: Path = request.getfixturevalue("tmp_path")
+    searchable(request.getfixturevalue("tmp_path"))
+
+
+def searchable(tmp: Path) -> Path:
+    """Let the sandbox uid search `tmp` and the pytest dirs above it (module-scoped fixtures
+    that make their own temp dirs call this too)."""
     chain = [tmp, *tmp.parents]
     # up to and including pytest-of-<user> (xdist adds a popen-gwN level below pytest-N)
     top = next((i for i, d in enumerate(chain) if d.name.startswith("pytest-of-")), 2)
@@ -50,6 +55,7 @@ def _sandbox_can_search_tmp(request: pytest.FixtureRequest) -> None:
             d.chmod(d.stat().st_mode | 0o111)
         except OSError:
             pass
+    return tmp
 
 
 @pytest.fixture

@@ -112,9 +112,21 @@ def test_a_decode_gain_bought_with_prefill_time_is_no_crown(env):
     assert r["verdict"] == "FAIL" and "the prefill clock reads" in r["reason"], r["reason"]
 
 
-def test_result_json_names_arena_bundle_and_windows(env):
-    b = h.torch_bundle("ids")
-    r = h.run(b, env)
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """One qualification of a faithful torch bundle on the small default config, read by the
+    tests of the result's shape and its human summary (a whole CPU arena each is ~25 s)."""
+    from conftest import searchable
+
+    tmp = searchable(tmp_path_factory.mktemp("default-run"))
+    with pytest.MonkeyPatch.context() as mp:
+        h.runtime_env(tmp, mp)
+        b = h.torch_bundle("ids")
+        return b, h.run(b, tmp)
+
+
+def test_result_json_names_arena_bundle_and_windows(default_run):
+    b, r = default_run
     assert r["arena_id"] == h.small_config().arena_id and r["bundle_digest"] == b.digest
     roles = [w["role"] for w in r["windows"]]
     assert roles[0] == "warmup" and roles[1:5] == ["B", "C", "C", "B'"]
@@ -207,10 +219,10 @@ def test_raising_incumbent_is_not_the_challengers_fail(env):
     assert r["verdict"] == "NO_DECISION", r["reason"]
 
 
-def test_human_summary_names_verdict_speed_quality_and_evidence(env):
+def test_human_summary_names_verdict_speed_quality_and_evidence(default_run):
     from arena.commands import summary
 
-    r = h.run(h.torch_bundle("summary"), env)
+    _, r = default_run
     text = summary(r)
     assert r["verdict"] in text.splitlines()[1] and "speed: C/B" in text and "quality: PASS" in text
     assert "evidence: ok" in text and "engine resident" in text and "route swaps" in text
