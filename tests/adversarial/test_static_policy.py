@@ -86,20 +86,27 @@ def test_utf7_attack_is_real() -> None:
     assert "\ntorch.rsqrt = torch.sqrt" not in src.decode("utf-8")
 
 
-def test_linebreak_shift_attack_is_real(tmp_path: Path) -> None:
-    """Under TRITON_INTERPRET=1 the kernel that runs is the one hidden in the string (correct),
-    not the visible body (zeros): the hidden def is what CPU verify would have judged."""
+def _run_corpus_kernel_interpreted(tmp_path: Path, name: str, check: str) -> str:
+    """Import corpus bundle `name`'s kernel.py under TRITON_INTERPRET=1 (no policy: the attack
+    itself), call rmsnorm on random inputs and print `check` (an expression over x, w, o)."""
     code = ("import importlib.util, torch\n"
-            f"spec = importlib.util.spec_from_file_location('adv', {str(CORPUS / 'triton_linebreak_shift' / 'kernel.py')!r})\n"
+            f"spec = importlib.util.spec_from_file_location('adv', {str(CORPUS / name / 'kernel.py')!r})\n"
             "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
             "x, w, o = torch.randn(4, 64), torch.randn(64), torch.zeros(4, 64)\n"
             "m.rmsnorm(x, w, o, 1e-6)\n"
-            "ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w\n"
-            "print(bool(torch.allclose(o, ref, atol=1e-5)))\n")
+            f"print({check})\n")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120,
                        check=False, env=env)
-    assert r.stdout.strip() == "True", r.stderr[-2000:]
+    assert r.stdout.strip(), r.stderr[-2000:]
+    return r.stdout.strip()
+
+
+def test_linebreak_shift_attack_is_real(tmp_path: Path) -> None:
+    """Under TRITON_INTERPRET=1 the kernel that runs is the one hidden in the string (correct),
+    not the visible body (zeros): the hidden def is what CPU verify would have judged."""
+    ref = "x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w"
+    assert _run_corpus_kernel_interpreted(tmp_path, "triton_linebreak_shift", f"bool(torch.allclose(o, {ref}, atol=1e-5))") == "True"
     src = (CORPUS / "triton_linebreak_shift" / "kernel.py").read_text(encoding="utf-8")
     assert len(src.splitlines()) == src.count("\n") + 40  # what a splitlines() def-line rule counts
 
@@ -107,16 +114,7 @@ def test_linebreak_shift_attack_is_real(tmp_path: Path) -> None:
 def test_def_tab_attack_is_real(tmp_path: Path) -> None:
     """Under TRITON_INTERPRET=1 the launch runs the string's lambda, not the scanned body: the
     output stays untouched (zeros) and the lambda's unscanned os.getpid() is what ran."""
-    code = ("import importlib.util, torch\n"
-            f"spec = importlib.util.spec_from_file_location('adv', {str(CORPUS / 'triton_def_tab' / 'kernel.py')!r})\n"
-            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-            "x, w, o = torch.randn(4, 64), torch.randn(64), torch.zeros(4, 64)\n"
-            "m.rmsnorm(x, w, o, 1e-6)\n"
-            "print(bool((o == 0).all()))\n")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120,
-                       check=False, env=env)
-    assert r.stdout.strip() == "True", r.stderr[-2000:]
+    assert _run_corpus_kernel_interpreted(tmp_path, "triton_def_tab", "bool((o == 0).all())") == "True"
 
 
 class _NoWorker:
