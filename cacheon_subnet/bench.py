@@ -24,6 +24,7 @@ from cacheon_subnet.slots.retarget import profile_cases
 from cacheon_subnet.slots.spec import dtype_of
 from cacheon_subnet.verify import judge
 from cacheon_subnet.verify.client import WorkerClient, WorkerConfig, WorkerDied, WorkerTimeout
+from cacheon_subnet.verify.shapes import arena_cases
 
 log = get_logger("cacheon.bench")
 
@@ -40,6 +41,7 @@ class BenchOptions:
     call_timeout_s: float = 900.0
     stock: bool = True
     model: Any = None  # slots.profiles.ModelProfile of a real checkpoint: its shapes replace the built-in ones
+    arena: Any = None  # verify.shapes.ArenaShapes: time the sizes this arena runs, its window's own first
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class BenchRow:
     n: int
     rel_stderr: float
     recheck: str
+    where: str = ""  # with --arena: "window decode|prefill" (the timed window's own size) or "arena decode|prefill"
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class BenchReport:
     env: dict[str, Any] = field(default_factory=dict)
     hbm_gbps: float | None = None
     duration_s: float = 0.0
+    arena: str = ""  # what the arena's timed window runs, when benched against one
 
     @property
     def ok(self) -> bool:
@@ -81,10 +85,14 @@ class BenchReport:
         hdr = f"cacheon bench  digest {self.digest[:16]}…  {gpu}"
         if self.hbm_gbps:
             hdr += f"  (measured copy bandwidth {self.hbm_gbps:,.0f} GB/s = 100 %)"
-        lines = [hdr, f"{'op':30} {'case':28} {'dtype':9} {'cand µs':>9} {'base µs':>9} {'speedup':>8} {'GB/s':>8} {'%HBM':>6} {'n':>6} {'±':>7}  recheck  baseline"]
+        lines = [hdr] + ([self.arena] if self.arena else [])
+        where = any(r.where for r in self.rows)
+        lines.append(f"{'op':30} {'case':28} {'dtype':9} " + (f"{'where':15} " if where else "")
+                     + f"{'cand µs':>9} {'base µs':>9} {'speedup':>8} {'GB/s':>8} {'%HBM':>6} {'n':>6} {'±':>7}  recheck  baseline")
         for r in self.rows:
             pct = f"{r.pct_hbm:5.1f}" if r.pct_hbm is not None else "   - "
-            lines.append(f"{r.op:30} {r.case:28} {r.dtype:9} {r.candidate_us:9.2f} {r.baseline_us:9.2f} {r.speedup:7.3f}x "
+            lines.append(f"{r.op:30} {r.case:28} {r.dtype:9} " + (f"{r.where:15} " if where else "")
+                         + f"{r.candidate_us:9.2f} {r.baseline_us:9.2f} {r.speedup:7.3f}x "
                          f"{r.candidate_gbps:8.1f} {pct:>6} {r.n:6d} {100 * r.rel_stderr:6.2f}%  {r.recheck:7}  {r.baseline}")
         lines += [f"error: {e}" for e in self.errors]
         lines.append(f"({self.duration_s:.1f} s)")
@@ -122,14 +130,13 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
             if dtype not in op.dtypes:
                 errors.append(f"{op.key}: dtype {dtype} not declared by the bundle")
                 continue
-            cases = spec.cases(opts.tier)
-            if opts.model is not None:
-                cases = profile_cases(spec, cases, opts.model)
-                if not cases:
-                    errors.append(f"{op.key}: slot {op.slot} has no workload on model {opts.model.name}")
-                    continue
-            cases = [c for c in cases if op.eligible(c.dims)][: opts.max_cases or None]
-            for i, case in enumerate(progress.bar(cases, desc=f"bench {op.key}", unit="shape")):
+            placed = _cases(spec, op, opts)
+            if not placed:
+                model = opts.arena.model if opts.arena is not None else opts.model
+                errors.append(f"{op.key}: slot {op.slot} has no workload on "
+                              + (f"model {model.name}" if model is not None else "these shapes"))
+                continue
+            for i, (case, where) in enumerate(progress.bar(placed, desc=f"bench {op.key}", unit="shape")):
                 msg = {"type": "bench", "op": op.key, "case": case.to_json(), "dtype": dtype, "seed": seed + 1000 * i,
                        "budget_s": opts.budget_s, "target_rel_err": opts.target_rel_err, "stock": opts.stock}
                 log.info("bench.case", op=op.key, case=case.label, dtype=dtype)
@@ -138,15 +145,38 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
                     errors.append(f"{op.key} {case.label}: {r.get('reason')}: {str(r.get('error', '')).strip().splitlines()[-1:]}")
                     continue
                 hbm = hbm if hbm is not None else r.get("hbm_gbps")
-                rows.append(_row(op.key, spec, case, dtype, r, tensors, hbm))
+                rows.append(_row(op.key, spec, case, dtype, r, tensors, hbm, where))
     except (WorkerTimeout, WorkerDied) as e:
         errors.append(f"worker: {e}")
     finally:
         client.cleanup()
-    return BenchReport(bundle.digest, opts.device, tuple(rows), tuple(errors), env, hbm, time.monotonic() - t0)
+    return BenchReport(bundle.digest, opts.device, tuple(rows), tuple(errors), env, hbm, time.monotonic() - t0,
+                       _arena_line(opts.arena))
 
 
-def _row(key: str, spec, case, dtype: str, r: dict[str, Any], tensors: dict, hbm: float | None) -> BenchRow:
+def _cases(spec, op, opts: BenchOptions) -> list[tuple[Any, str]]:  # noqa: ANN001
+    """(case, where) to time: the arena's own sizes (window first) or the tier's cases."""
+    if opts.arena is not None:
+        placed = arena_cases(spec, spec.cases(opts.tier), opts.arena)
+    else:
+        cases = spec.cases(opts.tier)
+        if opts.model is not None:
+            cases = profile_cases(spec, cases, opts.model)
+        placed = [(c, "") for c in cases]
+    return [(c, w) for c, w in placed if op.eligible(c.dims)][: opts.max_cases or None]
+
+
+def _arena_line(arena: Any) -> str:
+    if arena is None:
+        return ""
+    window = ", ".join(f"{k} {'bs ' if k == 'decode' else ''}{n}{' tokens' if k == 'prefill' else ''}"
+                       for k, n in arena.window) or "unknown"
+    return (f"arena {arena.name or arena.profile}: its timed window runs {window}; it also captures decode at "
+            f"bs {', '.join(map(str, arena.decode_batches))} and prefills {', '.join(map(str, arena.prefill_tokens))} tokens")
+
+
+def _row(key: str, spec, case, dtype: str, r: dict[str, Any], tensors: dict, hbm: float | None,  # noqa: ANN001
+         where: str = "") -> BenchRow:
     cand, base = r["timings"]["candidate"], r["timings"]["baseline"]
     sent = {k[3:]: v for k, v in tensors.items() if k.startswith("in.")}
     got = {**sent, **{k[4:]: v for k, v in tensors.items() if k.startswith("out.")}}
@@ -158,4 +188,5 @@ def _row(key: str, spec, case, dtype: str, r: dict[str, Any], tensors: dict, hbm
         speedup=base["median_us"] / cand["median_us"] if cand["median_us"] > 0 else 0.0, baseline=r["baseline"],
         bytes=nbytes, candidate_gbps=gbps, pct_hbm=100 * gbps / hbm if hbm else None, n=int(cand["n"]),
         rel_stderr=max(cand["rel_stderr"], base["rel_stderr"]), recheck="ok" if f is None else f"FAIL {f.reason}",
+        where=where,
     )

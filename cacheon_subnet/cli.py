@@ -145,7 +145,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     bundle = load_bundle(args.bundle)
     report = bench_bundle(bundle, BenchOptions(device=_bench_device(args.device), budget_s=args.budget, tier=args.tier,
                                                target_rel_err=args.target_rel_err, max_cases=args.max_cases,
-                                               model=_arena_shapes(args.arena).model if args.arena else None))
+                                               arena=_arena_shapes(args.arena) if args.arena else None))
     _emit(args, report.to_json(), report.render())
     return EXIT_OK if report.ok else EXIT_FAIL
 
@@ -243,8 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--budget", type=float, default=3.0, help="seconds of timing per case and side")
     s.add_argument("--target-rel-err", type=float, default=0.001, help="stop when stderr/mean falls below")
     s.add_argument("--max-cases", type=int)
-    s.add_argument("--arena", metavar="CONFIG", help="an arena on a real checkpoint ([model] path): time the "
-                   "checkpoint's own shapes (its config.json) at the tier's token counts")
+    s.add_argument("--arena", metavar="CONFIG", help="configs/arena/<name>.toml: time the sizes that arena runs "
+                   "through each slot (its timed window's decode batch and prefill forward first, then every captured "
+                   "decode batch and prefill size), on its model's shapes (a real checkpoint: its config.json)")
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("chain-compat", help="check the installed bittensor SDK still has every call we use")

@@ -96,6 +96,16 @@ def test_miner_init_unknown_slot():
     assert r.returncode == 2 and "unknown slot" in r.stderr
 
 
+def test_bench_against_an_arena_times_the_window_sizes_first():
+    r = cacheon("bench", str(EXAMPLES / "demo" / "cpu_rmsnorm"), "--device", "cpu", "--arena",
+                str(REPO / "configs/arena/dense.toml"), "--budget", "0.05", "--max-cases", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "its timed window runs decode bs 256, prefill 16384 tokens" in r.stdout
+    rows = [ln for ln in r.stdout.splitlines() if ln.startswith("norm.rmsnorm/default")]
+    assert len(rows) == 2 and "decode-bs256" in rows[0] and "window decode" in rows[0]
+    assert "prefill-16384" in rows[1] and "window prefill" in rows[1]
+
+
 def test_bench_on_cpu_reports_rows(tmp_path):
     r = cacheon("bench", str(EXAMPLES / "norm.rmsnorm"), "--device", "cpu", "--tier", "verify", "--budget", "0.2",
                 "--max-cases", "1", "--json")

@@ -133,6 +133,32 @@ def test_dense_arena_shapes():
     assert a.prefill_tokens == (1024, 2048, 4096, 8192, 16384)  # graded windows are timed windows: one prompt shape
 
 
+def test_dense_arena_window_is_its_padded_batch_and_largest_forward():
+    """256 prompts a window, 256 running at most, graphs captured up to 256: decode replays the
+    bs-256 graph; 256 x 1024 prompt tokens prefill in forwards of SGLang's 16384 at most."""
+    a = _dense()
+    assert a.window == (("decode", 256), ("prefill", 16384))
+    from dataclasses import replace
+
+    from arena.config import load_config
+
+    cfg = load_config(REPO / "configs/arena/dense.toml")
+    fewer = replace(cfg, workload=replace(cfg.workload, prompts_per_window=100))
+    assert shapes.from_arena_config(fewer).window[0] == ("decode", 128)  # padded up to the next captured size
+
+
+def test_bench_arena_cases_put_the_window_first_then_every_other_size():
+    a = _dense()
+    spec = get_slot("norm.rmsnorm")
+    placed = shapes.arena_cases(spec, spec.cases("bench"), a)
+    assert [w for _, w in placed[:2]] == ["window decode", "window prefill"]
+    assert placed[0][0].dims["T"] == 256 and placed[1][0].dims["T"] == 16384
+    assert {c.dims["T"] for c, _ in placed} == set(a.decode_batches) | set(a.prefill_tokens)
+    assert all(c.profile == "qwen3-0.6b" for c, _ in placed)
+    attn = shapes.arena_cases(get_slot("attention.decode"), get_slot("attention.decode").cases("bench"), a)
+    assert attn and all(w.endswith("decode") for _, w in attn)  # attention.decode has no prefill
+
+
 def test_gpu_tier_runs_every_arena_size_in_every_dtype():
     a = _dense()
     spec = get_slot("norm.rmsnorm")

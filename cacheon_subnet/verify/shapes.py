@@ -59,6 +59,9 @@ class ArenaShapes:
     prefill_tokens: tuple[int, ...]
     name: str = ""
     model: ModelProfile | None = None
+    # The sizes a timed window spends its time at: decode at the window's batch (padded up to the
+    # captured size SGLang replays) and prefill at its largest forward. Empty: not known.
+    window: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         for field_name in ("decode_batches", "prefill_tokens"):
@@ -67,6 +70,8 @@ class ArenaShapes:
                 raise UsageError(f"arena shapes {self.name or self.profile}: {field_name} must be positive integers, "
                                  f"got {values!r}")
             object.__setattr__(self, field_name, tuple(sorted(set(values))))
+        if any(w not in self.sizes() for w in self.window):
+            raise UsageError(f"arena shapes {self.name or self.profile}: window sizes {self.window} not among its sizes")
 
     @property
     def largest(self) -> tuple[str, int]:
@@ -94,8 +99,29 @@ def from_arena_config(cfg: Any) -> ArenaShapes:
         prefill.add(w.input_len * k)
         k *= 2
     model = cfg.profile if getattr(cfg.model, "path", None) else None  # a real checkpoint: its own shapes
+    running = min(w.prompts_per_window, e.max_running_requests)
+    padded = next((b for b in sorted(decode) if b >= running), None) if e.cuda_graph else running
+    window = ((("decode", padded),) if padded in decode else ()) + (("prefill", top),)
     return ArenaShapes(profile=model.name if model else cfg.model.profile, decode_batches=decode,
-                       prefill_tokens=tuple(prefill), name=getattr(cfg, "name", ""), model=model)
+                       prefill_tokens=tuple(prefill), name=getattr(cfg, "name", ""), model=model, window=window)
+
+
+def arena_cases(spec: SlotSpec, cases: Sequence[ShapeCase], arena: ArenaShapes) -> list[tuple[ShapeCase, str]]:
+    """Every size the arena runs through `spec`, as (case, where): the timed window's own sizes
+    first ("window decode" / "window prefill"), then the other captured decode batches and prefill
+    forwards, largest first. What `cacheon bench --arena` times, so a miner's bench predicts it."""
+    temps = templates(spec, cases, arena.profile, arena.model)
+    if not temps:
+        return []
+    rest = sorted((s for s in arena.sizes() if s not in arena.window), key=lambda s: (s[0] != "decode", -s[1]))
+    out, seen = [], set()
+    for kind, n in [*arena.window, *rest]:
+        c = resize(spec, temps[0], kind, n)
+        if c is None or c.label in seen:
+            continue
+        seen.add(c.label)
+        out.append((c, f"window {kind}" if (kind, n) in arena.window else f"arena {kind}"))
+    return out
 
 
 # -- re-targeting a slot case -----------------------------------------------------------------
