@@ -167,6 +167,34 @@ def _write_crown(con: sqlite3.Connection, c: Crown, sid: int, reason: str) -> No
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (*values, reason, time.time()))
 
 
+def retire_foreign_crowns(db: StateDB, arena_id: str) -> list[tuple[str, str]]:
+    """Crowns measured in another arena than the one this validator runs now (a pin bump, a new
+    arena config): each is removed (its history row says why) and its holder sent back to be
+    measured here, like any challenger. Kept, such a crown could never be challenged (every new
+    PASS is "not comparable with" its arena, settle_target) and would never be re-judged under
+    the new pins. The target's share burns until a crown is settled in this arena. Returns
+    (target, contribution id) for each crown retired."""
+    out = []
+    with db.tx() as con:
+        for r in con.execute("SELECT * FROM crowns WHERE arena_id!=?", (arena_id,)).fetchall():
+            why = (f"crown retired: measured in arena {r['arena_id']!r}, this validator now runs {arena_id!r}; "
+                   "the holder is measured again here")
+            con.execute("DELETE FROM crowns WHERE target=?", (r["target"],))
+            con.execute("INSERT INTO crown_history(target, hotkey, contribution_id, commit_block, crowned_block,"
+                        " measured_speedup, speedup_vs_stock, arena_id, settlement_id, reason, at)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (r["target"], r["hotkey"], r["contribution_id"], r["commit_block"], r["crowned_block"],
+                         r["measured_speedup"], r["speedup_vs_stock"], r["arena_id"], r["settlement_id"], why,
+                         time.time()))
+            c = db.contribution(r["contribution_id"], con)
+            if c.state == "qualified" and c.rule is None:  # remeasures+1: a fresh job key (dispatch.job_key)
+                db.move(con, c.id, "verified", why, todo=(r["target"],), remeasures=c.remeasures + 1)
+            elif c.state == "verified" and c.rule is None:
+                db.update(con, c.id, {"todo": tuple(sorted({*c.todo, r["target"]})), "remeasures": c.remeasures + 1})
+            out.append((r["target"], c.id))
+    return out
+
+
 def _remeasure(db: StateDB, con: sqlite3.Connection, target: str, decisions: Sequence[Decision],
                rows: Sequence[sqlite3.Row], incumbent: Crown | None, policy: SpeedPolicy,
                limit: int) -> tuple[str, ...]:

@@ -27,7 +27,7 @@ from cacheon_subnet.chain.backend import ChainBackend
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.netpolicy import UrlPolicy, policy_for_backend
 from cacheon_subnet.retry import backoff_s
-from cacheon_subnet.scoring.settle import VERDICTS, Crown, ScoringError, SpeedPolicy
+from cacheon_subnet.scoring.settle import Crown, ScoringError, SpeedPolicy
 from cacheon_subnet.scoring.weights import WeightPolicy
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.chainguard import ChainDown, GuardedChain
@@ -44,7 +44,7 @@ from cacheon_subnet.validator.fetch import (
 from cacheon_subnet.validator.intake import IntakePolicy, intake
 from cacheon_subnet.validator.metrics import Metrics
 from cacheon_subnet.validator.publish import Publisher, PublishPolicy
-from cacheon_subnet.validator.qualify import Qualifier
+from cacheon_subnet.validator.qualify import Qualifier, result_problem
 from cacheon_subnet.validator.screen import Screener, VerifyScreener, static_screen
 from cacheon_subnet.validator.state import Contribution, StateDB, acquire_run_lock
 from cacheon_subnet.validator.words import VERDICT_WORDS
@@ -148,10 +148,12 @@ class Validator:
         self.publisher = Publisher(self.db, self.chain, config.netuid, config.hotkey, targets,
                                    config.weights, config.publish)
         removed = clear_partials(config.cache_dir)
+        arena = getattr(qualifier, "arena_id", None)
+        retired = ledger.retire_foreign_crowns(self.db, arena) if isinstance(arena, str) and arena else []
         self.log.info("validator.start", state=str(self.db.path), hotkey=config.hotkey,
                       arena=getattr(qualifier, "arena_id", "?"), partials_removed=removed,
                       url_policy=self.urls.label,
-                      reaped=[r["killed"] for r in reaped],
+                      reaped=[r["killed"] for r in reaped], crowns_retired=retired,
                       **self.db.counts())
 
     def close(self) -> None:
@@ -423,8 +425,9 @@ class Validator:
                     result = self.qualifier.qualify(bundle, op, incumbent)
                 if lifecycle.SHUTDOWN.is_set():  # its engines were killed under it: not the bundle's verdict
                     raise lifecycle.Interrupted(f"{target}: qualification stopped by shutdown")
-                if result.verdict not in VERDICTS:
-                    raise ValueError(f"qualifier returned verdict {result.verdict!r}, not one of {VERDICTS}")
+                problem = result_problem(result)
+                if problem is not None:
+                    raise ValueError(problem)
             except Exception as exc:  # noqa: BLE001 - arena trouble says nothing about the bundle
                 self._tried("qualify", failed=True)
                 if isinstance(exc, lifecycle.Interrupted) or lifecycle.SHUTDOWN.is_set():
@@ -504,8 +507,9 @@ class Validator:
             self.db.put("job:" + r.key, "stale")
             self.log.info("qualify.stale_result", key=r.key, state=c.state if c else None)
             return
-        if r.result is None or r.result.verdict not in VERDICTS:
-            why = r.error or f"qualifier returned verdict {r.result.verdict if r.result else None!r}"
+        problem = None if r.result is None else result_problem(r.result)
+        if r.result is None or problem is not None:
+            why = r.error or problem
             self.db.put("job:" + r.key, "error")
             self._transient(c, "qualify", f"{r.target}: {why} (on {r.worker})", "no_decision")
             return

@@ -45,6 +45,25 @@ class QualifyResult:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
+def result_problem(result: Any) -> str | None:
+    """Why a qualifier's answer cannot be recorded (None: it can). The loop treats it as arena
+    trouble (retried, then NO_DECISION): a NaN would be stored as NULL and abort every pass at the
+    same item, an inf or a non-bool quality would reach settlement and the weights."""
+    if not isinstance(result, QualifyResult):
+        return f"qualifier returned {type(result).__name__}, not a QualifyResult"
+    from cacheon_subnet.scoring.settle import VERDICTS
+
+    if result.verdict not in VERDICTS:
+        return f"qualifier returned verdict {result.verdict!r}, not one of {VERDICTS}"
+    if not isinstance(result.quality_ok, (bool, int)):
+        return f"qualifier returned quality_ok {result.quality_ok!r}, not a bool"
+    for name in ("speedup", "speedup_vs_stock", "noise"):
+        value = getattr(result, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            return f"qualifier returned {name} {value!r}, not a finite number >= 0"
+    return None
+
+
 class Qualifier(Protocol):
     arena_id: str
     label: str
@@ -100,8 +119,15 @@ class CpuQualifier:
         cand = WorkerClient(bundle, WorkerConfig(device="cpu", policy=policy))
         ratios, noises, rows = [], [], []
         try:
+            # Starting the workers runs no bundle code: a failure here is the box's (it propagates:
+            # the loop retries it and ends in NO_DECISION), never the miner's FAIL.
             base.start()
             cand.start()
+        except BaseException:
+            base.cleanup()
+            cand.cleanup()
+            raise
+        try:
             load = {"type": "load", "ops": [{"key": op.key, "slot": op.slot, "module": op.module, "attr": op.attr}]}
             reply, _ = cand.request(load, None, self.call_timeout_s)
             if not reply["results"][op.key]["ok"]:
@@ -116,6 +142,9 @@ class CpuQualifier:
                 return self._result(op, "NO_DECISION", True, 1.0, 1.0, 0.0, f"{e.side}: {e.reason}", rows)
             return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, e.reason, rows)
         except (WorkerTimeout, WorkerDied, TimeoutError, EOFError, OSError, wire.WireError) as e:
+            if not base.alive:  # the validator's own reference worker broke (alone or with the box): no verdict
+                return self._result(op, "NO_DECISION", True, 1.0, 1.0, 0.0,
+                                    f"baseline worker: {type(e).__name__}: {e}", rows)
             return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, f"worker: {type(e).__name__}: {e}", rows)
         finally:
             base.cleanup()

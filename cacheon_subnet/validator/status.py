@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cacheon_subnet.validator.state import STATES, StateDB
-from cacheon_subnet.validator.words import ID_NOTE, baseline_name, block, evidence_words, fractions, speed_words
+from cacheon_subnet.validator.words import ID_NOTE, baseline_name, block, evidence_words, fractions, printable, speed_words
 
 
 def _short(cid: str | None) -> str:
@@ -112,7 +112,7 @@ def render(report: dict[str, Any]) -> str:
     out.append(f"contributions ({len(report['contributions'])}):")
     out += block("  ", f"({ID_NOTE})")
     for c in report["contributions"]:
-        head = (f"  {_short(c['id']):14} {c['hotkey'][:16]:16} block {c['commit_block']:<8} "
+        head = (f"  {_short(c['id']):14} {printable(c['hotkey'])[:16]:16} block {c['commit_block']:<8} "
                 f"{c['state']:11} ")
         out += block(head, c["reason"])
         for e in c["evidence"]:
@@ -123,7 +123,7 @@ def render(report: dict[str, Any]) -> str:
     out += ["", f"crowns ({len(report['crowns'])}):"]
     for c in report["crowns"] or []:
         speed = speed_words(c["speedup_vs_stock"], baseline_name(c["arena_id"]))
-        out.append(f"  {c['target']:26} {c['hotkey'][:16]:16} {_short(c['contribution_id']):14} "
+        out.append(f"  {c['target']:26} {printable(c['hotkey'])[:16]:16} {_short(c['contribution_id']):14} "
                    f"{speed}  crowned @{c['crowned_block']} ({c['arena_id']})")
     if not report["crowns"]:
         out.append("  none: every target's share burns to the owner")

@@ -56,11 +56,26 @@ def evidence_words(e: dict) -> str:
     return text
 
 
+_WHITESPACE = {ord(c): " " for c in "\t\n\x0b\x0c\r"}  # what textwrap turns into spaces anyway
+
+
+def printable(text: object) -> str:
+    """Text safe to print on an operator's terminal: every character Python does not call printable
+    (ESC and the other controls, CR, tab, bidi overrides and other format characters, unassigned
+    code points) is spelled out as \\xNN / \\uNNNN. Reasons carry miner-controlled text (a bundle's
+    own exception messages), so they must never reach the terminal as escape sequences."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in s)
+
+
 def wrap(text: str, indent: int, width: int = 120) -> list[str]:
     """Every word of text (never cut), wrapped to `width` columns: the first line is meant to follow
-    a head `indent` columns wide, the rest carry that indent themselves."""
+    a head `indent` columns wide, the rest carry that indent themselves. Line breaks and tabs become
+    spaces, everything else not printable is escaped (`printable`)."""
     pad = " " * indent
-    lines = textwrap.wrap(text or "", width=max(indent + 40, width), initial_indent=pad, subsequent_indent=pad,
+    lines = textwrap.wrap(printable((text or "").translate(_WHITESPACE)), width=max(indent + 40, width), initial_indent=pad, subsequent_indent=pad,
                           break_long_words=True, break_on_hyphens=False)
     return [lines[0][indent:], *lines[1:]] if lines else [""]
 
