@@ -170,7 +170,7 @@ def _write_crown(con: sqlite3.Connection, c: Crown, sid: int, reason: str) -> No
 def retire_foreign_crowns(db: StateDB, arena_id: str) -> list[tuple[str, str]]:
     """Crowns measured in another arena than the one this validator runs now (a pin bump, a new
     arena config): each is removed (its history row says why) and its holder sent back to be
-    measured here, like any challenger. Kept, such a crown could never be challenged (every new
+    verified (the new arena's shapes, the new pins) and measured here, like any challenger. Kept, such a crown could never be challenged (every new
     PASS is "not comparable with" its arena, settle_target) and would never be re-judged under
     the new pins. The target's share burns until a crown is settled in this arena. Returns
     (target, contribution id) for each crown retired."""
@@ -187,8 +187,9 @@ def retire_foreign_crowns(db: StateDB, arena_id: str) -> list[tuple[str, str]]:
                          r["measured_speedup"], r["speedup_vs_stock"], r["arena_id"], r["settlement_id"], why,
                          time.time()))
             c = db.contribution(r["contribution_id"], con)
-            if c.state == "qualified" and c.rule is None:  # remeasures+1: a fresh job key (dispatch.job_key)
-                db.move(con, c.id, "verified", why, todo=(r["target"],), remeasures=c.remeasures + 1)
+            if c.state == "qualified" and c.rule is None:  # verified again under the new pins and shapes, then
+                # measured (remeasures+1: a fresh job key, dispatch.job_key)
+                db.move(con, c.id, "screened", why, remeasures=c.remeasures + 1)
             elif c.state == "verified" and c.rule is None:
                 db.update(con, c.id, {"todo": tuple(sorted({*c.todo, r["target"]})), "remeasures": c.remeasures + 1})
             out.append((r["target"], c.id))

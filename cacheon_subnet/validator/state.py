@@ -39,7 +39,7 @@ TRANSITIONS: Mapping[str, frozenset[str]] = {
     "fetched": frozenset({"screened", "queued", "failed", "no_decision"}),  # queued: cache lost
     "screened": frozenset({"verified", "queued", "failed", "no_decision"}),
     "verified": frozenset({"qualified", "queued", "failed", "no_decision"}),
-    "qualified": frozenset({"verified", "failed"}),  # re-measure; found to be a duplicate
+    "qualified": frozenset({"verified", "screened", "failed"}),  # re-measure (screened: re-verify first); duplicate
     "no_decision": frozenset({"failed"}),  # a superseded one found to be a duplicate
     "failed": frozenset(),
 }

@@ -200,6 +200,8 @@ def test_arena_change_retires_the_old_crown_and_remeasures_its_holder(tmp_path, 
     v = Validator(config(tmp_path), chain, FakeQualifier(arena_id="new-pins"), screener=fake_screener())
     history = v.db.con.execute("SELECT reason FROM crown_history ORDER BY id DESC LIMIT 1").fetchone()[0]
     assert "crown retired: measured in arena 'old-pins'" in history
+    holder = next(c for c in v.db.contributions() if c.hotkey == "m0")
+    assert holder.state == "screened"  # verified again under the new arena before it is timed there
     v.run_once()
     crown = ledger.crown_of(v.db, "norm.rmsnorm")  # was: m0 kept an 'old-pins' crown; m1 no_decision forever
     assert crown is not None and crown.hotkey == "m1" and crown.arena_id == "new-pins"
