@@ -18,7 +18,7 @@ from cacheon_subnet.errors import CacheonError, UsageError
 from cacheon_subnet.validator.startup import CPU_OPT_IN_LABEL
 
 CPU_ARENA_KEYS = {"kind", "name", "tier", "cases", "budget_s", "hard_budget_factor", "target_rel_err", "max_noise", "call_timeout_s",
-                  "max_case_bytes", "min_iters", "noise_floor"}
+                  "max_case_bytes", "min_iters", "noise_floor", "bias_allowance"}
 
 
 def load_qualifier(spec: str) -> Any:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from cacheon_subnet import progress, sandbox
 from cacheon_subnet.bundle import Bundle, OpEntry
+from cacheon_subnet.errors import UsageError
 from cacheon_subnet.scoring.settle import Crown
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.validator.cpu_case import CaseTimer
@@ -97,13 +98,23 @@ class CpuQualifier:
     # kernel as B and C read 0.82-1.09x over 7 runs on a loaded 2-core box (docs/benchmarks.md),
     # with paired bands of 1.2-2.3 %. So CPU timing is never trusted below 4.5 %: bar >= 1.09.
     noise_floor: float = 0.045
+    # ... and a stock-equivalent kernel read 1.12x in a CI run on a busier box: beyond what the
+    # floor can absorb (settlement's max_noise is 5 %), so a CPU speedup is reported net of this
+    # allowance for that bias (C/B / 1.06): a no-gain kernel must read >= 1.155x to clear the bar.
+    bias_allowance: float = 0.06
     call_timeout_s: float = 300.0
     label: str = "cpu-timing"
+
+    def __post_init__(self) -> None:
+        for name in ("noise_floor", "bias_allowance"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0.0 <= v < 1.0):
+                raise UsageError(f"CPU arena {name}: expected a number in [0, 1), got {v!r}")
 
     @property
     def arena_id(self) -> str:
         ident = (f"cpu-slot-timing/v4-host-clock-paired/{self.tier}/{self.cases}/{self.max_case_bytes}"
-                 f"/floor{self.noise_floor:g}")
+                 f"/floor{self.noise_floor:g}/bias{self.bias_allowance:g}")
         return "cpu-" + hashlib.sha256(ident.encode()).hexdigest()[:12]
 
     def qualify(self, bundle: Bundle, op: OpEntry, incumbent: Crown | None) -> QualifyResult:
@@ -149,7 +160,8 @@ class CpuQualifier:
         finally:
             base.cleanup()
             cand.cleanup()
-        vs_stock = math.exp(statistics.fmean(math.log(x) for x in ratios))
+        measured = math.exp(statistics.fmean(math.log(x) for x in ratios))
+        vs_stock = measured / (1.0 + self.bias_allowance)
         noise = max(self.noise_floor, statistics.median(noises))
         vs_incumbent = vs_stock / incumbent.speedup_vs_stock if incumbent else vs_stock
         if noise > self.max_noise and vs_incumbent * (1 + 2 * noise) >= 1.0:
@@ -157,7 +169,8 @@ class CpuQualifier:
             return self._result(op, "NO_DECISION", True, vs_incumbent, vs_stock, noise,
                                 f"too noisy: {noise:.3%} > {self.max_noise:.0%}", rows)
         return self._result(op, "PASS", True, vs_incumbent, vs_stock, noise,
-                            f"{speed_words(vs_stock, 'the fp32 reference')} ({vs_stock:.3f}x) over {len(rows)} shapes, host clock, "
+                            f"{speed_words(vs_stock, 'the fp32 reference')} ({vs_stock:.3f}x: {measured:.3f}x measured, net of "
+                            f"the {self.bias_allowance:.0%} cross-process bias allowance) over {len(rows)} shapes, host clock, "
                             f"every timed output checked (noise {noise:.2%})", rows)
 
     def pick_cases(self, spec, op: OpEntry, dtype: str) -> list:

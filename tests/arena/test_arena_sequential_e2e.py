@@ -38,7 +38,10 @@ def test_a_clear_winner_stops_early_and_is_still_confirmed(env):
     cfg = _seq(h.small_config(prompts=6, output=6, cycles=4, max_noise=0.5))
     r = h.run(h.torch_bundle("seq"), env, engine="SlowStockEngine", cfg=cfg)
     assert r["verdict"] == "PASS" and "confirmed in a fresh engine" in r["reason"], r["reason"]
-    assert r["sequential"][-1]["gated"] == "PASS" and len(r["windows"]) == 1 + 4 * 2
+    # stops at the first cycle the SPRT decides (cycle 2 on a quiet box; a loaded one may need 3),
+    # before the configured 4: the cycles after it never ran
+    ran = len(r["sequential"])
+    assert r["sequential"][-1]["gated"] == "PASS" and 2 <= ran < 4 and len(r["windows"]) == 1 + 4 * ran, r["sequential"]
     assert r["quality"]["verdict"] == "PASS" and len(r["confirm"]["windows"]) == 1 + 4 * 3
 
 

@@ -299,3 +299,30 @@ def test_cpu_arena_worker_start_failure_is_not_the_miners_fail(monkeypatch):
     bundle = load_bundle(EXAMPLES / "norm.rmsnorm")
     with pytest.raises(OSError):  # the loop's arena-trouble path: retried, then NO_DECISION
         qualify.CpuQualifier().qualify(bundle, bundle.manifest.ops[0], None)
+
+
+@pytest.mark.parametrize("measured, crowned", [(1.12, False), (1.60, True)])
+def test_cpu_speedups_are_net_of_the_cross_process_bias_allowance(monkeypatch, measured, crowned):
+    """A stock-equivalent kernel read 1.12x in a CI run (the two workers' bias, which B vs B' in
+    one process cannot see): reported net of the 6 % allowance it stays under the bar; the demo's
+    fast kernel (1.45-1.67x) stays crowned."""
+    from cacheon_subnet.bundle import load_bundle
+    from cacheon_subnet.scoring.settle import SpeedPolicy
+    from cacheon_subnet.validator import qualify
+
+    class Reads:
+        def __init__(self, q, spec, op, case, dtype, base, cand) -> None:
+            pass
+
+        def run(self):
+            return {"speedup": measured, "noise": 0.01}
+
+    FakeWorker.started = []
+    monkeypatch.setattr(qualify, "WorkerClient", FakeWorker)
+    monkeypatch.setattr(qualify, "CaseTimer", Reads)
+    bundle = load_bundle(EXAMPLES / "norm.rmsnorm")
+    q = qualify.CpuQualifier()
+    r = q.qualify(bundle, bundle.manifest.ops[0], None)
+    assert r.verdict == "PASS" and r.speedup_vs_stock == pytest.approx(measured / 1.06), r.reason
+    assert (r.speedup_vs_stock > SpeedPolicy().bar(r.noise)) is crowned, (r.speedup_vs_stock, r.noise)
+    assert f"{measured:.3f}x measured" in r.reason
