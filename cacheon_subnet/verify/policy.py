@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cacheon_subnet.verify import allowlist as A
+from cacheon_subnet.verify.policy_groups import bound_args, callee, group_params
 from cacheon_subnet.verify.policy_module import ModuleRules
 from cacheon_subnet.verify.policy_scope import (
     ModuleIndex,
@@ -85,8 +86,9 @@ def scan_files(files: Mapping[str, bytes]) -> list[Finding]:
         mods[module_key(path)] = index(path, tree, text)
     params = frozenset(a.arg for m in mods.values() for d in m.defs.values() if d.decorator_list
                        for a in d.args.posonlyargs + d.args.args + d.args.kwonlyargs)
+    groups = group_params(mods)
     for key in sorted(mods):
-        out.extend(_Checker(mods[key], mods, frozenset(files), params).run())
+        out.extend(_Checker(mods[key], mods, frozenset(files), params, key, groups).run())
     return out
 
 
@@ -95,8 +97,10 @@ def scan_source(path: str, text: str) -> list[Finding]:
 
 
 class _Checker(ModuleRules, TritonRules):
-    def __init__(self, mod: ModuleIndex, mods: Mapping[str, ModuleIndex], files: frozenset[str], params: frozenset[str]):
+    def __init__(self, mod: ModuleIndex, mods: Mapping[str, ModuleIndex], files: frozenset[str], params: frozenset[str],
+                 key: str = "", groups: Mapping[tuple[str, str], frozenset[str]] | None = None):
         self.m, self.mods, self.files, self.kernel_params = mod, mods, files, params
+        self.key, self.groups = key, groups or {}
         self.findings: list[Finding] = []
         self.scopes: list[tuple[frozenset[str], set[str]]] = []  # (required params, bound names), innermost last
         self.jit = False
@@ -266,6 +270,9 @@ class _Checker(ModuleRules, TritonRules):
                                                               "definition or allowlisted builtin")
         elif kind == "module":
             self.add(node, "P016", f"module {node.id!r} used as a value: only {node.id}.<allowlisted attribute>")
+        elif kind == "bundle" and pos != "call" and self.groups.get(callee(self.mods, self.key, node.id) or ("", "")):
+            self.add(node, "P016", f"{node.id!r} takes a process group: call it by name (an alias would hide where "
+                                   "its group comes from)")
         elif kind == "typing" and pos != "annotation":
             self.add(node, "P016", f"typing name {node.id!r} outside an annotation")
         elif pos == "annotation" and kind == "builtin" and node.id not in A.ANNOTATION_BUILTINS:
@@ -303,6 +310,8 @@ class _Checker(ModuleRules, TritonRules):
             full = self.chain_of(f) or ""
             if full in A.GROUP_POSITION:
                 self.group_arg(node, full, A.GROUP_POSITION[full])
+            elif isinstance(f, ast.Name) and self.resolve(f.id) == "bundle":
+                self.group_pass(node, f.id)
         if isinstance(f, ast.Attribute) and f.attr == "set_" and (len(node.args) != 1 or node.keywords):
             self.add(node, "P019", ".set_() takes exactly one tensor here (no storage, offset or size)")
         for a in node.args:
@@ -318,10 +327,27 @@ class _Checker(ModuleRules, TritonRules):
         """Collectives name their group: a parameter every caller must pass, never rebound (the
         default group spans every rank of the engine, not the ranks the kernel was handed)."""
         g = next((k.value for k in node.keywords if k.arg == "group"), node.args[pos] if len(node.args) > pos else None)
-        scope = next((req for req, names in reversed(self.scopes) if isinstance(g, ast.Name) and g.id in names), None)
-        if scope is None or g.id not in scope:  # type: ignore[union-attr]
+        if not self.own_group(g):
             self.add(node, "P019", f"{full} needs group=<a parameter without default>: without it the default "
                                    "(world) group runs the collective")
+
+    def own_group(self, g: ast.expr | None) -> bool:
+        """`g` is a required, never-rebound parameter of the innermost function that binds it."""
+        scope = next((req for req, names in reversed(self.scopes) if isinstance(g, ast.Name) and g.id in names), None)
+        return scope is not None and g.id in scope  # type: ignore[union-attr]
+
+    def group_pass(self, node: ast.Call, name: str) -> None:
+        """A call of a bundle function that takes a process group passes the caller's own group on
+        (policy_groups.py): never None, a default or anything computed."""
+        target = callee(self.mods, self.key, name)
+        wanted = self.groups.get(target) if target else None
+        if not wanted:
+            return
+        bound = bound_args(node, self.mods[target[0]].defs[target[1]])  # type: ignore[index]
+        for p in sorted(wanted):
+            if not self.own_group(bound.get(p)):
+                self.add(node, "P019", f"{name}() takes a process group as {p!r}: pass your own group parameter "
+                                       "(one without default), never None or a computed value")
 
     def annotation(self, node: ast.expr) -> None:
         if isinstance(node, ast.Constant):

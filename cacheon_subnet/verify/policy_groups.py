@@ -1,0 +1,83 @@
+"""Which parameters of a bundle's functions carry a process group, so every caller must pass
+its own group parameter on (policy.py enforces it at each call).
+
+Why: a collective must run on the group the seam handed the entry function, never on the
+default (world) group. policy.py already requires a collective's `group=` to be a required,
+never-rebound parameter of the function that calls it; without this, a helper called as
+`helper(t, None)` (or through a local alias) still handed `None` to that parameter. A parameter
+is a group parameter when the function passes it as a collective's group, or into another
+function's group parameter (a fixpoint over the bundle's module-level defs)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+
+from cacheon_subnet.verify import allowlist as A
+from cacheon_subnet.verify.policy_scope import ModuleIndex, dotted
+
+MAX_HOPS = 16  # re-export hops followed (as policy_module.definition)
+Target = tuple[str, str]  # (module key, def name)
+
+
+def callee(mods: Mapping[str, ModuleIndex], key: str, name: str) -> Target | None:
+    """The bundle def a module-level `name` of module `key` names (following relative re-exports)."""
+    for _ in range(MAX_HOPS + 1):
+        mod = mods.get(key)
+        if mod is None:
+            return None
+        if name in mod.defs:
+            return key, name
+        if name not in mod.rel or mod.rel[name][0] is None:
+            return None
+        key, name = mod.rel[name][0], mod.rel[name][1]  # type: ignore[assignment]
+    return None
+
+
+def bound_args(call: ast.Call, fn: ast.FunctionDef) -> dict[str, ast.expr]:
+    """Parameter name -> the argument expression this call binds to it (positional and keyword)."""
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    out = {p: a for p, a in zip(params, call.args) if not isinstance(a, ast.Starred)}
+    out.update({k.arg: k.value for k in call.keywords if k.arg is not None})
+    return out
+
+
+def collective_group(call: ast.Call, mod: ModuleIndex) -> ast.expr | None:
+    """The group argument of a torch.distributed collective call (None: not one, or not given)."""
+    parts = dotted(call.func)
+    if not parts or len(parts) < 2 or parts[0] not in mod.imports:
+        return None
+    full = ".".join([mod.imports[parts[0]], *parts[1:]])
+    if full not in A.GROUP_POSITION:
+        return None
+    pos = A.GROUP_POSITION[full]
+    return next((k.value for k in call.keywords if k.arg == "group"), call.args[pos] if len(call.args) > pos else None)
+
+
+def group_params(mods: Mapping[str, ModuleIndex]) -> dict[Target, frozenset[str]]:
+    """For each bundle def, the parameters that reach a collective's group (transitively)."""
+    out: dict[Target, set[str]] = {(k, n): set() for k, m in mods.items() for n in m.defs}
+    changed = True
+    while changed:
+        changed = False
+        for (key, name), found in out.items():
+            mod = mods[key]
+            fn = mod.defs[name]
+            params = {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
+            for node in ast.walk(fn):
+                if not isinstance(node, ast.Call):
+                    continue
+                flows: list[ast.expr] = []
+                g = collective_group(node, mod)
+                if g is not None:
+                    flows.append(g)
+                if isinstance(node.func, ast.Name):
+                    target = callee(mods, key, node.func.id)
+                    if target is not None and out.get(target):
+                        bound = bound_args(node, mods[target[0]].defs[target[1]])
+                        flows += [bound[p] for p in out[target] if p in bound]
+                new = {a.id for a in flows if isinstance(a, ast.Name) and a.id in params} - found
+                if new:
+                    found |= new
+                    changed = True
+    return {t: frozenset(p) for t, p in out.items() if p}

@@ -1,0 +1,5 @@
+import torch.distributed as dist
+
+
+def reduce_into(t, g):
+    dist.all_reduce(t, group=g)
