@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cacheon_subnet.verify import allowlist as A
-from cacheon_subnet.verify.policy_groups import bound_args, callee, group_params
+from cacheon_subnet.verify.policy_groups import bound_args, callee, group_argument, group_params
 from cacheon_subnet.verify.policy_module import ModuleRules
 from cacheon_subnet.verify.policy_scope import (
     ModuleIndex,
@@ -326,8 +326,7 @@ class _Checker(ModuleRules, TritonRules):
     def group_arg(self, node: ast.Call, full: str, pos: int) -> None:
         """Collectives name their group: a parameter every caller must pass, never rebound (the
         default group spans every rank of the engine, not the ranks the kernel was handed)."""
-        g = next((k.value for k in node.keywords if k.arg == "group"), node.args[pos] if len(node.args) > pos else None)
-        if not self.own_group(g):
+        if not self.own_group(group_argument(node, pos)):
             self.add(node, "P019", f"{full} needs group=<a parameter without default>: without it the default "
                                    "(world) group runs the collective")
 

@@ -50,7 +50,11 @@ def collective_group(call: ast.Call, mod: ModuleIndex) -> ast.expr | None:
     full = ".".join([mod.imports[parts[0]], *parts[1:]])
     if full not in A.GROUP_POSITION:
         return None
-    pos = A.GROUP_POSITION[full]
+    return group_argument(call, A.GROUP_POSITION[full])
+
+
+def group_argument(call: ast.Call, pos: int) -> ast.expr | None:
+    """What a collective call passes as its group: `group=` or the positional argument at `pos`."""
     return next((k.value for k in call.keywords if k.arg == "group"), call.args[pos] if len(call.args) > pos else None)
 
 
