@@ -24,5 +24,8 @@ def all_reduce(x: torch.Tensor, out: torch.Tensor, group: dist.ProcessGroup) -> 
         reduce_into(out, None)  # expect: P019
         f = _sum  # expect: P016
         f(out, None)
+        (lambda t: _sum(t, None))(out)  # expect: P019
+        _sum(out, *[group])  # expect: P019
+        _sum(out, g=x.numel())  # expect: P019
     else:
         _twice(out, group)
