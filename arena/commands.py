@@ -124,6 +124,36 @@ def cmd_arena_run(args: argparse.Namespace) -> int:
     return EXIT[result["verdict"]]
 
 
+def cmd_arena_warm(args: argparse.Namespace) -> int:
+    """One pristine engine warms the seed JIT caches: exit 0 warmed, 1 the engine failed, 2 usage."""
+    from arena.config import ArenaConfigError, load_config
+    from arena.home import default_home
+    from arena.run import ArenaUnavailable, preflight
+    from arena.warm import warm
+
+    try:
+        cfg = load_config(args.config)
+    except ArenaConfigError as e:
+        raise UsageError(str(e)) from None
+    try:
+        preflight()
+    except ArenaUnavailable as e:
+        raise UsageError(f"cacheon arena warm: {e}") from None
+    home = default_home() / "arena"
+    res = warm(cfg, Path(args.workdir) if args.workdir else home / cfg.arena_id / "warm", home / "checkpoints")
+    if args.json:
+        print(json.dumps(res.to_json(), indent=1))
+    else:
+        start = {s.name: next((x["s"] for x in s.startup if x.get("op") == "started"), None) for s in res.stages}
+        print(f"cacheon arena warm  {cfg.name} ({cfg.arena_id}): {'warmed' if res.ok else 'FAILED: ' + str(res.error)}")
+        print(f"seed caches: {res.files_after - res.files_before} new files ({res.files_after} in all) in "
+              + ", ".join(sorted(set(res.caches.values()))))
+        for s in res.stages:
+            print(f"engine {s.name}: wall {s.wall_s:.1f} s, start {start[s.name]} s")
+        print(f"wall: {res.wall_s:.1f} s")
+    return 0 if res.ok else 1
+
+
 def cmd_arena_id(args: argparse.Namespace) -> int:
     from arena.config import ArenaConfigError, load_config
 
@@ -178,6 +208,12 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     r.add_argument("--out", help="also copy the result JSON here")
     r.add_argument("--json", action="store_true")
     r.set_defaults(handler=cmd_arena_run)
+    w = asub.add_parser("warm", help="warm the engines' JIT seed caches with one pristine engine (after an install or "
+                                     "a pin move): later engines start warm; exit 0 warmed, 1 failed, 2 usage")
+    w.add_argument("--config", required=True, help="configs/arena/<name>.toml")
+    w.add_argument("--workdir", help="the warm engine's work dir (default $CACHEON_ARENA_HOME/arena/<arena id>/warm)")
+    w.add_argument("--json", action="store_true")
+    w.set_defaults(handler=cmd_arena_warm)
     i = asub.add_parser("id", help="print the arena id of a config")
     i.add_argument("--config", required=True)
     i.add_argument("--json", action="store_true")

@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from arena.channel import MAX_RECORD_BYTES, RecordStream, seal
+from arena.home import CACHE_KEYS
 from cacheon_subnet import lifecycle, progress, sandbox
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.sandbox.logsink import LogSink
 
 log = get_logger("arena.host")
 REPO = Path(__file__).resolve().parent.parent
-CACHE_KEYS = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME", "TVM_FFI_CACHE_DIR")
 
 
 @dataclass(frozen=True)

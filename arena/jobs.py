@@ -3,7 +3,6 @@ route swapped in and out; its timed windows are also the graded ones) and the pr
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -133,8 +132,7 @@ def teacher_steps(cfg: ArenaConfig, sequences: dict[str, list[dict[str, Any]]]) 
 
 
 def cache_env() -> dict[str, str]:
-    """JIT caches the operator chose, as seeds only: arena.host.private_caches copies them into
-    each engine's own scratch (cold engine start is ~2x slower without them); no engine ever
-    writes to the operator's cache or to another engine's."""
-    keys = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME", "TVM_FFI_CACHE_DIR")
-    return {k: os.environ[k] for k in keys if k in os.environ}
+    """The seed JIT caches of every engine (arena/home.py: the operator's, else the validator's)."""
+    from arena.home import seed_caches
+
+    return seed_caches()

@@ -3,27 +3,15 @@
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from arena.config import ArenaConfig
+from arena.home import default_home
 from arena.run import RunOptions, qualify
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.scoring.settle import Crown
 from cacheon_subnet.validator.qualify import QualifyResult
-
-
-def default_home() -> Path:
-    """Arena work (engine trees, checkpoints, receipts, results) lives where the sandbox's
-    dedicated uid can reach it: $CACHEON_ARENA_HOME, else /var/tmp/cacheon. Its length does not
-    matter to SGLang's ZMQ sockets (the engine's TMPDIR is short by construction: sockpath.py).
-    Nothing secret is kept there (state DB and wallet live elsewhere)."""
-    home = Path(os.environ.get("CACHEON_ARENA_HOME") or "/var/tmp/cacheon")
-    home.mkdir(parents=True, exist_ok=True)
-    home.chmod(0o755)
-    return home
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from arena import calibrate, grading
 from arena import quality as q
@@ -108,6 +108,31 @@ def candidate_blame(receipts: list[dict[str, Any]], slot: str) -> str:
         if c.get("fired", 0) > c.get("completed", 0) + 1:  # +1: the receipt file may trail by one call
             return f"rank {r.get('rank')}: {c['fired'] - c['completed']} candidate calls never completed"
     return ""
+
+
+def engine_base(cfg: ArenaConfig, opts: RunOptions, engine: Callable[..., EngineRun]
+                ) -> tuple[dict[str, Any] | None, str]:
+    """The job fields every engine of one arena shares: engine kwargs and the checkpoint, made
+    first by a pristine child (read-only to every later engine) or, for a real model, a verified
+    copy of the operator's. (None, why) when that fails: infrastructure, never the miner's fault."""
+    base: dict[str, Any] = {"engine_kwargs": engine_kwargs(cfg), "engine_factory": opts.engine_factory,
+                            "checkpoint": None if opts.engine_factory and not cfg.real
+                            else checkpoint_job(cfg, opts.checkpoint_root)}
+    if base["checkpoint"] and cfg.real:  # the operator's checkpoint: a verified copy, its corpus tokenized
+        from arena.real import prepare
+
+        try:
+            base["text_tokens"] = prepare(cfg, Path(base["checkpoint"]["dir"]))
+        except CacheonError as e:  # not the declared checkpoint: refused, never charged to the miner
+            return None, f"real checkpoint refused: {e}"
+    elif base["checkpoint"]:  # written by a pristine child before any engine: read-only to all of them
+        ck = base["checkpoint"]
+        Path(ck["dir"]).parent.mkdir(parents=True, exist_ok=True)
+        made = engine("checkpoint", {**base, "steps": [], "checkpoint_only": True}, seam_environment(()),
+                      rw=(str(Path(ck["dir"]).parent),))
+        if made.error:
+            return None, f"the checkpoint step failed (infrastructure): {made.error}"
+    return base, ""
 
 
 class Qualification:
@@ -299,23 +324,9 @@ class Qualification:
                 raise
             return self.finish("FAIL", f"policy: the bundle's sources fail the static allowlist, so it never "
                                        f"enters an engine: {e.detail}")
-        base = {"engine_kwargs": engine_kwargs(cfg), "engine_factory": self.opts.engine_factory,
-                "checkpoint": None if self.opts.engine_factory and not cfg.real
-                else checkpoint_job(cfg, self.opts.checkpoint_root)}
-        if base["checkpoint"] and cfg.real:  # the operator's checkpoint: a verified copy, its corpus tokenized
-            from arena.real import prepare
-
-            try:
-                base["text_tokens"] = prepare(cfg, Path(base["checkpoint"]["dir"]))
-            except CacheonError as e:  # not the declared checkpoint: refused, never charged to the miner
-                return self.finish("NO_DECISION", f"real checkpoint refused: {e}")
-        elif base["checkpoint"]:  # written by a pristine child before any engine: read-only to all of them
-            ck = base["checkpoint"]
-            Path(ck["dir"]).parent.mkdir(parents=True, exist_ok=True)
-            made = self._engine("checkpoint", {**base, "steps": [], "checkpoint_only": True}, seam_environment(()),
-                                rw=(str(Path(ck["dir"]).parent),))
-            if made.error:
-                return self.finish("NO_DECISION", f"the checkpoint step failed (infrastructure): {made.error}")
+        base, why = engine_base(cfg, self.opts, self._engine)
+        if base is None:
+            return self.finish("NO_DECISION", why)
         graded = self.opts.control != "stock-as-candidate"  # the role-bias control has nothing to grade
         steps, windows = resident_steps(cfg, self.baseline, quality=graded, gates=self.sequential_on)
         setup: dict[str, Any] = {"baseline": (f"incumbent {self.incumbent[0].digest} ({self.incumbent[1].key})"

@@ -7,6 +7,10 @@
 #   bash scripts/device_trust.sh wall       # doctor --gpu, CUDA child cost, verify --arena, attacks refused, role bias
 #   bash scripts/device_trust.sh handicap   # the 150 us known gain through the full PASS path (crown)
 #   bash scripts/device_trust.sh faithful   # examples/norm.rmsnorm: quality PASS on the timed windows
+#   bash scripts/device_trust.sh warmfaithful  # `cacheon arena warm` (cold), then faithful on warm seeds;
+#                                              # packs the seed caches into $OUT/jitcache.tar.xz
+#   bash scripts/device_trust.sh gpucorpus  # the CUDA-only red-team bundles through `cacheon verify --device cuda`
+# Each step's limit is what is left of the call (DEADLINE_S, default 585 s from the start).
 set -u
 OUT=${OUT:-/tmp/out}
 source .devpack/dev_env.sh || exit 9
@@ -17,7 +21,12 @@ cd /opt/cw
 export PYTHONPATH=/tmp/site:/opt/cw:$PYTHONPATH CACHEON_LOG_LEVEL=warning
 C="python3 -m cacheon_subnet"
 nvidia-smi --query-gpu=index,name,memory.used --format=csv,noheader; date -u +%FT%TZ
-step() { local name=$1 lim=$2; shift 2; echo "== $name"; local t=$(date +%s.%N)
+T0=$(date +%s); DEADLINE=$((T0 + ${DEADLINE_S:-585}))
+left() { local l=$((DEADLINE - $(date +%s))); [ "$l" -gt "$1" ] && l=$1; [ "$l" -lt 5 ] && l=5; echo "$l"; }
+packcache() {  # the seed caches, for the next call to carry as .devpack/jitcache.tar.xz
+  tar -C /tmp/sgl_devsite -cf - cache 2>/dev/null | xz -T0 -3 > "$OUT/jitcache.tar.xz"
+  echo "jitcache.tar.xz $(du -h "$OUT/jitcache.tar.xz" | cut -f1), $(find /tmp/sgl_devsite/cache -type f | wc -l) files"; }
+step() { local name=$1 lim; lim=$(left "$2"); shift 2; echo "== $name (limit $lim s)"; local t=$(date +%s.%N)
   timeout "$lim" "$@" >"$OUT/$name.txt" 2>"/tmp/$name.err"; local rc=$?
   echo "$name rc=$rc $(python3 -c "import time;print(round(time.time()-$t,1))") s"; tail -c 1500 "/tmp/$name.err" | grep -v '^{' | tail -5; }
 case "${1:-}" in
@@ -43,7 +52,7 @@ case "${1:-}" in
     head -12 "$OUT/rolebias2.txt"
     ;;
   handicap)
-    step handicap 560 $C arena run --config configs/arena/dense.toml --control handicap --slot norm.rmsnorm \
+    step handicap 580 $C arena run --config configs/arena/dense.toml --control handicap --slot norm.rmsnorm \
       --handicap-us 150 --out "$OUT/handicap.json"
     head -14 "$OUT/handicap.txt"
     ;;
@@ -53,7 +62,21 @@ case "${1:-}" in
     step verify-arena 80 $C verify examples/norm.rmsnorm --device cuda --arena configs/arena/dense.toml
     tail -4 "$OUT/verify-arena.txt"
     ;;
-  *) echo "usage: $0 wall|handicap|faithful"; exit 2 ;;
+  warmfaithful)
+    step warm 260 $C arena warm --config configs/arena/dense.toml
+    cat "$OUT/warm.txt"
+    step faithful 560 $C arena run --config configs/arena/dense.toml --bundle examples/norm.rmsnorm --out "$OUT/faithful.json"
+    head -16 "$OUT/faithful.txt"
+    packcache
+    ;;
+  gpucorpus)  # CUDA-only attacks (graph capture), then the faithful kernel on the same tier
+    for a in write_input_under_capture stale_after_9 wrong_ge128 memo_first_element; do
+      step "corpus-$a" 150 $C verify "tests/adversarial/trials/$a" --device cuda; head -4 "$OUT/corpus-$a.txt"
+    done
+    step verify-faithful 200 $C verify examples/norm.rmsnorm --device cuda
+    tail -4 "$OUT/verify-faithful.txt"
+    ;;
+  *) echo "usage: $0 wall|wall2|handicap|faithful|warmfaithful|gpucorpus"; exit 2 ;;
 esac
 pkill -9 -f 'arena[.]engine_child|sglang[.]srt' 2>/dev/null
 (cd /var/tmp/cacheon 2>/dev/null && find . -maxdepth 5 \( -name '*.jsonl' -o -name 'result.json' \) -size -8M | tar czf "$OUT/work.tgz" -T - 2>/dev/null)

@@ -288,3 +288,19 @@ class PrefillTaxEngine(_Proxy):
 
 class UnconfirmedEngine(_Proxy):
     core = "UnconfirmedCore"
+
+
+class CompilingEngine(_Proxy):
+    """Writes a stand-in for JIT output into its Triton cache, named for whether contribution
+    code was loaded: the seed caches must gain the pristine file and never the other."""
+
+    core = "FakeCore"
+
+    def __init__(self, **kwargs: Any) -> None:
+        d = os.environ.get("TRITON_CACHE_DIR")
+        if d:
+            name = "with-contribution.cubin" if os.environ.get("CACHEON_ENGINE_TREE") else "pristine.cubin"
+            os.makedirs(os.path.join(d, "k"), exist_ok=True)
+            with open(os.path.join(d, "k", name), "wb") as f:
+                f.write(b"compiled")
+        super().__init__(**kwargs)
