@@ -105,7 +105,8 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
     # Bench is the miner's own tool on the miner's machine: keep network isolation and the audit
     # guard but not the uid drop, so stock SGLang can reuse its JIT cache (owned by the user).
     policy = sandbox.SandboxPolicy(wall_timeout_s=opts.call_timeout_s, cpu_seconds=None, drop_privileges=False)
-    client = WorkerClient(bundle, WorkerConfig(device=opts.device, policy=policy))
+    stock = tuple(sorted({o.slot for o in bundle.manifest.ops})) if opts.stock else ()
+    client = WorkerClient(bundle, WorkerConfig(device=opts.device, policy=policy, preload_stock=stock))
     rows: list[BenchRow] = []
     errors: list[str] = []
     env: dict[str, Any] = {}

@@ -29,6 +29,9 @@ packcache() {  # the seed caches, for the next call to carry as .devpack/jitcach
 step() { local name=$1 lim; lim=$(left "$2"); shift 2; echo "== $name (limit $lim s)"; local t=$(date +%s.%N)
   timeout "$lim" "$@" >"$OUT/$name.txt" 2>"/tmp/$name.err"; local rc=$?
   echo "$name rc=$rc $(python3 -c "import time;print(round(time.time()-$t,1))") s"; tail -c 1500 "/tmp/$name.err" | grep -v '^{' | tail -5; }
+if [ -n "${PYC:-}" ]; then  # bytecode for the site the sandbox uid cannot write (pip does this at install)
+  t=$(date +%s); python3 -m compileall -q -j 16 /tmp/sgl_devsite/site /opt/cw >/dev/null 2>&1
+  echo "compileall $(( $(date +%s) - t )) s"; fi
 case "${1:-}" in
   wall)
     step doctor 120 $C doctor --gpu

@@ -31,6 +31,9 @@ class WorkerDied(Exception):
 class WorkerConfig:
     device: str = "cpu"
     policy: sandbox.SandboxPolicy = sandbox.SandboxPolicy()
+    # bench: SGLang's kernels for these slots load before the audit guard is armed (its
+    # libraries are dlopen'ed by SGLang's own frames, which the armed guard refuses)
+    preload_stock: tuple[str, ...] = ()
 
 
 CPU_ADDRESS_SPACE = 8 << 30  # a CPU worker (torch + triton interpreter) maps about 1 GiB
@@ -98,7 +101,8 @@ class WorkerClient:
         with open(self.log_path, "wb") as log:
             self.proc = sandbox.launch(
                 [sys.executable, "-m", "cacheon_subnet.verify.worker", "--fd", str(child_sock.fileno()),
-                 "--bundle-root", str(ns), "--package", pkg, "--device", self.config.device],
+                 "--bundle-root", str(ns), "--package", pkg, "--device", self.config.device,
+                 *(["--preload-stock", ",".join(self.config.preload_stock)] if self.config.preload_stock else [])],
                 scratch=work, policy=policy, pass_fds=[child_sock.fileno()], stdout=log.fileno(), stderr=log.fileno(),
             )
         child_sock.close()

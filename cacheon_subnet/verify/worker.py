@@ -322,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--world-size", type=int, default=1)
     ap.add_argument("--init-file", help="file:// rendezvous of the rank group (world size > 1)")
     ap.add_argument("--pg-timeout", type=float, default=600.0)
+    ap.add_argument("--preload-stock", default="", help="bench: slots whose stock kernels load before the guard")
     a = ap.parse_args(argv)
     device = a.device
     if device == "cuda" and a.world_size > 1:
@@ -334,6 +335,11 @@ def main(argv: list[str] | None = None) -> int:
         import triton  # noqa: F401 - imported before the guard so its own setup is not audited
     except ImportError:
         pass
+    if a.preload_stock:  # memoized: run_bench_request gets these, loaded while nothing is armed
+        from seams.stock import stock_kernel
+
+        for slot in filter(None, a.preload_stock.split(",")):
+            stock_kernel(slot)
     if os.environ.get("TRITON_INTERPRET") == "1":
         from cacheon_subnet.verify import interp_fix
 

@@ -1,0 +1,65 @@
+"""`cacheon bench` times against SGLang's own kernel, which loads its libraries with ctypes from
+SGLang's frames. Once the worker's audit guard is armed (the bundle imported) that is refused, and
+on the H200 every bench row silently fell back to the fp32 reference (speedups of 10x against
+the wrong baseline: docs/results/2026-12-01/h200-s4-bench-norm.txt). The worker loads the stock
+kernels of the bundle's slots before arming (verify/worker.py --preload-stock)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from cacheon_subnet.verify.client import WorkerConfig, WorkerClient
+
+SCRIPT = textwrap.dedent("""
+    import ctypes, ctypes.util, os, sys, tempfile
+    from seams import stock
+    from cacheon_subnet.guard import install_guard
+
+    def factory():  # stands in for SGLang: dlopen from a frame that is neither triton nor torch
+        lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+        return lambda **kw: lib
+    table = dict(stock.stock_table())
+    table["test.preloaded"] = table["test.lazy"] = factory
+    stock.stock_table.cache_clear()
+    stock.stock_table = lambda: table
+    pre = stock.stock_kernel("test.preloaded")          # what the worker does before arming
+    root = tempfile.mkdtemp()
+    open(os.path.join(root, "kernel.py"), "w").close()
+    install_guard(root, [tempfile.gettempdir()])
+    open(os.path.join(root, "kernel.py")).close()       # the bundle import arms the guard
+    late_pre = stock.stock_kernel("test.preloaded")
+    lazy = stock.stock_kernel("test.lazy")
+    print(pre[0] is not None, late_pre[0] is not None, lazy[0] is None, "SandboxViolation" in lazy[1])
+""")
+
+
+def test_a_preloaded_stock_kernel_survives_the_armed_guard_and_a_lazy_one_does_not():
+    p = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() == ["True", "True", "True", "True"], p.stdout + p.stderr[-1000:]
+
+
+def test_bench_asks_the_worker_to_preload_the_bundles_slots(monkeypatch, tmp_path):
+    from cacheon_subnet import bench
+    from cacheon_subnet.bundle import load_bundle
+    from tests.conftest import EXAMPLES
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_start(self):
+        seen["argv_slots"] = self.config.preload_stock
+        raise Stop
+
+    monkeypatch.setattr(WorkerClient, "start", fake_start)
+    monkeypatch.setattr(WorkerClient, "close", lambda self: None)
+    try:
+        bench.bench_bundle(load_bundle(EXAMPLES / "norm.rmsnorm"), bench.BenchOptions(device="cpu"))
+    except Stop:
+        pass
+    assert seen["argv_slots"] == ("norm.rmsnorm",)
+    assert WorkerConfig().preload_stock == ()
