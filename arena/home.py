@@ -32,12 +32,31 @@ def seed_caches() -> dict[str, str]:
         return {}
     chosen = {k: os.environ[k] for k in CACHE_KEYS if os.environ.get(k)}
     if len(chosen) < len(CACHE_KEYS):
-        root = default_home() / "jit"
+        top = default_home() / "jit"
+        top.mkdir(mode=0o700, exist_ok=True)
+        top.chmod(0o700)
+        root = top / seed_generation()
         root.mkdir(mode=0o700, exist_ok=True)
-        root.chmod(0o700)
         for k in CACHE_KEYS:
             if k not in chosen:
                 d = root / _CACHE_NAMES[k]
                 d.mkdir(mode=0o700, exist_ok=True)
                 chosen[k] = str(d)
     return chosen
+
+
+# Bump when what engines write into their caches changes shape (2: the fixed in-engine path
+# /cacheon-jit, arena/host.py JIT_INSIDE; build files written under another path never hit).
+SEED_LAYOUT = 2
+
+
+def seed_generation() -> str:
+    """The default seeds' subdir: a pin move or a layout change starts from empty seeds, since a
+    seed is never overwritten (new files only) and stale builds would otherwise stay forever."""
+    import hashlib
+    import sys
+
+    from cacheon_subnet.pins import SGLANG_KERNEL_PIN, SGLANG_PIN, TORCH_PIN
+
+    key = f"{SGLANG_PIN}|{SGLANG_KERNEL_PIN}|{TORCH_PIN}|py{sys.version_info[0]}.{sys.version_info[1]}|{SEED_LAYOUT}"
+    return f"g{SEED_LAYOUT}-" + hashlib.sha256(key.encode()).hexdigest()[:12]

@@ -10,6 +10,8 @@
 #   bash scripts/device_trust.sh warmfaithful  # `cacheon arena warm` (cold), then faithful on warm seeds;
 #                                              # packs the seed caches into $OUT/jitcache.tar.xz
 #   bash scripts/device_trust.sh gpucorpus  # the CUDA-only red-team bundles through `cacheon verify --device cuda`
+#   bash scripts/device_trust.sh e2e-product    # scripts/gpu_e2e.py, product phase (neurons/validator.py --once)
+#   bash scripts/device_trust.sh e2e-handicap   # scripts/gpu_e2e.py, TEST handicap phase (crown, weights, read-back)
 # Each step's limit is what is left of the call (DEADLINE_S, default 585 s from the start).
 set -u
 OUT=${OUT:-/tmp/out}
@@ -79,7 +81,14 @@ case "${1:-}" in
     step verify-faithful 200 $C verify examples/norm.rmsnorm --device cuda
     tail -4 "$OUT/verify-faithful.txt"
     ;;
-  *) echo "usage: $0 wall|wall2|handicap|faithful|warmfaithful|gpucorpus"; exit 2 ;;
+  e2e-product|e2e-handicap)  # warm seeds first when empty (an operator runs `cacheon arena warm` once)
+    ph=${1#e2e-}; [ "$ph" = handicap ] && ph=test-handicap
+    [ -n "$(find /tmp/sgl_devsite/cache/tvm-ffi -type f 2>/dev/null | head -1)" ] || {
+      step warm 200 $C arena warm --config configs/arena/dense.toml; cat "$OUT/warm.txt"; }
+    step "$1" 570 python3 scripts/gpu_e2e.py --phases "$ph" --out "$OUT/$1.json" --work "/var/tmp/cacheon-$1"
+    head -40 "$OUT/$1.txt"
+    ;;
+  *) echo "usage: $0 wall|wall2|handicap|faithful|warmfaithful|gpucorpus|e2e-product|e2e-handicap"; exit 2 ;;
 esac
 pkill -9 -f 'arena[.]engine_child|sglang[.]srt' 2>/dev/null
 (cd /var/tmp/cacheon 2>/dev/null && find . -maxdepth 5 \( -name '*.jsonl' -o -name 'result.json' \) -size -8M | tar czf "$OUT/work.tgz" -T - 2>/dev/null)

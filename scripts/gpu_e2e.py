@@ -144,10 +144,15 @@ def main(argv: list[str] | None = None) -> int:
                          "max_speedup (3.0), else the crown is re-measured as implausible (value not yet measured)")
     ap.add_argument("--settle-max-noise", type=float, default=None, help="test phase only (CPU dry runs)")
     ap.add_argument("--settle-max-speedup", type=float, default=None, help="test phase only (CPU dry runs)")
+    ap.add_argument("--phases", default=",".join(NETUIDS),
+                    help=f"comma list of {', '.join(NETUIDS)} (one device call each fits under 10 minutes)")
     ap.add_argument("--max-passes", type=int, default=8)
     ap.add_argument("--pass-timeout-s", type=float, default=3600.0)
     ap.add_argument("--engine-factory", help="tests only: a CPU stand-in engine (module:Class); no GPU number")
     a = ap.parse_args(argv)
+    phases = [p for p in a.phases.split(",") if p]
+    if not phases or any(p not in NETUIDS for p in phases):
+        ap.error(f"--phases {a.phases!r}: expected a comma list of {', '.join(NETUIDS)}")
 
     from cacheon_subnet.chain.local import LocalChain
     from cacheon_subnet.miner.serve import start_in_thread
@@ -167,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     server = start_in_thread(serve)
     try:
         for phase, netuid in NETUIDS.items():
+            if phase not in phases:
+                continue
             chain_path = work / f"chain-{phase}.sqlite"
             chain = LocalChain.create(chain_path, netuid, owner_hotkey="owner", weights_rate_limit=1,
                                       seconds_per_block=0)
@@ -174,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
             miners = {"miner-crown": Path(a.crown_bundle), "miner-fail": Path(a.fail_bundle)}
             if phase == "product" and a.engine_factory:
                 miners.pop("miner-crown")  # CPU timing of an interpreted Triton bundle: minutes, no signal
+            if phase == "test-handicap":
+                miners.pop("miner-fail")  # its FAIL is the product phase's; one arena verdict fits one call
             commits = {}
             for hk, bundle in miners.items():
                 chain.register(hk, f"{hk}-cold")

@@ -125,7 +125,7 @@ def launch(
     fs_root = None
     try:
         scratch.mkdir(parents=True, exist_ok=True)
-        for p in policy.rw_paths:
+        for p in (*policy.rw_paths, *(src for src, _ in policy.fixed_binds)):
             if not os.path.exists(p):
                 raise SandboxError(f"sandbox: rw path {p} does not exist (create it before launch)")
             chown_tree(Path(p), cfg.uid, cfg.gid) if os.path.isdir(p) else os.chown(p, cfg.uid, cfg.gid)
@@ -168,6 +168,8 @@ def _launch_weak(argv: Sequence[str], scratch: Path, policy: SandboxPolicy, pass
     tmp = short_tmpdir()
     try:
         env = child_env(scratch, policy, weak=True, tmpdir=tmp)
+        inside = {dest: src for src, dest in policy.fixed_binds}  # no mount namespace: the host dirs
+        env = {k: inside.get(v, v) for k, v in env.items()}
     except BaseException:
         remove_tree(tmp)
         raise

@@ -136,7 +136,7 @@ def _build(head: list[str], argv: Sequence[str], scratch: Path, policy: SandboxP
             for sub in ("home", "tmp", "cache"):
                 scratch_ops += ["--dir", os.path.join(sdest, sub)]
         mounts.append((sdest, scratch_ops))
-        for p in policy.rw_paths:
+        for p, dest in [(p, p) for p in policy.rw_paths] + list(policy.fixed_binds):
             src = p
             why = fsview.unreachable_by(cfg.uid, cfg.gid, p)
             if why:
@@ -146,7 +146,7 @@ def _build(head: list[str], argv: Sequence[str], scratch: Path, policy: SandboxP
                     raise SandboxError(f"sandbox: rw path {p} is out of the sandbox uid's reach: {why} ({e}); put it "
                                        "under a dir others can search (e.g. CACHEON_SCRATCH=/var/tmp/cacheon)") from None
                 src = os.path.join(staged[-1], "x")
-            mounts.append((os.path.abspath(p), ["--bind-fd", fd(src), os.path.abspath(p)]))
+            mounts.append((os.path.abspath(dest), ["--bind-fd", fd(src), os.path.abspath(dest)]))
         for _, ops in sorted(mounts, key=lambda m: (m[0].count(os.sep), m[0])):
             out += ops
         out += ["--remount-ro", "/", "--seccomp", str(_seccomp(fds))]  # bwrap's root tmpfs: read-only

@@ -34,6 +34,11 @@ class SandboxPolicy:
     gpu: bool = False  # NVIDIA device nodes, /sys, when present
     ro_paths: tuple[str, ...] = ()  # host paths visible read-only at the same path
     rw_paths: tuple[str, ...] = ()  # host paths visible read-write (handed to the sandbox uid)
+    # (host dir, path inside): read-write at a path that does not depend on the host's. Caches
+    # keyed by their own absolute path (tvm-ffi's ninja builds) then hit in every child. Weak
+    # mode has no mount namespace: there the child sees the host dir, and extra_env values that
+    # name a path inside are rewritten to it.
+    fixed_binds: tuple[tuple[str, str], ...] = ()
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
 

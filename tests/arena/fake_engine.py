@@ -303,4 +303,6 @@ class CompilingEngine(_Proxy):
             os.makedirs(os.path.join(d, "k"), exist_ok=True)
             with open(os.path.join(d, "k", name), "wb") as f:
                 f.write(b"compiled")
+            with open(os.path.join(d, "k", f"{name}.path"), "w") as f:  # what tvm-ffi writes into build.ninja
+                f.write(d)
         super().__init__(**kwargs)

@@ -74,6 +74,7 @@ def test_every_engine_gets_private_jit_caches_seeded_never_shared(tmp_path, monk
 
     def fake_launch(argv, *, scratch, policy, pass_fds, stdout, stderr, cwd):
         seen.update(policy.extra_env)
+        seen["binds"] = dict(policy.fixed_binds)
         raise RuntimeError("stop here")
 
     monkeypatch.setattr(host.sandbox, "launch", fake_launch)
@@ -83,7 +84,9 @@ def test_every_engine_gets_private_jit_caches_seeded_never_shared(tmp_path, monk
     except RuntimeError:
         pass
     scratch = tmp_path / "w" / "e-scratch"
-    assert seen["TRITON_CACHE_DIR"] == str(scratch / "cache" / "triton")
+    # inside, every engine sees its private copy at one fixed path (tvm-ffi keys builds by it)
+    assert seen["TRITON_CACHE_DIR"] == host.JIT_INSIDE + "/triton"
+    assert seen["binds"][str(scratch / "cache" / "triton")] == host.JIT_INSIDE + "/triton"
     assert all(str(op_cache) not in v for v in seen.values())
     assert (scratch / "cache" / "triton" / "k" / "stock.cubin").read_bytes() == b"warm"
     assert {"TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME"} <= set(seen)

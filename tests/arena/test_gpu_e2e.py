@@ -42,3 +42,10 @@ def test_gpu_e2e_dry_run_crowns_the_test_control_and_fails_the_broken_bundle(tmp
     ev = [e for c in test["status"]["contributions"] for e in c.get("evidence", [])]
     assert ev and all(e["label"] == "TEST:handicap-control" for e in ev)  # labelled in every record
     assert test["status"]["weights"]["state"] == "verified" and test["chain_weights"]
+
+
+def test_gpu_e2e_refuses_an_unknown_phase(tmp_path):
+    r = subprocess.run([sys.executable, "scripts/gpu_e2e.py", "--out", str(tmp_path / "o.json"),
+                        "--work", str(tmp_path / "w"), "--phases", "product,nope"],
+                       capture_output=True, text=True, cwd=h.REPO, timeout=120)
+    assert r.returncode == 2 and "--phases" in r.stderr and not (tmp_path / "w").exists()

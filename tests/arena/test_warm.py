@@ -29,13 +29,24 @@ def home(tmp_path, monkeypatch):
 def test_default_seeds_are_validator_owned_and_the_operators_choice_wins(home, monkeypatch, tmp_path):
     seeds = seed_caches()
     assert set(seeds) == set(CACHE_KEYS)
-    assert all(Path(v).parent == home / "jit" for v in seeds.values())
+    assert all(Path(v).parent.parent == home / "jit" for v in seeds.values())
+    assert len({Path(v).parent.name for v in seeds.values()}) == 1  # one generation (pins, layout)
     assert stat.S_IMODE((home / "jit").stat().st_mode) == 0o700  # engines never see it: the host copies
     mine = tmp_path / "my-triton"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(mine))
     assert seed_caches()["TRITON_CACHE_DIR"] == str(mine)
     monkeypatch.setenv("CACHEON_JIT_SEEDS", "off")
     assert seed_caches() == {}
+
+
+def test_a_pin_move_or_layout_bump_starts_new_seeds(home, monkeypatch):
+    import arena.home as ah
+
+    first = ah.seed_generation()
+    monkeypatch.setattr("cacheon_subnet.pins.SGLANG_PIN", "9.9.9")
+    moved = ah.seed_generation()
+    monkeypatch.setattr(ah, "SEED_LAYOUT", 3)
+    assert len({first, moved, ah.seed_generation()}) == 3
 
 
 def test_warm_steps_have_the_timed_windows_form_and_a_teacher_step():
@@ -57,7 +68,11 @@ def test_warm_fills_the_seeds_and_a_candidates_engine_never_does(home, tmp_path,
     assert res.ok, res.error
     triton = Path(res.caches["TRITON_CACHE_DIR"])
     assert (triton / "k" / "pristine.cubin").read_bytes() == b"compiled"
-    assert res.files_after - res.files_before == 1 and [s.name for s in res.stages] == ["warm"]
+    assert res.files_after - res.files_before == 2 and [s.name for s in res.stages] == ["warm"]
+    from arena.host import JIT_INSIDE
+
+    # the engine saw its cache at the one fixed path, whatever its scratch: path-keyed builds hit
+    assert (triton / "k" / "pristine.cubin.path").read_text() == JIT_INSIDE + "/triton"
     again = warm(h.small_config(), tmp_path / "warm2", tmp_path / "ckpt", engine_factory=factory)
     assert again.ok and again.files_after == again.files_before  # nothing new: every file was there
     (triton / "k" / "pristine.cubin").unlink()
