@@ -97,3 +97,15 @@ def warm(cfg: ArenaConfig, workdir: Path, checkpoint_root: Path, engine_factory:
         return done(why)
     run = engine("warm", {**base, "steps": warm_steps(cfg)}, seam_environment(()))
     return done(run.error)
+
+
+def maybe_warm(cfg: ArenaConfig, engine_factory: str | None = None) -> WarmResult | None:
+    """What a validator does at start-up: warm the seeds when they hold nothing yet (a fresh
+    install, a pin move); None when they already hold files or seeding is off."""
+    from arena.home import default_home
+
+    seeds = cache_env()
+    if not seeds or count_files(seeds) > 0:
+        return None
+    home = default_home() / "arena"
+    return warm(cfg, home / cfg.arena_id / "warm", home / "checkpoints", engine_factory=engine_factory)

@@ -91,6 +91,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    "(chain error, weights refused/failed, or every item a stage tried ended in an error)")
     p.add_argument("--dry-run", dest="dry_run", action="store_true",
                    help="everything (checks, sync, fetch, verify, arena, settle) but set_weights: the vector is logged")
+    p.add_argument("--no-warm", dest="no_warm", action="store_true",
+                   help="skip the start-up warm of the engines' JIT seed caches (done only when they are empty: "
+                        "one pristine engine, ~2 min on the H200; see `cacheon arena warm`)")
     p.add_argument("--arena-gpus", dest="arena_gpus", default=None,
                    help="GPUs of this host, one arena each: 0,1,2,3 (or TP groups 0+1,2+3); default: one arena")
     p.add_argument("--arena-workers", dest="arena_workers", default=None,
@@ -158,6 +161,7 @@ def run_from_args(args: argparse.Namespace) -> int:
                                    wallet_hotkey=args.wallet_hotkey, wallet_path=args.wallet_path)
             hotkey = backend.hotkey
         gpu_arena = not str(getattr(qualifier, "label", "")).startswith("cpu-timing")
+        arena_config = getattr(qualifier, "config", None) if gpu_arena else None
         qualifier = fan_out(qualifier, getattr(args, "arena_gpus", None), getattr(args, "arena_workers", None))
         ident = startup.identity()
         log.info("validator.identity", **ident)
@@ -183,6 +187,9 @@ def run_from_args(args: argparse.Namespace) -> int:
              once=args.once, dry_run=args.dry_run, spec_version=__spec_version__, chain_version_key=floor, **compat)
     stop = threading.Event()
     install_signal_handlers(stop)
+    if arena_config is not None and not args.no_warm and not getattr(args, "arena_workers", None):
+        if _warm_seeds(arena_config, log) == "interrupted":
+            return 0
     validator = Validator(config, backend, qualifier, screener=_screener(arena, config))
     args.state_dir = str(state_dir)  # the leaderboard serves the dir the loop writes
     board = None
@@ -207,6 +214,28 @@ def run_from_args(args: argparse.Namespace) -> int:
         validator.metrics.stop()
         validator.close()
         lifecycle.kill_live(wait=True)  # nothing sandboxed outlives the validator
+
+
+def _warm_seeds(arena_config: Any, log: Any) -> str:
+    """Empty seed caches (a fresh install, a pin move): one pristine engine warms them before the
+    first pass, so the first verdicts start warm. A failure is logged, never fatal: engines then
+    start cold (slower, same verdicts)."""
+    from arena.warm import maybe_warm
+    from cacheon_subnet import lifecycle
+
+    try:
+        res = maybe_warm(arena_config)
+    except lifecycle.Interrupted:
+        return "interrupted"
+    except Exception as exc:  # noqa: BLE001 - an optimisation: never stop the validator for it
+        log.warning("arena.warm_failed", error=str(exc)[:1000])
+        return "failed"
+    if res is None:
+        return "skipped"
+    event = log.info if res.ok else log.warning
+    event("arena.warmed" if res.ok else "arena.warm_failed", wall_s=round(res.wall_s, 1),
+          new_files=res.files_after - res.files_before, error=res.error)
+    return "warmed" if res.ok else "failed"
 
 
 def install_signal_handlers(stop: threading.Event) -> None:

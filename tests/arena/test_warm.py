@@ -98,3 +98,39 @@ def test_cli_warm_without_a_gpu_is_a_usage_error(tmp_path):
     p = subprocess.run([sys.executable, "-m", "cacheon_subnet", "arena", "warm", "--config", str(h.DENSE)],
                        capture_output=True, text=True, cwd=h.REPO, timeout=120)
     assert p.returncode == 2 and "cacheon arena warm:" in p.stderr, p.stderr[-800:]
+
+
+def test_maybe_warm_runs_only_on_empty_seeds(home, tmp_path, monkeypatch):
+    from arena.warm import maybe_warm
+
+    h.runtime_env(tmp_path, monkeypatch)
+    monkeypatch.setenv("PYTHONPATH", f"{h.REPO}:{__import__('os').environ['PYTHONPATH']}")
+    factory = "tests.arena.fake_engine:CompilingEngine"
+    first = maybe_warm(h.small_config(), engine_factory=factory)
+    assert first is not None and first.ok and first.files_after > 0
+    assert maybe_warm(h.small_config(), engine_factory=factory) is None  # warm already: no engine started
+    monkeypatch.setenv("CACHEON_JIT_SEEDS", "off")
+    assert maybe_warm(h.small_config(), engine_factory=factory) is None
+
+
+def test_validator_start_up_warm_never_stops_the_validator(monkeypatch):
+    import arena.warm as aw
+    from cacheon_subnet import lifecycle
+    from cacheon_subnet.validator.commands import _warm_seeds
+
+    class Log:
+        def __init__(self):
+            self.events = []
+
+        def info(self, event, **kw):
+            self.events.append(event)
+
+        warning = info
+
+    log = Log()
+    monkeypatch.setattr(aw, "maybe_warm", lambda cfg: (_ for _ in ()).throw(RuntimeError("no GPU")))
+    assert _warm_seeds(object(), log) == "failed" and log.events == ["arena.warm_failed"]
+    monkeypatch.setattr(aw, "maybe_warm", lambda cfg: (_ for _ in ()).throw(lifecycle.Interrupted("stop")))
+    assert _warm_seeds(object(), log) == "interrupted"
+    monkeypatch.setattr(aw, "maybe_warm", lambda cfg: None)
+    assert _warm_seeds(object(), log) == "skipped"
