@@ -187,11 +187,19 @@ def warm_seed_caches(private: Mapping[str, str], seeds: Mapping[str, str]) -> No
                 a, b = os.path.join(d, f), os.path.join(dst, rel, f)
                 if os.path.islink(a) or os.path.exists(b):
                     continue
+                # whole or nothing: a seed is never rewritten, so a copy cut short (disk full, a
+                # kill) must not stay; a temp name then link(), which never overwrites, so a
+                # concurrent engine (another arena's copy-back or copy-in) sees no partial file
+                tmp = os.path.join(os.path.dirname(b), f".cacheon-tmp-{os.getpid()}-{threading.get_ident()}")
                 try:
                     os.makedirs(os.path.dirname(b), exist_ok=True)
-                    shutil.copy2(a, b)
+                    shutil.copy2(a, tmp)
+                    os.link(tmp, b)
                 except OSError:
                     pass
+                finally:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
 
 
 class _Reader(threading.Thread):

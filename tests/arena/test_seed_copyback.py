@@ -1,0 +1,29 @@
+"""Red team: a seed file is written once and never repaired (new files only), so a copy-back that
+fails mid-file (ENOSPC: a candidate engine fills the host disk through its host-backed /cacheon-jit
+or receipts dir; or the validator is killed) must leave nothing, not a truncated file."""
+
+import errno
+import os
+
+from arena.host import warm_seed_caches
+
+
+def test_a_copy_back_that_fails_midway_leaves_no_truncated_seed(tmp_path, monkeypatch):
+    priv, seed = tmp_path / "priv", tmp_path / "seed"
+    (priv / "abc").mkdir(parents=True)
+    seed.mkdir()
+    (priv / "abc" / "__grp__k.json").write_bytes(b"{" + b"x" * (1 << 20) + b"}")
+    real = os.sendfile
+
+    def full_disk(out_fd, in_fd, offset, count):  # half the file fits, then the disk is full
+        if os.fstat(out_fd).st_size >= 1 << 19:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(out_fd, in_fd, offset, min(count, 1 << 19))
+
+    monkeypatch.setattr(os, "sendfile", full_disk)
+    warm_seed_caches({"TRITON_CACHE_DIR": str(priv)}, {"TRITON_CACHE_DIR": str(seed)})
+    monkeypatch.setattr(os, "sendfile", real)
+    left = [os.path.join(d, f) for d, _, fs in os.walk(seed) for f in fs]
+    assert left == [], f"partial seed files left behind: {[(p, os.path.getsize(p)) for p in left]}"
+    warm_seed_caches({"TRITON_CACHE_DIR": str(priv)}, {"TRITON_CACHE_DIR": str(seed)})  # space back: a whole copy
+    assert (seed / "abc" / "__grp__k.json").read_bytes() == (priv / "abc" / "__grp__k.json").read_bytes()
