@@ -139,7 +139,8 @@ def private_caches(scratch: Path, seeds: Mapping[str, str]) -> dict[str, str]:
         shutil.rmtree(d, ignore_errors=True)
         src = seeds.get(key)
         if src and Path(src).is_dir():
-            shutil.copytree(src, d, symlinks=False, ignore_dangling_symlinks=True)
+            shutil.copytree(src, d, symlinks=False, ignore_dangling_symlinks=True,
+                            ignore=shutil.ignore_patterns(".cacheon-tmp-*"))  # a copy-back a kill cut short
         d.mkdir(parents=True, exist_ok=True)
         env[key] = str(d)
     return env
@@ -185,7 +186,7 @@ def warm_seed_caches(private: Mapping[str, str], seeds: Mapping[str, str]) -> No
             rel = os.path.relpath(d, src)
             for f in files:
                 a, b = os.path.join(d, f), os.path.join(dst, rel, f)
-                if os.path.islink(a) or os.path.exists(b):
+                if os.path.islink(a) or os.path.exists(b) or f.startswith(".cacheon-tmp-"):
                     continue
                 # whole or nothing: a seed is never rewritten, so a copy cut short (disk full, a
                 # kill) must not stay; a temp name then link(), which never overwrites, so a

@@ -27,3 +27,15 @@ def test_a_copy_back_that_fails_midway_leaves_no_truncated_seed(tmp_path, monkey
     assert left == [], f"partial seed files left behind: {[(p, os.path.getsize(p)) for p in left]}"
     warm_seed_caches({"TRITON_CACHE_DIR": str(priv)}, {"TRITON_CACHE_DIR": str(seed)})  # space back: a whole copy
     assert (seed / "abc" / "__grp__k.json").read_bytes() == (priv / "abc" / "__grp__k.json").read_bytes()
+
+
+def test_a_temp_file_a_kill_left_in_the_seeds_reaches_no_engine(tmp_path):
+    from arena.host import private_caches
+
+    seed = tmp_path / "seed"
+    (seed / "abc").mkdir(parents=True)
+    (seed / "abc" / ".cacheon-tmp-123-456").write_bytes(b"half a file")
+    (seed / "abc" / "whole.cubin").write_bytes(b"compiled")
+    got = private_caches(tmp_path / "scratch", {"TRITON_CACHE_DIR": str(seed)})
+    names = sorted(f for _, _, fs in os.walk(got["TRITON_CACHE_DIR"]) for f in fs)
+    assert names == ["whole.cubin"]
