@@ -33,7 +33,7 @@ from cacheon_subnet.bundle.limits import (
     check_path,
 )
 from cacheon_subnet.bundle.manifest import Manifest, parse_manifest
-from cacheon_subnet.bundle.tarscan import prescan
+from cacheon_subnet.bundle.tarscan import Entry, prescan
 from cacheon_subnet.errors import BundleError
 
 @dataclass(frozen=True)
@@ -149,13 +149,16 @@ def _read_archive(path: Path, limits: Limits) -> dict[str, bytes]:
         raise BundleError(path.name, "archive-too-large", f"{size} bytes > {limits.archive_bytes}")
     if not path.name.endswith((".tar.gz", ".tgz")):
         raise BundleError(path.name, "archive-type", "bundles are directories or .tar.gz archives")
-    prescan(path, limits)  # bounded: PAX / long-name headers are sized before tarfile reads them
+    layout = prescan(path, limits)  # bounded: PAX / long-name headers are sized before tarfile reads them
     budget = Budget(limits)
     files: dict[str, bytes] = {}
+    seen = 0
     try:
         with open(path, "rb") as raw, tarfile.open(fileobj=raw, mode="r|gz") as tar:
             for member in tar:
                 name = member.name
+                _same_layout(path.name, name, layout, seen, member, tar.offset)
+                seen += 1
                 if member.isdir():
                     check_path(name, limits)
                     continue
@@ -176,7 +179,21 @@ def _read_archive(path: Path, limits: Limits) -> dict[str, bytes]:
                 files[rel] = data
     except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile) as e:
         raise BundleError(path.name, "archive-corrupt", f"cannot read as .tar.gz: {e}") from None
+    if seen != len(layout):
+        raise BundleError(path.name, "archive-parse-mismatch", f"tarfile read {seen} entries, the "
+                          f"bounded scan {len(layout)}: the archive parses two ways")
     return files
+
+
+def _same_layout(archive: str, name: str, layout: list[Entry], i: int, member: tarfile.TarInfo,
+                 next_offset: int) -> None:
+    """tarfile must walk exactly the headers the bounded scan walked: otherwise the next header
+    it reads may be one the scan took for data (a PAX header of any size, read whole)."""
+    got = Entry(member.offset, member.size, next_offset)
+    want = layout[i] if i < len(layout) else None
+    if got != want:
+        raise BundleError(name, "archive-parse-mismatch", f"{archive}: entry {i + 1} is {got} to "
+                          f"tarfile but {want} to the bounded scan: the archive parses two ways")
 
 
 def _read_capped(fobj: io.BufferedReader, rel: str, limits: Limits) -> bytes:

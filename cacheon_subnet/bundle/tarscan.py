@@ -10,7 +10,12 @@ stream ourselves, 512-byte block by block, in bounded memory, and refuses before
 * a member over `file_bytes`, regular data over `unpacked_bytes` in total;
 * sparse, multi-volume or unknown entry types (their data size is not what the header says);
 * a decompressed stream more than `limits.max_ratio` times the compressed bytes read (past
-  `limits.ratio_floor_bytes`), or longer than `limits.stream_bytes` (all data + all headers).
+  `limits.ratio_floor_bytes`), or longer than `limits.stream_bytes` (all data + all headers);
+* anything on which tarfile would walk other headers than this scan: two metadata headers of
+  one kind before one member (tarfile lets the *first* PAX `size` win, a naive scan the last),
+  a V7 directory (type NUL, name ending in `/`) with a size (tarfile reads no data for it).
+  The scan returns each member's layout (`Entry`) and archive.py checks that tarfile reads the
+  very same one, member by member, before it lets tarfile read the next header.
 
 Memory: one compressed chunk + one decompressed window (`_CHUNK` each) + one metadata payload.
 """
@@ -20,7 +25,7 @@ from __future__ import annotations
 import tarfile
 import zlib
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from cacheon_subnet.bundle.limits import Limits
 from cacheon_subnet.errors import BundleError
@@ -30,6 +35,16 @@ _BLOCK = tarfile.BLOCKSIZE
 _META = frozenset({b"x", b"g", b"L", b"K"})
 _REGULAR = frozenset({b"0", b"\x00", b"7"})
 _NO_DATA = frozenset({b"1", b"2", b"3", b"4", b"5", b"6"})  # links, devices, dirs, fifos: no data blocks
+
+
+class Entry(NamedTuple):
+    """One member as the scan walked it: `offset` of its first header (a PAX / long-name header
+    when it has one: what tarfile reports as TarInfo.offset), its data `size`, and the offset of
+    the header that follows its data (where tarfile must read next)."""
+
+    offset: int
+    size: int
+    next_offset: int
 
 
 class _Inflater:
@@ -63,6 +78,11 @@ class _Inflater:
             raise BundleError(self.name, "archive-ratio", f"decompresses to over {lim.max_ratio}x its "
                               f"compressed size ({self.out} bytes from {self.compressed}): a bomb")
         self.buf, self.pos = self.buf[self.pos:] + piece, 0
+
+    @property
+    def offset(self) -> int:
+        """How many decompressed bytes have been consumed (taken or skipped)."""
+        return self.out - (len(self.buf) - self.pos)
 
     def take(self, n: int) -> bytes:
         """Exactly n bytes (n is small: one block or one bounded payload)."""
@@ -123,24 +143,37 @@ def _pax_size(payload: bytes, name: str) -> int | None:
     return size
 
 
-def prescan(path: Path, limits: Limits) -> None:
-    """Raise BundleError unless the archive's headers fit the limits (see the module doc)."""
+def prescan(path: Path, limits: Limits) -> list[Entry]:
+    """Each member's layout, or BundleError unless the archive's headers fit the limits (see
+    the module doc)."""
     name = path.name
+    layout: list[Entry] = []
     with open(path, "rb") as f:
         inf = _Inflater(f, name, limits)
         entries = meta = data = 0
         pending_size: int | None = None
+        chain: set[bytes] = set()  # metadata kinds seen since the last member
+        first: int | None = None  # offset of the first header of the current member
         while True:
+            start = inf.offset
             header = inf.take(_BLOCK)
             if header == bytes(_BLOCK):
-                return  # end of archive: tarfile stops here too and never reads what follows
+                if chain:
+                    raise BundleError(name, "archive-corrupt", "the archive ends after a metadata header")
+                return layout  # end of archive: tarfile stops here too and never reads what follows
             if not _checksum_ok(header):
                 raise BundleError(name, "archive-corrupt", f"bad tar header checksum (entry {entries + 1})")
             entries += 1
             if entries > limits.entries:
                 raise BundleError(name, "too-many-members", f"more than {limits.entries} tar entries")
             kind, size = header[156:157], _size(header, name)
+            first = start if first is None else first
             if kind in _META:
+                if kind in chain:
+                    raise BundleError(name, "archive-header-chain", f"two {kind.decode()!r} metadata "
+                                      f"headers before one member (entry {entries}): tarfile and a scan "
+                                      "disagree on which one applies")
+                chain.add(kind)
                 if size > limits.header_bytes:
                     raise BundleError(name, "archive-header-too-large", f"a {kind.decode()!r} metadata header "
                                       f"of {size} bytes > {limits.header_bytes} (PAX / GNU long name)")
@@ -157,7 +190,15 @@ def prescan(path: Path, limits: Limits) -> None:
                 continue
             if pending_size is not None:
                 size, pending_size = pending_size, None
+            chain.clear()
+            if kind == b"\x00" and header[:100].split(b"\x00", 1)[0].endswith(b"/"):
+                if size:  # tarfile's frombuf: a V7 directory, and directories have no data blocks
+                    raise BundleError(name, "archive-corrupt", f"a type-NUL entry named like a directory "
+                                      f"claims {size} bytes of data (entry {entries})")
+                kind = b"5"
             if kind in _NO_DATA:
+                layout.append(Entry(first, size, inf.offset))
+                first = None
                 continue
             if kind not in _REGULAR:
                 raise BundleError(name, "special-file", f"tar entry type {kind!r} is not allowed")
@@ -167,3 +208,5 @@ def prescan(path: Path, limits: Limits) -> None:
             if data > limits.unpacked_bytes:
                 raise BundleError(name, "unpacked-too-large", f"total unpacked size > {limits.unpacked_bytes}")
             inf.skip(size + (-size % _BLOCK))
+            layout.append(Entry(first, size, inf.offset))
+            first = None
