@@ -65,6 +65,8 @@ def check_path(raw: str, limits: Limits = DEFAULT_LIMITS) -> str:
         raise BundleError(path, "path-too-long", f"{len(path)} chars > {limits.path_chars}")
     if len(parts) > limits.depth:
         raise BundleError(path, "path-too-deep", f"{len(parts)} levels > {limits.depth}")
+    if "__pycache__" in parts:  # the dir reader and the engine tree's re-digest skip it: two digests
+        raise BundleError(path, "path-pycache", "__pycache__ holds interpreter caches, never bundle content")
     for p in parts:
         if not _COMPONENT.match(p):
             raise BundleError(path, "path-chars", f"component {p!r} must match {_COMPONENT.pattern}")
