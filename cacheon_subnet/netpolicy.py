@@ -90,8 +90,9 @@ def address_allowed(addr: str, policy: UrlPolicy) -> bool:
         return False
     if ip.is_loopback:
         return policy.allow_loopback
+    site_local = isinstance(ip, ipaddress.IPv6Address) and ip.is_site_local  # fec0::/10, not in is_private
     return bool(ip.is_global and not (ip.is_multicast or ip.is_private or ip.is_reserved
-                                      or ip.is_link_local or ip.is_unspecified))
+                                      or ip.is_link_local or ip.is_unspecified or site_local))
 
 
 def check_address(addr: str, policy: UrlPolicy, what: str = "address") -> None:

@@ -29,7 +29,8 @@ from validator_fakes import EXAMPLES, FileServer, make_archive  # noqa: E402
 
 # The addresses check_url accepted before (issue 16): SSRF into the operator's network.
 SSRF = ["169.254.169.254", "10.0.0.1", "192.168.1.1", "[fd00::1]", "127.0.0.2", "0.0.0.0", "100.64.0.1",
-        "224.0.0.1", "[::ffff:192.168.1.1]", "[fe80::1]", "240.0.0.1"]
+        "224.0.0.1", "[::ffff:192.168.1.1]", "[fe80::1]", "240.0.0.1",
+        "[fec0::1]"]  # deprecated site-local (RFC 3879), still routed inside some networks
 
 
 @pytest.mark.parametrize("host", SSRF)
