@@ -13,7 +13,9 @@ stream ourselves, 512-byte block by block, in bounded memory, and refuses before
   `limits.ratio_floor_bytes`), or longer than `limits.stream_bytes` (all data + all headers);
 * anything on which tarfile would walk other headers than this scan: two metadata headers of
   one kind before one member (tarfile lets the *first* PAX `size` win, a naive scan the last),
-  a V7 directory (type NUL, name ending in `/`) with a size (tarfile reads no data for it).
+  a V7 directory (type NUL, name ending in `/`) with a size (tarfile reads no data for it);
+  a gzip header with FEXTRA or reserved flags (CPython 3.11's tarfile inflates the extra field
+  as if it were the archive, where zlib skips it: two different tar streams in one file).
   The scan returns each member's layout (`Entry`) and archive.py checks that tarfile reads the
   very same one, member by member, before it lets tarfile read the next header.
 
@@ -34,6 +36,7 @@ _CHUNK = 1 << 20
 _BLOCK = tarfile.BLOCKSIZE
 _META = frozenset({b"x", b"g", b"L", b"K"})
 _REGULAR = frozenset({b"0", b"\x00", b"7"})
+_GZIP_TWO_VIEWS = 0x04 | 0xE0  # FEXTRA, reserved
 _NO_DATA = frozenset({b"1", b"2", b"3", b"4", b"5", b"6"})  # links, devices, dirs, fifos: no data blocks
 
 
@@ -143,12 +146,23 @@ def _pax_size(payload: bytes, name: str) -> int | None:
     return size
 
 
+def _gzip_flags(f: BinaryIO, name: str) -> None:
+    """tarfile parses the gzip header itself (not through zlib): only flags both read alike."""
+    head = f.read(4)
+    f.seek(0)
+    if len(head) == 4 and head[:3] == b"\x1f\x8b\x08" and head[3] & _GZIP_TWO_VIEWS:
+        raise BundleError(name, "archive-gzip-header", f"gzip header flags 0x{head[3]:02x}: FEXTRA "
+                          "(tarfile inflates the extra field as the archive) and reserved flags are "
+                          "not allowed; write the archive with `cacheon pack`")
+
+
 def prescan(path: Path, limits: Limits) -> list[Entry]:
     """Each member's layout, or BundleError unless the archive's headers fit the limits (see
     the module doc)."""
     name = path.name
     layout: list[Entry] = []
     with open(path, "rb") as f:
+        _gzip_flags(f, name)
         inf = _Inflater(f, name, limits)
         entries = meta = data = 0
         pending_size: int | None = None

@@ -9,17 +9,24 @@ gzip is ~64 GiB), in the validator's own process, before any member check.
 * two PAX extended headers before one member: tarfile applies the *first* one's `size` last
   (it wins), the scan kept the last one's;
 * a V7 directory (type NUL, name ending in `/`): tarfile turns it into a directory with no
-  data blocks, the scan skipped `size` bytes of data.
+  data blocks, the scan skipped `size` bytes of data;
+* a gzip FEXTRA field: CPython 3.11's tarfile "skips" it with `self.read(xlen)`, i.e. inflates
+  the extra field itself as the archive, while zlib (the scan) skips it: two whole tar streams
+  in one file. A 65 KB archive whose extra field holds a 60 MiB PAX header peaked at 129 MiB
+  (tarfile reads its first header inside `tarfile.open`, before any cross-check).
 
 Each must be refused by the scan (named rule), and peak memory stays a few MiB.
 """
 
 from __future__ import annotations
 
+import struct
 import sys
 import tarfile
 import tracemalloc
 from pathlib import Path
+
+import zlib
 
 import pytest
 
@@ -72,7 +79,24 @@ def _v7_dir(tmp: Path) -> Path:
                bytes(1024), (HIDDEN, 0x20))
 
 
-CASES = {"pax_chain": (_pax_chain, "archive-header-chain"),
+def _gzip_extra(tmp: Path) -> Path:
+    def deflate(data: bytes) -> bytes:
+        c = zlib.compressobj(9, zlib.DEFLATED, -15)
+        return c.compress(data) + c.flush()
+
+    xlen = 65000  # tarfile discards this many inflated bytes, then reads the tar behind them
+    seen_by_tarfile = _header("././@PaxHeader", HIDDEN, tarfile.XHDTYPE) + bytes(HIDDEN) + bytes(1024)
+    extra = deflate(bytes(xlen) + seen_by_tarfile)
+    extra += b"\xff" * (xlen - len(extra))
+    seen_by_scan = _member("manifest.toml", MANIFEST) + bytes(1024)
+    gz = (b"\x1f\x8b\x08\x04" + bytes(6) + struct.pack("<H", xlen) + extra + deflate(seen_by_scan)
+          + struct.pack("<II", zlib.crc32(seen_by_scan), len(seen_by_scan)))
+    (tmp / "extra.tar.gz").write_bytes(gz)
+    return tmp / "extra.tar.gz"
+
+
+CASES = {"gzip_extra_field": (_gzip_extra, "archive-gzip-header"),
+         "pax_chain": (_pax_chain, "archive-header-chain"),
          "pax_chain_two_sizes": (_pax_chain_two_sizes, "archive-header-chain"),
          "v7_directory_with_size": (_v7_dir, "archive-corrupt")}
 
