@@ -104,6 +104,13 @@ _VALUE_WORDS = """
     get items keys values append
 """
 VALUE_ATTRS = frozenset(_VALUE_WORDS.split())
+# The only VALUE_ATTRS that may be read without being called (immutable facts: geometry, dtype,
+# device, finfo numbers, Triton type fields). Every other one is a method and may only be the
+# function of a call: as a bare value, a method name also reads a same-named DATA attribute of a
+# module-lifetime object, e.g. `kernel.keys` (an Autotuner's key list) or `kernel.values` (a
+# Heuristics dict), mutable state that outlives the call (`static/state_autotuner_keys_counter`).
+VALUE_DATA = frozenset("""shape dtype device ndim is_cuda T mT itemsize eps tiny max min element_ty primitive_bitwidth
+    scalar index type""".split())
 
 # Builtins a bundle may call or name. None of them reaches an object it is not handed.
 _BUILTIN_WORDS = """

@@ -79,6 +79,26 @@ def check_reply(reply: Any) -> Failure | None:
     return None
 
 
+def check_returned(msg: Mapping[str, Any], sent: Mapping[str, torch.Tensor], got: Mapping[str, torch.Tensor]
+                   ) -> Failure | None:
+    """Every tensor of a reply has the name, shape and dtype the host sent or allocated (a graph
+    reply's `r<i>.<arg>` those of `<arg>`), checked before anything reads it: the wire keeps views,
+    so a stride-0 tensor of any logical size costs the worker a few bytes and would cost the host
+    full-size temporaries in isnan / == / isfinite (`tests/adversarial/test_trials_shapes.py`)."""
+    want = {k: (tuple(v.shape), v.dtype) for k, v in sent.items()}
+    for name, a in (msg.get("alloc") or {}).items():
+        want[name] = (tuple(a["shape"]), dtype_of(a["dtype"]))
+    for name, t in got.items():
+        base = name.split(".", 1)[1] if msg.get("type") == "graph" and name[:1] == "r" and "." in name else name
+        w = want.get(name) or want.get(base)
+        if w is None:
+            return Failure("protocol", f"reply tensor {name[:40]!r} answers nothing the host sent or allocated")
+        if (tuple(t.shape), t.dtype) != w:
+            return Failure("protocol", f"{name[:40]} came back as {t.dtype}{tuple(t.shape)} (shape and dtype), "
+                                       f"expected {w[1]}{w[0]}")
+    return None
+
+
 def check_graph_keys(spec: SlotSpec, out: Mapping[str, torch.Tensor], replays: int) -> Failure | None:
     """A graph reply holds exactly r<i>.<written arg> for every replay: nothing missing, nothing else."""
     want = {f"r{i}.{a.name}" for i in range(replays) for a in spec.args if a.written}

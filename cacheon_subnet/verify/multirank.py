@@ -194,8 +194,8 @@ class _RankRun:
         request and is turned into a protocol failure (judge.check_reply reports it)."""
         replies = self.group.request_all([msg] * self.world, list(tensors), self.opts.call_timeout_s)
         out = []
-        for reply, got in replies:
-            bad = judge.check_nonce(reply, msg["nonce"])
+        for (reply, got), sent in zip(replies, tensors):
+            bad = judge.check_nonce(reply, msg["nonce"]) or judge.check_returned(msg, sent, got)
             out.append(({"type": "result", "ok": False, "reason": "protocol", "error": bad.detail}, {}) if bad
                        else (reply, got))
         return out

@@ -295,6 +295,9 @@ class _Checker(ModuleRules, TritonRules):
             return
         if pos == "annotation" or node.attr not in A.VALUE_ATTRS:
             self.add(node, A.ATTR_CODES.get(node.attr, "P012"), f".{node.attr} is not an allowed attribute of a value")
+        elif pos != "call" and node.attr not in A.VALUE_DATA:
+            self.add(node, "P012", f".{node.attr} is a method here: only .{node.attr}(...) (read as a value it can be "
+                                   "a decorator object's shared list or dict)")
         self.expr(node.value)
 
     def call(self, node: ast.Call) -> None:

@@ -211,7 +211,7 @@ class _Run:
         (replayed, queued ahead or pre-computed) and fails closed as a protocol violation."""
         nonce = secrets.token_hex(16)
         reply, out = self.client.request({**msg, "nonce": nonce}, tensors, self.opts.call_timeout_s)
-        return reply, out, judge.check_nonce(reply, nonce)
+        return reply, out, judge.check_nonce(reply, nonce) or judge.check_returned(msg, tensors or {}, out)
 
     def call(self, op: OpEntry, spec: SlotSpec, act: torch.dtype, case: ShapeCase, inputs: dict[str, torch.Tensor],
              poison: int, watch_sync: bool, mode: str = "eager", noise: int = 0) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:

@@ -56,14 +56,16 @@ def decode(payload: bytes) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     (hlen,) = struct.unpack(">I", payload[:4])
     try:
         header = json.loads(payload[4 : 4 + hlen])
-    except ValueError as e:
-        raise WireError(f"bad JSON header: {e}") from None
+    except (ValueError, RecursionError) as e:  # nesting deeper than json's recursion limit raises RecursionError
+        raise WireError(f"bad JSON header: {str(e)[:200]}") from None
     if not isinstance(header, dict):
         raise WireError("header is not an object")
     sizes = header.pop("_storages", [])
     descs = header.pop("_tensors", {})
     if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes):
         raise WireError("bad storage table")
+    if not isinstance(descs, dict):  # anything but WireError escapes the host's read path as a crash
+        raise WireError("bad tensor table")
     pos = 4 + hlen
     if pos + sum(sizes) != len(payload):
         raise WireError("frame length does not match its storage table")
