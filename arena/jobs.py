@@ -129,10 +129,3 @@ def teacher_steps(cfg: ArenaConfig, sequences: dict[str, list[dict[str, Any]]]) 
     return [{"op": "teacher", "tag": f"T-{name}", "top_k": cfg.quality.top_k,
              "sequences": [{"key": s["key"], "prompt": s["prompt"], "cont": s["cont"]} for s in seqs]}
             for name, seqs in sequences.items()]
-
-
-def cache_env() -> dict[str, str]:
-    """The seed JIT caches of every engine (arena/home.py: the operator's, else the validator's)."""
-    from arena.home import seed_caches
-
-    return seed_caches()

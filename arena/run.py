@@ -18,9 +18,9 @@ from arena import quality as q
 from arena import sequential as seq
 from arena.config import SPEED_METRICS, ArenaConfig
 from arena.evidence import check, leaks, receipts_from_answers
-from arena.host import EngineRun, EngineSpec, run_engine
+from arena.host import EngineRun
+from arena.stage import StageContext, run_stage
 from arena.jobs import (
-    cache_env,
     checkpoint_job,
     engine_kwargs,
     mirror,
@@ -31,7 +31,6 @@ from arena.jobs import (
 from arena.records import (
     ArenaResult,
     QualityRecord,
-    StageRecord,
     TimedStage,
     WindowRecord,
 )
@@ -200,23 +199,10 @@ class Qualification:
 
     def _engine(self, name: str, job: dict[str, Any], env: dict[str, str], ranks: tuple[int, ...] = (),
                 choose: Any = None, rw: tuple[str, ...] = (), gate: Any = None) -> EngineRun:
-        """One engine behind the sandbox wall: it sees the checkpoint and the sealed tree read-only
-        and writes only its own scratch plus `rw` (its answers dir; the checkpoint dir for the
-        pristine checkpoint step alone)."""
-        left = self.cfg.limits.total_timeout_s - (time.monotonic() - self.t0)
-        if self.opts.devices is not None:
-            env = {**env, "CUDA_VISIBLE_DEVICES": self.opts.devices}
-        ckpt = (job.get("checkpoint") or {}).get("dir")
-        ro = tuple(p for p in (ckpt, env.get("CACHEON_ENGINE_TREE")) if p and p not in rw)
-        run = run_engine(EngineSpec(name, job, env, timeout_s=max(30.0, left),
-                                    start_timeout_s=self.cfg.limits.engine_start_timeout_s,
-                                    isolate_network=self.opts.isolate_network, ranks=ranks, choose_sample=choose,
-                                    seed_caches=cache_env(), ro_paths=ro, rw_paths=rw, gate=gate),
-                         self.opts.workdir, self.cfg.limits.gpu_free_timeout_s)
-        starts = tuple(r for r in run.records if r.get("op") in ("checkpoint", "started"))
-        self.result = self.result.with_stage(StageRecord(
-            name, run.wall_s, run.rc, run.timed_out, run.gpu_free, run.error, run.forgery, starts,
-            tuple(r for r in run.records if r.get("op") == "route")))
+        """One engine behind the sandbox wall (arena/stage.py); its record joins the result."""
+        ctx = StageContext(self.cfg, self.opts.workdir, self.t0, self.opts.devices, self.opts.isolate_network)
+        run, record = run_stage(ctx, name, job, env, ranks=ranks, choose=choose, rw=rw, gate=gate)
+        self.result = self.result.with_stage(record)
         self.save()
         return run
 

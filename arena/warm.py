@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from arena.config import ArenaConfig
-from arena.host import EngineRun, EngineSpec, run_engine
-from arena.jobs import _prompts, cache_env
+from arena.home import seed_caches
+from arena.host import EngineRun
+from arena.jobs import _prompts
 from arena.records import StageRecord
+from arena.stage import StageContext, run_stage
 from seams.table import seam_environment
 
 
@@ -68,22 +70,16 @@ def warm(cfg: ArenaConfig, workdir: Path, checkpoint_root: Path, engine_factory:
     from arena.run import RunOptions, engine_base
 
     t0 = time.monotonic()
-    seeds = cache_env()
+    seeds = seed_caches()
     before = count_files(seeds)
     stages: list[StageRecord] = []
     workdir.mkdir(parents=True, exist_ok=True)
 
+    ctx = StageContext(cfg, workdir, t0, devices)
+
     def engine(name: str, job: dict[str, Any], env: dict[str, str], rw: tuple[str, ...] = ()) -> EngineRun:
-        if devices is not None:
-            env = {**env, "CUDA_VISIBLE_DEVICES": devices}
-        ckpt = (job.get("checkpoint") or {}).get("dir")
-        left = max(30.0, cfg.limits.total_timeout_s - (time.monotonic() - t0))
-        run = run_engine(EngineSpec(name, job, env, timeout_s=left, start_timeout_s=cfg.limits.engine_start_timeout_s,
-                                    seed_caches=seeds, ro_paths=tuple(p for p in (ckpt,) if p and p not in rw),
-                                    rw_paths=rw), workdir, cfg.limits.gpu_free_timeout_s)
-        starts = tuple(r for r in run.records if r.get("op") in ("checkpoint", "started"))
-        stages.append(StageRecord(name, run.wall_s, run.rc, run.timed_out, run.gpu_free, run.error, run.forgery,
-                                  starts, ()))
+        run, record = run_stage(ctx, name, job, env, rw=rw)
+        stages.append(record)
         return run
 
     def done(error: str | None) -> WarmResult:
@@ -104,7 +100,7 @@ def maybe_warm(cfg: ArenaConfig, engine_factory: str | None = None) -> WarmResul
     install, a pin move); None when they already hold files or seeding is off."""
     from arena.home import default_home
 
-    seeds = cache_env()
+    seeds = seed_caches()
     if not seeds or count_files(seeds) > 0:
         return None
     home = default_home() / "arena"

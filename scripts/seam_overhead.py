@@ -27,7 +27,8 @@ sys.path.insert(0, str(REPO))
 from arena.config import load_config  # noqa: E402
 from arena.evidence import check  # noqa: E402
 from arena.host import EngineSpec, run_engine  # noqa: E402
-from arena.jobs import cache_env, checkpoint_job, engine_kwargs, resident_steps, window_tag  # noqa: E402
+from arena.home import seed_caches  # noqa: E402
+from arena.jobs import checkpoint_job, engine_kwargs, resident_steps, window_tag  # noqa: E402
 from arena.speed import judge  # noqa: E402
 from seams.receipts import read_receipts  # noqa: E402
 from seams.table import SEAM_ADAPTERS, seam_environment  # noqa: E402
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     steps, windows = resident_steps(cfg, baseline="pristine", candidate="stock", quality=False)
     job = {"engine_kwargs": engine_kwargs(cfg), "engine_factory": a.engine_factory, "steps": steps,
            "checkpoint": None if a.engine_factory else checkpoint_job(cfg, Path(a.checkpoints))}
-    env = {**cache_env(), **seam_environment(bindings), "CACHEON_STOCK_AS_CANDIDATE": CONTROL_SLOT,
+    env = {**seed_caches(), **seam_environment(bindings), "CACHEON_STOCK_AS_CANDIDATE": CONTROL_SLOT,
            "CACHEON_SEAM_STRICT": "1", "SGLANG_PLUGINS": "cacheon", "CACHEON_RECEIPT_DIR": str(receipts_dir)}
     t0 = time.monotonic()
     run = run_engine(EngineSpec("overhead", job, env, timeout_s=cfg.limits.total_timeout_s,

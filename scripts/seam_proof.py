@@ -31,7 +31,8 @@ sys.path.insert(0, str(REPO))
 
 from arena.config import load_config  # noqa: E402
 from arena.host import EngineSpec, run_engine  # noqa: E402
-from arena.jobs import cache_env, checkpoint_job, engine_kwargs  # noqa: E402
+from arena.home import seed_caches  # noqa: E402
+from arena.jobs import checkpoint_job, engine_kwargs  # noqa: E402
 from cacheon_subnet.bundle import load_bundle  # noqa: E402
 from cacheon_subnet.bundle.engine_tree import build_tree  # noqa: E402
 from seams.receipts import coverage, read_receipts  # noqa: E402
@@ -84,7 +85,7 @@ def main() -> int:
 
     for name in a.engines.split(","):
         kind = name.split("-")[0]
-        env = {**cache_env(), "SGLANG_PLUGINS": "cacheon"}
+        env = {**seed_caches(), "SGLANG_PLUGINS": "cacheon"}
         rdir = work / f"receipts-{name}"
         rdir.mkdir()
         if kind == "stock":

@@ -103,4 +103,9 @@ def test_spinner_cannot_run_during_the_baseline_and_pays_for_itself():
 def test_parallel_threads_buy_nothing():
     r = qualify(CORPUS / "parallel_threads", TIMED)
     assert r.verdict in ("PASS", "NO_DECISION"), r.reason
-    assert r.speedup_vs_stock < 1.15, r  # stock-equivalent math; two threads, one CPU bill
+    # a box loaded by other work may read too noisy to decide: NO_DECISION is never a crown (the
+    # validator re-measures); a decided reading must show the threads bought nothing
+    if r.verdict == "PASS":
+        assert r.speedup_vs_stock < 1.15, r  # stock-equivalent math; two threads, one CPU bill
+    else:
+        assert r.reason.startswith(("too noisy", "box:", "baseline")), r.reason
