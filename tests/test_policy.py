@@ -44,7 +44,7 @@ def fn(body: str, args: str = "x, out") -> str:
     (fn("f(**x)"), "P019"), (fn("try:\n    pass\nexcept Exception as e:\n    pass"), "P015"),
     (fn("with x:\n    pass"), "P015"), (fn("global y"), "P015"), (fn("del x"), "P015"), (fn("yield x"), "P015"),
     (fn("import os"), "P015"), (fn("(v for v in x).gi_frame"), "P006"), (fn("lambda: y"), "P011"),
-    (fn("undefined_name(x)"), "P011"), (fn("out.set_(x, 0, (9,), (1,))"), "P019"),
+    (fn("undefined_name(x)"), "P011"), (fn("out.set_(x, 0, (9,), (1,))"), "P012"), (fn("out.set_(x)"), "P012"),
     (HEAD + "class K:\n    pass\n", "P015"), (HEAD + "x = torch.empty(3)\n", "P014"), (HEAD + "x = [1]\n", "P014"),
     (HEAD + "if True:\n    pass\n", "P014"), (HEAD + "torch.rsqrt = None\n", "P004"),
     (HEAD + "def f(x, cache={}):\n    pass\n", "P014"), (HEAD + "def f(x: 'torch.Tensor'):\n    pass\n", "P015"),
@@ -118,6 +118,8 @@ def test_every_example_demo_and_control_but_policy_violation_is_clean():
         found = scan_files(files)
         if manifest.parent.name == "policy_violation":
             assert {f.rule for f in found} >= {"P001", "P004"}, found
+        elif manifest.parent.name == "output_aliasing":  # out.set_(tmp): refused statically since set_ left
+            assert [(f.rule, f.line) for f in found] == [("P012", 27)], [str(f) for f in found]
         else:
             assert found == [], (manifest.parent.name, [str(f) for f in found])
         seen += 1
@@ -155,3 +157,32 @@ def test_miner_init_scaffolds_conforming_schema_2_bundles(tmp_path):
     for slot in slots:
         b = load_bundle(scaffold(slot, tmp_path / slot.replace(".", "-")))
         assert b.manifest.schema == "cacheon.bundle/2" and scan_files(b.files) == [], slot
+
+
+def test_no_metadata_mutator_is_allowed():
+    """set_, resize_, as_strided_, t_, ... change an argument's storage or layout for every later
+    user (an engine's weight): none is callable on a value, and `out=` on a torch call is refused."""
+    assert not allowlist.METADATA_MUTATORS & allowlist.VALUE_ATTRS
+    for name in allowlist.METADATA_MUTATORS - {"data", "grad"}:
+        assert rules(fn(f"x.{name}(out)")) & {"P012"}, name
+    assert "P019" in rules(fn("torch.empty(8, out=x)"))
+    assert "P019" in rules(fn("torch.sum(x, dim=0, out=out)"))
+    assert rules(fn("out.copy_(torch.abs(x))")) == set()
+
+
+def test_every_allowed_in_place_method_keeps_the_tensor_it_changes():
+    """Measured, not listed: each in-place method (trailing `_`) the allowlist keeps writes values
+    only; storage, offset, shape and strides of its tensor stay what they were."""
+    import torch
+
+    checked = []
+    for name in sorted(n for n in allowlist.VALUE_ATTRS if n.endswith("_") and hasattr(torch.Tensor, n)):
+        t = torch.rand(4, 6).t()  # non-contiguous: a layout change would show in the strides
+        before = (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride())
+        arg = {"copy_": (torch.rand(6, 4),), "fill_": (0.5,), "zero_": (), "clamp_": (0.0, 1.0)}.get(name, (2.0,))
+        if name in ("sqrt_", "rsqrt_", "square_", "exp_", "neg_", "abs_"):
+            arg = ()
+        getattr(t, name)(*arg)
+        assert (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride()) == before, name
+        checked.append(name)
+    assert len(checked) >= 14, checked

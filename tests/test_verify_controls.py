@@ -15,7 +15,6 @@ EXPECTED = {
     "partial_write": "partial_write",
     "nan_output": "nan_inf",
     "input_mutation": "input_mutated",
-    "output_aliasing": "output_aliasing",
     "host_sync": "host_sync",
     "import_crash": "import_error",
     "nondeterministic": "nondeterministic",
@@ -33,7 +32,7 @@ def test_every_cpu_control_is_listed():
     on_disk = {p.name for p in CONTROLS.iterdir() if (p / "manifest.toml").exists()
                and not p.name.startswith("subtle_")}  # quality-gate calibration: tests/test_subtle_controls.py
     multirank = {"corrupt_one_rank", "skip_collective"}  # collective controls: tests/test_verify_multirank.py
-    assert on_disk - set(EXPECTED) == {"policy_violation", "graph_cheat"} | multirank
+    assert on_disk - set(EXPECTED) == {"policy_violation", "output_aliasing", "graph_cheat"} | multirank
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -49,6 +48,15 @@ def test_policy_control_is_never_executed():
     assert report.status == "FAIL" and report.findings
     assert {op.failure.reason for op in report.ops} == {"not_run"}
     assert any("P001" in f for f in report.findings) and any("P004" in f for f in report.findings)
+
+
+def test_output_aliasing_control_is_refused_statically():
+    """`out.set_(tmp)` used to reach the worker's re-point check; set_ is off the allowlist now (it
+    re-points an engine's tensors for every later user), so the control ends `policy`, unexecuted."""
+    report = verify_bundle(load_bundle(CONTROLS / "output_aliasing"), OPTS)
+    assert report.status == "FAIL" and report.reasons[0].startswith("policy:"), report.render()
+    assert [f.split(": ")[0] for f in report.findings] == ["kernel.py:27"] and "P012" in report.findings[0]
+    assert {op.failure.reason for op in report.ops} == {"not_run"}
 
 
 def test_faithful_example_passes():

@@ -97,13 +97,22 @@ _VALUE_WORDS = """
     shape dtype device ndim is_cuda is_contiguous stride size numel dim element_size itemsize is_floating_point
     contiguous view view_as reshape flatten unsqueeze squeeze transpose permute expand expand_as narrow select chunk
     split t T mT clone new_empty new_zeros new_full masked_fill index_select gather
-    copy_ fill_ zero_ add_ sub_ mul_ div_ clamp_ pow_ sqrt_ rsqrt_ square_ exp_ neg_ abs_ set_
+    copy_ fill_ zero_ add_ sub_ mul_ div_ clamp_ pow_ sqrt_ rsqrt_ square_ exp_ neg_ abs_
     add sub mul div pow square sqrt rsqrt exp log neg abs amax amin max min sum mean cumsum argmax argmin topk sort
     flip clamp relu sigmoid tanh sin cos softmax matmul float half bfloat16 to type index eps tiny
     element_ty primitive_bitwidth scalar
     get items keys values append
 """
 VALUE_ATTRS = frozenset(_VALUE_WORDS.split())
+# Tensor methods that change what a tensor *is* (its storage, shape, strides, sharing or autograd
+# state) rather than the values in it. On an argument the change outlives the call: in an engine
+# `weight.set_(t)` re-points a weight every later user reads (the stock baseline route too), and
+# verify's re-point check saw it only on the call that did it. None of them may enter VALUE_ATTRS
+# (tests/test_policy.py); `out=` on a torch function resizes its target the same way and is a
+# P019 call form (policy.py, `static/state_out_kwarg_resize`).
+METADATA_MUTATORS = frozenset("""set_ resize_ resize_as_ as_strided_ squeeze_ unsqueeze_ t_ transpose_ swapdims_
+    swapaxes_ share_memory_ requires_grad_ retain_grad detach_ pin_memory record_stream untyped_storage storage
+    data grad""".split())
 # The only VALUE_ATTRS that may be read without being called (immutable facts: geometry, dtype,
 # device, finfo numbers, Triton type fields). Every other one is a method and may only be the
 # function of a call: as a bare value, a method name also reads a same-named DATA attribute of a

@@ -315,8 +315,9 @@ class _Checker(ModuleRules, TritonRules):
                 self.group_arg(node, full, A.GROUP_POSITION[full])
             elif isinstance(f, ast.Name) and self.resolve(f.id) == "bundle":
                 self.group_pass(node, f.id)
-        if isinstance(f, ast.Attribute) and f.attr == "set_" and (len(node.args) != 1 or node.keywords):
-            self.add(node, "P019", ".set_() takes exactly one tensor here (no storage, offset or size)")
+        if isinstance(f, ast.Attribute) and any(k.arg == "out" for k in node.keywords):
+            self.add(node, "P019", f".{f.attr}(out=...) resizes or re-points its target in place: write into a "
+                                   "tensor with .copy_() or a kernel instead")
         for a in node.args:
             self.expr(a)
         for k in node.keywords:
