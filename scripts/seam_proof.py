@@ -60,6 +60,8 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--engine-factory", default=None, help="tests only: a fake engine class module:attr")
+    ap.add_argument("--greedy-prompts", type=int, default=64, help="prompts of the greedy comparison step")
+    ap.add_argument("--greedy-tokens", type=int, default=64, help="tokens each greedy prompt generates")
     ap.add_argument("--engines", default="stock-1,nocand-1,faithful,wrong,raising,stock-2,nocand-2")
     a = ap.parse_args()
     cfg = load_config(a.config)
@@ -67,8 +69,8 @@ def main() -> int:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     w = cfg.workload
-    greedy = {"op": "generate", "tag": "greedy", "keep_outputs": True, "top_k": 0, "max_new_tokens": 64,
-              "prompts": {"seed": 777, "n": 64, "len": 128, "low": 100, "high": cfg.profile.vocab}}
+    greedy = {"op": "generate", "tag": "greedy", "keep_outputs": True, "top_k": 0, "max_new_tokens": a.greedy_tokens,
+              "prompts": {"seed": 777, "n": a.greedy_prompts, "len": 128, "low": 100, "high": cfg.profile.vocab}}
     tput = [{"op": "generate", "tag": f"tput-{i}", "timed": True, "top_k": 0, "max_new_tokens": w.output_len,
              "prompts": {"seed": 5000 + i, "n": w.prompts_per_window, "len": w.input_len, "low": 100,
                          "high": cfg.profile.vocab}} for i in range(a.reps)]

@@ -20,7 +20,9 @@ def _run(tmp_path, *argv: str) -> subprocess.CompletedProcess:
 
 def test_seam_proof_dry_run(tmp_path):
     out = tmp_path / "sp.json"
+    # the fake engine computes on CPU (the faithful one through interpreted Triton): small shapes
     r = _run(tmp_path, "scripts/seam_proof.py", "--out", str(out), "--reps", "1", "--work", str(tmp_path / "w"),
+             "--config", str(_small_config(tmp_path)), "--greedy-prompts", "16", "--greedy-tokens", "16",
              "--engines", "stock-1,faithful,wrong,raising,nocand-1")
     assert r.returncode == 0, r.stderr[-2000:]
     e = json.loads(out.read_text())["engines"]
