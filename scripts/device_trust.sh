@@ -12,6 +12,9 @@
 #   bash scripts/device_trust.sh gpucorpus  # the CUDA-only red-team bundles through `cacheon verify --device cuda`
 #   bash scripts/device_trust.sh e2e-product    # scripts/gpu_e2e.py, product phase (neurons/validator.py --once)
 #   bash scripts/device_trust.sh e2e-handicap   # scripts/gpu_e2e.py, TEST handicap phase (crown, weights, read-back)
+#   bash scripts/device_trust.sh startfix   # engine start on warm seeds at the fixed /cacheon-jit path (two
+#                                           # `arena warm` runs), then `bench --arena` (the stock-baseline fix)
+#   bash scripts/device_trust.sh example examples/norm.fused_add_rmsnorm   # one faithful example, `arena run`
 # Each step's limit is what is left of the call (DEADLINE_S, default 585 s from the start).
 set -u
 OUT=${OUT:-/tmp/out}
@@ -88,7 +91,18 @@ case "${1:-}" in
     step "$1" 570 python3 scripts/gpu_e2e.py --phases "$ph" --out "$OUT/$1.json" --work "/var/tmp/cacheon-$1"
     head -40 "$OUT/$1.txt"
     ;;
-  *) echo "usage: $0 wall|wall2|handicap|faithful|warmfaithful|gpucorpus|e2e-product|e2e-handicap"; exit 2 ;;
+  startfix)  # the second warm start is the number: ~35 s expected if the seeds hit (unmeasured)
+    step warm1 240 $C arena warm --config configs/arena/dense.toml; cat "$OUT/warm1.txt"
+    step warm2 200 $C arena warm --config configs/arena/dense.toml; cat "$OUT/warm2.txt"
+    step bench 140 $C bench examples/norm.rmsnorm --device cuda --arena configs/arena/dense.toml; head -30 "$OUT/bench.txt"
+    ;;
+  example)  # a faithful example's quality PASS in the dense arena (issue 14's list beyond norm.rmsnorm)
+    ex=${2:?usage: $0 example examples/SLOT}; n=$(basename "$ex")
+    step "arena-$n" 575 $C arena run --config configs/arena/dense.toml --bundle "$ex" --out "$OUT/arena-$n.json"
+    head -16 "$OUT/arena-$n.txt"
+    ;;
+  *) echo "usage: $0 wall|wall2|handicap|faithful|warmfaithful|gpucorpus|e2e-product|e2e-handicap|startfix|example DIR"
+     exit 2 ;;
 esac
 pkill -9 -f 'arena[.]engine_child|sglang[.]srt' 2>/dev/null
 (cd /var/tmp/cacheon 2>/dev/null && find . -maxdepth 5 \( -name '*.jsonl' -o -name 'result.json' \) -size -8M | tar czf "$OUT/work.tgz" -T - 2>/dev/null)
