@@ -123,3 +123,37 @@ def leaks(records: Sequence[dict[str, Any]], slot: str) -> tuple[list[str], list
                 route = str(a.get("ack", {}).get("route"))
             prev, prev_label = a.get("counts", {}), label
     return mine, theirs
+
+
+def tampering(records: Sequence[dict[str, Any]], slot: str) -> tuple[list[str], list[str]]:
+    """(challenger's, incumbent's, or the arena's): static inputs (engine state a kernel is handed:
+    seams/integrity.py) whose values changed, each named once per rank at the first answer that
+    saw it, with the route in force since the previous answer. A route answer's watch runs after
+    its recapture, so its interval ran the new route. Only the incumbent's route, or only
+    incumbent calls in the interval, make it the incumbent's (NO_DECISION: the baseline is not
+    the one claimed); any other change is the challenger's (FAIL). Inputs too large to watch are
+    the arena's: the baseline cannot be established (NO_DECISION)."""
+    mine: list[str] = []
+    theirs: list[str] = []
+    inc = receipt_key(slot, "incumbent")
+    for rank, answers in sorted(answer_trail(records).items()):
+        route, prev, prev_label, seen = "candidate", {}, "start", set()
+        for label, a in answers:
+            if a.get("kind") == "route":
+                route = str(a.get("ack", {}).get("route"))
+            static = a.get("static") or {}
+            counts = a.get("counts", {})
+            new = [n for n in static.get("tampered", []) if n not in seen]
+            seen.update(new)
+            if new:
+                d_mine, d_inc = _fired(counts, slot) - _fired(prev, slot), _fired(counts, inc) - _fired(prev, inc)
+                who = "incumbent" if route == "incumbent" or (d_inc and not d_mine) else "challenger"
+                (theirs if who == "incumbent" else mine).append(
+                    f"rank {rank}, between {prev_label} and {label} (route {route}): static input "
+                    f"{', '.join(sorted(new))} changed: the {who} wrote into engine state every kernel reads")
+            for n in static.get("unwatched", []):
+                if f"unwatched {n}" not in seen:
+                    seen.add(f"unwatched {n}")
+                    theirs.append(f"rank {rank}: static input {n} too large to watch for writes")
+            prev, prev_label = counts, label
+    return mine, theirs

@@ -17,7 +17,7 @@ from arena import calibrate, grading
 from arena import quality as q
 from arena import sequential as seq
 from arena.config import SPEED_METRICS, ArenaConfig
-from arena.evidence import check, leaks, receipts_from_answers
+from arena.evidence import check, leaks, receipts_from_answers, tampering
 from arena.host import EngineRun
 from arena.stage import StageContext, run_stage
 from arena.jobs import (
@@ -274,6 +274,10 @@ class Qualification:
         mine, theirs = leaks(run.records, op.slot)
         if theirs:
             ev = replace(ev, ok=False, baseline_problems=ev.baseline_problems + tuple(theirs))
+        wrote, wrote_inc = tampering(run.records, op.slot)  # engine state a kernel was handed
+        if wrote or wrote_inc:
+            ev = replace(ev, ok=False, problems=ev.problems + tuple(wrote),
+                         baseline_problems=ev.baseline_problems + tuple(wrote_inc))
         recs = []
         for w in windows:
             try:

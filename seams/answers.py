@@ -40,11 +40,16 @@ def check_nonce(nonce: Any) -> str:
 
 
 def snapshot(receipts: Any) -> dict[str, Any]:
-    """The rank's receipt counts and errors now (empty when the rank keeps no receipts)."""
+    """The rank's receipt counts and errors now (empty when the rank keeps no receipts), and the
+    static-input watch (seams/integrity.py): which engine-state inputs a kernel changed."""
+    from seams.integrity import WATCH
+
+    static = WATCH.report()
     if receipts is None:
-        return {"counts": {}, "errors": []}
+        return {"counts": {}, "errors": [], "static": static}
     with receipts._lock:
-        return {"counts": {k: dict(v) for k, v in receipts.counts.items()}, "errors": list(receipts.errors)}
+        return {"counts": {k: dict(v) for k, v in receipts.counts.items()}, "errors": list(receipts.errors),
+                "static": static}
 
 
 class AnswerLog:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from cacheon_subnet.slots.spec import SlotSpec
+from seams.integrity import WATCH
 
 
 class SeamError(RuntimeError):
@@ -165,6 +166,7 @@ def guarded(spec: SlotSpec, fn: Callable[..., Any], registry: Registry,
         receipts = registry.receipts
         if receipts is not None:
             receipts.note(key, "fired")
+        WATCH.watch(spec, kw)  # engine state it is handed: any write is seen at the next answer
         before = {n: (kw[n].data_ptr(), tuple(kw[n].shape), kw[n].dtype, tuple(kw[n].stride())) for n in written}
         # non-strict: a failed candidate may have re-pointed/resized an output; stock must write
         # where SGLang reads, so keep each written tensor's storage view to restore it
