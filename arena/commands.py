@@ -112,6 +112,8 @@ def cmd_arena_run(args: argparse.Namespace) -> int:
             incumbent = (inc, inc_op)
     if args.workdir:
         opts = replace(opts, workdir=Path(args.workdir))
+    if args.grade_always:
+        opts = replace(opts, grade_always=True)
     from arena.run import ArenaUnavailable
 
     try:
@@ -206,6 +208,9 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     r.add_argument("--op", help="which op of the bundle (slot id or op key), when it has several")
     r.add_argument("--workdir", help="where engines, receipts and result.json go (default $CACHEON_ARENA_HOME/arena/<arena id>/..., home /var/tmp/cacheon)")
     r.add_argument("--out", help="also copy the result JSON here")
+    r.add_argument("--grade-always", action="store_true",
+                   help="grade quality with the teacher whatever the speed verdict (the validator grades only a "
+                        "speed PASS; this costs one more engine start)")
     r.add_argument("--json", action="store_true")
     r.set_defaults(handler=cmd_arena_run)
     w = asub.add_parser("warm", help="warm the engines' JIT seed caches with one pristine engine (after an install or "

@@ -61,6 +61,9 @@ class RunOptions:
     control: str | None = None  # "stock-as-candidate" | "handicap" (seams/controls.py; never a crown)
     handicap_us: float = 0.0  # the handicap control's spin per baseline call
     devices: str | None = None  # CUDA_VISIBLE_DEVICES of every engine of this arena (one arena per GPU)
+    # T grades only a speed PASS (a slower or undecided kernel is not crowned whatever its
+    # quality, and T is an engine start); calibration runs and controls grade every verdict
+    grade_always: bool = False
 
 
 # stock-as-candidate: stock vs stock through the candidate route -> the role bias (speed only).
@@ -362,6 +365,9 @@ class Qualification:
                 return self.finish(*stop)
             confirm = self._judged(confirm, c_windows)
             self.update(confirm=confirm)
+        if speed.verdict != "PASS" and not self.opts.grade_always:
+            return self.finish(speed.verdict, f"speed: {speed.reason} (quality not graded: only a speed PASS "
+                                              "goes to the teacher)")
         stop = self._grade(base)
         if stop:
             return self.finish(*stop)

@@ -60,7 +60,7 @@ def main() -> int:
                  "runs": []}
     for i, name in enumerate(a.runs.split(",")):
         opts = RunOptions(workdir=work / f"{i}-{name}", checkpoint_root=Path(a.checkpoints),
-                          engine_factory=a.engine_factory)
+                          engine_factory=a.engine_factory, grade_always=True)  # the controls' quality is the point
         if name in ("role-bias", "handicap"):
             from dataclasses import replace
 

@@ -65,7 +65,7 @@ case "${1:-}" in
     head -14 "$OUT/handicap.txt"
     ;;
   faithful)
-    step faithful 500 $C arena run --config configs/arena/dense.toml --bundle examples/norm.rmsnorm --out "$OUT/faithful.json"
+    step faithful 500 $C arena run --config configs/arena/dense.toml --bundle examples/norm.rmsnorm --grade-always --out "$OUT/faithful.json"
     head -14 "$OUT/faithful.txt"
     step verify-arena 80 $C verify examples/norm.rmsnorm --device cuda --arena configs/arena/dense.toml
     tail -4 "$OUT/verify-arena.txt"
@@ -73,7 +73,7 @@ case "${1:-}" in
   warmfaithful)
     step warm 260 $C arena warm --config configs/arena/dense.toml
     cat "$OUT/warm.txt"
-    step faithful 560 $C arena run --config configs/arena/dense.toml --bundle examples/norm.rmsnorm --out "$OUT/faithful.json"
+    step faithful 560 $C arena run --config configs/arena/dense.toml --bundle examples/norm.rmsnorm --grade-always --out "$OUT/faithful.json"
     head -16 "$OUT/faithful.txt"
     packcache
     ;;
@@ -98,7 +98,7 @@ case "${1:-}" in
     ;;
   example)  # a faithful example's quality PASS in the dense arena (issue 14's list beyond norm.rmsnorm)
     ex=${2:?usage: $0 example examples/SLOT}; n=$(basename "$ex")
-    step "arena-$n" 575 $C arena run --config configs/arena/dense.toml --bundle "$ex" --out "$OUT/arena-$n.json"
+    step "arena-$n" 575 $C arena run --config configs/arena/dense.toml --bundle "$ex" --grade-always --out "$OUT/arena-$n.json"
     head -16 "$OUT/arena-$n.txt"
     ;;
   *) echo "usage: $0 wall|wall2|handicap|faithful|warmfaithful|gpucorpus|e2e-product|e2e-handicap|startfix|example DIR"

@@ -31,7 +31,7 @@ def env(tmp_path, monkeypatch):
 
 def _opts(env: Path) -> RunOptions:
     return RunOptions(workdir=env / "work", checkpoint_root=env / "ckpt",
-                      engine_factory="tests.arena.fake_engine:FakeEngine")
+                      engine_factory="tests.arena.fake_engine:FakeEngine", grade_always=True)
 
 
 def test_corpus_is_policy_clean():

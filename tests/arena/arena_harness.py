@@ -35,9 +35,12 @@ def runtime_env(tmp: Path, monkeypatch: Any) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
-def run(bundle: Bundle, tmp: Path, engine: str = "FakeEngine", cfg: Any = None) -> dict[str, Any]:
+def run(bundle: Bundle, tmp: Path, engine: str = "FakeEngine", cfg: Any = None,
+        grade_always: bool = True) -> dict[str, Any]:
+    """grade_always: the controls' quality verdicts are what these tests check, whatever the
+    speed verdict (the validator's own path grades only a speed PASS)."""
     opts = RunOptions(workdir=tmp / "work", checkpoint_root=tmp / "ckpt",
-                      engine_factory=f"tests.arena.fake_engine:{engine}")
+                      engine_factory=f"tests.arena.fake_engine:{engine}", grade_always=grade_always)
     return qualify(cfg or small_config(), bundle, bundle.manifest.ops[0], opts)
 
 

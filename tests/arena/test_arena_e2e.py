@@ -80,6 +80,16 @@ def test_stock_speed_candidate_gets_no_crown(env):
     assert r["verdict"] in ("FAIL", "NO_DECISION"), r["speed"]
 
 
+def test_the_validators_path_sends_only_a_speed_pass_to_the_teacher(env):
+    """A stock-speed kernel is not crowned whatever its quality: on the validator's path (no
+    grade_always) no teacher engine starts for it, and the reason says quality was not graded."""
+    r = h.run(h.torch_bundle("plain"), env, cfg=h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5),
+              grade_always=False)
+    assert r["verdict"] in ("FAIL", "NO_DECISION"), r["reason"]
+    assert "teacher" not in r["stages"] and "quality" not in r, sorted(r["stages"])
+    assert "quality not graded" in r["reason"], r["reason"]
+
+
 def test_really_faster_candidate_passes(env):
     r = h.run(h.torch_bundle(), env, engine="SlowStockEngine",
               cfg=h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5))
@@ -197,7 +207,8 @@ def test_head_to_head_against_an_incumbent(env):
     from arena.run import RunOptions, qualify
 
     ch, inc = h.torch_bundle("challenger"), h.torch_bundle("incumbent")
-    opts = RunOptions(workdir=env / "w", checkpoint_root=env / "c", engine_factory="tests.arena.fake_engine:FakeEngine")
+    opts = RunOptions(workdir=env / "w", checkpoint_root=env / "c", engine_factory="tests.arena.fake_engine:FakeEngine",
+                      grade_always=True)
     r = qualify(h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5), ch, ch.manifest.ops[0], opts,
                 incumbent=(inc, inc.manifest.ops[0]))
     assert r["baseline"].startswith(f"incumbent {inc.digest}")
