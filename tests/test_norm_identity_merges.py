@@ -49,9 +49,24 @@ SECOND = '\n[[ops]]\nslot = "norm.rmsnorm"\nentry = "rmsnorm:{}"\nvariant = "b"\
 
 def test_order_of_two_ops_of_one_slot_counts() -> None:
     # the qualifier times the first op of a slot in manifest order (loop._qualify)
+    # (each op keeps its variant, so the engine's order by variant is the same in both)
     fast_first = MAN + SECOND.format("slow")
-    slow_first = MAN.replace('entry = "rmsnorm:rmsnorm"', 'entry = "rmsnorm:slow"') + SECOND.format("rmsnorm")
+    head, op = MAN.split("[[ops]]")
+    slow_first = head + SECOND.format("slow").lstrip("\n") + "\n[[ops]]" + op
     assert ident({"rmsnorm.py": TWO, "manifest.toml": fast_first}) != ident({"rmsnorm.py": TWO, "manifest.toml": slow_first})
+    # ops of different slots in either order are a copy
+    other = '\n[[ops]]\nslot = "activation.silu_and_mul"\nentry = "rmsnorm:slow2"\n'
+    src = TWO + "\n\ndef slow2(x, out):\n    out.copy_(x)\n"
+    swapped = head + other.lstrip("\n") + "\n[[ops]]" + op
+    assert ident({"rmsnorm.py": src, "manifest.toml": MAN + other}) == ident({"rmsnorm.py": src, "manifest.toml": swapped})
+
+
+def test_variants_sharing_a_custom_op_tag_count() -> None:
+    # "x-y" and "x_y" register the same custom-op name: the engine refuses the second
+    a = MAN.replace('entry = "rmsnorm:rmsnorm"', 'entry = "rmsnorm:rmsnorm"\nvariant = "x-y"') + SECOND.format("slow")
+    b = a.replace('variant = "b"', 'variant = "x_y"')
+    c = a.replace('variant = "b"', 'variant = "x_z"')
+    assert ident({"rmsnorm.py": TWO, "manifest.toml": b}) != ident({"rmsnorm.py": TWO, "manifest.toml": c})
 
 
 def test_variant_labels_that_reorder_candidates_count() -> None:
