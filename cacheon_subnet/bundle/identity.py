@@ -7,7 +7,8 @@ submissions). Two bundles with the same normalized identity run the same code, s
 commit is settled from the earlier one's verdict without re-timing.
 
 How (`normalized_identity`): every .py member is parsed (Python's `ast`: comments and formatting
-are gone), docstrings are dropped, and names are alpha-renamed by their place in the program,
+are gone), docstrings are dropped, dead code and order-free definition order are removed where
+that provably changes nothing (identity_tidy.py), and names are alpha-renamed by their place in the program,
 never by their spelling: module-level bindings `g#<i>` in binding order, locals `v<depth>#<i>`
 (depth-qualified, so a shadowing rename can never merge two programs), parameters `a0#<i>`
 by position, modules `m#<i>` in the order the manifest's entries, their parent packages (whose
@@ -37,8 +38,9 @@ from typing import Any
 
 from cacheon_subnet.bundle.archive import Bundle
 from cacheon_subnet.bundle.identity_rules import manifest_doc, reserved_param
+from cacheon_subnet.bundle.identity_tidy import tidy
 
-SCHEMA = f"cacheon.norm-identity/2/py{sys.version_info[0]}.{sys.version_info[1]}"
+SCHEMA = f"cacheon.norm-identity/3/py{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,9 @@ class _Program:
                     self.pkg.add(name)
                 self.strings |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
         self.entries = [(o.module, o.attr) for o in bundle.manifest.ops]
+        tidy({m: mod.tree for m, mod in self.mods.items()}, set(self.entries))
+        self.strings = {n.value for mod in self.mods.values() for n in ast.walk(mod.tree)
+                        if isinstance(n, ast.Constant) and isinstance(n.value, str)}  # what is left of them
         self.order = self._order()
         self.gmaps = {m: self._globals(self.mods[m].tree) for m in self.order}
         self.fixed_params = self._fixed_params()
