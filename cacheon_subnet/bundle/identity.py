@@ -7,11 +7,13 @@ submissions). Two bundles with the same normalized identity run the same code, s
 commit is settled from the earlier one's verdict without re-timing.
 
 How (`normalized_identity`): every .py member is parsed (Python's `ast`: comments and formatting
-are gone), docstrings are dropped, and names are alpha-renamed by their place in the program,
-never by their spelling: module-level bindings `g<i>` in binding order, locals `v<depth>_<i>`
-(depth-qualified, so a shadowing rename can never merge two programs), parameters `a<depth>_<i>`
-by position, modules `m<i>` in the order the manifest's entries and their relative imports reach
-them. Constants, attribute names, keyword names of calls to code outside the bundle, operators
+are gone), docstrings are dropped, dead code and order-free definition order are removed where
+that provably changes nothing (identity_tidy.py), and names are alpha-renamed by their place in the program,
+never by their spelling: module-level bindings `g#<i>` in binding order, locals `v<depth>#<i>`
+(depth-qualified, so a shadowing rename can never merge two programs), parameters `a0#<i>`
+by position, modules `m#<i>` in the order the manifest's entries, their parent packages (whose
+__init__.py runs first; recorded per module) and their relative imports reach them. A canonical
+name holds `#`, so no kept spelling can ever equal one. Constants, attribute names, keyword names of calls to code outside the bundle, operators
 and statement order are kept. Triton kernels are ordinary functions here, so they are covered.
 
 Renaming is never allowed to merge two programs that behave differently (a false copy would
@@ -19,8 +21,9 @@ settle a fixed bundle from a broken one's verdict), so a name stays verbatim whe
 spelling can matter: the entry functions' parameters (the seam calls kernels by keyword); the
 parameters of a function used other than by direct call (passed around, `partial`); any name
 that also appears as a string literal in the bundle (autotune configs, `__all__`, kwargs dicts);
-dotted `import a.b` bindings. Keyword arguments of direct calls to a bundle function follow its
-parameters' renaming. Non-Python members count by path and bytes. A bundle that does not parse
+dotted `import a.b` bindings; parameters Triton's launcher binds by name (identity_rules.py:
+`debug`, `grid`, `num_warps`, ...). Keyword arguments of direct calls to a bundle function follow
+its parameters' renaming, through relative re-exports to the def itself. Non-Python members count by path and bytes. A bundle that does not parse
 has no normalized identity (the byte digest still applies).
 """
 
@@ -34,8 +37,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from cacheon_subnet.bundle.archive import Bundle
+from cacheon_subnet.bundle.identity_rules import manifest_doc, reserved_param
+from cacheon_subnet.bundle.identity_tidy import tidy
 
-SCHEMA = f"cacheon.norm-identity/1/py{sys.version_info[0]}.{sys.version_info[1]}"
+SCHEMA = f"cacheon.norm-identity/3/py{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,9 @@ class _Program:
                     self.pkg.add(name)
                 self.strings |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
         self.entries = [(o.module, o.attr) for o in bundle.manifest.ops]
+        tidy({m: mod.tree for m, mod in self.mods.items()}, set(self.entries))
+        self.strings = {n.value for mod in self.mods.values() for n in ast.walk(mod.tree)
+                        if isinstance(n, ast.Constant) and isinstance(n.value, str)}  # what is left of them
         self.order = self._order()
         self.gmaps = {m: self._globals(self.mods[m].tree) for m in self.order}
         self.fixed_params = self._fixed_params()
@@ -95,6 +103,11 @@ class _Program:
                 out += [d for d in [dest, *(f"{dest}.{a.name}" if dest else a.name for a in node.names)] if d in self.mods]
         return out
 
+    def _ancestors(self, m: str) -> list[str]:
+        """The bundle packages Python imports before module m (their __init__.py runs first)."""
+        parts = m.split(".") if m else []
+        return [a for a in ("", *(".".join(parts[:i]) for i in range(1, len(parts)))) if a != m and a in self.mods]
+
     def _order(self) -> list[str]:
         """Modules in the order the entries reach them (breadth first); the rest by content."""
         order: list[str] = []
@@ -103,7 +116,7 @@ class _Program:
             m = queue.pop(0)
             if m in self.mods and m not in order:
                 order.append(m)
-                queue += self._imports(m)
+                queue += [*self._ancestors(m), *self._imports(m)]
         rest = [m for m in self.mods if m not in order]
         return order + sorted(rest, key=lambda m: ast.dump(self.mods[m].tree))
 
@@ -122,7 +135,7 @@ class _Program:
         out: dict[str, str] = {}
         for n in names:
             if n not in out and not self._keep(n):
-                out[n] = f"g{len(out)}"
+                out[n] = f"g#{len(out)}"
         return out
 
     def _origins(self, m: str) -> dict[str, tuple[str, str]]:
@@ -132,8 +145,28 @@ class _Program:
         for st in tree.body:
             if isinstance(st, ast.ImportFrom) and st.level:
                 dest = _resolve(m, st.level, st.module, m in self.pkg)
-                out.update({a.asname or a.name: (dest, a.name) for a in st.names if dest in self.mods})
+                out.update({a.asname or a.name: self._definition(dest, a.name) for a in st.names if dest in self.mods})
         return out
+
+    def _definition(self, mod: str, name: str) -> tuple[str, str]:
+        """Where `name` of bundle module `mod` is defined, following relative re-exports (a
+        package's `from .impl import f`): keyword calls bind by that def's parameters."""
+        seen: set[tuple[str, str]] = set()
+        while (mod, name) not in seen and len(seen) < 64:
+            seen.add((mod, name))
+            nxt: tuple[str, str] | None = None
+            for st in self.mods[mod].tree.body:  # the last binding of the name wins, as at import
+                if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) and st.name == name:
+                    nxt = None
+                elif isinstance(st, ast.ImportFrom) and st.level:
+                    dest = _resolve(mod, st.level, st.module, mod in self.pkg)
+                    for a in st.names:
+                        if (a.asname or a.name) == name:
+                            nxt = (dest, a.name) if dest in self.mods else None
+            if nxt is None:
+                return mod, name
+            mod, name = nxt
+        return mod, name
 
     def _fixed_params(self) -> set[tuple[str, str]]:
         """(module, function) whose parameter names must stay: the entries, and functions referred
@@ -154,19 +187,21 @@ class _Program:
         return fixed
 
     def identity(self) -> dict[str, Any]:
-        mods = {m: f"m{i}" for i, m in enumerate(self.order)}
+        mods = {m: f"m#{i}" for i, m in enumerate(self.order)}
         params = {}  # (module, function) -> {param name: canonical}
         for m in self.order:
             for st in self.mods[m].tree.body:
                 if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) and (m, st.name) not in self.fixed_params:
                     a = st.args
                     allp = [*a.posonlyargs, *a.args, *a.kwonlyargs]
-                    params[(m, st.name)] = {p.arg: f"a0_{i}" for i, p in enumerate(allp) if not self._keep(p.arg)}
+                    params[(m, st.name)] = {p.arg: f"a0#{i}" for i, p in enumerate(allp)
+                                             if not self._keep(p.arg) and not reserved_param(p.arg)}
         out = {}
         for m in self.order:
             tree = _Renamer(self, m, mods, params).visit(self.mods[m].tree)
             out[mods[m]] = ast.dump(tree, annotate_fields=False, include_attributes=False)
-        return {"modules": out, "entries": [[mods.get(mod, mod), self.gmaps.get(mod, {}).get(attr, attr)]
+        packages = {mods[m]: [mods[a] for a in self._ancestors(m)] for m in self.order if self._ancestors(m)}
+        return {"modules": out, "packages": packages, "entries": [[mods.get(mod, mod), self.gmaps.get(mod, {}).get(attr, attr)]
                                             for mod, attr in self.entries]}
 
 
@@ -248,7 +283,7 @@ class _Renamer(ast.NodeTransformer):
         for st in _own_nodes(node):
             for n in _bound(st):
                 if n not in scope and n not in declared and not self.p._keep(n):
-                    scope[n] = f"v{depth}_{len(scope)}"
+                    scope[n] = f"v{depth}#{len(scope)}"
         self.scopes.append(scope)
         outer, self.in_class = self.in_class, False
         args = self.visit(a)
@@ -306,15 +341,6 @@ def _bound(n: ast.AST) -> list[str]:
     return []
 
 
-def _manifest_doc(bundle: Bundle, entries: list[list[str]]) -> list[dict[str, Any]]:
-    """The manifest fields that change what runs: slot, its version, dtypes, eligibility; the
-    entry as renamed. Names, descriptions and the variant label do not."""
-    doc = bundle.manifest.to_json()["ops"]
-    return sorted(({"slot": o["slot"], "slot_version": o["slot_version"], "dtypes": sorted(o["dtypes"]),
-                    "constraints": o["constraints"], "entry": e} for o, e in zip(doc, entries)),
-                  key=lambda d: json.dumps(d, sort_keys=True))
-
-
 def normalized_document(bundle: Bundle) -> dict[str, Any] | None:
     """What the identity hashes (for tests and for explaining a match); None: it does not parse."""
     try:
@@ -324,8 +350,8 @@ def normalized_document(bundle: Bundle) -> dict[str, Any] | None:
         return None
     other = {p: hashlib.sha256(d).hexdigest() for p, d in sorted(bundle.files.items())
              if not p.endswith(".py") and p != "manifest.toml"}
-    return {"schema": SCHEMA, "ops": _manifest_doc(bundle, ident["entries"]), "modules": ident["modules"],
-            "files": other}
+    return {"schema": SCHEMA, "ops": manifest_doc(bundle, ident["entries"]), "modules": ident["modules"],
+            "packages": ident["packages"], "files": other}
 
 
 def normalized_identity(bundle: Bundle) -> str | None:

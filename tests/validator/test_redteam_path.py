@@ -31,8 +31,9 @@ from cacheon_subnet.validator.loop import Validator, ValidatorConfig
 from cacheon_subnet.validator.qualify import QualifyResult
 
 SRC = (EXAMPLES / "norm.rmsnorm" / "rmsnorm.py").read_text()
-# A near-copy the normalized identity does not catch: one statement that does nothing.
-NOOP = SRC.replace("rstd = 1.0 / tl.sqrt(var + eps)", "rstd = 1.0 / tl.sqrt(var + eps)\n    pass")
+# A near-copy the normalized identity does not catch: one statement that does nothing (an unused
+# local; a `pass` or a bare literal is dropped by identity_tidy.py and caught).
+NOOP = SRC.replace("rstd = 1.0 / tl.sqrt(var + eps)", "rstd = 1.0 / tl.sqrt(var + eps)\n    spare = rstd")
 
 
 @pytest.fixture(scope="module")
