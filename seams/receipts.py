@@ -12,8 +12,10 @@ atomically, debounced, and flushed at checkpoints the seam chooses.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import threading
 import time
 from collections import defaultdict
@@ -95,13 +97,55 @@ class Receipts:
             os.replace(tmp, path)
 
 
+MAX_RECEIPT_BYTES = 4 << 20  # a receipt is a few KiB (counts per slot, route acks)
+MAX_RECEIPT_FILES = 256  # one per process that ran the seam (scheduler ranks, a stray role)
+
+
+def _read_receipt(path: Path) -> dict:
+    """One receipt, read by the HOST as root from a dir the engine's sandbox uid writes: never
+    through a symlink (it would resolve on the host, outside the engine's view: a wallet), never
+    blocking on a FIFO or a device, never more than MAX_RECEIPT_BYTES."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise OSError("a symlink (never followed)" if e.errno == errno.ELOOP else e.strerror) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"not a regular file (mode {stat.filemode(st.st_mode)})")
+        if st.st_size > MAX_RECEIPT_BYTES:
+            raise OSError(f"{st.st_size} bytes, more than any receipt ({MAX_RECEIPT_BYTES})")
+        data = os.read(fd, MAX_RECEIPT_BYTES + 1)
+        if len(data) > MAX_RECEIPT_BYTES:
+            raise OSError(f"grew past {MAX_RECEIPT_BYTES} bytes while read")
+    finally:
+        os.close(fd)
+    rec = json.loads(data)
+    if not isinstance(rec, dict):
+        raise ValueError(f"a receipt is a JSON object, not {type(rec).__name__}")
+    return rec
+
+
+def _unreadable(why: str) -> dict:
+    return {"role": "unreadable", "rank": -1, "pid": -1, "slots": {}, "errors": [why[:300]]}
+
+
 def read_receipts(directory: str | os.PathLike[str]) -> list[dict]:
+    """Every receipt-*.json of `directory`; anything else there (a link, a FIFO, a huge file, more
+    files than processes) is an `unreadable` receipt, which coverage() counts against the run."""
+    names: list[str] = []
+    with os.scandir(directory) as it:
+        for e in it:
+            if e.name.startswith("receipt-") and e.name.endswith(".json"):
+                names.append(e.name)
+                if len(names) > MAX_RECEIPT_FILES:
+                    return [_unreadable(f"more than {MAX_RECEIPT_FILES} receipt files: not one per process")]
     out = []
-    for p in sorted(Path(directory).glob("receipt-*.json")):
+    for name in sorted(names):
         try:
-            out.append(json.loads(p.read_text()))
+            out.append(_read_receipt(Path(directory) / name))
         except (OSError, ValueError) as e:
-            out.append({"role": "unreadable", "rank": -1, "pid": -1, "slots": {}, "errors": [f"{p.name}: {e}"]})
+            out.append(_unreadable(f"{name}: {e}"))
     return out
 
 
@@ -124,6 +168,9 @@ def coverage(receipts: Iterable[dict], slots: Iterable[str], expected_ranks: Ite
     per_rank: dict[int, dict] = {}
     errors: dict[int, list] = {}
     for r in receipts:
+        if r.get("role") == "unreadable":  # read_receipts: a link, FIFO, huge file... left in the dir
+            problems.append("receipt from role 'unreadable' (pid -1): " + "; ".join(map(str, r.get("errors") or []))[:300])
+            continue
         if r.get("role") != "scheduler":
             problems.append(f"receipt from role {r.get('role')!r} (pid {r.get('pid')}): candidate code outside a scheduler rank")
             continue

@@ -191,7 +191,8 @@ def preflight() -> WallConfig:
         raise SandboxError(
             f"sandbox: the validator runs as uid {os.geteuid()}, not root, so it cannot start contribution code "
             "under a dedicated uid (a shared uid is no boundary: same-uid processes can ptrace and signal it). "
-            "Run the validator as root (container default), or set CACHEON_SANDBOX=weak for local development only")
+            "Run the validator as root (container default); CACHEON_SANDBOX=weak is for local development only "
+            "(a validator off a local chain refuses it)")
     cfg = wall_config()
     tool = fsview.unreachable_by(cfg.uid, cfg.gid, cfg.bwrap)
     if tool:

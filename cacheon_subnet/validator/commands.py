@@ -149,6 +149,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     log = get_logger("cacheon.validator.startup", netuid=args.netuid)
     local = startup.is_local(args.chain, args.subtensor_network)
     try:
+        startup.check_sandbox(local, log)
         arena = startup.arena_spec(args.arena, local, args.subtensor_network)
         qualifier = startup.check_timing(load_qualifier(arena), local, args.allow_cpu_timing, args.subtensor_network)
         if args.chain == "local":

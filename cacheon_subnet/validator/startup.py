@@ -66,6 +66,33 @@ def existing_state_dirs() -> list[Path]:
     return sorted(p.parent for p in root.glob("*/*/*/validator.sqlite"))
 
 
+def check_sandbox(local: bool, log: Any = None) -> str:
+    """Off a local chain the OS wall must hold before anything is fetched: CACHEON_SANDBOX=weak or
+    a host where the wall cannot start (not root, no bwrap, no user namespaces, an unreadable
+    venv) is refused here, not found at the first bundle (weak mode there ran miner code as the
+    validator's own uid with its wallet and state DB in reach). Returns "wall"; on a local chain
+    (development, tests) nothing is enforced here: why the wall is weak, else "unchecked"."""
+    from cacheon_subnet.errors import SandboxError
+    from cacheon_subnet.sandbox import SandboxPolicy, launcher, weak_requested
+
+    weak = weak_requested(SandboxPolicy())
+    if local:
+        if weak and log is not None:
+            log.warning("validator.sandbox_weak", reason=weak, uid=os.getuid())
+        return weak or "unchecked"
+    if weak:
+        raise StartupError(f"the sandbox is in WEAK MODE ({weak}): contribution code would run as uid {os.getuid()} "
+                           "with no dedicated user, filesystem view or seccomp filter (the wallet and the state DB in "
+                           "reach). Weak mode is for local chains only: unset CACHEON_SANDBOX and check `cacheon "
+                           "doctor --gpu`")
+    try:
+        launcher.preflight()
+    except SandboxError as exc:
+        raise StartupError(f"the sandbox wall does not hold on this host: {exc}. `cacheon doctor --gpu` shows every "
+                           "layer; a validator off a local chain never runs without it") from None
+    return "wall"
+
+
 def arena_spec(arena: str | None, local: bool, network: str) -> str:
     """--arena: required (a GPU config) on a non-local chain; "cpu" is the local default."""
     if arena:

@@ -181,3 +181,60 @@ def test_demo_never_wipes_a_directory_it_did_not_create(tmp_path):
     r = neuron("--chain", "local", "--demo", "--state-dir", str(mine))
     assert r.returncode == 2 and "not created by cacheon" in r.stderr, r.stderr[-1500:]
     assert (mine / "thesis.tex").read_text() == "years of work"
+
+
+def _finney(tmp_path: Path, monkeypatch) -> list[str]:
+    """A mainnet command line whose arena checks pass on any box (CPU timing, opted in); the chain
+    is a stub that says so when reached (the old code got that far in weak mode)."""
+    import cacheon_subnet.chain
+
+    def reached(*a, **k):
+        raise startup.StartupError("REACHED THE CHAIN")
+
+    monkeypatch.setattr(cacheon_subnet.chain, "make_backend", reached)
+    return ["--netuid", "7", "--subtensor.network", "finney", "--arena", "cpu", "--allow-cpu-timing",
+            "--state-dir", str(tmp_path / "s")]
+
+
+def test_neuron_refuses_weak_sandbox_mode_off_a_local_chain(tmp_path, capsys, monkeypatch):
+    """Red team 2026-12-01: CACHEON_SANDBOX=weak (documented, for development; the non-root
+    preflight error even suggested it) was honoured by a mainnet validator: one stderr line per
+    launch, and every bundle ran as the validator's uid (root) with the wallet and the state DB
+    in reach: the original break. Now it is refused before the arena, the chain or the state dir."""
+    from cacheon_subnet.validator.commands import main
+
+    monkeypatch.setenv("CACHEON_SANDBOX", "weak")
+    assert main(_finney(tmp_path, monkeypatch)) == 2
+    err = capsys.readouterr().err
+    assert "start-up check failed" in err and "WEAK MODE" in err and "local chains only" in err, err[-1500:]
+    assert not (tmp_path / "s").exists()
+    assert startup.check_sandbox(local=True) == "CACHEON_SANDBOX=weak"  # local development keeps it (loudly)
+
+
+def test_neuron_refuses_a_host_where_the_wall_cannot_start(tmp_path, capsys, monkeypatch):
+    """A validator that is not root (or lacks bwrap, user namespaces...) cannot drop contribution
+    code to a dedicated uid. It used to start, pass every check and find out per bundle."""
+    from cacheon_subnet.sandbox import launcher
+    from cacheon_subnet.validator.commands import main
+
+    monkeypatch.delenv("CACHEON_SANDBOX", raising=False)
+    argv = _finney(tmp_path, monkeypatch)
+    launcher.preflight.cache_clear()
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(os, "geteuid", lambda: 1000)
+            assert main(argv) == 2
+    finally:
+        launcher.preflight.cache_clear()
+    err = capsys.readouterr().err
+    assert "the sandbox wall does not hold" in err and "not root" in err and "doctor" in err, err[-1500:]
+    assert "set CACHEON_SANDBOX=weak" not in err  # no longer the advice
+    assert not (tmp_path / "s").exists()
+    if os.geteuid() == 0 and sandbox_ok():
+        assert startup.check_sandbox(local=False) == "wall"
+
+
+def sandbox_ok() -> bool:
+    from cacheon_subnet import sandbox
+
+    return sandbox.can_drop_privileges()
