@@ -139,6 +139,11 @@ class LocalPool:
     def __init__(self, qualifier: Any, devices: tuple[str, ...]) -> None:
         if not devices or len(set(devices)) != len(devices):
             raise ValueError(f"LocalPool: devices must be distinct and non-empty, got {devices}")
+        gpus = [g.strip() for d in devices for g in d.split(",")]
+        if not all(g.isdigit() for g in gpus) or len({int(g) for g in gpus}) != len(gpus):
+            # "0+1,1+2" or "0,00" passed the string check: two arenas on one GPU at once (red team)
+            raise ValueError(f"LocalPool: every GPU may serve one arena only, got {devices} "
+                             f"(GPU indices {sorted(int(g) for g in gpus if g.isdigit())})")
         if not hasattr(qualifier, "on_devices"):
             raise ValueError(f"{type(qualifier).__name__} cannot be bound to a GPU (no on_devices)")
         self.arena_id, self.label = qualifier.arena_id, qualifier.label

@@ -149,3 +149,22 @@ def test_a_ray_worker_cannot_answer_for_another_job_or_target():
     pool.submit(job)
     (got,) = pool.poll()
     assert got.result is not None and got.result.verdict == "PASS" and got.error is None
+
+
+def test_no_gpu_serves_two_arenas():
+    """Red team: LocalPool checked the device *strings* only, so `--arena-gpus 0+1,1+2` (GPU 1 in
+    two TP groups), `0,00` or `0+0` ran two arenas (or one TP group twice) on one GPU at once:
+    each engine's memory check and timing met the other's load (NO_DECISION or a noisy FAIL)."""
+    import pytest
+
+    @dataclass(frozen=True)
+    class Bound(FakeQualifier):
+        devices: str | None = None
+
+        def on_devices(self, d: str) -> "Bound":
+            return replace(self, devices=d)
+
+    for bad in (("0,1", "1,2"), ("0", "00"), ("0,0",), ("1", "2,01")):
+        with pytest.raises(ValueError, match="one arena only"):
+            LocalPool(Bound(), bad)
+    LocalPool(Bound(), ("0,1", "2,3")).close()
