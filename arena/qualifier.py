@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import math
-from dataclasses import dataclass
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from arena.config import ArenaConfig
@@ -42,8 +47,40 @@ class GpuQualifier:
         if incumbent is not None and incumbent_bundle is not None:
             inc_op = next((o for o in incumbent_bundle.manifest.ops if o.slot == op.slot), None)
         pair = (incumbent_bundle, inc_op) if incumbent_bundle is not None and inc_op is not None else None
-        result = qualify(self.config, bundle, op, self.options(bundle, op), incumbent=pair)
+        opts = self.options(bundle, op)
+        with exclusive_workdir(opts.workdir) as work:
+            result = qualify(self.config, bundle, op, replace(opts, workdir=work), incumbent=pair)
         return to_qualify_result(result, op, incumbent, self.arena_id, self.label, head_to_head=pair is not None)
+
+
+WORKDIR_TRIES = 64
+
+
+@contextlib.contextmanager
+def exclusive_workdir(base: Path, tries: int = WORKDIR_TRIES) -> Iterator[Path]:
+    """`base`, or `base.1`, `base.2`, ... : the first whose lock no other run holds, held for the
+    whole run. The workdir is named by bundle digest and op only, so two runs of one bundle at
+    once on one host (arenas on two GPUs, Ray tasks on one worker host) met in one dir: same
+    engine tree (the second run's rmtree of it), same receipts and result.json (red team). Two
+    contributions of one digest run at once when the earlier commit appears after the later one
+    was dispatched (intake's swap), or when a restarted validator re-dispatches a job whose old
+    run is still alive (a Ray Client session's grace period). flock: per open file, so threads of
+    one process exclude each other too; the lock dies with the run's process."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for i in range(tries):
+        work = base if i == 0 else base.with_name(f"{base.name}.{i}")
+        fd = os.open(f"{work}.lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            yield work
+        finally:
+            os.close(fd)
+        return
+    raise RuntimeError(f"arena workdir {base}: {tries} runs of this bundle and op hold it already")
 
 
 def to_qualify_result(result: dict[str, Any], op: OpEntry, incumbent: Crown | None, arena_id: str,

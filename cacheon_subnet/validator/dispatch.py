@@ -51,8 +51,19 @@ class JobResult:
     incumbent_id: str | None = None  # the crown it was measured against
 
 
-def job_key(contribution_id: str, target: str, attempts: int, remeasures: int) -> str:
-    return f"{contribution_id}|{target}|a{attempts}|r{remeasures}"
+def job_key(contribution_id: str, target: str, attempts: int, remeasures: int, finished: int = 0) -> str:
+    """finished: how many jobs of (contribution, target) already have a recorded outcome. It makes
+    the key of a new job differ from every recorded one whatever `attempts` did meanwhile (another
+    op's PASS resets it to 0; a lost cache sends the contribution through verify again): a
+    repeated key was found recorded and the op was never dispatched again (red team)."""
+    return f"{contribution_id}|{target}|a{attempts}|r{remeasures}|n{finished}"
+
+
+def finished_jobs(db: Any, cid: str, target: str) -> int:
+    """Jobs of (cid, target) with a recorded outcome in the state DB (one `job:` row each)."""
+    prefix = f"job:{cid}|{target}|"
+    row = db.con.execute("SELECT COUNT(*) FROM kv WHERE substr(key, 1, ?)=?", (len(prefix), prefix)).fetchone()
+    return int(row[0])
 
 
 def run_job(qualifier: Any, job: QualifyJob, worker: str = "") -> JobResult:
@@ -78,6 +89,34 @@ def run_job(qualifier: Any, job: QualifyJob, worker: str = "") -> JobResult:
                          f"{type(exc).__name__}: {exc}"[:2000], worker, time.monotonic() - t0, inc_id)
 
 
+def bind_result(job: QualifyJob, res: object, worker: str = "") -> JobResult:
+    """A worker's answer, checked against the job this validator submitted (validator side).
+    Everything that says *whose* result it is comes from the job, never from the answer: a worker
+    (another host, other code) that answers with something that is not a JobResult, for another
+    key, contribution, target, start block or incumbent, or with a QualifyResult for another
+    target, gets a job error (arena trouble: retried, then NO_DECISION), never a verdict.
+    ledger.record_evidence files the row under result.target, so that one decides where it counts."""
+    inc_id = job.incumbent.contribution_id if job.incumbent else None
+
+    def refused(why: str) -> JobResult:
+        return JobResult(job.key, job.contribution_id, job.target, job.start_block, None,
+                         f"worker answer refused: {why}"[:2000], worker, 0.0, inc_id)
+
+    if not isinstance(res, JobResult):
+        return refused(f"a {type(res).__name__}, not a JobResult")
+    mine = (job.key, job.contribution_id, job.target, job.start_block, inc_id)
+    theirs = (res.key, res.contribution_id, res.target, res.start_block, res.incumbent_id)
+    if theirs != mine:
+        return refused(f"it answers for {theirs!r}, the job was {mine!r}")
+    if res.result is not None and not isinstance(res.result, QualifyResult):
+        return refused(f"result is a {type(res.result).__name__}, not a QualifyResult")
+    if res.result is not None and res.result.target != job.target:
+        return refused(f"result measured target {res.result.target!r}, the job was {job.target!r}")
+    if res.result is None and not isinstance(res.error, str):
+        return refused("no result and no error")
+    return res
+
+
 class Dispatcher(Protocol):
     """What the validator loop needs of a pool of arenas."""
 
@@ -100,6 +139,11 @@ class LocalPool:
     def __init__(self, qualifier: Any, devices: tuple[str, ...]) -> None:
         if not devices or len(set(devices)) != len(devices):
             raise ValueError(f"LocalPool: devices must be distinct and non-empty, got {devices}")
+        gpus = [g.strip() for d in devices for g in d.split(",")]
+        if not all(g.isdigit() for g in gpus) or len({int(g) for g in gpus}) != len(gpus):
+            # "0+1,1+2" or "0,00" passed the string check: two arenas on one GPU at once (red team)
+            raise ValueError(f"LocalPool: every GPU may serve one arena only, got {devices} "
+                             f"(GPU indices {sorted(int(g) for g in gpus if g.isdigit())})")
         if not hasattr(qualifier, "on_devices"):
             raise ValueError(f"{type(qualifier).__name__} cannot be bound to a GPU (no on_devices)")
         self.arena_id, self.label = qualifier.arena_id, qualifier.label

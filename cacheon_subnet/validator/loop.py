@@ -32,7 +32,7 @@ from cacheon_subnet.scoring.weights import WeightPolicy
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.chainguard import ChainDown, GuardedChain
 from cacheon_subnet.validator.copies import settle_copy
-from cacheon_subnet.validator.dispatch import JobResult, QualifyJob, job_key
+from cacheon_subnet.validator.dispatch import JobResult, QualifyJob, finished_jobs, job_key
 from cacheon_subnet.validator.fetch import (
     FetchError,
     FetchPolicy,
@@ -475,7 +475,7 @@ class Validator:
                 continue
             bundle = None
             for target in c.todo:
-                key = job_key(c.id, target, c.attempts, c.remeasures)
+                key = job_key(c.id, target, c.attempts, c.remeasures, finished_jobs(self.db, c.id, target))
                 if pool.free_slots() <= 0 or (c.id, target) in running or self.db.get("job:" + key) is not None:
                     continue
                 bundle = bundle or self._bundle(c)
@@ -513,7 +513,8 @@ class Validator:
             self.db.put("job:" + r.key, "error")
             self._transient(c, "qualify", f"{r.target}: {why} (on {r.worker})", "no_decision")
             return
-        self._record(c, r.target, r.result, r.start_block, r.incumbent_id, key=r.key)
+        result = r.result if r.result.target == r.target else replace(r.result, target=r.target)
+        self._record(c, r.target, result, r.start_block, r.incumbent_id, key=r.key)
         self._moved("qualified")
 
     def _interrupted(self, c: Contribution, target: str, exc: Exception) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from cacheon_subnet.errors import CacheonError
-from cacheon_subnet.validator.dispatch import JobResult, QualifyJob, run_job
+from cacheon_subnet.validator.dispatch import JobResult, QualifyJob, bind_result, run_job
 
 
 class RayUnavailable(CacheonError):
@@ -79,7 +79,7 @@ class RayPool:
         for key in [k for k, r in self._refs.items() if r.hex() in ready_ids]:
             ref, job = self._refs.pop(key), self._jobs.pop(key)
             try:
-                res: JobResult = self._ray.get(ref)
+                res = bind_result(job, self._ray.get(ref), "ray")
             except self._ray.exceptions.RayError as e:  # retries spent: the workers, not the miner
                 res = JobResult(key, job.contribution_id, job.target, job.start_block, None,
                                 f"ray worker lost ({type(e).__name__}): {str(e)[:500]}", "ray",
@@ -87,7 +87,8 @@ class RayPool:
             if res.result is not None and res.result.arena_id != self.arena_id:
                 res = JobResult(key, job.contribution_id, job.target, job.start_block, None,
                                 f"worker {res.worker} measured arena {res.result.arena_id}, this validator runs "
-                                f"{self.arena_id} (other code or pins on that host): not comparable", res.worker)
+                                f"{self.arena_id} (other code or pins on that host): not comparable", res.worker,
+                                incumbent_id=res.incumbent_id)
             out.append(res)
         return out
 

@@ -69,7 +69,7 @@ def test_a_worker_killed_mid_job_is_retried_and_counted_once(cluster, tmp_path):
         keys = v.db.con.execute("SELECT key FROM kv WHERE key LIKE 'job:%'").fetchall()
         # the same result delivered again (a late duplicate from a worker thought lost): dropped
         c = v.db.contributions(("qualified",))[0]
-        job = QualifyJob(job_key(c.id, "norm.rmsnorm", 0, 0), c.id, "norm.rmsnorm", {}, None)  # type: ignore[arg-type]
+        job = QualifyJob(job_key(c.id, "norm.rmsnorm", 0, 0, 0), c.id, "norm.rmsnorm", {}, None)  # type: ignore[arg-type]
         from cacheon_subnet.validator.dispatch import JobResult
 
         first = v.db.con.execute("SELECT * FROM evidence WHERE contribution_id=?", (c.id,)).fetchone()
