@@ -397,3 +397,28 @@ def test_fail_closed_when_user_namespaces_are_unavailable(tmp_path, monkeypatch)
     finally:
         launcher.preflight.cache_clear()
         sandbox.remove_tree(fake_dir)
+
+
+def test_a_state_dir_inside_the_checkout_is_never_in_a_childs_view(tmp_path):
+    """The repo is bound read-only into every child; an operator's --state-dir or --wallet.path
+    inside it must not be (the validator registers both at start-up: startup.deny_to_children)."""
+    import tempfile
+
+    from cacheon_subnet.sandbox import fsview
+    from cacheon_subnet.validator import startup
+
+    state = Path(tempfile.mkdtemp(prefix="state-", dir=REPO / "docs"))
+    wallet = Path(tempfile.mkdtemp(prefix="wallet-", dir=REPO / "docs"))
+    try:
+        def bound(p: Path) -> bool:
+            srcs = [b.src for b in fsview.read_binds([])]
+            return any(fsview._under(str(p), s) for s in srcs)
+
+        assert bound(state) and bound(wallet)  # the control: the checkout's docs/ is in the view
+        startup.deny_to_children(state, str(wallet))
+        assert not bound(state) and not bound(wallet)
+        assert bound(REPO / "docs" / "security.md")  # the rest of that dir still is
+    finally:
+        fsview._DENIED.clear()
+        state.rmdir()
+        wallet.rmdir()

@@ -35,12 +35,21 @@ class Bind:
     mode: str  # "ro" | "rw" | "dev"
 
 
+_DENIED: set[str] = set()  # registered by the process that owns them (the validator at start-up)
+
+
+def deny(*paths: str | os.PathLike[str] | None) -> None:
+    """Never bind these in any later child of this process: the validator's effective wallet
+    dir and state dir, wherever the operator put them (inside the checkout, a venv dir, ...)."""
+    _DENIED.update(os.path.realpath(os.fspath(p)) for p in paths if p)
+
+
 def secret_paths() -> tuple[str, ...]:
     """Never bound, even when asked for: wallets, validator state, the operator's list."""
     home = os.path.expanduser("~")
     out = [os.path.join(home, ".bittensor"), os.path.abspath(".cacheon"), str(REPO / ".cacheon")]
     out += [p for p in os.environ.get("CACHEON_SANDBOX_DENY", "").split(os.pathsep) if p]
-    return tuple(sorted({os.path.realpath(p) for p in out}))
+    return tuple(sorted({os.path.realpath(p) for p in out} | _DENIED))
 
 
 def broad_paths() -> tuple[str, ...]:

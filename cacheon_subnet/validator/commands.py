@@ -174,6 +174,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         raise UsageError(f"start-up check failed: {exc}") from None
     net = startup.network_key(args.chain, args.subtensor_network, args.local_chain)
     state_dir = Path(args.state_dir) if args.state_dir else startup.default_state_dir(net, args.netuid, hotkey)
+    startup.deny_to_children(state_dir, args.wallet_path)
     config = ValidatorConfig(netuid=args.netuid, hotkey=hotkey, state_dir=state_dir,
                              interval_s=args.interval, screen_device=args.screen_device,
                              verify_max_cases=getattr(args, "verify_max_cases", None))

@@ -38,6 +38,14 @@ def cacheon_home() -> Path:
     return Path(os.environ.get("CACHEON_HOME") or Path.home() / ".cacheon")
 
 
+def deny_to_children(state_dir: Path, wallet_path: str | None) -> None:
+    """The state dir and the wallet dir, wherever the operator put them (inside the checkout or a
+    venv dir, which every sandboxed child sees read-only), are never in any child's view."""
+    from cacheon_subnet.sandbox import fsview
+
+    fsview.deny(state_dir, os.path.expanduser(wallet_path) if wallet_path else None)
+
+
 def is_local(chain: str, network: str) -> bool:
     """The embedded LocalChain, or a subtensor on this machine (`local`, ws://127.0.0.1:..., localhost)."""
     if chain == "local":

@@ -159,6 +159,10 @@ def test_neuron_dry_run_default_state_dir_identity_and_config(tmp_path, monkeypa
     state = Path(cfg["state_dir"])
     assert state.parent.parent.parent == home / "validator" and state.name == VALIDATOR
     assert (state / "validator.sqlite").exists() or any(state.iterdir())
+    from cacheon_subnet.sandbox import fsview
+
+    assert os.path.realpath(state) in fsview.secret_paths()  # never in a sandboxed child's view
+    fsview._DENIED.clear()
     assert cli_main(["status", "--json"]) == 0  # finds the one default state dir
     assert json.loads(capsys.readouterr().out)["weights"] is None  # a dry run records no weights row
 
