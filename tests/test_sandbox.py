@@ -422,3 +422,34 @@ def test_a_state_dir_inside_the_checkout_is_never_in_a_childs_view(tmp_path):
         fsview._DENIED.clear()
         state.rmdir()
         wallet.rmdir()
+
+
+def test_what_a_child_leaves_in_a_handed_dir_is_the_hosts_after_stop(tmp_path):
+    """A receipts dir (or a JIT copy) stays on host disk after the run: a setuid-to-the-sandbox-uid
+    file or a world-writable dir left there must not outlive the child as its uid's. A link the
+    child planted is re-owned itself, never its target."""
+    import stat
+
+    rw = tmp_path / "rw"
+    rw.mkdir()
+    target = tmp_path / "target"
+    target.write_text("host file")
+    os.chown(target, 12345, 12345)
+    code = f"""
+        import os
+        d = {str(rw)!r}
+        open(os.path.join(d, "run-me"), "w").write("#!/bin/sh\\n")
+        os.chmod(os.path.join(d, "run-me"), 0o6777)
+        os.mkdir(os.path.join(d, "sub")); os.chmod(os.path.join(d, "sub"), 0o1777)
+        os.symlink({str(target)!r}, os.path.join(d, "sub", "link"))
+        print("uid", os.getuid())
+    """
+    rc, out = run_child(tmp_path, code, sandbox.SandboxPolicy(wall_timeout_s=30, rw_paths=(str(rw),)))
+    assert rc == 0 and "uid" in out, out
+    assert int(out.split()[-1]) != os.getuid()  # the control: it ran as the sandbox uid
+    for p in (rw / "run-me", rw / "sub", rw / "sub" / "link"):
+        st = os.lstat(p)
+        assert (st.st_uid, st.st_gid) == (os.getuid(), os.getgid()), (p, st.st_uid)
+        if not stat.S_ISLNK(st.st_mode):
+            assert not st.st_mode & (stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | stat.S_IWOTH), (p, oct(st.st_mode))
+    assert os.stat(target).st_uid == 12345  # the link's target was never touched

@@ -32,7 +32,7 @@ from pathlib import Path
 from cacheon_subnet import lifecycle, sockpath
 from cacheon_subnet.errors import SandboxError
 from cacheon_subnet.sandbox import launcher, tmpfs
-from cacheon_subnet.sandbox.fsview import chown_tree, remove_tree
+from cacheon_subnet.sandbox.fsview import chown_tree, reclaim_tree, remove_tree
 from cacheon_subnet.sandbox.policy import (
     DEFAULT_UID,
     NOBODY,
@@ -143,6 +143,8 @@ def launch(
     proc.cacheon_fs = fs_root  # type: ignore[attr-defined]  # detached by stop()
     proc.cacheon_lease = lease  # type: ignore[attr-defined]  # released by stop()
     proc.cacheon_uid = cfg.uid  # type: ignore[attr-defined]
+    # host dirs the child may write: the host's again once it is gone (stop: reclaim_tree)
+    proc.cacheon_handed = (*policy.rw_paths, *(src for src, _ in policy.fixed_binds))  # type: ignore[attr-defined]
     lifecycle.track(proc.pid, scratch)  # a shutdown kills it; a crash's leftovers are reaped on restart
     return proc
 
@@ -271,6 +273,9 @@ def stop(proc: subprocess.Popen[bytes], grace_s: float = 2.0) -> None:
     gone = not (ns and namespace_members(ns)) and not live_members(proc.pid)
     if gone:
         lifecycle.untrack(proc.pid)
+    if gone:
+        for p in getattr(proc, "cacheon_handed", ()):
+            reclaim_tree(p)
     fs_root = getattr(proc, "cacheon_fs", None)
     if fs_root and gone:
         tmpfs.unmount(fs_root)

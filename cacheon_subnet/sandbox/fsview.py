@@ -258,6 +258,25 @@ def chown_tree(path: Path, uid: int, gid: int) -> None:
             os.chown(os.path.join(d, f), uid, gid, follow_symlinks=False)
 
 
+def reclaim_tree(path: Path | str) -> None:
+    """After a child is gone: what it may have left in a host dir it was handed (setuid or
+    world-writable files owned by its uid) becomes the host's, with no set-id bits and no write
+    for others, so nothing there can later run or be changed as that uid. Never follows a link."""
+    uid, gid = os.getuid(), os.getgid()
+    strip = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | stat.S_IWGRP | stat.S_IWOTH
+    if not os.path.lexists(path):
+        return
+    for d, dirs, files in os.walk(path):
+        for p in [d, *(os.path.join(d, f) for f in files + dirs)]:
+            try:
+                st = os.lstat(p)
+                os.chown(p, uid, gid, follow_symlinks=False)
+                if not stat.S_ISLNK(st.st_mode) and st.st_mode & strip:
+                    os.chmod(p, stat.S_IMODE(st.st_mode) & ~strip)
+            except OSError:
+                continue
+
+
 def remove_tree(path: Path | str) -> list[str]:
     """Remove `path` whatever the child left there (links, fifos, 000 dirs, read-only trees)
     without following a link and without raising; returns what could not be removed."""
