@@ -94,6 +94,10 @@ def preflight() -> None:
                                "(sglang==0.5.13.post1) on a CUDA machine; use --arena cpu for CPU timing")
     if not shutil.which("nvidia-smi"):
         raise ArenaUnavailable("no NVIDIA driver (nvidia-smi) on this machine: the GPU arena needs a CUDA GPU")
+    from seams.entry import entry_point_problem
+
+    if problem := entry_point_problem():  # else every engine runs stock and every challenger FAILs evidence
+        raise ArenaUnavailable(f"the seam plugin would not load: {problem}")
 
 
 def candidate_blame(receipts: list[dict[str, Any]], slot: str) -> str:
