@@ -40,6 +40,7 @@ from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.bundle.engine_tree import build_tree
 from cacheon_subnet.errors import BundleError, CacheonError
 from cacheon_subnet.log import get_logger
+from cacheon_subnet.slots import get_slot
 from seams.receipts import read_receipts
 from seams.table import adapters_for_slot, seam_environment
 
@@ -93,6 +94,10 @@ def preflight() -> None:
                                "(sglang==0.5.13.post1) on a CUDA machine; use --arena cpu for CPU timing")
     if not shutil.which("nvidia-smi"):
         raise ArenaUnavailable("no NVIDIA driver (nvidia-smi) on this machine: the GPU arena needs a CUDA GPU")
+    from seams.entry import entry_point_problem
+
+    if problem := entry_point_problem():  # else every engine runs stock and every challenger FAILs evidence
+        raise ArenaUnavailable(f"the seam plugin would not load: {problem}")
 
 
 def candidate_blame(receipts: list[dict[str, Any]], slot: str) -> str:
@@ -310,6 +315,9 @@ class Qualification:
         bindings = tuple(sorted({a.binding for a in adapters_for_slot(op.slot)}))
         if not bindings:
             return self.finish("FAIL", f"slot {op.slot} has no seam adapter: it cannot run inside the engine")
+        if (worlds := get_slot(op.slot).world_sizes) and cfg.engine.tp_size not in worlds:
+            return self.finish("NO_DECISION", f"slot {op.slot} is verified at world sizes {worlds}; this arena "
+                                              f"runs tp_size {cfg.engine.tp_size}: not qualified here")
         try:
             candidate_env, tree_digest = self._candidate_env(wd / "tree")
         except BundleError as e:  # the static allowlist (or a bad package): nothing is ever started

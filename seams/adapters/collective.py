@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
+from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.groups import register_resolver
 from seams.dispatch import run
 
@@ -37,6 +38,12 @@ def _resolve(unique_name: str) -> Any:
     ref = ps._groups.get(unique_name) if ps is not None else None
     coord = ref() if ref is not None else None
     return getattr(coord, "device_group", None)
+
+
+def _verified(slot_id: str, coord: Any) -> bool:
+    """Only groups of a world size verify checked (the slot's `world_sizes`): a kernel exact at 2
+    ranks may sum pairs, or hang, at 4. The size is the group's, so every rank decides alike."""
+    return getattr(coord, "world_size", 1) in get_slot(slot_id).world_sizes
 
 
 def _plain(x: Any) -> bool:
@@ -54,7 +61,7 @@ def _stock_only(coord: Any) -> bool:
 
 
 def _all_reduce_around(original: Callable[..., Any], self: Any, input_: Any) -> Any:
-    if getattr(self, "world_size", 1) > 1 and _plain(input_) and not _stock_only(self):
+    if _verified("collective.all_reduce", self) and _plain(input_) and not _stock_only(self):
         got = run("collective.all_reduce", {"x": input_}, {"group": PREFIX + self.unique_name})
         if got is not None:
             return got["out"]  # SGLang's contract: use the returned tensor (out-of-place paths exist)
@@ -76,7 +83,7 @@ def _ar_rmsnorm_around(original: Callable[..., Any], input_tensor: Any, residual
                        trigger_completion_at_end: bool = False, fp32_acc: bool = False,
                        use_attn_tp_group: bool = True) -> Any:
     coord = _fusion_group(bool(use_attn_tp_group))
-    if (coord is not None and getattr(coord, "world_size", 1) > 1 and _plain(input_tensor)
+    if (coord is not None and _verified("collective.ar_residual_rmsnorm", coord) and _plain(input_tensor)
             and input_tensor.shape[0] <= max_token_num and residual.is_contiguous() and weight.is_contiguous()):
         got = run("collective.ar_residual_rmsnorm", {"x": input_tensor, "residual": residual, "weight": weight},
                   {"eps": float(eps), "group": PREFIX + coord.unique_name})
