@@ -31,8 +31,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from importlib.metadata import entry_points
+
 from seams.compat_source import Param, SourceTree, ast_params, calls, class_members, constant, find_defs
-from seams.entry import PLUGIN_NAME, PLUGIN_VALUE, entry_point_problem
+from seams.entry import MISSING_NOTE, PLUGIN_NAME, PLUGIN_VALUE, entry_point_problem
 from seams.entry import ROW as ENTRY_ROW
 from seams.table import HOOK_TARGETS, PINNED, PLUGIN_GROUP, SEAM_ADAPTERS, SeamAdapter
 
@@ -338,8 +340,9 @@ def runtime_check() -> CompatReport:
         return CompatReport("runtime", NOT_INSTALLED, PINNED, None, tuple(rows))
     rows = [_runtime_seam(a) for a in SEAM_ADAPTERS]
     problem = entry_point_problem()  # the install's half: SGLang loads the seam only through it
+    installed = any(ep.name == PLUGIN_NAME for ep in entry_points(group=PLUGIN_GROUP))
     rows.append(Row("plugin", ENTRY_ROW, f"{PLUGIN_GROUP}:{PLUGIN_NAME}", FAIL if problem else OK,
-                    problem or f"{PLUGIN_NAME} = {PLUGIN_VALUE}"))
+                    problem or (f"{PLUGIN_NAME} = {PLUGIN_VALUE}" if installed else MISSING_NOTE)))
     mod, const = PLUGIN_GROUP_SITE
     plugins, status, why = _import(mod)
     rows.append(_group_row(getattr(plugins, const, None)) if plugins is not None else

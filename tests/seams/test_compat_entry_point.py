@@ -73,15 +73,33 @@ def test_entry_point_problems(case: str, monkeypatch: pytest.MonkeyPatch) -> Non
            "import fails": [_EP("cacheon", "seams.plugin:load", ImportError("gone"))],
            "other object": [_EP("cacheon", "seams.plugin:load", lambda: None)]}[case]
     monkeypatch.setattr(entry, "entry_points", lambda group: eps if group == "sglang.srt.plugins" else [])
-    assert entry.entry_point_problem(), case
+    assert entry.entry_point_problem(missing_ok=False), case
+    assert (entry.entry_point_problem() is None) == (case == "missing"), case  # the engines get one
+
+
+def _arena_host(monkeypatch: pytest.MonkeyPatch, eps: list) -> None:
+    monkeypatch.setattr(entry, "entry_points", lambda group: eps)
+    monkeypatch.setattr(arena_run.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: object())
 
 
 def test_arena_preflight_refuses_a_broken_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(entry, "entry_points", lambda group: [])
-    monkeypatch.setattr(arena_run.shutil, "which", lambda name: "/usr/bin/" + name)
-    monkeypatch.setattr("importlib.util.find_spec", lambda name: object())
+    _arena_host(monkeypatch, [_EP("cacheon", "cacheon_shadow:load")])
     with pytest.raises(arena_run.ArenaUnavailable, match="entry point"):
         arena_run.preflight()
+
+
+def test_a_source_checkout_without_an_entry_point_still_runs_the_arena(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lent GPU box runs the tree from PYTHONPATH, not a wheel: the host has no entry point,
+    and each engine gets exactly ours from plugin_site. Preflight must not refuse that."""
+    from arena.host import plugin_site
+
+    _arena_host(monkeypatch, [])
+    arena_run.preflight()
+    monkeypatch.setattr("importlib.metadata.entry_points", lambda group: [])
+    site = plugin_site(tmp_path)
+    assert site and "cacheon = seams.plugin:load" in next(Path(site).glob("*/entry_points.txt")).read_text()
 
 
 def test_pyproject_declares_the_value_checked() -> None:
