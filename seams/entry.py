@@ -5,7 +5,7 @@ last one `importlib.metadata` lists wins) and logs and swallows a plugin that fa
 raises. So the seam is installed only when exactly one entry point named `cacheon` exists in
 `sglang.srt.plugins` and it resolves to `seams.plugin:load`: a source checkout run without
 `pip install` has none, a second distribution declaring `cacheon` shadows it. Either way every
-engine would run stock while `cacheon compat` checked only SGLang's side (red team 2026-12-02).
+engine would run stock while `cacheon compat` checked only SGLang's side (red team 2026-12-01).
 """
 
 from __future__ import annotations

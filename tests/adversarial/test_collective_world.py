@@ -1,4 +1,4 @@
-"""Red team 2026-12-02: a collective kernel verified at its slot's world sizes (2) ran at any
+"""Red team 2026-12-01: a collective kernel verified at its slot's world sizes (2) ran at any
 TP size the arena was configured with (1, 2, 4 or 8).
 
 `cacheon verify` checks `collective.*` ops at the slot's declared `world_sizes` only, but the seam

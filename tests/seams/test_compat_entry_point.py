@@ -1,4 +1,4 @@
-"""Red team 2026-12-02: `cacheon compat` was green while SGLang could never load the seam.
+"""Red team 2026-12-01: `cacheon compat` was green while SGLang could never load the seam.
 
 The canary checked SGLang's side (the group constant, `load_plugins`, the hook API) but never the
 install's side: that exactly one entry point named `cacheon` in `sglang.srt.plugins` exists and
