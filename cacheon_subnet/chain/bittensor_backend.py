@@ -5,9 +5,11 @@ goes through compat.sdk / compat.invoke / compat.field, which only accept what c
 lists; `cacheon chain-compat` checks that list against the installed SDK.
 
 Chain facts this relies on: commitments are timelocked (drand) and revealed by the chain; the
-chain drops a fully revealed commitment's storage entry, losing its commit block, so the
-commit block of a hotkey is remembered while it is seen sealed and otherwise reported as the
-reveal block (never earlier than the truth). Weights go through bt.SetWeights, which picks
+chain drops a fully revealed commitment's storage entry, losing its commit block. The commit
+block reported is then the reveal block, a pure function of chain state: never earlier than
+the truth, the same on every validator, and no copier can beat it (nobody reads a commitment
+before its reveal). A sealed block seen by an earlier poll is never lent to a later reveal:
+a commit made and revealed between two polls would inherit a placeholder's block (red team). Weights go through bt.SetWeights, which picks
 plain or commit-reveal weights; on commit-reveal subnets get_weights shows them after reveal.
 """
 
@@ -33,7 +35,6 @@ from cacheon_subnet.chain.local import MAX_COMMITMENT_BYTES, quantize
 from cacheon_subnet.netpolicy import LOCAL, STRICT, UrlPolicy
 
 _RETRY = re.compile(r"Retry in ~(\d+) blocks")
-_SEALED_MEMORY = 8  # sealed commit blocks remembered per hotkey
 
 
 def scale_str(data: str) -> bytes:
@@ -83,7 +84,6 @@ class BittensorChain:
         self._bt = sdk_module
         self._client = client
         self._wallet = wallet
-        self._sealed: dict[tuple[int, str], list[int]] = {}
 
     # -- lazy SDK, client and wallet ---------------------------------------------------------
 
@@ -213,18 +213,14 @@ class BittensorChain:
             live = bool(field(c, "NeuronCommitment.fields"))  # storage entry still there
             history = sorted((int(rb), str(text)) for rb, text in
                              field(c, "NeuronCommitment.revealed"))
-            seen = self._sealed.setdefault((netuid, hotkey), [])
-            if live and field(c, "NeuronCommitment.encrypted") and block not in seen:
-                seen.append(block)
-                del seen[:-_SEALED_MEMORY]
             uid = field(c, "NeuronCommitment.uid")
             if not history or uid is None:
                 continue
             reveal_block, text = history[-1]
-            if live and reveal_block >= block:
-                commit_block = block  # this entry's own reveal: its block is the commit block
-            else:
-                commit_block = max((b for b in seen if b <= reveal_block), default=reveal_block)
+            # Live with a reveal at or after its block: that block is the hotkey's latest
+            # commit, so the revealed text was committed there or earlier (never later).
+            # Otherwise the entry is gone or newer: only the reveal block is known.
+            commit_block = block if live and reveal_block >= block else reveal_block
             out.append(Commitment(str(hotkey), int(uid), commit_block, reveal_block, text))
         return sorted(out, key=lambda c: (c.commit_block, c.uid))
 

@@ -84,7 +84,6 @@ SURFACE: tuple[Use, ...] = (
     _u("Balance.tao", "Balance", "tao"),
     _u("NeuronCommitment.uid", "NeuronCommitment", "uid"),
     _u("NeuronCommitment.block", "NeuronCommitment", "block"),
-    _u("NeuronCommitment.encrypted", "NeuronCommitment", "encrypted"),
     _u("NeuronCommitment.revealed", "NeuronCommitment", "revealed"),
     _u("NeuronCommitment.fields", "NeuronCommitment", "fields"),
     _u("ExtrinsicResult.raise_for_failure", "ExtrinsicResult", "raise_for_failure", "call"),

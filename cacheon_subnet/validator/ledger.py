@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from cacheon_subnet.scoring.settle import Crown, Decision, Evidence, SpeedPolicy, settle_target
+from cacheon_subnet.validator.blame import incumbent_blamed
 from cacheon_subnet.validator.qualify import QualifyResult
 from cacheon_subnet.validator.state import ACTIVE, StateDB, StateError
 
@@ -152,6 +153,12 @@ def settle(db: StateDB, target: str, policy: SpeedPolicy, block: int, *, hold_bl
         if changed:
             assert new is not None
             _write_crown(con, new, sid, by_cid[new.contribution_id].reason)
+        blamed, problem = incumbent_blamed(rows, incumbent) if incumbent is not None and not changed else ([], None)
+        if incumbent is not None and blamed:
+            crown_row = con.execute("SELECT * FROM crowns WHERE target=?", (target,)).fetchone()
+            _retire(db, con, crown_row, f"crown retired: measured against it, {blamed[0]} could not be judged "
+                    f"because {problem}; the holder is measured again against stock")
+            _requeue(db, con, target, blamed, "the incumbent it was measured against was retired")
         again = _remeasure(db, con, target, result.decisions, rows, incumbent, policy, max_remeasure)
         return SettleOutcome(target, sid, at, new, changed, result.decisions, again)
 
@@ -179,21 +186,40 @@ def retire_foreign_crowns(db: StateDB, arena_id: str) -> list[tuple[str, str]]:
         for r in con.execute("SELECT * FROM crowns WHERE arena_id!=?", (arena_id,)).fetchall():
             why = (f"crown retired: measured in arena {r['arena_id']!r}, this validator now runs {arena_id!r}; "
                    "the holder is measured again here")
-            con.execute("DELETE FROM crowns WHERE target=?", (r["target"],))
-            con.execute("INSERT INTO crown_history(target, hotkey, contribution_id, commit_block, crowned_block,"
-                        " measured_speedup, speedup_vs_stock, arena_id, settlement_id, reason, at)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (r["target"], r["hotkey"], r["contribution_id"], r["commit_block"], r["crowned_block"],
-                         r["measured_speedup"], r["speedup_vs_stock"], r["arena_id"], r["settlement_id"], why,
-                         time.time()))
-            c = db.contribution(r["contribution_id"], con)
-            if c.state == "qualified" and c.rule is None:  # verified again under the new pins and shapes, then
-                # measured (remeasures+1: a fresh job key, dispatch.job_key)
-                db.move(con, c.id, "screened", why, remeasures=c.remeasures + 1)
-            elif c.state == "verified" and c.rule is None:
-                db.update(con, c.id, {"todo": tuple(sorted({*c.todo, r["target"]})), "remeasures": c.remeasures + 1})
-            out.append((r["target"], c.id))
+            out.append((r["target"], _retire(db, con, r, why)))
     return out
+
+
+def _retire(db: StateDB, con: sqlite3.Connection, r: sqlite3.Row, why: str) -> str:
+    """Remove crown row `r` (history says why) and send its holder back to be verified and
+    measured again like any challenger. Returns the holder's contribution id."""
+    con.execute("DELETE FROM crowns WHERE target=?", (r["target"],))
+    con.execute("INSERT INTO crown_history(target, hotkey, contribution_id, commit_block, crowned_block,"
+                " measured_speedup, speedup_vs_stock, arena_id, settlement_id, reason, at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (r["target"], r["hotkey"], r["contribution_id"], r["commit_block"], r["crowned_block"],
+                 r["measured_speedup"], r["speedup_vs_stock"], r["arena_id"], r["settlement_id"], why,
+                 time.time()))
+    c = db.contribution(r["contribution_id"], con)
+    if c.state == "qualified" and c.rule is None:  # verified again under the new pins and shapes, then
+        # measured (remeasures+1: a fresh job key, dispatch.job_key)
+        db.move(con, c.id, "screened", why, remeasures=c.remeasures + 1)
+    elif c.state == "verified" and c.rule is None:
+        db.update(con, c.id, {"todo": tuple(sorted({*c.todo, r["target"]})), "remeasures": c.remeasures + 1})
+    return c.id
+
+
+def _requeue(db: StateDB, con: sqlite3.Connection, target: str, ids: Sequence[str], why: str) -> None:
+    """Queue `target` again for contributions whose no_decision was not theirs (any count)."""
+    for cid in ids:
+        c = db.contribution(cid, con)
+        if c.rule is not None or c.state not in ("qualified", "verified", "no_decision"):
+            continue
+        todo = tuple(sorted({*c.todo, target}))
+        if c.state == "verified":
+            db.update(con, c.id, {"todo": todo, "remeasures": c.remeasures + 1})
+        else:
+            db.move(con, c.id, "verified", f"re-measure {target}: {why}", todo=todo, remeasures=c.remeasures + 1)
 
 
 def _remeasure(db: StateDB, con: sqlite3.Connection, target: str, decisions: Sequence[Decision],

@@ -186,16 +186,17 @@ def _nc(block: int, revealed: list, live: bool, uid: int | None = 2):
                                  fields=[{"TimelockEncrypted": {}}] if live else [])
 
 
-def test_revealed_commitments_keep_the_commit_block(chain: BittensorChain,
+def test_revealed_commitments_report_a_commit_block_never_earlier_than_truth(chain: BittensorChain,
                                                     fake: FakeClient) -> None:
     fake.commitments = {"m": _nc(500, [], live=True)}  # sealed, seen at its commit block
     assert chain.revealed_commitments(1) == []
     fake.commitments = {"m": _nc(530, [(530, "payload")], live=False)}  # entry dropped
     [c] = chain.revealed_commitments(1)
-    assert (c.commit_block, c.reveal_block, c.data, c.uid) == (500, 530, "payload", 2)
+    # The sealed sighting at 500 is not lent to the reveal (see the placeholder test below).
+    assert (c.commit_block, c.reveal_block, c.data, c.uid) == (530, 530, "payload", 2)
     fake.commitments = {"m": _nc(600, [(530, "payload")], live=True)}  # newer one sealed
     [c] = chain.revealed_commitments(1)
-    assert (c.commit_block, c.data) == (500, "payload")
+    assert (c.commit_block, c.data) == (530, "payload")
     fresh = BittensorChain("test", client=fake, wallet=chain.wallet)  # never saw it sealed
     fake.commitments = {"m": _nc(530, [(530, "payload")], live=False),
                         "gone": _nc(530, [(530, "x")], live=False, uid=None)}
@@ -216,3 +217,29 @@ def test_serve_axon_goes_through_the_sdk_intent_signed_by_our_hotkey(chain: Bitt
     fake.result = bt.ExtrinsicResult(success=False, message="ServingRateLimitExceeded")
     with pytest.raises(ChainError):
         chain.serve_axon(ME, 1, "203.0.113.7", 8091)
+
+
+def test_a_sealed_placeholder_never_lends_its_block_to_a_later_unseen_commit(
+        chain: BittensorChain, fake: FakeClient) -> None:
+    """Red team: seal a placeholder at block 100 (long reveal, the validator sees it sealed),
+    then, after a rival reveals content X at 210, commit a copy of X at 300 with a 1-block
+    reveal between two validator polls. The validator never sees block 300 sealed; the copy
+    used to be reported as committed at 100 and took priority over the original (200)."""
+    fake.commitments = {"m": _nc(100, [], live=True)}  # placeholder, sealed, seen
+    assert chain.revealed_commitments(1) == []
+    fake.commitments = {"m": _nc(301, [(301, "copy of X")], live=False)}  # 300 -> 301, unseen
+    [c] = chain.revealed_commitments(1)
+    assert c.commit_block >= 300, "a commit block earlier than the truth buys copy priority"
+    assert c.commit_block == c.reveal_block == 301
+
+
+def test_commit_blocks_are_a_function_of_chain_state_not_of_poll_timing(fake: FakeClient) -> None:
+    """Two validators, one that polled during the sealed phase and one that did not (restart,
+    slow pass), must report the same commit block, or their crowns differ."""
+    wallet = types.SimpleNamespace(hotkey=types.SimpleNamespace(ss58_address=ME))
+    watcher = BittensorChain("test", client=fake, wallet=wallet)
+    fake.commitments = {"m": _nc(500, [], live=True)}
+    watcher.revealed_commitments(1)
+    fake.commitments = {"m": _nc(530, [(530, "payload")], live=False)}
+    late = BittensorChain("test", client=fake, wallet=wallet)
+    assert watcher.revealed_commitments(1) == late.revealed_commitments(1)
