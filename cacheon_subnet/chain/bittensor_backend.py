@@ -98,6 +98,9 @@ class BittensorChain:
             from cacheon_subnet import log
 
             log.adopt("bittensor")  # the SDK installs its own handlers: route it through structlog
+            from cacheon_subnet.chain import sdk_hooks
+
+            sdk_hooks.install(bittensor)  # one undecodable commitment costs its own row, not the subnet's read
             self._bt = bittensor
         return self._bt
 

@@ -82,6 +82,9 @@ SURFACE: tuple[Use, ...] = (
     _u("MetagraphNeuron.total_stake", "MetagraphNeuron", "total_stake"),
     _u("MetagraphNeuron.axon", "MetagraphNeuron", "axon"),
     _u("Balance.tao", "Balance", "tao"),
+    # internal decoders wrapped per entry (chain/sdk_hooks.py: one bad commitment must not fail the subnet's read)
+    _u("metagraph._revealed_entry", "metagraph", "_revealed_entry", "call", pos=("entry",)),
+    _u("metagraph._decode_fields", "metagraph", "_decode_fields", "call", pos=("fields",)),
     _u("NeuronCommitment.uid", "NeuronCommitment", "uid"),
     _u("NeuronCommitment.block", "NeuronCommitment", "block"),
     _u("NeuronCommitment.revealed", "NeuronCommitment", "revealed"),
