@@ -9,9 +9,9 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from arena import calibrate, grading
 from arena import quality as q
@@ -19,10 +19,17 @@ from arena import sequential as seq
 from arena.config import SPEED_METRICS, ArenaConfig
 from arena.evidence import check, leaks, receipts_from_answers, tampering
 from arena.host import EngineRun
+from arena.prepare import (  # noqa: F401 - re-exported: callers import them from arena.run
+    CONTROLS,
+    ArenaUnavailable,
+    RunOptions,
+    candidate_blame,
+    engine_base,
+    preflight,
+    stock_control_op,
+)
 from arena.stage import StageContext, run_stage
 from arena.jobs import (
-    checkpoint_job,
-    engine_kwargs,
     mirror,
     resident_steps,
     teacher_steps,
@@ -38,7 +45,7 @@ from arena.speed import Window, guard, guards_of, judge, judge_each
 from arena.speed import swaps as count_swaps
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.bundle.engine_tree import build_tree
-from cacheon_subnet.errors import BundleError, CacheonError
+from cacheon_subnet.errors import BundleError
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.slots import get_slot
 from seams.receipts import read_receipts
@@ -51,95 +58,6 @@ TeacherAlignmentError = grading.TeacherAlignmentError
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    workdir: Path
-    checkpoint_root: Path
-    engine_factory: str | None = None  # tests only: a fake engine class "module:attr"
-    isolate_network: bool = True
-    control: str | None = None  # "stock-as-candidate" | "handicap" (seams/controls.py; never a crown)
-    handicap_us: float = 0.0  # the handicap control's spin per baseline call
-    devices: str | None = None  # CUDA_VISIBLE_DEVICES of every engine of this arena (one arena per GPU)
-    # T grades only a speed PASS (a slower or undecided kernel is not crowned whatever its
-    # quality, and T is an engine start); calibration runs and controls grade every verdict
-    grade_always: bool = False
-
-
-# stock-as-candidate: stock vs stock through the candidate route -> the role bias (speed only).
-# handicap: B/B′ run stock + a fixed GPU spin per call, C plain stock -> a known speedup, run
-# through the whole PASS path (T, confirmation): does the arena crown a gain of that size?
-CONTROLS = ("stock-as-candidate", "handicap")
-
-
-def stock_control_op(slot: str) -> OpEntry:
-    """The op the role-bias control runs: SGLang's own kernel placed in the candidate route."""
-    from cacheon_subnet.slots import get_slot
-
-    spec = get_slot(slot)
-    return OpEntry(slot=slot, slot_version=spec.version, module="stock", attr="stock", variant="stock-control",
-                   dtypes=tuple(spec.dtypes))
-
-
-class ArenaUnavailable(RuntimeError):
-    """This machine cannot run the arena (no SGLang, no GPU): a usage problem, never a verdict."""
-
-
-def preflight() -> None:
-    import importlib.util
-
-    if importlib.util.find_spec("sglang") is None:
-        raise ArenaUnavailable("SGLang is not importable here: the GPU arena needs the `gpu` extra "
-                               "(sglang==0.5.13.post1) on a CUDA machine; use --arena cpu for CPU timing")
-    if not shutil.which("nvidia-smi"):
-        raise ArenaUnavailable("no NVIDIA driver (nvidia-smi) on this machine: the GPU arena needs a CUDA GPU")
-    from seams.entry import entry_point_problem
-
-    if problem := entry_point_problem():  # else every engine runs stock and every challenger FAILs evidence
-        raise ArenaUnavailable(f"the seam plugin would not load: {problem}")
-
-
-def candidate_blame(receipts: list[dict[str, Any]], slot: str) -> str:
-    """Why a dead engine is the candidate's fault, or "" (fail closed only on real evidence):
-    a recorded seam error or load failure, or a call that fired and never completed (a crash or
-    hang inside the kernel)."""
-    for r in receipts:
-        # not the incumbent's, and not a swap that never called the challenger
-        mine = [e for e in r.get("errors", []) if not e.startswith((f"{slot}@", "route@incumbent", "route@stock"))]
-        if mine:
-            return f"recorded by rank {r.get('rank')}: {mine[0][:300]}"
-        c = r.get("slots", {}).get(slot, {})
-        if c.get("load_failed"):
-            return f"rank {r.get('rank')}: the bundle failed to load"
-        if c.get("fired", 0) > c.get("completed", 0) + 1:  # +1: the receipt file may trail by one call
-            return f"rank {r.get('rank')}: {c['fired'] - c['completed']} candidate calls never completed"
-    return ""
-
-
-def engine_base(cfg: ArenaConfig, opts: RunOptions, engine: Callable[..., EngineRun]
-                ) -> tuple[dict[str, Any] | None, str]:
-    """The job fields every engine of one arena shares: engine kwargs and the checkpoint, made
-    first by a pristine child (read-only to every later engine) or, for a real model, a verified
-    copy of the operator's. (None, why) when that fails: infrastructure, never the miner's fault."""
-    base: dict[str, Any] = {"engine_kwargs": engine_kwargs(cfg), "engine_factory": opts.engine_factory,
-                            "checkpoint": None if opts.engine_factory and not cfg.real
-                            else checkpoint_job(cfg, opts.checkpoint_root)}
-    if base["checkpoint"] and cfg.real:  # the operator's checkpoint: a verified copy, its corpus tokenized
-        from arena.real import prepare
-
-        try:
-            base["text_tokens"] = prepare(cfg, Path(base["checkpoint"]["dir"]))
-        except CacheonError as e:  # not the declared checkpoint: refused, never charged to the miner
-            return None, f"real checkpoint refused: {e}"
-    elif base["checkpoint"]:  # written by a pristine child before any engine: read-only to all of them
-        ck = base["checkpoint"]
-        Path(ck["dir"]).parent.mkdir(parents=True, exist_ok=True)
-        made = engine("checkpoint", {**base, "steps": [], "checkpoint_only": True}, seam_environment(()),
-                      rw=(str(Path(ck["dir"]).parent),))
-        if made.error:
-            return None, f"the checkpoint step failed (infrastructure): {made.error}"
-    return base, ""
 
 
 class Qualification:
