@@ -266,15 +266,30 @@ def reclaim_tree(path: Path | str) -> None:
     strip = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | stat.S_IWGRP | stat.S_IWOTH
     if not os.path.lexists(path):
         return
-    for d, dirs, files in os.walk(path):
-        for p in [d, *(os.path.join(d, f) for f in files + dirs)]:
-            try:
-                st = os.lstat(p)
-                os.chown(p, uid, gid, follow_symlinks=False)
-                if not stat.S_ISLNK(st.st_mode) and st.st_mode & strip:
-                    os.chmod(p, stat.S_IMODE(st.st_mode) & ~strip)
-            except OSError:
-                continue
+    try:
+        for d, dirs, files in os.walk(path):
+            for p in [d, *(os.path.join(d, f) for f in files + dirs)]:
+                try:
+                    st = os.lstat(p)
+                    os.chown(p, uid, gid, follow_symlinks=False)
+                    if not stat.S_ISLNK(st.st_mode) and st.st_mode & strip:
+                        os.chmod(p, stat.S_IMODE(st.st_mode) & ~strip)
+                except OSError:
+                    continue
+    except RecursionError:  # a tree deeper than Python's recursion limit (os.walk recurses): coreutils' fts
+        _coreutils("chown", "-R", "-P", "-h", f"{uid}:{gid}", "--", os.fspath(path))  # never follows a link
+        _coreutils("chmod", "-R", "u-s,g-s,a-t,go-w", "--", os.fspath(path))  # -R skips links it meets
+
+
+def _coreutils(*argv: str) -> None:
+    """Run a coreutils tree walk (fts: any depth, links not followed); never raises."""
+    import subprocess
+
+    try:
+        subprocess.run([shutil.which(argv[0]) or f"/usr/bin/{argv[0]}", *argv[1:]], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300, check=False)
+    except (OSError, subprocess.SubprocessError):
+        pass
 
 
 def remove_tree(path: Path | str) -> list[str]:
@@ -308,5 +323,11 @@ def remove_tree(path: Path | str) -> list[str]:
         except OSError as e:
             left.append(f"{p}: {e}")
 
-    shutil.rmtree(path, onerror=onerror)  # rmtree never follows symlinks (it unlinks them)
+    try:
+        shutil.rmtree(path, onerror=onerror)  # rmtree never follows symlinks (it unlinks them)
+    except RecursionError:  # a tree deeper than Python's recursion limit: coreutils' fts has none
+        left.clear()
+        _coreutils("rm", "-rf", "--one-file-system", "--", path)
+        if os.path.lexists(path):
+            left.append(f"{path}: a tree too deep to remove")
     return left

@@ -108,3 +108,43 @@ def test_start_up_cost_of_the_wall(monkeypatch, capsys):
         print(f"\n[oswall] median start-to-exit of `python -I -S -c pass`: wall {wall * 1000:.0f} ms, "
               f"weak {weak * 1000:.0f} ms, overhead {(wall - weak) * 1000:.0f} ms per child")
     assert wall - weak < 2.0
+
+
+DEEP = '''
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+for _ in range(1500):  # past Python's recursion limit (os.walk and shutil.rmtree recurse per level)
+    os.mkdir("d", dir_fd=fd)
+    n = os.open("d", os.O_RDONLY, dir_fd=fd)
+    os.close(fd)
+    fd = n
+os.close(os.open("suid", os.O_CREAT | os.O_WRONLY, 0o755, dir_fd=fd))
+os.chmod("suid", 0o4777, dir_fd=fd)
+print("MADE", flush=True)
+'''
+
+
+def test_a_tree_deeper_than_the_recursion_limit_never_breaks_stop(tmp_path):
+    """Class 7, second attack: a child leaves a 1500-level directory chain (a setuid, world-
+    writable file at the bottom) in a dir it was handed read-write (the arena's answers dir, a
+    collective rank's logs). stop() used to raise RecursionError from reclaim_tree (os.walk) and
+    remove_tree raised it too: the host's cleanup ended in a traceback, the mount left attached."""
+    import tempfile
+
+    handed = Path(tempfile.mkdtemp(prefix="cacheon-deep-", dir="/tmp"))
+    handed.chmod(0o755)  # the sandbox uid must reach it (pytest's tmp_path is under a 0700 dir)
+    try:
+        proc = sandbox.launch([sys.executable, "-c", DEEP, str(handed)], scratch=tmp_path / "w",
+                              policy=sandbox.SandboxPolicy(wall_timeout_s=60, rw_paths=(str(handed),)))
+        try:
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            sandbox.stop(proc)  # must not raise
+        assert b"MADE" in out, out[-500:]
+        bottom = handed / "/".join(["d"] * 1500) / "suid"
+        st = bottom.lstat()
+        assert (st.st_uid, st.st_gid) == (os.getuid(), os.getgid()), st  # reclaimed to the host at any depth
+        assert st.st_mode & 0o7777 == 0o755, oct(st.st_mode)  # no set-id bit, no write for others
+        assert sandbox.remove_tree(handed) == [] and not handed.exists()
+    finally:
+        sandbox.remove_tree(handed)
