@@ -30,11 +30,20 @@ from cacheon_subnet.chain.backend import (
     VersionKeyTooLow,
     WeightsReceipt,
 )
-from cacheon_subnet.chain.compat import PIN, field, invoke, sdk, sdk_call
+from cacheon_subnet.chain.compat import PIN, field, invoke, resolve, sdk, sdk_call
 from cacheon_subnet.chain.local import MAX_COMMITMENT_BYTES, quantize
 from cacheon_subnet.netpolicy import LOCAL, STRICT, UrlPolicy
 
 _RETRY = re.compile(r"Retry in ~(\d+) blocks")
+
+
+def install_sdk_hooks(bittensor: Any) -> None:
+    """chain/sdk_hooks.py: the SDK's per-entry commitment decoders, wrapped so one undecodable
+    entry fails only its own row (the two names are in compat.SURFACE)."""
+    from cacheon_subnet.chain import sdk_hooks
+
+    sdk_hooks.install(resolve(bittensor, "metagraph"), sdk(bittensor, "metagraph._revealed_entry"),
+                      sdk(bittensor, "metagraph._decode_fields"))
 
 
 def scale_str(data: str) -> bytes:
@@ -98,9 +107,7 @@ class BittensorChain:
             from cacheon_subnet import log
 
             log.adopt("bittensor")  # the SDK installs its own handlers: route it through structlog
-            from cacheon_subnet.chain import sdk_hooks
-
-            sdk_hooks.install(bittensor)  # one undecodable commitment costs its own row, not the subnet's read
+            install_sdk_hooks(bittensor)  # one undecodable commitment costs its own row, not the subnet's read
             self._bt = bittensor
         return self._bt
 

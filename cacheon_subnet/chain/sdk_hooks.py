@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from cacheon_subnet.chain.compat import resolve, sdk
 
 UNDECODABLE = "\x00cacheon: undecodable commitment"
 _MARK = "_cacheon_tolerant"
@@ -40,12 +39,10 @@ def _reveal_fallback(entry: Any) -> tuple[int, str]:
     return block, UNDECODABLE
 
 
-def install(bittensor: Any) -> None:
-    """Idempotent: wrap the two decoders in bittensor.metagraph (the module the bulk read calls
-    them through, by global name)."""
-    module = resolve(bittensor, "metagraph")
-    for key, attr, fallback in (("metagraph._revealed_entry", "_revealed_entry", _reveal_fallback),
-                                ("metagraph._decode_fields", "_decode_fields", lambda fields: UNDECODABLE)):
-        fn = sdk(bittensor, key)
+def install(metagraph: Any, revealed_entry: Any, decode_fields: Any) -> None:
+    """Idempotent: wrap the two decoders in bittensor.metagraph, the module whose bulk read calls
+    them by global name (bittensor_backend.install_sdk_hooks passes them in through compat.sdk)."""
+    for attr, fn, fallback in (("_revealed_entry", revealed_entry, _reveal_fallback),
+                               ("_decode_fields", decode_fields, lambda fields: UNDECODABLE)):
         if not getattr(fn, _MARK, None):
-            setattr(module, attr, _wrap(fn, fallback))
+            setattr(metagraph, attr, _wrap(fn, fallback))

@@ -11,6 +11,7 @@ import pytest
 bt = pytest.importorskip("bittensor")
 
 from cacheon_subnet.chain import sdk_hooks  # noqa: E402
+from cacheon_subnet.chain.bittensor_backend import install_sdk_hooks  # noqa: E402
 from cacheon_subnet.chain.compat import check_sdk  # noqa: E402
 
 # the revealed SCALE bytes b"0" (compact length 12) + b"x" + 11 non-hex bytes are valid utf-8, so
@@ -39,8 +40,8 @@ def test_one_hostile_commitment_costs_only_its_own_row(pristine):
     revealed = [("hk-good", [(_scale_text(good), 10)]), ("hk-bad", [(HOSTILE, 11)])]
     with pytest.raises(ValueError):  # the control: the SDK alone fails the whole subnet's read
         pristine._commitments(1, [], revealed, 20)
-    sdk_hooks.install(bt)
-    sdk_hooks.install(bt)  # idempotent: never wrapped twice
+    install_sdk_hooks(bt)
+    install_sdk_hooks(bt)  # idempotent: never wrapped twice
     out = pristine._commitments(1, [], revealed, 20)
     assert out["hk-good"].revealed == [(10, good)]
     assert out["hk-bad"].revealed == [(11, sdk_hooks.UNDECODABLE)]
@@ -50,7 +51,7 @@ def test_one_hostile_commitment_costs_only_its_own_row(pristine):
 def test_raw_fields_that_are_not_hex_cost_only_their_row(pristine):
     with pytest.raises(ValueError):
         pristine._decode_fields([{"Raw8": "not hex!"}])
-    sdk_hooks.install(bt)
+    install_sdk_hooks(bt)
     assert pristine._decode_fields([{"Raw8": "not hex!"}]) == sdk_hooks.UNDECODABLE
     assert pristine._decode_fields([{"Raw2": "0x6869"}]) == "hi"  # good data decodes as before
 
