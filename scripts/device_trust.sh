@@ -8,13 +8,15 @@
 #   bash scripts/device_trust.sh handicap   # the 150 us known gain through the full PASS path (crown)
 #   bash scripts/device_trust.sh faithful   # examples/norm.rmsnorm: quality PASS on the timed windows
 #   bash scripts/device_trust.sh warmfaithful  # `cacheon arena warm` (cold), then faithful on warm seeds;
-#                                              # packs the seed caches into $OUT/jitcache.tar.xz
+#                                              # packs the seed caches into $OUT/seeds.tar.xz
 #   bash scripts/device_trust.sh gpucorpus  # the CUDA-only red-team bundles through `cacheon verify --device cuda`
 #   bash scripts/device_trust.sh e2e-product    # scripts/gpu_e2e.py, product phase (neurons/validator.py --once)
 #   bash scripts/device_trust.sh e2e-handicap   # scripts/gpu_e2e.py, TEST handicap phase (crown, weights, read-back)
 #   bash scripts/device_trust.sh startfix   # engine start on warm seeds at the fixed /cacheon-jit path (two
 #                                           # `arena warm` runs), then `bench --arena` (the stock-baseline fix)
 #   bash scripts/device_trust.sh example examples/norm.fused_add_rmsnorm   # one faithful example, `arena run`
+#   PACK=1 bash scripts/device_trust.sh seq warm example=examples/norm.fused_add_rmsnorm bench
+#                                           # several in one call, each skipped when too little is left
 # Each step's limit is what is left of the call (DEADLINE_S, default 585 s from the start).
 set -u
 OUT=${OUT:-/tmp/out}
@@ -22,21 +24,30 @@ source .devpack/dev_env.sh || exit 9
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
 rm -rf /opt/cw && mkdir -p /opt/cw && cp -a . /opt/cw && chmod -R o+rX /opt/cw /tmp/site /tmp/sgl_devsite
 install -m 0755 .devpack/bwrap /usr/local/bin/bwrap
+# The product's default seed caches (<arena home>/jit/<generation>), not the dev pack's: an
+# operator-set cache env wins over the default, and a pack from an older layout would stay stale.
+unset TRITON_CACHE_DIR TORCHINDUCTOR_CACHE_DIR XDG_CACHE_HOME TVM_FFI_CACHE_DIR
+[ -f .devpack/seeds.tar.xz ] && [ ! -d /var/tmp/cacheon/jit ] && mkdir -p /var/tmp/cacheon && chmod 755 /var/tmp/cacheon \
+  && xz -dc .devpack/seeds.tar.xz | tar -xf - -C /var/tmp/cacheon && echo "seeds unpacked: $(find /var/tmp/cacheon/jit -type f | wc -l) files"
 cd /opt/cw
 export PYTHONPATH=/tmp/site:/opt/cw:$PYTHONPATH CACHEON_LOG_LEVEL=warning
 C="python3 -m cacheon_subnet"
 nvidia-smi --query-gpu=index,name,memory.used --format=csv,noheader; date -u +%FT%TZ
 T0=$(date +%s); DEADLINE=$((T0 + ${DEADLINE_S:-585}))
 left() { local l=$((DEADLINE - $(date +%s))); [ "$l" -gt "$1" ] && l=$1; [ "$l" -lt 5 ] && l=5; echo "$l"; }
-packcache() {  # the seed caches, for the next call to carry as .devpack/jitcache.tar.xz
-  tar -C /tmp/sgl_devsite -cf - cache 2>/dev/null | xz -T0 -3 > "$OUT/jitcache.tar.xz"
-  echo "jitcache.tar.xz $(du -h "$OUT/jitcache.tar.xz" | cut -f1), $(find /tmp/sgl_devsite/cache -type f | wc -l) files"; }
+packcache() {  # the default seed caches, for the next call to carry as .devpack/seeds.tar.xz
+  tar -C /var/tmp/cacheon -cf - jit 2>/dev/null | xz -T0 -3 > "$OUT/seeds.tar.xz"
+  echo "seeds.tar.xz $(du -h "$OUT/seeds.tar.xz" | cut -f1), $(find /var/tmp/cacheon/jit -type f | wc -l) files"; }
 step() { local name=$1 lim; lim=$(left "$2"); shift 2; echo "== $name (limit $lim s)"; local t=$(date +%s.%N)
   timeout "$lim" "$@" >"$OUT/$name.txt" 2>"/tmp/$name.err"; local rc=$?
   echo "$name rc=$rc $(python3 -c "import time;print(round(time.time()-$t,1))") s"; tail -c 1500 "/tmp/$name.err" | grep -v '^{' | tail -5; }
 if [ -n "${PYC:-}" ]; then  # bytecode for the site the sandbox uid cannot write (pip does this at install)
   t=$(date +%s); python3 -m compileall -q -j 16 /tmp/sgl_devsite/site /opt/cw >/dev/null 2>&1
   echo "compileall $(( $(date +%s) - t )) s"; fi
+need() {  # skip a step of a `seq` batch that cannot finish in what is left of the call
+  local l=$((DEADLINE - $(date +%s))); [ "$l" -ge "$1" ] && return 0
+  echo "== skip $2: needs ~$1 s, $l s left"; return 1; }
+mode() {
 case "${1:-}" in
   wall)
     step doctor 120 $C doctor --gpu
@@ -86,7 +97,7 @@ case "${1:-}" in
     ;;
   e2e-product|e2e-handicap)  # warm seeds first when empty (an operator runs `cacheon arena warm` once)
     ph=${1#e2e-}; [ "$ph" = handicap ] && ph=test-handicap
-    [ -n "$(find /tmp/sgl_devsite/cache/tvm-ffi -type f 2>/dev/null | head -1)" ] || {
+    [ -n "$(find /var/tmp/cacheon/jit -path '*tvm-ffi*' -type f 2>/dev/null | head -1)" ] || {
       step warm 200 $C arena warm --config configs/arena/dense.toml; cat "$OUT/warm.txt"; }
     step "$1" 570 python3 scripts/gpu_e2e.py --phases "$ph" --out "$OUT/$1.json" --work "/var/tmp/cacheon-$1"
     head -40 "$OUT/$1.txt"
@@ -101,9 +112,25 @@ case "${1:-}" in
     step "arena-$n" 575 $C arena run --config configs/arena/dense.toml --bundle "$ex" --grade-always --out "$OUT/arena-$n.json"
     head -16 "$OUT/arena-$n.txt"
     ;;
-  *) echo "usage: $0 wall|wall2|handicap|faithful|warmfaithful|gpucorpus|e2e-product|e2e-handicap|startfix|example DIR"
+  warm)  # one `arena warm` (fills the seed caches; its engine start is a number too)
+    step "warm$(date +%s)" 260 $C arena warm --config configs/arena/dense.toml; cat "$OUT"/warm*.txt
+    ;;
+  bench)  # bench --arena against the stock kernel (the stock-preload fix)
+    step bench 140 $C bench examples/norm.rmsnorm --device cuda --arena configs/arena/dense.toml; head -30 "$OUT/bench.txt"
+    ;;
+  seq)  # several modes in one call, in order: seq warm example=examples/X bench ... (skipped when short)
+    shift; for m in "$@"; do case "$m" in
+      warm) need 90 warm && mode warm ;;
+      bench) need 60 bench && mode bench ;;
+      example=*) need 330 "$m" && mode example "${m#example=}" ;;
+      *) need 300 "$m" && mode "$m" ;;
+    esac; pkill -9 -f 'arena[.]engine_child|sglang[.]srt' 2>/dev/null; done; [ -n "${PACK:-}" ] && packcache
+    ;;
+  *) echo "usage: $0 wall|wall2|handicap|faithful|warmfaithful|gpucorpus|e2e-product|e2e-handicap|startfix|warm|bench|example DIR|seq MODE..."
      exit 2 ;;
 esac
+}
+mode "$@"
 pkill -9 -f 'arena[.]engine_child|sglang[.]srt' 2>/dev/null
 (cd /var/tmp/cacheon 2>/dev/null && find . -maxdepth 5 \( -name '*.jsonl' -o -name 'result.json' \) -size -8M | tar czf "$OUT/work.tgz" -T - 2>/dev/null)
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader; date -u +%FT%TZ
