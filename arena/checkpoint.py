@@ -311,6 +311,8 @@ def write_tensors(
             "files": sums,
         }
         (tmp / STAMP_NAME).write_text(json.dumps(stamp, indent=2, sort_keys=True) + "\n")
+        for f in tmp.iterdir():  # readable by every later engine: each runs as its own leased uid, the
+            os.chmod(f, 0o644)   # writer's umask is 077 and the host re-owns the files once it is gone
         if out_dir.is_dir() and not any(out_dir.iterdir()):
             out_dir.rmdir()
         try:

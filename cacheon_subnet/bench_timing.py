@@ -142,6 +142,31 @@ def measure_copy_bandwidth(device: torch.device) -> float | None:
     return 10 * 2 * src.numel() * 4 / secs / 1e9
 
 
+def warm_stock(calls: list[dict[str, Any]], device: torch.device) -> list[str]:
+    """Call each stock kernel once on every (slot, dtype, case) the bench will time, before the
+    audit guard is armed: SGLang's JIT kernels build per template instance on first call (nvcc,
+    then dlopen from SGLang's frames), which the armed guard refuses (H200, 2026-12-02: every
+    bench row failed on `nvcc`). Returns what failed (the bench then reports it per row)."""
+    from seams.stock import stock_kernel
+
+    from cacheon_subnet.slots import get_slot
+
+    failed = []
+    for c in calls:
+        fn, why = stock_kernel(str(c["slot"]))
+        if fn is None:
+            failed.append(f"{c['slot']}: {why}")
+            continue
+        spec, case = get_slot(str(c["slot"])), ShapeCase(**c["case"])
+        try:
+            fn(**build_args(spec, case, dtype_of(str(c["dtype"])), 0, device), **dict(case.params))
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - reported; the timed call will fail the same way
+            failed.append(f"{c['slot']} {case.label}: {type(e).__name__}: {e}")
+    return failed
+
+
 def run_bench_request(spec: SlotSpec, fn: Callable[..., None], msg: dict[str, Any], device: torch.device
                       ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """Time candidate vs baseline on one case; return timings plus a fresh-input recheck run."""

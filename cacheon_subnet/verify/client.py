@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 import sys
@@ -34,6 +35,8 @@ class WorkerConfig:
     # bench: SGLang's kernels for these slots load before the audit guard is armed (its
     # libraries are dlopen'ed by SGLang's own frames, which the armed guard refuses)
     preload_stock: tuple[str, ...] = ()
+    # bench: (slot, dtype, case) calls each stock kernel makes once before arming (JIT builds)
+    preload_cases: tuple[tuple[str, str, dict[str, Any]], ...] = ()
 
 
 CPU_ADDRESS_SPACE = 8 << 30  # a CPU worker (torch + triton interpreter) maps about 1 GiB
@@ -102,7 +105,10 @@ class WorkerClient:
             self.proc = sandbox.launch(
                 [sys.executable, "-m", "cacheon_subnet.verify.worker", "--fd", str(child_sock.fileno()),
                  "--bundle-root", str(ns), "--package", pkg, "--device", self.config.device,
-                 *(["--preload-stock", ",".join(self.config.preload_stock)] if self.config.preload_stock else [])],
+                 *(["--preload-stock", ",".join(self.config.preload_stock)] if self.config.preload_stock else []),
+                 *(["--preload-cases", json.dumps([{"slot": s, "dtype": d, "case": c}
+                                                   for s, d, c in self.config.preload_cases])]
+                   if self.config.preload_cases else [])],
                 scratch=work, policy=policy, pass_fds=[child_sock.fileno()], stdout=log.fileno(), stderr=log.fileno(),
             )
         child_sock.close()

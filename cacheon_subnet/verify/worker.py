@@ -323,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--init-file", help="file:// rendezvous of the rank group (world size > 1)")
     ap.add_argument("--pg-timeout", type=float, default=600.0)
     ap.add_argument("--preload-stock", default="", help="bench: slots whose stock kernels load before the guard")
+    ap.add_argument("--preload-cases", default="", help="bench: JSON [{slot, dtype, case}] each stock kernel runs once before the guard")
     a = ap.parse_args(argv)
     device = a.device
     if device == "cuda" and a.world_size > 1:
@@ -340,6 +341,13 @@ def main(argv: list[str] | None = None) -> int:
 
         for slot in filter(None, a.preload_stock.split(",")):
             stock_kernel(slot)
+    if a.preload_cases:  # JIT builds (nvcc) and their dlopen happen on first call: before arming
+        import json
+
+        from cacheon_subnet.bench_timing import warm_stock
+
+        for why in warm_stock(json.loads(a.preload_cases), torch.device(device)):
+            print(f"bench: stock warm-up: {why}", file=sys.stderr, flush=True)
     if os.environ.get("TRITON_INTERPRET") == "1":
         from cacheon_subnet.verify import interp_fix
 

@@ -224,3 +224,18 @@ def test_rejects_configs_sglang_would_misload(tmp_path: Path, cfg: dict, match: 
     with pytest.raises(ValueError, match=match):
         write_checkpoint(cfg, tmp_path / "ck", seed=1)
     assert not (tmp_path / "ck").exists()
+
+
+def test_a_checkpoint_written_under_umask_077_is_readable_by_every_later_engine(tmp_path: Path) -> None:
+    """The checkpoint step's engine writes with umask 077; each later engine runs as another leased
+    uid and the host re-owns the files once the writer is gone (sandbox.stop: reclaim_tree). On
+    the H200 (2026-12-02) every later engine then failed to open model.safetensors."""
+    old = os.umask(0o077)
+    try:
+        write_checkpoint(MOE, tmp_path / "ck", seed=7, shard_bytes=60_000)
+    finally:
+        os.umask(old)
+    d = tmp_path / "ck"
+    assert d.stat().st_mode & 0o005 == 0o005
+    files = list(d.iterdir())
+    assert files and all(f.stat().st_mode & 0o004 for f in files), [(f.name, oct(f.stat().st_mode)) for f in files]
