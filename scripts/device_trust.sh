@@ -2,7 +2,8 @@
 # The trust-boundary batches on one H200 (issue 14), each one device call under the 600 s limit.
 # Runs the product's own paths (`cacheon doctor`, `cacheon verify`, `cacheon arena run` with the
 # default work dir) behind the sandbox wall, from a world-readable copy of the tree (the sandbox's
-# dedicated uid must read it). Carry .devpack (SGLang pack + a bwrap binary) and .whl (pyseccomp).
+# dedicated uid must read it). Carry .devpack (SGLang pack + a bwrap binary) and .whl (wheels the
+# device image lacks: pyseccomp, structlog, tenacity; 2026-12-02 the validator died on tenacity).
 #
 #   bash scripts/device_trust.sh wall       # doctor --gpu, CUDA child cost, verify --arena, attacks refused, role bias
 #   bash scripts/device_trust.sh handicap   # the 150 us known gain through the full PASS path (crown)
@@ -132,5 +133,5 @@ esac
 }
 mode "$@"
 pkill -9 -f 'arena[.]engine_child|sglang[.]srt' 2>/dev/null
-(cd /var/tmp/cacheon 2>/dev/null && find . -maxdepth 5 \( -name '*.jsonl' -o -name 'result.json' \) -size -8M | tar czf "$OUT/work.tgz" -T - 2>/dev/null)
+(cd /var/tmp/cacheon 2>/dev/null && find . -maxdepth 5 \( -name '*.jsonl' -o -name 'result.json' -o -name '*.log' \) -size -8M | tar czf "$OUT/work.tgz" -T - 2>/dev/null)
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader; date -u +%FT%TZ

@@ -51,8 +51,12 @@ def _commit(chain: Any, netuid: int, hotkey: str, bundle_dir: Path, serve_dir: P
 
 def _report(state_dir: Path, chain: Any, netuid: int) -> dict[str, Any]:
     from cacheon_subnet.validator import status
+    from cacheon_subnet.validator.state import StateError
 
-    rep = status.collect(state_dir)
+    try:
+        rep: Any = status.collect(state_dir)
+    except StateError as e:  # the validator died before writing state: keep its output, not this trace
+        rep = {"error": str(e)}
     cli = subprocess.run([sys.executable, "-m", "cacheon_subnet.cli", "status", "--state-dir", str(state_dir)],
                          capture_output=True, text=True, cwd=REPO, timeout=300)
     return {"status": rep, "status_text": cli.stdout[-6000:], "status_rc": cli.returncode,
@@ -196,10 +200,15 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     Path(a.out).write_text(json.dumps(out, indent=1, default=str))
+    broken = False
     for phase, p in out["phases"].items():
         print(f"== {phase} ({p.get('label', 'product path')}): {p['wall_s']} s, weights on chain {p['chain_weights']}")
         print(p["status_text"])
-    return 0
+        for i, ps in enumerate(p.get("passes", [])):
+            if ps.get("stderr_tail"):  # a pass that printed no summary (the validator crashed): say why
+                broken = True
+                print(f"pass {i + 1}: rc {ps['rc']}, no summary; stderr tail:\n{ps['stderr_tail']}")
+    return 1 if broken else 0
 
 
 if __name__ == "__main__":

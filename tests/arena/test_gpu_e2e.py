@@ -49,3 +49,24 @@ def test_gpu_e2e_refuses_an_unknown_phase(tmp_path):
                         "--work", str(tmp_path / "w"), "--phases", "product,nope"],
                        capture_output=True, text=True, cwd=h.REPO, timeout=120)
     assert r.returncode == 2 and "--phases" in r.stderr and not (tmp_path / "w").exists()
+
+
+def test_gpu_e2e_keeps_the_validators_crash_and_exits_non_zero(tmp_path):
+    """On the H200 (2026-12-02) neurons/validator.py died at import (a dependency missing on the
+    device image) and the script raised in its own report, losing the validator's output."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(  # stands in for a missing dependency, in the validator only
+        "import sys\nif sys.argv and sys.argv[0].endswith('validator.py'):\n"
+        "    sys.stderr.write(\"ModuleNotFoundError: No module named 'tenacity'\\n\")\n"
+        "    raise SystemExit(1)\n")  # site.py swallows an Exception from sitecustomize, not SystemExit
+    env = dict(os.environ, PYTHONPATH=f"{site}{os.pathsep}{h.REPO}", CACHEON_HOME=str(tmp_path / "home"),
+               CACHEON_ARENA_HOME=str(tmp_path / "arena-home"))
+    out = tmp_path / "e2e.json"
+    r = subprocess.run([sys.executable, "scripts/gpu_e2e.py", "--phases", "product", "--out", str(out),
+                        "--work", str(tmp_path / "work"), "--engine-factory", "tests.arena.fake_engine:FakeEngine"],
+                       capture_output=True, text=True, env=env, cwd=h.REPO, timeout=300)
+    assert r.returncode == 1, (r.stdout[-2000:], r.stderr[-2000:])
+    assert "No module named 'tenacity'" in r.stdout
+    prod = json.loads(out.read_text())["phases"]["product"]
+    assert "no validator state" in prod["status"]["error"] and "tenacity" in prod["passes"][0]["stderr_tail"]
