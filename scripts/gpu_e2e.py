@@ -108,13 +108,31 @@ class _HandicapQualifier:
         return to_qualify_result(result, op, incumbent, self.arena_id, self.label)
 
 
+def _test_config(a: argparse.Namespace, work: Path) -> str:
+    """The test phase's arena: --config itself, or with --test-cycles a copy with fewer timed cycles
+    (so the four engines of a crown fit one device call), named as a TEST arena (its own id)."""
+    if not a.test_cycles:
+        return a.config
+    import re
+
+    text = Path(a.config).read_text()
+    text, n = re.subn(r"(?m)^cycles\s*=\s*\d+", f"cycles = {int(a.test_cycles)}", text, count=1)
+    text, m = re.subn(r'(?m)^name\s*=\s*"([^"]*)"', r'name = "\1-TEST-e2e"', text, count=1)
+    if not (n and m):
+        raise SystemExit(f"--test-cycles: {a.config} has no top-level name / [workload] cycles line to change")
+    out = work / "test-arena.toml"
+    out.write_text(f"# TEST ONLY (scripts/gpu_e2e.py --test-cycles): {a.config} with {a.test_cycles} cycles\n" + text)
+    return str(out)
+
+
 def test_phase(a: argparse.Namespace, chain: Any, state: Path) -> dict[str, Any]:
     from arena import GpuQualifier, load_config
     from cacheon_subnet.scoring.settle import SpeedPolicy
     from cacheon_subnet.validator.loop import Validator, ValidatorConfig
     from cacheon_subnet.validator.publish import PublishPolicy
 
-    q = _HandicapQualifier(GpuQualifier(load_config(a.config)), a.handicap_us, a.engine_factory)
+    arena_config = _test_config(a, state.parent)
+    q = _HandicapQualifier(GpuQualifier(load_config(arena_config)), a.handicap_us, a.engine_factory)
     speed = replace(SpeedPolicy(), max_noise=a.settle_max_noise or SpeedPolicy().max_noise,
                     max_speedup=a.settle_max_speedup or SpeedPolicy().max_speedup)
     cfg = ValidatorConfig(netuid=NETUIDS["test-handicap"], hotkey=VALIDATOR, state_dir=state, interval_s=0,
@@ -132,7 +150,7 @@ def test_phase(a: argparse.Namespace, chain: Any, state: Path) -> dict[str, Any]
                 break
     finally:
         v.close()
-    return {"passes": passes, "wall_s": round(time.monotonic() - t0, 1), "label": TEST_LABEL,
+    return {"passes": passes, "wall_s": round(time.monotonic() - t0, 1), "label": TEST_LABEL, "arena_config": arena_config,
             "settle_policy": {"max_noise": speed.max_noise, "max_speedup": speed.max_speedup}}
 
 
@@ -150,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settle-max-speedup", type=float, default=None, help="test phase only (CPU dry runs)")
     ap.add_argument("--phases", default=",".join(NETUIDS),
                     help=f"comma list of {', '.join(NETUIDS)} (one device call each fits under 10 minutes)")
+    ap.add_argument("--test-cycles", type=int, help="test phase only: its arena runs this many timed cycles "
+                    "(a TEST-named copy of --config, so a crown's four engines fit one device call)")
     ap.add_argument("--max-passes", type=int, default=8)
     ap.add_argument("--pass-timeout-s", type=float, default=3600.0)
     ap.add_argument("--engine-factory", help="tests only: a CPU stand-in engine (module:Class); no GPU number")

@@ -70,3 +70,19 @@ def test_gpu_e2e_keeps_the_validators_crash_and_exits_non_zero(tmp_path):
     assert "No module named 'tenacity'" in r.stdout
     prod = json.loads(out.read_text())["phases"]["product"]
     assert "no validator state" in prod["status"]["error"] and "tenacity" in prod["passes"][0]["stderr_tail"]
+
+
+def test_the_test_phase_can_run_fewer_cycles_in_a_test_named_arena(tmp_path):
+    sys.path.insert(0, str(h.REPO / "scripts"))
+    import argparse
+
+    import gpu_e2e
+    from arena import load_config
+
+    dense = h.REPO / "configs" / "arena" / "dense.toml"
+    a = argparse.Namespace(config=str(dense), test_cycles=3)
+    path = gpu_e2e._test_config(a, tmp_path)
+    cfg, base = load_config(path), load_config(dense)
+    assert cfg.workload.cycles == 3 and base.workload.cycles == 8
+    assert cfg.name.endswith("-TEST-e2e") and cfg.arena_id != base.arena_id
+    assert gpu_e2e._test_config(argparse.Namespace(config=str(dense), test_cycles=None), tmp_path) == str(dense)
