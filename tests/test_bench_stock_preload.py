@@ -41,7 +41,8 @@ def test_a_preloaded_stock_kernel_survives_the_armed_guard_and_a_lazy_one_does_n
     assert p.stdout.split() == ["True", "True", "True", "True"], p.stdout + p.stderr[-1000:]
 
 
-def test_bench_asks_the_worker_to_preload_the_bundles_slots(monkeypatch, tmp_path):
+def _worker_config_of_bench(monkeypatch, opts) -> WorkerConfig:
+    """The WorkerConfig `bench_bundle` starts its worker with (the worker itself never starts)."""
     from cacheon_subnet import bench
     from cacheon_subnet.bundle import load_bundle
     from tests.conftest import EXAMPLES
@@ -52,16 +53,22 @@ def test_bench_asks_the_worker_to_preload_the_bundles_slots(monkeypatch, tmp_pat
         pass
 
     def fake_start(self):
-        seen["argv_slots"] = self.config.preload_stock
+        seen["config"] = self.config
         raise Stop
 
     monkeypatch.setattr(WorkerClient, "start", fake_start)
     monkeypatch.setattr(WorkerClient, "close", lambda self: None)
     try:
-        bench.bench_bundle(load_bundle(EXAMPLES / "norm.rmsnorm"), bench.BenchOptions(device="cpu"))
+        bench.bench_bundle(load_bundle(EXAMPLES / "norm.rmsnorm"), opts)
     except Stop:
         pass
-    assert seen["argv_slots"] == ("norm.rmsnorm",)
+    return seen["config"]
+
+
+def test_bench_asks_the_worker_to_preload_the_bundles_slots(monkeypatch):
+    from cacheon_subnet import bench
+
+    assert _worker_config_of_bench(monkeypatch, bench.BenchOptions(device="cpu")).preload_stock == ("norm.rmsnorm",)
     assert WorkerConfig().preload_stock == ()
 
 
@@ -116,26 +123,11 @@ def test_a_warmed_jit_stock_kernel_needs_no_compiler_under_the_guard_and_a_cold_
 def test_bench_hands_the_worker_every_case_the_stock_side_will_time(monkeypatch):
     from cacheon_subnet import bench
     from cacheon_subnet.bundle import load_bundle
+    from cacheon_subnet.slots import get_slot
     from tests.conftest import EXAMPLES
 
-    seen = {}
-
-    class Stop(Exception):
-        pass
-
-    def fake_start(self):
-        seen["cases"] = self.config.preload_cases
-        raise Stop
-
-    monkeypatch.setattr(WorkerClient, "start", fake_start)
-    monkeypatch.setattr(WorkerClient, "close", lambda self: None)
     opts = bench.BenchOptions(device="cpu")
-    try:
-        bench.bench_bundle(load_bundle(EXAMPLES / "norm.rmsnorm"), opts)
-    except Stop:
-        pass
-    labels = {(s, d, c["label"]) for s, d, c in seen["cases"]}
-    spec = __import__("cacheon_subnet.slots", fromlist=["get_slot"]).get_slot("norm.rmsnorm")
+    cases = _worker_config_of_bench(monkeypatch, opts).preload_cases
     op = load_bundle(EXAMPLES / "norm.rmsnorm").manifest.ops[0]
-    want = {("norm.rmsnorm", op.dtypes[0], c.label) for c, _ in bench._cases(spec, op, opts)}
-    assert want and labels == want
+    want = {("norm.rmsnorm", op.dtypes[0], c.label) for c, _ in bench._cases(get_slot("norm.rmsnorm"), op, opts)}
+    assert want and {(s, d, c["label"]) for s, d, c in cases} == want
