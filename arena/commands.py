@@ -74,8 +74,8 @@ def cmd_arena_run(args: argparse.Namespace) -> int:
     from arena.run import stock_control_op
 
     incumbent = None
-    if (args.control == "handicap") != (args.handicap_us is not None):
-        raise UsageError("--handicap-us MICROSECONDS goes with --control handicap, and only with it")
+    if (args.control in ("handicap", "slowdown")) != (args.handicap_us is not None):
+        raise UsageError("--handicap-us MICROSECONDS goes with --control handicap or slowdown, and only with them")
     if args.control:
         if args.incumbent:
             raise UsageError("--incumbent makes no sense with --control")
@@ -199,10 +199,12 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     r = asub.add_parser("run", help="one full verdict: exit 0 PASS, 1 FAIL, 3 NO_DECISION, 2 usage")
     r.add_argument("--config", required=True, help="configs/arena/<name>.toml")
     r.add_argument("--bundle", help="bundle directory or .tar.gz")
-    r.add_argument("--control", choices=["stock-as-candidate", "handicap"],
+    r.add_argument("--control", choices=["stock-as-candidate", "handicap", "slowdown"],
                    help="stock-as-candidate: role bias (SGLang's kernel in the candidate route); handicap: a "
-                        "known speedup (B runs SGLang's kernel + a GPU spin, C the kernel alone); both need --slot")
-    r.add_argument("--handicap-us", type=float, help="the handicap control's spin per baseline call, in µs")
+                        "known speedup (B runs SGLang's kernel + a GPU spin, C the kernel alone); slowdown: a known "
+                        "loss (C runs the kernel + the spin, B the kernel alone); all need --slot")
+    r.add_argument("--handicap-us", type=float, help="the spin per call, in µs, of the baseline (handicap) or of "
+                   "the candidate (slowdown: a known loss)")
     r.add_argument("--slot", help="the slot of a --control run")
     r.add_argument("--incumbent", help="the crowned bundle of the same slot: B and B′ run it (head-to-head)")
     r.add_argument("--op", help="which op of the bundle (slot id or op key), when it has several")

@@ -24,8 +24,8 @@ class RunOptions:
     checkpoint_root: Path
     engine_factory: str | None = None  # tests only: a fake engine class "module:attr"
     isolate_network: bool = True
-    control: str | None = None  # "stock-as-candidate" | "handicap" (seams/controls.py; never a crown)
-    handicap_us: float = 0.0  # the handicap control's spin per baseline call
+    control: str | None = None  # "stock-as-candidate" | "handicap" | "slowdown" (seams/controls.py; never a crown)
+    handicap_us: float = 0.0  # the spin per call of the slowed side: B/B′ (handicap) or C (slowdown)
     devices: str | None = None  # CUDA_VISIBLE_DEVICES of every engine of this arena (one arena per GPU)
     # T grades only a speed PASS (a slower or undecided kernel is not crowned whatever its
     # quality, and T is an engine start); calibration runs and controls grade every verdict
@@ -35,7 +35,10 @@ class RunOptions:
 # stock-as-candidate: stock vs stock through the candidate route -> the role bias (speed only).
 # handicap: B/B′ run stock + a fixed GPU spin per call, C plain stock -> a known speedup, run
 # through the whole PASS path (T, confirmation): does the arena crown a gain of that size?
-CONTROLS = ("stock-as-candidate", "handicap")
+# slowdown: C runs stock + a fixed GPU spin per call, B/B′ plain stock -> a known loss: how soon
+# does a verdict end on a clear loser (issue 19: the sequential test)?
+CONTROLS = ("stock-as-candidate", "handicap", "slowdown")
+SPIN_CONTROLS = ("handicap", "slowdown")
 
 
 def stock_control_op(slot: str) -> OpEntry:

@@ -21,6 +21,7 @@ from arena.evidence import check, leaks, receipts_from_answers, tampering
 from arena.host import EngineRun
 from arena.prepare import (  # noqa: F401 - re-exported: callers import them from arena.run
     CONTROLS,
+    SPIN_CONTROLS,
     ArenaUnavailable,
     RunOptions,
     candidate_blame,
@@ -67,8 +68,8 @@ class Qualification:
             raise ValueError(f"a bundle is required, except for the controls {CONTROLS} (which take none)")
         if opts.control is not None and opts.control not in CONTROLS:
             raise ValueError(f"control {opts.control!r}: expected one of {CONTROLS}")
-        if (opts.control == "handicap") != (opts.handicap_us > 0):
-            raise ValueError("the handicap control needs handicap_us > 0 (and only it takes one)")
+        if (opts.control in SPIN_CONTROLS) != (opts.handicap_us > 0):
+            raise ValueError(f"the controls {SPIN_CONTROLS} need handicap_us > 0 (and only they take one)")
         if incumbent is not None and (bundle is None or incumbent[1].slot != op.slot):
             raise ValueError(f"the incumbent must serve the same slot ({op.slot}) as a real challenger")
         self.cfg, self.bundle, self.op, self.opts, self.incumbent = cfg, bundle, op, opts, incumbent
@@ -119,6 +120,8 @@ class Qualification:
         assert verdict in VERDICTS
         if self.opts.control == "handicap":
             reason = f"control handicap (baseline +{self.opts.handicap_us:g} µs per call): {reason}"
+        elif self.opts.control == "slowdown":
+            reason = f"control slowdown (candidate +{self.opts.handicap_us:g} µs per call): {reason}"
         self.update(verdict=verdict, reason=reason, finished=_now(), wall_s=round(time.monotonic() - self.t0, 1))
         log.info("arena.verdict", verdict=verdict, reason=reason, arena_id=self.cfg.arena_id, op=self.op.key)
         return self.result.to_json()
@@ -137,8 +140,9 @@ class Qualification:
         loads no contribution code at all."""
         if tree_root.exists():
             shutil.rmtree(tree_root, onerror=lambda f, p, e: (os.chmod(os.path.dirname(p), 0o755), f(p)))
-        if self.opts.control == "handicap":
-            return {"CACHEON_HANDICAP": f"{self.op.slot}:{self.opts.handicap_us:g}"}, None
+        if self.opts.control in SPIN_CONTROLS:
+            name = "CACHEON_HANDICAP" if self.opts.control == "handicap" else "CACHEON_SLOWDOWN"
+            return {name: f"{self.op.slot}:{self.opts.handicap_us:g}"}, None
         if self.bundle is None:
             return {"CACHEON_STOCK_AS_CANDIDATE": self.op.slot}, None
         inc = [(self.incumbent[0], [self.incumbent[1]])] if self.incumbent else []
@@ -250,8 +254,10 @@ class Qualification:
         steps, windows = resident_steps(cfg, self.baseline, quality=graded, gates=self.sequential_on)
         setup: dict[str, Any] = {"baseline": (f"incumbent {self.incumbent[0].digest} ({self.incumbent[1].key})"
                                               if self.incumbent else "stock")}
-        if spin_us := self.opts.handicap_us:
+        if (spin_us := self.opts.handicap_us) and self.opts.control == "handicap":
             setup.update(baseline=f"stock + {spin_us:g} µs GPU spin per call (handicap control)", handicap_us=spin_us)
+        elif spin_us:
+            setup.update(candidate_control=f"stock + {spin_us:g} µs GPU spin per call (slowdown control)", handicap_us=spin_us)
         env = {**seam_environment(bindings), **candidate_env, "CACHEON_SEAM_STRICT": "1", "SGLANG_PLUGINS": "cacheon"}
         setup.update(bindings=list(bindings), tree_digest=tree_digest, swaps=count_swaps(windows, "candidate"))
         self.update(setup=setup)

@@ -19,6 +19,7 @@
 #   PACK=1 bash scripts/device_trust.sh seq warm example=examples/norm.fused_add_rmsnorm bench
 #                                           # several in one call, each skipped when too little is left
 #   bash scripts/device_trust.sh seq warm profile   # issue 17's slot-share table (scripts/profile_decode.py)
+#   bash scripts/device_trust.sh seq sprt   # issue 19: SPRT on (a TEST config): role bias, a clear loser
 #   bash scripts/device_trust.sh seq sm-receive warm example=examples/rope.neox   # SmolLM2 (issue 15): one
 #     wheel part per call (scripts/smollm2_device.sh); the last call: seq sm-receive sm-assemble sm-warm ...
 # Each step's limit is what is left of the call (DEADLINE_S, default 585 s from the start).
@@ -136,6 +137,15 @@ case "${1:-}" in
       --trace-dir /tmp/cacheon-profile; cat "$OUT/profile.txt"
     tar -C /tmp -czf "$OUT/profile-traces.tgz" cacheon-profile 2>/dev/null; du -h "$OUT/profile-traces.tgz"
     ;;
+  sprt)  # issue 19 item 3: the sequential test on the H200 (a TEST copy of dense.toml with [sequential] on):
+          # role bias, a clear loser (slowdown control), the 150 µs handicap; each verdict's cycles and wall time
+    sed 's/^enabled = false/enabled = true/; s/^name = "\(.*\)"/name = "\1-sprt-TEST"/' configs/arena/dense.toml > /tmp/dense-sprt.toml
+    grep -q '^enabled = true' /tmp/dense-sprt.toml || { echo "sprt: could not enable [sequential]"; return; }
+    step sprt-rolebias 330 $C arena run --config /tmp/dense-sprt.toml --control stock-as-candidate --slot norm.rmsnorm --out "$OUT/sprt-rolebias.json"
+    head -8 "$OUT/sprt-rolebias.txt"
+    step sprt-loser 200 $C arena run --config /tmp/dense-sprt.toml --control slowdown --slot norm.rmsnorm --handicap-us "${SLOW_US:-500}" --out "$OUT/sprt-loser.json"
+    head -8 "$OUT/sprt-loser.txt"
+    ;;
   warm)  # one `arena warm` (fills the seed caches; its engine start is a number too)
     step "warm$(date +%s)" 260 $C arena warm --config configs/arena/dense.toml; cat "$OUT"/warm*.txt
     ;;
@@ -150,6 +160,7 @@ case "${1:-}" in
       sm-example=*) need 330 "$m" && mode sm-example "${m#sm-example=}" ;;
       sm-receive) mode sm-receive ;;
       profile) need 150 profile && mode profile ;;
+      sprt) need 400 sprt && mode sprt ;;
       sm-assemble) need 60 "$m" && mode sm-assemble ;;
       sm-warm) need 120 "$m" && mode sm-warm ;;
       *) need 300 "$m" && mode "$m" ;;

@@ -12,7 +12,7 @@ Reads the fixed launch environment the host wrote:
   CACHEON_SEAM_STRICT=1|0        strict (qualification, default) or serving fallback
   CACHEON_FORWARD_CLOCK=1         time the forward passes on the GPU (seams/forward_clock.py, set
                                   up after Scheduler.__init__ by seams/plugin.py)
-  CACHEON_STOCK_AS_CANDIDATE, CACHEON_HANDICAP   the arena's controls (seams/controls.py); the
+  CACHEON_STOCK_AS_CANDIDATE, CACHEON_HANDICAP, CACHEON_SLOWDOWN   the arena's controls (seams/controls.py); the
                                   sandbox drops any ambient CACHEON_* variable, so only the host sets them
 """
 
@@ -27,7 +27,8 @@ from cacheon_subnet.bundle.engine_tree import open_tree
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.custom_op import register_slot_op
 from cacheon_subnet.slots.spec import dtype_of
-from seams.controls import handicap, register_handicap, register_stock_controls, stock_controls
+from seams.controls import (handicap, register_handicap, register_slowdown, register_stock_controls, slowdown,
+                             stock_controls)
 from seams.dispatch import REGISTRY, Candidate, Registry, guarded, receipt_key
 from seams.receipts import Receipts
 from seams.table import SEAM_ADAPTERS, SeamAdapter
@@ -64,13 +65,15 @@ def activate_scheduler(tp_rank: int, registry: Registry = REGISTRY, environ: dic
     slots = sorted({s for a in adapters for s in a.slots})
     try:
         sys.dont_write_bytecode = True  # nothing but the sealed sources is ever imported from the tree
-        controls, slow_baseline = stock_controls(env), handicap(env)
+        controls, slow_baseline, slow_candidate = stock_controls(env), handicap(env), slowdown(env)
         if controls:
             register_stock_controls(controls, slots, registry)
         if slow_baseline:
             register_handicap(slow_baseline, slots, registry)
+        if slow_candidate:
+            register_slowdown(slow_candidate, slots, registry)
         ops = ()
-        if env.get("CACHEON_ENGINE_TREE") or not (controls or slow_baseline):
+        if env.get("CACHEON_ENGINE_TREE") or not (controls or slow_baseline or slow_candidate):
             tree = open_tree(Path(env["CACHEON_ENGINE_TREE"]), env["CACHEON_ENGINE_TREE_DIGEST"])
             if str(tree.root) not in sys.path:
                 sys.path.insert(0, str(tree.root))

@@ -7,6 +7,9 @@
                                            "incumbent"); C runs the stock kernel alone. C is
                                            faster by a known amount, so the run shows whether
                                            the arena crowns a gain of that size.
+  CACHEON_SLOWDOWN=slot:microseconds       known loss: the challenger (C) runs the stock kernel
+                                           and then spins that long per call; B, B′ plain stock.
+                                           How fast a verdict ends on a clear loser (the SPRT).
 
 Host-set only (the fixed launch environment); a bundle cannot name them. Nothing here is ever
 a crown: the validator never passes these variables.
@@ -24,6 +27,7 @@ from cacheon_subnet.slots.spec import dtype_of
 from seams.dispatch import Candidate, Registry, guarded
 
 HANDICAP_ENV = "CACHEON_HANDICAP"
+SLOWDOWN_ENV = "CACHEON_SLOWDOWN"
 # torch.cuda._sleep counts SM cycles; the H200's SM clock sat at 1955-1980 MHz in the arena's
 # windows (scripts/box_monitor.py, 2026-11-29), so one microsecond is ~1980 cycles (nominal)
 SPIN_CYCLES_PER_US = 1980
@@ -34,9 +38,9 @@ def stock_controls(env: dict[str, str]) -> tuple[str, ...]:
     return tuple(s for s in env.get("CACHEON_STOCK_AS_CANDIDATE", "").split(",") if s)
 
 
-def handicap(env: dict[str, str]) -> tuple[str, float] | None:
+def handicap(env: dict[str, str], name: str = HANDICAP_ENV) -> tuple[str, float] | None:
     """CACHEON_HANDICAP=slot:microseconds -> (slot, µs); malformed values raise (fail closed)."""
-    raw = env.get(HANDICAP_ENV, "")
+    raw = env.get(name, "")
     if not raw:
         return None
     slot, _, us = raw.rpartition(":")
@@ -45,8 +49,13 @@ def handicap(env: dict[str, str]) -> tuple[str, float] | None:
     except ValueError:
         value = -1.0
     if not slot or not 0 < value <= 100_000:
-        raise RuntimeError(f"{HANDICAP_ENV}={raw!r}: expected SLOT:MICROSECONDS with 0 < µs <= 100000")
+        raise RuntimeError(f"{name}={raw!r}: expected SLOT:MICROSECONDS with 0 < µs <= 100000")
     return slot, value
+
+
+def slowdown(env: dict[str, str]) -> tuple[str, float] | None:
+    """CACHEON_SLOWDOWN=slot:microseconds -> (slot, µs), as strict as the handicap."""
+    return handicap(env, SLOWDOWN_ENV)
 
 
 def spin(us: float) -> Callable[[], None]:
@@ -106,3 +115,18 @@ def register_handicap(control: tuple[str, float], slots: list[str], registry: Re
 
     _add(registry, slot_id, stock, "stock-control", "challenger")
     _add(registry, slot_id, handicapped, "stock-handicap", "incumbent")
+
+
+def register_slowdown(control: tuple[str, float], slots: list[str], registry: Registry) -> None:
+    """Challenger: the stock kernel + a spin; the baseline route stays plain stock."""
+    slot_id, us = control
+    if slot_id not in slots:
+        raise RuntimeError(f"slowdown {slot_id}: no armed adapter serves this slot ({slots})")
+    stock = _stock(slot_id, "slowdown")
+    delay = spin(us)
+
+    def slowed(**kw: Any) -> None:
+        stock(**kw)
+        delay()
+
+    _add(registry, slot_id, slowed, "stock-slowdown", "challenger")

@@ -192,11 +192,26 @@ def test_handicap_control_is_crowned_through_the_whole_pass_path(env):
     assert r["reason"].startswith("control handicap (baseline +5000 µs per call)")
 
 
+def test_slowdown_control_is_a_clear_loser(env):
+    """A known loss: C runs stock + 5 ms per call, B/B′ plain stock. FAIL on speed, never a crown,
+    no teacher (only a speed PASS is graded); labelled as the control in the reason."""
+    from arena.run import RunOptions, qualify, stock_control_op
+
+    opts = RunOptions(workdir=env / "w", checkpoint_root=env / "c", engine_factory="tests.arena.fake_engine:FakeEngine",
+                      control="slowdown", handicap_us=5000.0)
+    r = qualify(h.small_config(prompts=6, output=6, cycles=2, max_noise=0.5), None, stock_control_op("norm.rmsnorm"), opts)
+    assert r["control"] == "slowdown" and "slowdown" in r["candidate_control"] and r["baseline"] == "stock"
+    assert r["evidence"]["ok"] and r["speed"]["ratio"] < 0.8, r["speed"]
+    assert r["verdict"] == "FAIL" and "teacher" not in r["stages"], r["reason"]
+    assert r["reason"].startswith("control slowdown (candidate +5000 µs per call)")
+
+
 def test_control_options_are_checked(env):
     from arena.run import RunOptions, qualify, stock_control_op
 
     cfg, op = h.small_config(), stock_control_op("norm.rmsnorm")
-    for bad in (dict(control="handicap"), dict(control="stock-as-candidate", handicap_us=5.0), dict(control="bogus")):
+    for bad in (dict(control="handicap"), dict(control="slowdown"), dict(control="stock-as-candidate", handicap_us=5.0),
+                dict(control="bogus")):
         with pytest.raises(ValueError):
             qualify(cfg, None, op, RunOptions(workdir=env / "w", checkpoint_root=env / "c",
                                               engine_factory="tests.arena.fake_engine:FakeEngine", **bad))

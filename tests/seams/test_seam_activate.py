@@ -152,3 +152,35 @@ def test_handicap_control_slows_only_the_baseline_route(tmp_path: Path, monkeypa
         took[route] = time.perf_counter() - t
         assert out is not None
     assert took["incumbent"] >= 0.02 > took["candidate"]
+
+
+def test_slowdown_control_slows_only_the_candidate_route(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The known-loss control (issue 19: how soon a clear loser is decided): the candidate route
+    runs stock + a fixed spin, the baseline route plain stock; malformed values fail closed."""
+    import time
+
+    import seams.stock as stock
+    from seam_harness import reference_kernel, slot_inputs
+    from seams.dispatch import run
+
+    for bad in ("norm.rmsnorm", "norm.rmsnorm:-5", ":50"):
+        with pytest.raises(RuntimeError, match="CACHEON_SLOWDOWN"):
+            controls.slowdown({"CACHEON_SLOWDOWN": bad})
+    assert controls.slowdown({"CACHEON_SLOWDOWN": "norm.rmsnorm:80"}) == ("norm.rmsnorm", 80.0)
+    with pytest.raises(RuntimeError, match="no armed adapter"):
+        controls.register_slowdown(("rope.neox", 10.0), ["norm.rmsnorm"], Registry())
+    monkeypatch.setattr(stock, "stock_kernel", lambda slot: (reference_kernel(slot), slot))
+    reg = Registry()
+    reg.enabled = True
+    controls.register_slowdown(("norm.rmsnorm", 20_000.0), ["norm.rmsnorm"], reg)
+    assert [(c.variant, c.role) for c in reg.candidates["norm.rmsnorm"]] == [("stock-slowdown", "challenger")]
+    inputs, params = slot_inputs("norm.rmsnorm")
+    args = {"x": inputs["x"], "weight": inputs["weight"]}
+    took = {}
+    for route in ("stock", "candidate"):
+        reg.route = route
+        t = time.perf_counter()
+        out = run("norm.rmsnorm", args, params, reg)
+        took[route] = time.perf_counter() - t
+        assert out is not None or route == "stock"
+    assert took["candidate"] >= 0.02 > took["stock"]
