@@ -127,7 +127,7 @@ def test_cli_control_usage_errors(capsys):
     assert main(["arena", "run", "--config", cfg, "--control", "handicap", *slot]) == 2
     assert "--handicap-us MICROSECONDS goes with --control handicap" in capsys.readouterr().err
     assert main(["arena", "run", "--config", cfg, "--control", "stock-as-candidate", *slot, "--handicap-us", "50"]) == 2
-    assert "goes with --control handicap, and only with it" in capsys.readouterr().err
+    assert "goes with --control handicap or slowdown, and only with them" in capsys.readouterr().err
     assert main(["arena", "run", "--config", cfg, "--control", "handicap", *slot, "--handicap-us", "-5"]) == 2
     assert "--handicap-us -5: expected 0 < µs <= 100000" in capsys.readouterr().err
 
