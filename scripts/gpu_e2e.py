@@ -110,7 +110,8 @@ class _HandicapQualifier:
 
 def _test_config(a: argparse.Namespace, work: Path) -> str:
     """The test phase's arena: --config itself, or with --test-cycles a copy with fewer timed cycles
-    (so the four engines of a crown fit one device call), named as a TEST arena (its own id)."""
+    in the resident and the confirmation engine (so the four engines of a crown fit one device
+    call), named as a TEST arena (its own id)."""
     if not a.test_cycles:
         return a.config
     import re
@@ -118,8 +119,11 @@ def _test_config(a: argparse.Namespace, work: Path) -> str:
     text = Path(a.config).read_text()
     text, n = re.subn(r"(?m)^cycles\s*=\s*\d+", f"cycles = {int(a.test_cycles)}", text, count=1)
     text, m = re.subn(r'(?m)^name\s*=\s*"([^"]*)"', r'name = "\1-TEST-e2e"', text, count=1)
-    if not (n and m):
-        raise SystemExit(f"--test-cycles: {a.config} has no top-level name / [workload] cycles line to change")
+    text = re.sub(r"(?m)^confirm_cycles\s*=.*\n", "", text)  # the fresh engine's re-measure: as short
+    text, k = re.subn(r"(?m)^\[speed\][^\n]*\n", lambda mt: mt.group(0) + f"confirm_cycles = {int(a.test_cycles)}\n",
+                      text, count=1)
+    if not (n and m and k):
+        raise SystemExit(f"--test-cycles: {a.config} has no top-level name / [workload] cycles / [speed] line to change")
     out = work / "test-arena.toml"
     out.write_text(f"# TEST ONLY (scripts/gpu_e2e.py --test-cycles): {a.config} with {a.test_cycles} cycles\n" + text)
     return str(out)

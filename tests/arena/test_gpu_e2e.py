@@ -80,9 +80,10 @@ def test_the_test_phase_can_run_fewer_cycles_in_a_test_named_arena(tmp_path):
     from arena import load_config
 
     dense = h.REPO / "configs" / "arena" / "dense.toml"
-    a = argparse.Namespace(config=str(dense), test_cycles=3)
+    a = argparse.Namespace(config=str(dense), test_cycles=2)
     path = gpu_e2e._test_config(a, tmp_path)
     cfg, base = load_config(path), load_config(dense)
-    assert cfg.workload.cycles == 3 and base.workload.cycles == 8
+    assert cfg.workload.cycles == 2 and base.workload.cycles == 8
+    assert cfg.speed.confirm_cycles == 2 and base.speed.confirm_cycles == 3 and cfg.speed.margin == base.speed.margin
     assert cfg.name.endswith("-TEST-e2e") and cfg.arena_id != base.arena_id
     assert gpu_e2e._test_config(argparse.Namespace(config=str(dense), test_cycles=None), tmp_path) == str(dense)
