@@ -149,13 +149,15 @@ case "${1:-}" in
   warm)  # one `arena warm` (fills the seed caches; its engine start is a number too)
     step "warm$(date +%s)" 260 $C arena warm --config configs/arena/dense.toml; cat "$OUT"/warm*.txt
     ;;
-  bench)  # bench --arena against the stock kernel (the stock-preload fix)
-    step bench 140 $C bench examples/norm.rmsnorm --device cuda --arena configs/arena/dense.toml; head -30 "$OUT/bench.txt"
+  bench)  # bench --arena against the stock kernel (the stock-preload fix); seq: bench=examples/X for another
+    ex=${2:-examples/norm.rmsnorm}; n=bench-$(basename "$ex")
+    step "$n" 140 $C bench "$ex" --device cuda --arena configs/arena/dense.toml; head -30 "$OUT/$n.txt"
     ;;
   seq)  # several modes in one call, in order: seq warm example=examples/X bench ... (skipped when short)
     shift; for m in "$@"; do case "$m" in
       warm) need 90 warm && mode warm ;;
       bench) need 60 bench && mode bench ;;
+      bench=*) need 60 "$m" && mode bench "${m#bench=}" ;;
       example=*) need 330 "$m" && mode example "${m#example=}" ;;
       sm-example=*) need 330 "$m" && mode sm-example "${m#sm-example=}" ;;
       sm-receive) mode sm-receive ;;
