@@ -103,7 +103,8 @@ def _holders(con: sqlite3.Connection, target: str, max_commit: int, block: int,
              hold_blocks: int) -> list[str]:
     """In-progress contributions that may still bring evidence for `target` and committed no
     later than the evidence being settled: settling now would deny them earlier-commit priority.
-    Waiting is bounded: a contribution holds for at most hold_blocks after intake."""
+    Waiting is bounded: a contribution holds for at most hold_blocks after intake, and the caller
+    stops waiting hold_blocks after its oldest unsettled row was measured."""
     marks = ",".join("?" * len(ACTIVE))
     rows = con.execute(f"SELECT id, state, todo, seen_block FROM contributions WHERE state IN ({marks})"
                        " AND commit_block<=?", (*ACTIVE, max_commit)).fetchall()
@@ -127,7 +128,12 @@ def settle(db: StateDB, target: str, policy: SpeedPolicy, block: int, *, hold_bl
             " c.id=e.contribution_id WHERE e.settled=0 AND e.target=? ORDER BY e.id", (target,)).fetchall()
         if not rows:
             return None
-        held = _holders(con, target, max(r["commit_block"] for r in rows), block, hold_blocks)
+        # the wait is bounded per row too: each contribution holds for hold_blocks after its intake,
+        # but fresh evidence raises the commit horizon for the next holder, so alternating Sybils
+        # (or busy honest traffic) chained holds forever (red team); the oldest row waits no longer
+        waited = block - min(int(r["evaluated_block"]) for r in rows)
+        held = _holders(con, target, max(r["commit_block"] for r in rows), block, hold_blocks) \
+            if waited < hold_blocks else []
         if held:
             return held
         incumbent = crown_of(db, target, con)
