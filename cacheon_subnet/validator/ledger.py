@@ -118,6 +118,15 @@ def _holders(con: sqlite3.Connection, target: str, max_commit: int, block: int,
     return out
 
 
+def _baseline(con: sqlite3.Connection, cid: str | None) -> str | None:
+    """What a row was measured against, as the crown now names it: a crown that intake moved to
+    an earlier commit of the same content (intake._swap) is the same baseline."""
+    if cid is None:
+        return None
+    r = con.execute("SELECT rule, duplicate_of FROM contributions WHERE id=?", (cid,)).fetchone()
+    return r["duplicate_of"] if r is not None and r["rule"] == "duplicate" and r["duplicate_of"] else cid
+
+
 def settle(db: StateDB, target: str, policy: SpeedPolicy, block: int, *, hold_blocks: int = 300,
            max_remeasure: int = 1) -> SettleOutcome | list[str] | None:
     """Settle `target`'s unsettled evidence at `block`. Returns None (nothing to settle), the
@@ -140,7 +149,7 @@ def settle(db: StateDB, target: str, policy: SpeedPolicy, block: int, *, hold_bl
         at = max([block, *(r["evaluated_block"] for r in rows)])
         evidence = [Evidence(r["contribution_id"], target, r["hotkey"], r["commit_block"], r["verdict"],
                              bool(r["quality_ok"]), r["speedup"], r["noise"], r["arena_id"],
-                             r["evaluated_block"]) for r in rows]
+                             r["evaluated_block"], _baseline(con, r["incumbent_id"])) for r in rows]
         result = settle_target(target, incumbent, evidence, policy, at)
         new = result.crown
         cur = con.execute("INSERT INTO settlements(target, block, incumbent_id, crown_id, evidence_count,"
