@@ -36,6 +36,9 @@ Rules (and why):
 * Reproduction: several rows with one contribution_id are independent passes. Any FAIL
   (or quality failure) fails it; PASS rows must reach ``policy.min_passes`` usable passes;
   the settled speedup is the minimum and the noise the maximum over them (conservative).
+* Baseline: a row that names the B it was measured against (``Evidence.baseline``) is usable
+  only while that is still the holder (the incumbent, or stock with none); otherwise
+  ``no_decision`` (re-measure), whatever its evaluated block.
 * Sanity: a non-finite or non-positive speedup, a negative noise, a noise band above
   ``max_noise`` (box too noisy to judge) or a speedup above ``max_speedup`` (implausible
   end-to-end; flagged for re-measurement rather than accused) is ``no_decision``.
@@ -57,6 +60,9 @@ Verdict = Literal["PASS", "FAIL", "NO_DECISION"]
 Outcome = Literal["crowned", "below_bar", "failed", "no_decision", "beaten_by_earlier", "superseded"]
 VERDICTS: tuple[str, ...] = ("PASS", "FAIL", "NO_DECISION")
 OUTCOMES: tuple[str, ...] = ("crowned", "below_bar", "failed", "no_decision", "beaten_by_earlier", "superseded")
+
+
+UNCHECKED = "*"  # Evidence.baseline when the caller does not say what B was
 
 
 class ScoringError(CacheonError, ValueError):
@@ -112,6 +118,8 @@ class Evidence:
     noise: float  # relative noise band from B vs B'
     arena_id: str
     evaluated_block: int
+    # the contribution the arena ran as B (None: stock); UNCHECKED where the caller does not know
+    baseline: str | None = UNCHECKED
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -204,6 +212,12 @@ def _unusable_reason(e: Evidence, incumbent: Crown | None, arena: str | None, po
     """Why a PASS row cannot be used for a speed decision, or None if it can."""
     if e.arena_id != arena:
         return f"measured in arena {e.arena_id!r}, not comparable with arena {arena!r}; re-measure there"
+    holder = incumbent.contribution_id if incumbent is not None else None
+    if e.baseline != UNCHECKED and e.baseline != holder:
+        # C/B is a ratio against the B it ran: a pool of arenas can return a ratio against stock
+        # after a crown was settled meanwhile (red team: 1.10x over stock dethroned a 1.50x crown)
+        return (f"measured against {e.baseline or 'stock'}, not the current holder {holder or 'stock'}; "
+                f"re-measure")
     if incumbent is not None and e.evaluated_block <= incumbent.crowned_block:
         return (f"evaluated at block {e.evaluated_block}, not after the incumbent's crown at block "
                 f"{incumbent.crowned_block}: measured against an older stack; re-measure")

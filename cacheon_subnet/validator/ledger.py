@@ -103,7 +103,8 @@ def _holders(con: sqlite3.Connection, target: str, max_commit: int, block: int,
              hold_blocks: int) -> list[str]:
     """In-progress contributions that may still bring evidence for `target` and committed no
     later than the evidence being settled: settling now would deny them earlier-commit priority.
-    Waiting is bounded: a contribution holds for at most hold_blocks after intake."""
+    Waiting is bounded: a contribution holds for at most hold_blocks after intake, and the caller
+    stops waiting hold_blocks after its oldest unsettled row was measured."""
     marks = ",".join("?" * len(ACTIVE))
     rows = con.execute(f"SELECT id, state, todo, seen_block FROM contributions WHERE state IN ({marks})"
                        " AND commit_block<=?", (*ACTIVE, max_commit)).fetchall()
@@ -117,6 +118,15 @@ def _holders(con: sqlite3.Connection, target: str, max_commit: int, block: int,
     return out
 
 
+def _baseline(con: sqlite3.Connection, cid: str | None) -> str | None:
+    """What a row was measured against, as the crown now names it: a crown that intake moved to
+    an earlier commit of the same content (intake._swap) is the same baseline."""
+    if cid is None:
+        return None
+    r = con.execute("SELECT rule, duplicate_of FROM contributions WHERE id=?", (cid,)).fetchone()
+    return r["duplicate_of"] if r is not None and r["rule"] == "duplicate" and r["duplicate_of"] else cid
+
+
 def settle(db: StateDB, target: str, policy: SpeedPolicy, block: int, *, hold_blocks: int = 300,
            max_remeasure: int = 1) -> SettleOutcome | list[str] | None:
     """Settle `target`'s unsettled evidence at `block`. Returns None (nothing to settle), the
@@ -127,14 +137,19 @@ def settle(db: StateDB, target: str, policy: SpeedPolicy, block: int, *, hold_bl
             " c.id=e.contribution_id WHERE e.settled=0 AND e.target=? ORDER BY e.id", (target,)).fetchall()
         if not rows:
             return None
-        held = _holders(con, target, max(r["commit_block"] for r in rows), block, hold_blocks)
+        # the wait is bounded per row too: each contribution holds for hold_blocks after its intake,
+        # but fresh evidence raises the commit horizon for the next holder, so alternating Sybils
+        # (or busy honest traffic) chained holds forever (red team); the oldest row waits no longer
+        waited = block - min(int(r["evaluated_block"]) for r in rows)
+        held = _holders(con, target, max(r["commit_block"] for r in rows), block, hold_blocks) \
+            if waited < hold_blocks else []
         if held:
             return held
         incumbent = crown_of(db, target, con)
         at = max([block, *(r["evaluated_block"] for r in rows)])
         evidence = [Evidence(r["contribution_id"], target, r["hotkey"], r["commit_block"], r["verdict"],
                              bool(r["quality_ok"]), r["speedup"], r["noise"], r["arena_id"],
-                             r["evaluated_block"]) for r in rows]
+                             r["evaluated_block"], _baseline(con, r["incumbent_id"])) for r in rows]
         result = settle_target(target, incumbent, evidence, policy, at)
         new = result.crown
         cur = con.execute("INSERT INTO settlements(target, block, incumbent_id, crown_id, evidence_count,"
