@@ -114,7 +114,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     opts = VerifyOptions(device=args.device, tier=args.tier, call_timeout_s=args.call_timeout,
                          import_timeout_s=args.import_timeout, seed=args.seed, max_cases=args.max_cases,
                          graph_check=False if args.no_graph else None, compile_check=not args.no_compile,
-                         world_size=args.world_size, arena=_arena_shapes(args.arena) if args.arena else None)
+                         world_size=args.world_size, arena=_arena_shapes(args.arena) if args.arena else None,
+                         deadline_s=args.deadline)
     if args.device.startswith("cuda"):
         import torch
 
@@ -225,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.add_argument("--seed", type=int, help="fix the input seed (debugging; validators use a secret one)")
     s.add_argument("--call-timeout", type=float, default=120.0, help="seconds per kernel call")
+    s.add_argument("--deadline", type=float, help="seconds for the whole verify (the validator screens with 900 on "
+                   "a GPU, 3600 on CPU): ops still unchecked then FAIL `timeout`")
     s.add_argument("--import-timeout", type=float, default=120.0)
     s.add_argument("--max-cases", type=int)
     s.add_argument("--no-graph", action="store_true", help="skip CUDA graph capture/replay")

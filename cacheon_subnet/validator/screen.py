@@ -53,12 +53,17 @@ class VerifyScreener:
     import_timeout_s: float = 120.0
     max_cases: int | None = None
     arena: Any = None  # verify.shapes.ArenaShapes of the configured GPU arena: verify its token counts too
+    # one bundle's share of the (serial) screening stage; None: 900 s on a GPU (an honest bundle
+    # took 108 s with every arena shape on the H200), 3600 s on CPU (interpreted Triton)
+    deadline_s: float | None = None
 
     def __call__(self, bundle: Bundle) -> ScreenResult:
         from cacheon_subnet.verify import VerifyOptions, verify_bundle
 
+        deadline = self.deadline_s if self.deadline_s is not None else (900.0 if self.device.startswith("cuda") else 3600.0)
         opts = VerifyOptions(device=self.device, call_timeout_s=self.call_timeout_s,
-                             import_timeout_s=self.import_timeout_s, max_cases=self.max_cases, arena=self.arena)
+                             import_timeout_s=self.import_timeout_s, max_cases=self.max_cases, arena=self.arena,
+                             deadline_s=deadline)
         report = verify_bundle(bundle, opts)
         detail = {"status": report.status, "device": report.device, "tier": report.tier,
                   "duration_s": round(report.duration_s, 3),

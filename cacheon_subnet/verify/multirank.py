@@ -192,7 +192,10 @@ class _RankRun:
     def _request(self, msg: dict[str, Any], tensors: Sequence[dict[str, torch.Tensor]]) -> list[Reply]:
         """One request to every rank; a rank whose reply lacks this call's nonce answered another
         request and is turned into a protocol failure (judge.check_reply reports it)."""
-        replies = self.group.request_all([msg] * self.world, list(tensors), self.opts.call_timeout_s)
+        limit = self.opts.call_limit_s()
+        if limit <= 0:
+            raise RankTimeout(self.opts.spent(), list(range(self.world)))
+        replies = self.group.request_all([msg] * self.world, list(tensors), limit)
         out = []
         for (reply, got), sent in zip(replies, tensors):
             bad = judge.check_nonce(reply, msg["nonce"]) or judge.check_returned(msg, sent, got)

@@ -64,14 +64,29 @@ class VerifyOptions:
     arena: ArenaShapes | None = None  # token counts an arena runs (cacheon verify --arena CONFIG)
     budget: Budget | None = None  # calls per case / soak; default by device (trials.py)
     policy: sandbox.SandboxPolicy = field(default_factory=sandbox.SandboxPolicy)
+    # the whole verify's wall budget: a bundle that answers correctly but slowly, just under every
+    # call's limit, must not hold the validator's (serial) screening stage for half an hour
+    deadline_s: float | None = None
+    deadline_at: float | None = None  # time.monotonic() at which it is spent (set by verify_bundle)
 
     @property
     def resolved_tier(self) -> str:
         return self.tier or ("gpu" if self.device.startswith("cuda") else "verify")
 
+    def call_limit_s(self, limit: float | None = None) -> float:
+        """One call's limit: `limit` (default call_timeout_s) or what is left of the wall budget;
+        <= 0 once the budget is spent (the caller fails the op as `timeout`)."""
+        limit = self.call_timeout_s if limit is None else limit
+        return limit if self.deadline_at is None else min(limit, self.deadline_at - time.monotonic())
+
+    def spent(self) -> str:
+        return f"verify's wall budget of {self.deadline_s:g} s is spent (a correct but slow kernel still fails)"
+
 
 def verify_bundle(bundle: Bundle, opts: VerifyOptions = VerifyOptions()) -> VerifyReport:
     t0 = time.monotonic()
+    if opts.deadline_s is not None:
+        opts = dataclasses.replace(opts, deadline_at=t0 + opts.deadline_s)
     plan = plan_ranks(bundle.manifest.ops, opts.world_size, opts.device)  # usage errors before anything runs
     seed = opts.seed if opts.seed is not None else secrets.randbits(62)
     findings = tuple(str(f) for f in policy.scan_files(bundle.files))
@@ -152,7 +167,7 @@ class _Run:
         self.client.start()
         msg = {"type": "load", "ops": [{"key": o.key, "slot": o.slot, "module": o.module, "attr": o.attr} for o in ops]}
         try:
-            reply, _ = self.client.request(msg, None, self.opts.import_timeout_s)
+            reply, _ = self.client.request(msg, None, self.opts.import_timeout_s)  # the budget counts calls
         except WorkerTimeout:
             f = Failure("import_timeout", f"import did not finish within {self.opts.import_timeout_s:.0f} s")
             return [_op_result(o, "FAIL", 0, 0, f) for o in ops], {}
@@ -210,7 +225,10 @@ class _Run:
         """One call with a fresh nonce; a reply that does not carry it answers some other request
         (replayed, queued ahead or pre-computed) and fails closed as a protocol violation."""
         nonce = secrets.token_hex(16)
-        reply, out = self.client.request({**msg, "nonce": nonce}, tensors, self.opts.call_timeout_s)
+        limit = self.opts.call_limit_s()
+        if limit <= 0:
+            raise WorkerTimeout(self.opts.spent())
+        reply, out = self.client.request({**msg, "nonce": nonce}, tensors, limit)
         return reply, out, judge.check_nonce(reply, nonce) or judge.check_returned(msg, tensors or {}, out)
 
     def call(self, op: OpEntry, spec: SlotSpec, act: torch.dtype, case: ShapeCase, inputs: dict[str, torch.Tensor],
