@@ -270,3 +270,27 @@ def one_line(diag: dict[str, Any]) -> str:
     return (f"cacheon start diag (advisory): wall {diag.get('wall_s')} s, phases {diag.get('phases')}; caches {caches}; "
             f"compilers {tools}; cpu by process {diag.get('procs')}; env differs {diag.get('env_seen') or 'nowhere'}; "
             f"status {diag.get('status')}")
+
+
+def brief(startup: Any, host_timing: Any = None) -> str:
+    """One line for `cacheon arena warm|run`: the host's own step times (trusted), then the
+    driver's advisory diag from the "started" record in `startup` (records or their JSON)."""
+    parts = []
+    h = dict(host_timing or {})
+    if h:
+        parts.append("host " + ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v} s" for k, v in h.items()))
+    started = next((r for r in startup or () if isinstance(r, dict) and r.get("op") == "started"), None)
+    d = (started or {}).get("diag")
+    if isinstance(d, dict) and "phases" in d:
+        ph = ", ".join(f"{k.removesuffix('_s')} {v} s" for k, v in (d.get("phases") or {}).items())
+        hot = []
+        for k, c in (d.get("caches") or {}).items():
+            if isinstance(c, dict) and (c.get("new") or c.get("changed")):
+                where = {**(c.get("top_new") or {}), **(c.get("top_changed") or {})}
+                hot.append(f"{k} +{c.get('new')}/~{c.get('changed')} ({', '.join(list(where)[:3])})")
+        tools = ", ".join(f"{k} x{t['procs']} ~{t['seen_s']} s" for k, t in (d.get("tools") or {}).items())
+        parts.append(f"driver (advisory) {ph}; written at start: {'; '.join(hot) or 'nothing'}; "
+                     f"compilers: {tools or 'none'}; cpu s {d.get('procs')}")
+    elif isinstance(d, dict):
+        parts.append(f"driver diag: {d.get('error')}")
+    return " | ".join(parts)

@@ -60,3 +60,24 @@ def test_the_sampler_reports_a_descendants_cache_env_that_differs(tmp_path, monk
         p.wait()
     (seen,) = s.env_seen.values()
     assert seen == {"TRITON_CACHE_DIR": str(tmp_path / "elsewhere")}
+
+
+def test_the_host_times_its_own_steps_and_the_cli_line_names_what_compiled(tmp_path):
+    from arena.records import StageRecord
+    from arena.startdiag import brief
+
+    job = {"engine_kwargs": {}, "engine_factory": "tests.arena.fake_engine:StartCompilingEngine", "checkpoint": None,
+           "steps": []}
+    seed = tmp_path / "seed"
+    (seed / "mod_1234").mkdir(parents=True)
+    (seed / "mod_1234" / "mod.so").write_bytes(b"seed")
+    run = run_engine(EngineSpec("e", job, seed_caches={"TVM_FFI_CACHE_DIR": str(seed)}, timeout_s=120), tmp_path / "w")
+    assert run.error is None, run.error
+    t = run.timing
+    assert {"copy_in_s", "launch_s", "to_started_s", "stop_s", "gpu_free_s", "copy_back_s"} <= set(t)
+    assert t["to_started_s"] >= run.lifecycle("started")["diag"]["wall_s"]  # the host's clock holds the driver's
+    rec = StageRecord("e", run.wall_s, run.rc, run.timed_out, run.gpu_free, run.error, run.forgery,
+                      (run.lifecycle("started"),), (), run.timing)
+    line = brief(rec.to_json()["startup"], rec.to_json()["host_timing"])
+    assert "to started" in line and "TVM_FFI_CACHE_DIR +0/~1 (mod_1234)" in line and "ninja x1" in line
+    assert brief([], {}) == ""
