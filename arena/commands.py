@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from arena.startdiag import brief
 from cacheon_subnet.errors import UsageError
 
 EXIT = {"PASS": 0, "FAIL": 1, "NO_DECISION": 3}
@@ -56,6 +57,8 @@ def summary(r: dict[str, Any]) -> str:
         swaps = [x["s"] for x in st.get("routes", [])]
         lines.append(f"engine {name}: wall {st['wall_s']} s, start {start} s, gpu free {st['gpu_free']}"
                      + (f", {len(swaps)} route swaps (median {sorted(swaps)[len(swaps) // 2]:.1f} s)" if swaps else ""))
+        if why := brief(st.get("startup"), st.get("host_timing")):
+            lines.append(f"  start: {why}")
     return "\n".join(lines)
 
 
@@ -152,6 +155,8 @@ def cmd_arena_warm(args: argparse.Namespace) -> int:
               + ", ".join(sorted(set(res.caches.values()))))
         for s in res.stages:
             print(f"engine {s.name}: wall {s.wall_s:.1f} s, start {start[s.name]} s")
+            if why := brief(s.startup, s.host_timing):
+                print(f"  start: {why}")
         print(f"wall: {res.wall_s:.1f} s")
     return 0 if res.ok else 1
 

@@ -16,6 +16,11 @@ nonce): the host accepts nothing else. Every RPC to the schedulers carries a non
 and is accepted only with exactly one answer per rank echoing it (seams/answers.py); anything
 else is a forging attempt and ends the run with an error record of kind "forgery".
 
+The "started" record carries "diag" (arena/startdiag.py): where the start's time went as this
+driver saw it (import vs Engine(), cache files compiled despite the seeds, compiler processes,
+the ranks' CPU). It is ADVISORY: the scheduler ranks run contribution code under this uid and can
+shape all of it, so no verdict reads it (job "start_diag": false turns it off).
+
 Steps:
   {"op": "generate", "tag", "nonce", "rpc": [before, after], "prompts": {...}, "max_new_tokens",
    "top_k", "keep": bool}  -- every generate step reaches the engine in the same form; "keep"
@@ -44,6 +49,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+from arena.startdiag import StartDiag, one_line
 
 PR_SET_DUMPABLE = 4
 
@@ -142,15 +149,23 @@ class Driver:
 
         check_tmpdir(tempfile.gettempdir(), "arena engine")  # SGLang's ZMQ sockets: say why, not a bind error
         factory = self.job.get("engine_factory")
+        diag = StartDiag() if self.job.get("start_diag", True) else None  # advisory: arena/startdiag.py
         t = time.perf_counter()
         if factory:
             mod, _, attr = factory.partition(":")
             cls = getattr(importlib.import_module(mod), attr)
         else:
             from sglang.srt.entrypoints.engine import Engine as cls  # noqa: N813
+        if diag:
+            diag.phase("import_s")
         self.engine = cls(**kwargs)
-        self.emit({"op": "started", "s": round(time.perf_counter() - t, 2), "pid": os.getpid(),
-                   "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})  # which GPU(s) this arena owns
+        started: dict[str, Any] = {"op": "started", "s": round(time.perf_counter() - t, 2), "pid": os.getpid(),
+                                   "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}  # GPU(s) this arena owns
+        if diag:
+            diag.phase("engine_s")
+            started["diag"] = diag.finish()  # never read by a verdict: the ranks can shape all of it
+            print(one_line(started["diag"]), file=sys.stderr, flush=True)
+        self.emit(started)
         if self.answers:
             snap = self.rpc("cacheon_clock", self.job["start_rpc"], "clock")
             self.emit({"op": "snapshot", "answers": {"start": _str_keys(snap)}})

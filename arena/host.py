@@ -51,6 +51,9 @@ class EngineRun:
     gpu_free: bool | None
     forgery: str | None = None  # a record or answer the host did not issue: the candidate's FAIL
     truncated: bool = False  # the stream's last line was cut short (a kill mid-write: a fault)
+    # seconds of the host's own steps around the engine (copy the seeds in, launch, until the
+    # "started" record, stop, GPU free, copy back): measured here, so unlike the driver's diag trusted
+    timing: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def error(self) -> str | None:
@@ -215,6 +218,7 @@ class _Reader(threading.Thread):
         self.log = open(log_path, "xb")  # created here, before the engine runs
         self.written = bytearray()
         self.started = threading.Event()
+        self.started_at: float | None = None  # time.monotonic() when the "started" record arrived
         # one tick per timed step record (windows, route swaps): a cold engine runs for minutes
         self.bar = progress.bar(desc="arena steps", total=len(stream.job.get("steps") or ()), unit="step")
 
@@ -253,6 +257,7 @@ class _Reader(threading.Thread):
         if "step" in rec:
             self.bar.update(1)
         if rec.get("op") == "started":
+            self.started_at = time.monotonic()
             self.started.set()
         if rec.get("step") in self.gates and self.job_w is not None:
             go = True
@@ -309,7 +314,10 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     stream = RecordStream(job, tuple(spec.ranks))
     pythonpath = os.pathsep.join(p for p in (str(REPO), plugin_site(workdir), os.environ.get("PYTHONPATH", "")) if p)
     seeds = {k: v for k, v in spec.env.items() if k in CACHE_KEYS}  # an operator's cache: a seed, never shared
+    timing: dict[str, float] = {}
+    tc = time.monotonic()
     caches = private_caches(scratch, {**seeds, **spec.seed_caches})
+    timing["copy_in_s"] = round(time.monotonic() - tc, 2)
     inside = {k: f"{JIT_INSIDE}/{Path(v).name}" for k, v in caches.items()}  # one path in every engine
     env = {k: v for k, v in spec.env.items() if k not in CACHE_KEYS}
     ro, rw = view_paths(spec)
@@ -340,6 +348,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
             os.close(job_r)
             os.close(rec_w)
             logf.writer_passed()
+        timing["launch_s"] = round(time.monotonic() - t0, 2)  # the wall: uid lease, chown, tmpfs, bwrap exec
         reader.start()
         threading.Thread(target=_send_job, args=(job_w, job), daemon=True).start()
         log.info("arena.engine.start", engine=spec.name, pid=proc.pid, timeout_s=spec.timeout_s)
@@ -362,7 +371,9 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
                 time.sleep(0.2)
         finally:
             # TERM, grace, KILL the group, until no member runs (shorter when the validator stops)
+            ts = time.monotonic()
             sandbox.stop(proc, grace_s=lifecycle.SHUTDOWN_GRACE_S if lifecycle.SHUTDOWN.is_set() else 10.0)
+            timing["stop_s"] = round(time.monotonic() - ts, 2)
     if lifecycle.SHUTDOWN.is_set():  # no verdict from a run we cut short; the GPU must be free first
         gpu_free = _wait_gpu_free(baseline, min(gpu_free_timeout_s, 15.0))
         reader.join(timeout=5)
@@ -371,6 +382,8 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
         raise lifecycle.Interrupted(f"engine {spec.name} stopped by a shutdown request (gpu free: {gpu_free})")
     reader.join(timeout=30)
     wall = time.monotonic() - t0
+    if reader.started_at is not None:
+        timing["to_started_s"] = round(reader.started_at - t0, 2)  # launch to the driver's "started" record
     if reader.is_alive() and stream.forgery is None:  # the driver never passes its pipe on
         stream.forgery = "a process outside the stopped engine group still holds the record pipe"
     try:
@@ -379,15 +392,19 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
         same = False
     if not same and stream.forgery is None:
         stream.forgery = f"the host's record copy {result.name} was modified or removed by another process"
+    tg = time.monotonic()
     gpu_free = _wait_gpu_free(baseline, gpu_free_timeout_s, visible)
+    timing["gpu_free_s"] = round(time.monotonic() - tg, 2)
     if may_warm_caches(spec):
+        tw = time.monotonic()
         warm_seed_caches(caches, {**seeds, **spec.seed_caches})
+        timing["copy_back_s"] = round(time.monotonic() - tw, 2)
     shutil.rmtree(scratch, ignore_errors=True)  # the engine's HOME/TMPDIR and caches; records and log stay
     tail = logf.tail(4000)
     log.info("arena.engine.end", engine=spec.name, rc=proc.returncode, timed_out=timed_out, wall_s=round(wall, 1),
              gpu_free=gpu_free, forgery=stream.forgery)
     return EngineRun(tuple(stream.records), proc.returncode, timed_out, wall, tail, gpu_free, stream.forgery,
-                     stream.truncated)
+                     stream.truncated, timing)
 
 
 def _wait_gpu_free(baseline: list[int] | None, timeout_s: float, visible: str | None = None,

@@ -56,11 +56,12 @@ class StageRecord:
     forgery: str | None
     startup: tuple[Mapping[str, Any], ...]
     routes: tuple[Mapping[str, Any], ...]
+    host_timing: Mapping[str, float] = field(default_factory=dict)  # arena.host.EngineRun.timing
 
     def to_json(self) -> dict[str, Any]:
         return {"wall_s": round(self.wall_s, 1), "rc": self.rc, "timed_out": self.timed_out, "gpu_free": self.gpu_free,
                 "error": self.error, "forgery": self.forgery, "startup": [dict(r) for r in self.startup],
-                "routes": [dict(r) for r in self.routes]}
+                "routes": [dict(r) for r in self.routes], "host_timing": dict(self.host_timing)}
 
 
 def _speed_json(v: SpeedVerdict) -> dict[str, Any]:

@@ -47,4 +47,4 @@ def run_stage(ctx: StageContext, name: str, job: dict[str, Any], env: dict[str, 
     starts = tuple(r for r in run.records if r.get("op") in ("checkpoint", "started"))
     routes = tuple(r for r in run.records if r.get("op") == "route")
     return run, StageRecord(name, run.wall_s, run.rc, run.timed_out, run.gpu_free, run.error, run.forgery,
-                            starts, routes)
+                            starts, routes, run.timing)

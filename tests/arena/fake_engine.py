@@ -306,3 +306,34 @@ class CompilingEngine(_Proxy):
             with open(os.path.join(d, "k", f"{name}.path"), "w") as f:  # what tvm-ffi writes into build.ninja
                 f.write(d)
         super().__init__(**kwargs)
+
+
+class StartCompilingEngine(_Proxy):
+    """A start that compiles despite its seeds, as the diag must see it (arena/startdiag.py): its
+    scheduler writes a new Triton file, rewrites a seeded tvm-ffi file under the same name, drops
+    a file into HOME (a cache no seed covers) and runs a compiler process named `ninja`."""
+
+    core = "StartCompilingCore"
+
+
+class StartCompilingCore(FakeCore):
+    def __init__(self, **kwargs: Any) -> None:
+        import shutil
+        import subprocess
+        import tempfile
+
+        tri, tvm, home = (os.environ[k] for k in ("TRITON_CACHE_DIR", "TVM_FFI_CACHE_DIR", "HOME"))
+        os.makedirs(os.path.join(tri, "hashdir"), exist_ok=True)
+        with open(os.path.join(tri, "hashdir", "k.cubin"), "wb") as f:
+            f.write(b"compiled at start")
+        with open(os.path.join(tvm, "mod_1234", "mod.so"), "wb") as f:  # seeded: same name, rebuilt
+            f.write(b"rebuilt by ninja, longer than the seed")
+        os.makedirs(os.path.join(home, ".nv", "ComputeCache"), exist_ok=True)
+        with open(os.path.join(home, ".nv", "ComputeCache", "index"), "wb") as f:
+            f.write(b"x")
+        d = tempfile.mkdtemp()
+        tool = os.path.join(d, "ninja")  # a compiler stand-in: the diag counts processes by name
+        shutil.copy(shutil.which("sleep") or "/bin/sleep", tool)
+        subprocess.run([tool, "1.5"], check=True)
+        shutil.rmtree(d, ignore_errors=True)
+        super().__init__(**kwargs)
