@@ -128,8 +128,10 @@ def leaks(records: Sequence[dict[str, Any]], slot: str) -> tuple[list[str], list
 def tampering(records: Sequence[dict[str, Any]], slot: str) -> tuple[list[str], list[str]]:
     """(challenger's, incumbent's, or the arena's): static inputs (engine state a kernel is handed:
     seams/integrity.py) whose values changed, each named once per rank at the first answer that
-    saw it, with the route in force since the previous answer. A route answer's watch runs after
-    its recapture, so its interval ran the new route. Only the incumbent's route, or only
+    saw it, with the route in force since the previous answer. A route answer carries two watches:
+    `static_before`, taken before the swap (the old route's interval), and `static`, after its
+    recapture (the new route's warm-up runs); one without `static_before` is not ours and charges
+    the challenger. Only the incumbent's route, or only
     incumbent calls in the interval, make it the incumbent's (NO_DECISION: the baseline is not
     the one claimed); any other change is the challenger's (FAIL). Inputs too large to watch are
     the arena's: the baseline cannot be established (NO_DECISION)."""
@@ -139,21 +141,29 @@ def tampering(records: Sequence[dict[str, Any]], slot: str) -> tuple[list[str], 
     for rank, answers in sorted(answer_trail(records).items()):
         route, prev, prev_label, seen = "candidate", {}, "start", set()
         for label, a in answers:
+            views = [(a.get("static") or {}, a.get("counts", {}), label)]
             if a.get("kind") == "route":
-                route = str(a.get("ack", {}).get("route"))
+                if "static_before" in a:  # the interval before the swap ran the old route
+                    views.insert(0, (a.get("static_before") or {}, a.get("counts_before", {}), f"{label} (before)"))
+                else:
+                    route = str(a.get("ack", {}).get("route"))
+            for i, (static, counts, where) in enumerate(views):
+                if i and a.get("kind") == "route":
+                    route = str(a.get("ack", {}).get("route"))
+                new = [n for n in static.get("tampered", []) if n not in seen]
+                seen.update(new)
+                if new:
+                    d_mine, d_inc = _fired(counts, slot) - _fired(prev, slot), _fired(counts, inc) - _fired(prev, inc)
+                    who = "incumbent" if route == "incumbent" or (d_inc and not d_mine) else "challenger"
+                    if a.get("kind") == "route" and "static_before" not in a:
+                        who = "challenger"  # seams/route.py always writes both watches: never the incumbent's
+                    (theirs if who == "incumbent" else mine).append(
+                        f"rank {rank}, between {prev_label} and {where} (route {route}): static input "
+                        f"{', '.join(sorted(new))} changed: the {who} wrote into engine state every kernel reads")
+                prev, prev_label = counts, where
             static = a.get("static") or {}
-            counts = a.get("counts", {})
-            new = [n for n in static.get("tampered", []) if n not in seen]
-            seen.update(new)
-            if new:
-                d_mine, d_inc = _fired(counts, slot) - _fired(prev, slot), _fired(counts, inc) - _fired(prev, inc)
-                who = "incumbent" if route == "incumbent" or (d_inc and not d_mine) else "challenger"
-                (theirs if who == "incumbent" else mine).append(
-                    f"rank {rank}, between {prev_label} and {label} (route {route}): static input "
-                    f"{', '.join(sorted(new))} changed: the {who} wrote into engine state every kernel reads")
             for n in static.get("unwatched", []):
                 if f"unwatched {n}" not in seen:
                     seen.add(f"unwatched {n}")
                     theirs.append(f"rank {rank}: static input {n} too large to watch for writes")
-            prev, prev_label = counts, label
     return mine, theirs

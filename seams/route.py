@@ -113,8 +113,9 @@ def attach(scheduler: Any, registry: Registry = REGISTRY, rank: int = 0, directo
 
     def cacheon_route(route: str, epoch: int, nonce: str) -> None:
         check_nonce(nonce)
-        before = snapshot(registry.receipts)["counts"]
+        before = snapshot(registry.receipts)  # what the OLD route left: its static-input changes are its own
         ack = set_route(scheduler.tp_worker.model_runner, route, epoch, registry)
-        log.answer(nonce, "route", {"ack": ack, "counts_before": before, **snapshot(registry.receipts)})
+        log.answer(nonce, "route", {"ack": ack, "counts_before": before["counts"], "static_before": before["static"],
+                                    **snapshot(registry.receipts)})
 
     setattr(scheduler, RPC_METHOD, cacheon_route)

@@ -111,3 +111,36 @@ def test_tampering_is_charged_to_the_route_that_ran():
     recs[2]["answers"]["after"]["0"]["counts"]["norm.rmsnorm"]["fired"] = 2
     mine, theirs = tampering(recs, "norm.rmsnorm")
     assert theirs == [] and len(mine) == 1 and "challenger" in mine[0]
+
+
+def test_a_change_made_before_a_swap_is_charged_to_the_route_swapped_out():
+    """Red team 2026-12-02: a route answer's one watch ran after the swap, so whatever the old route
+    wrote since the last clock answer was charged to the route swapped IN: a challenger writing just
+    before a swap to the incumbent got the incumbent blamed (and retired, validator/blame.py). Each
+    route answer now carries the watch taken before the swap (static_before)."""
+    from arena.evidence import tampering
+
+    def ans(kind, tampered, fired=0, inc=0, route=None, before=None):
+        a = {"kind": kind, "counts": {"norm.rmsnorm": {"fired": fired}, "norm.rmsnorm@incumbent": {"fired": inc}},
+             "static": {"tampered": tampered, "unwatched": []}}
+        if route:
+            a["ack"] = {"route": route}
+            a["counts_before"] = a["counts"]
+        if before is not None:
+            a["static_before"] = {"tampered": before, "unwatched": []}
+        return {"0": a}
+
+    start = {"step": "s", "answers": {"start": ans("clock", [])}}
+    # the challenger ran (route candidate), wrote, then the host swapped to the incumbent
+    recs = [start, {"step": "r1", "answers": {"route": ans("route", ["n:weight"], fired=4, route="incumbent",
+                                                             before=["n:weight"])}}]
+    mine, theirs = tampering(recs, "norm.rmsnorm")
+    assert theirs == [] and len(mine) == 1 and "challenger" in mine[0] and "(before)" in mine[0], (mine, theirs)
+    # seen only after the swap: the new route's warm-up wrote it
+    recs = [start, {"step": "r1", "answers": {"route": ans("route", ["n:weight"], inc=2, route="incumbent", before=[])}}]
+    mine, theirs = tampering(recs, "norm.rmsnorm")
+    assert mine == [] and len(theirs) == 1 and "incumbent" in theirs[0]
+    # a route answer without the before-watch is not one seams/route.py wrote: never the incumbent's
+    recs = [start, {"step": "r1", "answers": {"route": ans("route", ["n:weight"], inc=2, route="incumbent")}}]
+    mine, theirs = tampering(recs, "norm.rmsnorm")
+    assert theirs == [] and len(mine) == 1

@@ -92,6 +92,7 @@ def test_attach_gives_the_scheduler_the_rpc_method(tmp_path):
     assert ans["nonce"] == "a" * 32 and ans["kind"] == "route" and ans["ack"]["epoch"] == 7
     fired = [c.get(SLOT, {}).get("fired", 0) for c in (ans["counts_before"], ans["counts"])]
     assert fired[0] == fired[1] and ans["ack"]["fired_during_capture"] == {SLOT: 0}  # stock recapture: no call
+    assert set(ans["static_before"]) == set(ans["static"]) >= {"tampered", "watched"}  # both watches (evidence.tampering)
     with pytest.raises(ValueError, match="nonce"):
         getattr(sched, RPC_METHOD)(route="candidate", epoch=8, nonce="route-8")
 
