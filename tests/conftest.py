@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,14 @@ dtypes = ["bfloat16"]
 # The suite's engines start cold, each from nothing: no test warms or reads the validator's
 # default seed caches under /var/tmp/cacheon/jit (tests/arena/test_warm.py turns them on).
 os.environ.setdefault("CACHEON_JIT_SEEDS", "off")
+# One BLAS/OpenMP thread in every test process and child (CLI, engine, validator; verify workers
+# already run with one: verify/client.py): two xdist workers on a 2-core box each spinning a
+# 2-thread pool burned 2-3x the CPU-seconds of the same work (tests/arena/test_train.py on a
+# loaded box: 17-36 s -> 9-10 s). The thread count changes no result a test checks.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+if "torch" in sys.modules:  # imported before this file (a plugin): the env var came too late for it
+    sys.modules["torch"].set_num_threads(1)
 
 HEAVY_FIRST = ("tests/test_demo.py", "tests/arena/test_gpu_scripts.py", "tests/test_readme_flow.py",
                "tests/slots/test_moe.py", "tests/arena/test_gpu_e2e.py", "tests/test_verify_multirank.py",

@@ -1,5 +1,6 @@
 """Issue 18's first-hour friction points, one test each (each fails without its fix)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -34,23 +35,60 @@ def test_help_opens_with_a_plain_description():
 
 
 MISSING = "/definitely/not/here"
-
-
-@pytest.mark.parametrize("argv", [
+USAGE_ARGVS = [
     ["pack", MISSING], ["digest", MISSING], ["verify", MISSING], ["bench", MISSING, "--device", "cpu"],
     ["miner", "submit", MISSING, "--serve-dir", "{srv}", "--local-chain", "{chain}", "--hotkey", "alice"],
     ["status", "--state-dir", MISSING], ["miner", "status", "--local-chain", MISSING, "--hotkey", "a"],
     ["chain", "local", "show", "--local-chain", MISSING], ["pack"], ["verify", "x", "--device", "tpu"],
-], ids=lambda a: " ".join(a[:2]))
-def test_usage_errors_and_missing_paths_exit_2_in_every_verb(argv, tmp_path):
-    if "{chain}" in argv:
-        chain = tmp_path / "c.sqlite"
-        assert cacheon("chain", "local", "create", "--local-chain", str(chain)).returncode == 0
-        assert cacheon("chain", "local", "register", "alice", "--local-chain", str(chain)).returncode == 0
-        argv = [{"{chain}": str(chain), "{srv}": str(tmp_path / "srv")}.get(a, a) for a in argv]
-    r = cacheon(*argv)
-    assert r.returncode == 2, (argv, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr
+]
+
+# One interpreter runs cli.main() once per argv, as `python -m cacheon_subnet.cli` would (an
+# escaping exception is exit 1 with its traceback on stderr): twelve CLI processes paid a torch
+# import (~4 CPU-s) each. test_cli.py's subprocess runs keep the process's own exit-2 path.
+CLI_BATCH = """
+import contextlib, io, json, sys, traceback
+from cacheon_subnet.cli import main
+rows = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(argv)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException:
+            code = 1
+            err.write(traceback.format_exc())
+    rows.append({"argv": argv, "rc": code, "stderr": err.getvalue()})
+print(json.dumps(rows))
+"""
+
+
+def cli_batch(argvs: list[list[str]]) -> list[dict]:
+    """Each argv's exit code and stderr, from one CLI interpreter (CLI_BATCH)."""
+    r = subprocess.run([sys.executable, "-c", CLI_BATCH, json.dumps(argvs)], capture_output=True, text=True,
+                       timeout=300, cwd=REPO)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    return json.loads(r.stdout)
+
+
+@pytest.fixture(scope="module")
+def usage_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """Every USAGE_ARGVS run, after the local chain the `miner submit` case needs is set up."""
+    tmp = tmp_path_factory.mktemp("usage")
+    chain = str(tmp / "c.sqlite")
+    fill = {"{chain}": chain, "{srv}": str(tmp / "srv")}
+    setup = [["chain", "local", "create", "--local-chain", chain], ["chain", "local", "register", "alice", "--local-chain", chain]]
+    rows = cli_batch(setup + [[fill.get(a, a) for a in argv] for argv in USAGE_ARGVS])
+    assert [r["rc"] for r in rows[:2]] == [0, 0], rows[:2]
+    return {" ".join(argv): row for argv, row in zip(USAGE_ARGVS, rows[2:])}
+
+
+@pytest.mark.parametrize("argv", USAGE_ARGVS, ids=lambda a: " ".join(a[:2]))
+def test_usage_errors_and_missing_paths_exit_2_in_every_verb(argv, usage_runs):
+    r = usage_runs[" ".join(argv)]
+    assert r["rc"] == 2, r
+    assert "Traceback" not in r["stderr"]
 
 
 def test_pack_refuses_a_kernel_with_a_syntax_error(make_bundle, tmp_path):

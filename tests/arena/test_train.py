@@ -148,8 +148,9 @@ def test_training_reduces_loss_deterministically() -> None:
     assert r1.heldout_loss < 0.8 * math.log(BYTE_VOCAB)
     assert r1.losses == r2.losses and r1.final_loss == r2.final_loss
     assert _state_digest(m1) == _state_digest(m2)
-    _, r3 = train(TINY, 1, FAST, log_every=0)
-    assert r3.losses != r1.losses
+    # another seed: its first loss (before any update, so no schedule matters) already differs
+    _, r3 = train(TINY, 1, replace(FAST, steps=1), log_every=0)
+    assert r3.losses[0] != r1.losses[0], (r3.losses, r1.losses)
 
 
 def test_checkpoint_names_reload_and_cache(tmp_path: Path) -> None:
