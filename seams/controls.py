@@ -101,32 +101,29 @@ def register_stock_controls(controls: tuple[str, ...], slots: list[str], registr
         _add(registry, slot_id, _stock(slot_id, "stock-as-candidate"), "stock-control", "challenger")
 
 
-def register_handicap(control: tuple[str, float], slots: list[str], registry: Registry) -> None:
-    """Challenger: the stock kernel. Incumbent (the baseline route): the stock kernel + a spin."""
+def _spun(control: tuple[str, float], slots: list[str], what: str) -> tuple[str, Callable[..., None], Callable[..., None]]:
+    """(slot, the stock kernel, the stock kernel followed by the control's GPU spin)."""
     slot_id, us = control
     if slot_id not in slots:
-        raise RuntimeError(f"handicap {slot_id}: no armed adapter serves this slot ({slots})")
-    stock = _stock(slot_id, "handicap")
+        raise RuntimeError(f"{what} {slot_id}: no armed adapter serves this slot ({slots})")
+    stock = _stock(slot_id, what)
     delay = spin(us)
 
-    def handicapped(**kw: Any) -> None:
+    def spun(**kw: Any) -> None:
         stock(**kw)
         delay()
 
+    return slot_id, stock, spun
+
+
+def register_handicap(control: tuple[str, float], slots: list[str], registry: Registry) -> None:
+    """Challenger: the stock kernel. Incumbent (the baseline route): the stock kernel + a spin."""
+    slot_id, stock, handicapped = _spun(control, slots, "handicap")
     _add(registry, slot_id, stock, "stock-control", "challenger")
     _add(registry, slot_id, handicapped, "stock-handicap", "incumbent")
 
 
 def register_slowdown(control: tuple[str, float], slots: list[str], registry: Registry) -> None:
     """Challenger: the stock kernel + a spin; the baseline route stays plain stock."""
-    slot_id, us = control
-    if slot_id not in slots:
-        raise RuntimeError(f"slowdown {slot_id}: no armed adapter serves this slot ({slots})")
-    stock = _stock(slot_id, "slowdown")
-    delay = spin(us)
-
-    def slowed(**kw: Any) -> None:
-        stock(**kw)
-        delay()
-
+    slot_id, _, slowed = _spun(control, slots, "slowdown")
     _add(registry, slot_id, slowed, "stock-slowdown", "challenger")
