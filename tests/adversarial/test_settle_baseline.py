@@ -11,44 +11,18 @@ may decide.
 
 from __future__ import annotations
 
-import hashlib
-
-import pytest
-
-from cacheon_subnet.bundle import hotkey_bound_digest
-from cacheon_subnet.chain.backend import Commitment
-from cacheon_subnet.chain.commitment import encode
 from cacheon_subnet.scoring.settle import SpeedPolicy
 from cacheon_subnet.validator import ledger
-from cacheon_subnet.validator.intake import IntakePolicy, intake
-from cacheon_subnet.validator.qualify import QualifyResult
-from cacheon_subnet.validator.state import StateDB
-
-URL = "https://bundles.example.org/b.tar.gz"
-T = "norm.rmsnorm"
+from settle_ledger import T, commit, db, record_pass, to_verified  # noqa: F401 - db: the fixture
 
 
-def _commit(db: StateDB, hotkey: str, block: int) -> str:
-    d = hashlib.sha256(hotkey.encode()).hexdigest()
-    intake(db, [Commitment(hotkey, 5, block, block, encode(d, hotkey, URL))], IntakePolicy(), block)
-    cid = hotkey_bound_digest(d, hotkey)
-    for to in ("fetched", "screened", "verified"):
-        db.transition(cid, to, todo=(T,) if to == "verified" else ())
+def _commit(db, hotkey: str, block: int) -> str:
+    cid = commit(db, hotkey, hotkey, block)
+    to_verified(db, cid)
     return cid
 
 
-def _record(db: StateDB, cid: str, speedup: float, block: int, incumbent_id: str | None) -> None:
-    with db.tx() as con:
-        r = QualifyResult(T, "PASS", True, speedup, speedup, 0.001, "arena-x", "fake", "ok")
-        ledger.record_evidence(con, cid, r, block, incumbent_id)
-        db.move(con, cid, "qualified", "ok", todo=())
-
-
-@pytest.fixture
-def db(tmp_path):
-    d = StateDB(tmp_path / "state")
-    yield d
-    d.close()
+_record = record_pass
 
 
 def test_a_ratio_against_stock_never_dethrones_a_crown_settled_meanwhile(db):

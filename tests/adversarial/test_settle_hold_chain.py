@@ -12,47 +12,17 @@ honest traffic does the same by accident: evidence arrives out of commit order a
 
 from __future__ import annotations
 
-import hashlib
-
-import pytest
-
-from cacheon_subnet.bundle import hotkey_bound_digest
-from cacheon_subnet.chain.backend import Commitment
-from cacheon_subnet.chain.commitment import encode
 from cacheon_subnet.scoring.settle import SpeedPolicy
 from cacheon_subnet.validator import ledger
-from cacheon_subnet.validator.intake import IntakePolicy, intake
-from cacheon_subnet.validator.qualify import QualifyResult
-from cacheon_subnet.validator.state import StateDB
+from settle_ledger import T, commit, db, record_pass, to_verified  # noqa: F401 - db: the fixture
 
-URL = "https://bundles.example.org/b.tar.gz"
-T = "norm.rmsnorm"
 HOLD = 100
+_commit = commit
 
 
-def _digest(tag: str) -> str:
-    return hashlib.sha256(tag.encode()).hexdigest()
-
-
-def _commit(db: StateDB, hotkey: str, content: str, block: int) -> str:
-    intake(db, [Commitment(hotkey, 5, block, block, encode(_digest(content), hotkey, URL))], IntakePolicy(), block)
-    return hotkey_bound_digest(_digest(content), hotkey)
-
-
-def _measure(db: StateDB, cid: str, speedup: float, block: int) -> None:
-    for to in ("fetched", "screened", "verified"):
-        db.transition(cid, to, todo=(T,) if to == "verified" else ())
-    with db.tx() as con:
-        r = QualifyResult(T, "PASS", True, speedup, speedup, 0.001, "arena-x", "fake", "ok")
-        ledger.record_evidence(con, cid, r, block, None)
-        db.move(con, cid, "qualified", "ok", todo=())
-
-
-@pytest.fixture
-def db(tmp_path):
-    d = StateDB(tmp_path / "state")
-    yield d
-    d.close()
+def _measure(db, cid: str, speedup: float, block: int) -> None:
+    to_verified(db, cid)
+    record_pass(db, cid, speedup, block)
 
 
 def test_chained_holds_cannot_keep_an_honest_crown_unsettled(db):
