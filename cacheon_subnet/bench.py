@@ -188,7 +188,8 @@ def _arena_line(arena: Any) -> str:
         return ""
     window = ", ".join(f"{k} {'bs ' if k == 'decode' else ''}{n}{' tokens' if k == 'prefill' else ''}"
                        for k, n in arena.window) or "unknown"
-    return (f"arena {arena.name or arena.profile}: its timed window runs {window}; it also captures decode at "
+    ctx = f" (decode attends to ~{arena.decode_context} tokens a request)" if arena.decode_context else ""
+    return (f"arena {arena.name or arena.profile}: its timed window runs {window}{ctx}; it also captures decode at "
             f"bs {', '.join(map(str, arena.decode_batches))} and prefills {', '.join(map(str, arena.prefill_tokens))} tokens")
 
 

@@ -36,9 +36,12 @@ SLOT_PATTERNS: tuple[tuple[str, str], ...] = (
     ("rope.neox", r"(?i)rotary|rope"),
     ("moe.topk_softmax", r"(?i)topk_?softmax|topkgating"),
     ("moe.fused_experts", r"(?i)fused_moe|moe_align|moe_sum|expert"),
-    ("attention.decode", r"(?i)decode_att|_fwd_kernel_stage[12]|decode.*attention|flash_?decod"),
+    # the Triton backend's GQA decode: _fwd_grouped_kernel_stage1 + _fwd_kernel_stage2 (H200, 2026-12-02)
+    ("attention.decode", r"(?i)decode_att|_fwd_(grouped_)?kernel_stage[12]|decode.*attention|flash_?decod"),
     ("attention.extend", r"(?i)extend_att|_fwd_kernel\b|_fwd_kernel_|prefill.*attention|flash_?fwd|fmha"),
     ("collective.all_reduce", r"(?i)allreduce|all_reduce|nccl"),
+    ("qk-norm (no slot)", r"(?i)qk_?norm"),  # Qwen3's per-head q/k RMSNorm (fused_qknorm_warp)
+    ("attention metadata (no slot)", r"(?i)kv_indices|num_kv_splits|clamp_position|compute_position|scan::"),
     ("gemm (no slot)", r"(?i)gemm|nvjet|cutlass|xmma|cublas|matmul|splitk"),
     ("sampling/logits (no slot)", r"(?i)softmax|argmax|topk|sampl|log_?prob|gumbel"),
     ("kv-cache/index (no slot)", r"(?i)store_?kv|set_?kv|kv_?buffer|index_?select|indexselect|gather|scatter|embedding"),

@@ -5,11 +5,13 @@ from __future__ import annotations
 import itertools
 import random
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
+from cacheon_subnet.errors import UsageError
 from cacheon_subnet.slots import all_slots, get_slot
 from cacheon_subnet.slots.gen import seed_generator
 from cacheon_subnet.verify import shapes
@@ -157,6 +159,28 @@ def test_bench_arena_cases_put_the_window_first_then_every_other_size():
     assert all(c.profile == "qwen3-0.6b" for c, _ in placed)
     attn = shapes.arena_cases(get_slot("attention.decode"), get_slot("attention.decode").cases("bench"), a)
     assert attn and all(w.endswith("decode") for _, w in attn)  # attention.decode has no prefill
+
+
+def test_bench_and_verify_run_attention_at_the_arenas_context():
+    """The dense arena decodes 1024-token prompts for 128 tokens: attention.decode reads ~1088
+    tokens of KV per request there (H200 2026-12-02: 87 % of its decode step), not the bench
+    template's 4096/8192, which made a 1.38x microbench gain a 0.9995 arena ratio."""
+    a = _dense()
+    assert a.decode_context == 1024 + 128 // 2
+    att = get_slot("attention.decode")
+    placed = shapes.arena_cases(att, att.cases("bench"), a)
+    assert placed[0][1] == "window decode" and placed[0][0].dims["B"] == 256
+    for c, _ in placed:
+        assert c.dims["N"] == c.dims["B"] * a.decode_context and c.dims["S"] > c.dims["N"], c.label
+        assert c.label.endswith(f"-ctx{a.decode_context}")
+    planned = plan_cases(att, att.cases("gpu"), att.dtypes, random.Random(0), gpu=True, arena=a)
+    at_arena = [p for p in planned if p.origin == "arena"]
+    assert at_arena and all(p.case.dims["N"] == p.case.dims["B"] * a.decode_context for p in at_arena)
+    unknown = replace(a, decode_context=0)  # no arena context: the case keeps its own
+    c0 = shapes.arena_cases(att, att.cases("bench"), unknown)[0][0]
+    assert c0.dims["N"] // c0.dims["B"] != a.decode_context
+    with pytest.raises(UsageError, match="decode_context"):
+        replace(a, decode_context=-1)
 
 
 def test_gpu_tier_runs_every_arena_size_in_every_dtype():

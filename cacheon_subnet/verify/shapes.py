@@ -62,6 +62,9 @@ class ArenaShapes:
     # The sizes a timed window spends its time at: decode at the window's batch (padded up to the
     # captured size SGLang replays) and prefill at its largest forward. Empty: not known.
     window: tuple[tuple[str, int], ...] = ()
+    # The context a timed decode step attends to, on average (prompt + half the output): what
+    # attention.decode reads per request. 0: not known (the slot case's own context is kept).
+    decode_context: int = 0
 
     def __post_init__(self) -> None:
         for field_name in ("decode_batches", "prefill_tokens"):
@@ -72,6 +75,9 @@ class ArenaShapes:
             object.__setattr__(self, field_name, tuple(sorted(set(values))))
         if any(w not in self.sizes() for w in self.window):
             raise UsageError(f"arena shapes {self.name or self.profile}: window sizes {self.window} not among its sizes")
+        if not isinstance(self.decode_context, int) or isinstance(self.decode_context, bool) or self.decode_context < 0:
+            raise UsageError(f"arena shapes {self.name or self.profile}: decode_context must be a non-negative integer, "
+                             f"got {self.decode_context!r}")
 
     @property
     def largest(self) -> tuple[str, int]:
@@ -103,7 +109,8 @@ def from_arena_config(cfg: Any) -> ArenaShapes:
     padded = next((b for b in sorted(decode) if b >= running), None) if e.cuda_graph else running
     window = ((("decode", padded),) if padded in decode else ()) + (("prefill", top),)
     return ArenaShapes(profile=model.name if model else cfg.model.profile, decode_batches=decode,
-                       prefill_tokens=tuple(prefill), name=getattr(cfg, "name", ""), model=model, window=window)
+                       prefill_tokens=tuple(prefill), name=getattr(cfg, "name", ""), model=model, window=window,
+                       decode_context=w.input_len + w.output_len // 2)
 
 
 def arena_cases(spec: SlotSpec, cases: Sequence[ShapeCase], arena: ArenaShapes) -> list[tuple[ShapeCase, str]]:
@@ -116,7 +123,7 @@ def arena_cases(spec: SlotSpec, cases: Sequence[ShapeCase], arena: ArenaShapes) 
     rest = sorted((s for s in arena.sizes() if s not in arena.window), key=lambda s: (s[0] != "decode", -s[1]))
     out, seen = [], set()
     for kind, n in [*arena.window, *rest]:
-        c = resize(spec, temps[0], kind, n)
+        c = resize(spec, temps[0], kind, n, arena.decode_context)
         if c is None or c.label in seen:
             continue
         seen.add(c.label)
@@ -131,13 +138,14 @@ def token_count(spec: SlotSpec, case: ShapeCase) -> int | None:
     return case.dims.get("T")
 
 
-def resize(spec: SlotSpec, case: ShapeCase, kind: str, n: int) -> ShapeCase | None:
+def resize(spec: SlotSpec, case: ShapeCase, kind: str, n: int, context: int = 0) -> ShapeCase | None:
     """`case` at `n` tokens (decode: n requests of one token), or None where the slot never sees
-    that size (attention.decode has no prefill; the fused all-reduce norm stops at 2048 tokens)."""
+    that size (attention.decode has no prefill; the fused all-reduce norm stops at 2048 tokens).
+    context: attention.decode's per-request context (the arena's; 0 keeps the case's own)."""
     if spec.id == "attention.decode":
         if kind != "decode":
             return None
-        ctx = case.dims["N"] // case.dims["B"]
+        ctx = context or case.dims["N"] // case.dims["B"]
         tokens = n * ctx  # as attention._cases: kv_indices holds batch x context, the pool a quarter more
         dims = {**case.dims, "B": n, "N": tokens, "S": tokens + tokens // 4 + 1}
         return dataclasses.replace(case, label=f"{case.profile}/decode-bs{n}-ctx{ctx}", dims=dims)
@@ -195,7 +203,8 @@ def plan_cases(spec: SlotSpec, base: Sequence[ShapeCase], dtypes: Sequence[str],
     for kind, n, origin in wanted:
         if origin == "largest" and has_largest:
             continue
-        c = resize(spec, rng.choice(temps), kind, n)
+        ctx = arena.decode_context if arena is not None and origin != "odd" else 0  # odd: the case's own
+        c = resize(spec, rng.choice(temps), kind, n, ctx)
         if c is None or (eligible is not None and not eligible(c.dims)):
             continue
         fits = [d for d in dtypes if gpu or spec.default_bytes(c, dtype_of(d)) <= cpu_max_bytes]

@@ -23,16 +23,19 @@ def test_kernels_are_summed_into_their_slots_and_the_unknown_ones_are_named():
     doc = _trace([("void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>", 30.0),
                   ("void flashinfer::norm::RMSNormKernel<8u, __nv_bfloat16>", 10.0),
                   ("void flashinfer::activation::act_and_mul_kernel<silu>", 20.0),
-                  ("_fwd_kernel_stage1", 25.0), ("_fwd_kernel_stage2", 5.0),
+                  ("_fwd_grouped_kernel_stage1", 20.0), ("_fwd_kernel_stage1", 5.0), ("_fwd_kernel_stage2", 5.0),
                   ("nvjet_tst_128x256_64x4_2x1_v_bz_coopB_TNN", 100.0),
-                  ("BatchQKApplyRotaryPosIdsCosSinCache", 8.0), ("mystery_kernel", 2.0)],
+                  ("BatchQKApplyRotaryPosIdsCosSinCache", 8.0), ("mystery_kernel", 2.0),
+                  ("void (anonymous namespace)::fused_qknorm_warp<128l, true, __nv_bfloat16>(QKNormParams)", 4.0),
+                  ("create_flashinfer_kv_indices_triton", 1.0)],
                  extra=[{"ph": "X", "cat": "cpu_op", "name": "aten::rms_norm", "dur": 999.0}])  # CPU ops are not GPU time
     s = pd.stage_profile(doc, "DECODE", "t.json", 4)
     by = {x.category: x for x in s.shares}
-    assert s.kernel_us == 200.0
+    assert s.kernel_us == 205.0
+    assert by["qk-norm (no slot)"].us == 4.0 and by["attention metadata (no slot)"].us == 1.0
     assert by["norm.fused_add_rmsnorm"].us == 30.0 and by["norm.rmsnorm"].us == 10.0
-    assert by["activation.silu_and_mul"].share == 0.1 and by["attention.decode"].calls == 2
-    assert by["gemm (no slot)"].share == 0.5 and by["rope.neox"].us == 8.0
+    assert by["activation.silu_and_mul"].us == 20.0 and by["attention.decode"].calls == 3
+    assert by["gemm (no slot)"].us == 100.0 and by["rope.neox"].us == 8.0
     assert s.shares[0].category == "gemm (no slot)"  # sorted by time
     assert s.top_other == (("mystery_kernel", 2.0),)
 
