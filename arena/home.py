@@ -4,10 +4,37 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NamedTuple
 
-CACHE_KEYS = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME", "TVM_FFI_CACHE_DIR")
-_CACHE_NAMES = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "XDG_CACHE_HOME": "xdg",
-                "TVM_FFI_CACHE_DIR": "tvm-ffi"}
+
+class JitCache(NamedTuple):
+    """One JIT cache an engine writes at start, seeded like the others (the one table: seed_caches,
+    arena.host.private_caches / warm_seed_caches / the /cacheon-jit mapping, arena.startdiag)."""
+
+    key: str  # the variable the engine's JIT reads
+    name: str  # the default seed's dir, the engine's private copy and /cacheon-jit/<name> inside
+    # the only part of the dir that is copied in and back ("": all of it). FlashInfer's variable
+    # names a base it writes <base>/.cache/flashinfer under (flashinfer/jit/env.py): an operator
+    # who points it at their HOME must not have that whole HOME copied into every engine
+    sub: str = ""
+
+
+JIT_CACHES = (
+    JitCache("TRITON_CACHE_DIR", "triton"),
+    JitCache("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+    JitCache("XDG_CACHE_HOME", "xdg"),
+    JitCache("TVM_FFI_CACHE_DIR", "tvm-ffi"),
+    JitCache("FLASHINFER_WORKSPACE_BASE", "flashinfer", ".cache/flashinfer"),
+)
+CACHE_KEYS = tuple(c.key for c in JIT_CACHES)
+_BY_KEY = {c.key: c for c in JIT_CACHES}
+
+
+def cache_part(key: str, d: str | os.PathLike[str]) -> Path:
+    """The part of cache dir `d` (for variable `key`) that is copied: `d` itself, or FlashInfer's
+    .cache/flashinfer under its base."""
+    c = _BY_KEY.get(key)
+    return Path(d) / c.sub if c and c.sub else Path(d)
 
 
 def default_home() -> Path:
@@ -23,8 +50,8 @@ def default_home() -> Path:
 
 def seed_caches() -> dict[str, str]:
     """The JIT caches every engine starts from (a copy, in its own scratch: arena.host.private_caches).
-    The operator's own TRITON_CACHE_DIR & co win key by key; the rest default to a validator-owned
-    `<home>/jit/<name>` (mode 0700: engines never see it, the host copies), so a validator that set
+    The operator's own TRITON_CACHE_DIR & co (JIT_CACHES) win key by key; the rest default to a
+    validator-owned `<home>/jit/<name>` (mode 0700: engines never see it, the host copies), so a validator that set
     nothing still starts its engines warm after the first pristine one (cold start is ~2x slower).
     Only an engine that loaded no contribution code writes back, new files only
     (arena.host.warm_seed_caches). CACHEON_JIT_SEEDS=off: every engine cold."""
@@ -39,15 +66,16 @@ def seed_caches() -> dict[str, str]:
         root.mkdir(mode=0o700, exist_ok=True)
         for k in CACHE_KEYS:
             if k not in chosen:
-                d = root / _CACHE_NAMES[k]
+                d = root / _BY_KEY[k].name
                 d.mkdir(mode=0o700, exist_ok=True)
                 chosen[k] = str(d)
     return chosen
 
 
 # Bump when what engines write into their caches changes shape (2: the fixed in-engine path
-# /cacheon-jit, arena/host.py JIT_INSIDE; build files written under another path never hit).
-SEED_LAYOUT = 2
+# /cacheon-jit, arena/host.py JIT_INSIDE; build files written under another path never hit.
+# 3: FlashInfer's JIT workspace is a seed too, /cacheon-jit/flashinfer, FLASHINFER_WORKSPACE_BASE).
+SEED_LAYOUT = 3
 
 
 def seed_generation() -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from arena.channel import MAX_RECORD_BYTES, RecordStream, seal
-from arena.home import CACHE_KEYS
+from arena.home import CACHE_KEYS, JIT_CACHES, cache_part
 from cacheon_subnet import lifecycle, progress, sandbox
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.sandbox.logsink import LogSink
@@ -132,20 +132,20 @@ def gpu_memory_used_mib(visible: str | None = None) -> list[int] | None:
 
 
 def private_caches(scratch: Path, seeds: Mapping[str, str]) -> dict[str, str]:
-    """Each engine its own JIT caches (Triton, Inductor, XDG) under its scratch, removed with it:
-    a candidate that writes a cache entry can poison no other engine's stock kernels (the
-    pristine teacher's above all). An operator's warm cache is copied in, never shared."""
+    """Each engine its own JIT caches (every one of arena.home.JIT_CACHES: Triton, Inductor, XDG,
+    tvm-ffi, FlashInfer) under its scratch, removed with it: a candidate that writes a cache entry
+    can poison no other engine's stock kernels (the pristine teacher's above all). An operator's
+    warm cache is copied in, never shared; of FlashInfer's base only its .cache/flashinfer."""
     env = {}
-    for key, name in (("TRITON_CACHE_DIR", "triton"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
-                      ("XDG_CACHE_HOME", "xdg"), ("TVM_FFI_CACHE_DIR", "tvm-ffi")):
-        d = scratch / "cache" / name
+    for c in JIT_CACHES:
+        d = scratch / "cache" / c.name
         shutil.rmtree(d, ignore_errors=True)
-        src = seeds.get(key)
-        if src and Path(src).is_dir():
-            shutil.copytree(src, d, symlinks=False, ignore_dangling_symlinks=True,
+        src = seeds.get(c.key)
+        if src and cache_part(c.key, src).is_dir():
+            shutil.copytree(cache_part(c.key, src), cache_part(c.key, d), symlinks=False, ignore_dangling_symlinks=True,
                             ignore=shutil.ignore_patterns(".cacheon-tmp-*"))  # a copy-back a kill cut short
         d.mkdir(parents=True, exist_ok=True)
-        env[key] = str(d)
+        env[c.key] = str(d)
     return env
 
 
@@ -181,10 +181,12 @@ def warm_seed_caches(private: Mapping[str, str], seeds: Mapping[str, str]) -> No
     """Copy what an engine WITHOUT contribution code compiled into the operator's caches (new
     files only, never overwriting): later engines start warm. An engine that loaded a bundle
     never writes back, so a candidate cannot poison the stock kernels of a later engine."""
-    for key, src in private.items():
+    for key, whole in private.items():
         dst = seeds.get(key)
-        if not dst or not Path(src).is_dir():
-            continue
+        src = str(cache_part(key, whole))
+        if not dst or not os.path.isdir(src) or os.path.realpath(src) != str(cache_part(key, os.path.realpath(whole))):
+            continue  # FlashInfer's .cache/flashinfer must be a dir of the private copy, not a link out
+        dst = str(cache_part(key, dst))  # of FlashInfer's base only .cache/flashinfer, both ways
         for d, _, files in os.walk(src):
             rel = os.path.relpath(d, src)
             for f in files:

@@ -11,8 +11,8 @@ What it answers:
   caches   -- files in each private JIT cache (and HOME, TMPDIR) before and after the start:
               `new` files are what was compiled despite the seeds, `changed` are same-named files
               rewritten (a rebuild the host's new-files-only copy-back never sees), `top` names
-              the first path components that got them (a tvm-ffi build dir, a Triton hash dir, a
-              HOME subdir such as .nv or .cache/flashinfer that no seed covers);
+              the first path components that got them (a tvm-ffi build dir, a Triton hash dir,
+              FlashInfer's .cache/flashinfer, a HOME subdir such as .nv that no seed covers);
   tools    -- compiler processes seen among the driver's descendants (nvcc, ptxas, ninja, cc1plus,
               gcc ...): how many, for about how long, first and last seen (seconds after start);
   procs    -- the descendants' CPU seconds by name (the scheduler, the detokenizer) against the
@@ -31,13 +31,15 @@ import time
 from collections import Counter
 from typing import Any
 
+from arena.home import CACHE_KEYS
+
 SAMPLE_S = 0.5
 MAX_FILES = 50_000  # per watched dir: a walk never costs more than this
 TOP = 8
-WATCHED = ("TRITON_CACHE_DIR", "TVM_FFI_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME", "HOME", "TMPDIR")
+WATCHED = CACHE_KEYS + ("HOME", "TMPDIR")  # every seeded cache (arena.home.JIT_CACHES), and two no seed covers
 # variables a compiling process reads; a descendant that sees another value than the driver is reported
-ENV_KEYS = WATCHED + ("CUDA_CACHE_PATH", "FLASHINFER_WORKSPACE_BASE", "SGLANG_CACHE_DIR", "SGLANG_DG_CACHE_DIR",
-                      "TRITON_HOME", "CUDA_MODULE_LOADING", "TORCHINDUCTOR_COMPILE_THREADS", "MAX_JOBS")
+ENV_KEYS = WATCHED + ("CUDA_CACHE_PATH", "SGLANG_CACHE_DIR", "SGLANG_DG_CACHE_DIR", "TRITON_HOME",
+                      "CUDA_MODULE_LOADING", "TORCHINDUCTOR_COMPILE_THREADS", "MAX_JOBS")
 TOOLS = frozenset(("nvcc", "cicc", "ptxas", "fatbinary", "nvlink", "cudafe++", "ninja", "cc1plus", "cc1", "gcc", "g++",
                    "c++", "cc", "ld", "collect2", "as", "ldconfig", "nvidia-smi"))
 STATUS_KEYS = ("Seccomp", "NoNewPrivs", "Speculation_Store_Bypass", "SpeculationIndirectBranch", "Cpus_allowed_list")

@@ -1,6 +1,6 @@
 """`cacheon arena warm`: one pristine engine (no contribution code) runs the arena's own window
-shape once, so SGLang's JIT output (Triton, tvm-ffi, Inductor) lands in the validator's seed
-caches and every later engine of that arena starts warm. A cold engine start behind the wall
+shape once, so SGLang's JIT output (Triton, tvm-ffi, Inductor, FlashInfer) lands in the
+validator's seed caches and every later engine of that arena starts warm. A cold engine start behind the wall
 took 123-142 s on the H200 (docs/benchmarks.md); a verdict has up to four engines. Run it after
 an install or a pin move; the validator's first verdicts then meet the same time as later ones."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from arena.config import ArenaConfig
-from arena.home import seed_caches
+from arena.home import cache_part, seed_caches
 from arena.host import EngineRun
 from arena.jobs import _prompts
 from arena.records import StageRecord
@@ -44,7 +44,9 @@ class WarmResult:
 
 
 def count_files(caches: Mapping[str, str]) -> int:
-    return sum(len(files) for d in set(caches.values()) for _, _, files in os.walk(d))
+    """Files in the seeds' copied parts (of FlashInfer's base only .cache/flashinfer)."""
+    parts = {cache_part(k, d) for k, d in caches.items()}
+    return sum(len(files) for d in parts for _, _, files in os.walk(d))
 
 
 def warm_steps(cfg: ArenaConfig) -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ rm -rf /opt/cw && mkdir -p /opt/cw && cp -a . /opt/cw && chmod -R o+rX /opt/cw /
 install -m 0755 .devpack/bwrap /usr/local/bin/bwrap  # .devpack's small files suffice on a warm machine
 # The product's default seed caches (<arena home>/jit/<generation>), not the dev pack's: an
 # operator-set cache env wins over the default, and a pack from an older layout would stay stale.
-unset TRITON_CACHE_DIR TORCHINDUCTOR_CACHE_DIR XDG_CACHE_HOME TVM_FFI_CACHE_DIR
+unset TRITON_CACHE_DIR TORCHINDUCTOR_CACHE_DIR XDG_CACHE_HOME TVM_FFI_CACHE_DIR FLASHINFER_WORKSPACE_BASE
 [ -f .devpack/seeds.tar.xz ] && [ ! -d /var/tmp/cacheon/jit ] && mkdir -p /var/tmp/cacheon && chmod 755 /var/tmp/cacheon \
   && xz -dc .devpack/seeds.tar.xz | tar -xf - -C /var/tmp/cacheon && echo "seeds unpacked: $(find /var/tmp/cacheon/jit -type f | wc -l) files"
 cd /opt/cw
@@ -102,7 +102,8 @@ case "${1:-}" in
     ;;
   e2e-product|e2e-handicap)  # warm seeds first when empty (an operator runs `cacheon arena warm` once)
     ph=${1#e2e-}; [ "$ph" = handicap ] && ph=test-handicap
-    [ -n "$(find /var/tmp/cacheon/jit -path '*tvm-ffi*' -type f 2>/dev/null | head -1)" ] || {
+    gen=$(python3 -c 'from arena.home import seed_generation as g; print(g())')  # this layout's seeds, not a carried older one
+    [ -n "$(find "/var/tmp/cacheon/jit/$gen" -path '*tvm-ffi*' -type f 2>/dev/null | head -1)" ] || {
       step warm 200 $C arena warm --config configs/arena/dense.toml; cat "$OUT/warm.txt"; }
     extra=(); [ "$ph" = test-handicap ] && extra=(--test-cycles "${TEST_CYCLES:-2}" --handicap-us "${E2E_US:-600}")  # 4 engines, one call; ~5 % (est.)
     step "$1" 570 python3 scripts/gpu_e2e.py --phases "$ph" --out "$OUT/$1.json" --work "/var/tmp/cacheon-$1" "${extra[@]}"

@@ -290,28 +290,37 @@ class UnconfirmedEngine(_Proxy):
     core = "UnconfirmedCore"
 
 
+# where FlashInfer 0.6 builds under its FLASHINFER_WORKSPACE_BASE (flashinfer/jit/env.py)
+FLASHINFER_OPS = os.path.join(".cache", "flashinfer", "0.6.12", "90a", "cached_ops", "k")
+
+
 class CompilingEngine(_Proxy):
-    """Writes a stand-in for JIT output into its Triton cache, named for whether contribution
-    code was loaded: the seed caches must gain the pristine file and never the other."""
+    """Writes a stand-in for JIT output into its Triton cache and FlashInfer's JIT workspace,
+    named for whether contribution code was loaded: the seed caches must gain the pristine file
+    and never the other."""
 
     core = "FakeCore"
 
     def __init__(self, **kwargs: Any) -> None:
-        d = os.environ.get("TRITON_CACHE_DIR")
-        if d:
-            name = "with-contribution.cubin" if os.environ.get("CACHEON_ENGINE_TREE") else "pristine.cubin"
-            os.makedirs(os.path.join(d, "k"), exist_ok=True)
-            with open(os.path.join(d, "k", name), "wb") as f:
+        name = "with-contribution.cubin" if os.environ.get("CACHEON_ENGINE_TREE") else "pristine.cubin"
+        for key, sub in (("TRITON_CACHE_DIR", "k"), ("FLASHINFER_WORKSPACE_BASE", FLASHINFER_OPS)):
+            d = os.environ.get(key)
+            if not d:
+                continue
+            k = os.path.join(d, sub)
+            os.makedirs(k, exist_ok=True)
+            with open(os.path.join(k, name), "wb") as f:
                 f.write(b"compiled")
-            with open(os.path.join(d, "k", f"{name}.path"), "w") as f:  # what tvm-ffi writes into build.ninja
+            with open(os.path.join(k, f"{name}.path"), "w") as f:  # what tvm-ffi (ninja) writes into build.ninja
                 f.write(d)
         super().__init__(**kwargs)
 
 
 class StartCompilingEngine(_Proxy):
     """A start that compiles despite its seeds, as the diag must see it (arena/startdiag.py): its
-    scheduler writes a new Triton file, rewrites a seeded tvm-ffi file under the same name, drops
-    a file into HOME (a cache no seed covers) and runs a compiler process named `ninja`."""
+    scheduler writes a new Triton file and a FlashInfer build, rewrites a seeded tvm-ffi file under
+    the same name, drops a file into HOME (a cache no seed covers) and runs a compiler process
+    named `ninja`."""
 
     core = "StartCompilingCore"
 
@@ -322,10 +331,14 @@ class StartCompilingCore(FakeCore):
         import subprocess
         import tempfile
 
-        tri, tvm, home = (os.environ[k] for k in ("TRITON_CACHE_DIR", "TVM_FFI_CACHE_DIR", "HOME"))
+        tri, tvm, fi, home = (os.environ[k] for k in ("TRITON_CACHE_DIR", "TVM_FFI_CACHE_DIR",
+                                                       "FLASHINFER_WORKSPACE_BASE", "HOME"))
         os.makedirs(os.path.join(tri, "hashdir"), exist_ok=True)
         with open(os.path.join(tri, "hashdir", "k.cubin"), "wb") as f:
             f.write(b"compiled at start")
+        os.makedirs(os.path.join(fi, FLASHINFER_OPS), exist_ok=True)  # FlashInfer's JIT: its own seed, not HOME
+        with open(os.path.join(fi, FLASHINFER_OPS, "k.so"), "wb") as f:
+            f.write(b"built by ninja")
         with open(os.path.join(tvm, "mod_1234", "mod.so"), "wb") as f:  # seeded: same name, rebuilt
             f.write(b"rebuilt by ninja, longer than the seed")
         os.makedirs(os.path.join(home, ".nv", "ComputeCache"), exist_ok=True)

@@ -70,6 +70,13 @@ def test_every_engine_gets_private_jit_caches_seeded_never_shared(tmp_path, monk
     op_cache = tmp_path / "operator-triton"
     (op_cache / "k").mkdir(parents=True)
     (op_cache / "k" / "stock.cubin").write_bytes(b"warm")
+    # FlashInfer's variable names a base (an operator may point it at their HOME): only its
+    # .cache/flashinfer is FlashInfer's cache, and only that is copied in
+    op_home = tmp_path / "operator-home"
+    (op_home / ".cache" / "flashinfer" / "ops").mkdir(parents=True)
+    (op_home / ".cache" / "flashinfer" / "ops" / "k.so").write_bytes(b"warm fi")
+    (op_home / ".bittensor" / "wallets").mkdir(parents=True)
+    (op_home / ".bittensor" / "wallets" / "hotkey").write_bytes(b"secret")
     seen = {}
 
     def fake_launch(argv, *, scratch, policy, pass_fds, stdout, stderr, cwd):
@@ -78,7 +85,8 @@ def test_every_engine_gets_private_jit_caches_seeded_never_shared(tmp_path, monk
         raise RuntimeError("stop here")
 
     monkeypatch.setattr(host.sandbox, "launch", fake_launch)
-    spec = EngineSpec("e", job("FakeEngine", []), env={"TRITON_CACHE_DIR": str(op_cache)}, timeout_s=5)
+    spec = EngineSpec("e", job("FakeEngine", []), env={"TRITON_CACHE_DIR": str(op_cache),
+                                                       "FLASHINFER_WORKSPACE_BASE": str(op_home)}, timeout_s=5)
     try:
         run_engine(spec, tmp_path / "w")
     except RuntimeError:
@@ -89,7 +97,14 @@ def test_every_engine_gets_private_jit_caches_seeded_never_shared(tmp_path, monk
     assert seen["binds"][str(scratch / "cache" / "triton")] == host.JIT_INSIDE + "/triton"
     assert all(str(op_cache) not in v for v in seen.values())
     assert (scratch / "cache" / "triton" / "k" / "stock.cubin").read_bytes() == b"warm"
-    assert {"TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME"} <= set(seen)
+    assert {"TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME", "TVM_FFI_CACHE_DIR"} <= set(seen)
+    # FlashInfer's JIT workspace: a private copy at its one fixed path (its build.ninja holds it)
+    assert seen["FLASHINFER_WORKSPACE_BASE"] == host.JIT_INSIDE + "/flashinfer"
+    assert seen["binds"][str(scratch / "cache" / "flashinfer")] == host.JIT_INSIDE + "/flashinfer"
+    fi = scratch / "cache" / "flashinfer"
+    assert (fi / ".cache" / "flashinfer" / "ops" / "k.so").read_bytes() == b"warm fi"
+    assert not (fi / ".bittensor").exists()  # the rest of the operator's base never reaches an engine
+    assert all(str(op_home) not in v for v in seen.values() if isinstance(v, str))
 
 
 def test_only_engines_without_contribution_code_warm_the_operators_cache(tmp_path):
@@ -109,6 +124,27 @@ def test_only_engines_without_contribution_code_warm_the_operators_cache(tmp_pat
     assert (seed / "k" / "new.bin").read_bytes() == b"compiled"
     assert (seed / "k" / "old.bin").read_bytes() == b"original"  # never overwritten
     assert not (seed / "k" / "link").exists()  # links are not copied
+
+
+def test_flashinfers_copy_back_takes_only_its_own_cache_and_no_link_out(tmp_path):
+    from arena.host import warm_seed_caches
+
+    private, seed = tmp_path / "private", tmp_path / "seed"
+    (private / ".cache" / "flashinfer" / "ops").mkdir(parents=True)
+    (private / ".cache" / "flashinfer" / "ops" / "k.so").write_bytes(b"built")
+    (private / "stray.txt").write_bytes(b"not flashinfer's")
+    seed.mkdir()
+    warm_seed_caches({"FLASHINFER_WORKSPACE_BASE": str(private)}, {"FLASHINFER_WORKSPACE_BASE": str(seed)})
+    assert (seed / ".cache" / "flashinfer" / "ops" / "k.so").read_bytes() == b"built"
+    assert not (seed / "stray.txt").exists()
+    # a .cache/flashinfer that is a link out of the private copy is not walked
+    elsewhere, linked, seed2 = tmp_path / "elsewhere", tmp_path / "linked", tmp_path / "seed2"
+    (elsewhere / "flashinfer").mkdir(parents=True)
+    (elsewhere / "flashinfer" / "x.so").write_bytes(b"outside")
+    linked.mkdir()
+    (linked / ".cache").symlink_to(elsewhere)
+    warm_seed_caches({"FLASHINFER_WORKSPACE_BASE": str(linked)}, {"FLASHINFER_WORKSPACE_BASE": str(seed2)})
+    assert not seed2.exists() or not any(seed2.rglob("*"))
 
 
 def test_timed_steps_tick_a_progress_bar(tmp_path, monkeypatch, capfd):

@@ -27,7 +27,9 @@ def test_a_start_that_compiles_shows_up_in_the_started_records_diag(tmp_path):
     assert tri["new"] == 1 and tri["top_new"] == {"hashdir": 1}
     # the rebuild the new-files-only copy-back never sees: same name, other content
     assert tvm["before"] == 1 and tvm["new"] == 0 and tvm["changed"] == 1 and tvm["top_changed"] == {"mod_1234": 1}
-    assert home["new"] == 1 and home["top_new"] == {".nv/ComputeCache": 1}
+    assert home["new"] == 1 and home["top_new"] == {".nv/ComputeCache": 1}  # FlashInfer's build is not HOME's
+    fi = d["caches"]["FLASHINFER_WORKSPACE_BASE"]
+    assert fi["new"] == 1 and fi["top_new"] == {".cache/flashinfer": 1} and fi["path"].endswith("/flashinfer")
     assert d["tools"]["ninja"]["procs"] == 1 and d["tools"]["ninja"]["seen_s"] >= 0.5
     assert d["procs"] and not d["env_seen"]  # the scheduler saw the driver's cache dirs
     assert "cacheon start diag (advisory)" in (tmp_path / "w" / "e.log").read_text()

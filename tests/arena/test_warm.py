@@ -12,6 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import arena_harness as h  # noqa: E402
+from fake_engine import FLASHINFER_OPS  # noqa: E402
 
 from arena.home import CACHE_KEYS, seed_caches  # noqa: E402
 from arena.warm import warm, warm_steps  # noqa: E402
@@ -29,6 +30,7 @@ def home(tmp_path, monkeypatch):
 def test_default_seeds_are_validator_owned_and_the_operators_choice_wins(home, monkeypatch, tmp_path):
     seeds = seed_caches()
     assert set(seeds) == set(CACHE_KEYS)
+    assert Path(seeds["FLASHINFER_WORKSPACE_BASE"]).name == "flashinfer"  # FlashInfer's JIT workspace: seeded too
     assert all(Path(v).parent.parent == home / "jit" for v in seeds.values())
     assert len({Path(v).parent.name for v in seeds.values()}) == 1  # one generation (pins, layout)
     assert stat.S_IMODE((home / "jit").stat().st_mode) == 0o700  # engines never see it: the host copies
@@ -45,7 +47,7 @@ def test_a_pin_move_or_layout_bump_starts_new_seeds(home, monkeypatch):
     first = ah.seed_generation()
     monkeypatch.setattr("cacheon_subnet.pins.SGLANG_PIN", "9.9.9")
     moved = ah.seed_generation()
-    monkeypatch.setattr(ah, "SEED_LAYOUT", 3)
+    monkeypatch.setattr(ah, "SEED_LAYOUT", ah.SEED_LAYOUT + 1)
     assert len({first, moved, ah.seed_generation()}) == 3
 
 
@@ -67,15 +69,19 @@ def test_warm_fills_the_seeds_and_a_candidates_engine_never_does(home, tmp_path,
     res = warm(h.small_config(), tmp_path / "warm", tmp_path / "ckpt", engine_factory=factory)
     assert res.ok, res.error
     triton = Path(res.caches["TRITON_CACHE_DIR"])
+    fi = Path(res.caches["FLASHINFER_WORKSPACE_BASE"]) / FLASHINFER_OPS
     assert (triton / "k" / "pristine.cubin").read_bytes() == b"compiled"
-    assert res.files_after - res.files_before == 2 and [s.name for s in res.stages] == ["warm"]
+    assert (fi / "pristine.cubin").read_bytes() == b"compiled"  # FlashInfer's JIT build: seeded like Triton's
+    assert res.files_after - res.files_before == 4 and [s.name for s in res.stages] == ["warm"]
     from arena.host import JIT_INSIDE
 
     # the engine saw its cache at the one fixed path, whatever its scratch: path-keyed builds hit
     assert (triton / "k" / "pristine.cubin.path").read_text() == JIT_INSIDE + "/triton"
+    assert (fi / "pristine.cubin.path").read_text() == JIT_INSIDE + "/flashinfer"
     again = warm(h.small_config(), tmp_path / "warm2", tmp_path / "ckpt", engine_factory=factory)
     assert again.ok and again.files_after == again.files_before  # nothing new: every file was there
     (triton / "k" / "pristine.cubin").unlink()
+    (fi / "pristine.cubin").unlink()
     from arena.run import RunOptions, qualify
 
     opts = RunOptions(workdir=tmp_path / "work", checkpoint_root=tmp_path / "ckpt", engine_factory=factory)
@@ -83,7 +89,9 @@ def test_warm_fills_the_seeds_and_a_candidates_engine_never_does(home, tmp_path,
     r = qualify(h.small_config(), bundle, bundle.manifest.ops[0], opts)
     assert r["stages"]["resident"]["rc"] == 0, r["reason"]
     assert not (triton / "k" / "with-contribution.cubin").exists()  # the candidate's engine wrote nothing back
+    assert not (fi / "with-contribution.cubin").exists()  # nor into FlashInfer's seed
     assert (triton / "k" / "pristine.cubin").exists() == ("teacher" in r["stages"])  # T did
+    assert (fi / "pristine.cubin").exists() == ("teacher" in r["stages"])
 
 
 def test_warm_refuses_to_run_with_seeding_off(home, monkeypatch, tmp_path):
