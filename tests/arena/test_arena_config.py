@@ -70,7 +70,7 @@ def test_name_and_path_are_not_identity(tmp_path):
     ('kind = "gpu"', 'kind = "cpu"', "kind must be \"gpu\""),
     ('profile = "qwen3-0.6b"', 'profile = "llama"', "[model] profile"),
     ("[limits]", "[limitz]", "unknown table(s) ['limitz']"),
-    ("top_k = 8", "top_k = 8\n[quality.policy]\nmax_nll_mean_deltaa = 1.0", "[quality.policy]"),
+    ("max_nll_mean_delta = 0.234", "max_nll_mean_deltaa = 0.234", "[quality.policy]"),
     ("top_k = 8", "top_k = 8\nseed = 777", "seed"),  # schema 1's quality windows are gone
     ("mem_fraction_static = 0.6", "mem_fraction_static = 2.0", "mem_fraction_static"),
     ("piecewise_cuda_graph = false", "piecewise_cuda_graph = true", "piecewise_cuda_graph"),
