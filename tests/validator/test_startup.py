@@ -178,6 +178,44 @@ def test_neuron_unregistered_hotkey_stops_at_start(tmp_path, capsys, in_process)
     assert not (tmp_path / "state").exists()  # refused before any pass (no DB, no fetch)
 
 
+def test_neuron_retired_by_the_version_key_stops_at_start(tmp_path, capsys, in_process):
+    """The owner raised weights_version_key above this code's spec version: the CLI stops before
+    its first pass (the check itself is tested above; this is its wiring into start-up)."""
+    from cacheon_subnet.validator.commands import main
+
+    make_chain(tmp_path / "chain.db", version_key=__spec_version__ + 1).close()
+    rc = main(["--netuid", str(NETUID), "--chain", "local", "--local-chain", str(tmp_path / "chain.db"),
+               "--wallet.hotkey", VALIDATOR, "--state-dir", str(tmp_path / "state"), "--once"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "start-up check failed" in err and "retired" in err, err[-1500:]
+    assert not (tmp_path / "state").exists()
+
+
+def test_neuron_stops_at_start_when_chain_compat_is_red(tmp_path, capsys, monkeypatch, in_process):
+    """`cacheon chain-compat` red (an SDK that lost a call we use): the bittensor-chain validator
+    stops before its first pass, saying to run chain-compat."""
+    import cacheon_subnet.chain
+    import cacheon_subnet.chain.compat as cc
+    from cacheon_subnet.chain import LocalChain
+    from cacheon_subnet.validator.commands import main
+
+    make_chain(tmp_path / "chain.db").close()
+
+    def backend(*_a, **_k):  # the SDK chain stands in as the local one: only the compat check matters here
+        chain = LocalChain.open(tmp_path / "chain.db")
+        chain.hotkey = VALIDATOR
+        return chain
+
+    monkeypatch.setattr(cacheon_subnet.chain, "make_backend", backend)
+    monkeypatch.setattr(cc, "check_sdk", lambda: SimpleNamespace(exit_code=2, rows=()))
+    monkeypatch.setattr(cc, "render", lambda r: "bittensor version FAIL")
+    rc = main(["--netuid", str(NETUID), "--chain", "bittensor", "--subtensor.network", "local",
+               "--state-dir", str(tmp_path / "state"), "--once"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "chain-compat failed" in err and "cacheon chain-compat" in err, err[-1500:]
+    assert not (tmp_path / "state").exists()
+
+
 def test_demo_never_wipes_a_directory_it_did_not_create(tmp_path):
     mine = tmp_path / "precious"
     mine.mkdir()
