@@ -100,6 +100,19 @@ def test_spec_version_follows_the_version_and_the_owner_floor_retires(tmp_path):
         startup.check_version_key(chain, NETUID)
 
 
+def test_identity_names_every_gpu_with_its_driver(tmp_path, monkeypatch):
+    """validator.identity's GPU line is nvidia-smi's name, driver and memory (a stand-in here: no
+    GPU on the CPU box); it answers only the query that asks for all three."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n[ \"$1\" = --query-gpu=name,driver_version,memory.total ] || exit 9\n"
+                   "echo 'NVIDIA H200, 570.124.06, 143771 MiB'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    ident = startup.identity()
+    assert ident["gpus"] == ["NVIDIA H200, 570.124.06, 143771 MiB"]
+    assert {"torch", "sglang", "bittensor", "triton", "python", "cacheon", "spec_version"} <= set(ident)
+
+
 def test_compat_must_be_green(monkeypatch):
     import cacheon_subnet.chain.compat as cc
     import seams.compat as sc
