@@ -229,6 +229,51 @@ def test_neuron_stops_at_start_when_chain_compat_is_red(tmp_path, capsys, monkey
     assert not (tmp_path / "state").exists()
 
 
+def test_a_crashed_runs_leftovers_are_reaped_before_the_start_up_warm(tmp_path, monkeypatch, in_process):
+    """The start-up warm runs an engine on the GPU: a crashed run's leftover (here a process naming
+    a recorded child's scratch) is killed first, and the warm engine itself is leased (recorded
+    for the next start's reaping). It used to warm before the run lock and the reaping."""
+    from dataclasses import dataclass
+
+    from validator_fakes import FakeQualifier
+
+    from cacheon_subnet import lifecycle
+    from cacheon_subnet.validator import commands
+
+    make_chain(tmp_path / "chain.db").close()
+    state = tmp_path / "state"
+    scratch = tmp_path / "old-engine-scratch"
+    scratch.mkdir()
+    left = subprocess.Popen(["sleep", "300"], env={**os.environ, "CACHEON_SANDBOX_SCRATCH": str(scratch)})
+    try:
+        (state / "children").mkdir(parents=True)
+        (state / "children" / f"{left.pid}.json").write_text(json.dumps({"pid": left.pid, "scratch": str(scratch)}))
+        @dataclass(frozen=True)
+        class GpuStandIn(FakeQualifier):  # a GPU arena as run_from_args sees one: a label and a config
+            label: str = "gpu-arena"
+            config: str = "arena-config"
+
+        gpu = GpuStandIn()
+        monkeypatch.setattr(commands, "load_qualifier", lambda spec: gpu)
+        monkeypatch.setattr(startup, "check_compat", lambda chain, gpu_arena: {})
+        seen = {}
+
+        def warm(cfg, log):
+            seen.update(cfg=cfg, leftover=left.poll(), lease=lifecycle.lease_dir())
+            return "skipped"
+
+        monkeypatch.setattr(commands, "_warm_seeds", warm)
+        rc = commands.main(["--netuid", str(NETUID), "--chain", "local", "--local-chain", str(tmp_path / "chain.db"),
+                            "--wallet.hotkey", VALIDATOR, "--arena", "gpu.toml", "--state-dir", str(state),
+                            "--once", "--dry-run"])
+        assert rc == 0 and seen["cfg"] == "arena-config"
+        assert seen["leftover"] is not None, "the warm started while a crashed run's engine still ran"
+        assert seen["lease"] == state / "children"
+    finally:
+        left.kill()
+        left.wait()
+
+
 def test_demo_never_wipes_a_directory_it_did_not_create(tmp_path):
     mine = tmp_path / "precious"
     mine.mkdir()
