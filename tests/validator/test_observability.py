@@ -124,6 +124,10 @@ def test_once_exits_nonzero_when_every_fetch_failed(world, tmp_path):
         argv = ["--netuid", str(NETUID), "--chain", "local", "--local-chain", str(chain.path),
                 "--wallet.hotkey", VALIDATOR, "--arena", "cpu"]
         assert validator_main(argv + ["--state-dir", str(tmp_path / "bad"), "--once"]) == 1
+    from cacheon_subnet.validator import status
+
+    (row,) = status.collect(tmp_path / "bad")["contributions"]
+    assert row["state"] == "failed" and row["reason"].startswith("fetch: http_status"), row  # the stage, then why
     empty = make_chain(tmp_path / "empty.db", miners=1)
     empty.advance(2)
     ok_argv = ["--netuid", str(NETUID), "--chain", "local", "--local-chain", str(empty.path),
