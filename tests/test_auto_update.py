@@ -73,3 +73,12 @@ def test_dry_run_and_dirty_checkouts_change_nothing(repos, tmp_path):
     out = run(deployed, tmp_path)
     assert out["action"] == "skipped" and not out["installed"] and not out["restarted"]
     assert auto_update.checkout_version(deployed) == "0.1.0"
+
+
+def test_the_default_reinstall_keeps_the_validators_extras(tmp_path):
+    """A release that moves the SGLang or bittensor pin must move them: the default reinstall is
+    the documented install (the gpu and chain extras), not the bare package."""
+    import shlex
+
+    cmd = shlex.split(auto_update.default_install_cmd(tmp_path / "co dir"))
+    assert cmd == [str(tmp_path / "co dir" / ".venv" / "bin" / "pip"), "install", "-e", f"{tmp_path / 'co dir'}[gpu,chain]"]
