@@ -9,7 +9,9 @@ above the checkout's version (pyproject.toml) is checked out (detached), the pac
 reinstalled (--install-cmd, default `<repo>/.venv/bin/pip install -e '<repo>[gpu,chain]'`: the
 extras a validator runs with, so a release that moves the SGLang or bittensor pin moves them) and the validator
 restarted (--restart-cmd, default `pm2 restart cacheon-validator`): its start-up checks then run
-again on the new code. Only release tags move it: never a branch head. A checkout with local
+again on the new code. A failed reinstall puts the checkout back where it was (the next check
+tries again), so the code on disk never runs over the old dependencies. Only release tags move
+it: never a branch head. A checkout with local
 changes is left alone (said in the log). Start it with configs/pm2/auto-update.config.js; the
 subnet owner retires old versions by raising weights_version_key (docs/operators.md, Upgrades).
 """
@@ -71,12 +73,17 @@ def step(repo: Path, remote: str, install: str, restart: str, dry_run: bool) -> 
         return {"action": "none", "version": current}
     if dry_run:
         return {"action": "would_update", "from": current, "to": tag}
+    before = _git(repo, "rev-parse", "HEAD").strip()
     _git(repo, "checkout", "--detach", f"refs/tags/{tag}")
     for cmd in (install, restart):
         r = subprocess.run(shlex.split(cmd), capture_output=True, text=True, timeout=1800)
         if r.returncode != 0:
-            return {"action": "failed", "from": current, "to": tag, "cmd": cmd, "rc": r.returncode,
-                    "stderr": r.stderr[-1000:]}
+            out = {"action": "failed", "from": current, "to": tag, "cmd": cmd, "rc": r.returncode,
+                   "stderr": r.stderr[-1000:]}
+            if cmd == install:  # never leave new code over old dependencies: back, and retried next time
+                _git(repo, "checkout", "--detach", before)
+                out["rolled_back_to"] = before
+            return out
     return {"action": "updated", "from": current, "to": tag}
 
 
