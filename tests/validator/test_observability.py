@@ -190,6 +190,7 @@ def test_pm2_file_resolves_every_path_from_its_own_location(tmp_path):
     venv = REPO / ".venv" / "bin" / "python"
     assert app["interpreter"] == (str(venv) if venv.exists() else "python3")
     assert app.get("time") is not True and "log_type" not in app
+    assert app["kill_timeout"] >= 30000  # test_shutdown.py's bound: the validator stops well inside it
     for key in ("out_file", "error_file"):
         assert Path(app[key]).is_absolute() and str(app[key]).startswith(str(tmp_path / ".cacheon" / "logs"))
     args = app["args"]
