@@ -377,7 +377,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
             sandbox.stop(proc, grace_s=lifecycle.SHUTDOWN_GRACE_S if lifecycle.SHUTDOWN.is_set() else 10.0)
             timing["stop_s"] = round(time.monotonic() - ts, 2)
     if lifecycle.SHUTDOWN.is_set():  # no verdict from a run we cut short; the GPU must be free first
-        gpu_free = _wait_gpu_free(baseline, min(gpu_free_timeout_s, 15.0))
+        gpu_free = _wait_gpu_free(baseline, min(gpu_free_timeout_s, 15.0), visible)
         reader.join(timeout=5)
         shutil.rmtree(scratch, ignore_errors=True)
         log.warning("arena.engine.interrupted", engine=spec.name, pid=proc.pid, gpu_free=gpu_free)

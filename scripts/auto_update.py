@@ -6,9 +6,12 @@
 
 Every --interval seconds: `git fetch --tags REMOTE`; the newest release tag vMAJOR.MINOR.PATCH
 above the checkout's version (pyproject.toml) is checked out (detached), the package is
-reinstalled (--install-cmd, default `<repo>/.venv/bin/pip install -e <repo>`) and the validator
+reinstalled (--install-cmd, default `<repo>/.venv/bin/pip install -e '<repo>[gpu,chain]'`: the
+extras a validator runs with, so a release that moves the SGLang or bittensor pin moves them) and the validator
 restarted (--restart-cmd, default `pm2 restart cacheon-validator`): its start-up checks then run
-again on the new code. Only release tags move it: never a branch head. A checkout with local
+again on the new code. A failed reinstall puts the checkout back where it was (the next check
+tries again), so the code on disk never runs over the old dependencies. Only release tags move
+it: never a branch head. A checkout with local
 changes is left alone (said in the log). Start it with configs/pm2/auto-update.config.js; the
 subnet owner retires old versions by raising weights_version_key (docs/operators.md, Upgrades).
 """
@@ -53,6 +56,12 @@ def checkout_version(repo: Path) -> str:
     return tomllib.loads((repo / "pyproject.toml").read_text())["project"]["version"]
 
 
+def default_install_cmd(repo: Path) -> str:
+    """The install docs/operators.md prescribes: the checkout's venv, with the validator's extras
+    (`gpu`: the SGLang/torch pins; `chain`: the bittensor SDK pin)."""
+    return shlex.join([str(repo / ".venv" / "bin" / "pip"), "install", "-e", f"{repo}[gpu,chain]"])
+
+
 def step(repo: Path, remote: str, install: str, restart: str, dry_run: bool) -> dict[str, object]:
     """One check; returns what it did (printed as a JSON line)."""
     current = checkout_version(repo)
@@ -64,12 +73,17 @@ def step(repo: Path, remote: str, install: str, restart: str, dry_run: bool) -> 
         return {"action": "none", "version": current}
     if dry_run:
         return {"action": "would_update", "from": current, "to": tag}
+    before = _git(repo, "rev-parse", "HEAD").strip()
     _git(repo, "checkout", "--detach", f"refs/tags/{tag}")
     for cmd in (install, restart):
         r = subprocess.run(shlex.split(cmd), capture_output=True, text=True, timeout=1800)
         if r.returncode != 0:
-            return {"action": "failed", "from": current, "to": tag, "cmd": cmd, "rc": r.returncode,
-                    "stderr": r.stderr[-1000:]}
+            out = {"action": "failed", "from": current, "to": tag, "cmd": cmd, "rc": r.returncode,
+                   "stderr": r.stderr[-1000:]}
+            if cmd == install:  # never leave new code over old dependencies: back, and retried next time
+                _git(repo, "checkout", "--detach", before)
+                out["rolled_back_to"] = before
+            return out
     return {"action": "updated", "from": current, "to": tag}
 
 
@@ -84,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args(argv)
     repo = Path(a.repo).resolve()
-    install = a.install_cmd or f"{repo / '.venv' / 'bin' / 'pip'} install -e {repo}"
+    install = a.install_cmd or default_install_cmd(repo)
     while True:
         try:
             out = step(repo, a.remote, install, a.restart_cmd, a.dry_run)

@@ -179,3 +179,41 @@ def test_a_packed_bundle_still_loads(tmp_path):
 
     b = pack(EXAMPLES / "norm.rmsnorm", tmp_path / "ok.tar.gz")
     assert load_bundle(tmp_path / "ok.tar.gz").digest == b.digest
+
+
+def _pax_record(key: bytes, value: bytes) -> bytes:
+    body = b" " + key + b"=" + value + b"\n"
+    n = len(body)
+    while len(str(n)) + len(body) != n:
+        n = len(str(n)) + len(body)
+    return str(n).encode() + body
+
+
+def _pax(payload: bytes) -> bytes:
+    return _header("././@PaxHeader", len(payload), tarfile.XHDTYPE) + payload + bytes(-len(payload) % 512)
+
+
+def test_one_metadata_header_over_its_own_limit_is_refused(tmp_path):
+    """One 1 MiB PAX header: under the 4 MiB total, over the 64 KiB each header may hold."""
+    lim = Limits()
+    big = _pax_record(b"comment", b"a" * MiB)
+    assert lim.header_bytes < len(big) < lim.meta_bytes
+    arc = _gz(tmp_path / "one.tar.gz", _pax(big), _member("manifest.toml", MANIFEST))
+    with pytest.raises(BundleError) as e:
+        load_bundle(arc)
+    assert e.value.rule == "archive-header-too-large" and "metadata header of" in str(e.value), e.value
+
+
+def test_metadata_headers_together_over_the_total_are_refused(tmp_path):
+    """Each PAX header within its own limit, all of them together over the total."""
+    lim = Limits()
+    rng = random.Random(1)  # text that does not compress away (else the ratio rule answers first)
+    n = lim.meta_bytes // lim.header_bytes + 2
+    recs = [_pax_record(b"comment", rng.randbytes(lim.header_bytes // 2).hex().encode()[: lim.header_bytes - 100])
+            for _ in range(n)]
+    parts = [_member("manifest.toml", MANIFEST)]
+    parts += [_pax(rec) + _member(f"f{i}.txt", b"x") for i, rec in enumerate(recs)]
+    arc = _gz(tmp_path / "many.tar.gz", *parts)
+    with pytest.raises(BundleError) as e:
+        load_bundle(arc)
+    assert e.value.rule == "archive-header-too-large" and "total" in str(e.value), e.value

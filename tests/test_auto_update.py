@@ -73,3 +73,24 @@ def test_dry_run_and_dirty_checkouts_change_nothing(repos, tmp_path):
     out = run(deployed, tmp_path)
     assert out["action"] == "skipped" and not out["installed"] and not out["restarted"]
     assert auto_update.checkout_version(deployed) == "0.1.0"
+
+
+def test_the_default_reinstall_keeps_the_validators_extras(tmp_path):
+    """A release that moves the SGLang or bittensor pin must move them: the default reinstall is
+    the documented install (the gpu and chain extras), not the bare package."""
+    import shlex
+
+    cmd = shlex.split(auto_update.default_install_cmd(tmp_path / "co dir"))
+    assert cmd == [str(tmp_path / "co dir" / ".venv" / "bin" / "pip"), "install", "-e", f"{tmp_path / 'co dir'}[gpu,chain]"]
+
+
+def test_a_failed_reinstall_puts_the_checkout_back_and_is_retried(repos, tmp_path):
+    """The editable install runs the checkout's code: a release checked out over dependencies that
+    failed to install would start (at the next restart) on the wrong pins. So it goes back."""
+    up, deployed = repos
+    release(up, "0.2.0")
+    out = run(deployed, tmp_path, "--install-cmd", "false")
+    assert out["action"] == "failed" and out["rc"] == 1 and "rolled_back_to" in out and not out["restarted"], out
+    assert auto_update.checkout_version(deployed) == "0.1.0"
+    again = run(deployed, tmp_path)  # the next check tries the release again
+    assert again["action"] == "updated" and again["to"] == "v0.2.0" and auto_update.checkout_version(deployed) == "0.2.0"

@@ -131,6 +131,32 @@ def test_connect_time_peer_check_backs_up_the_resolver(monkeypatch):
         assert srv.hits == []
 
 
+def test_the_connected_peer_is_checked_before_the_request_is_written(monkeypatch):
+    """The last layer alone: with the resolver's and the socket factory's checks both bypassed,
+    the peer of the new connection is still refused before a byte of the request is sent."""
+    async def unchecked(self, host, port=0, family=socket.AF_INET):
+        return await self.inner.resolve(host, port, family)
+
+    def any_socket(self, addr_info):
+        family, type_, proto, _, _address = addr_info
+        return socket.socket(family=family, type=type_, proto=proto)
+
+    monkeypatch.setattr(GuardedResolver, "resolve", unchecked)
+    monkeypatch.setattr(GuardedConnector, "_socket", any_socket)
+    async def get(port):  # plain http (no TLS before the check), past download's URL rules
+        dns = FakeDNS({"rebind.example": ["127.0.0.1"]})
+        async with aiohttp.ClientSession(connector=GuardedConnector(STRICT, dns)) as s:
+            async with s.get(f"http://rebind.example:{port}/f/a.tar.gz") as r:
+                return r.status
+
+    with FileServer() as srv:
+        srv.add("a.tar.gz", b"secret")
+        with pytest.raises(OSError) as e:
+            asyncio.run(get(srv.port))
+        assert "connected peer 127.0.0.1" in str(e.value), repr(e.value)
+        assert srv.hits == []
+
+
 def test_one_redirect_policy_for_the_miners_probe_and_the_validators_fetch(tmp_path):
     from cacheon_subnet.miner.serve import probe
     from cacheon_subnet.validator.fetch import fetch_bundle

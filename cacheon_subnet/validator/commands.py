@@ -189,16 +189,18 @@ def run_from_args(args: argparse.Namespace) -> int:
              once=args.once, dry_run=args.dry_run, spec_version=__spec_version__, chain_version_key=floor, **compat)
     stop = threading.Event()
     install_signal_handlers(stop)
-    if arena_config is not None and not args.no_warm and not getattr(args, "arena_workers", None):
-        if _warm_seeds(arena_config, log) == "interrupted":
-            return 0
+    # The run lock, then a crashed run's leftovers reaped (Validator.__init__): before any engine,
+    # the start-up warm's included, touches the GPU; the warm engine is leased like any other.
     validator = Validator(config, backend, qualifier, screener=_screener(arena, config))
     args.state_dir = str(state_dir)  # the leaderboard serves the dir the loop writes
     board = None
-    if getattr(args, "metrics_port", None) is not None:
-        port = validator.metrics.serve(args.metrics_port, args.metrics_addr)
-        validator.log.info("metrics.serving", addr=args.metrics_addr, port=port)
     try:
+        if getattr(args, "metrics_port", None) is not None:
+            port = validator.metrics.serve(args.metrics_port, args.metrics_addr)
+            validator.log.info("metrics.serving", addr=args.metrics_addr, port=port)
+        if arena_config is not None and not args.no_warm and not getattr(args, "arena_workers", None):
+            if _warm_seeds(arena_config, log) == "interrupted":
+                return 0
         if getattr(args, "leaderboard", None):
             board = _start_leaderboard(args, backend, hotkey)
         if args.once:

@@ -315,7 +315,7 @@ class Validator(QualifyStages):
                         if exc.transient:
                             self._transient(c, "fetch", str(exc), "failed")
                         else:
-                            self.db.transition(c.id, "failed", f"{exc.reason}: {exc.detail}"[:2000])
+                            self.db.transition(c.id, "failed", f"fetch: {exc.reason}: {exc.detail}"[:2000])
                             self.log.info("fetch.failed", contribution=c.id, reason=str(exc)[:300])
                         return
                     except Exception as exc:  # noqa: BLE001 - our side (disk, a bug): not the miner's fault

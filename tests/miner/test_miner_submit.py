@@ -203,3 +203,36 @@ def test_corrupt_state_file_is_named(world) -> None:
     (world["state"] / "submissions.json").write_text("{not json")
     with pytest.raises(MinerStateError, match="submissions.json"):
         miner_status(world["chain"], NET, "m1", state_dir=world["state"])
+
+
+def test_a_commit_that_landed_then_raised_is_not_sent_again(world, monkeypatch) -> None:
+    """neurons/miner.py retries an unreachable chain, but never a commit that went out: it may
+    have landed (here it did), and a second one would reset the commit block (priority)."""
+    import argparse
+    import importlib.util
+
+    from cacheon_subnet.chain import ChainUnavailable
+    from cacheon_subnet.miner.commands import ChainContext
+
+    spec = importlib.util.spec_from_file_location("miner_neuron", Path(__file__).resolve().parents[2] / "neurons" / "miner.py")
+    neuron = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(neuron)
+    monkeypatch.setattr("time.sleep", lambda s: None)  # a retry (the bug) would not wait here
+    chain, commits = world["chain"], []
+
+    class LandsThenRaises:
+        def __getattr__(self, name):
+            return getattr(chain, name)
+
+        def commit(self, *a, **k):
+            commits.append(a)
+            chain.commit(*a, **k)
+            raise ChainUnavailable("connection reset after submit")
+
+    args = argparse.Namespace(bundle=world["bundle"], url=None, serve_dir=world["serve"], base_url=world["srv"].base_url,
+                              host="127.0.0.1", port=0, reveal_blocks=5, verify_device="cpu", max_cases=1,
+                              state_dir=world["state"])
+    with pytest.raises(SubmitError) as e:
+        neuron._submit_with_retries(args, ChainContext(LandsThenRaises(), NET, "m1", "local"), neuron.cacheon_log.get_logger("t"))
+    assert e.value.sent and "may still have landed" in str(e.value) and "miner status" in str(e.value)
+    assert len(commits) == 1

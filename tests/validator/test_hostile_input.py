@@ -102,6 +102,24 @@ def test_a_parser_crash_is_one_failed_row(world, monkeypatch):
     assert ev.outcome == "malformed" and "IndexError" in ev.reason
 
 
+def test_surrogates_in_the_hotkey_or_the_parsers_message_are_stored_escaped(world, monkeypatch):
+    """SQLite cannot store a lone surrogate (UnicodeEncodeError): the failed row's hotkey and
+    reason are stored escaped, so hostile bytes still cost one row and never the intake."""
+    from cacheon_subnet.chain.backend import Commitment
+    from cacheon_subnet.validator import intake as intake_mod
+
+    db = StateDB(world["tmp"] / "db")
+    (ev,) = intake_mod.intake(db, [Commitment("m\udcff", 2, 3, 4, '{"v":1}')], intake_mod.IntakePolicy(), 5, LOCAL)
+    assert ev.outcome == "malformed" and db.find(ev.contribution_id).hotkey == "m\\udcff"
+
+    def boom(data, hotkey, urls):
+        raise ValueError(f"bad input {data}")  # a parser bug that echoes the hostile bytes
+
+    monkeypatch.setattr(intake_mod, "parse", boom)
+    (ev,) = intake_mod.intake(db, [Commitment("m1", 2, 3, 4, "x\udcff")], intake_mod.IntakePolicy(), 5, LOCAL)
+    assert ev.outcome == "malformed" and "x\\udcff" in db.find(ev.contribution_id).reason
+
+
 def test_definitive_refusal_is_not_retried_and_status_says_so(world):
     chain = world["chain"]
     chain.set_stake(VALIDATOR, 1000.0, validator_permit=False)

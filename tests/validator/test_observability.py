@@ -92,6 +92,29 @@ def test_status_check_reports_set_weights_refusal(world, capsys):
     assert "UNHEALTHY" in out and "set_weights refused" in out
 
 
+def test_status_check_reports_weights_that_failed_read_back(world, capsys):
+    """set_weights answered but the chain holds nothing: the weights row is `failed` and --check
+    says so (its own rule, not only through the pass's problems)."""
+    from cacheon_subnet.chain import WeightsReceipt
+
+    class DropsWeights:  # accepts set_weights and returns a receipt; the chain never stores them
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            if name == "set_weights":
+                return lambda hotkey, netuid, uids, weights, version_key: WeightsReceipt(
+                    self.inner.current_block(), version_key, tuple(uids), tuple(weights))
+            return getattr(self.inner, name)
+
+    v = make(world, DropsWeights(world["chain"]))
+    assert v.run_once().weights == "failed"
+    v.db.put("last_pass_ok", 1)  # only the weights row speaks: the rule must not lean on the pass's problems
+    rc, h = check(v.db.dir, capsys)
+    assert rc == 1 and any(r.startswith("set_weights failing:") and "read-back mismatch" in r for r in h["reasons"]), h
+    assert not any(r.startswith("last pass failed") for r in h["reasons"]), h
+
+
 def test_once_exits_nonzero_when_every_fetch_failed(world, tmp_path):
     chain = world["chain"]
     archive, digest = make_archive(EXAMPLES / "norm.rmsnorm", tmp_path, "a")
@@ -101,6 +124,10 @@ def test_once_exits_nonzero_when_every_fetch_failed(world, tmp_path):
         argv = ["--netuid", str(NETUID), "--chain", "local", "--local-chain", str(chain.path),
                 "--wallet.hotkey", VALIDATOR, "--arena", "cpu"]
         assert validator_main(argv + ["--state-dir", str(tmp_path / "bad"), "--once"]) == 1
+    from cacheon_subnet.validator import status
+
+    (row,) = status.collect(tmp_path / "bad")["contributions"]
+    assert row["state"] == "failed" and row["reason"].startswith("fetch: http_status"), row  # the stage, then why
     empty = make_chain(tmp_path / "empty.db", miners=1)
     empty.advance(2)
     ok_argv = ["--netuid", str(NETUID), "--chain", "local", "--local-chain", str(empty.path),
@@ -163,6 +190,7 @@ def test_pm2_file_resolves_every_path_from_its_own_location(tmp_path):
     venv = REPO / ".venv" / "bin" / "python"
     assert app["interpreter"] == (str(venv) if venv.exists() else "python3")
     assert app.get("time") is not True and "log_type" not in app
+    assert app["kill_timeout"] >= 30000  # test_shutdown.py's bound: the validator stops well inside it
     for key in ("out_file", "error_file"):
         assert Path(app[key]).is_absolute() and str(app[key]).startswith(str(tmp_path / ".cacheon" / "logs"))
     args = app["args"]

@@ -172,7 +172,10 @@ def test_sigkill_at_random_points_converges_to_the_uninterrupted_result(tmp_path
     by_hotkey = {v[0]: v for v in want["contributions"].values()}
     assert by_hotkey["m2"][2] == "duplicate" and by_hotkey["m6"][2] == "duplicate"
     assert by_hotkey["m3"][1] == "failed" and by_hotkey["m7"][2] == "malformed"
-    assert by_hotkey["m8"][3] == "digest_mismatch"
+    assert by_hotkey["m8"][3] == "fetch"  # the stage; then why, in both runs:
+    for db in (clean, killed):
+        (why,) = db.con.execute("SELECT reason FROM contributions WHERE hotkey='m8'").fetchone()
+        assert why.startswith("fetch: digest_mismatch"), why
     assert {t: c[1] for t, c in want["crowns"].items()} == {
         "norm.rmsnorm": "m1", "activation.silu_and_mul": "m4", "rope.neox": "m5"}
     clean.close()

@@ -192,3 +192,47 @@ def test_an_interrupted_arena_engine_raises_and_frees_its_group(tmp_path):
     assert not t.is_alive() and "interrupted" in out, out
     assert time.monotonic() - t0 < PM2_KILL_TIMEOUT_S / 2
     assert lifecycle._holders(str(tmp_path / "hang-scratch")) == [] and lifecycle.live() == {}
+
+
+def test_an_interrupted_engine_waits_for_its_own_gpu_to_be_free(tmp_path, monkeypatch):
+    """On shutdown the arena host waits until the memory of the GPU the engine ran on is back to its
+    pre-engine level before it raises (a restart must find the GPU free). A stand-in nvidia-smi:
+    GPU 3 (this arena's) holds the engine's memory for two readings after the kill."""
+    import threading
+
+    import arena.host as host
+    from arena.host import EngineSpec, run_engine
+
+    asked: list[str | None] = []
+    held = {"n": 0}
+
+    def used(visible=None):
+        asked.append(visible)
+        if visible != "3":
+            return [0, 0, 0, 0]  # every GPU of the host, as nvidia-smi without --id reads them
+        if not lifecycle.SHUTDOWN.is_set():
+            return [1000]  # before the engine: the baseline
+        held["n"] += 1
+        return [70000] if held["n"] <= 2 else [1200]
+
+    monkeypatch.setattr(host, "gpu_memory_used_mib", used)
+    job = {"engine_kwargs": {}, "engine_factory": "tests.arena.fake_engine:HangingEngine", "checkpoint": None,
+           "steps": []}
+    out: dict = {}
+
+    def go():
+        try:
+            run_engine(EngineSpec("hang", job, env={"CUDA_VISIBLE_DEVICES": "3"}, timeout_s=120), tmp_path)
+        except lifecycle.Interrupted as e:
+            out["interrupted"] = str(e)
+
+    t = threading.Thread(target=go)
+    t.start()
+    deadline = time.monotonic() + 60
+    while not lifecycle.live() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    lifecycle.request_shutdown()
+    t.join(timeout=PM2_KILL_TIMEOUT_S)
+    assert not t.is_alive() and "gpu free: True" in out.get("interrupted", ""), out
+    assert held["n"] == 3 and set(asked) == {"3"}, asked  # waited, on the arena's own GPU only

@@ -100,6 +100,19 @@ def test_spec_version_follows_the_version_and_the_owner_floor_retires(tmp_path):
         startup.check_version_key(chain, NETUID)
 
 
+def test_identity_names_every_gpu_with_its_driver(tmp_path, monkeypatch):
+    """validator.identity's GPU line is nvidia-smi's name, driver and memory (a stand-in here: no
+    GPU on the CPU box); it answers only the query that asks for all three."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n[ \"$1\" = --query-gpu=name,driver_version,memory.total ] || exit 9\n"
+                   "echo 'NVIDIA H200, 570.124.06, 143771 MiB'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    ident = startup.identity()
+    assert ident["gpus"] == ["NVIDIA H200, 570.124.06, 143771 MiB"]
+    assert {"torch", "sglang", "bittensor", "triton", "python", "cacheon", "spec_version"} <= set(ident)
+
+
 def test_compat_must_be_green(monkeypatch):
     import cacheon_subnet.chain.compat as cc
     import seams.compat as sc
@@ -176,6 +189,89 @@ def test_neuron_unregistered_hotkey_stops_at_start(tmp_path, capsys, in_process)
     err = capsys.readouterr().err
     assert rc == 2 and "not registered on netuid" in err, err[-1500:]
     assert not (tmp_path / "state").exists()  # refused before any pass (no DB, no fetch)
+
+
+def test_neuron_retired_by_the_version_key_stops_at_start(tmp_path, capsys, in_process):
+    """The owner raised weights_version_key above this code's spec version: the CLI stops before
+    its first pass (the check itself is tested above; this is its wiring into start-up)."""
+    from cacheon_subnet.validator.commands import main
+
+    make_chain(tmp_path / "chain.db", version_key=__spec_version__ + 1).close()
+    rc = main(["--netuid", str(NETUID), "--chain", "local", "--local-chain", str(tmp_path / "chain.db"),
+               "--wallet.hotkey", VALIDATOR, "--state-dir", str(tmp_path / "state"), "--once"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "start-up check failed" in err and "retired" in err, err[-1500:]
+    assert not (tmp_path / "state").exists()
+
+
+def test_neuron_stops_at_start_when_chain_compat_is_red(tmp_path, capsys, monkeypatch, in_process):
+    """`cacheon chain-compat` red (an SDK that lost a call we use): the bittensor-chain validator
+    stops before its first pass, saying to run chain-compat."""
+    import cacheon_subnet.chain
+    import cacheon_subnet.chain.compat as cc
+    from cacheon_subnet.chain import LocalChain
+    from cacheon_subnet.validator.commands import main
+
+    make_chain(tmp_path / "chain.db").close()
+
+    def backend(*_a, **_k):  # the SDK chain stands in as the local one: only the compat check matters here
+        chain = LocalChain.open(tmp_path / "chain.db")
+        chain.hotkey = VALIDATOR
+        return chain
+
+    monkeypatch.setattr(cacheon_subnet.chain, "make_backend", backend)
+    monkeypatch.setattr(cc, "check_sdk", lambda: SimpleNamespace(exit_code=2, rows=()))
+    monkeypatch.setattr(cc, "render", lambda r: "bittensor version FAIL")
+    rc = main(["--netuid", str(NETUID), "--chain", "bittensor", "--subtensor.network", "local",
+               "--state-dir", str(tmp_path / "state"), "--once"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "chain-compat failed" in err and "cacheon chain-compat" in err, err[-1500:]
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_crashed_runs_leftovers_are_reaped_before_the_start_up_warm(tmp_path, monkeypatch, in_process):
+    """The start-up warm runs an engine on the GPU: a crashed run's leftover (here a process naming
+    a recorded child's scratch) is killed first, and the warm engine itself is leased (recorded
+    for the next start's reaping). It used to warm before the run lock and the reaping."""
+    from dataclasses import dataclass
+
+    from validator_fakes import FakeQualifier
+
+    from cacheon_subnet import lifecycle
+    from cacheon_subnet.validator import commands
+
+    make_chain(tmp_path / "chain.db").close()
+    state = tmp_path / "state"
+    scratch = tmp_path / "old-engine-scratch"
+    scratch.mkdir()
+    left = subprocess.Popen(["sleep", "300"], env={**os.environ, "CACHEON_SANDBOX_SCRATCH": str(scratch)})
+    try:
+        (state / "children").mkdir(parents=True)
+        (state / "children" / f"{left.pid}.json").write_text(json.dumps({"pid": left.pid, "scratch": str(scratch)}))
+        @dataclass(frozen=True)
+        class GpuStandIn(FakeQualifier):  # a GPU arena as run_from_args sees one: a label and a config
+            label: str = "gpu-arena"
+            config: str = "arena-config"
+
+        gpu = GpuStandIn()
+        monkeypatch.setattr(commands, "load_qualifier", lambda spec: gpu)
+        monkeypatch.setattr(startup, "check_compat", lambda chain, gpu_arena: {})
+        seen = {}
+
+        def warm(cfg, log):
+            seen.update(cfg=cfg, leftover=left.poll(), lease=lifecycle.lease_dir())
+            return "skipped"
+
+        monkeypatch.setattr(commands, "_warm_seeds", warm)
+        rc = commands.main(["--netuid", str(NETUID), "--chain", "local", "--local-chain", str(tmp_path / "chain.db"),
+                            "--wallet.hotkey", VALIDATOR, "--arena", "gpu.toml", "--state-dir", str(state),
+                            "--once", "--dry-run"])
+        assert rc == 0 and seen["cfg"] == "arena-config"
+        assert seen["leftover"] is not None, "the warm started while a crashed run's engine still ran"
+        assert seen["lease"] == state / "children"
+    finally:
+        left.kill()
+        left.wait()
 
 
 def test_demo_never_wipes_a_directory_it_did_not_create(tmp_path):
