@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The validator's own GPU path end to end on one box (issue 16, item 1). UNMEASURED so far:
-written without a GPU; its CPU dry run (--engine-factory, tests/arena/test_gpu_e2e.py) checks
-only the plumbing. Record real runs in docs/benchmarks.md.
+"""The validator's own GPU path end to end on one box (issue 16, item 1). Measured on one H200
+(2026-12-02, docs/benchmarks.md "Validator GPU end to end": 445 s product phase, 443 s TEST
+crown); its CPU dry run (--engine-factory, tests/arena/test_gpu_e2e.py) checks only the
+plumbing. Record real runs in docs/benchmarks.md.
 
     python scripts/gpu_e2e.py --config configs/arena/dense.toml --out e2e.json \
         [--work /var/tmp/cacheon-e2e] [--crown-bundle examples/norm.rmsnorm] \
