@@ -3,12 +3,17 @@ and can run faster than real data."""
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is imported by the functions that make or read tensors: loading the catalog needs none
+    import torch
 
 
 def hidden_states(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator, scale: float = 1.0) -> torch.Tensor:
     """Transformer activations: roughly normal, with a few heavy outlier channels as seen in
     real LLM residual streams (they stress reductions and bf16 rounding)."""
+    import torch
+
     x = torch.randn(shape, generator=gen, dtype=torch.float32) * scale
     h = shape[-1]
     n_out = max(1, h // 256)
@@ -19,20 +24,28 @@ def hidden_states(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generat
 
 def norm_weight(h: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
     """Trained RMSNorm gains: positive, spread over about an order of magnitude."""
+    import torch
+
     w = torch.exp(0.5 * torch.randn((h,), generator=gen)) * (0.5 + torch.rand((h,), generator=gen))
     return w.to(dtype)
 
 
 def uniform(shape: tuple[int, ...], lo: float, hi: float, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    import torch
+
     return (lo + (hi - lo) * torch.rand(shape, generator=gen)).to(dtype)
 
 
 def weights(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator, fan_in: int) -> torch.Tensor:
     """Linear weights with the usual 1/sqrt(fan_in) scale so products stay O(1)."""
+    import torch
+
     return (torch.randn(shape, generator=gen) / fan_in**0.5).to(dtype)
 
 
 def seed_generator(seed: int) -> torch.Generator:
+    import torch
+
     g = torch.Generator()
     g.manual_seed(seed)
     return g

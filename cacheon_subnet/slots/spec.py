@@ -13,25 +13,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Sequence
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from cacheon_subnet.errors import SlotError
+
+if TYPE_CHECKING:  # torch is imported where a tensor or torch dtype is made: parsing a spec needs none
+    import torch
 
 ROLES = ("in", "out", "inout", "scratch")
 LAYOUTS = ("contiguous", "rows")  # rows: last dim contiguous, any outer strides (views)
 
-DTYPES: Mapping[str, torch.dtype] = MappingProxyType(
-    {
-        "bfloat16": torch.bfloat16,
-        "float16": torch.float16,
-        "float32": torch.float32,
-        "int32": torch.int32,
-        "int64": torch.int64,
-        "bool": torch.bool,
-    }
-)
+# the ABI's dtype names; each is also the name of its torch dtype (torch.bfloat16, ...)
+DTYPE_NAMES = ("bfloat16", "float16", "float32", "int32", "int64", "bool")
+_DTYPE_SET = frozenset(DTYPE_NAMES)
 SHORT_DTYPE = MappingProxyType(
     {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "int32": "i32", "int64": "i64", "bool": "bool"}
 )
@@ -39,15 +33,34 @@ SHORT_DTYPE = MappingProxyType(
 _DIM_RE = re.compile(r"^(?:(?P<mul>\d+)\*)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:\+(?P<add>\d+))?$")
 
 
+_torch_dtypes: Mapping[str, torch.dtype] | None = None
+
+
+def torch_dtypes() -> Mapping[str, torch.dtype]:
+    """ABI dtype name -> torch dtype. Imports torch on first call (the catalog and the manifest
+    parser only check names, so `cacheon digest` and friends never load it)."""
+    global _torch_dtypes
+    if _torch_dtypes is None:
+        import torch
+
+        _torch_dtypes = MappingProxyType({name: getattr(torch, name) for name in DTYPE_NAMES})
+    return _torch_dtypes
+
+
+def check_dtype_name(name: str) -> None:
+    if name not in _DTYPE_SET:  # a set, as the mapping dtype_of reads: an unhashable name is a TypeError
+        raise SlotError(f"unknown dtype {name!r} (known: {', '.join(DTYPE_NAMES)})")
+
+
 def dtype_of(name: str) -> torch.dtype:
-    try:
-        return DTYPES[name]
+    try:  # on the seam's eager dispatch path: one lookup once torch_dtypes() has run
+        return (_torch_dtypes or torch_dtypes())[name]
     except KeyError:
-        raise SlotError(f"unknown dtype {name!r} (known: {', '.join(DTYPES)})") from None
+        raise SlotError(f"unknown dtype {name!r} (known: {', '.join(DTYPE_NAMES)})") from None
 
 
 def dtype_name(dt: torch.dtype) -> str:
-    for k, v in DTYPES.items():
+    for k, v in torch_dtypes().items():
         if v == dt:
             return k
     raise SlotError(f"dtype {dt} is not part of the slot ABI")
@@ -103,7 +116,7 @@ class ArgSpec:
         if self.layout not in LAYOUTS:
             raise SlotError(f"arg {self.name}: layout {self.layout!r} not in {LAYOUTS}")
         if self.dtype != "act":
-            dtype_of(self.dtype)
+            check_dtype_name(self.dtype)
         # parsed once: the seam's dispatch reads them on every eager call (57 per forward)
         object.__setattr__(self, "_dims", tuple(DimExpr.parse(d) for d in self.shape))
 
@@ -182,15 +195,16 @@ class ShapeCase:
         return doc
 
 
-Tensors = Mapping[str, torch.Tensor]
-Reference = Callable[[Tensors, Mapping[str, Any]], dict[str, torch.Tensor]]
-InputMaker = Callable[[ShapeCase, torch.dtype, torch.Generator], dict[str, torch.Tensor]]
+# (torch names quoted: these aliases are built at import time, before any torch is loaded)
+Tensors = Mapping[str, "torch.Tensor"]
+Reference = Callable[[Tensors, Mapping[str, Any]], dict[str, "torch.Tensor"]]
+InputMaker = Callable[[ShapeCase, "torch.dtype", "torch.Generator"], dict[str, "torch.Tensor"]]
 CaseBuilder = Callable[[str], list[ShapeCase]]
-Canonicalizer = Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]
+Canonicalizer = Callable[[dict[str, "torch.Tensor"]], dict[str, "torch.Tensor"]]
 # Collective slots: inputs for every rank of a world (one dict per rank), and the expected
 # outputs of every rank computed from all of them at once.
-RankInputMaker = Callable[[ShapeCase, torch.dtype, torch.Generator, int], list[dict[str, torch.Tensor]]]
-RankReference = Callable[[Sequence[Tensors], Mapping[str, Any]], list[dict[str, torch.Tensor]]]
+RankInputMaker = Callable[[ShapeCase, "torch.dtype", "torch.Generator", int], list[dict[str, "torch.Tensor"]]]
+RankReference = Callable[[Sequence[Tensors], Mapping[str, Any]], list[dict[str, "torch.Tensor"]]]
 GROUP_ARG = "group"  # keyword a collective kernel receives its torch.distributed ProcessGroup under
 
 TIERS = ("verify", "gpu", "bench")
@@ -236,7 +250,7 @@ class SlotSpec:
         if not any(a.written for a in self.args):
             raise SlotError(f"{self.id}: a slot must write at least one out/inout argument")
         for d in self.dtypes:
-            dtype_of(d)
+            check_dtype_name(d)
             if d not in self.tolerances:
                 raise SlotError(f"{self.id}: no tolerance for dtype {d}")
         self._check_collective(names)
@@ -328,6 +342,8 @@ class SlotSpec:
 
     def allocate(self, role: str, dims: Mapping[str, int], act: torch.dtype, device: str | torch.device) -> dict[str, torch.Tensor]:
         """Fresh contiguous tensors for every argument with `role` (out / scratch)."""
+        import torch
+
         return {
             a.name: torch.empty(a.concrete_shape(dims), dtype=a.torch_dtype(act), device=device)
             for a in self.args
@@ -338,6 +354,8 @@ class SlotSpec:
         """Fewest bytes through memory: inputs read once, outputs written once, inout both."""
         if self.bytes_moved is not None:
             return self.bytes_moved(case, act)
+        import torch
+
         total = 0
         for a in self.args:
             if a.role == "scratch":

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Protocol
 
 from cacheon_subnet.bundle import OpEntry, bundle_from_files
 from cacheon_subnet.scoring.settle import Crown
-from cacheon_subnet.validator.qualify import QualifyResult
+from cacheon_subnet.validator.qualify_result import QualifyResult
 
 
 @dataclass(frozen=True)

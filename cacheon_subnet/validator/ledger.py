@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from cacheon_subnet.scoring.settle import Crown, Decision, Evidence, SpeedPolicy, settle_target
 from cacheon_subnet.validator.blame import incumbent_blamed
-from cacheon_subnet.validator.qualify import QualifyResult
+from cacheon_subnet.validator.qualify_result import QualifyResult
 from cacheon_subnet.validator.state import ACTIVE, StateDB, StateError
 
 WEIGHT_STATES = ("pending", "published", "verified", "failed", "deferred")

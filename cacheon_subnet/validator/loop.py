@@ -44,7 +44,7 @@ from cacheon_subnet.validator.intake import IntakePolicy, intake
 from cacheon_subnet.validator.metrics import Metrics
 from cacheon_subnet.validator.publish import Publisher, PublishPolicy
 from cacheon_subnet.validator.qualify_stage import QualifyStages
-from cacheon_subnet.validator.qualify import Qualifier
+from cacheon_subnet.validator.qualify_result import Qualifier
 from cacheon_subnet.validator.screen import Screener, VerifyScreener, static_screen
 from cacheon_subnet.validator.state import Contribution, StateDB, acquire_run_lock
 

@@ -5,6 +5,7 @@ the real SGLang engine; `CpuQualifier` is what a CPU-only validator (and the loc
 slot-level timing of the kernel against the fp32 reference, each in its own sandboxed worker,
 on the host's clock, with B, C, C, B' interleaved and every timed output judged. Its results are labelled "cpu-timing" and its arena id differs from every
 GPU arena, so they never mix with engine measurements.
+(`Qualifier` and `QualifyResult` live in qualify_result.py, which needs no torch; re-exported here.)
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 import statistics
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
 
 from cacheon_subnet import progress, sandbox
 from cacheon_subnet.bundle import Bundle, OpEntry
@@ -22,6 +22,7 @@ from cacheon_subnet.scoring.settle import Crown
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.validator.cpu_case import CaseTimer
 from cacheon_subnet.validator.host_timing import TimingFailure
+from cacheon_subnet.validator.qualify_result import Qualifier, QualifyResult, result_problem  # noqa: F401 - re-exported
 from cacheon_subnet.validator.words import speed_words
 from cacheon_subnet.verify import wire
 from cacheon_subnet.verify.client import (
@@ -30,46 +31,6 @@ from cacheon_subnet.verify.client import (
     WorkerDied,
     WorkerTimeout,
 )
-
-
-@dataclass(frozen=True)
-class QualifyResult:
-    target: str
-    verdict: str  # PASS | FAIL | NO_DECISION
-    quality_ok: bool
-    speedup: float  # vs the incumbent stack (what settlement compares against the bar)
-    speedup_vs_stock: float
-    noise: float  # relative noise band (B vs B')
-    arena_id: str
-    label: str
-    reason: str
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-def result_problem(result: Any) -> str | None:
-    """Why a qualifier's answer cannot be recorded (None: it can). The loop treats it as arena
-    trouble (retried, then NO_DECISION): a NaN would be stored as NULL and abort every pass at the
-    same item, an inf or a non-bool quality would reach settlement and the weights."""
-    if not isinstance(result, QualifyResult):
-        return f"qualifier returned {type(result).__name__}, not a QualifyResult"
-    from cacheon_subnet.scoring.settle import VERDICTS
-
-    if result.verdict not in VERDICTS:
-        return f"qualifier returned verdict {result.verdict!r}, not one of {VERDICTS}"
-    if not isinstance(result.quality_ok, (bool, int)):
-        return f"qualifier returned quality_ok {result.quality_ok!r}, not a bool"
-    for name in ("speedup", "speedup_vs_stock", "noise"):
-        value = getattr(result, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            return f"qualifier returned {name} {value!r}, not a finite number >= 0"
-    return None
-
-
-class Qualifier(Protocol):
-    arena_id: str
-    label: str
-
-    def qualify(self, bundle: Bundle, op: OpEntry, incumbent: Crown | None) -> QualifyResult: ...
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from cacheon_subnet import lifecycle
 from cacheon_subnet.bundle import Bundle
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.dispatch import JobResult, QualifyJob, finished_jobs, job_key
-from cacheon_subnet.validator.qualify import result_problem
+from cacheon_subnet.validator.qualify_result import result_problem
 from cacheon_subnet.validator.state import Contribution
 from cacheon_subnet.validator.words import VERDICT_WORDS
 

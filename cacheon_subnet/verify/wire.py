@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from cacheon_subnet.slots.spec import DTYPES, dtype_name
+from cacheon_subnet.slots.spec import dtype_name, torch_dtypes
 
 MAX_MESSAGE = 4 << 30
 _LEN = struct.Struct(">Q")
@@ -77,7 +77,7 @@ def decode(payload: bytes) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     tensors: dict[str, torch.Tensor] = {}
     for name, d in descs.items():
         try:
-            dt = DTYPES[d["dtype"]]
+            dt = torch_dtypes()[d["dtype"]]
             st = stores[d["storage"]]
             t = torch.empty(0, dtype=dt).set_(st, int(d["offset"]), [int(s) for s in d["shape"]], [int(s) for s in d["stride"]])
         except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:

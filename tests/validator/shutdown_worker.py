@@ -24,7 +24,7 @@ from cacheon_subnet import sandbox  # noqa: E402
 from cacheon_subnet.chain import LocalChain  # noqa: E402
 from cacheon_subnet.validator.commands import install_signal_handlers  # noqa: E402
 from cacheon_subnet.validator.loop import Validator, ValidatorConfig  # noqa: E402
-from cacheon_subnet.validator.qualify import QualifyResult  # noqa: E402
+from cacheon_subnet.validator.qualify_result import QualifyResult  # noqa: E402
 
 ENGINE = "import subprocess, time; subprocess.Popen(['sleep', '300']); time.sleep(300)"
 

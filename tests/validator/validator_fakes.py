@@ -20,7 +20,7 @@ from cacheon_subnet.bundle import Bundle, OpEntry, pack
 from cacheon_subnet.chain import LocalChain
 from cacheon_subnet.chain.commitment import encode
 from cacheon_subnet.scoring.settle import Crown
-from cacheon_subnet.validator.qualify import QualifyResult
+from cacheon_subnet.validator.qualify_result import QualifyResult
 from cacheon_subnet.validator.screen import ScreenResult
 
 REPO = Path(__file__).resolve().parents[2]

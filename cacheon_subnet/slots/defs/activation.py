@@ -8,12 +8,13 @@ out = silu(gate) * up, evaluated in fp32 and rounded once into the activation dt
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
-import torch
+from typing import TYPE_CHECKING, Any, Mapping
 
 from cacheon_subnet.slots import gen, profiles
 from cacheon_subnet.slots.spec import ArgSpec, ShapeCase, SlotSpec, case
+
+if TYPE_CHECKING:  # torch is imported by the functions that make or read tensors: loading the catalog needs none
+    import torch
 
 ACT_DTYPES = ("bfloat16", "float16", "float32")
 
@@ -29,6 +30,8 @@ def _cases(tier: str) -> list[ShapeCase]:
 
 
 def _reference(t: Mapping[str, torch.Tensor], p: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    import torch
+
     x = t["x"].to(torch.float32)
     d = x.shape[-1] // 2
     return {"out": torch.nn.functional.silu(x[:, :d]) * x[:, d:]}
@@ -37,6 +40,8 @@ def _reference(t: Mapping[str, torch.Tensor], p: Mapping[str, Any]) -> dict[str,
 def _inputs(c: ShapeCase, dt: torch.dtype, g: torch.Generator) -> dict[str, torch.Tensor]:
     """gate_up projection output: gate and up halves drawn separately (gate a little wider, so
     silu sees both its saturated tails), each with the heavy outlier channels of real MLPs."""
+    import torch
+
     T, D = c.dims["T"], c.dims["D"]
     gate = gen.hidden_states((T, D), dt, g, scale=1.5)
     up = gen.hidden_states((T, D), dt, g, scale=1.0)

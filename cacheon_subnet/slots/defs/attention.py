@@ -17,12 +17,13 @@ not depend on how (or whether) the hint is used.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
-
-import torch
+from typing import TYPE_CHECKING, Any, Mapping
 
 from cacheon_subnet.slots import profiles
 from cacheon_subnet.slots.spec import ArgSpec, ParamSpec, ShapeCase, SlotSpec, Tolerance, case
+
+if TYPE_CHECKING:  # torch is imported by the functions that make or read tensors: loading the catalog needs none
+    import torch
 
 PROFILES = ("qwen3-0.6b", "qwen3-8b", "qwen3-30b-a3b")
 H200_SMS = 132  # device_core_count the backend's split policy sees on the target GPU
@@ -85,6 +86,8 @@ def expected_tokens(c: ShapeCase) -> float:
 def seq_lens(batch: int, ctx: int, g: torch.Generator) -> torch.Tensor:
     """Varied lengths in [1, ctx]; with B >= 2 one request is brand new (length 1) and one is
     at the full context, so both extremes are in every batch. A lone request is long."""
+    import torch
+
     if batch == 1:
         return torch.randint(ctx // 2, ctx + 1, (1,), generator=g)
     lens = torch.randint(1, ctx + 1, (batch,), generator=g)
@@ -102,6 +105,8 @@ def backend_split_hint(lens: torch.Tensor, hq: int, hk: int, maxs: int, cores: i
     one chunk size per batch, from the longest request, small enough that (a) requests much
     shorter than the longest still split and (b) the stage-1 grid fills `cores` SMs, scaled up
     by log2(max_len / 64); each request then gets ceil(len / chunk) splits, at most `maxs`."""
+    import torch
+
     longest, shortest = int(lens.max()), int(lens.min())
     if longest * 8 < shortest * 10:  # nearly equal lengths: no ratio-driven splitting
         shortest = longest
@@ -118,6 +123,8 @@ def split_hint(lens: torch.Tensor, ctx: int, hq: int, hk: int, maxs: int, g: tor
     hints with random values in [1, maxs] (SGLang's static mode fills maxs everywhere), so
     kernels meet every split count and splits that cover no token; larger tiers keep the
     backend's policy, so timings are stable and representative."""
+    import torch
+
     hint = backend_split_hint(lens, hq, hk, maxs)
     if ctx > 256:
         return hint
@@ -126,10 +133,14 @@ def split_hint(lens: torch.Tensor, ctx: int, hq: int, hk: int, maxs: int, g: tor
 
 
 def _channel_scale(shape: tuple[int, ...], sigma: float, g: torch.Generator) -> torch.Tensor:
+    import torch
+
     return torch.exp(sigma * torch.randn(shape, generator=g))
 
 
 def _inputs(c: ShapeCase, dt: torch.dtype, g: torch.Generator) -> dict[str, torch.Tensor]:
+    import torch
+
     d = c.dims
     B, HQ, HK, D, S, N = d["B"], d["HQ"], d["HK"], d["D"], d["S"], d["N"]
     lens = seq_lens(B, max_context(c), g)
@@ -153,6 +164,8 @@ def _inputs(c: ShapeCase, dt: torch.dtype, g: torch.Generator) -> dict[str, torc
 
 # ---- reference --------------------------------------------------------------------------
 def _reference(t: Mapping[str, torch.Tensor], p: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    import torch
+
     q, kb, vb = t["q"], t["k_buffer"], t["v_buffer"]
     B, HQ, D = q.shape
     HK = kb.shape[1]
@@ -173,6 +186,8 @@ def _reference(t: Mapping[str, torch.Tensor], p: Mapping[str, Any]) -> dict[str,
 
 
 def _bytes(c: ShapeCase, dt: torch.dtype) -> int:
+    import torch
+
     d = c.dims
     es = torch.empty((), dtype=dt).element_size()
     tokens = expected_tokens(c)

@@ -22,20 +22,21 @@ every output must come out bit-identical on every rank (`replicated`). Per-rank 
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
-
-import torch
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from cacheon_subnet.slots import gen, profiles
 from types import MappingProxyType
 
 from cacheon_subnet.slots.spec import DEFAULT_TOLERANCES, ArgSpec, ParamSpec, ShapeCase, SlotSpec, Tolerance, case
 
+if TYPE_CHECKING:  # torch is imported by the functions that make or read tensors: loading the catalog needs none
+    import torch
+
 ACT_DTYPES = ("bfloat16", "float16", "float32")
 WORLD_SIZES = (2,)  # Qwen3-8B / Qwen3-30B-A3B served with --tp 2
 PROFILES = ("qwen3-8b", "qwen3-30b-a3b")  # dense hidden 4096; the MoE SGLang auto-fuses AR+norm for
 FUSION_MAX_TOKENS = 2048  # communicator.py:160 FUSE_ALLREDUCE_MAX_BATCH_SIZE
-Tensors = Mapping[str, torch.Tensor]
+Tensors = Mapping[str, "torch.Tensor"]
 
 
 def _cases(tier: str, fused: bool = False) -> list[ShapeCase]:
@@ -50,6 +51,8 @@ def _cases(tier: str, fused: bool = False) -> list[ShapeCase]:
 
 
 def _sum(xs: Sequence[torch.Tensor]) -> torch.Tensor:
+    import torch
+
     total = xs[0].to(torch.float32).clone()
     for x in xs[1:]:
         total += x.to(torch.float32)
@@ -103,6 +106,8 @@ def _fused_rank_inputs(c: ShapeCase, dt: torch.dtype, g: torch.Generator, world:
 
 
 def _fused_rank_ref(ranks: Sequence[Tensors], p: Mapping[str, Any]) -> list[dict[str, torch.Tensor]]:
+    import torch
+
     total = _sum([r["x"] for r in ranks])
     out = []
     for r in ranks:

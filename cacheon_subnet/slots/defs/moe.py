@@ -11,12 +11,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
-import torch
+from typing import TYPE_CHECKING, Any, Mapping
 
 from cacheon_subnet.slots import gen, profiles
 from cacheon_subnet.slots.spec import ArgSpec, ParamSpec, ShapeCase, SlotSpec, Tolerance, case
+
+if TYPE_CHECKING:  # torch is imported by the functions that make or read tensors: loading the catalog needs none
+    import torch
 
 MIN_GAP = 0.25  # logit gap between the K-th and (K+1)-th expert; >= 4 bf16 ulps below |16|
 _LOGIT_CLAMP = 14.0  # keeps every shifted logit under 16, where a bf16 ulp is <= 1/16
@@ -27,6 +28,8 @@ def router_logits(T: int, E: int, K: int, g: torch.Generator, cold: int = 0) -> 
     """Router logits (fp32) that look like a trained gate: a per-expert bias (a few hot
     experts), per-token confidence, `cold` experts that never win, and a gap of at least
     MIN_GAP between the K-th and (K+1)-th logit so the chosen set survives bf16 rounding."""
+    import torch
+
     perm = torch.randperm(E, generator=g)
     bias = 0.5 * torch.randn((E,), generator=g)
     bias[perm[: max(1, E // 8)]] += 1.5
@@ -42,6 +45,8 @@ def router_logits(T: int, E: int, K: int, g: torch.Generator, cold: int = 0) -> 
 
 def softmax_topk(logits: torch.Tensor, K: int, renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """fp32 softmax over experts, top-K, optional renormalisation to sum 1."""
+    import torch
+
     p = torch.softmax(logits.to(torch.float32), dim=-1)
     w, ids = p.topk(K, dim=-1)
     if renormalize:
@@ -51,6 +56,8 @@ def softmax_topk(logits: torch.Tensor, K: int, renormalize: bool) -> tuple[torch
 
 def sort_by_expert(out: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The order of the K picks is not semantic downstream: sort each row by expert id."""
+    import torch
+
     ids = out["topk_ids"].to(torch.int64)
     order = ids.argsort(dim=-1, stable=True)
     return {"topk_ids": ids.gather(1, order).to(torch.int32),
@@ -128,10 +135,14 @@ def _expert_cases(tier: str) -> list[ShapeCase]:
 
 
 def _silu(x: torch.Tensor) -> torch.Tensor:
+    import torch
+
     return x * torch.sigmoid(x)
 
 
 def _experts_ref(t: Mapping[str, torch.Tensor], p: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    import torch
+
     x = t["hidden_states"].to(torch.float32)
     w13, w2 = t["w13"], t["w2"]
     ids = t["topk_ids"].to(torch.int64)
@@ -166,6 +177,8 @@ def active_experts(c: ShapeCase) -> float:
 
 
 def _experts_bytes(c: ShapeCase, dt: torch.dtype) -> int:
+    import torch
+
     T, H, I, K = (c.dims[k] for k in ("T", "H", "I", "K"))
     elt = torch.empty((), dtype=dt).element_size()
     weights = active_experts(c) * 3 * I * H * elt

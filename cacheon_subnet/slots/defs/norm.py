@@ -8,18 +8,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
-import torch
+from typing import TYPE_CHECKING, Any, Mapping
 
 from cacheon_subnet.slots import gen, profiles
 from cacheon_subnet.slots.spec import ArgSpec, ParamSpec, ShapeCase, SlotSpec, case
+
+if TYPE_CHECKING:  # torch is imported by the functions that make or read tensors: loading the catalog needs none
+    import torch
 
 ACT_DTYPES = ("bfloat16", "float16", "float32")
 _EPS = ParamSpec("eps", "float", "variance epsilon (model rms_norm_eps)")
 
 
 def _rms(x32: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    import torch
+
     var = x32.pow(2).mean(dim=-1, keepdim=True)
     return x32 * torch.rsqrt(var + eps) * w.to(torch.float32)
 
@@ -35,6 +38,8 @@ def _cases(tier: str) -> list[ShapeCase]:
 
 # ---- norm.rmsnorm -----------------------------------------------------------------------
 def _rmsnorm_ref(t: Mapping[str, torch.Tensor], p: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    import torch
+
     return {"out": _rms(t["x"].to(torch.float32), t["weight"], float(p["eps"]))}
 
 
@@ -63,6 +68,8 @@ RMSNORM = SlotSpec(
 
 # ---- norm.fused_add_rmsnorm -------------------------------------------------------------
 def _fused_ref(t: Mapping[str, torch.Tensor], p: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    import torch
+
     s = t["x"].to(torch.float32) + t["residual"].to(torch.float32)
     return {"x": _rms(s, t["weight"], float(p["eps"])), "residual": s}
 

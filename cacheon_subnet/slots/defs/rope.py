@@ -12,12 +12,13 @@ not touch the v part of the buffer.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Mapping
-
-import torch
+from typing import TYPE_CHECKING, Any, Mapping
 
 from cacheon_subnet.slots import gen, profiles
 from cacheon_subnet.slots.spec import ArgSpec, ShapeCase, SlotSpec, case
+
+if TYPE_CHECKING:  # torch is imported by the functions that make or read tensors: loading the catalog needs none
+    import torch
 
 ACT_DTYPES = ("bfloat16", "float16", "float32")
 VERIFY_CACHE_LEN = 4096  # the CPU tier keeps the cos/sin table small; GPU tiers use max_position
@@ -39,6 +40,8 @@ def _cases(tier: str) -> list[ShapeCase]:
 def _cos_sin_table(P: int, D: int, theta: float) -> torch.Tensor:
     """[P, D] fp32: cos of every (position, frequency) in the first D/2 columns, sin in the rest;
     frequencies theta^(-2i/D), built the way `_compute_cos_sin_cache` builds SGLang's buffer."""
+    import torch
+
     inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
     freqs = torch.outer(torch.arange(P, dtype=torch.float32), inv_freq)
     return torch.cat((freqs.cos(), freqs.sin()), dim=-1)
@@ -49,12 +52,16 @@ def cos_sin_cache(P: int, D: int, theta: float) -> torch.Tensor:
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    import torch
+
     h = x.shape[-1] // 2
     x1, x2 = x[..., :h], x[..., h:]
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 
 def _reference(t: Mapping[str, torch.Tensor], p: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    import torch
+
     cs = t["cos_sin_cache"].to(torch.float32)[t["positions"].long()]  # [T, D]
     h = cs.shape[-1] // 2
     cos, sin = cs[:, None, :h], cs[:, None, h:]
@@ -64,6 +71,8 @@ def _reference(t: Mapping[str, torch.Tensor], p: Mapping[str, Any]) -> dict[str,
 def _inputs(c: ShapeCase, dt: torch.dtype, g: torch.Generator) -> dict[str, torch.Tensor]:
     """q and k as SGLang hands them over: views into one packed [T, (HQ+2*HK)*D] qkv buffer
     (post QK-norm scale, with outlier channels); positions anywhere in the cache."""
+    import torch
+
     T, HQ, HK, D, P = (c.dims[k] for k in ("T", "HQ", "HK", "D", "P"))
     qkv = gen.hidden_states((T, (HQ + 2 * HK) * D), dt, g)
     q = qkv[:, : HQ * D].view(T, HQ, D)
@@ -75,6 +84,8 @@ def _inputs(c: ShapeCase, dt: torch.dtype, g: torch.Generator) -> dict[str, torc
 
 def _bytes(c: ShapeCase, act: torch.dtype) -> int:
     """q/k read and written once, positions once, one cos/sin row per token (not the table)."""
+    import torch
+
     T, HQ, HK, D = (c.dims[k] for k in ("T", "HQ", "HK", "D"))
     size = torch.empty((), dtype=act).element_size()
     return 2 * T * (HQ + HK) * D * size + T * 8 + T * D * 4
