@@ -163,20 +163,22 @@ def test_reaping_spares_a_process_that_reused_the_pid(tmp_path):
         other.wait()
 
 
-def test_an_interrupted_arena_engine_raises_and_frees_its_group(tmp_path):
-    """arena.host.run_engine notices the shutdown, kills its group, waits for the GPU, raises
-    Interrupted (never an EngineRun a verdict could be made from)."""
+HANGING_JOB = {"engine_kwargs": {}, "engine_factory": "tests.arena.fake_engine:HangingEngine", "checkpoint": None,
+               "steps": []}
+
+
+def _interrupt_hanging_engine(tmp_path, env: dict | None = None) -> tuple[dict, float]:
+    """Start the hanging fake engine through arena.host.run_engine in a thread, request a shutdown
+    once it is live; returns what the thread saw (run / interrupted) and when the request went out."""
     import threading
 
     from arena.host import EngineSpec, run_engine
 
-    job = {"engine_kwargs": {}, "engine_factory": "tests.arena.fake_engine:HangingEngine", "checkpoint": None,
-           "steps": []}
     out: dict = {}
 
     def go():
         try:
-            out["run"] = run_engine(EngineSpec("hang", job, timeout_s=120), tmp_path)
+            out["run"] = run_engine(EngineSpec("hang", HANGING_JOB, env=env or {}, timeout_s=120), tmp_path)
         except lifecycle.Interrupted as e:
             out["interrupted"] = str(e)
 
@@ -189,7 +191,15 @@ def test_an_interrupted_arena_engine_raises_and_frees_its_group(tmp_path):
     t0 = time.monotonic()
     lifecycle.request_shutdown()
     t.join(timeout=PM2_KILL_TIMEOUT_S)
-    assert not t.is_alive() and "interrupted" in out, out
+    assert not t.is_alive(), out
+    return out, t0
+
+
+def test_an_interrupted_arena_engine_raises_and_frees_its_group(tmp_path):
+    """arena.host.run_engine notices the shutdown, kills its group, waits for the GPU, raises
+    Interrupted (never an EngineRun a verdict could be made from)."""
+    out, t0 = _interrupt_hanging_engine(tmp_path)
+    assert "interrupted" in out, out
     assert time.monotonic() - t0 < PM2_KILL_TIMEOUT_S / 2
     assert lifecycle._holders(str(tmp_path / "hang-scratch")) == [] and lifecycle.live() == {}
 
@@ -198,10 +208,7 @@ def test_an_interrupted_engine_waits_for_its_own_gpu_to_be_free(tmp_path, monkey
     """On shutdown the arena host waits until the memory of the GPU the engine ran on is back to its
     pre-engine level before it raises (a restart must find the GPU free). A stand-in nvidia-smi:
     GPU 3 (this arena's) holds the engine's memory for two readings after the kill."""
-    import threading
-
     import arena.host as host
-    from arena.host import EngineSpec, run_engine
 
     asked: list[str | None] = []
     held = {"n": 0}
@@ -216,23 +223,6 @@ def test_an_interrupted_engine_waits_for_its_own_gpu_to_be_free(tmp_path, monkey
         return [70000] if held["n"] <= 2 else [1200]
 
     monkeypatch.setattr(host, "gpu_memory_used_mib", used)
-    job = {"engine_kwargs": {}, "engine_factory": "tests.arena.fake_engine:HangingEngine", "checkpoint": None,
-           "steps": []}
-    out: dict = {}
-
-    def go():
-        try:
-            run_engine(EngineSpec("hang", job, env={"CUDA_VISIBLE_DEVICES": "3"}, timeout_s=120), tmp_path)
-        except lifecycle.Interrupted as e:
-            out["interrupted"] = str(e)
-
-    t = threading.Thread(target=go)
-    t.start()
-    deadline = time.monotonic() + 60
-    while not lifecycle.live() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(1.0)
-    lifecycle.request_shutdown()
-    t.join(timeout=PM2_KILL_TIMEOUT_S)
-    assert not t.is_alive() and "gpu free: True" in out.get("interrupted", ""), out
+    out, _ = _interrupt_hanging_engine(tmp_path, {"CUDA_VISIBLE_DEVICES": "3"})
+    assert "gpu free: True" in out.get("interrupted", ""), out
     assert held["n"] == 3 and set(asked) == {"3"}, asked  # waited, on the arena's own GPU only
