@@ -13,7 +13,12 @@ const path = require("path");
 
 const ROOT = path.resolve(__dirname, "..", "..");
 const env = process.env;
-const NETUID = env.CACHEON_NETUID || "1";
+// No default netuid: a wrong one fails start-up ("not registered") and pm2 would restart it
+// again and again; the file refuses to load instead, naming what to set.
+if (!/^[0-9]+$/.test(env.CACHEON_NETUID || "")) {
+  throw new Error(`cacheon: export CACHEON_NETUID (the subnet's netuid, an integer) before pm2 start; got ${JSON.stringify(env.CACHEON_NETUID ?? null)}`);
+}
+const NETUID = env.CACHEON_NETUID;
 const NETWORK = env.CACHEON_NETWORK || "finney";
 const WALLET = env.CACHEON_WALLET || "default";
 const VALIDATOR_HOTKEY = env.CACHEON_VALIDATOR_HOTKEY || "default";

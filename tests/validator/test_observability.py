@@ -183,7 +183,8 @@ def test_pm2_file_resolves_every_path_from_its_own_location(tmp_path):
     cfg = REPO / "configs" / "pm2" / "ecosystem.config.js"
     js = f"console.log(JSON.stringify(require({json.dumps(str(cfg))})))"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEON_")}
-    env.update(CACHEON_ARENA="configs/arena/dense.toml", CACHEON_METRICS_PORT="9477", HOME=str(tmp_path))
+    env.update(CACHEON_ARENA="configs/arena/dense.toml", CACHEON_METRICS_PORT="9477", HOME=str(tmp_path),
+               CACHEON_NETUID="7")
     out = subprocess.run(["node", "-e", js], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
     app = json.loads(out.stdout)["apps"][0]
     assert app["cwd"] == str(REPO) and Path(app["script"]).is_file() and Path(app["script"]).is_absolute()
@@ -195,7 +196,7 @@ def test_pm2_file_resolves_every_path_from_its_own_location(tmp_path):
         assert Path(app[key]).is_absolute() and str(app[key]).startswith(str(tmp_path / ".cacheon" / "logs"))
     args = app["args"]
     assert args[args.index("--arena") + 1] == str(REPO / "configs/arena/dense.toml")
-    assert args[args.index("--metrics-port") + 1] == "9477"
+    assert args[args.index("--metrics-port") + 1] == "9477" and args[args.index("--netuid") + 1] == "7"
     env["CACHEON_PYTHON"] = "/opt/py/bin/python"
     out = subprocess.run(["node", "-e", js], capture_output=True, text=True, timeout=60, cwd="/", env=env)
     assert json.loads(out.stdout)["apps"][0]["interpreter"] == "/opt/py/bin/python"
@@ -207,7 +208,7 @@ def test_pm2_defaults_are_a_gpu_arena_and_cpu_timing_only_by_opt_in(tmp_path):
     cfg = REPO / "configs" / "pm2" / "ecosystem.config.js"
     js = f"console.log(JSON.stringify(require({json.dumps(str(cfg))}).apps[0].args))"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEON_")}
-    env["HOME"] = str(tmp_path)
+    env.update(HOME=str(tmp_path), CACHEON_NETUID="3")
     args = json.loads(subprocess.run(["node", "-e", js], capture_output=True, text=True, timeout=60, env=env).stdout)
     assert args[args.index("--arena") + 1] == str(REPO / "configs/arena/dense.toml")
     assert "--allow-cpu-timing" not in args and "--state-dir" not in args  # default dir: outside the checkout
@@ -215,6 +216,20 @@ def test_pm2_defaults_are_a_gpu_arena_and_cpu_timing_only_by_opt_in(tmp_path):
     env.update(CACHEON_ARENA="cpu", CACHEON_ALLOW_CPU_TIMING="1")
     args = json.loads(subprocess.run(["node", "-e", js], capture_output=True, text=True, timeout=60, env=env).stdout)
     assert args[args.index("--arena") + 1] == "cpu" and "--allow-cpu-timing" in args
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node not installed")
+@pytest.mark.parametrize("netuid", [None, "", "one", "1; rm"])
+def test_pm2_file_refuses_to_load_without_a_netuid(tmp_path, netuid):
+    """No silent default subnet: a wrong netuid fails start-up and pm2 would restart it 50 times."""
+    cfg = REPO / "configs" / "pm2" / "ecosystem.config.js"
+    js = f"console.log(JSON.stringify(require({json.dumps(str(cfg))}).apps[0].args))"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEON_")}
+    env["HOME"] = str(tmp_path)
+    if netuid is not None:
+        env["CACHEON_NETUID"] = netuid
+    r = subprocess.run(["node", "-e", js], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode != 0 and "export CACHEON_NETUID" in r.stderr and not r.stdout.strip()
 
 def test_one_backoff_rule():
     rng = random.Random(1)
