@@ -39,3 +39,24 @@ def test_a_temp_file_a_kill_left_in_the_seeds_reaches_no_engine(tmp_path):
     got = private_caches(tmp_path / "scratch", {"TRITON_CACHE_DIR": str(seed)})
     names = sorted(f for _, _, fs in os.walk(got["TRITON_CACHE_DIR"]) for f in fs)
     assert names == ["whole.cubin"]
+
+
+def test_flashinfers_copy_back_takes_only_its_own_cache_and_no_link_out(tmp_path):
+    """A pristine engine's FlashInfer workspace base is copied back only under .cache/flashinfer, and
+    a .cache that links out of the private copy (a host dir planted there) is never walked."""
+    private, seed = tmp_path / "private", tmp_path / "seed"
+    (private / ".cache" / "flashinfer" / "ops").mkdir(parents=True)
+    (private / ".cache" / "flashinfer" / "ops" / "k.so").write_bytes(b"built")
+    (private / "stray.txt").write_bytes(b"not flashinfer's")
+    seed.mkdir()
+    warm_seed_caches({"FLASHINFER_WORKSPACE_BASE": str(private)}, {"FLASHINFER_WORKSPACE_BASE": str(seed)})
+    assert (seed / ".cache" / "flashinfer" / "ops" / "k.so").read_bytes() == b"built"
+    assert not (seed / "stray.txt").exists()
+    # a .cache/flashinfer that is a link out of the private copy is not walked
+    elsewhere, linked, seed2 = tmp_path / "elsewhere", tmp_path / "linked", tmp_path / "seed2"
+    (elsewhere / "flashinfer").mkdir(parents=True)
+    (elsewhere / "flashinfer" / "x.so").write_bytes(b"outside")
+    linked.mkdir()
+    (linked / ".cache").symlink_to(elsewhere)
+    warm_seed_caches({"FLASHINFER_WORKSPACE_BASE": str(linked)}, {"FLASHINFER_WORKSPACE_BASE": str(seed2)})
+    assert not seed2.exists() or not any(seed2.rglob("*"))

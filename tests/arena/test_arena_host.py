@@ -126,27 +126,6 @@ def test_only_engines_without_contribution_code_warm_the_operators_cache(tmp_pat
     assert not (seed / "k" / "link").exists()  # links are not copied
 
 
-def test_flashinfers_copy_back_takes_only_its_own_cache_and_no_link_out(tmp_path):
-    from arena.host import warm_seed_caches
-
-    private, seed = tmp_path / "private", tmp_path / "seed"
-    (private / ".cache" / "flashinfer" / "ops").mkdir(parents=True)
-    (private / ".cache" / "flashinfer" / "ops" / "k.so").write_bytes(b"built")
-    (private / "stray.txt").write_bytes(b"not flashinfer's")
-    seed.mkdir()
-    warm_seed_caches({"FLASHINFER_WORKSPACE_BASE": str(private)}, {"FLASHINFER_WORKSPACE_BASE": str(seed)})
-    assert (seed / ".cache" / "flashinfer" / "ops" / "k.so").read_bytes() == b"built"
-    assert not (seed / "stray.txt").exists()
-    # a .cache/flashinfer that is a link out of the private copy is not walked
-    elsewhere, linked, seed2 = tmp_path / "elsewhere", tmp_path / "linked", tmp_path / "seed2"
-    (elsewhere / "flashinfer").mkdir(parents=True)
-    (elsewhere / "flashinfer" / "x.so").write_bytes(b"outside")
-    linked.mkdir()
-    (linked / ".cache").symlink_to(elsewhere)
-    warm_seed_caches({"FLASHINFER_WORKSPACE_BASE": str(linked)}, {"FLASHINFER_WORKSPACE_BASE": str(seed2)})
-    assert not seed2.exists() or not any(seed2.rglob("*"))
-
-
 def test_timed_steps_tick_a_progress_bar(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("CACHEON_PROGRESS", "1")  # forced: pytest's stderr is no terminal
     steps = [{"op": "generate", "tag": f"g{i}", "prompts": {"seed": i, "n": 1, "len": 4, "low": 10, "high": 500},
