@@ -4,7 +4,9 @@ SGLang whose stock kernel is the slot reference) and must mark a wrong-on-purpos
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import json
+import multiprocessing as mp
 import os
 import subprocess
 import sys
@@ -13,7 +15,9 @@ import arena_harness as h
 import torch
 
 sys.path.insert(0, str(h.REPO / "scripts"))
-import sweep_attention_decode as sw  # noqa: E402
+from attnsweep import grid, inputs, precompile, sides  # noqa: E402
+
+SAVED = h.REPO / "docs" / "results" / "2026-12-02" / "h200-s8-attnsweep"  # the first H200 run's .json and .txt
 
 
 def _sweep(tmp_path, *argv: str) -> tuple[subprocess.CompletedProcess, dict]:
@@ -32,14 +36,14 @@ def test_the_correctness_check_runs_and_marks_the_wrong_control_wrong(tmp_path):
     rows = {x["config"]: x for x in doc["rows"]}
     # the two asked for, the example's own default at this shape (64-token steps: bs 2 x 8 kv heads <= 16),
     # and the control (the default config reading each request's first token in place of its last)
-    assert set(rows) == {"bn16-w2-s1-sp1", "bn32-w4-s2-hint", "bn64-w4-s3-hint", sw.CONTROL}
-    assert rows["bn64-w4-s3-hint"]["default"] and not rows[sw.CONTROL]["default"]
+    assert set(rows) == {"bn16-w2-s1-sp1", "bn32-w4-s2-hint", "bn64-w4-s3-hint", grid.CONTROL}
+    assert rows["bn64-w4-s3-hint"]["default"] and not rows[grid.CONTROL]["default"]
     assert all(x["shape"] == "bs2-ctx40" and x["us"] is None and x["speedup"] is None for x in doc["rows"])
     for name in ("bn16-w2-s1-sp1", "bn32-w4-s2-hint", "bn64-w4-s3-hint"):
         x = rows[name]
         assert x["status"] == "ok", (name, x["detail"])
         assert x["rel_l2_vs_ref"] < 8e-3 and x["max_abs_vs_stock"] < 2e-2
-    bad = rows[sw.CONTROL]
+    bad = rows[grid.CONTROL]
     assert bad["status"] == "wrong" and bad["rel_l2_vs_ref"] > 8e-3 and bad["max_abs_vs_stock"] > 0.1
     assert "WRONG: bs2-ctx40 control-wrong" in r.stdout
     (shape,) = doc["shapes"]
@@ -52,9 +56,9 @@ def test_sglangs_split_policy_at_the_arenas_window_is_one_split():
     """At bs 256 x 1088 tokens the backend's grid (256 x 8 head groups) already exceeds the H200's
     132 SMs x log2(1088/64): every request gets one split (why the splits axis is swept)."""
     lens = torch.full((256,), 1088)
-    assert sw.sglang_split_hint(lens, 16, 8, 8, 132).tolist() == [1] * 256
+    assert inputs.sglang_split_hint(lens, 16, 8, 8, 132).tolist() == [1] * 256
     lens = torch.tensor([1088] * 3 + [100])  # lengths 10x apart: split by the ratio too
-    assert sw.sglang_split_hint(lens, 16, 8, 8, 132).tolist() == [8, 8, 8, 1]
+    assert inputs.sglang_split_hint(lens, 16, 8, 8, 132).tolist() == [8, 8, 8, 1]
 
 
 def test_default_shapes_come_from_the_arena_and_the_example_keeps_its_defaults():
@@ -62,10 +66,33 @@ def test_default_shapes_come_from_the_arena_and_the_example_keeps_its_defaults()
     from cacheon_subnet.verify.shapes import from_arena_config
 
     cfg = load_config(h.DENSE)
-    shapes = sw.default_shapes(cfg, from_arena_config(cfg))
+    shapes = grid.default_shapes(cfg, from_arena_config(cfg))
     assert [s.label for s in shapes] == ["bs256-ctx1088", "bs192-ctx1088", "bs128-ctx1088", "bs64-ctx1088",
                                          "bs256-ctx1024", "bs256-ctx1152"]
-    mod = sw.load_example()
-    assert sw.default_config(mod, 256, 8) == sw.Config(32, 4, 3, 0)  # the shipped constants, unchanged
-    assert sw.default_config(mod, 2, 8) == sw.Config(64, 4, 3, 0)
-    assert sw.Config.parse("bn128-w8-s4-sp2") == sw.Config(128, 8, 4, 2) and sw.Config(32, 4, 3, 0).name == "bn32-w4-s3-hint"
+    mod = sides.load_example()
+    # the shipped choices: the H200 sweep's winner where bs x kv heads >= 512 (5b9e051), else the older constants
+    assert sides.default_config(mod, 256, 8) == grid.Config(64, 2, 3, 1)
+    assert sides.default_config(mod, 32, 8) == grid.Config(32, 4, 3, 0)
+    assert sides.default_config(mod, 2, 8) == grid.Config(64, 4, 3, 0)
+    assert grid.Config.parse("bn128-w8-s4-sp2") == grid.Config(128, 8, 4, 2) and grid.Config(32, 4, 3, 0).name == "bn32-w4-s3-hint"
+
+
+def test_render_json_reproduces_the_saved_h200_text():
+    """--render-json re-renders a saved --out document: the H200 run's JSON gives back its .txt
+    from the summary on (the lines before it are the run's progress, printed as it went)."""
+    r = subprocess.run([sys.executable, str(h.REPO / "scripts" / "sweep_attention_decode.py"), "--render-json",
+                        f"{SAVED}.json"], capture_output=True, text=True, cwd="/", timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(h.REPO)))
+    assert r.returncode == 0, r.stderr[-3000:]
+    saved = SAVED.with_suffix(".txt").read_text().splitlines()
+    start = next(i for i, line in enumerate(saved) if line.startswith("attention.decode sweep:"))
+    assert r.stdout.splitlines() == saved[start:]
+    assert any(line.startswith("bn64-w2-s3-sp1       ok        278.0") for line in saved[start:])  # a table line
+
+
+def test_the_precompile_worker_runs_in_a_spawned_process():
+    """The workers are spawned: `_warm_one` and Config must unpickle there by module path. Without
+    `_warm_init` (it needs CUDA) the worker reports its missing state as the config's error."""
+    with cf.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as ex:
+        cfg, err = ex.submit(precompile._warm_one, grid.Config(16, 2, 1, 1)).result(timeout=120)
+    assert cfg == grid.Config(16, 2, 1, 1) and err == "KeyError: 'mod'"
