@@ -51,7 +51,8 @@ def summary(r: dict[str, Any]) -> str:
         lines.append(f"quality: {qv['verdict']}  " + "; ".join(qv.get("reasons", [])[:3]))
     ev = r.get("evidence")
     if ev:
-        lines.append(f"evidence: {'ok' if ev['ok'] else 'FAIL: ' + '; '.join(ev['problems'][:3])}")
+        lines.append(f"evidence: {'ok' if ev['ok'] else 'FAIL: ' + '; '.join((ev['problems'] or ev.get('arena_problems') or ev['baseline_problems'])[:3])}")
+        lines += [f"  left to stock: {n}" for n in (ev.get("notes") or [])[:3]]
     for name, st in r.get("stages", {}).items():
         start = next((x['s'] for x in st.get("startup", []) if x.get("op") == "started"), None)
         swaps = [x["s"] for x in st.get("routes", [])]

@@ -25,11 +25,27 @@ class Evidence:
     baseline_problems: tuple[str, ...]  # the incumbent's: NO_DECISION
     per_rank: dict[int, Any]
     routes: dict[int, list[dict[str, Any]]]
+    # the engine handed the slot arguments outside its ABI, so the candidate could not run there
+    # (a seam defect, not the candidate's): NO_DECISION, never a verdict on a half-measured kernel
+    arena_problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # calls the bundle's own dtypes/constraints left to stock
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "problems": list(self.problems), "baseline_problems": list(self.baseline_problems),
+                "arena_problems": list(self.arena_problems), "notes": list(self.notes),
                 "per_rank": {str(k): v for k, v in self.per_rank.items()},
                 "routes": {str(k): v for k, v in self.routes.items()}}
+
+
+def _declines(receipt: dict[str, Any], key: str, who: str) -> tuple[list[str], list[str]]:
+    """Routed calls the candidate did not take (seams/dispatch.py), split by whose they are."""
+    rank = receipt.get("rank")
+    took = int(((receipt.get("slots") or {}).get(key) or {}).get("fired", 0))
+    abi, notes = [], []
+    for reason, n in sorted(((receipt.get("declines") or {}).get(key) or {}).items()):
+        line = f"rank {rank}: the {who} took {took} call(s) and declined {n} ({reason})"
+        (abi if str(reason).startswith("abi:") else notes).append(line)
+    return abi, notes
 
 
 def _swap_problems(acks: dict[int, dict[str, Any]], rank: int, key: str, who: str, runs_in: str,
@@ -65,13 +81,22 @@ def check(receipts: Sequence[dict[str, Any]], slot: str, ranks: Iterable[int],
     for r in receipts:
         if r.get("role") == "scheduler":
             routes[int(r.get("rank", -1))] = list(r.get("routes", []))
+    arena: list[str] = []
+    notes: list[str] = []
+    for r in receipts:
+        if r.get("role") == "scheduler":
+            for key, who in ((slot, "candidate"), *(((inc_key, "incumbent"),) if incumbent else ())):
+                abi, info = _declines(r, key, who)
+                arena += abi
+                notes += info
     for rank in ranks:
         acks = {int(a["epoch"]): a for a in routes.get(rank, [])}
         problems += _swap_problems(acks, rank, slot, "candidate", "candidate", swaps, graphs_on)
         if incumbent:
             baseline += [p for p in _swap_problems(acks, rank, inc_key, "incumbent", "incumbent", swaps, graphs_on)
                          if "not acknowledged" not in p and "acknowledged route" not in p]
-    return Evidence(not problems and not baseline, tuple(problems), tuple(baseline), dict(cov.per_rank), routes)
+    return Evidence(not problems and not baseline and not arena, tuple(problems), tuple(baseline), dict(cov.per_rank),
+                    routes, tuple(arena), tuple(notes))
 
 
 def answer_trail(records: Sequence[dict[str, Any]]) -> dict[int, list[tuple[str, dict[str, Any]]]]:
@@ -91,7 +116,7 @@ def receipts_from_answers(records: Sequence[dict[str, Any]]) -> list[dict[str, A
     for rank, answers in sorted(answer_trail(records).items()):
         last = answers[-1][1]
         out.append({"role": "scheduler", "rank": rank, "pid": last.get("pid"), "slots": last.get("counts", {}),
-                    "errors": list(last.get("errors", [])),
+                    "errors": list(last.get("errors", [])), "declines": last.get("declines") or {},
                     "routes": [a["ack"] for _, a in answers if a.get("kind") == "route"]})
     return out
 

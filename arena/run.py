@@ -170,6 +170,10 @@ class Qualification:
             return "FAIL", "execution evidence: " + "; ".join(ev.problems[:5])
         if ev.baseline_problems:
             return "NO_DECISION", "the incumbent baseline could not be established: " + "; ".join(ev.baseline_problems[:5])
+        if ev.arena_problems:
+            return "NO_DECISION", ("the engine called the slot with arguments outside its ABI, so the kernel did not run "
+                                   "everywhere it was timed (an arena defect, not the candidate's; report it): "
+                                   + "; ".join(ev.arena_problems[:3]))
         return None
 
     def _timed(self, name: str, steps: list[dict[str, Any]], windows: tuple[Window, ...], base: dict[str, Any],

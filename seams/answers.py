@@ -49,7 +49,7 @@ def snapshot(receipts: Any) -> dict[str, Any]:
         return {"counts": {}, "errors": [], "static": static}
     with receipts._lock:
         return {"counts": {k: dict(v) for k, v in receipts.counts.items()}, "errors": list(receipts.errors),
-                "static": static}
+                "static": static, "declines": {k: dict(v) for k, v in getattr(receipts, "declines", {}).items()}}
 
 
 class AnswerLog:

@@ -120,6 +120,56 @@ def _layout_ok(spec: SlotSpec, args: Mapping[str, torch.Tensor], act: torch.dtyp
     return True
 
 
+def abi_mismatch(spec: SlotSpec, args: Mapping[str, torch.Tensor]) -> str:
+    """Why live tensors do not fit the slot's ABI (the slow path, only when a call is declined).
+    "abi:" reasons (rank, extent, layout) mean the seam handed the slot what its contract does not
+    describe: arena/evidence.py makes that NO_DECISION. "slot:" reasons (a dtype the slot does not
+    cover) and "manifest:" ones (the bundle's own choice) are stock's calls by design."""
+    dims: dict[str, int] = {}
+    for a in spec.args:
+        t = args.get(a.name)
+        if t is None:
+            continue
+        if t.dim() != len(a.shape):
+            return f"abi: {a.name} has {t.dim()} dims, the slot {len(a.shape)} {a.shape}"
+        for expr, extent in zip(a.dims, t.shape):
+            v = expr.solve(int(extent))
+            if v is None or dims.setdefault(expr.name, v) != v:
+                return f"abi: {a.name} extent {int(extent)} does not fit {expr.name} in {a.shape}"
+    return "slot: no activation-dtype tensor"
+
+
+def _layout_problem(spec: SlotSpec, args: Mapping[str, torch.Tensor], act: torch.dtype) -> str | None:
+    for a in spec.args:
+        t = args[a.name]
+        if t.dtype != a.torch_dtype(act):  # e.g. an fp32 norm weight: a call the slot does not cover
+            return f"slot: {a.name} dtype {str(t.dtype).replace('torch.', '')}, the slot's {a.dtype}"
+        if a.layout == "contiguous" and not t.is_contiguous():
+            return f"abi: {a.name} not contiguous (strides {tuple(t.stride())})"
+        if a.layout == "rows" and t.dim() and t.stride(-1) != 1:
+            return f"abi: {a.name} last dim not unit-stride (strides {tuple(t.stride())})"
+    return None
+
+
+def _ineligible(c: Candidate, spec: SlotSpec, dims: Mapping[str, int], dtype: torch.dtype) -> str:
+    name = str(dtype).replace("torch.", "")
+    if name not in spec.dtypes:
+        return f"slot: dtype {name} outside the slot's {'/'.join(spec.dtypes)}"
+    if dtype not in c.dtypes:
+        return f"manifest: dtype {name} not declared"
+    return "manifest: constraints exclude " + ", ".join(f"{d}={dims.get(d)}" for d, _ in c.constraints)
+
+
+def _declined(registry: Registry, cands: list[Candidate], reason: str) -> None:
+    """Count a routed call that runs stock, so evidence can show where the candidate never ran.
+    Eager only (warm-up, capture, eager batches): under Dynamo the branch folds away."""
+    receipts = registry.receipts
+    if receipts is None or torch.compiler.is_compiling():
+        return
+    for c in cands:
+        receipts.decline(receipt_key(c.slot, c.role), reason)
+
+
 def run(slot_id: str, tensors: Mapping[str, torch.Tensor], params: Mapping[str, Any],
         registry: Registry = REGISTRY) -> dict[str, torch.Tensor] | None:
     """Dispatch one call; returns every argument (allocated outputs included) or None for stock."""
@@ -130,12 +180,14 @@ def run(slot_id: str, tensors: Mapping[str, torch.Tensor], params: Mapping[str, 
     act = next((tensors[a.name].dtype for a in spec.args if a.dtype == "act" and a.name in tensors), None)
     dims = bind_present(spec, tensors)
     if act is None or dims is None:
+        _declined(registry, cands, abi_mismatch(spec, tensors))
         return None
     chosen = None
     for c in cands:
         if c.eligible(dims, act):
             chosen = c
             break
+        _declined(registry, [c], _ineligible(c, spec, dims, act))  # e.g. a challenger the incumbent stands in for
     if chosen is None:
         return None
     args = dict(tensors)
@@ -143,9 +195,11 @@ def run(slot_id: str, tensors: Mapping[str, torch.Tensor], params: Mapping[str, 
     for a in spec.args:
         if a.name not in args:
             if any(d.name not in dims for d in a.dims):
+                _declined(registry, cands, f"abi: {a.name} not given and its shape {a.shape} is not bound")
                 return None
             args[a.name] = torch.empty(a.concrete_shape(dims), dtype=a.torch_dtype(act), device=device)
     if not _layout_ok(spec, args, act):
+        _declined(registry, cands, _layout_problem(spec, args, act) or "abi: layout")
         return None
     chosen.call(**args, **params)
     return args

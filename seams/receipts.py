@@ -24,6 +24,12 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 KINDS = ("active", "load_failed", "fired", "completed", "fallback")
+# A routed call the candidate did not take (seams/dispatch.py `run`), by reason: "abi: ..." when
+# the engine handed arguments outside the slot's ABI (a seam/arena defect: on the H200 Qwen3's
+# strided q kept attention.decode@1 out of every decode graph but bs 1), "slot: ..." for a dtype
+# the slot does not cover, "manifest: ..." when the bundle's own dtypes/constraints excluded the
+# shape (its choice). Bounded: a few distinct reasons per slot.
+MAX_DECLINE_REASONS = 8
 
 
 class Receipts:
@@ -34,6 +40,7 @@ class Receipts:
         self.counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(KINDS, 0))
         self.errors: list[str] = []
         self.routes: list[dict] = []  # route-swap acknowledgements (seams/route.py)
+        self.declines: dict[str, dict[str, int]] = defaultdict(dict)  # key -> reason -> calls
         self.flush_every_s = flush_every_s
         self._last_flush = 0.0
         self._lock = threading.Lock()
@@ -51,6 +58,15 @@ class Receipts:
             self.flush()
         else:
             self._mark_dirty()
+
+    def decline(self, slot: str, reason: str) -> None:
+        """Count a routed call that went to stock because the candidate could not take it."""
+        with self._lock:
+            reasons = self.declines[slot]
+            if reason not in reasons and len(reasons) >= MAX_DECLINE_REASONS:
+                reason = "other"
+            reasons[reason] = reasons.get(reason, 0) + 1
+        self._mark_dirty()
 
     def _mark_dirty(self) -> None:
         """A burst of calls (graph capture) ends without a final note; a daemon thread writes the
@@ -89,7 +105,7 @@ class Receipts:
             with self._lock:
                 payload = {"role": self.role, "rank": self.rank, "pid": os.getpid(), "time": time.time(),
                            "slots": {k: dict(v) for k, v in self.counts.items()}, "errors": list(self.errors),
-                           "routes": list(self.routes)}
+                           "routes": list(self.routes), "declines": {k: dict(v) for k, v in self.declines.items()}}
                 self._last_flush = time.monotonic()
             path = Path(self.directory) / f"receipt-{self.role}-{self.rank}-{os.getpid()}.json"
             tmp = path.with_suffix(".tmp")

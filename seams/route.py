@@ -21,6 +21,7 @@ disables the registry (nothing half-installed is measured) and re-raises, so col
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from typing import Any
 
@@ -38,6 +39,23 @@ def _fired(registry: Registry) -> dict[str, int]:
         return {}
     keys = set(receipts.counts) | {receipt_key(c.slot, c.role) for cs in registry.candidates.values() for c in cs}
     return {k: receipts.counts[k]["fired"] if k in receipts.counts else 0 for k in sorted(keys)}
+
+
+def _declined(registry: Registry) -> dict[str, dict[str, int]]:
+    receipts = registry.receipts
+    declines = getattr(receipts, "declines", None) or {}
+    with getattr(receipts, "_lock", None) or contextlib.nullcontext():
+        return {k: dict(v) for k, v in declines.items()}
+
+
+def _delta_declines(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    out = {}
+    for key, reasons in after.items():
+        d = {r: n - before.get(key, {}).get(r, 0) for r, n in reasons.items()}
+        d = {r: n for r, n in d.items() if n > 0}
+        if d:
+            out[key] = d
+    return out
 
 
 def recapture(model_runner: Any) -> list[str]:
@@ -75,6 +93,7 @@ def set_route(model_runner: Any, route: str, epoch: int, registry: Registry = RE
     if not registry.enabled:
         raise RuntimeError("route swap on a scheduler whose registry is disabled (load failed or an earlier swap failed)")
     before = _fired(registry)
+    declined_before = _declined(registry)
     try:
         from seams import hooks
 
@@ -96,7 +115,9 @@ def set_route(model_runner: Any, route: str, epoch: int, registry: Registry = RE
     after = _fired(registry)
     delta = {slot: after.get(slot, 0) - before.get(slot, 0) for slot in sorted(set(after) | set(before))}
     ack = {"epoch": int(epoch), "route": route, "graphs": graphs, "fired_during_capture": delta,
-           "hooks_restored": restored}  # > 0: bindings put back to SGLang's own; < 0: hooks re-applied
+           "hooks_restored": restored,  # > 0: bindings put back to SGLang's own; < 0: hooks re-applied
+           # routed calls at capture the candidate did not take, by reason (seams/receipts.py)
+           "declined_during_capture": _delta_declines(declined_before, _declined(registry))}
     if registry.receipts is not None:
         registry.receipts.ack_route(ack)
     return ack

@@ -1,4 +1,4 @@
-"""Split-KV paged decode attention for slot attention.decode@1 (flash-decoding).
+"""Split-KV paged decode attention for slot attention.decode@2 (flash-decoding).
 
 Pass 1, grid (B, HK * head_blocks, MAXS): a program takes one request, one kv head and one
 split of the request's tokens, and serves every query head of that kv head's GQA group at

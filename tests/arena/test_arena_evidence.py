@@ -63,3 +63,30 @@ def test_head_to_head_evidence():
     assert "without calling the incumbent" in " ".join(bad.baseline_problems)
     fb = head_to_head(inc_counts={"active": 1, "fired": 5, "completed": 4, "fallback": 1, "load_failed": 0})
     assert not fb.ok and "fallback" in " ".join(fb.baseline_problems)
+
+
+def test_calls_outside_the_slots_abi_are_the_arenas_problem_and_the_bundles_choices_a_note():
+    """The H200 case (2026-12-02): the candidate fired at capture (so every earlier check passed)
+    but declined 756 of 840 decode-attention calls, Qwen3's strided q being outside the @1 ABI;
+    the run read C/B 1.0000 with evidence "ok". Such declines now keep the verdict from standing."""
+    from types import SimpleNamespace
+
+    from arena.run import Qualification
+
+    abi = receipt()
+    abi["declines"] = {SLOT: {"abi: x not contiguous (strides (4096, 1))": 756}}
+    ev = check([abi], SLOT, [0], SWAPS, True)
+    assert not ev.ok and not ev.problems and not ev.baseline_problems
+    assert ev.arena_problems == ("rank 0: the candidate took 5 call(s) and declined 756 "
+                                 "(abi: x not contiguous (strides (4096, 1)))",)
+    stage = SimpleNamespace(leaks=(), evidence=ev)
+    run = SimpleNamespace(forgery=None, records=[], error=None)
+    verdict, reason = Qualification._outcome(SimpleNamespace(), "resident", run, [], stage)
+    assert verdict == "NO_DECISION" and "outside its ABI" in reason and "declined 756" in reason
+
+    mine = receipt()
+    mine["declines"] = {SLOT: {"manifest: constraints exclude H=60": 3, "slot: dtype float32 outside the slot's "
+                               "bfloat16/float16": 2}}
+    ev = check([mine], SLOT, [0], SWAPS, True)
+    assert ev.ok and not ev.arena_problems and len(ev.notes) == 2
+    assert Qualification._outcome(SimpleNamespace(), "resident", run, [], SimpleNamespace(leaks=(), evidence=ev)) is None

@@ -4,6 +4,7 @@ SGLang expects, equal to the slot reference; every stock-only case calls the ori
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections import namedtuple
 from types import SimpleNamespace
@@ -229,6 +230,29 @@ def test_attention_slices_padded_metadata(live: Receipts, pad: int) -> None:
     assert orig.calls == []
     assert check_against_reference("attention.decode", t, p, {"o": args[3]}, BF16) == []
     routed(live, "attention.decode")
+
+
+def test_attention_takes_the_strided_q_the_engine_hands_over(live: Receipts, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA SGLang's fused in-place QK-norm leaves q a view into the packed qkv projection. The
+    slot (version 2) takes it; its @1 ABI (q contiguous) declined it at every batch size but 1, so
+    on the H200 the candidate ran in the bs-1 graph only. The control: the @1 layout declines it."""
+    t, p, args, kw = _decode_call(3)
+    q = args[0]
+    assert q.shape[0] > 1 and not q.is_contiguous() and q.stride(-1) == 1 and q.stride(0) > q.shape[1] * q.shape[2]
+    orig = Original()
+    assert attention._around(orig, *args, **kw) is None and orig.calls == []
+    assert check_against_reference("attention.decode", t, p, {"o": args[3]}, BF16) == []
+    routed(live, "attention.decode")
+    assert not live.declines.get("attention.decode")
+
+    spec = get_slot("attention.decode")
+    v1 = dataclasses.replace(spec, args=tuple(dataclasses.replace(a, layout="contiguous") if a.name == "q" else a
+                                              for a in spec.args))
+    monkeypatch.setitem(REGISTRY.specs, "attention.decode", v1)
+    CALLS.clear()
+    orig = Original()
+    assert attention._around(orig, *args, **kw) is SENTINEL and len(orig.calls) == 1 and CALLS == []
+    assert list(live.declines["attention.decode"]) == [f"abi: q not contiguous (strides {tuple(q.stride())})"]
 
 
 @pytest.mark.parametrize("case", ["logit_cap", "sinks", "xai_temperature_len", "has_mla", "k_scale tensor",

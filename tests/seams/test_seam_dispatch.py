@@ -71,6 +71,35 @@ def test_ineligible_runs_stock(picky: tuple[Registry, list], case: str) -> None:
     assert dict(reg.receipts.counts.get(RMS.id, {})) == before
 
 
+DECLINE_CLASS = {"weight dtype differs from x": "slot:", "dtype outside the slot": "slot:",
+                 "caller-supplied out of the wrong dtype": "slot:",
+                 "dtype the slot allows but the candidate did not declare": "manifest:",
+                 "constraint H % 8 violated": "manifest:"}  # every other case: "abi:" (rank, extent, layout)
+
+
+@pytest.mark.parametrize("case", list(INELIGIBLE))
+def test_each_declined_call_is_counted_with_its_reason(case: str) -> None:
+    """A routed call left to stock is counted by reason, so the arena can tell a kernel that never
+    ran at the timed shapes (on the H200: attention.decode@1 declined Qwen3's strided q in every
+    decode graph but bs 1, and the run read C/B 1.0000 with evidence "ok")."""
+    calls: list = []
+    reg = _registry()
+    register_candidate(RMS, reference_kernel(RMS.id, calls), reg, dtypes=["bfloat16"],
+                       constraints=(("H", {"multiple_of": 8}),))
+    assert run(RMS.id, INELIGIBLE[case](), {"eps": 1e-6}, reg) is None
+    [(reason, n)] = reg.receipts.declines[RMS.id].items()
+    assert n == 1 and reason.startswith(DECLINE_CLASS.get(case, "abi:")), reason
+    assert run(RMS.id, _rms_args(), {"eps": 1e-6}, reg) is not None and calls == [RMS.id]
+    assert sum(reg.receipts.declines[RMS.id].values()) == 1, "a call the candidate took was counted as declined"
+
+
+def test_declines_keep_a_bounded_number_of_reasons() -> None:
+    r = Receipts(None, "scheduler", 0)
+    for i in range(50):
+        r.decline(RMS.id, f"abi: x extent {i}")
+    assert len(r.declines[RMS.id]) == 9 and r.declines[RMS.id]["other"] == 42
+
+
 def test_eligible_call_routes(picky: tuple[Registry, list]) -> None:
     reg, calls = picky
     calls.clear()
@@ -221,6 +250,26 @@ def test_fullgraph_compile_traces_dispatch(dynamic: bool) -> None:
         torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
         # the op body (receipts) runs at every call, not once at trace time
         assert _counts(reg, FUSED.id) == (i + 1, i + 1, 0) and _counts(reg, RMS.id) == (i + 1, i + 1, 0)
+
+
+def test_fullgraph_compile_traces_a_declined_call() -> None:
+    """The decline count is Python state: under Dynamo (fullgraph) its branch must fold away, not
+    break the graph; eager calls still count."""
+    torch._dynamo.reset()
+    reg = _registry()
+    register_candidate(RMS, reference_kernel(RMS.id), reg)
+
+    def layer(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        got = run(RMS.id, {"x": x[:, ::2], "weight": w}, {"eps": 1e-6}, reg)  # strided rows: declined
+        assert got is None
+        return x * 2
+
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    x, w = torch.randn(4, 128).to(BF16), torch.ones(64, dtype=BF16)
+    torch.testing.assert_close(compiled(x, w), x * 2)
+    assert not reg.receipts.declines.get(RMS.id)
+    layer(x, w)
+    assert sum(reg.receipts.declines[RMS.id].values()) == 1
 
 
 @pytest.mark.xfail(strict=True, reason="known gap (reported): non-strict fallback reruns stock on inout args the "

@@ -155,7 +155,7 @@ def test_receipt_json_is_sorted_and_atomic(tmp_path: Path) -> None:
     _write(tmp_path, "scheduler", 0, {"norm.rmsnorm": GOOD})
     [path] = list(tmp_path.glob("receipt-*.json"))
     doc = json.loads(path.read_text())
-    assert set(doc) == {"role", "rank", "pid", "time", "slots", "errors", "routes"}
+    assert set(doc) == {"role", "rank", "pid", "time", "slots", "errors", "routes", "declines"}
     assert not list(tmp_path.glob("*.tmp"))
 
 

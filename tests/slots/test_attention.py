@@ -1,4 +1,4 @@
-"""Slot attention.decode@1: shapes, paged layout, reference, and the example bundle under verify."""
+"""Slot attention.decode@2: shapes, paged layout, reference, and the example bundle under verify."""
 
 from __future__ import annotations
 
@@ -53,8 +53,11 @@ def test_inputs_fit_the_abi_and_are_a_valid_paged_layout(tier: str, case) -> Non
         assert SPEC.check_tensors(t, act) == dict(case.dims)
         _check_layout(t, dict(case.dims), case.dims["N"] // case.dims["B"])
         for k in ("q", "k_buffer", "v_buffer"):
-            x = t[k].view(-1)[:: max(1, t[k].numel() // 1_000_000)]  # a sample: bench pools are GBs
+            x = t[k].reshape(-1)[:: max(1, t[k].numel() // 1_000_000)]  # a sample: bench pools are GBs
             assert bool(torch.isfinite(x).all()) and int((x == 0).sum()) < x.numel() // 100
+        d = case.dims  # q as the engine hands it over: a view into the packed qkv projection (version 2)
+        assert t["q"].stride()[1:] == (d["D"], 1)
+        assert d["B"] == 1 or t["q"].stride(0) == (d["HQ"] + 2 * d["HK"]) * d["D"]
         assert set(SPEC.graph_dynamic) == {"q", "k_buffer", "v_buffer", "kv_indptr", "kv_indices", "num_kv_splits"}
     assert SPEC.default_bytes(case, torch.bfloat16) > 0 and SPEC.flops(case) > 0
 

@@ -3,7 +3,7 @@
 `TritonAttnBackend.forward_decode` (triton_backend.py:1305) calls
 `decode_attention_fwd(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, attn_logits, attn_lse,
 num_kv_splits, max_kv_splits, sm_scale, k_scale, v_scale, ...)` (decode_attention.py:745)
-once per layer per decode step. Slot `attention.decode@1` is the plain GQA case Qwen3 uses:
+once per layer per decode step. Slot `attention.decode@2` is the plain GQA case Qwen3 uses:
 no logit cap, no sinks, no MLA, bf16/fp16 KV without scales.
 
 For request b the keys/values are the pool rows kv_indices[kv_indptr[b]:kv_indptr[b+1]]
@@ -157,7 +157,10 @@ def _inputs(c: ShapeCase, dt: torch.dtype, g: torch.Generator) -> dict[str, torc
     v = torch.randn((S, HK, D), generator=g, dtype=dt).mul_(_channel_scale((HK, D), 0.3, g).to(dt))
     # Logit std ~2: a few hundred tokens give a peaked but not one-hot softmax.
     q_scale = 2.0 / float(k_chan.pow(2).mean().sqrt())
-    q = (torch.randn((B, HQ, D), generator=g) * q_scale).to(dt)
+    # q as Qwen3 hands it over on CUDA: SGLang's fused in-place QK-norm leaves it a view into the
+    # packed [B, (HQ + 2 HK) D] qkv projection, so rows are (HQ + 2 HK) D apart (slot version 2)
+    qkv = (torch.randn((B, (HQ + 2 * HK) * D), generator=g) * q_scale).to(dt)
+    q = qkv[:, : HQ * D].view(B, HQ, D)
     return {"q": q, "k_buffer": k, "v_buffer": v, "kv_indptr": indptr, "kv_indices": indices,
             "num_kv_splits": split_hint(lens, max_context(c), HQ, HK, d["MAXS"], g)}
 
@@ -203,11 +206,14 @@ def _flops(c: ShapeCase) -> int:
 
 DECODE = SlotSpec(
     id="attention.decode",
-    version=1,
+    # 2: q is a view with any row strides ("rows"); @1 declared it contiguous, and the engine's
+    # strided q then kept every decode graph but bs 1 on stock (H200, 2026-12-02)
+    version=2,
     summary="paged GQA decode attention: o[b,h] = softmax(sm_scale * q[b,h] K_b^T) V_b over pool slots "
             "kv_indices[kv_indptr[b]:kv_indptr[b+1]], kv head h // (HQ/HK)",
     args=(
-        ArgSpec("q", "in", "act", ("B", "HQ", "D"), graph_dynamic=True, doc="one query token per request"),
+        ArgSpec("q", "in", "act", ("B", "HQ", "D"), layout="rows", graph_dynamic=True,
+                doc="one query token per request; a view into the packed qkv projection (use its strides)"),
         ArgSpec("k_buffer", "in", "act", ("S", "HK", "D"), graph_dynamic=True, doc="the layer's whole key pool"),
         ArgSpec("v_buffer", "in", "act", ("S", "HK", "D"), graph_dynamic=True, doc="the layer's whole value pool"),
         ArgSpec("o", "out", "act", ("B", "HQ", "D"), doc="attention output"),
