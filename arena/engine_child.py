@@ -70,6 +70,10 @@ class EvidenceError(RuntimeError):
     """The candidate provably never ran (fail closed before any timing)."""
 
 
+class AbiError(EvidenceError):
+    """It never ran because the engine's calls are outside the slot's ABI: the arena's defect."""
+
+
 def harden(fds: tuple[int, ...]) -> None:
     """Non-dumpable, and the host's pipes closed in every exec'd child."""
     for fd in fds:
@@ -185,6 +189,11 @@ class Driver:
             return
         fired = {r: a.get("counts", {}).get(ev["slot"], {}).get("fired", 0) for r, a in snap.items()}
         missing = [r for r in ev["ranks"] if not fired.get(r)]
+        abi = {r: {why: n for why, n in ((a.get("declines") or {}).get(ev["slot"]) or {}).items()
+                   if str(why).startswith("abi:")} for r, a in snap.items()}
+        if missing and any(abi.get(r) for r in missing):
+            raise AbiError(f"{ev['slot']}: every call while capturing graphs on scheduler rank(s) {missing} was "
+                           f"outside the slot's ABI ({ {r: abi[r] for r in missing if abi.get(r)} })")
         if missing:
             raise EvidenceError(f"{ev['slot']}: no candidate call while capturing graphs on scheduler rank(s) "
                                 f"{missing} (answers: {fired or 'none'}): the kernel never runs in this engine")
@@ -308,7 +317,8 @@ class Driver:
         except BaseException as e:  # noqa: BLE001 - the host reads the reason from the record pipe
             from seams.answers import ForgeryError
 
-            kind = "evidence" if isinstance(e, EvidenceError) else "forgery" if isinstance(e, ForgeryError) else "engine"
+            kind = ("abi" if isinstance(e, AbiError) else "evidence" if isinstance(e, EvidenceError)
+                    else "forgery" if isinstance(e, ForgeryError) else "engine")
             self.emit({"op": "error", "kind": kind, "error": str(e)[-2000:] if kind != "engine" else repr(e)[-2000:],
                        "trace": traceback.format_exc()[-4000:]})
             return 3

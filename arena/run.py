@@ -155,7 +155,11 @@ class Qualification:
         the candidate's (FAIL); an engine fault is only when the receipts implicate it."""
         if run.forgery:
             return "FAIL", f"forging attempt in the {name} engine: {run.forgery}"
-        early = next((r for r in run.records if r.get("op") == "error" and r.get("kind") == "evidence"), None)
+        early = next((r for r in run.records if r.get("op") == "error" and r.get("kind") in ("evidence", "abi")), None)
+        if early and early.get("kind") == "abi":
+            return "NO_DECISION", ("the engine called the slot with arguments outside its ABI, so the kernel never ran "
+                                   "in the captured graphs (an arena defect, not the candidate's; report it): "
+                                   + early["error"])
         if early:
             return "FAIL", "execution evidence: " + early["error"]
         if run.error:

@@ -40,7 +40,11 @@ class _Runner:
 
     def init_device_graphs(self) -> None:
         """'Capture': one forward at a decode batch size, like CUDA graph capture does."""
-        self.engine.hidden(torch.zeros(4, 3, dtype=torch.long))
+        self.engine.capturing = True
+        try:
+            self.engine.hidden(torch.zeros(4, 3, dtype=torch.long))
+        finally:
+            self.engine.capturing = False
         self.graph_runner = object()
 
     def init_piecewise_cuda_graphs(self) -> None:
@@ -175,6 +179,32 @@ class PrefillTaxCore(SlowStockCore):
         return super().hidden(ids)
 
 
+class StridedCaptureCore(SlowStockCore):
+    """Graph capture hands the norm a strided x (as CUDA's in-place QK-norm hands decode
+    attention a view into the packed qkv), eager batches a contiguous one. A kernel that is
+    truly faster then runs in no graph the timed windows replay: on the H200 the attention
+    example read C/B 1.0000 with evidence "ok" this way (2026-12-02)."""
+
+    bs1_contiguous = True  # as on CUDA: a [1, HQ, D] view is contiguous, so the bs-1 graph did take it
+
+    def hidden(self, ids: torch.Tensor) -> torch.Tensor:
+        from seams.dispatch import run
+
+        if not getattr(self, "capturing", False):
+            return super().hidden(ids)
+        if self.bs1_contiguous:
+            super().hidden(ids[:1])
+        wide = self.emb[ids % V].mean(dim=1).to(torch.bfloat16).repeat(1, 2)
+        got = run("norm.rmsnorm", {"x": wide[:, :H], "weight": self.weight}, {"eps": 1e-6})
+        return got["out"].float() if got is not None else wide[:, :H].float()
+
+
+class AllStridedCaptureCore(StridedCaptureCore):
+    """Every captured call outside the ABI: the candidate fires nowhere at capture."""
+
+    bs1_contiguous = False
+
+
 class HangingEngine:
     """Starts a grandchild and never returns: the host's wall-clock limit must kill the group."""
 
@@ -288,6 +318,14 @@ class PrefillTaxEngine(_Proxy):
 
 class UnconfirmedEngine(_Proxy):
     core = "UnconfirmedCore"
+
+
+class StridedCaptureEngine(_Proxy):
+    core = "StridedCaptureCore"
+
+
+class AllStridedCaptureEngine(_Proxy):
+    core = "AllStridedCaptureCore"
 
 
 # where FlashInfer 0.6 builds under its FLASHINFER_WORKSPACE_BASE (flashinfer/jit/env.py)

@@ -7,6 +7,7 @@ raises fails (strict engine abort); a candidate that is really faster passes spe
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import replace
 
@@ -112,6 +113,30 @@ def test_really_faster_candidate_passes_on_the_decode_step_clock(env):
     timed = [w for w in r["windows"] if w["role"] != "warmup"]
     assert all(0 < w["decode_gpu_s"] < w["gpu_s"] and w["extend_gpu_s"] > 0 for w in timed)
     assert {"decode_gpu_tokens_per_s", "extend_gpu_tokens_per_s"} <= set(r["speed_by_metric"])
+
+
+def test_a_kernel_the_captured_graphs_never_ran_is_no_decision(env):
+    """Fired at capture is not enough: the capture's call is outside the slot's ABI (a strided
+    x for norm.rmsnorm, contiguous by its ABI), so the candidate runs only in eager steps while
+    the decode clock times the graphs. The stock path is 5 ms slower (SlowStockCore) and the
+    candidate wins every eager call, yet the verdict must not stand: NO_DECISION, naming it."""
+    r = h.run(h.torch_bundle("strided"), env, engine="StridedCaptureEngine",
+              cfg=_decode_clock(h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5)))
+    assert r["verdict"] == "NO_DECISION", r["reason"]
+    assert "outside its ABI" in r["reason"] and "abi: x not contiguous" in r["reason"], r["reason"]
+    assert not r["evidence"]["ok"] and r["evidence"]["arena_problems"] and not r["evidence"]["problems"]
+    assert "confirm" not in r["stages"] and "teacher" not in r["stages"], sorted(r["stages"])
+    assert re.search(r"took [1-9]\d* call\(s\) and declined [1-9]", r["reason"]), r["reason"]  # it did fire ("bs 1")
+
+
+def test_a_kernel_no_captured_call_could_take_is_no_decision_before_any_window(env):
+    """Every captured call outside the ABI: the early check stops the engine before timing, and
+    names the ABI (the arena's defect), not "the kernel never runs" (the candidate's FAIL)."""
+    r = h.run(h.torch_bundle("strided-all"), env, engine="AllStridedCaptureEngine",
+              cfg=_decode_clock(h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5)))
+    assert r["verdict"] == "NO_DECISION", r["reason"]
+    assert "never ran in the captured graphs" in r["reason"] and "abi: x not contiguous" in r["reason"], r["reason"]
+    assert not [w for w in r.get("windows", []) if w["role"] != "warmup"]
 
 
 def test_a_decode_gain_bought_with_prefill_time_is_no_crown(env):
