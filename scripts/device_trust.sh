@@ -153,6 +153,19 @@ case "${1:-}" in
     step sprt-loser 200 $C arena run --config /tmp/dense-sprt.toml --control slowdown --slot norm.rmsnorm --handicap-us "${SLOW_US:-500}" --out "$OUT/sprt-loser.json"
     head -8 "$OUT/sprt-loser.txt"
     ;;
+  mini)  # a short TEST verdict (2 cycles of 32-token windows, 1 warm-up, no settle, no confirmation): does the
+          # candidate run in the graphs the windows replay (route acks), and which way does the decode clock move?
+    ex=${2:?usage: $0 mini examples/SLOT}; n=$(basename "$ex")
+    sed 's/^name = "\(.*\)"/name = "\1-mini-TEST"/; s/^output_len = 128/output_len = 32/; s/^cycles = 8 /cycles = 2 /;
+         s/^settle_windows = 1/settle_windows = 0/; s/^warmup_windows = 2/warmup_windows = 1/; s/^\[speed\]/[speed]\nconfirm_cycles = 0/' \
+      configs/arena/dense.toml > /tmp/dense-mini.toml
+    ( while sleep 4; do for f in /var/tmp/cacheon/arena/*/*-"$n"-default/receipts-resident/answers-0.jsonl \
+        /var/tmp/cacheon/arena/*/*-"$n"-default/resident.jsonl; do [ -f "$f" ] && cp "$f" "$OUT/mini-$(basename "$f")"; done
+      done ) & cpid=$!  # what the resident engine recorded comes back even if the call is cut short
+    step "mini-$n" 300 $C arena run --config /tmp/dense-mini.toml --bundle "$ex" --out "$OUT/mini-$n.json"
+    kill $cpid 2>/dev/null
+    head -12 "$OUT/mini-$n.txt"; grep -ho '"fired_during_capture": {[^}]*}' /var/tmp/cacheon/arena/*/*/receipts-resident/answers-0.jsonl | sort | uniq -c
+    ;;
   warm)  # one `arena warm` (fills the seed caches; its engine start is a number too)
     step "warm$(date +%s)" 260 $C arena warm --config configs/arena/dense.toml; cat "$OUT"/warm*.txt
     ;;
