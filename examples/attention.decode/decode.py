@@ -17,9 +17,14 @@ import triton
 import triton.language as tl
 
 _LOG2E = 1.4426950408889634
-# H200 sweep over BLOCK_N 32/64/128, 4/8 warps, 2/3 stages on the slot's gpu/bench shapes:
-# 4 warps and 3 stages won throughout; 64-token steps won by ~30% when only a few requests
-# run (few, long programs), 32 everywhere else. Shapes alone decide: graph safe.
+# Measured on one H200 (docs/benchmarks.md, session 8; scripts/sweep_attention_decode.py):
+#   at the dense arena's window (bs 256, ~1088 tokens a request, Qwen3-0.6B 16/8 x 128, bf16)
+#   BLOCK_N 64, 2 warps, 3 stages, 1 split: 278 us vs stock's 392 us, 97.5 % of the measured
+#   copy bandwidth (stock 69.1 %); bs 64-192: 1.27-1.71x stock. In the arena (TEST config,
+#   2 cycles): decode step 11.75 -> 9.06 ms, C/B 1.2946 on the decode-step clock, quality PASS.
+#   Below 512 (batch x kv heads) the older slot-shape sweep's choice stays: 4 warps, 3 stages,
+#   64-token steps when only a few requests run, 32 otherwise (not re-timed at the arena's context).
+# Shapes alone decide: graph safe.
 _NUM_WARPS = 4
 _NUM_STAGES = 3
 
