@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ import torch.nn.functional as F
 
 from cacheon_subnet.bundle import load_bundle
 from cacheon_subnet.slots import get_slot
+from cacheon_subnet.slots.compare import compare
 from cacheon_subnet.slots.defs.attention import backend_split_hint
 from cacheon_subnet.slots.gen import seed_generator
 from cacheon_subnet.slots.spec import TIERS, dtype_of
@@ -105,6 +108,44 @@ def _verify(path: Path, max_cases: int):
 def test_example_bundle_passes_verify() -> None:
     report = _verify(EXAMPLE, max_cases=4)  # every GQA ratio at B=1, then a batch with a length-1 request
     assert report.status == "PASS", report.render()
+
+
+def _example_module(monkeypatch: pytest.MonkeyPatch, path: Path = EXAMPLE) -> Any:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # read when @triton.jit decorates
+    spec = importlib.util.spec_from_file_location(f"cacheon_test_attn_{abs(hash(path))}", path / "decode.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run_at_the_arenas_batch(module: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The launch config the arena's window gets (batch x kv heads >= 512: BLOCK_N 64, 1 split,
+    the hint unread), on a small head dim and context so the CPU interpreter stays quick."""
+    from cacheon_subnet.slots.spec import case
+
+    B, HQ, HK, D, ctx = 64, 16, 8, 16, 20
+    c = case("t/decode-bs64", "qwen3-0.6b", {"B": B, "HQ": HQ, "HK": HK, "D": D, "S": B * ctx + 64, "N": B * ctx,
+                                            "MAXS": 8}, sm_scale=D**-0.5)
+    t = SPEC.make_inputs(c, torch.bfloat16, seed_generator(5))
+    assert t["q"].stride(0) == (HQ + 2 * HK) * D  # the engine's strided q
+    o = torch.zeros(B, HQ, D, dtype=torch.bfloat16)
+    module.decode_attention(t["q"], t["k_buffer"], t["v_buffer"], o, t["kv_indptr"], t["kv_indices"],
+                            t["num_kv_splits"], torch.zeros(B, HQ, 8, D), torch.zeros(B, HQ, 8), D**-0.5)
+    return o, _sdpa_f64(t, D**-0.5)
+
+
+def test_example_at_the_arenas_batch_size_matches_the_reference(monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: Path) -> None:
+    """The config the H200 crowned (C/B 1.29) is taken only at batch x kv heads >= 512, which the
+    verify tiers on CPU never reach; a broken copy at the same shape is the control."""
+    module = _example_module(monkeypatch)
+    assert module._launch_config(64, 8) == (64, 2, 3, 1) and module._launch_config(4, 8)[3] == 0
+    tol = SPEC.tolerance("o", "bfloat16")
+    o, ref = _run_at_the_arenas_batch(module)
+    assert compare(o, ref.float(), tol).ok, compare(o, ref.float(), tol).detail
+    broken = _example_module(monkeypatch, _broken(tmp_path, BROKEN["drops_last_token"]))
+    bad, ref = _run_at_the_arenas_batch(broken)
+    assert not compare(bad, ref.float(), tol).ok
 
 
 def _broken(tmp_path: Path, edits: list[tuple[str, str]]) -> Path:
