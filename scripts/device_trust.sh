@@ -13,6 +13,8 @@
 #   bash scripts/device_trust.sh gpucorpus  # the CUDA-only red-team bundles through `cacheon verify --device cuda`
 #   bash scripts/device_trust.sh e2e-product    # scripts/gpu_e2e.py, product phase (neurons/validator.py --once)
 #   bash scripts/device_trust.sh e2e-handicap   # scripts/gpu_e2e.py, TEST handicap phase (crown, weights, read-back)
+#   bash scripts/device_trust.sh e2e-champion   # scripts/gpu_e2e.py, champion phase: examples/attention.decode crowned
+#                                               # by neurons/validator.py (verify, resident, teacher, confirmation)
 #   bash scripts/device_trust.sh startfix   # engine start on warm seeds at the fixed /cacheon-jit path (two
 #                                           # `arena warm` runs), then `bench --arena` (the stock-baseline fix)
 #   bash scripts/device_trust.sh example examples/norm.fused_add_rmsnorm   # one faithful example, `arena run`
@@ -102,7 +104,7 @@ case "${1:-}" in
     step verify-faithful 200 $C verify examples/norm.rmsnorm --device cuda
     tail -4 "$OUT/verify-faithful.txt"
     ;;
-  e2e-product|e2e-handicap)  # warm seeds first when empty (an operator runs `cacheon arena warm` once)
+  e2e-product|e2e-handicap|e2e-champion)  # warm seeds first when empty (an operator runs `cacheon arena warm` once)
     ph=${1#e2e-}; [ "$ph" = handicap ] && ph=test-handicap
     gen=$(python3 -c 'from arena.home import seed_generation as g; print(g())')  # this layout's seeds, not a carried older one
     [ -n "$(find "/var/tmp/cacheon/jit/$gen" -path '*tvm-ffi*' -type f 2>/dev/null | head -1)" ] || {
@@ -189,7 +191,7 @@ case "${1:-}" in
       *) need 300 "$m" && mode "$m" ;;
     esac; pkill -9 -f 'arena[.]engine_child|sglang[.]srt' 2>/dev/null; done; [ -n "${PACK:-}" ] && packcache
     ;;
-  *) echo "usage: $0 wall|wall2|handicap|faithful|warmfaithful|gpucorpus|e2e-product|e2e-handicap|startfix|warm|bench|attnsweep|example DIR|seq MODE..."
+  *) echo "usage: $0 wall|wall2|handicap|faithful|warmfaithful|gpucorpus|e2e-product|e2e-handicap|e2e-champion|startfix|warm|bench|attnsweep|example DIR|seq MODE..."
      exit 2 ;;
 esac
 }

@@ -12,6 +12,9 @@ A local chain (SQLite) and miners that commit packed bundles served over loopbac
   phase "product": `neurons/validator.py --chain local --arena CONFIG --screen-device cuda --once`
       (the CLI an operator runs, its start-up checks included), pass after pass until idle: the
       failing bundle ends FAIL with its reason; the crown bundle gets the GPU arena's real verdict.
+  phase "champion" (not in the default): the product path with one miner committing
+      --champion-bundle (default examples/attention.decode, a real kernel the arena crowned on the
+      H200): its crown, the weights and their read-back with no control involved.
   phase "test-handicap": the same loop (in-process Validator, same stages) whose qualifier is
       the GPU arena running the HANDICAP CONTROL for the committed bundle's slot (B/B′ = stock +
       a GPU spin per call, C = stock): a known speedup, so the crown, the weights and their
@@ -36,7 +39,8 @@ sys.path.insert(0, str(REPO))
 
 TEST_LABEL = "TEST:handicap-control"
 VALIDATOR = "e2e-validator"
-NETUIDS = {"product": 1, "test-handicap": 2}
+NETUIDS = {"product": 1, "test-handicap": 2, "champion": 3}
+DEFAULT_PHASES = "product,test-handicap"
 
 
 def _commit(chain: Any, netuid: int, hotkey: str, bundle_dir: Path, serve_dir: Path, base_url: str) -> str:
@@ -64,9 +68,9 @@ def _report(state_dir: Path, chain: Any, netuid: int) -> dict[str, Any]:
             "chain_weights": {str(k): v for k, v in chain.get_weights(netuid, VALIDATOR).items()}}
 
 
-def product_phase(a: argparse.Namespace, chain_path: Path, state: Path) -> dict[str, Any]:
+def product_phase(a: argparse.Namespace, chain_path: Path, state: Path, netuid: int) -> dict[str, Any]:
     """neurons/validator.py --once, pass after pass, as an operator runs it."""
-    argv = [sys.executable, str(REPO / "neurons" / "validator.py"), "--netuid", str(NETUIDS["product"]),
+    argv = [sys.executable, str(REPO / "neurons" / "validator.py"), "--netuid", str(netuid),
             "--chain", "local", "--local-chain", str(chain_path), "--wallet.hotkey", VALIDATOR,
             "--state-dir", str(state), "--once",
             "--arena", "cpu" if a.engine_factory else a.config,  # the CLI cannot take a fake engine
@@ -171,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
                          "max_speedup (3.0), else the crown is re-measured as implausible (value not yet measured)")
     ap.add_argument("--settle-max-noise", type=float, default=None, help="test phase only (CPU dry runs)")
     ap.add_argument("--settle-max-speedup", type=float, default=None, help="test phase only (CPU dry runs)")
-    ap.add_argument("--phases", default=",".join(NETUIDS),
+    ap.add_argument("--champion-bundle", default=str(REPO / "examples" / "attention.decode"),
+                    help="phase champion: the one bundle committed (the H200 crowned this one at C/B 1.29)")
+    ap.add_argument("--phases", default=DEFAULT_PHASES,
                     help=f"comma list of {', '.join(NETUIDS)} (one device call each fits under 10 minutes)")
     ap.add_argument("--test-cycles", type=int, help="test phase only: its arena runs this many timed cycles "
                     "(a TEST-named copy of --config, so a crown's four engines fit one device call)")
@@ -208,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
                                       seconds_per_block=0)
             chain.register(VALIDATOR, "e2e-cold", stake=1000.0, validator_permit=True)
             miners = {"miner-crown": Path(a.crown_bundle), "miner-fail": Path(a.fail_bundle)}
+            if phase == "champion":  # a real contribution crowned by the product path, nothing else
+                miners = {"miner-champion": Path(a.champion_bundle)}
             if phase == "product" and a.engine_factory:
                 miners.pop("miner-crown")  # CPU timing of an interpreted Triton bundle: minutes, no signal
             if phase == "test-handicap":
@@ -219,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
                 chain.advance(1)
             chain.advance(2)
             state = work / f"state-{phase}"
-            ran = product_phase(a, chain_path, state) if phase == "product" else test_phase(a, chain, state)
+            ran = (test_phase(a, chain, state) if phase == "test-handicap"
+                   else product_phase(a, chain_path, state, netuid))
             out["phases"][phase] = {"netuid": netuid, "commits": commits, **ran, **_report(state, chain, netuid)}
             chain.close()
     finally:

@@ -87,3 +87,27 @@ def test_the_test_phase_can_run_fewer_cycles_in_a_test_named_arena(tmp_path):
     assert cfg.speed.confirm_cycles == 2 and base.speed.confirm_cycles == 3 and cfg.speed.margin == base.speed.margin
     assert cfg.name.endswith("-TEST-e2e") and cfg.arena_id != base.arena_id
     assert gpu_e2e._test_config(argparse.Namespace(config=str(dense), test_cycles=None), tmp_path) == str(dense)
+
+
+@pytest.mark.slow
+def test_gpu_e2e_champion_phase_crowns_a_real_bundle_through_the_product_cli(tmp_path):
+    """The champion phase: one miner, no control, neurons/validator.py crowns what it commits
+    (on the H200: examples/attention.decode; here the CPU arena and the demo's fast CPU kernel)."""
+    root = h.seam_harness.write_runtime(tmp_path / "fake-sglang")
+    env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{h.REPO}", TRITON_INTERPRET="1",
+               CACHEON_ARENA_HOME=str(tmp_path / "arena-home"), CACHEON_HOME=str(tmp_path / "home"))
+    out = tmp_path / "e2e.json"
+    r = subprocess.run([sys.executable, "scripts/gpu_e2e.py", "--phases", "champion",
+                        "--champion-bundle", str(h.REPO / "examples" / "demo" / "cpu_rmsnorm"),
+                        "--out", str(out), "--work", str(tmp_path / "work"),
+                        "--engine-factory", "tests.arena.fake_engine:FakeEngine"],
+                       capture_output=True, text=True, env=env, cwd=h.REPO, timeout=900)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
+    rec = json.loads(out.read_text())
+    assert list(rec["phases"]) == ["champion"]
+    champ = rec["phases"]["champion"]
+    assert champ["netuid"] == 3 and list(champ["commits"]) == ["miner-champion"]
+    assert "--netuid" in champ["argv"] and champ["argv"][champ["argv"].index("--netuid") + 1] == "3"
+    crowns = champ["status"]["crowns"]
+    assert [c["hotkey"] for c in crowns] == ["miner-champion"], champ["status"]["contributions"]
+    assert champ["status"]["weights"]["state"] == "verified" and champ["chain_weights"]
