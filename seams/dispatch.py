@@ -92,32 +92,39 @@ class Registry:
 REGISTRY = Registry()
 
 
-def bind_present(spec: SlotSpec, args: Mapping[str, torch.Tensor]) -> dict[str, int] | None:
-    """Symbolic dims from the tensors that are present; None if they do not fit the slot."""
+def _bind(spec: SlotSpec, args: Mapping[str, torch.Tensor], explain: bool) -> tuple[dict[str, int] | None, str]:
+    """Symbolic dims from the tensors that are present, or None and (when asked) why not. The
+    reason is built only when a declined call is counted, never on the dispatch path."""
     dims: dict[str, int] = {}
     for a in spec.args:
         t = args.get(a.name)
         if t is None:
             continue
         if t.dim() != len(a.shape):
-            return None
+            return None, f"abi: {a.name} has {t.dim()} dims, the slot {len(a.shape)} {a.shape}" if explain else ""
         for expr, extent in zip(a.dims, t.shape):
             v = expr.solve(int(extent))
             if v is None or dims.setdefault(expr.name, v) != v:
-                return None
-    return dims
+                return None, f"abi: {a.name} extent {int(extent)} does not fit {expr.name} in {a.shape}" if explain else ""
+    return dims, ""
 
 
-def _layout_ok(spec: SlotSpec, args: Mapping[str, torch.Tensor], act: torch.dtype) -> bool:
+def bind_present(spec: SlotSpec, args: Mapping[str, torch.Tensor]) -> dict[str, int] | None:
+    """Symbolic dims from the tensors that are present; None if they do not fit the slot."""
+    return _bind(spec, args, False)[0]
+
+
+def _layout(spec: SlotSpec, args: Mapping[str, torch.Tensor], act: torch.dtype, explain: bool) -> str | None:
+    """None when every argument has the slot's dtype and layout, else (when asked) why not."""
     for a in spec.args:
         t = args[a.name]
-        if t.dtype != a.torch_dtype(act):
-            return False
+        if t.dtype != a.torch_dtype(act):  # e.g. an fp32 norm weight: a call the slot does not cover
+            return f"slot: {a.name} dtype {str(t.dtype).replace('torch.', '')}, the slot's {a.dtype}" if explain else ""
         if a.layout == "contiguous" and not t.is_contiguous():
-            return False
+            return f"abi: {a.name} not contiguous (strides {tuple(t.stride())})" if explain else ""
         if a.layout == "rows" and t.dim() and t.stride(-1) != 1:
-            return False
-    return True
+            return f"abi: {a.name} last dim not unit-stride (strides {tuple(t.stride())})" if explain else ""
+    return None
 
 
 def abi_mismatch(spec: SlotSpec, args: Mapping[str, torch.Tensor]) -> str:
@@ -125,30 +132,7 @@ def abi_mismatch(spec: SlotSpec, args: Mapping[str, torch.Tensor]) -> str:
     "abi:" reasons (rank, extent, layout) mean the seam handed the slot what its contract does not
     describe: arena/evidence.py makes that NO_DECISION. "slot:" reasons (a dtype the slot does not
     cover) and "manifest:" ones (the bundle's own choice) are stock's calls by design."""
-    dims: dict[str, int] = {}
-    for a in spec.args:
-        t = args.get(a.name)
-        if t is None:
-            continue
-        if t.dim() != len(a.shape):
-            return f"abi: {a.name} has {t.dim()} dims, the slot {len(a.shape)} {a.shape}"
-        for expr, extent in zip(a.dims, t.shape):
-            v = expr.solve(int(extent))
-            if v is None or dims.setdefault(expr.name, v) != v:
-                return f"abi: {a.name} extent {int(extent)} does not fit {expr.name} in {a.shape}"
-    return "slot: no activation-dtype tensor"
-
-
-def _layout_problem(spec: SlotSpec, args: Mapping[str, torch.Tensor], act: torch.dtype) -> str | None:
-    for a in spec.args:
-        t = args[a.name]
-        if t.dtype != a.torch_dtype(act):  # e.g. an fp32 norm weight: a call the slot does not cover
-            return f"slot: {a.name} dtype {str(t.dtype).replace('torch.', '')}, the slot's {a.dtype}"
-        if a.layout == "contiguous" and not t.is_contiguous():
-            return f"abi: {a.name} not contiguous (strides {tuple(t.stride())})"
-        if a.layout == "rows" and t.dim() and t.stride(-1) != 1:
-            return f"abi: {a.name} last dim not unit-stride (strides {tuple(t.stride())})"
-    return None
+    return _bind(spec, args, True)[1] or "slot: no activation-dtype tensor"
 
 
 def _ineligible(c: Candidate, spec: SlotSpec, dims: Mapping[str, int], dtype: torch.dtype) -> str:
@@ -198,8 +182,8 @@ def run(slot_id: str, tensors: Mapping[str, torch.Tensor], params: Mapping[str, 
                 _declined(registry, cands, f"abi: {a.name} not given and its shape {a.shape} is not bound")
                 return None
             args[a.name] = torch.empty(a.concrete_shape(dims), dtype=a.torch_dtype(act), device=device)
-    if not _layout_ok(spec, args, act):
-        _declined(registry, cands, _layout_problem(spec, args, act) or "abi: layout")
+    if _layout(spec, args, act, False) is not None:
+        _declined(registry, cands, _layout(spec, args, act, True) or "abi: layout")
         return None
     chosen.call(**args, **params)
     return args
