@@ -1,7 +1,7 @@
 """Red-team corpus for the arena's wall (issue 14, items 5 and 7): bundles that forge what the
 verdict reads, or behave differently while timed, run through the whole CPU arena (host, driver
 process, a separate fake scheduler process that imports the bundle, teacher T). Each must end
-FAIL with its reason. The bundles use Python the static allowlist would refuse (open, os,
+FAIL with its reason, except one documented limit (forged 'abi:' declines: at most NO_DECISION). The bundles use Python the static allowlist would refuse (open, os,
 monkeypatching): here they test the arena's own wall, as if that first wall had been breached."""
 
 from __future__ import annotations
@@ -162,3 +162,14 @@ def test_a_flooded_engine_log_stays_capped_on_disk_and_in_memory(env, monkeypatc
     assert size <= (1 << 20) + (16 << 10) + 200, size
     text = log.read_bytes()[-(16 << 10) - 200:]
     assert b"past the 1048576-byte log cap dropped" in text and b"FLOOD-END" in text, text[-300:]
+
+
+def test_forged_abi_declines_buy_at_most_a_no_decision(env):
+    """Known limit (docs/security.md, "Decline counts are the rank's word"): past wall 1 a kernel
+    in the scheduler rank can count 'abi:' declines for itself. What that buys is bounded: the
+    verdict is NO_DECISION (retried a bounded number of times, never charged), never a PASS, and
+    no teacher or confirmation engine is spent on it. Through the product path wall 1 refuses the
+    bundle (tests/adversarial/static/forge_abi_decline: P009 importing seams)."""
+    r = run("forge_abi_decline", env)
+    assert r["verdict"] == "NO_DECISION" and "outside its ABI" in r["reason"], r["reason"]
+    assert "teacher" not in r["stages"] and "confirm" not in r["stages"], sorted(r["stages"])
