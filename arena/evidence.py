@@ -78,14 +78,13 @@ def check(receipts: Sequence[dict[str, Any]], slot: str, ranks: Iterable[int],
     if incumbent:
         baseline += [p for p in coverage(receipts, [inc_key], ranks).problems if inc_key in p]
     routes: dict[int, list[dict[str, Any]]] = {}
+    arena: list[str] = []
+    notes: list[str] = []
+    keys = ((slot, "candidate"), (inc_key, "incumbent")) if incumbent else ((slot, "candidate"),)
     for r in receipts:
         if r.get("role") == "scheduler":
             routes[int(r.get("rank", -1))] = list(r.get("routes", []))
-    arena: list[str] = []
-    notes: list[str] = []
-    for r in receipts:
-        if r.get("role") == "scheduler":
-            for key, who in ((slot, "candidate"), *(((inc_key, "incumbent"),) if incumbent else ())):
+            for key, who in keys:
                 abi, info = _declines(r, key, who)
                 arena += abi
                 notes += info
