@@ -12,6 +12,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -165,12 +166,25 @@ def test_setsid_double_fork_survivor_dies_with_the_run(host, tmp_path):
     ctx, _, _ = host
     proc = sandbox.launch([sys.executable, str(HERE / "survivor.py"), json.dumps(ctx)], scratch=tmp_path / "w",
                           policy=POLICY)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not _with_marker(ctx["marker"]):
+    lines: list[str] = []
+    reader = threading.Thread(target=read_lines, args=(proc, lines), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 90  # a loaded 2-core CI box: generous, it ends as soon as the line comes
+    while time.monotonic() < deadline and proc.poll() is None and not any("survivor_spawned" in x for x in lines):
         time.sleep(0.1)
-    assert _with_marker(ctx["marker"]), "the survivor never started (the test would prove nothing)"
+    started = any("survivor_spawned" in x for x in lines) and _with_marker(ctx["marker"])
+    if not started:
+        sandbox.stop(proc)
+        reader.join(5)
+    assert started, f"the survivor never started (the test would prove nothing); rc={proc.poll()} output={lines[-20:]}"
     sandbox.stop(proc)
     assert _with_marker(ctx["marker"]) == []
+
+
+def read_lines(proc, lines: list[str]) -> None:
+    """Everything the sandboxed script prints, as it comes, so a launch that failed says why."""
+    for raw in proc.stdout:
+        lines.append(raw.decode(errors="replace").rstrip())
 
 
 def _with_marker(marker: str) -> list[int]:
