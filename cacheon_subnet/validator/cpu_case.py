@@ -54,6 +54,20 @@ def paired_figures(bs: list[float], b2s: list[float], cs: list[float]) -> tuple[
     return math.exp(center), math.expm1(max(spread, drift))
 
 
+FAR_SLOWER = 10.0  # one full round decides: both C batches at a tenth of the speed of either B
+
+
+def clearly_slower(bs: list[float], b2s: list[float], cs: list[float]) -> bool:
+    """The candidate has lost whatever more rounds read: after one round when both of its
+    batches took over FAR_SLOWER times the slower baseline batch (the CPU interpreter's Triton
+    is ~1000x), after two when its median is over twice the baseline's. A busy box slows B, C
+    and B' of a round alike, so neither reading comes from contention (charges are CPU time)."""
+    rounds = len(bs)
+    if rounds >= 1 and min(cs) > FAR_SLOWER * max(bs + b2s):
+        return True
+    return rounds >= 2 and statistics.median(cs) > 2 * statistics.median(bs + b2s)
+
+
 def off_cpu_failure(off_cpu: dict[str, float], max_off_cpu: float, busy: float) -> TimingFailure | None:
     """Wall/CPU of each side's counted batches. A candidate far more off its CPU clock than the
     baseline did work the charge cannot see (FAIL) -- unless the clean baseline itself waited that
@@ -155,8 +169,8 @@ class CaseTimer:
             rounds += 1
             if rounds >= q.max_rounds:
                 break
-            if rounds >= 2 and statistics.median(cs) > 2 * statistics.median(bs + b2s):
-                break  # clearly slower (half the speed or worse): a verdict already; more rounds add nothing
+            if clearly_slower(bs, b2s, cs):
+                break  # a verdict already: more rounds add nothing
             if rounds >= q.min_iters:
                 noise, spent = paired_figures(bs, b2s, cs)[1], time.monotonic() - t_start
                 # Past the budget only while the band is still too wide to decide on (a noisy box

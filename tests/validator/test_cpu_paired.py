@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from cacheon_subnet.validator.cpu_case import paired_figures
+from cacheon_subnet.validator.cpu_case import clearly_slower, paired_figures
 
 
 def _rounds(n, gain, load, jitter, seed=7, bias=0.0):
@@ -60,3 +60,17 @@ def test_off_cpu_work_fails_on_a_quiet_box_and_is_undecided_on_a_busy_one():
     assert quiet is not None and quiet.side == "candidate" and "off its CPU clock" in quiet.reason
     busy = off_cpu_failure({"baseline": 4.63, "candidate": 10.04}, 2.0, 1.5)
     assert busy is not None and busy.side == "box" and "too busy" in busy.reason
+
+
+def test_a_far_slower_candidate_is_decided_after_one_round_and_only_then():
+    # the CPU interpreter's Triton: ~1000x the reference in both C batches of round 1
+    assert clearly_slower([10.0], [11.0], [9000.0, 9500.0])
+    # one C batch merely slow (a first-touch hiccup, a co-tenant) decides nothing after one round
+    assert not clearly_slower([10.0], [11.0], [9000.0, 12.0])
+    # a B batch as slow as C (the whole box was slow) decides nothing either
+    assert not clearly_slower([10.0], [2000.0], [9000.0, 9500.0])
+    # a faithful copy of the baseline never stops early, whatever the round count
+    assert not clearly_slower([10.0, 10.2], [10.1, 9.9], [10.0, 10.3, 9.8, 10.1])
+    # two rounds at a third of the speed: the older rule, kept
+    assert clearly_slower([10.0, 10.0], [10.0, 10.0], [30.0, 31.0, 29.0, 30.0])
+    assert not clearly_slower([10.0], [10.0], [30.0, 31.0])  # ... but not after one round
