@@ -124,6 +124,19 @@ class SequentialSection:
 
 
 @dataclass(frozen=True)
+class TeacherSection:
+    """The pristine teacher T (arena/resident.py). Optional table: at its defaults it is not part
+    of the arena's identity, so arenas written before it keep their id."""
+
+    # keep one T across verdicts instead of starting one per graded verdict (off until its effect
+    # on drift and role bias, as an idle co-tenant of the timed engines, is measured on a GPU)
+    resident: bool = False
+    mem_fraction_static: float = 0.25  # a resident T's share beside the timed engine's
+    canary_atol: float = 1e-3  # how far T's canary logprobs may move since its first reading
+    max_jobs: int = 200  # a resident T is recycled after this many verdicts
+
+
+@dataclass(frozen=True)
 class LimitsSection:
     engine_start_timeout_s: float = 300.0
     total_timeout_s: float = 1200.0
@@ -141,6 +154,7 @@ class ArenaConfig:
     speed: SpeedSection
     limits: LimitsSection
     sequential: SequentialSection = field(default_factory=SequentialSection)
+    teacher: TeacherSection = field(default_factory=TeacherSection)
 
     @property
     def real(self) -> bool:
@@ -189,6 +203,8 @@ class ArenaConfig:
     def identity(self) -> dict[str, Any]:
         """Everything that changes what the arena measures (the path and name do not)."""
         doc = {k: v for k, v in asdict(self).items() if k not in ("path", "name")}
+        if self.teacher == TeacherSection():  # optional table: at its defaults, the id of before
+            del doc["teacher"]
         doc["schema"] = SCHEMA
         doc["pins"] = {"sglang": SGLANG_PIN, "sglang_kernel": SGLANG_KERNEL_PIN, "torch": TORCH_PIN}
         if self.real:  # the digest covers config.json, weights and tokenizer; where it lives does not count
@@ -217,7 +233,8 @@ class ArenaConfig:
 
 _SECTIONS = {"model": ModelSection, "engine": EngineSection, "workload": WorkloadSection,
              "quality": QualitySection, "speed": SpeedSection, "limits": LimitsSection,
-             "sequential": SequentialSection}
+             "sequential": SequentialSection, "teacher": TeacherSection}
+OPTIONAL_SECTIONS = ("teacher",)
 
 
 def _section(path: Path, name: str, cls: type, raw: Any) -> Any:
@@ -370,6 +387,12 @@ def _check(path: Path, cfg: ArenaConfig, raw_model: Mapping[str, Any] | None = N
         raise bad("[sequential] min_cycles", f"must be in 1..[workload] cycles ({w.cycles})")
     if q2.enabled and q2.min_cycles < 2:
         raise bad("[sequential] min_cycles", "at least 2 when enabled (the fixed verdict needs 2 cycles)")
+    t = cfg.teacher
+    if not (0.05 <= t.mem_fraction_static <= 0.5 and 0 < t.canary_atol <= 0.1 and 1 <= t.max_jobs <= 100000):
+        raise bad("[teacher]", "mem_fraction_static in 0.05..0.5, 0 < canary_atol <= 0.1, max_jobs in 1..100000")
+    if t.resident and cfg.engine.mem_fraction_static + t.mem_fraction_static > 0.95:
+        raise bad("[teacher] mem_fraction_static", f"a resident teacher shares the GPU with the timed engine: "
+                  f"{t.mem_fraction_static} + [engine] mem_fraction_static {cfg.engine.mem_fraction_static} > 0.95")
     if s.metric not in SPEED_METRICS:
         raise bad("[speed] metric", " or ".join(SPEED_METRICS))
     if cfg.quality.policy:
@@ -400,7 +423,7 @@ def load_config(path: str | Path) -> ArenaConfig:
     extra = sorted(k for k, v in raw.items() if isinstance(v, dict) and k not in _SECTIONS)
     if extra:
         raise ArenaConfigError(f"{path}: unknown table(s) {extra} (known: {', '.join(_SECTIONS)})")
-    missing = [n for n in _SECTIONS if n not in raw]
+    missing = [n for n in _SECTIONS if n not in raw and n not in OPTIONAL_SECTIONS]
     if missing:
         raise ArenaConfigError(f"{path}: missing table(s) {missing}: every part of an arena's identity is "
                                "written out (see configs/arena/dense.toml)")

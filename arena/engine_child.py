@@ -27,6 +27,9 @@ Steps:
    (driver-only) keeps its outputs for the host's after-the-fact quality sample
   {"op": "route", "route", "epoch", "tag", "nonce", "rpc": [n]}      -> Engine.collective_rpc
   {"op": "teacher", "tag", "nonce", "sequences": [{"key", "prompt", "cont"}], "top_k"}
+A job with "serve" (a nonce; arena/resident.py: the pristine teacher kept across verdicts)
+keeps the engine after "done": the next line on fd J is {"nonce": <serve>, "job": {...}} (the next
+job, with its own nonces, run in the same engine) or {"nonce": <serve>, "stop": true}.
 A step with "gate" (the last window of a cycle, when the host runs the sequential test) is
 followed by one JSON line on fd J, {"nonce": <its gate nonce>, "go": bool}: on false the driver
 runs no further step. After the steps, if outputs were kept: record "outputs_ready", then one
@@ -301,19 +304,48 @@ class Driver:
             seqs[tag] = [{"key": int(i), "prompt": prompts[int(i)], **kept["outs"][int(i)]} for i in keys]
         self.emit({"op": "sample", "sequences": seqs})
 
+    def steps(self) -> None:
+        for step in self.job["steps"]:
+            rec = getattr(self, step["op"])(step)
+            rec["step"] = step.get("tag", step["op"])
+            self.emit(rec, step["nonce"])
+            if step.get("gate") and not self.go(step):
+                break  # the host's sequential test decided: no more windows
+        if self.kept:
+            self.sample()
+        self.emit({"op": "done"})
+
+    def next_job(self) -> dict[str, Any] | None:
+        """A resident engine (arena/resident.py): after "done", one line on the job pipe hands
+        over the next job, echoing this job's `serve` nonce; a stop, or the pipe closed, ends it."""
+        line = self.job_file.readline() if self.job_file else ""
+        if not line:
+            return None
+        from seams.answers import ForgeryError
+
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            raise ForgeryError("the job pipe carried a line that is not the host's next job") from None
+        if not isinstance(msg, dict) or msg.get("nonce") != self.job.get("serve"):
+            raise ForgeryError("a next job without the host's serve nonce arrived on the job pipe")
+        nxt = msg.get("job")
+        if msg.get("stop") or not isinstance(nxt, dict):
+            return None
+        return nxt
+
     def run(self) -> int:
         try:
             self.start()
-            for step in self.job["steps"]:
-                rec = getattr(self, step["op"])(step)
-                rec["step"] = step.get("tag", step["op"])
-                self.emit(rec, step["nonce"])
-                if step.get("gate") and not self.go(step):
-                    break  # the host's sequential test decided: no more windows
-            if self.kept:
-                self.sample()
-            self.emit({"op": "done"})
-            return 0
+            while True:
+                self.steps()
+                if not self.job.get("serve"):
+                    return 0
+                nxt = self.next_job()
+                if nxt is None:
+                    return 0
+                # the same engine, a new job: its own nonces; nothing kept from the last one
+                self.job, self._life, self.kept = nxt, list(nxt.get("lifecycle_nonces", [])), {}
         except BaseException as e:  # noqa: BLE001 - the host reads the reason from the record pipe
             from seams.answers import ForgeryError
 

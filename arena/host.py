@@ -300,6 +300,17 @@ def _send_job(fd: int, job: dict[str, Any]) -> None:
         pass  # the driver died before reading: its exit says why
 
 
+def engine_policy(spec: EngineSpec, caches: Mapping[str, str], inside: Mapping[str, str],
+                  env: Mapping[str, str]) -> sandbox.SandboxPolicy:
+    """The wall of every engine, one-shot (run_engine) or resident (arena/resident.py)."""
+    ro, rw = view_paths(spec)
+    return sandbox.SandboxPolicy(wall_timeout_s=spec.timeout_s, cpu_seconds=None, file_bytes=64 << 30,
+                                 open_files=65536, isolate_network=spec.isolate_network, loopback=True,
+                                 max_processes=16384, scratch_bytes=16 << 30, tmp_bytes=16 << 30, inodes=1 << 20, gpu=True,
+                                 ro_paths=ro, rw_paths=rw, fixed_binds=tuple((caches[k], inside[k]) for k in caches),
+                                 extra_env={**env, **inside})
+
+
 def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0) -> EngineRun:
     """Run one engine job to completion (or its limit) and return every record it sent."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -322,12 +333,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     timing["copy_in_s"] = round(time.monotonic() - tc, 2)
     inside = {k: f"{JIT_INSIDE}/{Path(v).name}" for k, v in caches.items()}  # one path in every engine
     env = {k: v for k, v in spec.env.items() if k not in CACHE_KEYS}
-    ro, rw = view_paths(spec)
-    policy = sandbox.SandboxPolicy(wall_timeout_s=spec.timeout_s, cpu_seconds=None, file_bytes=64 << 30,
-                                   open_files=65536, isolate_network=spec.isolate_network, loopback=True,
-                                   max_processes=16384, scratch_bytes=16 << 30, tmp_bytes=16 << 30, inodes=1 << 20, gpu=True,
-                                   ro_paths=ro, rw_paths=rw, fixed_binds=tuple((caches[k], inside[k]) for k in caches),
-                                   extra_env={"PYTHONPATH": pythonpath, **env, **inside})
+    policy = engine_policy(spec, caches, inside, {"PYTHONPATH": pythonpath, **env})
     log_path = workdir / f"{spec.name}.log"
     visible = spec.env.get("CUDA_VISIBLE_DEVICES")
     baseline = gpu_memory_used_mib(visible)

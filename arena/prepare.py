@@ -30,6 +30,7 @@ class RunOptions:
     # T grades only a speed PASS (a slower or undecided kernel is not crowned whatever its
     # quality, and T is an engine start); calibration runs and controls grade every verdict
     grade_always: bool = False
+    teachers: Any = None  # arena.resident.TeacherPool for a resident T (default: the process's own)
 
 
 # stock-as-candidate: stock vs stock through the candidate route -> the role bias (speed only).

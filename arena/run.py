@@ -29,7 +29,7 @@ from arena.prepare import (  # noqa: F401 - re-exported: callers import them fro
     preflight,
     stock_control_op,
 )
-from arena.stage import StageContext, run_stage
+from arena.stage import StageContext, resident_stage, run_stage
 from arena.jobs import (
     mirror,
     resident_steps,
@@ -134,6 +134,19 @@ class Qualification:
         self.result = self.result.with_stage(record)
         self.save()
         return run
+
+    def _teacher(self, job: dict[str, Any], env: dict[str, str]) -> EngineRun:
+        """T in a fresh engine, or in the resident one ([teacher] resident: arena/resident.py)."""
+        if not self.cfg.teacher.resident:
+            return self._engine("teacher", job, env)
+        from arena import resident
+
+        ctx = StageContext(self.cfg, self.opts.workdir, self.t0, self.opts.devices, self.opts.isolate_network)
+        runs = resident_stage(ctx, "teacher", job, env, self.opts.teachers or resident.POOL)
+        for _, record in runs:
+            self.result = self.result.with_stage(record)
+        self.save()
+        return runs[-1][0]
 
     def _candidate_env(self, tree_root: Path) -> tuple[dict[str, str], str | None]:
         """Seal the challenger (and the incumbent) into a fresh engine tree; the role-bias control
@@ -330,7 +343,7 @@ class Qualification:
             return "NO_DECISION", "quality sample: no output of a timed C window came back to be graded"
         flat = {f"{name}-{role}": v for name, by in seqs.items() for role, v in by.items()}
         pristine = seam_environment(())
-        teacher = self._engine("teacher", {**base, "steps": teacher_steps(self.cfg, flat)}, pristine)
+        teacher = self._teacher({**base, "steps": teacher_steps(self.cfg, flat)}, pristine)
         if teacher.forgery:
             return "FAIL", f"forging attempt in the teacher engine's records: {teacher.forgery}"
         if teacher.error:

@@ -48,3 +48,30 @@ def run_stage(ctx: StageContext, name: str, job: dict[str, Any], env: dict[str, 
     routes = tuple(r for r in run.records if r.get("op") == "route")
     return run, StageRecord(name, run.wall_s, run.rc, run.timed_out, run.gpu_free, run.error, run.forgery,
                             starts, routes, run.timing)
+
+
+def resident_stage(ctx: StageContext, name: str, job: dict[str, Any], env: dict[str, str],
+                   pool: Any) -> list[tuple[EngineRun, StageRecord]]:
+    """The pristine teacher in its resident engine (arena/resident.py): every attempt with its
+    record ("teacher", then "teacher-retry" when the first one failed and a fresh T regraded)."""
+    from arena.home import default_home
+
+    cfg, t = ctx.cfg, ctx.cfg.teacher
+    left = cfg.limits.total_timeout_s - (time.monotonic() - ctx.t0)
+    if ctx.devices is not None:
+        env = {**env, "CUDA_VISIBLE_DEVICES": ctx.devices}
+    # beside the timed engine on its GPU: its own share, and rank 0 blocks on its sockets when idle
+    job = {**job, "engine_kwargs": {**job["engine_kwargs"], "mem_fraction_static": t.mem_fraction_static,
+                                    "sleep_on_idle": True}, "start_diag": False}
+    ckpt = (job.get("checkpoint") or {}).get("dir")
+    spec = EngineSpec(name, job, env, timeout_s=max(30.0, left), start_timeout_s=cfg.limits.engine_start_timeout_s,
+                      isolate_network=ctx.isolate_network, seed_caches=seed_caches(),
+                      ro_paths=tuple(p for p in (ckpt,) if p))
+    runs = pool.run(spec, ctx.workdir, default_home() / "arena" / "resident", atol=t.canary_atol,
+                    max_jobs=t.max_jobs, start_timeout_s=cfg.limits.engine_start_timeout_s)
+    out = []
+    for i, run in enumerate(runs):
+        starts = tuple(r for r in run.records if r.get("op") in ("checkpoint", "started"))
+        out.append((run, StageRecord(name if i == 0 else f"{name}-retry", run.wall_s, run.rc, run.timed_out,
+                                     run.gpu_free, run.error, run.forgery, starts, (), run.timing)))
+    return out

@@ -155,6 +155,15 @@ case "${1:-}" in
     step sprt-loser 200 $C arena run --config /tmp/dense-sprt.toml --control slowdown --slot norm.rmsnorm --handicap-us "${SLOW_US:-500}" --out "$OUT/sprt-loser.json"
     head -8 "$OUT/sprt-loser.txt"
     ;;
+  resident)  # issue 19 item 1: the resident teacher on the H200. A TEST copy of dense.toml ([teacher] resident,
+              # 3 cycles): two handicap verdicts in one process, so the second grades in the first one's T
+              # (stages.teacher.host_timing.reused = 1); drift and verdict time with T idle beside the timed engines
+    sed 's/^name = "\(.*\)"/name = "\1-resident-TEST"/; s/^cycles = 8 /cycles = 3 /' configs/arena/dense.toml > /tmp/dense-resident.toml
+    printf '\n[teacher]\nresident = true\n' >> /tmp/dense-resident.toml
+    step resident 560 python3 scripts/arena_benchmarks.py --config /tmp/dense-resident.toml --runs "${2:-handicap,handicap}" \
+      --slot norm.rmsnorm --out "$OUT/resident.json"
+    cat "$OUT/resident.txt"; grep -o '"reused": [0-9.]*' /var/tmp/cacheon/arena/*/*/result.json 2>/dev/null
+    ;;
   mini)  # a short TEST verdict (2 cycles of 32-token windows, 1 warm-up, no settle, no confirmation): does the
           # candidate run in the graphs the windows replay (route acks), and which way does the decode clock move?
     ex=${2:?usage: $0 mini examples/SLOT}; n=$(basename "$ex")
@@ -186,6 +195,7 @@ case "${1:-}" in
       profile) need 150 profile && mode profile ;;
       attnsweep) need 300 attnsweep && mode attnsweep ;;
       sprt) need 400 sprt && mode sprt ;;
+      resident) need 560 resident && mode resident ;;
       sm-assemble) need 60 "$m" && mode sm-assemble ;;
       sm-warm) need 120 "$m" && mode sm-warm ;;
       *) need 300 "$m" && mode "$m" ;;

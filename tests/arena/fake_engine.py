@@ -388,3 +388,38 @@ class StartCompilingCore(FakeCore):
         subprocess.run([tool, "1.5"], check=True)
         shutil.rmtree(d, ignore_errors=True)
         super().__init__(**kwargs)
+
+
+POISON = 7777  # a token id a hostile contribution's outputs carry into the teacher
+
+
+class StatefulTeacherCore(FakeCore):
+    """A teacher that keeps state across requests (what a resident T must never let reach the
+    next verdict): once it has graded a sequence with POISON, every logprob it reports moves."""
+
+    shift = 0.0
+
+    def generate(self, input_ids: list[list[int]], sampling_params: dict, **kw: Any) -> list[dict]:
+        if kw.get("logprob_start_len") is not None and any(POISON in ids for ids in input_ids):
+            self.shift = 0.5
+        return super().generate(input_ids, sampling_params, **kw)
+
+    def logprobs(self, ids: list[int], category: str = "decode") -> torch.Tensor:
+        return super().logprobs(ids, category) + self.shift
+
+
+class CrashingTeacherCore(FakeCore):
+    """A teacher that dies on a hostile sequence: only that verdict may pay for it."""
+
+    def generate(self, input_ids: list[list[int]], sampling_params: dict, **kw: Any) -> list[dict]:
+        if kw.get("logprob_start_len") is not None and any(POISON in ids for ids in input_ids):
+            os._exit(9)
+        return super().generate(input_ids, sampling_params, **kw)
+
+
+class StatefulTeacherEngine(_Proxy):
+    core = "StatefulTeacherCore"
+
+
+class CrashingTeacherEngine(_Proxy):
+    core = "CrashingTeacherCore"
