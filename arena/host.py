@@ -23,11 +23,12 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from arena.channel import MAX_RECORD_BYTES, RecordStream, seal
+from arena.diskwatch import DiskLimits, DiskWatch
 from arena.home import CACHE_KEYS, JIT_CACHES, cache_part
 from cacheon_subnet import lifecycle, progress, sandbox
 from cacheon_subnet.log import get_logger
@@ -54,11 +55,16 @@ class EngineRun:
     # seconds of the host's own steps around the engine (copy the seeds in, launch, until the
     # "started" record, stop, GPU free, copy back): measured here, so unlike the driver's diag trusted
     timing: Mapping[str, float] = field(default_factory=dict)
+    # stopped for what it wrote to the host's disk (arena/diskwatch.py): (kind, why), kind
+    # "growth" (its own writes: the candidate's, where one was loaded) or "reserve" (the host's disk)
+    disk: tuple[str, str] | None = None
 
     @property
     def error(self) -> str | None:
         if self.forgery:
             return f"forging attempt: {self.forgery}"
+        if self.disk:
+            return f"engine stopped: {self.disk[1]}"
         for r in self.records:
             if r.get("op") == "error":
                 return r["error"]
@@ -334,6 +340,12 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     inside = {k: f"{JIT_INSIDE}/{Path(v).name}" for k, v in caches.items()}  # one path in every engine
     env = {k: v for k, v in spec.env.items() if k not in CACHE_KEYS}
     policy = engine_policy(spec, caches, inside, {"PYTHONPATH": pythonpath, **env})
+    # what it may add to the host's disk: its own writable host dirs, only where contribution code
+    # runs (a pristine engine writes the checkpoint); the free-space reserve holds for every engine
+    limits = DiskLimits.from_env()
+    if may_warm_caches(spec):
+        limits = replace(limits, growth_bytes=1 << 62, max_files=1 << 62)
+    watch = DiskWatch([Path(p) for p in (*policy.rw_paths, *caches.values())], limits)
     log_path = workdir / f"{spec.name}.log"
     visible = spec.env.get("CUDA_VISIBLE_DEVICES")
     baseline = gpu_memory_used_mib(visible)
@@ -358,6 +370,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
             logf.writer_passed()
         timing["launch_s"] = round(time.monotonic() - t0, 2)  # the wall: uid lease, chown, tmpfs, bwrap exec
         reader.start()
+        watch.start()
         threading.Thread(target=_send_job, args=(job_w, job), daemon=True).start()
         log.info("arena.engine.start", engine=spec.name, pid=proc.pid, timeout_s=spec.timeout_s)
         timed_out = False
@@ -367,8 +380,8 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
                 if lifecycle.SHUTDOWN.is_set():
                     break
                 now = time.monotonic()
-                if now - t0 > spec.timeout_s or stream.forgery:
-                    timed_out = not stream.forgery
+                if now - t0 > spec.timeout_s or stream.forgery or watch.breach:
+                    timed_out = not (stream.forgery or watch.breach)
                     break
                 if start_deadline and now > start_deadline:
                     if reader.started.is_set():
@@ -382,6 +395,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
             ts = time.monotonic()
             sandbox.stop(proc, grace_s=lifecycle.SHUTDOWN_GRACE_S if lifecycle.SHUTDOWN.is_set() else 10.0)
             timing["stop_s"] = round(time.monotonic() - ts, 2)
+            disk = watch.stop()
     if lifecycle.SHUTDOWN.is_set():  # no verdict from a run we cut short; the GPU must be free first
         gpu_free = _wait_gpu_free(baseline, min(gpu_free_timeout_s, 15.0), visible)
         reader.join(timeout=5)
@@ -403,7 +417,12 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     tg = time.monotonic()
     gpu_free = _wait_gpu_free(baseline, gpu_free_timeout_s, visible)
     timing["gpu_free_s"] = round(time.monotonic() - tg, 2)
-    if may_warm_caches(spec):
+    if disk and disk[0] == "growth":  # what it wrote must not outlive the run: the record is in the result
+        for d in policy.rw_paths:
+            shutil.rmtree(d, ignore_errors=True)
+            os.makedirs(d, exist_ok=True)
+        log.warning("arena.engine.disk", engine=spec.name, why=disk[1])
+    if may_warm_caches(spec) and not disk:
         tw = time.monotonic()
         warm_seed_caches(caches, {**seeds, **spec.seed_caches})
         timing["copy_back_s"] = round(time.monotonic() - tw, 2)
@@ -412,7 +431,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     log.info("arena.engine.end", engine=spec.name, rc=proc.returncode, timed_out=timed_out, wall_s=round(wall, 1),
              gpu_free=gpu_free, forgery=stream.forgery)
     return EngineRun(tuple(stream.records), proc.returncode, timed_out, wall, tail, gpu_free, stream.forgery,
-                     stream.truncated, timing)
+                     stream.truncated, timing, disk)
 
 
 def _wait_gpu_free(baseline: list[int] | None, timeout_s: float, visible: str | None = None,

@@ -168,6 +168,13 @@ class Qualification:
         the candidate's (FAIL); an engine fault is only when the receipts implicate it."""
         if run.forgery:
             return "FAIL", f"forging attempt in the {name} engine: {run.forgery}"
+        if run.disk:
+            kind, why = run.disk
+            if kind == "reserve":
+                return "NO_DECISION", f"the host's disk is nearly full (infrastructure: free space, then retry): {why}"
+            if self.incumbent:  # both trees ran in that engine: the writes are not attributable
+                return "NO_DECISION", f"the {name} engine was stopped (challenger and incumbent both loaded): {why}"
+            return "FAIL", f"the {name} engine with the candidate was stopped: {why}"
         early = next((r for r in run.records if r.get("op") == "error" and r.get("kind") in ("evidence", "abi")), None)
         if early and early.get("kind") == "abi":
             return "NO_DECISION", ("the engine called the slot with arguments outside its ABI, so the kernel never ran "

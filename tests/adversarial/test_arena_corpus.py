@@ -173,3 +173,25 @@ def test_forged_abi_declines_buy_at_most_a_no_decision(env):
     r = run("forge_abi_decline", env)
     assert r["verdict"] == "NO_DECISION" and "outside its ABI" in r["reason"], r["reason"]
     assert "teacher" not in r["stages"] and "confirm" not in r["stages"], sorted(r["stages"])
+
+
+def test_a_candidate_that_fills_the_host_disk_is_stopped_and_leaves_nothing(env, monkeypatch):
+    """Past wall 1, a kernel writes its engine's host-visible dirs (the receipts dir outlives the
+    run, in the verdict's workdir; the JIT cache copies are on disk too). The host's disk watch
+    (arena/diskwatch.py, limit lowered here to 32 MiB) stops the engine: FAIL, and the ballast is gone."""
+    monkeypatch.setenv("CACHEON_ENGINE_DISK_GIB", str(32 / 1024))
+    r = run("fill_host_disk", env)
+    assert r["verdict"] == "FAIL" and "host-visible dirs" in r["reason"], r["reason"]
+    left = [p for p in (env / "work").rglob("ballast-*")]
+    assert not left, left
+
+
+def test_broken_control_without_the_disk_watch_the_ballast_stays(env, monkeypatch):
+    import arena.diskwatch
+
+    monkeypatch.setenv("CACHEON_ENGINE_DISK_GIB", str(32 / 1024))
+    monkeypatch.setattr(arena.diskwatch.DiskWatch, "check", lambda self: None)
+    r = run("fill_host_disk", env)
+    assert "host-visible dirs" not in r["reason"]
+    left = sum(p.stat().st_size for p in (env / "work").rglob("ballast-*"))
+    assert left >= 48 << 20, left  # the receipts dir kept it after the run: what the watch is there to stop
