@@ -132,6 +132,14 @@ case "${1:-}" in
   sm-warm)
     step sm-warm 300 $C arena warm --config configs/arena/smollm2.toml; cat "$OUT/sm-warm.txt"
     ;;
+  sm-attnsweep)  # issue 17: decode attention at SmolLM2's shapes (HQ 9, HK 3, D 64; bs 1..256 at its context)
+    step sm-attnsweep 400 python3 scripts/sweep_attention_decode.py --config configs/arena/smollm2.toml --out "$OUT/sm-attnsweep.json"
+    head -70 "$OUT/sm-attnsweep.txt"
+    ;;
+  sm-profile)  # issue 17 item 1 for the real-model arena: per-slot share of SmolLM2's decode step and prefill
+    step sm-profile 300 python3 scripts/profile_decode.py --config configs/arena/smollm2.toml --out "$OUT/sm-profile.json" \
+      --trace-dir /tmp/cacheon-sm-profile; cat "$OUT/sm-profile.txt"
+    ;;
   sm-example)  # a faithful example in the real-model arena (quality graded although speed FAILs)
     ex=${2:?usage: $0 sm-example examples/SLOT}; n=$(basename "$ex")
     step "sm-$n" 575 $C arena run --config configs/arena/smollm2.toml --bundle "$ex" --grade-always --out "$OUT/sm-$n.json"
@@ -198,6 +206,8 @@ case "${1:-}" in
       resident) need 560 resident && mode resident ;;
       sm-assemble) need 60 "$m" && mode sm-assemble ;;
       sm-warm) need 120 "$m" && mode sm-warm ;;
+      sm-attnsweep) need 300 "$m" && mode sm-attnsweep ;;
+      sm-profile) need 150 "$m" && mode sm-profile ;;
       *) need 300 "$m" && mode "$m" ;;
     esac; pkill -9 -f 'arena[.]engine_child|sglang[.]srt' 2>/dev/null; done; [ -n "${PACK:-}" ] && packcache
     ;;
