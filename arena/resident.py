@@ -32,7 +32,7 @@ from typing import Any, BinaryIO
 from arena.channel import MAX_RECORD_BYTES, RecordStream, nonce, seal
 from arena.host import JIT_INSIDE, REPO, EngineRun, EngineSpec, engine_policy, plugin_site, private_caches
 from arena.home import CACHE_KEYS
-from cacheon_subnet import sandbox
+from cacheon_subnet import lifecycle, sandbox
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.sandbox.logsink import LogSink
 
@@ -150,7 +150,11 @@ class ResidentEngine:
                 self.poisoned = f"the job pipe is closed ({e})"
                 cur.done.set()
             self._serve = sealed["serve"]
-            finished = cur.done.wait(timeout_s)
+            finished, deadline = False, t0 + timeout_s
+            while not (finished := cur.done.wait(0.2)) and time.monotonic() < deadline:
+                if lifecycle.SHUTDOWN.is_set():  # the validator is stopping: no verdict from a cut job
+                    self.poisoned = "stopped by a shutdown request"
+                    raise lifecycle.Interrupted(f"resident engine {name}: job stopped by a shutdown request")
         finally:
             with self._lock:
                 self._cur = None
@@ -287,7 +291,11 @@ class TeacherPool:
                     self._started += 1  # its own dir: another process's T of the same key is not this one
                     t = self._teachers[key] = ResidentTeacher(spec, home / key / f"{os.getpid()}-{self._started}", atol)
                 left = spec.timeout_s if not fresh or not start_timeout_s else spec.timeout_s + start_timeout_s
-                run = t.grade(spec.name if not attempts else f"{spec.name}-retry", dict(spec.job), workdir, left)
+                try:
+                    run = t.grade(spec.name if not attempts else f"{spec.name}-retry", dict(spec.job), workdir, left)
+                except BaseException:  # a shutdown (or a host bug): this T runs nothing more
+                    self._drop(key)
+                    raise
                 attempts.append(run)
                 if not run.error:
                     return attempts

@@ -147,3 +147,22 @@ def test_the_teacher_table_is_optional_and_its_defaults_keep_the_arena_id(tmp_pa
 
     with pytest.raises(ArenaConfigError, match=r"\[teacher\] mem_fraction_static.*shares the GPU"):
         load_config(crowded)
+
+
+def test_a_shutdown_ends_a_teacher_job_at_once_and_stops_the_teacher(env, pool):
+    import threading
+    import time
+
+    from cacheon_subnet import lifecycle
+
+    timer = threading.Timer(1.0, lifecycle.SHUTDOWN.set)
+    timer.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(lifecycle.Interrupted):
+            _grade(pool, "HangingEngine", _sequences(1), env, "a")  # would wait out its 120 s limit
+    finally:
+        timer.cancel()
+        lifecycle.SHUTDOWN.clear()
+    assert time.monotonic() - t0 < 30
+    assert not pool._teachers  # stopped, not left running for the next verdict
