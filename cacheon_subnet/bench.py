@@ -114,11 +114,16 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
     env: dict[str, Any] = {}
     hbm = None
     try:
+        progress.note(f"bench: starting the sandboxed worker ({opts.device})" + (
+            f"; it first runs the stock kernel once on each of the {len(warm)} timed shapes (SGLang's JIT builds "
+            "them on a cold cache: minutes on a fresh GPU box)" if warm else ""))
+        t_start = time.monotonic()
         client.start()
         ops = bundle.manifest.ops
         reply, _ = client.request({"type": "load", "ops": [{"key": o.key, "slot": o.slot, "module": o.module, "attr": o.attr} for o in ops]},
                                   None, 300)
         env = reply.get("env", {})
+        progress.note(f"bench: worker ready and {len(ops)} op(s) loaded in {time.monotonic() - t_start:.1f} s")
         for op in ops:
             res = reply["results"][op.key]
             if not res["ok"]:
@@ -143,6 +148,8 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
                 msg = {"type": "bench", "op": op.key, "case": case.to_json(), "dtype": dtype, "seed": seed + 1000 * i,
                        "budget_s": opts.budget_s, "target_rel_err": opts.target_rel_err, "stock": opts.stock}
                 log.info("bench.case", op=op.key, case=case.label, dtype=dtype)
+                if not progress.enabled():  # no bar on this stderr: one line per shape instead
+                    progress.note(f"bench {op.key} {i + 1}/{len(placed)}: {case.label}" + (f" ({where})" if where else ""))
                 r, tensors = client.request(msg, None, opts.call_timeout_s)
                 if not r.get("ok"):
                     errors.append(f"{op.key} {case.label}: {r.get('reason')}: {str(r.get('error', '')).strip().splitlines()[-1:]}")

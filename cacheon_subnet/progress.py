@@ -39,3 +39,12 @@ def bar(iterable: Iterable[T] | None = None, *, desc: str, total: int | None = N
 
     return tqdm(iterable, desc=desc, total=total, unit=unit, leave=leave, file=sys.stderr,
                 disable=not enabled(), dynamic_ncols=True, mininterval=0.5)
+
+
+def note(msg: str) -> None:
+    """One plain line on stderr for a step that may take long: bars show only on a terminal, and a
+    redirected run (a GPU box's log) must still say what it is doing. Off with --quiet and
+    CACHEON_PROGRESS=0."""
+    if _quiet or os.environ.get(ENV) == "0":
+        return
+    print(f"cacheon: {msg}", file=sys.stderr, flush=True)
