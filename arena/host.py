@@ -214,6 +214,16 @@ def warm_seed_caches(private: Mapping[str, str], seeds: Mapping[str, str]) -> No
                         os.unlink(tmp)
 
 
+def persist(log: Any, written: bytearray, line: bytes) -> None:
+    """Append one accepted record to the host's copy, fsync'd (a kill -9 of the host keeps it),
+    and to what the host knows it wrote (the copy check at the end compares the two)."""
+    data = line + b"\n"
+    log.write(data)
+    log.flush()
+    os.fsync(log.fileno())
+    written += data
+
+
 class _Reader(threading.Thread):
     """Drains the record pipe: validate, persist (fsync), answer the sample request."""
 
@@ -257,11 +267,7 @@ class _Reader(threading.Thread):
         rec = self.stream.feed(line)
         if rec is None:
             return
-        data = line + b"\n"
-        self.log.write(data)
-        self.log.flush()
-        os.fsync(self.log.fileno())
-        self.written += data
+        persist(self.log, self.written, line)
         if "step" in rec:
             self.bar.update(1)
         if rec.get("op") == "started":

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from arena.channel import MAX_RECORD_BYTES, RecordStream, nonce, seal
-from arena.host import JIT_INSIDE, REPO, EngineRun, EngineSpec, engine_policy, plugin_site, private_caches
+from arena.host import JIT_INSIDE, REPO, EngineRun, EngineSpec, engine_policy, persist, plugin_site, private_caches
 from arena.home import CACHE_KEYS
 from cacheon_subnet import lifecycle, sandbox
 from cacheon_subnet.log import get_logger
@@ -121,11 +121,7 @@ class ResidentEngine:
                 return
             if rec is None:
                 return
-            data = line + b"\n"
-            cur.log.write(data)
-            cur.log.flush()
-            os.fsync(cur.log.fileno())
-            cur.written += data
+            persist(cur.log, cur.written, line)
             if rec.get("op") in ("done", "error"):
                 cur.done.set()
 
