@@ -60,9 +60,12 @@ def resident_stage(ctx: StageContext, name: str, job: dict[str, Any], env: dict[
     left = cfg.limits.total_timeout_s - (time.monotonic() - ctx.t0)
     if ctx.devices is not None:
         env = {**env, "CUDA_VISIBLE_DEVICES": ctx.devices}
-    # beside the timed engine on its GPU: its own share, and rank 0 blocks on its sockets when idle
+    # beside the timed engine on its GPU: its own share, and rank 0 blocks on its sockets when idle;
+    # no CUDA graphs: T never decodes (max_new_tokens 1, its one token comes from the eager prefill),
+    # so capturing them costs start time and memory and changes none of its numbers
     job = {**job, "engine_kwargs": {**job["engine_kwargs"], "mem_fraction_static": t.mem_fraction_static,
-                                    "sleep_on_idle": True}, "start_diag": False}
+                                    "sleep_on_idle": True, "disable_cuda_graph": True,
+                                    "disable_piecewise_cuda_graph": True}, "start_diag": False}
     ckpt = (job.get("checkpoint") or {}).get("dir")
     spec = EngineSpec(name, job, env, timeout_s=max(30.0, left), start_timeout_s=cfg.limits.engine_start_timeout_s,
                       isolate_network=ctx.isolate_network, seed_caches=seed_caches(),
