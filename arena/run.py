@@ -168,8 +168,8 @@ class Qualification:
         the candidate's (FAIL); an engine fault is only when the receipts implicate it."""
         if run.forgery:
             return "FAIL", f"forging attempt in the {name} engine: {run.forgery}"
-        if run.disk:
-            kind, why = run.disk
+        if disk := getattr(run, "disk", None):  # a stand-in run of a test may not carry one
+            kind, why = disk
             if kind == "reserve":
                 return "NO_DECISION", f"the host's disk is nearly full (infrastructure: free space, then retry): {why}"
             if self.incumbent:  # both trees ran in that engine: the writes are not attributable
