@@ -2,7 +2,9 @@
 
 The kernels run in the sandboxed worker (bench_timing.py); the host picks the shapes, checks
 a fresh-input run of every timed kernel against the reference (a kernel that is fast because it
-is wrong shows up as such) and renders speedup and % of measured HBM copy bandwidth.
+is wrong shows up as such) and renders speedup and % of measured HBM copy bandwidth. Each phase
+(worker start, stock warm-up, each case's timing and re-check) prints a `progress.note` line on
+stderr unless --quiet.
 
 Advisory only: these timings are taken inside the worker, next to the contribution's code, so
 a bundle can bend them. No verdict uses them; the CPU arena (validator/qualify.py) times on the
@@ -114,11 +116,15 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
     env: dict[str, Any] = {}
     hbm = None
     try:
+        progress.note(f"bench: starting the sandboxed worker on {opts.device}"
+                      + (f" (stock kernels first run once on each of {len(warm)} shapes: SGLang builds them "
+                         "on first call)" if warm else ""))
         client.start()
         ops = bundle.manifest.ops
         reply, _ = client.request({"type": "load", "ops": [{"key": o.key, "slot": o.slot, "module": o.module, "attr": o.attr} for o in ops]},
-                                  None, 300)
+                                  None, 300, on_progress=_warm_progress(warm, t0))
         env = reply.get("env", {})
+        progress.note(f"bench: worker ready after {time.monotonic() - t0:.1f} s")
         for op in ops:
             res = reply["results"][op.key]
             if not res["ok"]:
@@ -139,22 +145,41 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
                 errors.append(f"{op.key}: slot {op.slot} has no workload on "
                               + (f"model {model.name}" if model is not None else "these shapes"))
                 continue
-            for i, (case, where) in enumerate(progress.bar(placed, desc=f"bench {op.key}", unit="shape")):
+            for i, (case, where) in enumerate(placed):
                 msg = {"type": "bench", "op": op.key, "case": case.to_json(), "dtype": dtype, "seed": seed + 1000 * i,
                        "budget_s": opts.budget_s, "target_rel_err": opts.target_rel_err, "stock": opts.stock}
                 log.info("bench.case", op=op.key, case=case.label, dtype=dtype)
+                tag = f"bench [{i + 1}/{len(placed)}] {op.key} {case.label} {dtype}" + (f" ({where})" if where else "")
+                progress.note(f"{tag}: timing (about {opts.budget_s:g} s a side)")
                 r, tensors = client.request(msg, None, opts.call_timeout_s)
                 if not r.get("ok"):
                     errors.append(f"{op.key} {case.label}: {r.get('reason')}: {str(r.get('error', '')).strip().splitlines()[-1:]}")
+                    progress.note(f"{tag}: {errors[-1]}")
                     continue
                 hbm = hbm if hbm is not None else r.get("hbm_gbps")
+                t = r["timings"]
+                progress.note(f"{tag}: {t['candidate']['median_us']:.2f} µs vs {t['baseline']['median_us']:.2f} µs; "
+                              "re-checking against the reference")
+                t_check = time.monotonic()
                 rows.append(_row(op.key, spec, case, dtype, r, tensors, hbm, where))
+                progress.note(f"{tag}: re-check {rows[-1].recheck} ({time.monotonic() - t_check:.1f} s)")
     except (WorkerTimeout, WorkerDied) as e:
         errors.append(f"worker: {e}")
     finally:
         client.cleanup()
     return BenchReport(bundle.digest, opts.device, tuple(rows), tuple(errors), env, hbm, time.monotonic() - t0,
                        _arena_line(opts.arena))
+
+
+def _warm_progress(warm: tuple[tuple[str, str, dict[str, Any]], ...], t0: float) -> Any:
+    """Prints the worker's warm-up frames; only their counter is read (the labels are the host's)."""
+    def show(frame: dict[str, Any]) -> None:
+        i = frame.get("done")
+        if isinstance(i, int) and 1 <= i <= len(warm):
+            slot, dtype, case = warm[i - 1]
+            progress.note(f"bench: stock warm-up {i}/{len(warm)}: {slot} {case['label']} {dtype} "
+                          f"({time.monotonic() - t0:.1f} s)")
+    return show
 
 
 def _stock_warmup(bundle: Bundle, opts: BenchOptions) -> tuple[tuple[str, str, dict[str, Any]], ...]:

@@ -142,17 +142,19 @@ def measure_copy_bandwidth(device: torch.device) -> float | None:
     return 10 * 2 * src.numel() * 4 / secs / 1e9
 
 
-def warm_stock(calls: list[dict[str, Any]], device: torch.device) -> list[str]:
+def warm_stock(calls: list[dict[str, Any]], device: torch.device, on_done: Callable[[int], None] | None = None
+               ) -> list[str]:
     """Call each stock kernel once on every (slot, dtype, case) the bench will time, before the
     audit guard is armed: SGLang's JIT kernels build per template instance on first call (nvcc,
     then dlopen from SGLang's frames), which the armed guard refuses (H200, 2026-12-02: every
-    bench row failed on `nvcc`). Returns what failed (the bench then reports it per row)."""
+    bench row failed on `nvcc`). Returns what failed (the bench then reports it per row).
+    `on_done(i)`: after the i-th call (1-based) that reached a stock kernel."""
     from seams.stock import stock_kernel
 
     from cacheon_subnet.slots import get_slot
 
     failed = []
-    for c in calls:
+    for i, c in enumerate(calls, 1):
         fn, why = stock_kernel(str(c["slot"]))
         if fn is None:
             failed.append(f"{c['slot']}: {why}")
@@ -164,6 +166,8 @@ def warm_stock(calls: list[dict[str, Any]], device: torch.device) -> list[str]:
                 torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 - reported; the timed call will fail the same way
             failed.append(f"{c['slot']} {case.label}: {type(e).__name__}: {e}")
+        if on_done is not None:
+            on_done(i)
     return failed
 
 

@@ -2,6 +2,8 @@
 
 Always on stderr, so stdout stays for results and JSON. Shown only when stderr is a terminal,
 never with `cacheon --quiet` (or CACHEON_PROGRESS=0); CACHEON_PROGRESS=1 forces them (tests, logs).
+`note` lines (one per phase of a long command) follow the quiet switch alone: a pipe or a log
+file shows them too, where a bar would only be noise.
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ def set_quiet(quiet: bool) -> None:
         os.environ[ENV] = "0"
 
 
+def quiet() -> bool:
+    return _quiet or os.environ.get(ENV) == "0"
+
+
 def enabled() -> bool:
-    forced = os.environ.get(ENV)
-    if _quiet or forced == "0":
+    if quiet():
         return False
-    if forced == "1":
+    if os.environ.get(ENV) == "1":
         return True
     return sys.stderr.isatty()
 
@@ -39,3 +44,14 @@ def bar(iterable: Iterable[T] | None = None, *, desc: str, total: int | None = N
 
     return tqdm(iterable, desc=desc, total=total, unit=unit, leave=leave, file=sys.stderr,
                 disable=not enabled(), dynamic_ncols=True, mininterval=0.5)
+
+
+def note(text: str) -> None:
+    """One line on stderr saying what a long step is doing now (nothing when quiet); written
+    through tqdm, so a bar being drawn is not torn."""
+    if quiet():
+        return
+    from tqdm import tqdm
+
+    tqdm.write(text, file=sys.stderr)
+    sys.stderr.flush()
