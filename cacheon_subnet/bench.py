@@ -4,7 +4,8 @@ The kernels run in the sandboxed worker (bench_timing.py); the host picks the sh
 a fresh-input run of every timed kernel against the reference (a kernel that is fast because it
 is wrong shows up as such) and renders speedup and % of measured HBM copy bandwidth. Each phase
 (worker start, stock warm-up, each case's timing and re-check) prints a `progress.note` line on
-stderr unless --quiet.
+stderr unless --quiet. Inputs are drawn from secret seeds on the bench device: by the worker,
+and for the re-check by the host again (nothing GB-sized crosses the wire back).
 
 Advisory only: these timings are taken inside the worker, next to the contribution's code, so
 a bundle can bend them. No verdict uses them; the CPU arena (validator/qualify.py) times on the
@@ -26,6 +27,7 @@ from cacheon_subnet.slots.retarget import profile_cases
 from cacheon_subnet.slots.spec import dtype_of
 from cacheon_subnet.verify import judge
 from cacheon_subnet.verify.client import WorkerClient, WorkerConfig, WorkerDied, WorkerTimeout
+from cacheon_subnet.verify.report import Failure
 from cacheon_subnet.verify.shapes import arena_cases
 
 log = get_logger("cacheon.bench")
@@ -161,7 +163,7 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
                 progress.note(f"{tag}: {t['candidate']['median_us']:.2f} µs vs {t['baseline']['median_us']:.2f} µs; "
                               "re-checking against the reference")
                 t_check = time.monotonic()
-                rows.append(_row(op.key, spec, case, dtype, r, tensors, hbm, where))
+                rows.append(_row(op.key, spec, case, dtype, r, tensors, hbm, where, msg["seed"] + 1, opts.device))
                 progress.note(f"{tag}: re-check {rows[-1].recheck} ({time.monotonic() - t_check:.1f} s)")
     except (WorkerTimeout, WorkerDied) as e:
         errors.append(f"worker: {e}")
@@ -218,12 +220,26 @@ def _arena_line(arena: Any) -> str:
             f"bs {', '.join(map(str, arena.decode_batches))} and prefills {', '.join(map(str, arena.prefill_tokens))} tokens")
 
 
+def recheck(spec, case, dtype: str, seed: int, device: str, got: dict) -> Failure | None:  # noqa: ANN001
+    """The worker's outputs of its re-check call against the reference on the same inputs, which
+    the host draws itself from the call's seed on the bench device: no GB-sized copy of them comes
+    back from the worker, and on CUDA neither the draw nor the fp32 reference is host work."""
+    import torch
+
+    from cacheon_subnet.bench_timing import device_inputs
+
+    inputs = device_inputs(spec, case, dtype_of(dtype), seed, device)
+    sent = {k: v for k, v in inputs.items() if spec.arg(k).role in ("in", "inout")}
+    with torch.device(device):
+        ref = spec.reference(sent, case.params)
+    return judge.check_outputs(spec, dtype, got, {k: v.cpu() for k, v in ref.items()})
+
+
 def _row(key: str, spec, case, dtype: str, r: dict[str, Any], tensors: dict, hbm: float | None,  # noqa: ANN001
-         where: str = "") -> BenchRow:
+         where: str, check_seed: int, device: str) -> BenchRow:
     cand, base = r["timings"]["candidate"], r["timings"]["baseline"]
-    sent = {k[3:]: v for k, v in tensors.items() if k.startswith("in.")}
-    got = {**sent, **{k[4:]: v for k, v in tensors.items() if k.startswith("out.")}}
-    f = judge.check_outputs(spec, dtype, got, spec.reference(sent, case.params))
+    got = {k[4:]: v for k, v in tensors.items() if k.startswith("out.")}
+    f = recheck(spec, case, dtype, check_seed, device, got)
     nbytes = spec.default_bytes(case, dtype_of(dtype))
     gbps = nbytes / (cand["median_us"] * 1e-6) / 1e9 if cand["median_us"] > 0 else 0.0
     return BenchRow(
