@@ -2,7 +2,10 @@
 
 The kernels run in the sandboxed worker (bench_timing.py); the host picks the shapes, checks
 a fresh-input run of every timed kernel against the reference (a kernel that is fast because it
-is wrong shows up as such) and renders speedup and % of measured HBM copy bandwidth.
+is wrong shows up as such) and renders speedup and % of measured HBM copy bandwidth. Each phase
+(worker start, stock warm-up, each case's timing and re-check) prints a `progress.note` line on
+stderr unless --quiet. Inputs are drawn from secret seeds on the bench device: by the worker,
+and for the re-check by the host again (nothing GB-sized crosses the wire back).
 
 Advisory only: these timings are taken inside the worker, next to the contribution's code, so
 a bundle can bend them. No verdict uses them; the CPU arena (validator/qualify.py) times on the
@@ -24,6 +27,7 @@ from cacheon_subnet.slots.retarget import profile_cases
 from cacheon_subnet.slots.spec import dtype_of
 from cacheon_subnet.verify import judge
 from cacheon_subnet.verify.client import WorkerClient, WorkerConfig, WorkerDied, WorkerTimeout
+from cacheon_subnet.verify.report import Failure
 from cacheon_subnet.verify.shapes import arena_cases
 
 log = get_logger("cacheon.bench")
@@ -114,16 +118,15 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
     env: dict[str, Any] = {}
     hbm = None
     try:
-        progress.note(f"bench: starting the sandboxed worker ({opts.device})" + (
-            f"; it first runs the stock kernel once on each of the {len(warm)} timed shapes (SGLang's JIT builds "
-            "them on a cold cache: minutes on a fresh GPU box)" if warm else ""))
-        t_start = time.monotonic()
+        progress.note(f"bench: starting the sandboxed worker on {opts.device}"
+                      + (f" (stock kernels first run once on each of {len(warm)} shapes: SGLang builds them "
+                         "on first call)" if warm else ""))
         client.start()
         ops = bundle.manifest.ops
         reply, _ = client.request({"type": "load", "ops": [{"key": o.key, "slot": o.slot, "module": o.module, "attr": o.attr} for o in ops]},
-                                  None, 300)
+                                  None, 300, on_progress=_warm_progress(warm, t0))
         env = reply.get("env", {})
-        progress.note(f"bench: worker ready and {len(ops)} op(s) loaded in {time.monotonic() - t_start:.1f} s")
+        progress.note(f"bench: worker ready after {time.monotonic() - t0:.1f} s")
         for op in ops:
             res = reply["results"][op.key]
             if not res["ok"]:
@@ -144,24 +147,41 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
                 errors.append(f"{op.key}: slot {op.slot} has no workload on "
                               + (f"model {model.name}" if model is not None else "these shapes"))
                 continue
-            for i, (case, where) in enumerate(progress.bar(placed, desc=f"bench {op.key}", unit="shape")):
+            for i, (case, where) in enumerate(placed):
                 msg = {"type": "bench", "op": op.key, "case": case.to_json(), "dtype": dtype, "seed": seed + 1000 * i,
                        "budget_s": opts.budget_s, "target_rel_err": opts.target_rel_err, "stock": opts.stock}
                 log.info("bench.case", op=op.key, case=case.label, dtype=dtype)
-                if not progress.enabled():  # no bar on this stderr: one line per shape instead
-                    progress.note(f"bench {op.key} {i + 1}/{len(placed)}: {case.label}" + (f" ({where})" if where else ""))
+                tag = f"bench [{i + 1}/{len(placed)}] {op.key} {case.label} {dtype}" + (f" ({where})" if where else "")
+                progress.note(f"{tag}: timing (about {opts.budget_s:g} s a side)")
                 r, tensors = client.request(msg, None, opts.call_timeout_s)
                 if not r.get("ok"):
                     errors.append(f"{op.key} {case.label}: {r.get('reason')}: {str(r.get('error', '')).strip().splitlines()[-1:]}")
+                    progress.note(f"{tag}: {errors[-1]}")
                     continue
                 hbm = hbm if hbm is not None else r.get("hbm_gbps")
-                rows.append(_row(op.key, spec, case, dtype, r, tensors, hbm, where))
+                t = r["timings"]
+                progress.note(f"{tag}: {t['candidate']['median_us']:.2f} µs vs {t['baseline']['median_us']:.2f} µs; "
+                              "re-checking against the reference")
+                t_check = time.monotonic()
+                rows.append(_row(op.key, spec, case, dtype, r, tensors, hbm, where, msg["seed"] + 1, opts.device))
+                progress.note(f"{tag}: re-check {rows[-1].recheck} ({time.monotonic() - t_check:.1f} s)")
     except (WorkerTimeout, WorkerDied) as e:
         errors.append(f"worker: {e}")
     finally:
         client.cleanup()
     return BenchReport(bundle.digest, opts.device, tuple(rows), tuple(errors), env, hbm, time.monotonic() - t0,
                        _arena_line(opts.arena))
+
+
+def _warm_progress(warm: tuple[tuple[str, str, dict[str, Any]], ...], t0: float) -> Any:
+    """Prints the worker's warm-up frames; only their counter is read (the labels are the host's)."""
+    def show(frame: dict[str, Any]) -> None:
+        i = frame.get("done")
+        if isinstance(i, int) and 1 <= i <= len(warm):
+            slot, dtype, case = warm[i - 1]
+            progress.note(f"bench: stock warm-up {i}/{len(warm)}: {slot} {case['label']} {dtype} "
+                          f"({time.monotonic() - t0:.1f} s)")
+    return show
 
 
 def _stock_warmup(bundle: Bundle, opts: BenchOptions) -> tuple[tuple[str, str, dict[str, Any]], ...]:
@@ -200,12 +220,26 @@ def _arena_line(arena: Any) -> str:
             f"bs {', '.join(map(str, arena.decode_batches))} and prefills {', '.join(map(str, arena.prefill_tokens))} tokens")
 
 
+def recheck(spec, case, dtype: str, seed: int, device: str, got: dict) -> Failure | None:  # noqa: ANN001
+    """The worker's outputs of its re-check call against the reference on the same inputs, which
+    the host draws itself from the call's seed on the bench device: no GB-sized copy of them comes
+    back from the worker, and on CUDA neither the draw nor the fp32 reference is host work."""
+    import torch
+
+    from cacheon_subnet.bench_timing import device_inputs
+
+    inputs = device_inputs(spec, case, dtype_of(dtype), seed, device)
+    sent = {k: v for k, v in inputs.items() if spec.arg(k).role in ("in", "inout")}
+    with torch.device(device):
+        ref = spec.reference(sent, case.params)
+    return judge.check_outputs(spec, dtype, got, {k: v.cpu() for k, v in ref.items()})
+
+
 def _row(key: str, spec, case, dtype: str, r: dict[str, Any], tensors: dict, hbm: float | None,  # noqa: ANN001
-         where: str = "") -> BenchRow:
+         where: str, check_seed: int, device: str) -> BenchRow:
     cand, base = r["timings"]["candidate"], r["timings"]["baseline"]
-    sent = {k[3:]: v for k, v in tensors.items() if k.startswith("in.")}
-    got = {**sent, **{k[4:]: v for k, v in tensors.items() if k.startswith("out.")}}
-    f = judge.check_outputs(spec, dtype, got, spec.reference(sent, case.params))
+    got = {k[4:]: v for k, v in tensors.items() if k.startswith("out.")}
+    f = recheck(spec, case, dtype, check_seed, device, got)
     nbytes = spec.default_bytes(case, dtype_of(dtype))
     gbps = nbytes / (cand["median_us"] * 1e-6) / 1e9 if cand["median_us"] > 0 else 0.0
     return BenchRow(

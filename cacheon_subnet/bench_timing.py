@@ -27,9 +27,25 @@ _flush_cache: dict[str, torch.Tensor] = {}
 _hbm_gbps: dict[str, float | None] = {}
 
 
+def device_inputs(spec: SlotSpec, case: ShapeCase, act: torch.dtype, seed: int, device: torch.device | str
+                  ) -> dict[str, torch.Tensor]:
+    """The slot's inputs for `seed`, drawn on `device` itself by a generator of that device: a
+    K/V pool (1.4 GB at the dense arena's bs 256) is made where it is used, instead of drawn on
+    the host (4.5-9 s of one CPU core, each time) and copied over. The same seed on the same
+    device type and torch build gives the same values in any process, so the bench host draws the
+    re-check's inputs again itself (tests/test_bench_progress.py checks two processes agree).
+    On CPU this is `spec.make_inputs` with `seed_generator(seed)`, as verify draws them."""
+    device = torch.device(device)
+    gen = seed_generator(seed) if device.type == "cpu" else torch.Generator(device=device).manual_seed(seed)
+    with torch.device(device):
+        inputs = spec.make_inputs(case, act, gen)
+    stray = {k: v for k, v in inputs.items() if v.device.type != device.type}  # e.g. a table cached on the host
+    return {**inputs, **rebase(stray, device)}
+
+
 def build_args(spec: SlotSpec, case: ShapeCase, act: torch.dtype, seed: int, device: torch.device) -> dict[str, torch.Tensor]:
-    inputs = spec.make_inputs(case, act, seed_generator(seed))
-    args = rebase({k: v for k, v in inputs.items() if spec.arg(k).role in ("in", "inout")}, device)
+    inputs = device_inputs(spec, case, act, seed, device)
+    args = {k: v for k, v in inputs.items() if spec.arg(k).role in ("in", "inout")}
     for a in spec.args:
         if a.role in ("out", "scratch"):
             args[a.name] = torch.full(a.concrete_shape(case.dims), float("nan") if a.torch_dtype(act).is_floating_point else -1,
@@ -142,17 +158,19 @@ def measure_copy_bandwidth(device: torch.device) -> float | None:
     return 10 * 2 * src.numel() * 4 / secs / 1e9
 
 
-def warm_stock(calls: list[dict[str, Any]], device: torch.device) -> list[str]:
+def warm_stock(calls: list[dict[str, Any]], device: torch.device, on_done: Callable[[int], None] | None = None
+               ) -> list[str]:
     """Call each stock kernel once on every (slot, dtype, case) the bench will time, before the
     audit guard is armed: SGLang's JIT kernels build per template instance on first call (nvcc,
     then dlopen from SGLang's frames), which the armed guard refuses (H200, 2026-12-02: every
-    bench row failed on `nvcc`). Returns what failed (the bench then reports it per row)."""
+    bench row failed on `nvcc`). Returns what failed (the bench then reports it per row).
+    `on_done(i)`: after the i-th call (1-based) that reached a stock kernel."""
     from seams.stock import stock_kernel
 
     from cacheon_subnet.slots import get_slot
 
     failed = []
-    for c in calls:
+    for i, c in enumerate(calls, 1):
         fn, why = stock_kernel(str(c["slot"]))
         if fn is None:
             failed.append(f"{c['slot']}: {why}")
@@ -164,12 +182,15 @@ def warm_stock(calls: list[dict[str, Any]], device: torch.device) -> list[str]:
                 torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 - reported; the timed call will fail the same way
             failed.append(f"{c['slot']} {case.label}: {type(e).__name__}: {e}")
+        if on_done is not None:
+            on_done(i)
     return failed
 
 
 def run_bench_request(spec: SlotSpec, fn: Callable[..., None], msg: dict[str, Any], device: torch.device
                       ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """Time candidate vs baseline on one case; return timings plus a fresh-input recheck run."""
+    """Time candidate vs baseline on one case; return timings plus the written args of one call
+    on fresh inputs (seed + 1), which the host checks against the reference."""
     from seams.stock import stock_kernel
 
     case = ShapeCase(**msg["case"])
@@ -180,27 +201,26 @@ def run_bench_request(spec: SlotSpec, fn: Callable[..., None], msg: dict[str, An
     base, why = stock_kernel(spec.id) if msg.get("stock", True) else (None, "stock disabled")
     baseline = f"stock: {why.splitlines()[0]}" if base is not None else f"reference fp32 ({why})"
     base = base or reference_kernel(spec)
-    base_args = rebase(args)
-    base2_args = rebase(args)
+    sets = [args, rebase(args)]  # each side its own copy of the inputs
+    sides = {"candidate": lambda: fn(**args, **params), "baseline": lambda: base(**sets[1], **params)}
+    if msg.get("bprime"):  # B' = the baseline timed again: its distance from B is the noise band
+        sets.append(rebase(args))
+        sides["baseline2"] = lambda: base(**sets[2], **params)
 
     def restore() -> None:
         for k, v in pristine.items():
-            args[k].copy_(v)
-            base_args[k].copy_(v)
-            base2_args[k].copy_(v)
+            for s in sets:
+                s[k].copy_(v)
 
-    sides = {"candidate": lambda: fn(**args, **params), "baseline": lambda: base(**base_args, **params)}
-    if msg.get("bprime"):  # B' = the baseline timed again: its distance from B is the noise band
-        sides["baseline2"] = lambda: base(**base2_args, **params)
     timings = time_pair(sides, restore, device, float(msg["budget_s"]), float(msg["target_rel_err"]),
                         min_iters=int(msg.get("min_iters", 20)))
+    # The re-check: fresh inputs from seed + 1. Only the written args go back: the host draws
+    # the same inputs itself (device_inputs) for the reference, so GBs of K/V never cross the wire.
     check = build_args(spec, case, act, int(msg["seed"]) + 1, device)
-    sent = {k: v.detach().cpu().clone() for k, v in check.items() if spec.arg(k).role in ("in", "inout")}
     fn(**check, **params)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    tensors = {f"in.{k}": v for k, v in sent.items()}
-    tensors.update({f"out.{a.name}": check[a.name].detach().cpu() for a in spec.args if a.written})
+    tensors = {f"out.{a.name}": check[a.name].detach().cpu() for a in spec.args if a.written}
     if str(device) not in _hbm_gbps:
         _hbm_gbps[str(device)] = measure_copy_bandwidth(device)
     reply = {"type": "bench", "ok": True, "timings": timings, "baseline": baseline, "hbm_gbps": _hbm_gbps[str(device)]}

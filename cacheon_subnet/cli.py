@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "'For miners'. Run from a checkout: .venv/bin/cacheon, or "
                                        "`source .venv/bin/activate` first.")
     p.add_argument("--log-level", default=None, help="debug|info|warning|error (env CACHEON_LOG_LEVEL)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars (they are on stderr, TTY only)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars (stderr, TTY only) or progress lines (stderr)")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("slots", help="list the slot ABI catalog")

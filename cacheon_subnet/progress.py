@@ -2,6 +2,8 @@
 
 Always on stderr, so stdout stays for results and JSON. Shown only when stderr is a terminal,
 never with `cacheon --quiet` (or CACHEON_PROGRESS=0); CACHEON_PROGRESS=1 forces them (tests, logs).
+`note` lines (one per phase of a long command) follow the quiet switch alone: a pipe or a log
+file shows them too, where a bar would only be noise.
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ def set_quiet(quiet: bool) -> None:
         os.environ[ENV] = "0"
 
 
+def quiet() -> bool:
+    return _quiet or os.environ.get(ENV) == "0"
+
+
 def enabled() -> bool:
-    forced = os.environ.get(ENV)
-    if _quiet or forced == "0":
+    if quiet():
         return False
-    if forced == "1":
+    if os.environ.get(ENV) == "1":
         return True
     return sys.stderr.isatty()
 
@@ -41,10 +46,12 @@ def bar(iterable: Iterable[T] | None = None, *, desc: str, total: int | None = N
                 disable=not enabled(), dynamic_ncols=True, mininterval=0.5)
 
 
-def note(msg: str) -> None:
-    """One plain line on stderr for a step that may take long: bars show only on a terminal, and a
-    redirected run (a GPU box's log) must still say what it is doing. Off with --quiet and
-    CACHEON_PROGRESS=0."""
-    if _quiet or os.environ.get(ENV) == "0":
+def note(text: str) -> None:
+    """One line on stderr saying what a long step is doing now (nothing when quiet); written
+    through tqdm, so a bar being drawn is not torn."""
+    if quiet():
         return
-    print(f"cacheon: {msg}", file=sys.stderr, flush=True)
+    from tqdm import tqdm
+
+    tqdm.write(text, file=sys.stderr)
+    sys.stderr.flush()

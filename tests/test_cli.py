@@ -116,16 +116,15 @@ def test_bench_against_an_arena_times_the_window_sizes_first():
     rows = [ln for ln in r.stdout.splitlines() if ln.startswith("norm.rmsnorm/default")]
     assert len(rows) == 2 and "decode-bs256" in rows[0] and "window decode" in rows[0]
     assert "prefill-16384" in rows[1] and "window prefill" in rows[1]
-    # stderr is no terminal here: no bars, so one plain line per step says what bench is doing
-    notes = [ln for ln in r.stderr.splitlines() if ln.startswith("cacheon: bench")]
-    assert notes[0].startswith("cacheon: bench: starting the sandboxed worker (cpu)"), r.stderr[-1500:]
+    # stderr is no terminal here: still one plain line per step says what bench is doing
+    notes = r.stderr.splitlines()
+    assert any(n.startswith("bench: starting the sandboxed worker on cpu") for n in notes), r.stderr[-1500:]
     assert any("worker ready" in n for n in notes)
-    assert [n for n in notes if " 1/2: " in n or " 2/2: " in n] == [
-        "cacheon: bench norm.rmsnorm/default 1/2: qwen3-0.6b/decode-bs256 (window decode)",
-        "cacheon: bench norm.rmsnorm/default 2/2: qwen3-0.6b/prefill-16384 (window prefill)"], notes
+    assert any("[1/2]" in n and "decode-bs256" in n for n in notes) and any("[2/2]" in n and "prefill-16384" in n
+                                                                          for n in notes), notes
     q = cacheon("--quiet", "bench", str(EXAMPLES / "demo" / "cpu_rmsnorm"), "--device", "cpu", "--budget", "0.05",
                 "--max-cases", "1")
-    assert q.returncode == 0 and "cacheon: bench" not in q.stderr, q.stderr[-800:]
+    assert q.returncode == 0 and "bench: starting" not in q.stderr and "[1/1]" not in q.stderr, q.stderr[-800:]
 
 
 def test_bench_on_cpu_reports_rows(tmp_path):

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -114,14 +114,21 @@ class WorkerClient:
         child_sock.close()
         self.sock = host_sock
 
-    def request(self, msg: dict[str, Any], tensors: dict[str, torch.Tensor] | None, timeout_s: float
+    def request(self, msg: dict[str, Any], tensors: dict[str, torch.Tensor] | None, timeout_s: float,
+                on_progress: Callable[[dict[str, Any]], None] | None = None
                 ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """Send one message, return its reply. `on_progress`: frames of type "progress" before the
+        reply (bench's stock warm-up) go to it, within the same deadline; without it they are the reply."""
         assert self.sock is not None
         deadline = time.monotonic() + timeout_s
         fd = self.sock.fileno()
         try:
             wire.send(fd, msg, tensors, deadline)
-            return wire.recv(fd, deadline=deadline)
+            while True:
+                reply = wire.recv(fd, deadline=deadline)
+                if on_progress is None or reply[0].get("type") != "progress":
+                    return reply
+                on_progress(reply[0])
         except TimeoutError:
             self.close()
             raise WorkerTimeout(f"no answer within {timeout_s:.0f} s") from None

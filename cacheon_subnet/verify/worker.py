@@ -346,7 +346,9 @@ def main(argv: list[str] | None = None) -> int:
 
         from cacheon_subnet.bench_timing import warm_stock
 
-        for why in warm_stock(json.loads(a.preload_cases), torch.device(device)):
+        calls = json.loads(a.preload_cases)  # a frame per call done: the host shows it (a first call may build minutes)
+        done = (lambda i: wire.send(a.fd, {"type": "progress", "phase": "warm", "done": i, "total": len(calls)}))
+        for why in warm_stock(calls, torch.device(device), on_done=done):
             print(f"bench: stock warm-up: {why}", file=sys.stderr, flush=True)
     if os.environ.get("TRITON_INTERPRET") == "1":
         from cacheon_subnet.verify import interp_fix

@@ -39,11 +39,12 @@ def _cases(tier: str) -> list[ShapeCase]:
 @lru_cache(maxsize=8)
 def _cos_sin_table(P: int, D: int, theta: float) -> torch.Tensor:
     """[P, D] fp32: cos of every (position, frequency) in the first D/2 columns, sin in the rest;
-    frequencies theta^(-2i/D), built the way `_compute_cos_sin_cache` builds SGLang's buffer."""
+    frequencies theta^(-2i/D), built the way `_compute_cos_sin_cache` builds SGLang's buffer.
+    Always on the host (the cache outlives a `with torch.device(...)` that bench draws inputs in)."""
     import torch
 
-    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
-    freqs = torch.outer(torch.arange(P, dtype=torch.float32), inv_freq)
+    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float32, device="cpu") / D))
+    freqs = torch.outer(torch.arange(P, dtype=torch.float32, device="cpu"), inv_freq)
     return torch.cat((freqs.cos(), freqs.sin()), dim=-1)
 
 
