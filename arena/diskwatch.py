@@ -41,13 +41,18 @@ def usage(roots: list[Path]) -> tuple[int, int]:
     """(bytes, entries) under `roots`, links not followed; allocated blocks, so sparse files count
     as what they take."""
     total = files = 0
+
+    def fail(e: OSError) -> None:  # a dir that vanished is fine; one we cannot read (PATH_MAX...) is not
+        if not isinstance(e, FileNotFoundError):
+            raise e
+
     for root in roots:
-        for d, dirs, names in os.walk(root):
+        for d, dirs, names in os.walk(root, onerror=fail):
             files += len(dirs) + len(names)
             for n in names:
                 try:
                     st = os.lstat(os.path.join(d, n))
-                except OSError:
+                except FileNotFoundError:
                     continue
                 total += max(st.st_blocks * 512, 0)
     return total, files
@@ -66,7 +71,10 @@ class DiskWatch(threading.Thread):
         self._halt = threading.Event()
 
     def check(self) -> tuple[str, str] | None:
-        now = usage(self.roots)
+        try:
+            now = usage(self.roots)
+        except OSError as e:  # fail closed: what cannot be measured (a path past PATH_MAX) is not bounded
+            return "growth", f"the engine's host-visible dirs cannot be measured ({e.__class__.__name__}: {e})"
         grown = (now[0] - self.base[0], now[1] - self.base[1])
         self.peak = (max(self.peak[0], grown[0]), max(self.peak[1], grown[1]))
         lim = self.limits

@@ -62,3 +62,22 @@ def test_operators_set_the_limits_in_the_environment(monkeypatch):
     monkeypatch.setenv("CACHEON_DISK_RESERVE_MIB", "512")
     lim = DiskLimits.from_env()
     assert lim.growth_bytes == 2 << 30 and lim.reserve_bytes == 512 << 20
+
+
+def test_bytes_under_a_path_longer_than_path_max_are_not_hidden(tmp_path):
+    """An engine can nest dirs (openat/chdir) past PATH_MAX: the walk's lstat/scandir then fail
+    and, swallowed, its bytes went uncounted. Unmeasurable is a breach (fail closed)."""
+    w = DiskWatch([tmp_path], DiskLimits(growth_bytes=1 << 20, max_files=100_000, reserve_bytes=0))
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        for _ in range(40):
+            os.mkdir("d" * 200, dir_fd=fd)
+            nfd = os.open("d" * 200, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        big = os.open("big", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd)
+        os.write(big, b"x" * (4 << 20))
+        os.close(big)
+    finally:
+        os.close(fd)
+    assert w.check() is not None
