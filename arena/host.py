@@ -423,7 +423,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     tg = time.monotonic()
     gpu_free = _wait_gpu_free(baseline, gpu_free_timeout_s, visible)
     timing["gpu_free_s"] = round(time.monotonic() - tg, 2)
-    if disk and disk[0] == "growth":  # what it wrote must not outlive the run: the record is in the result
+    if disk and disk[0] == "growth" and not may_warm_caches(spec):  # contribution code's writes must not outlive the run
         for d in policy.rw_paths:
             shutil.rmtree(d, ignore_errors=True)
             os.makedirs(d, exist_ok=True)
