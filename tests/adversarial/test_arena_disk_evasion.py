@@ -49,7 +49,7 @@ def test_a_chain_deeper_than_the_recursion_limit_is_a_breach_not_a_crash(env, mo
 
 def test_the_receipts_dir_keeps_at_most_the_kept_budget(env, monkeypatch):
     """The receipts dir outlives the run (the verdict's record), so what a candidate leaves there
-    adds up over verdicts: 16 GiB each filled a 1 TB disk in ~60 commits. It has its own, small
+    adds up over verdicts (at 16 GiB each, ~60 verdicts would fill a 1 TB disk). It has its own, small
     budget (256 MiB by default; 16 MiB here, the bundle leaves 48 MiB there)."""
     monkeypatch.setenv("CACHEON_ENGINE_KEPT_MIB", "16")
     r = run("fill_host_disk", env)
