@@ -35,7 +35,7 @@ from cacheon_subnet.sandbox.fsview import TreeTooDeep, walk_fds
 
 GIB, MIB = 1 << 30, 1 << 20
 MAX_DEPTH = 64  # JIT caches nest ~8 deep (FlashInfer's); a deeper tree is a breach, never skipped
-MAX_HELD_SCAN = 1 << 20  # fds + mappings of the engine's processes one sample may look at (honest: ~10k)
+MAX_HELD_SCAN = 1 << 20  # fds (+ deleted files mapped) of the engine's processes one sample may look at (honest: ~10k)
 
 
 @dataclass(frozen=True)
@@ -92,27 +92,37 @@ def held_unlinked(pids: Iterable[int], devices: set[int], limit: int = MAX_HELD_
     Stops looking past `limit` entries."""
     total = looked = 0
     seen: set[tuple[int, int]] = set()
+    devs = {(os.major(d), os.minor(d)) for d in devices}
     for pid in pids:
-        for sub in ("fd", "map_files"):
-            d = f"/proc/{pid}/{sub}"
+        paths = []
+        try:
+            with os.scandir(f"/proc/{pid}/fd") as it:
+                paths += [f"/proc/{pid}/fd/{e.name}" for e in it]
+        except OSError:  # gone
+            continue
+        try:  # mappings: only those of a deleted file on a watched filesystem (a CUDA process maps thousands)
+            with open(f"/proc/{pid}/maps", "rb") as f:
+                for line in f:
+                    parts = line.split(None, 5)
+                    if len(parts) == 6 and parts[5].rstrip().endswith(b"(deleted)") and parts[4] != b"0":
+                        major, _, minor = parts[3].partition(b":")
+                        if (int(major, 16), int(minor, 16)) in devs:
+                            paths.append(f"/proc/{pid}/map_files/{parts[0].decode()}")
+        except (OSError, ValueError):
+            pass
+        for p in paths:
+            looked += 1
+            if looked > limit:
+                return total, looked
             try:
-                it = os.scandir(d)
-            except OSError:  # gone, or map_files without CAP_SYS_ADMIN
+                st = os.stat(p)  # the magic link: the open (or mapped) file itself
+            except OSError:  # closed meanwhile, or map_files without CAP_SYS_ADMIN
                 continue
-            with it:
-                for e in it:
-                    looked += 1
-                    if looked > limit:
-                        return total, looked
-                    try:
-                        st = os.stat(os.path.join(d, e.name))  # the magic link: the open file itself
-                    except OSError:
-                        continue
-                    if st.st_nlink or not stat.S_ISREG(st.st_mode) or st.st_dev not in devices:
-                        continue
-                    if (st.st_dev, st.st_ino) not in seen:
-                        seen.add((st.st_dev, st.st_ino))
-                        total += max(st.st_blocks * 512, 0)
+            if st.st_nlink or not stat.S_ISREG(st.st_mode) or st.st_dev not in devices:
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += max(st.st_blocks * 512, 0)
     return total, looked
 
 

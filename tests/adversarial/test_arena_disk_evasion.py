@@ -42,9 +42,14 @@ def test_a_chain_deeper_than_the_recursion_limit_is_a_breach_not_a_crash(env, mo
     escaped run_engine at the last look, so the verdict was a host error (retried, then
     NO_DECISION) and the 48 MiB beside the chain stayed in the receipts dir."""
     monkeypatch.setenv("CACHEON_ENGINE_DISK_GIB", str(32 / 1024))
-    r = run("disk_deep_chain", env)
-    assert r["verdict"] == "FAIL" and "deeper than 64 levels" in r["reason"], r["reason"]
-    assert not _left(env), _left(env)[:3]
+    try:
+        r = run("disk_deep_chain", env)
+        assert r["verdict"] == "FAIL" and "deeper than 64 levels" in r["reason"], r["reason"]
+        assert not _left(env), _left(env)[:3]
+    finally:  # a chain left behind (a red run) would break pytest's own cleanup (shutil.rmtree) later
+        from cacheon_subnet.sandbox import remove_tree
+
+        remove_tree(env / "work")
 
 
 def test_the_receipts_dir_keeps_at_most_the_kept_budget(env, monkeypatch):

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from arena.diskwatch import DiskLimits, DiskWatch, usage
-from cacheon_subnet.sandbox.fsview import TreeTooDeep
+from cacheon_subnet.sandbox.fsview import TreeTooDeep, remove_tree
 
 
 def _fill(path, mib: int) -> None:
@@ -93,10 +93,13 @@ def test_a_tree_deeper_than_the_limit_is_a_breach_not_a_recursion_error(tmp_path
     """os.walk recursed once per level: a 1,200-level chain killed the watch thread."""
     w = DiskWatch([tmp_path], DiskLimits(reserve_bytes=0))
     os.close(_chain(tmp_path, 1200, "d"))
-    with pytest.raises(TreeTooDeep):
-        usage([tmp_path])
-    kind, why = w.check()
-    assert kind == "growth" and "deeper than 64 levels" in why, why
+    try:
+        with pytest.raises(TreeTooDeep):
+            usage([tmp_path])
+        kind, why = w.check()
+        assert kind == "growth" and "deeper than 64 levels" in why, why
+    finally:  # pytest's own cleanup of old tmp dirs (shutil.rmtree) dies on such a chain
+        assert remove_tree(tmp_path / "d") == []
 
 
 def test_directories_own_blocks_count(tmp_path):
@@ -148,3 +151,22 @@ def test_the_kept_dir_has_its_own_budget(tmp_path):
     _fill(kept / "left", 2)
     kind, why = w.check()
     assert kind == "growth" and "outlives the run" in why, why
+
+
+def test_a_file_unlinked_and_only_mapped_counts_too(tmp_path):
+    """Closed and unlinked but mapped: the blocks stay allocated while the mapping lives."""
+    import mmap
+
+    w = DiskWatch([tmp_path], DiskLimits(growth_bytes=1 << 20, max_files=100, reserve_bytes=0))
+    w.members = lambda: [os.getpid()]
+    fd = os.open(tmp_path / "mapped", os.O_RDWR | os.O_CREAT, 0o600)
+    os.posix_fallocate(fd, 0, 4 << 20)
+    m = mmap.mmap(fd, 4 << 20)
+    os.close(fd)
+    os.unlink(tmp_path / "mapped")
+    try:
+        kind, why = w.check()
+        assert kind == "growth" and "unlinked and holds open" in why, why
+    finally:
+        m.close()
+    assert w.check() is None
