@@ -16,6 +16,7 @@ by every scheduler rank; hard wall-clock timeout -> a clear verdict, never a han
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -350,8 +351,8 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     # runs (a pristine engine writes the checkpoint); the free-space reserve holds for every engine
     limits = DiskLimits.from_env()
     if may_warm_caches(spec):
-        limits = replace(limits, growth_bytes=1 << 62, max_files=1 << 62)
-    watch = DiskWatch([Path(p) for p in (*policy.rw_paths, *caches.values())], limits)
+        limits = limits.unbounded()
+    watch = DiskWatch([Path(p) for p in (*policy.rw_paths, *caches.values())], limits, kept=policy.rw_paths)
     log_path = workdir / f"{spec.name}.log"
     visible = spec.env.get("CUDA_VISIBLE_DEVICES")
     baseline = gpu_memory_used_mib(visible)
@@ -376,6 +377,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
             logf.writer_passed()
         timing["launch_s"] = round(time.monotonic() - t0, 2)  # the wall: uid lease, chown, tmpfs, bwrap exec
         reader.start()
+        watch.members = functools.partial(sandbox.members, proc)  # their unlinked-but-open files count too
         watch.start()
         threading.Thread(target=_send_job, args=(job_w, job), daemon=True).start()
         log.info("arena.engine.start", engine=spec.name, pid=proc.pid, timeout_s=spec.timeout_s)
@@ -399,13 +401,22 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
         finally:
             # TERM, grace, KILL the group, until no member runs (shorter when the validator stops)
             ts = time.monotonic()
-            sandbox.stop(proc, grace_s=lifecycle.SHUTDOWN_GRACE_S if lifecycle.SHUTDOWN.is_set() else 10.0)
+            grace = 0.0 if watch.breach else lifecycle.SHUTDOWN_GRACE_S if lifecycle.SHUTDOWN.is_set() else 10.0
+            sandbox.stop(proc, grace_s=grace)  # an engine filling the host's disk gets no grace
             timing["stop_s"] = round(time.monotonic() - ts, 2)
             disk = watch.stop()
+    if disk and disk[0] == "growth" and not may_warm_caches(spec):  # a pristine step's rw dir holds every checkpoint
+        # what it wrote must not outlive the run, nor keep the disk full while the host waits for
+        # the GPU (other arenas on this host write there too): gone now; the record is in the result
+        for d in policy.rw_paths:
+            sandbox.remove_tree(d)
+            os.makedirs(d, exist_ok=True)
+        sandbox.remove_tree(scratch)  # its JIT cache copies (no engine with a breach copies back)
+        log.warning("arena.engine.disk", engine=spec.name, why=disk[1])
     if lifecycle.SHUTDOWN.is_set():  # no verdict from a run we cut short; the GPU must be free first
         gpu_free = _wait_gpu_free(baseline, min(gpu_free_timeout_s, 15.0), visible)
         reader.join(timeout=5)
-        shutil.rmtree(scratch, ignore_errors=True)
+        sandbox.remove_tree(scratch)
         log.warning("arena.engine.interrupted", engine=spec.name, pid=proc.pid, gpu_free=gpu_free)
         raise lifecycle.Interrupted(f"engine {spec.name} stopped by a shutdown request (gpu free: {gpu_free})")
     reader.join(timeout=30)
@@ -423,16 +434,11 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     tg = time.monotonic()
     gpu_free = _wait_gpu_free(baseline, gpu_free_timeout_s, visible)
     timing["gpu_free_s"] = round(time.monotonic() - tg, 2)
-    if disk and disk[0] == "growth" and not may_warm_caches(spec):  # contribution code's writes must not outlive the run
-        for d in policy.rw_paths:
-            shutil.rmtree(d, ignore_errors=True)
-            os.makedirs(d, exist_ok=True)
-        log.warning("arena.engine.disk", engine=spec.name, why=disk[1])
     if may_warm_caches(spec) and not disk:
         tw = time.monotonic()
         warm_seed_caches(caches, {**seeds, **spec.seed_caches})
         timing["copy_back_s"] = round(time.monotonic() - tw, 2)
-    shutil.rmtree(scratch, ignore_errors=True)  # the engine's HOME/TMPDIR and caches; records and log stay
+    sandbox.remove_tree(scratch)  # the engine's HOME/TMPDIR and caches (any depth); records and log stay
     tail = logf.tail(4000)
     log.info("arena.engine.end", engine=spec.name, rc=proc.returncode, timed_out=timed_out, wall_s=round(wall, 1),
              gpu_free=gpu_free, forgery=stream.forgery)

@@ -19,6 +19,7 @@ import atexit
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -200,11 +201,17 @@ def canary_drift(ref: list[dict[str, Any]], got: list[dict[str, Any]], atol: flo
     for a, b in zip(ref, got):
         if [t for t, _ in a["tokens"]] != [t for t, _ in b["tokens"]] or len(a["top"]) != len(b["top"]):
             return f"canary sequence {a['key']}: graded tokens differ"
-        worst = max([worst] + [abs(x - y) for (_, x), (_, y) in zip(a["tokens"], b["tokens"])])
+        pairs = list(zip(a["tokens"], b["tokens"]))
         for ta, tb in zip(a["top"], b["top"]):
             if [t for t, _ in ta] != [t for t, _ in tb]:
                 return f"canary sequence {a['key']}: top-k tokens differ"
-            worst = max([worst] + [abs(x - y) for (_, x), (_, y) in zip(ta, tb)])
+            pairs += zip(ta, tb)
+        for (_, x), (_, y) in pairs:
+            # every comparison with a NaN is false: `worst > atol` let a NaN reading pass (red team)
+            d = 0.0 if x == y else abs(x - y)
+            if not math.isfinite(d):
+                return f"canary sequence {a['key']}: a logprob read {y!r} where this teacher first read {x!r} (no finite difference)"
+            worst = max(worst, d)
     if worst > atol:
         return f"canary logprobs moved by {worst:.3g} (> canary_atol {atol:g}) since this teacher started"
     return None

@@ -48,6 +48,7 @@ from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.bundle.engine_tree import build_tree
 from cacheon_subnet.errors import BundleError
 from cacheon_subnet.log import get_logger
+from cacheon_subnet.sandbox import remove_tree
 from cacheon_subnet.slots import get_slot
 from seams.receipts import read_receipts
 from seams.table import adapters_for_slot, seam_environment
@@ -205,7 +206,7 @@ class Qualification:
         """One engine with the candidate armed: its records, windows, evidence, leaks, receipts."""
         cfg, op = self.cfg, self.op
         receipts_dir = self.opts.workdir / f"receipts-{name}"
-        shutil.rmtree(receipts_dir, ignore_errors=True)
+        remove_tree(receipts_dir)  # an earlier run's, whatever it left (any depth)
         receipts_dir.mkdir()
         ranks = tuple(range(cfg.engine.tp_size))
         early = {"slot": op.slot, "ranks": list(ranks)}

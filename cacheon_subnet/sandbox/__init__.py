@@ -45,7 +45,7 @@ from cacheon_subnet.sandbox.policy import (
 from cacheon_subnet.sandbox.probe import Isolation, probe_isolation
 
 __all__ = ["DEFAULT_UID", "NOBODY", "Isolation", "SandboxError", "SandboxPolicy", "WallConfig", "can_drop_privileges",
-           "child_env", "launch", "live_members", "probe_isolation", "remove_tree", "stop", "wall_config",
+           "child_env", "launch", "live_members", "members", "probe_isolation", "remove_tree", "stop", "wall_config",
            "weak_requested"]
 
 CLONE_NEWUSER = 0x10000000
@@ -284,6 +284,17 @@ def stop(proc: subprocess.Popen[bytes], grace_s: float = 2.0) -> None:
     if lease is not None and gone:
         os.close(lease)  # the uid is free for the next child only once nothing of this one runs
         proc.cacheon_lease = None  # type: ignore[attr-defined]
+
+
+def members(proc: subprocess.Popen[bytes]) -> list[int]:
+    """The live processes of a launched child: its pid namespace's behind the wall (every
+    descendant, setsid or not), else (weak mode, or before bwrap's inner init exists) its
+    process group's."""
+    ns = getattr(proc, "cacheon_ns", None) or _pid_namespace(proc.pid)
+    if ns:
+        proc.cacheon_ns = ns  # type: ignore[attr-defined]
+        return namespace_members(ns)
+    return live_members(proc.pid)
 
 
 def live_members(pgid: int) -> list[int]:

@@ -19,7 +19,7 @@ import os
 import shutil
 import stat
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -258,25 +258,89 @@ def chown_tree(path: Path, uid: int, gid: int) -> None:
             os.chown(os.path.join(d, f), uid, gid, follow_symlinks=False)
 
 
+class TreeTooDeep(Exception):
+    """A tree with directories nested deeper than a walk allows (walk_fds: max_depth)."""
+
+
+def walk_fds(path: Path | str, max_depth: int) -> Iterator[tuple[int, str | None, os.stat_result]]:
+    """Every entry of the directory tree at `path`, pre-order, as (dir fd, name, lstat), `path`
+    itself first with name None (the fd is then its own); the fd is valid until the next entry.
+
+    Through directory fds (openat, O_NOFOLLOW), so no path grows: os.walk joins path strings, got
+    ENAMETOOLONG past PATH_MAX (4096) and skipped that subtree silently (a child builds any depth
+    with openat), and it recursed once per level (RecursionError past Python's limit). Links are
+    never followed; entries that vanish meanwhile are skipped; a directory deeper than max_depth
+    raises TreeTooDeep (at most 2 fds per level are open)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    top = os.open(path, flags)
+    stack: list[tuple[int, Iterator[os.DirEntry[str]]]] = []
+    try:
+        stack.append((top, os.scandir(top)))
+        yield top, None, os.fstat(top)
+        while stack:
+            fd, entries = stack[-1]
+            e = next(entries, None)
+            if e is None:
+                stack.pop()
+                entries.close()  # type: ignore[attr-defined]
+                os.close(fd)
+                continue
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            yield fd, e.name, st
+            if stat.S_ISDIR(st.st_mode):
+                if len(stack) > max_depth:
+                    raise TreeTooDeep(f"{path}: directories nested deeper than {max_depth} levels")
+                try:
+                    sub = os.open(e.name, flags, dir_fd=fd)
+                except OSError:
+                    continue
+                stack.append((sub, os.scandir(sub)))
+    finally:
+        for fd, entries in reversed(stack):
+            entries.close()  # type: ignore[attr-defined]
+            os.close(fd)
+
+
+RECLAIM_DEPTH = 256  # deeper (2 fds a level): coreutils' fts, which has no depth limit
+
+
 def reclaim_tree(path: Path | str) -> None:
     """After a child is gone: what it may have left in a host dir it was handed (setuid or
     world-writable files owned by its uid) becomes the host's, with no set-id bits and no write
-    for others, so nothing there can later run or be changed as that uid. Never follows a link."""
+    for others, so nothing there can later run or be changed as that uid. Never follows a link;
+    any depth and path length (walk_fds: os.walk skipped a subtree below PATH_MAX, so a setuid
+    file of the sandbox uid stayed there)."""
     uid, gid = os.getuid(), os.getgid()
     strip = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | stat.S_IWGRP | stat.S_IWOTH
-    if not os.path.lexists(path):
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        try:
+            os.chown(path, uid, gid, follow_symlinks=False)
+            if not stat.S_ISLNK(st.st_mode) and st.st_mode & strip:
+                os.chmod(path, stat.S_IMODE(st.st_mode) & ~strip)
+        except OSError:
+            pass
         return
     try:
-        for d, dirs, files in os.walk(path):
-            for p in [d, *(os.path.join(d, f) for f in files + dirs)]:
-                try:
-                    st = os.lstat(p)
-                    os.chown(p, uid, gid, follow_symlinks=False)
-                    if not stat.S_ISLNK(st.st_mode) and st.st_mode & strip:
-                        os.chmod(p, stat.S_IMODE(st.st_mode) & ~strip)
-                except OSError:
+        for fd, name, st in walk_fds(path, RECLAIM_DEPTH):
+            try:
+                if name is None:
+                    os.fchown(fd, uid, gid)
+                    if st.st_mode & strip:
+                        os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~strip)
                     continue
-    except RecursionError:  # a tree deeper than Python's recursion limit (os.walk recurses): coreutils' fts
+                os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISLNK(st.st_mode) and st.st_mode & strip:
+                    os.chmod(name, stat.S_IMODE(st.st_mode) & ~strip, dir_fd=fd)  # not a link: nothing runs now
+            except OSError:
+                continue
+    except (TreeTooDeep, OSError):  # deeper than RECLAIM_DEPTH (or out of fds): coreutils' fts
         _coreutils("chown", "-R", "-P", "-h", f"{uid}:{gid}", "--", os.fspath(path))  # never follows a link
         _coreutils("chmod", "-R", "u-s,g-s,a-t,go-w", "--", os.fspath(path))  # -R skips links it meets
 

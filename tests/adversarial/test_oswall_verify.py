@@ -148,3 +148,46 @@ def test_a_tree_deeper_than_the_recursion_limit_never_breaks_stop(tmp_path):
         assert sandbox.remove_tree(handed) == [] and not handed.exists()
     finally:
         sandbox.remove_tree(handed)
+
+
+LONG = '''
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+for _ in range(17):  # 17 x 251 characters: the path is longer than PATH_MAX (4096)
+    os.mkdir("x" * 250, dir_fd=fd)
+    n = os.open("x" * 250, os.O_RDONLY, dir_fd=fd)
+    os.close(fd)
+    fd = n
+os.close(os.open("suid", os.O_CREAT | os.O_WRONLY, 0o755, dir_fd=fd))
+os.chmod("suid", 0o4777, dir_fd=fd)
+print("MADE", flush=True)
+'''
+
+
+def test_a_file_below_path_max_in_a_handed_dir_is_reclaimed_too(tmp_path):
+    """Red team 2026-12-03: reclaim_tree walked with os.walk, which joins path strings, got
+    ENAMETOOLONG below 4096 characters and skipped the rest without a word: a setuid,
+    world-writable file the child left there stayed its uid's (the arena's receipts dir outlives
+    the run). Now the walk goes by directory fds (fsview.walk_fds)."""
+    import tempfile
+
+    from cacheon_subnet.sandbox.fsview import walk_fds
+
+    handed = Path(tempfile.mkdtemp(prefix="cacheon-long-", dir="/tmp"))
+    handed.chmod(0o755)
+    try:
+        proc = sandbox.launch([sys.executable, "-c", LONG, str(handed)], scratch=tmp_path / "w",
+                              policy=sandbox.SandboxPolicy(wall_timeout_s=60, rw_paths=(str(handed),)))
+        try:
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            sandbox.stop(proc)
+        assert b"MADE" in out, out[-500:]
+        found = [(name, st) for _, name, st in walk_fds(handed, 64) if name == "suid"]
+        assert found, "the child's file is missing"
+        st = found[0][1]
+        assert (st.st_uid, st.st_gid) == (os.getuid(), os.getgid()), st
+        assert st.st_mode & 0o7777 == 0o755, oct(st.st_mode)
+        assert sandbox.remove_tree(handed) == [] and not handed.exists()
+    finally:
+        sandbox.remove_tree(handed)

@@ -417,6 +417,30 @@ class CrashingTeacherCore(FakeCore):
         return super().generate(input_ids, sampling_params, **kw)
 
 
+class NanTeacherCore(FakeCore):
+    """A teacher whose state, once it has graded a sequence with POISON, turns the logprob of every
+    graded token into NaN (top-k untouched): a canary compared by `abs(a - b) > atol` never sees a
+    NaN (every comparison with one is false)."""
+
+    poisoned = False
+
+    def generate(self, input_ids: list[list[int]], sampling_params: dict, **kw: Any) -> list[dict]:
+        teach = kw.get("logprob_start_len") is not None
+        outs = super().generate(input_ids, sampling_params, **kw)
+        if teach and self.poisoned:
+            for o in outs:
+                mi = o["meta_info"]
+                mi["input_token_logprobs"] = [t if t[0] is None else (float("nan"), t[1], t[2])
+                                              for t in mi["input_token_logprobs"]]
+        if teach and any(POISON in ids for ids in input_ids):
+            self.poisoned = True
+        return outs
+
+
+class NanTeacherEngine(_Proxy):
+    core = "NanTeacherCore"
+
+
 class StatefulTeacherEngine(_Proxy):
     core = "StatefulTeacherCore"
 

@@ -94,6 +94,21 @@ def test_broken_control_without_the_canary_the_state_reaches_the_next_verdict(en
     assert b[-1].timing["reused"] == 1.0 and _graded(b[-1]) != expected  # what the canary is there to stop
 
 
+def test_a_teacher_whose_logprobs_turned_nan_fails_its_canary(env, pool):
+    """Red team 2026-12-03: canary_drift took max(worst, abs(a - b)) and compared `worst > atol`,
+    and every comparison with a NaN is false, so a T that answered NaN where it first read numbers
+    passed its canary and graded the next verdict with NaN: B's quality could not anchor
+    (NO_DECISION for an honest challenger) where a fresh T grades it."""
+    with resident.TeacherPool() as fresh:
+        expected = _graded(_grade(fresh, "NanTeacherEngine", _sequences(2), env, "b-fresh")[-1])
+    _grade(pool, "NanTeacherEngine", _sequences(0), env, "warm")
+    hostile = _grade(pool, "NanTeacherEngine", _sequences(1, poison=True), env, "a")
+    assert len(hostile) == 2 and all("canary" in str(r.error) for r in hostile), [r.error for r in hostile]
+    b = _grade(pool, "NanTeacherEngine", _sequences(2), env, "b")
+    assert not b[-1].error and b[-1].timing["reused"] == 0.0
+    assert _graded(b[-1]) == expected
+
+
 def test_a_sequence_that_kills_the_teacher_costs_only_its_own_verdict(env, pool):
     assert not _grade(pool, "CrashingTeacherEngine", _sequences(0), env, "warm")[-1].error
     hostile = _grade(pool, "CrashingTeacherEngine", _sequences(1, poison=True), env, "a")
@@ -111,6 +126,13 @@ def test_canary_drift_names_what_moved():
     other = [{"key": "canary-0", "tokens": [[5, -1.0], [6, -2.0]], "top": [[[9, -1.0], [5, -3.0]]]}]
     assert "top-k tokens differ" in resident.canary_drift(ref, other, 1e-3)
     assert "expected" in resident.canary_drift(ref, [], 1e-3)
+    nan = [{"key": "canary-0", "tokens": [[5, -1.0], [6, float("nan")]], "top": [[[5, -1.0], [9, -3.0]]]}]
+    assert "no finite difference" in resident.canary_drift(ref, nan, 1e-3)
+    nan_top = [{"key": "canary-0", "tokens": [[5, -1.0], [6, -2.0]], "top": [[[5, float("nan")], [9, -3.0]]]}]
+    assert "no finite difference" in resident.canary_drift(ref, nan_top, 1e-3)
+    inf = [{"key": "canary-0", "tokens": [[5, -1.0], [6, float("-inf")]], "top": [[[5, -1.0], [9, -3.0]]]}]
+    assert "no finite difference" in resident.canary_drift(ref, inf, 1e-3)
+    assert resident.canary_drift(inf, inf, 1e-3) is None  # the same reading, -inf included
 
 
 def test_two_qualifications_share_one_teacher_and_keep_their_quality_verdicts(env, pool):
