@@ -225,6 +225,16 @@ def persist(log: Any, written: bytearray, line: bytes) -> None:
     written += data
 
 
+def check_copy(stream: RecordStream, path: Path, written: bytearray) -> None:
+    """The host's record copy must hold exactly what the host wrote there: anything else is forging."""
+    try:
+        same = path.read_bytes() == bytes(written)
+    except OSError:
+        same = False
+    if not same and stream.forgery is None:
+        stream.forgery = f"the host's record copy {path.name} was modified or removed by another process"
+
+
 class _Reader(threading.Thread):
     """Drains the record pipe: validate, persist (fsync), answer the sample request."""
 
@@ -425,12 +435,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
         timing["to_started_s"] = round(reader.started_at - t0, 2)  # launch to the driver's "started" record
     if reader.is_alive() and stream.forgery is None:  # the driver never passes its pipe on
         stream.forgery = "a process outside the stopped engine group still holds the record pipe"
-    try:
-        same = result.read_bytes() == bytes(reader.written)
-    except OSError:
-        same = False
-    if not same and stream.forgery is None:
-        stream.forgery = f"the host's record copy {result.name} was modified or removed by another process"
+    check_copy(stream, result, reader.written)
     tg = time.monotonic()
     gpu_free = _wait_gpu_free(baseline, gpu_free_timeout_s, visible)
     timing["gpu_free_s"] = round(time.monotonic() - tg, 2)

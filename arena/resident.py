@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from arena.channel import MAX_RECORD_BYTES, RecordStream, nonce, seal
-from arena.host import JIT_INSIDE, REPO, EngineRun, EngineSpec, engine_policy, persist, plugin_site, private_caches
+from arena.host import (JIT_INSIDE, REPO, EngineRun, EngineSpec, check_copy, engine_policy, persist, plugin_site,
+                        private_caches)
 from arena.home import CACHE_KEYS
 from cacheon_subnet import lifecycle, sandbox
 from cacheon_subnet.log import get_logger
@@ -159,12 +160,7 @@ class ResidentEngine:
         self.jobs += 1
         wall = time.monotonic() - t0
         stream = cur.stream
-        try:
-            same = path.read_bytes() == bytes(cur.written)
-        except OSError:
-            same = False
-        if not same and stream.forgery is None:
-            stream.forgery = f"the host's record copy {path.name} was modified or removed by another process"
+        check_copy(stream, path, cur.written)
         run = EngineRun(tuple(stream.records), self.proc.poll(), not finished, wall, self._logf.tail(4000), None,
                         stream.forgery, stream.truncated, {"resident_job": float(self.jobs), "reused": float(not first)})
         if run.error:
