@@ -21,6 +21,8 @@
 #   PACK=1 bash scripts/device_trust.sh seq warm example=examples/norm.fused_add_rmsnorm bench
 #                                           # several in one call, each skipped when too little is left
 #   bash scripts/device_trust.sh seq warm profile   # issue 17's slot-share table (scripts/profile_decode.py)
+#   INCUMBENT=examples/attention.decode bash scripts/device_trust.sh seq warm mini=examples/attention.decode-onepass
+#                                           # a short TEST head-to-head; `seq h2h`: the full one (issue 17 item 4)
 #   bash scripts/device_trust.sh attnsweep  # examples/attention.decode's launch configs vs stock at the arena's
 #                                           # decode shapes (scripts/sweep_attention_decode.py, ~300 s)
 #   bash scripts/device_trust.sh seq sprt   # issue 19: SPRT on (a TEST config): role bias, a clear loser
@@ -172,6 +174,16 @@ case "${1:-}" in
       --slot norm.rmsnorm --out "$OUT/resident.json"
     cat "$OUT/resident.txt"; grep -o '"reused": [0-9.]*' /var/tmp/cacheon/arena/*/*/result.json 2>/dev/null
     ;;
+  h2h)  # issue 17 item 4: a second champion against the first as incumbent (B and B′ run the incumbent)
+    ex=${2:-examples/attention.decode-onepass}; inc=${INCUMBENT:-examples/attention.decode}; n=h2h-$(basename "$ex")
+    step "$n" 575 $C arena run --config configs/arena/dense.toml --bundle "$ex" --incumbent "$inc" --grade-always \
+      --out "$OUT/$n.json"
+    head -16 "$OUT/$n.txt"
+    ;;
+  verify)  # verify's CUDA tier (graph trials) on the arena's shapes, as the validator screens a bundle
+    ex=${2:?usage: $0 verify examples/SLOT}; n=verify-$(basename "$ex")
+    step "$n" 200 $C verify "$ex" --device cuda --arena configs/arena/dense.toml; tail -6 "$OUT/$n.txt"
+    ;;
   mini)  # a short TEST verdict (2 cycles of 32-token windows, 1 warm-up, no settle, no confirmation): does the
           # candidate run in the graphs the windows replay (route acks), and which way does the decode clock move?
     ex=${2:?usage: $0 mini examples/SLOT}; n=$(basename "$ex")
@@ -181,7 +193,8 @@ case "${1:-}" in
     ( while sleep 4; do for f in /var/tmp/cacheon/arena/*/*-"$n"-default/receipts-resident/answers-0.jsonl \
         /var/tmp/cacheon/arena/*/*-"$n"-default/resident.jsonl; do [ -f "$f" ] && cp "$f" "$OUT/mini-$(basename "$f")"; done
       done ) & cpid=$!  # what the resident engine recorded comes back even if the call is cut short
-    step "mini-$n" 300 $C arena run --config /tmp/dense-mini.toml --bundle "$ex" --out "$OUT/mini-$n.json"
+    step "mini-$n" 300 $C arena run --config /tmp/dense-mini.toml --bundle "$ex" ${INCUMBENT:+--incumbent "$INCUMBENT"} \
+      --out "$OUT/mini-$n.json"
     kill $cpid 2>/dev/null
     head -12 "$OUT/mini-$n.txt"; grep -ho '"fired_during_capture": {[^}]*}' /var/tmp/cacheon/arena/*/*/receipts-resident/answers-0.jsonl | sort | uniq -c
     ;;
@@ -200,6 +213,10 @@ case "${1:-}" in
       example=*) need 330 "$m" && mode example "${m#example=}" ;;
       sm-example=*) need 330 "$m" && mode sm-example "${m#sm-example=}" ;;
       sm-receive) mode sm-receive ;;
+      mini=*) need 200 "$m" && mode mini "${m#mini=}" ;;
+      verify=*) need 120 "$m" && mode verify "${m#verify=}" ;;
+      h2h) need 430 h2h && mode h2h ;;
+      h2h=*) need 430 "$m" && mode h2h "${m#h2h=}" ;;
       profile) need 150 profile && mode profile ;;
       attnsweep) need 300 attnsweep && mode attnsweep ;;
       sprt) need 400 sprt && mode sprt ;;
@@ -211,7 +228,7 @@ case "${1:-}" in
       *) need 300 "$m" && mode "$m" ;;
     esac; pkill -9 -f 'arena[.]engine_child|sglang[.]srt' 2>/dev/null; done; [ -n "${PACK:-}" ] && packcache
     ;;
-  *) echo "usage: $0 wall|wall2|handicap|faithful|warmfaithful|gpucorpus|e2e-product|e2e-handicap|e2e-champion|startfix|warm|bench|attnsweep|example DIR|seq MODE..."
+  *) echo "usage: $0 wall|wall2|handicap|faithful|warmfaithful|gpucorpus|e2e-product|e2e-handicap|e2e-champion|startfix|warm|bench|attnsweep|example DIR|h2h [DIR]|verify DIR|mini DIR|seq MODE..."
      exit 2 ;;
 esac
 }

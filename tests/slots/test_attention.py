@@ -21,6 +21,7 @@ from cacheon_subnet.verify import VerifyOptions, verify_bundle
 
 SPEC = get_slot("attention.decode")
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "attention.decode"
+ONEPASS = EXAMPLE.with_name("attention.decode-onepass")  # the second champion: no split, no merge kernel
 ALL_CASES = [(tier, c) for tier in TIERS for c in SPEC.cases(tier)]
 
 
@@ -105,8 +106,9 @@ def _verify(path: Path, max_cases: int):
     return verify_bundle(load_bundle(path), VerifyOptions(device="cpu", max_cases=max_cases, seed=1234))
 
 
-def test_example_bundle_passes_verify() -> None:
-    report = _verify(EXAMPLE, max_cases=4)  # every GQA ratio at B=1, then a batch with a length-1 request
+@pytest.mark.parametrize("example", [EXAMPLE, ONEPASS], ids=lambda p: p.name)
+def test_example_bundle_passes_verify(example: Path) -> None:
+    report = _verify(example, max_cases=4)  # every GQA ratio at B=1, then a batch with a length-1 request
     assert report.status == "PASS", report.render()
 
 
@@ -148,9 +150,31 @@ def test_example_at_the_arenas_batch_size_matches_the_reference(monkeypatch: pyt
     assert not compare(bad, ref.float(), tol).ok
 
 
-def _broken(tmp_path: Path, edits: list[tuple[str, str]]) -> Path:
+def test_onepass_example_at_the_arenas_batch_size_matches_the_reference(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    """The one-pass kernel at the arena's window config (strided q, one program per request and
+    kv head); a copy that skips the newest token is the control."""
+    tol = SPEC.tolerance("o", "bfloat16")
+    o, ref = _run_at_the_arenas_batch(_example_module(monkeypatch, ONEPASS))
+    assert compare(o, ref.float(), tol).ok, compare(o, ref.float(), tol).detail
+    edit = [("seq_len = tl.load(indptr_ptr + b + 1) - kv_start\n", "seq_len = tl.load(indptr_ptr + b + 1) - kv_start - 1\n")]
+    bad, ref = _run_at_the_arenas_batch(_example_module(monkeypatch, _broken(tmp_path, edit, ONEPASS)))
+    assert not compare(bad, ref.float(), tol).ok
+
+
+@pytest.mark.parametrize("bug", ["drops_last_token", "unnormalised"])
+def test_onepass_broken_variants_fail_with_mismatch(tmp_path: Path, bug: str) -> None:
+    edits = {"drops_last_token": BROKEN["drops_last_token"],
+             "unnormalised": [("out = acc / l_i[:, None]", "out = acc")]}  # the softmax's sum left out
+    report = _verify(_broken(tmp_path, edits[bug], ONEPASS), max_cases=4)
+    assert report.status == "FAIL"
+    (op,) = report.ops  # a length-1 request left with no token divides by zero: NaN
+    assert op.failure is not None and op.failure.reason in {"mismatch", "nan_inf"}, report.render()
+
+
+def _broken(tmp_path: Path, edits: list[tuple[str, str]], example: Path = EXAMPLE) -> Path:
     dst = tmp_path / "bundle"
-    shutil.copytree(EXAMPLE, dst, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(example, dst, ignore=shutil.ignore_patterns("__pycache__"))
     src = (dst / "decode.py").read_text()
     for old, new in edits:
         assert old in src, old
