@@ -234,5 +234,7 @@ esac
 }
 mode "$@"
 pkill -9 -f 'arena[.]engine_child|sglang[.]srt' 2>/dev/null
-(cd /var/tmp/cacheon 2>/dev/null && find . -maxdepth 5 \( -name '*.jsonl' -o -name 'result.json' -o -name '*.log' \) -size -8M | tar czf "$OUT/work.tgz" -T - 2>/dev/null)
+# the arena's records, and the e2e runs' validator logs (scripts/gpu_e2e.py writes them as it goes)
+(cd /var/tmp 2>/dev/null && find cacheon cacheon-e2e-* -maxdepth 6 \( -name '*.jsonl' -o -name 'result.json' -o -name '*.log' \
+  -o -name '*.out' \) -size -8M 2>/dev/null | tar czf "$OUT/work.tgz" -T - 2>/dev/null)
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader; date -u +%FT%TZ

@@ -77,12 +77,17 @@ def product_phase(a: argparse.Namespace, chain_path: Path, state: Path, netuid: 
             "--screen-device", "cpu" if a.engine_factory else "cuda"]
     passes = []
     t0 = time.monotonic()
-    for _ in range(a.max_passes):
+    for n in range(a.max_passes):
         t = time.monotonic()
-        r = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=a.pass_timeout_s)
-        summary = json.loads(r.stdout) if r.returncode in (0, 1) and r.stdout.strip() else None
+        # the pass's output goes to files beside the state dir as it is written: a run killed at
+        # the device call's limit still leaves what the validator was doing (2026-12-03: it did not)
+        out_log, err_log = state.parent / f"{state.name}-pass{n + 1}.out", state.parent / f"{state.name}-pass{n + 1}.log"
+        with out_log.open("w") as fo, err_log.open("w") as fe:
+            r = subprocess.run(argv, stdout=fo, stderr=fe, text=True, cwd=REPO, timeout=a.pass_timeout_s)
+        stdout, stderr = out_log.read_text(), err_log.read_text()
+        summary = json.loads(stdout) if r.returncode in (0, 1) and stdout.strip() else None
         passes.append({"rc": r.returncode, "wall_s": round(time.monotonic() - t, 1), "summary": summary,
-                       "stderr_tail": r.stderr[-3000:] if summary is None else ""})
+                       "stderr_tail": stderr[-3000:] if summary is None else "", "log": str(err_log)})
         if summary is None or summary.get("idle"):
             break
     return {"argv": argv, "passes": passes, "wall_s": round(time.monotonic() - t0, 1)}

@@ -15,6 +15,7 @@ from cacheon_subnet.errors import UsageError
 from cacheon_subnet.slots import all_slots, get_slot
 from cacheon_subnet.slots.gen import seed_generator
 from cacheon_subnet.verify import shapes
+from cacheon_subnet.verify.runner import trial_plan
 from cacheon_subnet.verify.shapes import ArenaShapes, plan_cases, resize, token_count
 from cacheon_subnet.verify.trials import (
     CPU_CALLS,
@@ -208,6 +209,34 @@ def test_gpu_tier_attention_and_fused_norm_sizes():
     assert max(p.case.dims["T"] for p in planned) <= shapes.FUSED_AR_NORM_MAX_TOKENS
 
 
+def test_heavy_gpu_cases_run_in_the_arenas_dtype_with_their_pair_alone():
+    """The attention K/V pool at the dense arena's large batches is 0.3-1.4 GB a draw: those cases
+    run once (the arena's dtype), as their identical-input pair, graph-trialled only at the
+    window's bs 256 (H200 2026-12-03: the full plan ran past 200 s)."""
+    a = _dense()
+    att = get_slot("attention.decode")
+    planned = plan_cases(att, att.cases("gpu"), att.dtypes, random.Random(0), gpu=True, arena=a)
+    heavy = [p for p in planned if p.heavy]
+    assert {p.case.dims["B"] for p in heavy} >= {128, 192, 256}
+    assert all(p.dtypes == ("bfloat16",) for p in heavy)
+    assert all(p.dtypes == att.dtypes for p in planned if not p.heavy) and len(heavy) < len(planned) // 2
+    assert [p.case.dims["B"] for p in planned if p.window] == [256]
+    for seed in range(4):
+        plan = trial_plan(planned, random.Random(seed), Budget.for_device("cuda"), graphs=True, compile_check=True)
+        for i, p in enumerate(planned):
+            kinds = Counter(t.kind for t in plan if t.case == i and t.kind != "compile")
+            if p.heavy:
+                assert kinds == Counter(pair=2, **({"graph": 1} if p.window else {})), p.case.label
+            elif p.kind == "decode":
+                assert kinds["graph"] == len(p.dtypes) and kinds["pair"] == 2 * len(p.dtypes)
+    fp16 = plan_cases(att, att.cases("gpu"), att.dtypes, random.Random(0), gpu=True, arena=replace(a, dtype="float16"))
+    assert {p.dtypes for p in fp16 if p.heavy} == {("float16",)}  # the arena's own dtype
+    cpu = plan_cases(att, att.cases("gpu"), att.dtypes, random.Random(0), gpu=False, arena=a)
+    assert not any(p.heavy for p in cpu)  # the CPU tier has its own byte cap
+    norm = get_slot("norm.rmsnorm")  # 16384 x 1024 bf16 prefill: light, every dtype
+    assert not any(p.heavy for p in plan_cases(norm, norm.cases("gpu"), norm.dtypes, random.Random(0), gpu=True, arena=a))
+
+
 def test_cpu_tier_samples_the_largest_an_odd_size_and_stays_bounded():
     a = _dense()
     spec = get_slot("norm.rmsnorm")
@@ -253,3 +282,16 @@ def test_validator_screen_uses_the_gpu_arena_shapes():
     assert _screener("cpu", config) is None
     s = _screener(str(REPO / "configs/arena/dense.toml"), config)
     assert s.arena == _dense() and s.device == "cpu"
+
+
+def test_verify_plan_cost_script_counts_the_heavy_rule():
+    """scripts/verify_plan_cost.py (the benchmarks' count): the rule cuts attention.decode's host draws."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from verify_plan_cost import plan_cost
+
+    off = plan_cost("attention.decode", str(REPO / "configs/arena/dense.toml"), seeds=2, heavy_limit=1 << 62)
+    on = plan_cost("attention.decode", str(REPO / "configs/arena/dense.toml"), seeds=2)
+    assert on["input_gb"] < off["input_gb"] / 3 and on["calls"] < off["calls"]
+    assert shapes.GPU_HEAVY_CASE_BYTES == 256 << 20  # the script restores the module's limit

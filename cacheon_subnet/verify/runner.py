@@ -21,6 +21,7 @@ import random
 import secrets
 import time
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -43,10 +44,24 @@ from cacheon_subnet.verify.gates import graph_enabled, select_cases
 from cacheon_subnet.verify.multirank import plan_ranks, verify_collective
 from cacheon_subnet.verify.op_trials import OpTrials as _OpTrials
 from cacheon_subnet.verify.report import Failure, OpResult, VerifyReport
-from cacheon_subnet.verify.shapes import ArenaShapes, plan_cases
-from cacheon_subnet.verify.trials import Budget, graph_picks, schedule
+from cacheon_subnet.verify.shapes import ArenaShapes, PlannedCase, plan_cases
+from cacheon_subnet.verify.trials import Budget, Trial, graph_picks, schedule
 
 log = get_logger("cacheon.verify")
+
+
+
+def trial_plan(planned: Sequence[PlannedCase], rng: random.Random, budget: Budget, *, graphs: bool,
+               compile_check: bool) -> list[Trial]:
+    """One op's shuffled trials over its planned cases. The CPU tier's largest case and every
+    heavy GPU case get only their identical-input pair; every decode case gets a CUDA-graph
+    trial (the engine captures each), a heavy one only at the window's own size."""
+    heavy = [i for i, p in enumerate(planned) if p.heavy]
+    decode = [i for i, p in enumerate(planned) if p.kind == "decode" and (p.window or not p.heavy)]
+    picks = graph_picks(len(planned), decode, rng, budget, skip=heavy) if graphs else []
+    pair_only = [i for i, p in enumerate(planned) if p.origin == "largest" or p.heavy]
+    return schedule([(i, p.dtypes) for i, p in enumerate(planned)], rng, budget, compile_check=compile_check,
+                    graph_cases=picks, pair_only=pair_only)
 
 
 @dataclass(frozen=True)
@@ -199,11 +214,8 @@ class _Run:
         planned = plan_cases(spec, base, op.dtypes, rng, gpu=self.gpu, arena=self.opts.arena, eligible=op.eligible,
                              pool=pool)
         budget = self.opts.budget or Budget.for_device(self.opts.device)
-        graphs = graph_picks(len(planned), [i for i, p in enumerate(planned) if p.kind == "decode"], rng, budget) \
-            if graph_enabled(self.opts.graph_check, self.opts.device) else []
-        largest = [i for i, p in enumerate(planned) if p.origin == "largest"]
-        plan = schedule([(i, p.dtypes) for i, p in enumerate(planned)], rng, budget,
-                        compile_check=self.opts.compile_check, graph_cases=graphs, pair_only=largest)
+        plan = trial_plan(planned, rng, budget, graphs=graph_enabled(self.opts.graph_check, self.opts.device),
+                          compile_check=self.opts.compile_check)
         start_calls = self.calls
         log.info("verify.op", op=op.key, cases=len(planned), dtypes=list(op.dtypes), trials=len(plan))
         failure = None

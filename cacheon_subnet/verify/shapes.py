@@ -16,6 +16,7 @@ or prefill size.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,6 +46,16 @@ CPU_SAMPLE_MAX = 1024  # CPU tier: the random arena size is drawn among those up
 # that fits, and the GPU tier runs every size.
 CPU_MAX_CASE_BYTES = 80 << 20
 ODD_RANGES = {"cpu": ((3, 63), (35, 127)), "gpu": ((3, 255), (513, 4095))}
+# GPU tier: a case whose inputs exceed this costs seconds of host time per call (the host draws
+# them on one CPU core and they cross the wire as bytes: the attention K/V pool at the dense
+# arena's bs 256 is 1.4 GB, 4-8 s to draw and ~2.4 s to encode on the 2-core CI box). Such a case
+# (attention.decode at bs >= 64 of the arena's context and its odd size, moe.fused_experts' expert
+# weights) runs in the arena's dtype only, with its identical-input pair alone, and a CUDA-graph
+# trial only at the window's own size: the arena then runs the kernel at exactly those shapes
+# inside its graphs, with the quality gate on every output. H200 2026-12-03: `cacheon verify
+# examples/attention.decode-onepass --device cuda --arena configs/arena/dense.toml` ran past its
+# 200 s limit before this; scripts/verify_plan_cost.py: 150.9 GB of inputs drawn on the host, 36.7 after.
+GPU_HEAVY_CASE_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,7 @@ class ArenaShapes:
     # The context a timed decode step attends to, on average (prompt + half the output): what
     # attention.decode reads per request. 0: not known (the slot case's own context is kept).
     decode_context: int = 0
+    dtype: str = ""  # the model's activation dtype ("" not known): heavy GPU cases run in it alone
 
     def __post_init__(self) -> None:
         for field_name in ("decode_batches", "prefill_tokens"):
@@ -110,7 +122,7 @@ def from_arena_config(cfg: Any) -> ArenaShapes:
     window = ((("decode", padded),) if padded in decode else ()) + (("prefill", top),)
     return ArenaShapes(profile=model.name if model else cfg.model.profile, decode_batches=decode,
                        prefill_tokens=tuple(prefill), name=getattr(cfg, "name", ""), model=model, window=window,
-                       decode_context=w.input_len + w.output_len // 2)
+                       decode_context=w.input_len + w.output_len // 2, dtype=str(getattr(cfg.model, "dtype", "") or ""))
 
 
 def arena_cases(spec: SlotSpec, cases: Sequence[ShapeCase], arena: ArenaShapes) -> list[tuple[ShapeCase, str]]:
@@ -177,6 +189,8 @@ class PlannedCase:
     dtypes: tuple[str, ...]
     origin: str  # "tier" | "arena" | "odd" | "largest"
     kind: str = ""  # "decode" | "prefill" for re-targeted cases
+    heavy: bool = False  # GPU tier, over GPU_HEAVY_CASE_BYTES: one dtype, the identical-input pair only
+    window: bool = False  # one of the sizes a timed window spends its time at (ArenaShapes.window)
 
 
 def plan_cases(spec: SlotSpec, base: Sequence[ShapeCase], dtypes: Sequence[str], rng: random.Random, *,
@@ -217,7 +231,24 @@ def plan_cases(spec: SlotSpec, base: Sequence[ShapeCase], dtypes: Sequence[str],
             continue
         seen.add(key)
         out.append(PlannedCase(c, dts, origin, kind))
-    return out
+    return [_weigh(spec, p, arena) for p in out] if gpu else out
+
+
+def input_bytes(spec: SlotSpec, case: ShapeCase, act: Any) -> int:
+    """Bytes the host draws for one call of `case` (its in/inout arguments, allocated extents)."""
+    return sum(math.prod(a.concrete_shape(case.dims)) * a.torch_dtype(act).itemsize
+               for a in spec.args if a.role in ("in", "inout"))
+
+
+def _weigh(spec: SlotSpec, p: PlannedCase, arena: ArenaShapes | None) -> PlannedCase:
+    """Mark a GPU-tier case heavy (see GPU_HEAVY_CASE_BYTES) and narrow it to one dtype: the
+    arena's when the op declares it, else the op's first."""
+    n = token_count(spec, p.case)
+    window = bool(arena) and p.kind != "" and (p.kind, n) in arena.window
+    if input_bytes(spec, p.case, dtype_of(p.dtypes[0])) <= GPU_HEAVY_CASE_BYTES:
+        return dataclasses.replace(p, window=window)
+    one = arena.dtype if arena and arena.dtype in p.dtypes else p.dtypes[0]
+    return dataclasses.replace(p, dtypes=(one,), heavy=True, window=window)
 
 
 def _odd_sizes(rng: random.Random, gpu: bool, arena: ArenaShapes | None, named: set) -> list[tuple[str, int]]:

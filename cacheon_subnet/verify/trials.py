@@ -121,9 +121,11 @@ def budget_compile(budget: Budget) -> int:
     return max(0, budget.compile_per_dtype)
 
 
-def graph_picks(n_cases: int, decode_cases: Sequence[int], rng: random.Random, budget: Budget) -> list[int]:
-    """Every arena decode case (the engine captures each) plus `graph_cases` random others."""
-    rest = [i for i in range(n_cases) if i not in decode_cases]
+def graph_picks(n_cases: int, decode_cases: Sequence[int], rng: random.Random, budget: Budget,
+                skip: Sequence[int] = ()) -> list[int]:
+    """Every arena decode case (the engine captures each) plus `graph_cases` random others, none
+    of them from `skip` (heavy cases: every replay draws their inputs again)."""
+    rest = [i for i in range(n_cases) if i not in decode_cases and i not in skip]
     return sorted(set(decode_cases) | set(rng.sample(rest, min(len(rest), budget.graph_cases))))
 
 

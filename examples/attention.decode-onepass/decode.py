@@ -9,9 +9,16 @@ launch per layer instead of two. That is the whole difference from examples/atte
 whose split-KV pass at 1 split is this loop followed by a merge of one split.
 
 When it pays: at batch x kv heads >= 512 (the dense arena's windows: bs 256 x 8 kv heads) there
-are enough programs to fill the GPU without splitting the context. At small batches (bs 1-32)
-it is slower than a split-KV kernel (bs 1 runs only HK programs): the arena times bs 256, a
-miner who serves small batches starts from examples/attention.decode instead.
+are enough programs to fill the GPU without splitting the context. At small batches and long
+contexts a split-KV kernel keeps more SMs busy (bs 1 runs only HK programs, each over the whole
+context): a miner who serves those starts from examples/attention.decode instead.
+
+Measured on one H200 (docs/benchmarks.md, session 10, 2026-12-03): in the dense arena head to
+head against examples/attention.decode as the incumbent, C/B 1.0179 on the decode-step clock
+(noise 0.12 %, bar 1.0050), confirmed 1.0171 in a fresh engine, quality PASS, the candidate
+fired in all 840 captured calls of every swap; `cacheon bench --arena configs/arena/dense.toml`
+against stock: 1.258x at the window's bs 256 (81 % of the measured copy bandwidth by the slot's
+byte count), 1.13-1.20x at bs 32-192, 1.6-2.9x at bs 1-16 (at the arena's 1088-token context).
 
 The grid depends only on shapes; token counts are read on the device: CUDA-graph safe. The
 backend's split hint and the scratch buffers are not used (the slot allows that).

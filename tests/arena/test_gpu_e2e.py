@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import arena_harness as h
 import pytest
@@ -70,6 +71,8 @@ def test_gpu_e2e_keeps_the_validators_crash_and_exits_non_zero(tmp_path):
     assert "No module named 'tenacity'" in r.stdout
     prod = json.loads(out.read_text())["phases"]["product"]
     assert "no validator state" in prod["status"]["error"] and "tenacity" in prod["passes"][0]["stderr_tail"]
+    log = Path(prod["passes"][0]["log"])  # on disk as it was written: a run killed mid-pass keeps it
+    assert log.parent == tmp_path / "work" and "No module named 'tenacity'" in log.read_text()
 
 
 def test_the_test_phase_can_run_fewer_cycles_in_a_test_named_arena(tmp_path):
