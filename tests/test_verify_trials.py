@@ -221,14 +221,19 @@ def test_heavy_gpu_cases_run_in_the_arenas_dtype_with_their_pair_alone():
     assert all(p.dtypes == ("bfloat16",) for p in heavy)
     assert all(p.dtypes == att.dtypes for p in planned if not p.heavy) and len(heavy) < len(planned) // 2
     assert [p.case.dims["B"] for p in planned if p.window] == [256]
+    thirds = 0
     for seed in range(4):
         plan = trial_plan(planned, random.Random(seed), Budget.for_device("cuda"), graphs=True, compile_check=True)
         for i, p in enumerate(planned):
             kinds = Counter(t.kind for t in plan if t.case == i and t.kind != "compile")
-            if p.heavy:
-                assert kinds == Counter(pair=2, **({"graph": 1} if p.window else {})), p.case.label
+            if p.heavy:  # the pair, at random one twin, a graph trial only at the window's size
+                assert kinds["pair"] == 2 and kinds["twin"] <= 1 and kinds["fresh"] == 0, p.case.label
+                assert kinds["graph"] == int(p.window), p.case.label
+                thirds += kinds["twin"]
             elif p.kind == "decode":
                 assert kinds["graph"] == len(p.dtypes) and kinds["pair"] == 2 * len(p.dtypes)
+    # a kernel that turns wrong at a heavy shape after its pair is judged on a third call somewhere
+    assert 0 < thirds < 4 * len(heavy)
     fp16 = plan_cases(att, att.cases("gpu"), att.dtypes, random.Random(0), gpu=True, arena=replace(a, dtype="float16"))
     assert {p.dtypes for p in fp16 if p.heavy} == {("float16",)}  # the arena's own dtype
     cpu = plan_cases(att, att.cases("gpu"), att.dtypes, random.Random(0), gpu=False, arena=a)

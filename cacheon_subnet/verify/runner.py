@@ -53,15 +53,15 @@ log = get_logger("cacheon.verify")
 
 def trial_plan(planned: Sequence[PlannedCase], rng: random.Random, budget: Budget, *, graphs: bool,
                compile_check: bool) -> list[Trial]:
-    """One op's shuffled trials over its planned cases. The CPU tier's largest case and every
-    heavy GPU case get only their identical-input pair; every decode case gets a CUDA-graph
-    trial (the engine captures each), a heavy one only at the window's own size."""
+    """One op's shuffled trials over its planned cases. The CPU tier's largest case gets only its
+    identical-input pair, a heavy GPU case the pair and at random one twin; every decode case
+    gets a CUDA-graph trial (the engine captures each), a heavy one only at the window's size."""
     heavy = [i for i, p in enumerate(planned) if p.heavy]
     decode = [i for i, p in enumerate(planned) if p.kind == "decode" and (p.window or not p.heavy)]
     picks = graph_picks(len(planned), decode, rng, budget, skip=heavy) if graphs else []
-    pair_only = [i for i, p in enumerate(planned) if p.origin == "largest" or p.heavy]
+    pair_only = [i for i, p in enumerate(planned) if p.origin == "largest"]
     return schedule([(i, p.dtypes) for i, p in enumerate(planned)], rng, budget, compile_check=compile_check,
-                    graph_cases=picks, pair_only=pair_only)
+                    graph_cases=picks, pair_only=pair_only, short=heavy)
 
 
 @dataclass(frozen=True)

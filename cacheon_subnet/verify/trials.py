@@ -75,19 +75,24 @@ class Trial:
 
 
 def schedule(cases: Sequence[tuple[int, Sequence[str]]], rng: random.Random, budget: Budget, *,
-             compile_check: bool, graph_cases: Sequence[int] = (), pair_only: Sequence[int] = ()) -> list[Trial]:
+             compile_check: bool, graph_cases: Sequence[int] = (), pair_only: Sequence[int] = (),
+             short: Sequence[int] = ()) -> list[Trial]:
     """Every trial of one op, shuffled. cases: (case index, dtypes to run it in); graph_cases: case
     indices that get a CUDA-graph trial in each of their dtypes; pair_only: indices that get only
-    the identical-input pair (the CPU tier's largest size: its cost is the whole budget)."""
+    the identical-input pair (the CPU tier's largest size: its cost is the whole budget); short:
+    indices that get the pair and, at random, one twin (heavy GPU cases: a kernel that turns wrong
+    at such a shape after its pair cannot know whether a third call is judged)."""
     slots = [(i, d) for i, dts in cases for d in dts]
     if not slots:
         return []
-    soak = rng.choice([s for s in slots if s[0] not in pair_only] or slots)
+    soak = rng.choice([s for s in slots if s[0] not in pair_only and s[0] not in short] or slots)
     trials: list[Trial] = []
     soak_run: list[Trial] = []
     for i, d in slots:
         if i in pair_only:
             n = 2
+        elif i in short:
+            n = rng.randint(2, 3)
         else:
             n = rng.randint(*(budget.soak if (i, d) == soak else budget.calls))
         first = rng.randint(0, 1)
