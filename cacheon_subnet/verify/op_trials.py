@@ -16,13 +16,32 @@ import torch
 
 from cacheon_subnet import progress
 from cacheon_subnet.bundle import OpEntry
+from cacheon_subnet.log import get_logger
 from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_name, dtype_of
 from cacheon_subnet.tensor_views import rebase
-from cacheon_subnet.verify import judge
+from cacheon_subnet.verify import judge, wire
 from cacheon_subnet.verify.report import Failure
 from cacheon_subnet.verify.trials import Trial, twin
 
 Tensors = dict[str, torch.Tensor]
+log = get_logger(__name__)
+
+
+# A graph trial sends its capture and every replay's fresh dynamic inputs in one frame; the
+# worker refuses frames over wire.MAX_MESSAGE (4 GiB), and the host holds a few copies of it.
+GRAPH_FRAME_BYTES = wire.MAX_MESSAGE // 2
+
+
+def replays_that_fit(capture: Tensors, dynamic: set[str], budget: int | None = None) -> int:
+    """How many replays of fresh dynamic inputs fit one graph-trial frame beside the capture
+    (storage sizes: an upper bound, a view such as the engine's strided q sends its storage)."""
+    budget = GRAPH_FRAME_BYTES if budget is None else budget
+    size = {k: v.untyped_storage().nbytes() for k, v in capture.items()}
+    per_replay = sum(n for k, n in size.items() if k in dynamic)
+    room = budget - sum(size.values())
+    if room < 0:
+        return 0
+    return room // per_replay if per_replay else 1 << 30
 
 
 @dataclass
@@ -139,7 +158,13 @@ class OpTrials:
         dynamic = {a.name for a in spec.args if a.graph_dynamic or a.role == "inout"}
         tensors = rebase(capture)
         replays = []
-        for i in range(self.rng.randint(opts.graph_replays, 2 * opts.graph_replays)):
+        wanted = self.rng.randint(opts.graph_replays, 2 * opts.graph_replays)
+        n = min(wanted, replays_that_fit(capture, dynamic))
+        if n < 1:  # the frame would pass the wire's limit and the worker would die on it: not the kernel's doing
+            log.warning("verify.graph_skipped", op=self.op.key, case=case.label, dtype=t.dtype,
+                        why=f"the capture alone exceeds {GRAPH_FRAME_BYTES} bytes")
+            return None
+        for i in range(n):
             fresh = self.run_.inputs(spec, case, act)
             merged = {k: (fresh[k] if k in dynamic else capture[k]) for k in capture}
             replays.append(merged)

@@ -51,10 +51,10 @@ ODD_RANGES = {"cpu": ((3, 63), (35, 127)), "gpu": ((3, 255), (513, 4095))}
 # arena's bs 256 is 1.4 GB, 4-8 s to draw and ~2.4 s to encode on the 2-core CI box). Such a case
 # (attention.decode at bs >= 64 of the arena's context and its odd size, moe.fused_experts' expert
 # weights) runs in the arena's dtype only, with its identical-input pair and at random one twin,
-# and a CUDA-graph trial only at the window's own size: the arena then runs the kernel at exactly those shapes
-# inside its graphs, with the quality gate on every output. H200 2026-12-03: `cacheon verify
+# and no CUDA-graph trial (verify/runner.trial_plan says why): the arena then runs the kernel at
+# exactly those shapes inside its graphs, with the quality gate on every output. H200 2026-12-03: `cacheon verify
 # examples/attention.decode-onepass --device cuda --arena configs/arena/dense.toml` ran past its
-# 200 s limit before this; scripts/verify_plan_cost.py: 150.9 GB of inputs drawn on the host, 38.6 after.
+# 200 s limit before this; scripts/verify_plan_cost.py: 150.9 GB of inputs drawn on the host, 30.7 after.
 GPU_HEAVY_CASE_BYTES = 256 << 20
 
 
