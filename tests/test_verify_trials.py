@@ -356,3 +356,19 @@ def test_graph_trial_sends_only_the_replays_that_fit(monkeypatch):
     sent.clear()
     monkeypatch.setattr(op_trials, "GRAPH_FRAME_BYTES", size - 1)  # the capture alone does not fit
     assert trials._graph(t, case, torch.bfloat16) is None and not sent
+
+
+def test_no_gpu_case_needs_a_frame_the_worker_refuses():
+    """An arena at bs 256 and an 8k context would draw a 10 GB K/V pool per call, past the wire's
+    4 GiB frame: such sizes are left to the arena, never sent (the worker would die: FAIL crashed)."""
+    from cacheon_subnet.slots.spec import dtype_of
+    from cacheon_subnet.verify.wire import MAX_MESSAGE
+
+    assert shapes.GPU_MAX_CASE_INPUT_BYTES < MAX_MESSAGE
+    att = get_slot("attention.decode")
+    long = replace(_dense(), decode_context=8192)
+    planned = plan_cases(att, att.cases("gpu"), att.dtypes, random.Random(0), gpu=True, arena=long)
+    sizes = {p.case.dims["B"] for p in planned if p.origin == "arena"}
+    assert 256 not in sizes and 1 in sizes  # the big ones left out, the small ones kept
+    assert all(shapes.input_bytes(att, p.case, dtype_of(d)) <= shapes.GPU_MAX_CASE_INPUT_BYTES
+               for p in planned for d in p.dtypes)

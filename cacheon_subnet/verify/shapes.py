@@ -56,6 +56,10 @@ ODD_RANGES = {"cpu": ((3, 63), (35, 127)), "gpu": ((3, 255), (513, 4095))}
 # examples/attention.decode-onepass --device cuda --arena configs/arena/dense.toml` ran past its
 # 200 s limit before this; scripts/verify_plan_cost.py: 150.9 GB of inputs drawn on the host, 30.7 after.
 GPU_HEAVY_CASE_BYTES = 256 << 20
+# No planned case may need a frame the worker refuses (verify/wire.py MAX_MESSAGE, 4 GiB): one
+# call's inputs stay under 3 GiB, else the size is left to the arena (an arena at bs 256 and an
+# 8k context would draw a 10 GB K/V pool; the worker would die on it and an honest kernel FAIL).
+GPU_MAX_CASE_INPUT_BYTES = 3 << 30
 
 
 @dataclass(frozen=True)
@@ -221,7 +225,8 @@ def plan_cases(spec: SlotSpec, base: Sequence[ShapeCase], dtypes: Sequence[str],
         c = resize(spec, rng.choice(temps), kind, n, ctx)
         if c is None or (eligible is not None and not eligible(c.dims)):
             continue
-        fits = [d for d in dtypes if gpu or spec.default_bytes(c, dtype_of(d)) <= cpu_max_bytes]
+        fits = [d for d in dtypes if spec.default_bytes(c, dtype_of(d)) <= cpu_max_bytes] if not gpu else \
+            [d for d in dtypes if input_bytes(spec, c, dtype_of(d)) <= GPU_MAX_CASE_INPUT_BYTES]
         if not fits:
             continue  # the interpreter would take minutes per call: the GPU tier covers this size
         dts = tuple(dtypes) if gpu else (rng.choice(fits),)
