@@ -116,3 +116,15 @@ def test_a_malformed_frame_on_the_stream_leaves_the_next_one_readable(bad):
 
     msg, t = _pair_io([framed(hacked), framed(good)], read_two)
     assert msg == {"n": 2} and torch.equal(t["a"], torch.ones(4))
+
+
+def test_wire_bench_script_round_trips_a_frame(capsys):
+    """scripts/wire_bench.py (the benchmarks' wire timing) runs and checks its own round trip."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import wire_bench
+
+    assert wire_bench.main(["--rows", "64", "--repeats", "1"]) == 0
+    assert "send to decoded" in capsys.readouterr().out
