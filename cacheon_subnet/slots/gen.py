@@ -43,6 +43,38 @@ def weights(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator, fa
     return (torch.randn(shape, generator=gen) / fan_in**0.5).to(dtype)
 
 
+# Above this many elements a CPU draw is split into fixed chunks drawn by threads: a host draws
+# verify's inputs on one core otherwise (the bs 256 K/V pool, 0.7 G normals: 4-8 s on a CI core).
+PARALLEL_MIN_ELEMENTS = 1 << 24
+_CHUNK_ELEMENTS = 1 << 22
+
+
+def randn(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    """Standard normals of `shape`. On a CPU generator and a large shape, drawn in fixed chunks,
+    each from its own generator seeded from `gen`, on up to 8 threads: the values depend on `gen`'s
+    state alone (never on the thread count), as a single draw's do."""
+    import math
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    n = math.prod(shape)
+    if gen.device.type != "cpu" or n < PARALLEL_MIN_ELEMENTS:
+        return torch.randn(shape, generator=gen, dtype=dtype, device=gen.device)
+    out = torch.empty(n, dtype=dtype)
+    starts = range(0, n, _CHUNK_ELEMENTS)
+    seeds = torch.randint(0, 2**62, (len(starts),), generator=gen).tolist()
+
+    def fill(i: int) -> None:  # torch drops the GIL inside normal_: the chunks run in parallel
+        lo = starts[i]
+        out[lo : lo + _CHUNK_ELEMENTS].normal_(generator=torch.Generator().manual_seed(seeds[i]))
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
+        list(pool.map(fill, range(len(starts))))
+    return out.view(shape)
+
+
 def seed_generator(seed: int) -> torch.Generator:
     import torch
 

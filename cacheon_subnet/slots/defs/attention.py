@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Mapping
 
-from cacheon_subnet.slots import profiles
+from cacheon_subnet.slots import gen, profiles
 from cacheon_subnet.slots.spec import ArgSpec, ParamSpec, ShapeCase, SlotSpec, Tolerance, case
 
 if TYPE_CHECKING:  # torch is imported by the functions that make or read tensors: loading the catalog needs none
@@ -152,9 +152,9 @@ def _inputs(c: ShapeCase, dt: torch.dtype, g: torch.Generator) -> dict[str, torc
     indices[:total] = torch.randperm(S - 1, generator=g)[:total] + 1
     # Post-qk-norm/RoPE keys: O(1) with per-channel spread and a shared per-head offset.
     k_chan = _channel_scale((HK, D), 0.5, g)
-    k = torch.randn((S, HK, D), generator=g, dtype=dt).mul_(k_chan.to(dt))  # in place: pools are GBs in "bench"
+    k = gen.randn((S, HK, D), dt, g).mul_(k_chan.to(dt))  # in place: pools are GBs in "bench"
     k.add_((0.3 * torch.randn((HK, D), generator=g)).to(dt))
-    v = torch.randn((S, HK, D), generator=g, dtype=dt).mul_(_channel_scale((HK, D), 0.3, g).to(dt))
+    v = gen.randn((S, HK, D), dt, g).mul_(_channel_scale((HK, D), 0.3, g).to(dt))
     # Logit std ~2: a few hundred tokens give a peaked but not one-hot softmax.
     q_scale = 2.0 / float(k_chan.pow(2).mean().sqrt())
     # q as Qwen3 hands it over on CUDA: SGLang's fused in-place QK-norm leaves it a view into the
