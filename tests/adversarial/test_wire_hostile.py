@@ -45,3 +45,41 @@ def test_recv_over_a_socket_raises_wire_error_only() -> None:
     finally:
         host.close()
         worker.close()
+
+
+STREAM_HOSTILE = {
+    **{k: _frame(v) for k, v in HOSTILE.items()},
+    "short_frame": b"\x00\x01",
+    "header_longer_than_frame": struct.pack(">I", 10_000) + b"{}",
+    "storage_table_past_the_frame": _frame(b'{"_storages": [1000000000], "_tensors": {}}'),
+    "storage_table_short_of_the_frame": _frame(b'{"_storages": [1], "_tensors": {}}') + b"xyz",
+    "view_past_its_storage": _frame(b'{"_storages": [4], "_tensors": {"o": {"storage": 0, "offset": 0, '
+                                    b'"shape": [400], "stride": [1], "dtype": "float32"}}}') + b"\x00" * 4,
+    "negative_storage": _frame(b'{"_storages": [-4], "_tensors": {}}'),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STREAM_HOSTILE))
+def test_the_streaming_recv_refuses_each_as_wire_error_and_stays_in_step(name: str) -> None:
+    """recv reads storages straight into their own buffers (no whole-frame read first): every
+    hostile frame is still WireError, allocates nothing past the frame's own length, and the
+    next frame on the stream is read whole."""
+    import threading
+
+    import torch
+
+    good = wire.encode({"n": 1}, {"a": torch.arange(3, dtype=torch.float32)})
+    data = STREAM_HOSTILE[name]
+    host, worker = socket.socketpair()
+    try:
+        t = threading.Thread(target=worker.sendall,
+                             args=(struct.pack(">Q", len(data)) + data + struct.pack(">Q", len(good)) + good,))
+        t.start()
+        with pytest.raises(wire.WireError):
+            wire.recv(host.fileno(), deadline=None)
+        msg, tensors = wire.recv(host.fileno(), deadline=None)
+        t.join()
+        assert msg == {"n": 1} and tensors["a"].tolist() == [0.0, 1.0, 2.0]
+    finally:
+        host.close()
+        worker.close()
