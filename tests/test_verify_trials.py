@@ -220,7 +220,6 @@ def test_heavy_gpu_cases_run_in_the_arenas_dtype_with_their_pair_alone():
     assert {p.case.dims["B"] for p in heavy} >= {128, 192, 256}
     assert all(p.dtypes == ("bfloat16",) for p in heavy)
     assert all(p.dtypes == att.dtypes for p in planned if not p.heavy) and len(heavy) < len(planned) // 2
-    assert [p.case.dims["B"] for p in planned if p.window] == [256]
     thirds = 0
     for seed in range(4):
         plan = trial_plan(planned, random.Random(seed), Budget.for_device("cuda"), graphs=True, compile_check=True)

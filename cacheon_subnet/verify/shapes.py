@@ -194,7 +194,6 @@ class PlannedCase:
     origin: str  # "tier" | "arena" | "odd" | "largest"
     kind: str = ""  # "decode" | "prefill" for re-targeted cases
     heavy: bool = False  # GPU tier, over GPU_HEAVY_CASE_BYTES: one dtype, the identical-input pair only
-    window: bool = False  # one of the sizes a timed window spends its time at (ArenaShapes.window)
 
 
 def plan_cases(spec: SlotSpec, base: Sequence[ShapeCase], dtypes: Sequence[str], rng: random.Random, *,
@@ -248,12 +247,10 @@ def input_bytes(spec: SlotSpec, case: ShapeCase, act: Any) -> int:
 def _weigh(spec: SlotSpec, p: PlannedCase, arena: ArenaShapes | None) -> PlannedCase:
     """Mark a GPU-tier case heavy (see GPU_HEAVY_CASE_BYTES) and narrow it to one dtype: the
     arena's when the op declares it, else the op's first."""
-    n = token_count(spec, p.case)
-    window = bool(arena) and p.kind != "" and (p.kind, n) in arena.window
     if input_bytes(spec, p.case, dtype_of(p.dtypes[0])) <= GPU_HEAVY_CASE_BYTES:
-        return dataclasses.replace(p, window=window)
+        return p
     one = arena.dtype if arena and arena.dtype in p.dtypes else p.dtypes[0]
-    return dataclasses.replace(p, dtypes=(one,), heavy=True, window=window)
+    return dataclasses.replace(p, dtypes=(one,), heavy=True)
 
 
 def _odd_sizes(rng: random.Random, gpu: bool, arena: ArenaShapes | None, named: set) -> list[tuple[str, int]]:
