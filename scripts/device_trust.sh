@@ -112,7 +112,7 @@ case "${1:-}" in
     [ -n "$(find "/var/tmp/cacheon/jit/$gen" -path '*tvm-ffi*' -type f 2>/dev/null | head -1)" ] || {
       step warm 200 $C arena warm --config configs/arena/dense.toml; cat "$OUT/warm.txt"; }
     extra=(); [ "$ph" = test-handicap ] && extra=(--test-cycles "${TEST_CYCLES:-2}" --handicap-us "${E2E_US:-600}")  # 4 engines, one call; ~5 % (est.)
-    step "$1" 570 python3 scripts/gpu_e2e.py --phases "$ph" --out "$OUT/$1.json" --work "/var/tmp/cacheon-$1" "${extra[@]}"
+    step "$1" 592 python3 scripts/gpu_e2e.py --phases "$ph" --out "$OUT/$1.json" --work "/var/tmp/cacheon-$1" "${extra[@]}"
     head -40 "$OUT/$1.txt"
     ;;
   startfix)  # the second warm start is the number: ~35 s expected if the seeds hit (unmeasured)
