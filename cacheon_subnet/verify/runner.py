@@ -219,7 +219,8 @@ class _Run:
         plan = trial_plan(planned, rng, budget, graphs=graph_enabled(self.opts.graph_check, self.opts.device),
                           compile_check=self.opts.compile_check)
         start_calls = self.calls
-        log.info("verify.op", op=op.key, cases=len(planned), dtypes=list(op.dtypes), trials=len(plan))
+        log.info("verify.op", op=op.key, cases=len(planned), dtypes=list(op.dtypes), trials=len(plan),
+                 heavy=[p.case.label for p in planned if p.heavy])  # one dtype, pair + maybe a twin, no graph
         failure = None
         try:
             failure = _OpTrials(self, op, spec, [p.case for p in planned], plan, rng).run()
