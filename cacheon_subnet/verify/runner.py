@@ -20,8 +20,8 @@ import dataclasses
 import random
 import secrets
 import time
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -48,7 +48,6 @@ from cacheon_subnet.verify.shapes import ArenaShapes, PlannedCase, plan_cases
 from cacheon_subnet.verify.trials import Budget, Trial, graph_picks, schedule
 
 log = get_logger("cacheon.verify")
-
 
 
 def trial_plan(planned: Sequence[PlannedCase], rng: random.Random, budget: Budget, *, graphs: bool,
