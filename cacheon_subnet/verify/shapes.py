@@ -193,7 +193,7 @@ class PlannedCase:
     dtypes: tuple[str, ...]
     origin: str  # "tier" | "arena" | "odd" | "largest"
     kind: str = ""  # "decode" | "prefill" for re-targeted cases
-    heavy: bool = False  # GPU tier, over GPU_HEAVY_CASE_BYTES: one dtype, the identical-input pair only
+    heavy: bool = False  # GPU tier, over GPU_HEAVY_CASE_BYTES: one dtype, its pair and maybe a twin, no graph
 
 
 def plan_cases(spec: SlotSpec, base: Sequence[ShapeCase], dtypes: Sequence[str], rng: random.Random, *,
