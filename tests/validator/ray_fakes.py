@@ -21,7 +21,9 @@ class DiesOnceQualifier(FakeQualifier):
     def qualify(self, bundle, op, incumbent):
         d = Path(self.marker_dir)
         n = len(list(d.glob(f"{bundle.digest[:12]}-*")))
-        (d / f"{bundle.digest[:12]}-{n}").write_text(str(os.getpid()))
+        tmp = d / f".{bundle.digest[:12]}-{n}.tmp"  # atomic: the test reads the pid as soon as the name exists
+        tmp.write_text(str(os.getpid()))  # (CI 2026-12-03 read an empty marker: int('') and a hung worker)
+        os.replace(tmp, d / f"{bundle.digest[:12]}-{n}")
         if n == 0 and (d / "kill-first").exists():
             time.sleep(120)  # killed here
         return super().qualify(bundle, op, incumbent)
