@@ -3,6 +3,9 @@ and can run faster than real data."""
 
 from __future__ import annotations
 
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is imported by the functions that make or read tensors: loading the catalog needs none
@@ -53,10 +56,6 @@ def randn(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> t
     """Standard normals of `shape`. On a CPU generator and a large shape, drawn in fixed chunks,
     each from its own generator seeded from `gen`, on up to 8 threads: the values depend on `gen`'s
     state alone (never on the thread count), as a single draw's do."""
-    import math
-    import os
-    from concurrent.futures import ThreadPoolExecutor
-
     import torch
 
     n = math.prod(shape)
