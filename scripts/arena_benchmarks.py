@@ -10,7 +10,11 @@ Runs (pick with --runs, in order):
   never-fires  fp32-only copy of the example   -> FAIL on evidence, right after start-up
   ar-faithful  examples/collective.all_reduce  -> TP=2 arenas: receipts on both ranks, quality PASS
   ar-corrupt   controls/corrupt_one_rank       -> TP=2 arenas: FAIL (rank 1's sums are wrong)
+  PATH         any bundle directory (a name with a "/", relative to the repo or absolute), e.g.
+               examples/controls/subtle_skip_row: the quality calibration's controls (issue 15)
 A name may repeat (e.g. role-bias,role-bias,role-bias: the drift over repeated runs).
+--results DIR keeps each run's full result.json (quality metrics, stock spread, windows) there, as
+it finishes, for scripts/calibrate_quality.py.
 
     source .devpack/dev_env.sh && python3 scripts/arena_benchmarks.py --runs faithful,wrong --out $OUT/arena.json
 """
@@ -33,6 +37,9 @@ from arena.run import RunOptions, qualify, stock_control_op  # noqa: E402
 from cacheon_subnet.bundle import load_bundle  # noqa: E402
 
 
+QUALITY_KEYS = ("nll_mean", "nll_p99", "seq_nll_max", "greedy_agreement", "kl_mean", "kl_p99", "logprob_delta_p99")
+
+
 def fp32_only(dst: Path) -> Path:
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(REPO / "examples/norm.rmsnorm", dst)
@@ -52,6 +59,7 @@ def main() -> int:
     ap.add_argument("--handicap-us", type=float, default=150.0,
                     help="spin per baseline call (dense arena: one norm.rmsnorm call per forward; ~1 %% of a "
                          "decode step, an estimate)")
+    ap.add_argument("--results", default=None, help="copy each run's result.json here as <i>-<name>.json")
     ap.add_argument("--engine-factory", default=None, help="tests only: a fake engine class module:attr")
     a = ap.parse_args()
     cfg = load_config(a.config)
@@ -59,6 +67,8 @@ def main() -> int:
     out: dict = {"arena_id": cfg.arena_id, "config": a.config, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "runs": []}
     for i, name in enumerate(a.runs.split(",")):
+        path = Path(name) if "/" in name else None
+        name = path.name if path else name
         opts = RunOptions(workdir=work / f"{i}-{name}", checkpoint_root=Path(a.checkpoints),
                           engine_factory=a.engine_factory, grade_always=True)  # the controls' quality is the point
         if name in ("role-bias", "handicap"):
@@ -67,6 +77,9 @@ def main() -> int:
             control = {"role-bias": {"control": "stock-as-candidate"},
                        "handicap": {"control": "handicap", "handicap_us": a.handicap_us}}[name]
             bundle, op, opts = None, stock_control_op(a.slot), replace(opts, **control)
+        elif path is not None:
+            bundle = load_bundle(path if path.is_absolute() else REPO / path)
+            op = bundle.manifest.ops[0]
         else:
             src = {"faithful": REPO / "examples/norm.rmsnorm", "wrong": REPO / "examples/controls/wrong_math",
                    "moe-faithful": REPO / "examples/moe.topk_softmax",
@@ -87,8 +100,14 @@ def main() -> int:
                "stages": {k: {"wall_s": v["wall_s"], "start_s": next((x["s"] for x in v["startup"] if x["op"] == "started"), None),
                               "swap_s": [round(x["s"], 2) for x in v.get("routes", [])]} for k, v in r["stages"].items()},
                "windows": r.get("windows")}
+        qm = (r.get("quality") or {}).get("metrics") or {}
+        row["quality_reasons"] = (r.get("quality") or {}).get("reasons")
+        row["quality_metrics"] = {k: {m: qm[k].get(m) for m in QUALITY_KEYS} for k in ("b", "c") if k in qm}
+        if a.results:
+            Path(a.results).mkdir(parents=True, exist_ok=True)
+            Path(a.results, f"{i}-{name}.json").write_text(json.dumps(r, indent=1, default=str))
         out["runs"].append(row)
-        print(json.dumps({k: v for k, v in row.items() if k not in ("windows", "stages")}), flush=True)
+        print(json.dumps({k: v for k, v in row.items() if k not in ("windows", "stages", "by_metric")}), flush=True)
         Path(a.out).write_text(json.dumps(out, indent=1, default=str))
     drifts = [abs(d) for row in out["runs"] for d in (row.get("drift_cycles") or [])]
     if drifts:

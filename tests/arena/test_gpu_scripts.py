@@ -109,3 +109,25 @@ def test_rejudge_reads_recorded_windows_with_every_statistic(tmp_path):
     bad.write_text("{not json")
     r = run(str(bad))
     assert r.returncode == 2 and "bad.json: cannot read a result JSON" in r.stderr
+
+
+def test_arena_benchmarks_runs_bundle_paths_with_a_resident_teacher(tmp_path):
+    """The quality calibration's device batch (`device_trust.sh sm-controls`): runs named by bundle
+    path, one resident T for all of them, each run's full result kept for calibrate_quality.py."""
+    cfg = _small_config(tmp_path)
+    cfg.write_text(cfg.read_text() + "\n[teacher]\nresident = true\n")
+    out, results = tmp_path / "ab.json", tmp_path / "results"
+    r = _run(tmp_path, "scripts/arena_benchmarks.py", "--config", str(cfg), "--out", str(out),
+             "--work", str(tmp_path / "w"), "--checkpoints", str(tmp_path / "c"), "--results", str(results),
+             "--runs", "examples/norm.rmsnorm,examples/controls/wrong_math")
+    assert r.returncode == 0, r.stderr[-2000:]
+    runs = json.loads(out.read_text())["runs"]
+    assert [x["run"] for x in runs] == ["norm.rmsnorm", "wrong_math"]
+    assert runs[0]["quality"] == "PASS" and runs[1]["quality"] == "FAIL", [x["reason"] for x in runs]
+    assert runs[1]["quality_reasons"] and set(runs[1]["quality_metrics"]) == {"b", "c"}
+    assert runs[1]["quality_metrics"]["c"]["greedy_agreement"] < runs[1]["quality_metrics"]["b"]["greedy_agreement"]
+    kept = sorted(p.name for p in results.iterdir())
+    assert kept == ["0-norm.rmsnorm.json", "1-wrong_math.json"]
+    second = json.loads((results / "1-wrong_math.json").read_text())
+    assert second["stages"]["teacher"]["host_timing"].get("reused") == 1  # T started once, for both runs
+    assert "stock_spread" in second["quality"]["metrics"]
