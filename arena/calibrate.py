@@ -10,8 +10,8 @@ tolerate. `derive_policy` turns it into a `[quality.policy]`:
 
     delta limits (nll_mean, nll_p99, seq_nll_max)   k x the largest |B′ − B| seen, never below `floor`
     min_agreement_ratio                              1 − k x the largest relative agreement drop
-    KL / logprob-delta factors                      k x the largest B′/B ratio (>= 1)
-    KL / logprob-delta floors                       k x the largest value either half showed
+    KL / logprob-delta factors                      1 + k x (the largest B′/B ratio − 1)
+    KL / logprob-delta floors                       k x the largest |B′ − B|
 
 k = 3 by default, as the speed bar's k_noise. The half samples hold about half the prompts of a
 C-vs-B comparison and are unpaired (different prompts), so their spread is wider than a paired
@@ -82,8 +82,13 @@ def derive_policy(spreads: Iterable[dict[str, Any]], k: float = 3.0, floor: floa
         ratios = [max(a, b) / min(a, b) if min(a, b) > 0 else 1.0 for a, b in vals]
         seen[f"{metric}_ratio"] = max(ratios)
         seen[f"{metric}_max"] = max(max(a, b) for a, b in vals)
-        out[fkey] = max(1.0, k * max(ratios))
-        out[lkey] = k * seen[f"{metric}_max"]
+        seen[f"{metric}_delta"] = max(abs(a - b) for a, b in vals)
+        # the relative twin of the delta limits: C may exceed B by k x the stock excess. The floor
+        # (for a B near zero, where a ratio says nothing) is k x the absolute spread, not k x the
+        # level: on a real model B's KL to T is ~5e-4 (batch-dependent bf16 numerics), and a floor
+        # of k x that level made the factor moot (session 11's first reading: floor 1.6e-3)
+        out[fkey] = 1.0 + k * (max(ratios) - 1.0)
+        out[lkey] = k * seen[f"{metric}_delta"]
     policy = replace(base, **out)
     return policy, {"runs": len(spreads), "k": k, "floor": floor, "spread": seen, "policy": asdict(policy)}
 
@@ -102,3 +107,39 @@ def spreads_from_results(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
 
 def policy_toml(policy: q.QualityPolicy) -> str:
     return "[quality.policy]\n" + "".join(f"{k} = {v:.6g}\n" for k, v in asdict(policy).items())
+
+
+def _metrics(d: dict[str, Any]) -> q.QualityMetrics:
+    """A recorded metrics dict (non-finite values written as strings) back into QualityMetrics."""
+    def num(v: Any) -> Any:
+        return float(v) if isinstance(v, str) else v
+    return q.QualityMetrics(**{k: num(v) for k, v in d.items() if k in q.QualityMetrics.__dataclass_fields__})
+
+
+def regrade(doc: dict[str, Any], policy: q.QualityPolicy) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(stage, verdict, reasons) of a recorded result's graded stages under another policy: the
+    C-vs-B metrics the arena recorded, judged again (no engine)."""
+    out = []
+    for key in ("quality", "confirm_quality"):
+        m = ((doc.get(key) or {}).get("metrics")) or {}
+        if "b" in m and "c" in m:
+            v = q.grade(_metrics(m["b"]), _metrics(m["c"]), policy)
+            out.append((key, v.verdict, v.reasons))
+    return out
+
+
+def leave_one_out(spreads: Sequence[dict[str, Any]], k: float = 3.0) -> list[dict[str, Any]]:
+    """An out-of-sample false-reject reading: each stock spread in turn is held out, the policy is
+    derived from the others, and the held-out pair is graded both ways (B′ as the candidate
+    against B, and B against B′). Both halves ran stock kernels, so every FAIL is a false reject
+    of a kernel exactly as faithful as stock (at half the sample size the policy was derived on)."""
+    if len(spreads) < 3:
+        raise ValueError(f"{len(spreads)} stock spread(s): leave-one-out needs at least 3")
+    rows = []
+    for i, held in enumerate(spreads):
+        policy, _ = derive_policy([s for j, s in enumerate(spreads) if j != i], k=k)
+        b, bp = _metrics(held["b"]), _metrics(held["b_prime"])
+        for name, base, cand in (("B'-vs-B", b, bp), ("B-vs-B'", bp, b)):
+            v = q.grade(base, cand, policy)
+            rows.append({"held_out": i, "direction": name, "verdict": v.verdict, "reasons": list(v.reasons)})
+    return rows

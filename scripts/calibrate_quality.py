@@ -1,6 +1,8 @@
 """Derive `[quality.policy]` from the stock-vs-stock spread recorded in arena results.
 
     python scripts/calibrate_quality.py RESULT.json [RESULT.json ...] [--k 3] [--json]
+        [--regrade]   each result's recorded C-vs-B metrics judged again under the derived policy
+        [--loo]       leave-one-out: each stock spread graded under the policy of the others
 
 Each graded result holds `quality.metrics.stock_spread` (the sample's B-window half against its
 B′-window half, arena/calibrate.py). Prints the derived policy as a TOML block to paste into the
@@ -19,12 +21,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from arena.calibrate import derive_policy, policy_toml, spreads_from_results
+    from arena.calibrate import derive_policy, leave_one_out, policy_toml, regrade, spreads_from_results
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", nargs="+")
     ap.add_argument("--k", type=float, default=3.0)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--regrade", action="store_true", help="judge each result's C-vs-B metrics under the derived policy")
+    ap.add_argument("--loo", action="store_true", help="leave-one-out false-reject reading over the stock spreads")
     args = ap.parse_args(argv)
     spreads = spreads_from_results(args.results)
     try:
@@ -34,6 +38,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(json.dumps(report, indent=1) if args.json else f"# {report['runs']} stock spreads, k={args.k}\n"
           + policy_toml(policy))
+    if args.regrade:
+        for path in args.results:
+            for stage, verdict, reasons in regrade(json.loads(Path(path).read_text()), policy):
+                print(f"{Path(path).name} {stage}: {verdict} {'; '.join(reasons[:3])}")
+    if args.loo:
+        try:
+            rows = leave_one_out(spreads, k=args.k)
+        except ValueError as e:
+            print(f"calibrate_quality: {e}", file=sys.stderr)
+            return 2
+        bad = [r for r in rows if r["verdict"] != "PASS"]
+        print(f"leave-one-out: {len(bad)} of {len(rows)} stock-vs-stock comparisons rejected")
+        for r in bad:
+            print(f"  held out {r['held_out']} {r['direction']}: {r['verdict']} {'; '.join(r['reasons'][:3])}")
     return 0
 
 

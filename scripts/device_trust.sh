@@ -52,6 +52,7 @@ packcache() {  # the default seed caches, for the next call to carry as .devpack
   echo "seeds.tar.xz $(du -h "$OUT/seeds.tar.xz" | cut -f1), $(find /var/tmp/cacheon/jit -type f | wc -l) files"; }
 step() { local name=$1 lim; lim=$(left "$2"); shift 2; echo "== $name (limit $lim s)"; local t=$(date +%s.%N)
   timeout "$lim" "$@" >"$OUT/$name.txt" 2>"/tmp/$name.err"; local rc=$?
+  [ "$rc" -ne 0 ] && tail -c 4000000 "/tmp/$name.err" | gzip > "$OUT/$name.err.gz"  # a killed step keeps its log
   echo "$name rc=$rc $(python3 -c "import time;print(round(time.time()-$t,1))") s"; tail -c 1500 "/tmp/$name.err" | grep -v '^{' | tail -5; }
 if [ -n "${PYC:-}" ]; then  # bytecode for the site the sandbox uid cannot write (pip does this at install)
   t=$(date +%s); python3 -m compileall -q -j 16 /tmp/sgl_devsite/site /opt/cw >/dev/null 2>&1
@@ -198,7 +199,7 @@ case "${1:-}" in
     ;;
   verify)  # verify's CUDA tier (graph trials) on the arena's shapes, as the validator screens a bundle
     ex=${2:?usage: $0 verify examples/SLOT}; n=verify-$(basename "$ex")
-    step "$n" "${VERIFY_S:-200}" $C verify "$ex" --device cuda --arena configs/arena/dense.toml; tail -6 "$OUT/$n.txt"
+    step "$n" "${VERIFY_S:-200}" env CACHEON_LOG_LEVEL=info $C verify "$ex" --device cuda --arena configs/arena/dense.toml; tail -6 "$OUT/$n.txt"
     ;;
   mini)  # a short TEST verdict (2 cycles of 32-token windows, 1 warm-up, no settle, no confirmation): does the
           # candidate run in the graphs the windows replay (route acks), and which way does the decode clock move?

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -228,11 +229,33 @@ def check_digests(spec: SlotSpec, reply: Any) -> Failure | None:
     return None
 
 
-def merge_digests(reply: dict[str, Any], tensors: dict[str, torch.Tensor], sent: Mapping[str, torch.Tensor]) -> None:
+DigestCache = dict[int, tuple[Any, int, str]]  # id(tensor) -> (weakref to it, its version, digest)
+
+
+def sent_digest(t: torch.Tensor, cache: DigestCache | None = None) -> str:
+    """The host's digest of a tensor it sent, once per tensor object and version: an
+    identical-input pair sends the same 1.4 GB K/V pool twice and needs its digest once. The
+    entry holds only a weak reference, checked to still be this very tensor (a freed tensor's id
+    may be reused), and the version counter moves on any in-place write."""
+    if cache is None:
+        return tensor_digest(t)
+    hit = cache.get(id(t))
+    if hit is not None and hit[0]() is t and hit[1] == t._version:
+        return hit[2]
+    digest = tensor_digest(t)
+    if len(cache) > 256:  # drop the entries of tensors already freed
+        for k in [k for k, v in cache.items() if v[0]() is None]:
+            del cache[k]
+    cache[id(t)] = (weakref.ref(t), t._version, digest)
+    return digest
+
+
+def merge_digests(reply: dict[str, Any], tensors: dict[str, torch.Tensor], sent: Mapping[str, torch.Tensor],
+                  cache: DigestCache | None = None) -> None:
     """A large read-only input came back as a digest: unchanged -> reuse what was sent; changed ->
     recorded in reply["mutated_inputs"] (check_reply turns that into input_mutated)."""
     for name, digest in (reply.get("digests") or {}).items():
-        if name in sent and name not in tensors and tensor_digest(sent[name]) == digest:
+        if name in sent and name not in tensors and sent_digest(sent[name], cache) == digest:
             tensors[name] = sent[name]
         else:
             reply.setdefault("mutated_inputs", []).append(name)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import secrets
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,13 +68,23 @@ class OpTrials:
 
     def run(self) -> Failure | None:
         with progress.bar(self.plan, desc=f"verify {self.op.key}", unit="trial") as trials:
-            for t in trials:
+            for i, t in enumerate(trials):
                 case = self.cases[t.case]
                 self.run_._stage = f"{t.kind} {t.dtype} {case.label}"
+                t0 = time.perf_counter()
                 f = getattr(self, f"_{t.kind}")(t, case, dtype_of(t.dtype))
+                log.info("verify.trial", op=self.op.key, n=i, of=len(self.plan), kind=t.kind, dtype=t.dtype,
+                         case=case.label, s=round(time.perf_counter() - t0, 3), failed=bool(f))
                 if f:
                     return f
         return None
+
+    def _reference(self, inputs: Tensors, params: Any) -> Tensors:
+        t0 = time.perf_counter()
+        try:
+            return self.spec.reference(inputs, params)
+        finally:
+            self.run_.timing["reference"] += time.perf_counter() - t0
 
     def _where(self, f: Failure, stage: str, t: Trial, case: ShapeCase) -> Failure:
         return Failure(f.reason, f.detail, case=case.label, dtype=t.dtype, stage=stage)
@@ -82,7 +93,7 @@ class OpTrials:
         key = (t.case, t.dtype)
         if key not in self.pairs:
             inputs = self.run_.inputs(self.spec, case, act)
-            self.pairs[key] = _Pair(inputs, self.spec.reference(inputs, case.params))
+            self.pairs[key] = _Pair(inputs, self._reference(inputs, case.params))
         return self.pairs[key]
 
     def _done_with(self, t: Trial) -> None:
@@ -113,7 +124,7 @@ class OpTrials:
         reply, tensors = self.run_.call(self.op, self.spec, act, case, inputs, t.poison, t.watch,
                                         noise=secrets.randbits(31))
         f = judge.check_reply(reply) or judge.check_inputs_untouched(self.spec, inputs, tensors) \
-            or judge.check_outputs(self.spec, t.dtype, tensors, self.spec.reference(inputs, case.params))
+            or judge.check_outputs(self.spec, t.dtype, tensors, self._reference(inputs, case.params))
         if f and f.reason in ("mismatch", "nan_inf"):
             f = self._diagnose(f, case, act, inputs)
         return self._where(f, stage, t, case) if f else None
@@ -145,7 +156,7 @@ class OpTrials:
                                    case=case.label, dtype=t.dtype)
                 reason = "compile"
             return Failure(reason, f.detail, stage="compile", case=case.label, dtype=t.dtype)
-        f = judge.check_outputs(self.spec, t.dtype, tensors, self.spec.reference(inputs, case.params))
+        f = judge.check_outputs(self.spec, t.dtype, tensors, self._reference(inputs, case.params))
         if f and f.reason in ("mismatch", "nan_inf"):  # name an unwritten output as eager trials do
             f = self._diagnose(f, case, act, inputs)
         return self._where(f, "compile", t, case) if f else None
@@ -184,7 +195,7 @@ class OpTrials:
             return self._where(f, "graph", t, case)
         for i, merged in enumerate(replays):
             got = {k.split(".", 1)[1]: v for k, v in out.items() if k.startswith(f"r{i}.")}
-            f = judge.check_outputs(spec, t.dtype, got, spec.reference(merged, case.params))
+            f = judge.check_outputs(spec, t.dtype, got, self._reference(merged, case.params))
             if f:
                 return Failure("graph_replay", f"replay {i}: {f}", stage="graph", case=case.label, dtype=t.dtype)
         return None

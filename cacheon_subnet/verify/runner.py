@@ -169,6 +169,8 @@ class _Run:
         self.counter = 0
         self.calls = 0
         self._stage = ""
+        self.digests: judge.DigestCache = {}  # the host's digests of large inputs it sent
+        self.timing: dict[str, float] = dict.fromkeys(("draw", "worker", "digest", "reference"), 0.0)
         self.client = WorkerClient(bundle, WorkerConfig(device=opts.device, policy=opts.policy))
 
     def close(self) -> None:
@@ -228,6 +230,8 @@ class _Run:
         except WorkerDied as e:
             failure = Failure("crashed", str(e)[-900:], stage=self._stage)
         status = "FAIL" if failure else "PASS"
+        log.info("verify.timing", op=op.key, status=status, calls=self.calls - start_calls,
+                 **{f"{k}_s": round(v, 2) for k, v in self.timing.items()})  # where a slow verify spends its time
         return _op_result(op, status, self.calls - start_calls, len(planned), failure)
 
     @property
@@ -242,7 +246,9 @@ class _Run:
         limit = self.opts.call_limit_s()
         if limit <= 0:
             raise WorkerTimeout(self.opts.spent())
+        t0 = time.perf_counter()
         reply, out = self.client.request({**msg, "nonce": nonce}, tensors, limit)
+        self.timing["worker"] += time.perf_counter() - t0  # the wire both ways and the worker's own time
         return reply, out, judge.check_nonce(reply, nonce) or judge.check_returned(msg, tensors or {}, out)
 
     def call(self, op: OpEntry, spec: SlotSpec, act: torch.dtype, case: ShapeCase, inputs: dict[str, torch.Tensor],
@@ -255,9 +261,13 @@ class _Run:
         bad = bad or judge.check_digests(spec, reply)
         if bad:
             return {"type": "result", "ok": False, "reason": bad.reason, "error": bad.detail}, {}
-        judge.merge_digests(reply, tensors, inputs)
+        t0 = time.perf_counter()
+        judge.merge_digests(reply, tensors, inputs, self.digests)
+        self.timing["digest"] += time.perf_counter() - t0
         return reply, tensors
 
     def inputs(self, spec: SlotSpec, case: ShapeCase, act: torch.dtype) -> dict[str, torch.Tensor]:
+        t0 = time.perf_counter()
         inputs = spec.make_inputs(case, act, self.generator())
+        self.timing["draw"] += time.perf_counter() - t0
         return {k: v for k, v in inputs.items() if spec.arg(k).role in ("in", "inout")}

@@ -23,12 +23,14 @@ def test_limits_follow_the_measured_spread():
     p, rep = calibrate.derive_policy(tight, k=3.0)
     assert p.max_nll_mean_delta == pytest.approx(0.03) and p.max_nll_p99_delta == pytest.approx(0.12)
     assert p.min_agreement_ratio == pytest.approx(1 - 3 * (1 - 0.89 / 0.90))
-    assert p.kl_mean_floor == pytest.approx(3e-3) and p.kl_mean_factor == pytest.approx(3.0)
+    # identical KL in both halves: no relative excess (factor 1) and no absolute spread (floor 0)
+    assert p.kl_mean_floor == pytest.approx(0.0) and p.kl_mean_factor == pytest.approx(1.0)
     assert rep["runs"] == 2 and rep["spread"]["nll_mean"] == pytest.approx(0.01)
     wide = tight + [{"b": _m(2.0, 0.9, 1e-3), "b_prime": _m(2.2, 0.8, 4e-3)}]
     pw, _ = calibrate.derive_policy(wide, k=3.0)
     assert pw.max_nll_mean_delta > p.max_nll_mean_delta and pw.min_agreement_ratio < p.min_agreement_ratio
-    assert pw.kl_mean_factor == pytest.approx(12.0)
+    assert pw.kl_mean_factor == pytest.approx(1 + 3 * (4 - 1))  # B′/B = 4: k x the excess over 1
+    assert pw.kl_mean_floor == pytest.approx(3 * 3e-3)  # k x the largest |B′ − B|, not k x the level
     # a spread of zero (bit-identical halves) falls back to the floor, not to a zero limit
     same = [{"b": _m(2.0, 0.9), "b_prime": _m(2.0, 0.9)}] * 2
     assert calibrate.derive_policy(same)[0].max_nll_mean_delta == 1e-3
@@ -86,3 +88,59 @@ def test_the_dense_arenas_unpaired_limits_cover_its_measured_stock_spread():
             m = (doc.get(key) or {}).get("metrics") or {}
             if "b" in m:
                 assert q.grade(_metrics(m["b"]), _metrics(m["c"]), policy).verdict == "PASS", (p, key)
+
+
+H200_SMOLLM2 = ["docs/results/2026-12-02/h200-s8-sm-norm.rmsnorm.json"] + [
+    f"docs/results/2026-12-03/h200-s11-sm-{n}.json" for n in (
+        "norm.fused_add_rmsnorm", "wrong_math", "subtle_skip_row", "subtle_bf16_accumulation", "subtle_approx_rsqrt",
+        "subtle_batch_ge128", "subtle_prefill_only")]
+SMOLLM2_EXPECTED = {"norm.rmsnorm": "PASS", "norm.fused_add_rmsnorm": "PASS", "wrong_math": "FAIL",
+                    "subtle_skip_row": "FAIL", "subtle_batch_ge128": "FAIL", "subtle_prefill_only": "FAIL",
+                    # below what 64 sequences resolve at k = 3 (docs/arena.md): measured, not wished
+                    "subtle_bf16_accumulation": "PASS", "subtle_approx_rsqrt": "PASS"}
+
+
+def _smollm2() -> tuple[q.QualityPolicy, list[dict], list[str]]:
+    from pathlib import Path
+
+    from arena.config import load_config
+
+    repo = Path(__file__).resolve().parents[2]
+    paths = [repo / p for p in H200_SMOLLM2]
+    policy = q.QualityPolicy.from_mapping(load_config(repo / "configs/arena/smollm2.toml").quality.policy)
+    return policy, calibrate.spreads_from_results(paths), [str(p) for p in paths]
+
+
+def test_the_real_model_arenas_policy_is_the_one_its_stock_spread_derives():
+    """configs/arena/smollm2.toml's [quality.policy] is calibrate_quality.py's k = 3 policy over the
+    8 stock spreads the H200 recorded in that arena; regraded under it, the faithful runs PASS and
+    the controls read as measured."""
+    policy, spreads, paths = _smollm2()
+    derived, report = calibrate.derive_policy(spreads, k=3.0)
+    assert report["runs"] == 8
+    for field, value in asdict(derived).items():
+        assert getattr(policy, field) == pytest.approx(value, rel=1e-4), field
+    for path in paths:
+        name = path.rsplit("-sm-", 1)[1].removesuffix(".json")
+        [(_, verdict, _)] = calibrate.regrade(json.loads(open(path).read()), policy)
+        assert verdict == SMOLLM2_EXPECTED[name], name
+
+
+def test_leave_one_out_false_rejects_grow_as_k_shrinks():
+    """The false-reject reading: no stock half is rejected under the others' k = 3 policy, while a
+    k = 1 policy (the broken control) rejects several: the reading can fail."""
+    _, spreads, _ = _smollm2()
+    at3 = calibrate.leave_one_out(spreads, k=3.0)
+    assert len(at3) == 16 and all(r["verdict"] == "PASS" for r in at3)
+    at1 = calibrate.leave_one_out(spreads, k=1.0)
+    assert sum(r["verdict"] == "FAIL" for r in at1) >= 3
+    with pytest.raises(ValueError, match="at least 3"):
+        calibrate.leave_one_out(spreads[:2])
+
+
+def test_regrade_reads_non_finite_metrics_as_a_fail():
+    bad = {**_m(2.0, 0.9), "kl_mean": "NaN"}
+    doc = {"quality": {"metrics": {"b": _m(2.0, 0.9), "c": bad}}}
+    [(stage, verdict, reasons)] = calibrate.regrade(doc, q.QualityPolicy())
+    assert stage == "quality" and verdict == "FAIL" and "non-finite" in reasons[0]
+    assert calibrate.regrade({"quality": None}, q.QualityPolicy()) == []
