@@ -144,3 +144,20 @@ def test_regrade_reads_non_finite_metrics_as_a_fail():
     [(stage, verdict, reasons)] = calibrate.regrade(doc, q.QualityPolicy())
     assert stage == "quality" and verdict == "FAIL" and "non-finite" in reasons[0]
     assert calibrate.regrade({"quality": None}, q.QualityPolicy()) == []
+
+
+def test_calibrate_quality_script_prints_the_policy_the_regrade_and_the_leave_one_out(capsys):
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(repo / "scripts"))
+    import calibrate_quality
+
+    _, _, paths = _smollm2()
+    assert calibrate_quality.main([*paths, "--regrade", "--loo"]) == 0
+    out = capsys.readouterr().out
+    assert "# 8 stock spreads, k=3.0" in out and "kl_mean_factor = 1.42945" in out
+    assert "h200-s11-sm-wrong_math.json quality: FAIL nll_mean" in out
+    assert "leave-one-out: 0 of 16 stock-vs-stock comparisons rejected" in out
+    assert calibrate_quality.main([*paths[:2], "--loo"]) == 2  # 2 spreads: too few to hold one out
