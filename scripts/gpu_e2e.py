@@ -74,7 +74,7 @@ def product_phase(a: argparse.Namespace, chain_path: Path, state: Path, netuid: 
             "--chain", "local", "--local-chain", str(chain_path), "--wallet.hotkey", VALIDATOR,
             "--state-dir", str(state), "--once",
             "--arena", "cpu" if a.engine_factory else a.config,  # the CLI cannot take a fake engine
-            "--screen-device", "cpu" if a.engine_factory else "cuda"]
+            "--screen-device", "cpu" if a.engine_factory else a.screen_device]
     passes = []
     t0 = time.monotonic()
     for n in range(a.max_passes):
@@ -186,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"comma list of {', '.join(NETUIDS)} (one device call each fits under 10 minutes)")
     ap.add_argument("--test-cycles", type=int, help="test phase only: its arena runs this many timed cycles "
                     "(a TEST-named copy of --config, so a crown's four engines fit one device call)")
+    ap.add_argument("--screen-device", default="cuda", choices=("cuda", "cpu"),
+                    help="the validator's verify screen (product and champion phases); the validator's own "
+                         "default is cpu. cuda screens at the arena's shapes (attention.decode: > 320 s on the "
+                         "H200, 2026-12-03), cpu in the Triton interpreter at CPU shapes (~130 s on a 2-core box)")
     ap.add_argument("--max-passes", type=int, default=8)
     ap.add_argument("--pass-timeout-s", type=float, default=3600.0)
     ap.add_argument("--engine-factory", help="tests only: a CPU stand-in engine (module:Class); no GPU number")

@@ -73,7 +73,7 @@ class OpTrials:
                 self.run_._stage = f"{t.kind} {t.dtype} {case.label}"
                 t0 = time.perf_counter()
                 f = getattr(self, f"_{t.kind}")(t, case, dtype_of(t.dtype))
-                log.info("verify.trial", op=self.op.key, n=i, of=len(self.plan), kind=t.kind, dtype=t.dtype,
+                log.debug("verify.trial", op=self.op.key, n=i, of=len(self.plan), kind=t.kind, dtype=t.dtype,
                          case=case.label, s=round(time.perf_counter() - t0, 3), failed=bool(f))
                 if f:
                     return f
