@@ -10,6 +10,7 @@ tolerate. `derive_policy` turns it into a `[quality.policy]`:
 
     delta limits (nll_mean, nll_p99, seq_nll_max)   k x the largest |B′ − B| seen, never below `floor`
     min_agreement_ratio                              1 − k x the largest relative agreement drop
+    (a mean's spread — NLL mean, agreement, KL mean — first scaled from half to full sample size, 1/√2)
     KL / logprob-delta factors                      1 + k x (the largest B′/B ratio − 1)
     KL / logprob-delta floors                       k x the largest |B′ − B|
 
@@ -23,6 +24,7 @@ docs/arena.md "Calibrating the quality gate" describes; none is recorded yet.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -53,10 +55,30 @@ def _f(d: dict[str, Any], key: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+MEANS = frozenset({"nll_mean", "greedy_agreement", "kl_mean"})  # per-position means: their spread shrinks with n
+
+
+def _scale(spread: dict[str, Any], metric: str, full_sample: bool) -> float:
+    """What a spread between the two halves of a sample (n1 and n2 sequences) becomes between two
+    full samples of n1 + n2 each, which is what a verdict compares (C's sample against B's): for
+    a mean, whose difference has s.e. ∝ sqrt(1/n_a + 1/n_b), sqrt((2/(n1+n2)) / (1/n1 + 1/n2)),
+    1/√2 for equal halves. Tails (p99, worst sequence) and ratios of tails are left unscaled: a
+    larger sample reaches further into a tail, so they do not shrink like a mean."""
+    if not full_sample or metric not in MEANS:
+        return 1.0
+    n1, n2 = _f(spread["b"], "n_sequences") or 0.0, _f(spread["b_prime"], "n_sequences") or 0.0
+    if n1 <= 0 or n2 <= 0:
+        return 1.0
+    return math.sqrt((2.0 / (n1 + n2)) / (1.0 / n1 + 1.0 / n2))
+
+
 def derive_policy(spreads: Iterable[dict[str, Any]], k: float = 3.0, floor: float = 1e-3,
-                  base: q.QualityPolicy = q.QualityPolicy()) -> tuple[q.QualityPolicy, dict[str, Any]]:
+                  base: q.QualityPolicy = q.QualityPolicy(), full_sample: bool = True
+                  ) -> tuple[q.QualityPolicy, dict[str, Any]]:
     """A policy from stock-vs-stock spreads ({"b": metrics, "b_prime": metrics} each); the report
-    says, per limit, the largest spread seen and how many runs it rests on."""
+    says, per limit, the largest spread seen and how many runs it rests on. full_sample: the
+    policy judges full samples (a verdict's C against B), so mean metrics' half-sample spreads
+    are scaled to that size (`_scale`); False: it judges half samples (leave_one_out)."""
     spreads = list(spreads)
     if len(spreads) < 2:
         raise ValueError(f"{len(spreads)} stock-vs-stock spread(s): at least 2 runs are needed to derive limits")
@@ -65,32 +87,37 @@ def derive_policy(spreads: Iterable[dict[str, Any]], k: float = 3.0, floor: floa
     out: dict[str, float] = {}
     seen: dict[str, float] = {}
     for metric, key in DELTAS:
-        worst = max(abs(_f(s["b_prime"], metric) - _f(s["b"], metric)) for s in spreads)
-        seen[metric] = worst
+        seen[metric] = max(abs(_f(s["b_prime"], metric) - _f(s["b"], metric)) for s in spreads)
+        worst = max(abs(_f(s["b_prime"], metric) - _f(s["b"], metric)) * _scale(s, metric, full_sample)
+                    for s in spreads)
         out[key] = max(floor, k * worst)
-    drops = []
+    drops, scaled_drops = [], []
     for s in spreads:
         a, b = _f(s["b"], "greedy_agreement"), _f(s["b_prime"], "greedy_agreement")
         drops.append(1 - min(a, b) / max(a, b) if max(a, b) > 0 else 1.0)
+        scaled_drops.append(drops[-1] * _scale(s, "greedy_agreement", full_sample))
     seen["greedy_agreement_drop"] = max(drops)
-    out["min_agreement_ratio"] = max(0.0, 1 - k * max(drops))
+    out["min_agreement_ratio"] = max(0.0, 1 - k * max(scaled_drops))
     for metric, fkey, lkey in SCALED:
-        vals = [(_f(s["b"], metric), _f(s["b_prime"], metric)) for s in spreads]
-        vals = [(a, b) for a, b in vals if a is not None and b is not None]
+        vals = [(_f(s["b"], metric), _f(s["b_prime"], metric), _scale(s, metric, full_sample)) for s in spreads]
+        vals = [(a, b, c) for a, b, c in vals if a is not None and b is not None]
         if not vals:
             continue  # not recorded (no top-k): keep the base policy's
-        ratios = [max(a, b) / min(a, b) if min(a, b) > 0 else 1.0 for a, b in vals]
+        ratios = [max(a, b) / min(a, b) if min(a, b) > 0 else 1.0 for a, b, _ in vals]
         seen[f"{metric}_ratio"] = max(ratios)
-        seen[f"{metric}_max"] = max(max(a, b) for a, b in vals)
-        seen[f"{metric}_delta"] = max(abs(a - b) for a, b in vals)
+        seen[f"{metric}_max"] = max(max(a, b) for a, b, _ in vals)
+        seen[f"{metric}_delta"] = max(abs(a - b) for a, b, _ in vals)
+        ratios = [1.0 + (r - 1.0) * c for r, (_, _, c) in zip(ratios, vals)]
+        deltas = [abs(a - b) * c for a, b, c in vals]
         # the relative twin of the delta limits: C may exceed B by k x the stock excess. The floor
         # (for a B near zero, where a ratio says nothing) is k x the absolute spread, not k x the
         # level: on a real model B's KL to T is ~5e-4 (batch-dependent bf16 numerics), and a floor
         # of k x that level made the factor moot (session 11's first reading: floor 1.6e-3)
         out[fkey] = 1.0 + k * (max(ratios) - 1.0)
-        out[lkey] = k * seen[f"{metric}_delta"]
+        out[lkey] = k * max(deltas)
     policy = replace(base, **out)
-    return policy, {"runs": len(spreads), "k": k, "floor": floor, "spread": seen, "policy": asdict(policy)}
+    return policy, {"runs": len(spreads), "k": k, "floor": floor, "full_sample": full_sample, "spread": seen,
+                    "policy": asdict(policy)}
 
 
 def spreads_from_results(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
@@ -137,7 +164,7 @@ def leave_one_out(spreads: Sequence[dict[str, Any]], k: float = 3.0) -> list[dic
         raise ValueError(f"{len(spreads)} stock spread(s): leave-one-out needs at least 3")
     rows = []
     for i, held in enumerate(spreads):
-        policy, _ = derive_policy([s for j, s in enumerate(spreads) if j != i], k=k)
+        policy, _ = derive_policy([s for j, s in enumerate(spreads) if j != i], k=k, full_sample=False)
         b, bp = _metrics(held["b"]), _metrics(held["b_prime"])
         for name, base, cand in (("B'-vs-B", b, bp), ("B-vs-B'", bp, b)):
             v = q.grade(base, cand, policy)
