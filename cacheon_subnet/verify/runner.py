@@ -264,7 +264,17 @@ class _Run:
         t0 = time.perf_counter()
         judge.merge_digests(reply, tensors, inputs, self.digests)
         self.timing["digest"] += time.perf_counter() - t0
+        self._worker_share(reply.get("worker_s"))
         return reply, tensors
+
+    def _worker_share(self, share: Any) -> None:
+        """The worker's own account of its part of a call (untrusted, only summed into the timing
+        log): what is left of the round trip is the wire and the worker's receive."""
+        if isinstance(share, dict):
+            for k in ("materialise", "invoke", "digest_and_copy"):
+                v = share.get(k)
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e6:
+                    self.timing[f"worker_{k}"] = self.timing.get(f"worker_{k}", 0.0) + float(v)
 
     def inputs(self, spec: SlotSpec, case: ShapeCase, act: torch.dtype) -> dict[str, torch.Tensor]:
         t0 = time.perf_counter()

@@ -18,6 +18,7 @@ import argparse
 import importlib
 import os
 import sys
+import time
 import traceback
 from typing import Any, Callable
 
@@ -119,15 +120,21 @@ class Worker:
         spec, fn = self.kernels[msg["op"]]
         if msg.get("mode") == "compile":
             fn = self._compiled(msg["op"], spec, fn)
+        t0 = time.perf_counter()
         args = self._materialise(spec, msg, tensors)
         params = self._params(spec, msg, by_name=msg.get("mode") == "compile")
+        t1 = time.perf_counter()
         reply = self._invoke(spec, fn, args, params, watch_sync=bool(msg.get("watch_sync")))
+        t2 = time.perf_counter()
         if not reply["ok"]:
             self._send(msg, reply)
             return
         big = {a.name for a in spec.args if a.role == "in" and args[a.name].numel() * args[a.name].element_size() > BIG_INPUT}
         reply["digests"] = {k: tensor_digest(args[k]) for k in sorted(big)}
-        self._send(msg, reply, {k: v.detach().cpu() for k, v in args.items() if k not in big})
+        back = {k: v.detach().cpu() for k, v in args.items() if k not in big}
+        # where the worker's share of a call went (informational, worker-reported: no verdict reads it)
+        reply["worker_s"] = {"materialise": t1 - t0, "invoke": t2 - t1, "digest_and_copy": time.perf_counter() - t2}
+        self._send(msg, reply, back)
 
     def on_graph(self, msg: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
         """Capture one call in a CUDA graph, then replay it with new graph-dynamic values."""

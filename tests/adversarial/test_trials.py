@@ -35,7 +35,9 @@ EXPECTED = {  # bundle -> (reason(s), stage prefix the failure is seen in)
     "memo_first_element": ("mismatch", "eager"),
     "memo_first_row": ("mismatch", "eager"),
     "memo_last_row": ("mismatch", "eager"),
-    "cache_data_ptr": ("mismatch", "eager"),
+    # stale when the allocator reuses an address: which trial meets the stale entry first (a pair
+    # whose second call lands on a cached address, or a fresh call) depends on allocation order
+    "cache_data_ptr": (("mismatch", "nondeterministic"), "eager"),
     "wrong_second_dtype": ("mismatch", "eager"),
     # the k-th call may be one of the identical-input pair: then the two runs disagree
     "wrong_kth_call": (("mismatch", "nondeterministic"), "eager"),
