@@ -120,11 +120,39 @@ def derive_policy(spreads: Iterable[dict[str, Any]], k: float = 3.0, floor: floa
                     "policy": asdict(policy)}
 
 
-def spreads_from_results(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
-    """The recorded stock spreads of arena result files (resident and confirmation engines)."""
+CONTROLS = frozenset({"handicap", "slowdown", "stock-as-candidate"})  # the arena's own kernels in the C route
+
+
+def shipped_digests(examples: Path) -> frozenset[str]:
+    """Digests of the bundles shipped under `examples` (the faithful examples and the controls)."""
+    from cacheon_subnet.bundle import load_bundle
+    from cacheon_subnet.errors import BundleError
+
+    out = set()
+    for manifest in sorted(examples.rglob("manifest.toml")):
+        try:
+            out.add(load_bundle(manifest.parent).digest)
+        except BundleError:
+            continue  # a deliberately broken control (a bad manifest) runs in no arena
+    return frozenset(out)
+
+
+def trusted(doc: dict[str, Any], digests: frozenset[str]) -> bool:
+    """A result whose stock spread may set limits: a run of a shipped bundle or of the arena's own
+    controls. Any other run's B windows shared an engine with contribution code, so its spread is
+    one a miner could widen (leftover state, a hot GPU) to loosen every later verdict's limits."""
+    d = doc.get("bundle_digest")
+    return d in digests or (d in CONTROLS and doc.get("control") == d)
+
+
+def spreads_from_results(paths: Iterable[str | Path], digests: frozenset[str] | None = None) -> list[dict[str, Any]]:
+    """The recorded stock spreads of arena result files (resident and confirmation engines);
+    with `digests`, only those of trusted runs (`trusted`)."""
     out = []
     for p in paths:
         doc = json.loads(Path(p).read_text())
+        if digests is not None and not trusted(doc, digests):
+            continue
         for key in ("quality", "confirm_quality"):
             s = ((doc.get(key) or {}).get("metrics") or {}).get("stock_spread")
             if s:

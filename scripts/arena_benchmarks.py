@@ -71,15 +71,15 @@ def main() -> int:
         name = path.name if path else name
         opts = RunOptions(workdir=work / f"{i}-{name}", checkpoint_root=Path(a.checkpoints),
                           engine_factory=a.engine_factory, grade_always=True)  # the controls' quality is the point
-        if name in ("role-bias", "handicap"):
+        if path is not None:
+            bundle = load_bundle(path if path.is_absolute() else REPO / path)
+            op = bundle.manifest.ops[0]
+        elif name in ("role-bias", "handicap"):
             from dataclasses import replace
 
             control = {"role-bias": {"control": "stock-as-candidate"},
                        "handicap": {"control": "handicap", "handicap_us": a.handicap_us}}[name]
             bundle, op, opts = None, stock_control_op(a.slot), replace(opts, **control)
-        elif path is not None:
-            bundle = load_bundle(path if path.is_absolute() else REPO / path)
-            op = bundle.manifest.ops[0]
         else:
             src = {"faithful": REPO / "examples/norm.rmsnorm", "wrong": REPO / "examples/controls/wrong_math",
                    "moe-faithful": REPO / "examples/moe.topk_softmax",

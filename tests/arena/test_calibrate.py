@@ -81,8 +81,7 @@ H200_DENSE = [f"docs/results/{p}" for p in (
     "2026-12-02/h200-s7-rope.neox.json")]
 
 
-def _metrics(d: dict) -> q.QualityMetrics:
-    return q.QualityMetrics(**{k: v for k, v in d.items() if k in q.QualityMetrics.__dataclass_fields__})
+_metrics = calibrate._metrics  # a recorded metrics dict back into QualityMetrics
 
 
 def test_the_dense_arenas_unpaired_limits_cover_its_measured_stock_spread():
