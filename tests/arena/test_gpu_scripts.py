@@ -125,7 +125,10 @@ def test_arena_benchmarks_runs_bundle_paths_with_a_resident_teacher(tmp_path):
     assert [x["run"] for x in runs] == ["norm.rmsnorm", "wrong_math"]
     assert runs[0]["quality"] == "PASS" and runs[1]["quality"] == "FAIL", [x["reason"] for x in runs]
     assert runs[1]["quality_reasons"] and set(runs[1]["quality_metrics"]) == {"b", "c"}
-    assert runs[1]["quality_metrics"]["c"]["greedy_agreement"] < runs[1]["quality_metrics"]["b"]["greedy_agreement"]
+    qb, qc = runs[1]["quality_metrics"]["b"], runs[1]["quality_metrics"]["c"]
+    # Wrong math always moves the distributions (on a tiny CPU model greedy tokens may still agree):
+    # the kept rows must carry that, or the calibration has nothing to fit.
+    assert qc["kl_mean"] > qb["kl_mean"] and qc["logprob_delta_p99"] > qb["logprob_delta_p99"], (qb, qc)
     kept = sorted(p.name for p in results.iterdir())
     assert kept == ["0-norm.rmsnorm.json", "1-wrong_math.json"]
     second = json.loads((results / "1-wrong_math.json").read_text())
