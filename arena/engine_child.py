@@ -106,7 +106,13 @@ class Driver:
             data = data[os.write(self.fd, data):]
 
     def emit(self, record: dict[str, Any], nonce: str | None = None) -> None:
-        """A step record carries its step's nonce; any other the next lifecycle nonce."""
+        """A step record carries its step's nonce; any other the next lifecycle nonce. Nothing
+        but the error record once a pickle from the engine's processes was refused (whatever
+        SGLang made of the exception: arena/unpickle_guard.py)."""
+        from arena import unpickle_guard
+
+        if unpickle_guard.refused and record.get("op") != "error":
+            raise unpickle_guard_error()
         if nonce is None:
             nonce = self._life.pop(0) if self._life else ""
         record["nonce"] = nonce
@@ -349,8 +355,13 @@ class Driver:
         except BaseException as e:  # noqa: BLE001 - the host reads the reason from the record pipe
             from seams.answers import ForgeryError
 
+            from arena import unpickle_guard
+
+            if unpickle_guard.refused and not isinstance(e, ForgeryError):  # whatever SGLang made of the refusal
+                e = unpickle_guard_error(e)
             kind = ("abi" if isinstance(e, AbiError) else "evidence" if isinstance(e, EvidenceError)
-                    else "forgery" if isinstance(e, ForgeryError) else "engine")
+                    else "forgery" if isinstance(e, ForgeryError)
+                    else "arena-gap" if isinstance(e, unpickle_guard.AllowlistGap) else "engine")
             self.emit({"op": "error", "kind": kind, "error": str(e)[-2000:] if kind != "engine" else repr(e)[-2000:],
                        "trace": traceback.format_exc()[-4000:]})
             return 3
@@ -360,6 +371,20 @@ class Driver:
                     self.engine.shutdown()
                 except Exception:  # noqa: BLE001
                     pass
+
+
+def unpickle_guard_error(cause: BaseException | None = None) -> Exception:
+    """What the driver ends with once its unpickle guard refused something (arena/unpickle_guard.py):
+    code is forging; a class of the engine's own packages the allowlist lacks is the arena's gap
+    (NO_DECISION naming it, never a FAIL charged to the candidate whose kernel happened to run)."""
+    from arena import unpickle_guard
+    from seams.answers import ForgeryError
+
+    why = f" ({cause!r})" if cause is not None else ""
+    if unpickle_guard.forged:
+        return ForgeryError(f"the engine's processes sent the driver code to unpickle: {unpickle_guard.forged[:3]}{why}"[:2000])
+    return unpickle_guard.AllowlistGap(f"the driver's unpickle allowlist (arena/unpickle_guard.py) lacks the message "
+                                       f"class(es) {unpickle_guard.refused[:3]}{why}"[:2000])
 
 
 def _str_keys(d: dict[int, Any]) -> dict[str, Any]:
@@ -426,6 +451,9 @@ def main(argv: list[str]) -> int:
     except OSError as e:  # fail closed: no engine starts in a driver others could read
         driver.emit({"op": "error", "kind": "harden", "error": f"cannot harden the driver: {e}"})
         return 4
+    from arena import unpickle_guard
+
+    unpickle_guard.install()  # the engine's processes run contribution code: their pickles are data only
     return driver.run()
 
 

@@ -176,7 +176,11 @@ class Qualification:
             if self.incumbent:  # both trees ran in that engine: the writes are not attributable
                 return "NO_DECISION", f"the {name} engine was stopped (challenger and incumbent both loaded): {why}"
             return "FAIL", f"the {name} engine with the candidate was stopped: {why}"
-        early = next((r for r in run.records if r.get("op") == "error" and r.get("kind") in ("evidence", "abi")), None)
+        early = next((r for r in run.records if r.get("op") == "error"
+                      and r.get("kind") in ("evidence", "abi", "arena-gap")), None)
+        if early and early.get("kind") == "arena-gap":
+            return "NO_DECISION", ("the engine driver refused a message of the engine's own packages (an arena "
+                                   "defect, not the candidate's; report it): " + str(early.get("error"))[:600])
         if early and early.get("kind") == "abi":
             return "NO_DECISION", ("the engine called the slot with arguments outside its ABI, so the kernel never ran "
                                    "in the captured graphs (an arena defect, not the candidate's; report it): "

@@ -34,7 +34,7 @@ class ForgeryError(RuntimeError):
 
 
 def check_nonce(nonce: Any) -> str:
-    if not isinstance(nonce, str) or not NONCE.match(nonce):
+    if not isinstance(nonce, str) or not NONCE.fullmatch(nonce):
         raise ValueError(f"RPC nonce {nonce!r}: expected 32 lowercase hex digits from the host")
     return nonce
 

@@ -94,6 +94,7 @@ def test_limits_members_file_and_total(make_bundle):
 @pytest.mark.parametrize("name,rule", [
     ("/abs/kernel.py", "path-absolute"), ("../escape.py", "path-parent"), ("a/../../b.py", "path-parent"),
     ("a\\b.py", "path-backslash"),
+    ("pkg\n/x.py", "path-chars"),  # red team: `^...$` matched before a trailing newline
 ])
 def test_archive_path_rules(tmp_path, name, rule):
     arc = _tar(tmp_path / "b.tar.gz", [({"name": "manifest.toml"}, MANIFEST.encode()),

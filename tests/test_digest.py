@@ -52,3 +52,10 @@ def test_hotkey_bound_digest_rejects_bad_input():
     with pytest.raises(ValueError):
         hotkey_bound_digest(GOLDEN[0][1], "")
     assert is_digest(GOLDEN[0][1]) and not is_digest(GOLDEN[0][1].upper())
+
+
+def test_a_digest_with_a_trailing_newline_is_not_a_digest():
+    """`re.match` with `...$` accepts "hex\\n": a committed digest is taken whole or refused."""
+    assert not is_digest(GOLDEN[0][1] + "\n") and not is_digest(" " + GOLDEN[0][1])
+    with pytest.raises(ValueError):
+        hotkey_bound_digest(GOLDEN[0][1] + "\n", "hk")

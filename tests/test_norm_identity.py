@@ -130,3 +130,14 @@ def test_multi_module_bundle_renames_across_imports() -> None:
     c = normalized_identity(bundle_from_files({"entry.py": main2.replace("2.0", "3.0").encode(),
                                                "tools.py": helper2.encode(), "manifest.toml": man2.encode()}))
     assert a is not None and a == b and a != c
+
+
+def test_a_policy_clean_huge_hex_literal_still_has_an_identity() -> None:
+    # red team 2026-12-04: a hex literal parses at any size, ast.dump writes it in decimal and raised
+    # ValueError past 4300 digits, so the bundle got no identity and its renamed copies were timed
+    guard = "    T, H = x.shape\n    if H > 0x" + "f" * 4000 + ":\n        raise ValueError\n"
+    src = SRC.replace("    T, H = x.shape\n", guard)
+    mine = ident(src)
+    assert mine is not None and mine != BASE
+    assert ident(src.replace("_rmsnorm_kernel", "_k").replace("rstd", "inv")) == mine  # its copy is caught
+    assert ident(src.replace("0xf", "0xe", 1)) != mine  # and another value is another program

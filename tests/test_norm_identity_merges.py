@@ -96,3 +96,22 @@ def test_a_kept_name_spelled_like_a_canonical_name_does_not_collide() -> None:
     s1 = "def rmsnorm(x, weight, out, eps):\n    out.copy_(x * A)\n\n\nA = 2.0\ng1 = 3.0\nS = 'g1'\n"
     s2 = s1.replace("x * A", "x * g1")
     assert ident({"main.py": s1, "manifest.toml": MAIN_MAN}) != ident({"main.py": s2, "manifest.toml": MAIN_MAN})
+
+
+def test_a_run_that_reads_a_def_before_binding_it_is_not_merged_with_its_fix() -> None:
+    # Red team 2026-12-04: the entry annotated with a helper def defined *after* it is a NameError at
+    # import (verify FAILs it); moving the helper above the entry fixes it. The fixed run is
+    # order-free, so it was sorted, and sorted it came out in the broken order (the entry's shape
+    # sorts before the helper's), while the broken run was kept as written: both had one identity,
+    # and the fix (anyone's, the same miner's own re-commit too) was settled as a copy of the FAIL.
+    head, sep, wrapper = SRC.partition("\n\ndef rmsnorm(")
+    helper = "\n\ndef _eps_kind(value: float) -> float:\n    return value\n"
+    entry = sep + wrapper.replace("eps: float) -> None:", "eps: _eps_kind) -> None:", 1)
+    assert "eps: _eps_kind" in entry
+    fixed = ident({"rmsnorm.py": head + helper + entry, "manifest.toml": MAN})
+    broken = ident({"rmsnorm.py": head + entry + helper, "manifest.toml": MAN})
+    assert fixed is not None and broken is not None and fixed != broken
+    # the order-free fix is still a copy of itself reordered validly (helper first, then the kernel)
+    kern_start = head.index("@triton.jit")
+    moved = head[:kern_start] + helper.lstrip("\n") + "\n\n" + head[kern_start:] + entry
+    assert ident({"rmsnorm.py": moved, "manifest.toml": MAN}) == fixed

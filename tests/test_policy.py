@@ -186,3 +186,25 @@ def test_every_allowed_in_place_method_keeps_the_tensor_it_changes():
         assert (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride()) == before, name
         checked.append(name)
     assert len(checked) >= 14, checked
+
+
+def test_triton_option_names_cover_the_installed_backends():
+    """Every launch keyword (and every triton.Config / heuristics key) reaches Triton's
+    backend.parse_options; allowlist.TRITON_OPTIONS must name each option field so that no kernel
+    parameter, key or launch keyword can smuggle one (static/triton_option_param_smuggle)."""
+    import dataclasses
+
+    nvidia = pytest.importorskip("triton.backends.nvidia.compiler")
+    fields = {f.name for f in dataclasses.fields(nvidia.CUDAOptions)}
+    try:
+        from triton.backends.amd.compiler import HIPOptions
+        fields |= {f.name for f in dataclasses.fields(HIPOptions)}
+    except ImportError:
+        pass
+    assert fields <= allowlist.TRITON_OPTIONS, sorted(fields - allowlist.TRITON_OPTIONS)
+    assert allowlist.LAUNCH_OPTIONS <= allowlist.TRITON_OPTIONS
+    from cacheon_subnet.bundle.identity_rules import TRITON_RESERVED
+    assert TRITON_RESERVED <= allowlist.TRITON_RESERVED_PARAMS, sorted(TRITON_RESERVED - allowlist.TRITON_RESERVED_PARAMS)
+    decoy = ("import triton\n\n@triton.jit\ndef k(x, extern_libs):\n    pass\n\n"
+             "def f(x):\n    k[(1,)](x, 0)\n    k[(1,)](x, extern_libs={}, num_warps=4)\n")
+    assert [(f.line, f.rule) for f in scan_source("k.py", decoy)] == [(4, "P018"), (9, "P019")]

@@ -37,4 +37,4 @@ def hotkey_bound_digest(digest: str, hotkey: str) -> str:
 
 
 def is_digest(value: str) -> bool:
-    return bool(_HEX64.match(value or ""))
+    return bool(_HEX64.fullmatch(value or ""))  # fullmatch: `$` also matches before a trailing newline

@@ -40,7 +40,7 @@ from cacheon_subnet.bundle.archive import Bundle
 from cacheon_subnet.bundle.identity_rules import manifest_doc, reserved_param
 from cacheon_subnet.bundle.identity_tidy import tidy
 
-SCHEMA = f"cacheon.norm-identity/3/py{sys.version_info[0]}.{sys.version_info[1]}"
+SCHEMA = f"cacheon.norm-identity/4/py{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,26 @@ def _strip_docstrings(tree: ast.AST) -> None:
                 node.body = body[1:] or [ast.Pass()]
 
 
+_BIG_INT_BITS = 4096  # ~1233 decimal digits, far below int()/repr's 4300-digit limit
+
+
+def _spell_big_ints(tree: ast.AST) -> None:
+    """A hex literal parses at any size, but ast.dump writes ints in decimal, which raises past
+    4300 digits: such a policy-clean bundle got no identity, so it was never checked for copies
+    (red team: `if H > 0xfff...: raise ValueError` added to a judged kernel). Big ints are spelled
+    in hex as a name no source can hold (`#` is no identifier character, nor a canonical prefix)."""
+    for node in ast.walk(tree):
+        for field, value in ast.iter_fields(node):
+            items = value if isinstance(value, list) else [value]
+            for i, v in enumerate(items):
+                if isinstance(v, ast.Constant) and type(v.value) is int and v.value.bit_length() > _BIG_INT_BITS:
+                    new = ast.copy_location(ast.Name(f"#int:{v.value:x}", ast.Load()), v)
+                    if isinstance(value, list):
+                        value[i] = new
+                    else:
+                        setattr(node, field, new)
+
+
 def _resolve(mod: str, level: int, target: str | None, is_pkg: bool) -> str:
     base = mod.split(".") if mod else []
     if not is_pkg:
@@ -82,6 +102,7 @@ class _Program:
             if path.endswith(".py"):
                 tree = ast.parse(data.decode("utf-8"), filename=path)
                 _strip_docstrings(tree)
+                _spell_big_ints(tree)
                 name = _module_name(path)
                 self.mods[name] = _Module(name, tree)
                 if path.endswith("__init__.py"):

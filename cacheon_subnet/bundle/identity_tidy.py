@@ -14,6 +14,9 @@ Reordered: a run of module-level imports, constants and such defs between other 
 sorted (imports, constants, defs; then by their shape with every name blanked), only where the
 original order already bound every name a statement reads at import before it and no name is
 bound twice: then both orders build the same namespace, and calls come after import.
+A run whose own order reads a name before binding it (NameError at import) is kept and marked:
+sorted, a valid run can come out in exactly that order (a def annotated with a def that sorts
+after it), and the broken program must never share the fixed one's identity.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from typing import Iterable
 _PURE_IMPORTS = frozenset({"torch", "triton", "math", "triton.language", "torch.distributed"})
 _DEF = (ast.FunctionDef, ast.AsyncFunctionDef)
 _BUILTINS = frozenset(dir(builtins))
+# Marks a run left unsorted because a statement reads, at import, a name bound later in it. No
+# tidied program holds a bare constant statement (_strip_noops), so no sorted run reads like it.
+_KEPT = "#order-kept"
 
 
 def _literal(n: ast.AST | None) -> bool:
@@ -153,6 +159,8 @@ def _reorder(tree: ast.Module) -> None:
             seen |= set(_binds(s))
         if valid:
             run = sorted(run, key=lambda s: (_kind(s), _shape(s)))
+        elif run:  # kept as written, and marked: a sorted run of a valid program can read exactly like
+            out.append(ast.Expr(ast.Constant(_KEPT)))  # this one, which fails at import (red team)
         out += run
         run = []
         if st is not None:

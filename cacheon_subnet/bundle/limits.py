@@ -68,7 +68,7 @@ def check_path(raw: str, limits: Limits = DEFAULT_LIMITS) -> str:
     if "__pycache__" in parts:  # the dir reader and the engine tree's re-digest skip it: two digests
         raise BundleError(path, "path-pycache", "__pycache__ holds interpreter caches, never bundle content")
     for p in parts:
-        if not _COMPONENT.match(p):
+        if not _COMPONENT.fullmatch(p):  # fullmatch: `$` also matches before a trailing newline
             raise BundleError(path, "path-chars", f"component {p!r} must match {_COMPONENT.pattern}")
     return path
 

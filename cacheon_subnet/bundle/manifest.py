@@ -110,6 +110,8 @@ def parse_manifest(text: bytes | str, files: frozenset[str] | None = None) -> Ma
         raw = tomllib.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ManifestError("", f"not valid TOML: {e}") from None
+    except ValueError as e:  # not a TOMLDecodeError: an integer past int()'s 4300-digit limit escaped tomllib
+        raise ManifestError("", f"not valid TOML: {str(e)[:200]}") from None
     except RecursionError:  # tomllib recurses per nested array/table: `x = [[[[...` thousands deep
         raise ManifestError("", "not valid TOML: nested too deeply") from None
     _no_unknown(raw, _TOP_KEYS, "")
@@ -157,7 +159,7 @@ def _parse_op(i: int, o: Any, files: frozenset[str] | None) -> OpEntry:
     except SlotError as e:
         raise ManifestError(f"{where}.slot", str(e)) from None
     entry = o.get("entry")
-    m = _ENTRY.match(entry) if isinstance(entry, str) else None
+    m = _ENTRY.fullmatch(entry) if isinstance(entry, str) else None  # `$` alone lets "...\n" through
     if not m:
         raise ManifestError(f"{where}.entry", f"must look like 'module.path:callable', got {entry!r}")
     module, attr = m["mod"], m["attr"]
@@ -169,7 +171,7 @@ def _parse_op(i: int, o: Any, files: frozenset[str] | None) -> OpEntry:
     if files is not None and not any(p in files for p in op.module_paths()):
         raise ManifestError(f"{where}.entry", f"module {module!r} not found in bundle (expected {' or '.join(op.module_paths())})")
     variant = o.get("variant", "default")
-    if not isinstance(variant, str) or not _VARIANT.match(variant):
+    if not isinstance(variant, str) or not _VARIANT.fullmatch(variant):
         raise ManifestError(f"{where}.variant", f"must match {_VARIANT.pattern}, got {variant!r}")
     dtypes = o.get("dtypes", list(spec.dtypes))
     if not isinstance(dtypes, list) or not dtypes or not all(isinstance(d, str) for d in dtypes):

@@ -149,7 +149,8 @@ def _build(head: list[str], argv: Sequence[str], scratch: Path, policy: SandboxP
             mounts.append((os.path.abspath(dest), ["--bind-fd", fd(src), os.path.abspath(dest)]))
         for _, ops in sorted(mounts, key=lambda m: (m[0].count(os.sep), m[0])):
             out += ops
-        out += ["--remount-ro", "/", "--seccomp", str(_seccomp(fds))]  # bwrap's root tmpfs: read-only
+        # bwrap's root tmpfs: read-only; where RLIMIT_AS bounds the child's RAM, no unmapped memory either
+        out += ["--remount-ro", "/", "--seccomp", str(_seccomp(fds, policy.address_space_bytes is not None))]
     except (OSError, SandboxError) as e:
         for f in fds:
             os.close(f)
@@ -162,8 +163,8 @@ def _build(head: list[str], argv: Sequence[str], scratch: Path, policy: SandboxP
     return Command(tuple(out), tuple(fds), tuple(staged))
 
 
-def _seccomp(fds: list[int]) -> int:
-    fds.append(seccomp.program_fd())
+def _seccomp(fds: list[int], bounded_memory: bool = False) -> int:
+    fds.append(seccomp.program_fd(bounded_memory))
     return fds[-1]
 
 

@@ -15,6 +15,12 @@ services, CID 2, from inside a fresh netns), nor are several others (Bluetooth, 
 ...); socket() and socketpair() with any family but AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK
 (netns-scoped; getifaddrs and NCCL's interface scan need it) get EPERM; netlink sockets only
 with protocol NETLINK_ROUTE.
+
+A child whose memory the address-space rlimit is meant to bound (CPU children: `bounded_memory`)
+may not make memory that no mapping of its own holds: memfd_create, memfd_secret and SysV
+shmget get EPERM. A memfd is sized by RLIMIT_FSIZE only (1024 fds x 256 MiB) and a detached SysV
+segment lives in the child's IPC namespace with no rlimit at all, so either held host RAM far past
+RLIMIT_AS (red team 2026-12-04: 3 GiB under a 1 GiB limit, `oswall/shm_balloon.py`).
 """
 
 from __future__ import annotations
@@ -43,9 +49,14 @@ NETLINK_ROUTE = 0
 NS_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x00000080)
 
 
-@functools.lru_cache(maxsize=1)
-def program() -> bytes:
-    """The compiled BPF program (cached: the same for every child)."""
+# memory outside every mapping (and so outside RLIMIT_AS): refused where RLIMIT_AS is the bound
+UNMAPPED_MEMORY = ("memfd_create", "memfd_secret", "shmget")
+
+
+@functools.lru_cache(maxsize=2)
+def program(bounded_memory: bool = False) -> bytes:
+    """The compiled BPF program (cached: one per kind of child). `bounded_memory`: the child's
+    RAM is bounded by RLIMIT_AS, so memory it could hold unmapped is refused too."""
     try:
         import pyseccomp as sc
     except (ImportError, OSError) as e:  # the module, or libseccomp.so.2 under it
@@ -53,7 +64,7 @@ def program() -> bytes:
                            "`pip install pyseccomp` and install libseccomp2 (apt) / libseccomp (rpm)") from e
     f = sc.SyscallFilter(sc.ALLOW)
     eperm = sc.ERRNO(errno.EPERM)
-    for name in DENIED:
+    for name in DENIED + (UNMAPPED_MEMORY if bounded_memory else ()):
         try:
             f.add_rule(eperm, name)
         except (OSError, RuntimeError, ValueError):
@@ -78,9 +89,9 @@ def program() -> bytes:
     return data
 
 
-def program_fd() -> int:
+def program_fd(bounded_memory: bool = False) -> int:
     """A fresh readable fd holding the program (bwrap reads it to EOF); the caller closes it."""
     fd = os.memfd_create("cacheon-seccomp", 0)
-    os.write(fd, program())
+    os.write(fd, program(bounded_memory))
     os.lseek(fd, 0, os.SEEK_SET)
     return fd

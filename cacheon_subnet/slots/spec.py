@@ -76,7 +76,7 @@ class DimExpr:
 
     @classmethod
     def parse(cls, text: str) -> "DimExpr":
-        m = _DIM_RE.match(text.replace(" ", ""))
+        m = _DIM_RE.fullmatch(text.replace(" ", ""))
         if not m:
             raise SlotError(f"bad symbolic dim {text!r}: use NAME, k*NAME or NAME+k")
         return cls(m["name"], int(m["mul"] or 1), int(m["add"] or 0))

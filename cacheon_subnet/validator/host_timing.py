@@ -22,6 +22,7 @@ that skipped every other call, or a patched timer, decided its own verdict. Here
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import signal
@@ -125,8 +126,12 @@ class Arena:
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
-        self.fd = os.memfd_create("cacheon-timing", os.MFD_CLOEXEC)
+        self.fd = os.memfd_create("cacheon-timing", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         os.ftruncate(self.fd, max(layout.size, 1))
+        # the worker gets this fd: sealed, it can neither shrink the file under the host's mapping
+        # (the host's next read of an output was a SIGBUS that killed the validator, red team
+        # 2026-12-04) nor grow it
+        fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
         self.map = mmap.mmap(self.fd, max(layout.size, 1))
         self.bytes = torch.frombuffer(self.map, dtype=torch.uint8)
 

@@ -50,7 +50,7 @@ def is_local(chain: str, network: str) -> bool:
     """The embedded LocalChain, or a subtensor on this machine (`local`, ws://127.0.0.1:..., localhost)."""
     if chain == "local":
         return True
-    return network in LOCAL_NETWORKS or bool(re.match(r"^wss?://(127\.\d+\.\d+\.\d+|localhost|\[::1\])(:\d+)?/?$",
+    return network in LOCAL_NETWORKS or bool(re.fullmatch(r"^wss?://(127\.\d+\.\d+\.\d+|localhost|\[::1\])(:\d+)?/?$",
                                                       network))
 
 

@@ -136,6 +136,25 @@ LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "e
 JIT_OPTIONS = frozenset({"do_not_specialize", "do_not_specialize_on_alignment", "debug", "noinline"})
 AUTOTUNE_OPTIONS = frozenset({"configs", "key", "reset_to_zero", "restore_value", "warmup", "rep"})
 CONFIG_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg"})
+# Triton 3.6 hands every keyword of a launch (and every key of a triton.Config dict or a
+# triton.heuristics dict, which become launch keywords) to backend.parse_options: a name below
+# is a compile option, not a kernel argument, even when some kernel of the bundle has a
+# parameter of that name (`def _decoy(ir_override, extern_libs)` let `_k[g](..., extern_libs=...)`
+# through the launch rule: static/triton_option_param_smuggle). Fields of CUDAOptions and
+# HIPOptions (tests/test_policy.py checks the installed Triton has no others); no kernel
+# parameter, launch keyword or Config / heuristics key may be one, LAUNCH_OPTIONS aside.
+TRITON_OPTIONS = frozenset("""allowed_dot_input_precisions arch backend_name debug default_dot_input_precision
+    deprecated_fp8_dot_operand_dtypes enable_fp_fusion enable_reflect_ftz extern_libs instrumentation_mode ir_override
+    launch_cooperative_grid launch_pdl max_num_imprecise_acc_default maxnreg num_ctas num_stages num_warps ptx_options
+    ptx_version sanitize_overflow supported_fp8_dtypes warp_size allow_flush_denorm kpack matrix_instr_nonkdim
+    schedule_hint waves_per_eu num_buffers_warp_spec num_consumer_groups reg_dec_producer reg_inc_consumer grid warmup
+    device stream device_type""".split())
+# Kernel parameters may not be spelled like a name Triton's launcher itself binds (the compile
+# options above, or a name of the binder `dynamic_func(<params>, **options)` that Triton 3.6
+# execs: a parameter `specialize_impl` made the binder call the argument, a bundle function,
+# with Triton's backend object; bundle/identity_rules.py keeps the same names verbatim).
+TRITON_RESERVED_PARAMS = TRITON_OPTIONS | frozenset("""instrumentation_mode options params specialization
+    specialize_impl backend JITCallable dynamic_func self args kwargs nargs""".split())
 
 # Refusals of well-known escape routes keep their historical rule codes (P001-P008) so reports
 # stay readable; anything else not allowlisted gets the generic allowlist code.

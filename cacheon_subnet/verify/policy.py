@@ -146,6 +146,10 @@ class _Checker(ModuleRules, TritonRules):
             for d in fn.decorator_list:
                 self.decorator(d)
             self.triton_source(fn)
+            for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs:
+                if a.arg in A.TRITON_RESERVED_PARAMS or a.arg.startswith("default_"):
+                    self.add(a, "P018", f"kernel parameter {a.arg!r} is a name Triton's launcher binds itself (a "
+                                        "compile option or a binder name)")
         self.arguments(fn.args)
         if fn.returns is not None:
             self.annotation(fn.returns)
@@ -305,7 +309,8 @@ class _Checker(ModuleRules, TritonRules):
         if isinstance(f, ast.Subscript):  # kernel launch k[grid](...): kernel arguments + a few launch options
             self.expr(f)
             for k in node.keywords:
-                if k.arg is not None and k.arg not in self.kernel_params and k.arg not in A.LAUNCH_OPTIONS:
+                if k.arg is not None and k.arg not in A.LAUNCH_OPTIONS and (
+                        k.arg not in self.kernel_params or k.arg in A.TRITON_OPTIONS):
                     self.add(k, "P019", f"launch option {k.arg}= (allowed: kernel arguments, "
                                         f"{', '.join(sorted(A.LAUNCH_OPTIONS))})")
         else:

@@ -58,6 +58,7 @@ class TritonRules:
                     continue
                 for k, fn in zip(v.keys, v.values):
                     self.const(k)
+                    self.option_key(k)
                     self.expr(fn) if isinstance(fn, ast.Lambda) else self.add(fn, "P018", "heuristics values are lambdas")
             return
         for v in values:
@@ -83,6 +84,17 @@ class TritonRules:
         self.options(c, A.CONFIG_OPTIONS, 1)
         for v in list(c.args) + [k.value for k in c.keywords]:
             self.literal(v)
+        for v in c.args[:1]:
+            for k in v.keys if isinstance(v, ast.Dict) else []:
+                self.option_key(k)
+
+    def option_key(self, k: ast.expr | None) -> None:
+        """A Config / heuristics key becomes a launch keyword: a string literal (a constant's name
+        would hide which), never a compile option's name."""
+        if not (isinstance(k, ast.Constant) and isinstance(k.value, str)):
+            self.add(k or ast.Pass(lineno=0), "P018", "Config / heuristics keys are string literals (kernel parameter names)")
+        elif k.value in A.TRITON_OPTIONS - A.LAUNCH_OPTIONS:
+            self.add(k, "P018", f"key {k.value!r} is a Triton compile option (it would reach backend.parse_options)")
 
     def literal(self, v: ast.expr) -> None:
         if isinstance(v, (ast.List, ast.Dict)):

@@ -19,6 +19,14 @@ import torch
 from cacheon_subnet.slots.spec import dtype_name, torch_dtypes
 
 MAX_MESSAGE = 4 << 30
+# The JSON header of a frame (the tensor table, flags, error tails: kilobytes). Bounded apart from
+# the frame: json.loads turns a header of `[],` runs into ~25x its size in Python objects and
+# ignores the deadline, so a 64 MiB header cost the host 1.6 GiB and 16 s against a 5 s deadline,
+# and one of the 4 GiB a frame may hold would OOM the validator (red team 2026-12-04).
+MAX_HEADER = 4 << 20
+# Tensors and storages one frame may describe (a graph trial's replies: ~100). Each costs the host
+# an object before any check: 4 MiB of `0,` storages took 380 MiB and 13 s.
+MAX_TENSORS = 4096
 _LEN = struct.Struct(">Q")
 
 
@@ -69,6 +77,8 @@ def _parse_header(raw: bytes | memoryview) -> tuple[dict[str, Any], list[int], d
         raise WireError("bad storage table")
     if not isinstance(descs, dict):  # anything but WireError escapes the host's read path as a crash
         raise WireError("bad tensor table")
+    if len(sizes) > MAX_TENSORS or len(descs) > MAX_TENSORS:
+        raise WireError(f"{len(descs)} tensors over {len(sizes)} storages: more than the {MAX_TENSORS} a frame may hold")
     return header, sizes, descs
 
 
@@ -95,6 +105,8 @@ def decode(payload: bytes) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     if len(payload) < 4:
         raise WireError("short frame")
     (hlen,) = struct.unpack(">I", payload[:4])
+    if hlen > MAX_HEADER:
+        raise WireError(f"header of {hlen} bytes exceeds the {MAX_HEADER} limit")
     header, sizes, descs = _parse_header(payload[4 : 4 + hlen])
     pos = 4 + hlen
     if pos + sum(sizes) != len(payload):
@@ -131,6 +143,9 @@ def recv(fd: int, max_bytes: int = MAX_MESSAGE, deadline: float | None = None) -
     if hlen > n - 4:
         _discard(fd, n - 4, deadline)
         raise WireError("frame length does not match its storage table")
+    if hlen > MAX_HEADER:  # never parsed: read off (within the deadline) and refused
+        _discard(fd, n - 4, deadline)
+        raise WireError(f"header of {hlen} bytes exceeds the {MAX_HEADER} limit")
     try:
         header, sizes, descs = _parse_header(_read_exact(fd, hlen, deadline))
         if 4 + hlen + sum(sizes) != n:

@@ -241,6 +241,11 @@ class Worker:
         before = {k: (v.data_ptr(), v.untyped_storage().data_ptr()) for k, v in args.items()}
         watch = HostSyncWatch(self.root)
         cuda = self.device.type == "cuda"
+        # torch.rand_like draws from the process's default generators, whose CUDA seed is fixed: a
+        # kernel comparing its draw with that known sequence counted its calls (faithful for the
+        # first 400, wrong after; red team 2026-12-04). A fresh secret seed per call leaves it no
+        # position to read: every draw is new noise, as it is in the engine.
+        torch.seed()
         try:
             if cuda and watch_sync:
                 torch.cuda.synchronize()

@@ -79,6 +79,26 @@ def test_records_injected_into_the_record_pipe_are_forging(env):
     assert all(w.get("output_tokens_per_s", 0) < 1e5 for w in r.get("windows", []))
 
 
+def test_a_pickle_the_scheduler_sends_the_driver_runs_no_code_there(env):
+    """The driver unpickles what the scheduler sends it (SGLang's TokenizerManager: ZMQ
+    recv_pyobj; the fake engine: a multiprocessing Pipe). The scheduler's first reply carries a
+    pickle whose load rewrites the driver's records: every C window 1.5x, no noise. Without the
+    driver's unpickle guard this honest but slower kernel was crowned, C/B 1.5000, confirmed in a
+    fresh engine (red team 2026-12-04); with it the refusal is forging."""
+    r = run("driver_pickle", env)
+    assert r["verdict"] == "FAIL", r["reason"]
+    assert "forging attempt" in r["reason"] and "refused to unpickle builtins.eval" in r["reason"], r["reason"]
+    assert not any(w.get("output_tokens_per_s") == 1500.0 for w in r.get("windows", []))  # no forged number read
+
+
+def test_an_engine_class_the_driver_may_not_unpickle_is_a_named_arena_gap(env):
+    """The control beside it: a refused name of the engine's own packages (SGLang's ScheduleBatch)
+    is the allowlist's gap, NO_DECISION naming it, never a FAIL charged to the candidate."""
+    r = run("driver_pickle_gap", env)
+    assert r["verdict"] == "NO_DECISION", r["reason"]
+    assert "arena defect" in r["reason"] and "sglang.srt.managers.schedule_batch.ScheduleBatch" in r["reason"], r["reason"]
+
+
 def test_prewritten_clock_answers_are_forging(env):
     r = run("forge_clock_answers", env)
     assert r["verdict"] == "FAIL", r["reason"]

@@ -109,3 +109,27 @@ def test_parallel_threads_buy_nothing():
         assert r.speedup_vs_stock < 1.15, r  # stock-equivalent math; two threads, one CPU bill
     else:
         assert r.reason.startswith(("too noisy", "box:", "baseline")), r.reason
+
+
+SHRINK_CHILD = """
+from pathlib import Path
+from cacheon_subnet.bundle.archive import load_bundle
+from cacheon_subnet.validator.qualify import CpuQualifier
+b = load_bundle(Path({path!r}))
+r = CpuQualifier(tier="verify", cases=1, min_iters=3, budget_s=0.5).qualify(b, b.manifest.ops[0], None)
+print("VERDICT", r.verdict, r.reason)
+"""
+
+
+def test_a_worker_that_shrinks_the_timing_memfd_cannot_crash_the_host():
+    """The host maps the memfd it hands each timing worker. Unsealed, a worker that kept a dup of
+    the fd and truncated it made the host's next read of the outputs a SIGBUS: the validator
+    process died (red team 2026-12-04). Sealed against shrink and grow, the truncate fails in the
+    worker. Run in a child, so the broken control shows as a signal, not a dead test worker."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", SHRINK_CHILD.format(path=str(CORPUS / "memfd_shrink"))],
+                         capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, (out.returncode, out.stderr[-1500:])  # -7: SIGBUS in the host
+    assert "VERDICT FAIL" in out.stdout and "timed run failed" in out.stdout, out.stdout[-800:]

@@ -27,6 +27,14 @@ FILES = frozenset({"manifest.toml", "kernel.py"})
     (HEAD + '[[ops]]\nslot = 7\nentry = "kernel:rmsnorm"\n', "ops[0].slot"),
     (HEAD + OP + 'dtypes = [["bfloat16"]]\n', "ops[0].dtypes"),
     (HEAD + "ops = 3\n", "ops"),
+    # was a bare ValueError out of tomllib (int()'s 4300-digit limit): the validator's fetch took it
+    # for its own trouble (retried, then no_decision) and `cacheon verify` printed a traceback
+    (HEAD + OP + "[ops.constraints]\nH = { min = " + "9" * 4301 + " }\n", ""),
+    ("x = " + "1" * 5000 + "\n", ""),
+    # `^...$` with .match accepted a trailing newline: variants "ab\n" and "ab_" are one custom-op
+    # name in the engine (op_name), two to the normalized identity's tag-clash count
+    (HEAD + OP + 'variant = "ab\\n"\n', "ops[0].variant"),
+    (HEAD + '[[ops]]\nslot = "norm.rmsnorm"\nentry = "kernel:rmsnorm\\n"\n', "ops[0].entry"),
 ])
 def test_hostile_manifest_is_a_field_error(text: str, field: str) -> None:
     with pytest.raises(ManifestError) as e:

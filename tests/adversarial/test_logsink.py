@@ -39,3 +39,30 @@ def test_the_tail_of_a_huge_log_is_read_from_its_end(tmp_path):
     t = time.monotonic()
     assert tail_of(log, 24) == "the worker's last words\n"
     assert time.monotonic() - t < 1.0
+
+
+def test_a_verify_worker_flooding_its_output_leaves_only_the_cap_on_disk(tmp_path):
+    """Red team 2026-12-04: the verify worker was handed worker.log itself, so a bundle past wall 1
+    wrote up to its RLIMIT_FSIZE (256 MiB) onto the validator's disk per verify (and one per rank
+    in a collective verify's launcher log); now its output goes through a LogSink like an engine's."""
+    from cacheon_subnet.bundle import bundle_from_files
+    from cacheon_subnet.sandbox.logsink import LOG_CAP
+    from cacheon_subnet.verify.client import WorkerClient, WorkerConfig
+
+    manifest = (b'schema = "cacheon.bundle/2"\n[bundle]\nname = "log-flood"\n[[ops]]\nslot = "norm.rmsnorm"\n'
+                b'entry = "kernel:rmsnorm"\ndtypes = ["bfloat16"]\n')
+    kernel = (b"import os\n_b = b'x' * (1 << 20)\nfor _ in range(96):\n    os.write(1, _b)\nos.write(2, b'LAST-LINE\\n')\n"
+              b"def rmsnorm(x, weight, out, eps):\n    pass\n")
+    bundle = bundle_from_files({"manifest.toml": manifest, "kernel.py": kernel}, source="<log flood>")
+    client = WorkerClient(bundle, WorkerConfig())
+    try:
+        client.start()
+        msg = {"type": "load", "ops": [{"key": "k", "slot": "norm.rmsnorm", "module": "kernel", "attr": "rmsnorm"}]}
+        reply, _ = client.request(msg, None, 120)  # the import floods, then loads
+        assert reply["results"]["k"]["ok"] is True, reply
+        client.close()
+        size = client.log_path.stat().st_size
+        assert size <= LOG_CAP + (64 << 10) + 200, size >> 20
+        assert client.log_tail(10) == "LAST-LINE\n"
+    finally:
+        client.cleanup()

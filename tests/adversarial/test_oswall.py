@@ -214,6 +214,15 @@ def test_memory_balloon_is_bounded(host, tmp_path):
     assert "MemoryError" in res["memory_balloon"][1]
 
 
+def test_memory_outside_every_mapping_is_refused_where_the_address_space_is_the_bound(host, tmp_path):
+    """memfds (RLIMIT_FSIZE each, 1024 fds) and detached SysV segments (no rlimit) held 1.5 GiB
+    apiece under a 1 GiB RLIMIT_AS (red team 2026-12-04): host RAM no limit of the child bounds."""
+    ctx, _, _ = host
+    res, text = run_attack("shm_balloon.py", ctx, tmp_path, sandbox.SandboxPolicy(address_space_bytes=1 << 30, cpu_seconds=60))
+    assert_blocked(res, text, {"memfd_balloon", "sysv_balloon"})
+    assert all("Operation not permitted" in res[k][1] for k in ("memfd_balloon", "sysv_balloon")), res
+
+
 def test_scratch_tmp_and_shm_are_bounded(host, tmp_path):
     ctx, _, _ = host
     policy = sandbox.SandboxPolicy(scratch_bytes=32 << 20, tmp_bytes=16 << 20, cpu_seconds=60)

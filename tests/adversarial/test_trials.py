@@ -46,6 +46,10 @@ EXPECTED = {  # bundle -> (reason(s), stage prefix the failure is seen in)
     # policy-clean device-to-host copies HostSyncWatch used to miss (keyword device=, a CPU type string)
     "host_copy_device_kwarg": ("host_sync", "eager"),
     "host_copy_type_string": ("host_sync", "eager"),
+    # policy-clean: under TRITON_INTERPRET pointers are host addresses; the kernel walked from
+    # str(fn)'s address into a function default, a counter (wrong from call 400): the worker's
+    # interpreter bound (verify/interp_fix.py) ends its first launch
+    "interp_pointer_poke": ("exception", "eager"),
 }
 NEEDS_ARENA = {"wrong_ge128"}  # the CPU tier's own sizes stay below 128 tokens
 # cheats only a CUDA graph trial can show (faithful on every eager call): CUDA runs only
@@ -111,3 +115,14 @@ def test_cuda_graph_attack_fails_with_its_reason(name):
         run.close()
     reason, stage = CUDA_ONLY[name]
     assert r.status == "FAIL" and r.failure.reason == reason and r.failure.stage.startswith(stage), str(r.failure)
+
+
+def test_interp_pointer_poke_is_policy_clean_and_only_the_interpreter_bound_stops_it():
+    """The bound is what stops it: the policy finds nothing (without the bound, these trials
+    PASSed: the counter stays below 400 calls; seen with `_bound_memory` not applied)."""
+    from cacheon_subnet.verify import policy
+
+    b = load_bundle(CORPUS / "interp_pointer_poke")
+    assert policy.scan_files(b.files) == []
+    r = dynamic_verify("interp_pointer_poke")
+    assert r.status == "FAIL" and "outside every tensor the launch was handed" in str(r.failure), str(r.failure)

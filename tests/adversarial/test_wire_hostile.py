@@ -56,6 +56,11 @@ STREAM_HOSTILE = {
     "view_past_its_storage": _frame(b'{"_storages": [4], "_tensors": {"o": {"storage": 0, "offset": 0, '
                                     b'"shape": [400], "stride": [1], "dtype": "float32"}}}') + b"\x00" * 4,
     "negative_storage": _frame(b'{"_storages": [-4], "_tensors": {}}'),
+    # red team 2026-12-04: json.loads made ~25x a header's size in objects, past any deadline (a
+    # 64 MiB header: 1.6 GiB, 16 s; the frame allows 4 GiB), and 4 MiB of empty storages cost
+    # 380 MiB and 13 s; both were accepted as replies
+    "header_over_the_limit": _frame(b'{"env": [' + b"[]," * (wire.MAX_HEADER // 3) + b"[]]}"),
+    "too_many_storages": _frame(b'{"_storages": [' + b"0," * wire.MAX_TENSORS + b'0], "_tensors": {}}'),
 }
 
 
