@@ -60,6 +60,7 @@ def fn(body: str, args: str = "x, out") -> str:
     ("from .missing import f\n", "P021"), ("from ... import f\n", "P021"),
     ("from .k import torch\nimport torch\n", "P021"),
     ("# -*- coding: utf-7 -*-\nx = 1\n", "P020"),
+    (HEAD + "@triton.autotune(configs=[], key=['n\\n'])\n@triton.jit\ndef k(n):\n    pass\n", "P018"),  # name + newline
     (fn("x.to(tl.float32, _semantic=None)"), "P013"), (HEAD + "def h(x, _semantic=None):\n    pass\n", "P013"),
 ])
 def test_rule_flagged(src, rule):

@@ -40,7 +40,7 @@ class TritonRules:
 
     def decorator(self, d: ast.expr) -> None:
         for n in ast.walk(d):
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and not _IDENT.match(n.value):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and not _IDENT.fullmatch(n.value):  # `$` alone lets "name\n" through
                 self.add(n, "P018", f"string {n.value[:40]!r} in a decorator: only identifiers (kernel argument names)")
         chain = self.chain_of(d.func if isinstance(d, ast.Call) else d)
         if chain == "triton.jit" and not isinstance(d, ast.Call):
