@@ -11,8 +11,13 @@ kernel 30 % slower than stock was crowned at C/B 1.5000, confirmed in a fresh en
 
 So every unpickle in the driver (`pickle.loads` / `load` / `Unpickler`, which pyzmq and SGLang
 call at use time, and multiprocessing's `ForkingPickler.loads`) resolves globals from an
-allowlist only: plain builtin containers and numbers, numpy arrays, and classes *defined in*
-SGLang's IPC message modules (io_struct, the finish reasons, sampling params). Functions are
+allowlist only: plain builtin containers and numbers, `array.array`, and classes *defined in*
+SGLang's IPC message modules (io_struct, the finish reasons, sampling params, request time
+stats). No numpy: SGLang's scheduler turns every tensor into Python lists (`.tolist()`) before
+it sends, and numpy's own reconstructors are gadgets (red team 2026-12-04, round 2: a BUILD on
+`numpy.dtype` cleared an object dtype's flags and `scalar()` then read raw bytes as a PyObject*
+that REDUCE called; `ndarray(shape, "O", buffer=raw)` did the same; protocol 4's dotted names
+walked from a `numpy.dtypes` helper to FunctionType and CodeType, a function built of data). Functions are
 never resolved (pickle's REDUCE would call them), nor anything imported into those modules.
 A refusal raises `pickle.UnpicklingError` and is remembered in `refused`: the driver then ends
 its run whatever SGLang made of the exception: forging (FAIL) when what was refused lies outside
@@ -35,11 +40,6 @@ SAFE_BUILTINS = frozenset({"dict", "list", "tuple", "set", "frozenset", "bytearr
 SAFE_GLOBALS = frozenset({
     ("collections", "OrderedDict"), ("collections", "deque"), ("collections", "Counter"),
     ("collections", "defaultdict"), ("copyreg", "_reconstructor"),
-    # numpy arrays and scalars (logprob values may travel as numpy), numpy 1.x and 2.x spellings
-    ("numpy", "ndarray"), ("numpy", "dtype"),
-    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
-    ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
     # SGLang 0.5.13.post1 runs with skip_tokenizer_init: the scheduler sends BatchTokenIDOutput to
     # the driver itself, whose decode_ids / output_ids are `array.array`s (read in its io_struct)
     ("array", "array"), ("array", "_array_reconstructor"),
@@ -64,9 +64,7 @@ def allowed(module: str, name: str, obj: Any) -> bool:
         return name in SAFE_BUILTINS
     if (module, name) in SAFE_GLOBALS:
         return True
-    if module.startswith("numpy") and name in ("dtype", "ndarray") or module.startswith("numpy.dtypes"):
-        return isinstance(obj, type)  # numpy 2 names dtype classes by module (numpy.dtypes.Float32DType)
-    own_class = isinstance(obj, type) and getattr(obj, "__module__", None) == module and "." not in name
+    own_class = isinstance(obj, type) and getattr(obj, "__module__", None) == module
     if module in SGLANG_MESSAGE_MODULES:
         return own_class
     if module == SGLANG_FINISH_MODULE:
@@ -90,6 +88,13 @@ class DataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) == ("builtins", "getattr"):
             return _enum_member
+        if not name.isidentifier() or not all(p.isidentifier() for p in module.split(".")):
+            # protocol 4 walks a dotted name, before any check could see what it reached: from a
+            # numpy.dtypes helper to FunctionType and CodeType, a function built of data (red team)
+            what = f"{module[:80]}.{name[:80]}"
+            refused.append(what)
+            forged.append(what)
+            raise pickle.UnpicklingError(f"engine driver: refused to unpickle {what} (a dotted or odd name)")
         obj = None  # no import on a peer's word: other than the fixed names, only modules already loaded
         if module == "builtins" or (module, name) in SAFE_GLOBALS or (
                 module.startswith(("numpy", "sglang.", "torch")) and module in sys.modules):

@@ -20,7 +20,11 @@ g.install()
 for o in [("ok", None), {"a": [1, 2.5, None, (3, "x")]}, collections.OrderedDict(a=1), b"xy", {1, 2}, range(3)]:
     assert pickle.loads(dumps(o)) == o and r.ForkingPickler.loads(dumps(o)) == o, o
 import numpy as np
-assert (pickle.loads(dumps(np.arange(6.0).reshape(2, 3))) == np.arange(6.0).reshape(2, 3)).all()
+try:  # no numpy: SGLang's scheduler sends lists (.tolist()), and numpy's reconstructors are gadgets
+    pickle.loads(dumps(np.arange(6.0).reshape(2, 3)))
+    raise SystemExit("numpy NOT REFUSED")
+except pickle.UnpicklingError:
+    pass
 class Shell:
     def __reduce__(self):
         return (os.system, ("echo PWNED",))
@@ -122,3 +126,56 @@ def test_the_schedulers_real_message_globals_load_and_a_non_message_class_is_a_n
     assert out.returncode == 0, out.stdout + out.stderr
     assert "REFUSED ['sglang.srt.managers.schedule_batch.ScheduleBatch'] FORGED [\"getattr(object, '__subclasses__')\"]" \
         in out.stdout, out.stdout
+
+
+# Red team 2026-12-04 #4: gadgets past find_class's names. (a) protocol 4 walks a dotted name, and
+# numpy.dtypes "_add_dtype_helper.__class__" is FunctionType (".__code__.__class__" CodeType): a function
+# built of data, then called. (b) BUILD is dtype.__setstate__, which rewrites a non-built-in dtype's flags:
+# an object dtype without REFCHK made scalar() read 8 raw bytes as a PyObject* that REDUCE called.
+# (c) numpy.ndarray((1,), "O", buffer=raw) takes raw bytes as object pointers.
+GADGETS = r'''
+import io, os, pickle, sys
+import numpy as np
+from arena import unpickle_guard as g
+g.install()
+P = pickle
+def payload():
+    print("PWNED")
+c = payload.__code__
+code_args = (c.co_argcount, c.co_posonlyargcount, c.co_kwonlyargcount, c.co_nlocals, c.co_stacksize, c.co_flags,
+             c.co_code, c.co_consts, c.co_names, c.co_varnames, c.co_filename, c.co_name, c.co_qualname,
+             c.co_firstlineno, c.co_linetable, c.co_exceptiontable, c.co_freevars, c.co_cellvars)
+def stream(proto, build):
+    out = io.BytesIO(); p = pickle._Pickler(out, protocol=proto); p.write(P.PROTO + bytes([proto])); build(p)
+    p.write(P.STOP); return out.getvalue()
+def dotted(p):
+    for n in ("_add_dtype_helper.__class__", "_add_dtype_helper.__code__.__class__"):
+        p.save("numpy.dtypes"); p.save(n); p.write(P.STACK_GLOBAL)
+    p.save(code_args); p.write(P.REDUCE + P.EMPTY_DICT + P.TUPLE2 + P.REDUCE + P.EMPTY_TUPLE + P.REDUCE)
+def dtype_flags(p):
+    p.write(P.GLOBAL + b"numpy._core.multiarray\nscalar\n" + P.GLOBAL + b"numpy\ndtype\n")
+    p.save(("O8", False, True)); p.write(P.REDUCE); p.save((3, "|", None, None, None, -1, -1, 0)); p.write(P.BUILD)
+    p.save(id(print).to_bytes(8, "little")); p.write(P.TUPLE2 + P.REDUCE); p.save(("PWNED",)); p.write(P.REDUCE)
+def ndarray_buffer(p):
+    p.write(P.GLOBAL + b"numpy\nndarray\n"); p.save(((1,), "O", id(print).to_bytes(8, "little"))); p.write(P.REDUCE)
+for name, build, proto in (("dotted", dotted, 4), ("dtype_flags", dtype_flags, 3), ("ndarray_buffer", ndarray_buffer, 3)):
+    try:
+        got = pickle.loads(stream(proto, build))
+    except (pickle.UnpicklingError, TypeError, ValueError) as e:
+        print("REFUSED", name, type(e).__name__)
+        continue
+    if isinstance(got, np.ndarray) and got.dtype == object:
+        got[0]("PWNED")  # what the driver's use of the message would touch
+    print("LOADED", name)
+print("FORGED", sorted(set(g.forged)))
+'''
+
+
+def test_numpy_and_dotted_name_gadgets_run_nothing_in_the_driver():
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", GADGETS], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "PWNED" not in out.stdout and "LOADED" not in out.stdout, out.stdout
+    assert all(f"REFUSED {n} UnpicklingError" in out.stdout for n in ("dotted", "dtype_flags", "ndarray_buffer")), \
+        out.stdout
+    assert "numpy.dtypes._add_dtype_helper.__class__" in out.stdout, out.stdout  # a dotted name is forging
