@@ -142,6 +142,12 @@ def trusted(doc: dict[str, Any], digests: frozenset[str]) -> bool:
     controls. Any other run's B windows shared an engine with contribution code, so its spread is
     one a miner could widen (leftover state, a hot GPU) to loosen every later verdict's limits."""
     d = doc.get("bundle_digest")
+    # a head-to-head run (`baseline` "incumbent <digest> ..."): its B and B' windows ran the crowned
+    # bundle, a miner's code, whatever ran as C; only a stock baseline (or the handicap control's
+    # stock + spin) is the arena's own (red team: a shipped example measured against a crown)
+    baseline = doc.get("baseline")
+    if not (isinstance(baseline, str) and (baseline == "stock" or baseline.startswith("stock + "))):
+        return False
     return d in digests or (d in CONTROLS and doc.get("control") == d)
 
 

@@ -202,7 +202,14 @@ def install(src: str | Path, dst: str | Path, digest: str, want: Manifest | None
         (tmp / STAMP).write_text(json.dumps({"source": str(src), **got.to_json()}, indent=1) + "\n")
         for d, _, _ in os.walk(tmp):
             os.chmod(d, 0o755)  # the sandbox uid reads it; nobody but the operator writes it
-        os.rename(tmp, dst)
+        try:
+            os.rename(tmp, dst)
+        except OSError:  # another arena of this host installed it first (two GPUs): re-hashed, never trusted
+            if not dst.is_dir():
+                raise
+            raced = scan(dst)
+            if raced.digest != digest:
+                raise refuse(dst, digest, raced, want) from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -226,9 +226,16 @@ class ResidentTeacher:
         steps = list(job["steps"])
         teach = [s for s in steps if s.get("op") == "teacher" and s.get("sequences")]
         if self.canary is None and teach:
-            seqs = teach[0]["sequences"][:CANARY_SEQUENCES]
-            self.canary = [{"key": f"canary-{i}", "prompt": list(s["prompt"]), "cont": list(s["cont"])}
-                           for i, s in enumerate(seqs)]
+            # the arena's prompts only, split in two: the first step grades the candidate's own
+            # continuations (role C first), so a canary made of them was chosen by whichever
+            # contribution a fresh T graded first, for every later verdict of that T (red team:
+            # e.g. a repeated token T predicts at logprob ~0, which no drift moves past canary_atol)
+            seqs = [s for s in teach[0]["sequences"] if len(s["prompt"]) >= 2][:CANARY_SEQUENCES]
+            self.canary = [{"key": f"canary-{i}", "prompt": list(s["prompt"])[:len(s["prompt"]) // 2],
+                            "cont": list(s["prompt"])[len(s["prompt"]) // 2:]} for i, s in enumerate(seqs)]
+            if not self.canary:  # no prompt to split (never in an arena): the sequences as they are
+                self.canary = [{"key": f"canary-{i}", "prompt": list(s["prompt"]), "cont": list(s["cont"])}
+                               for i, s in enumerate(teach[0]["sequences"][:CANARY_SEQUENCES])]
             self.top_k = int(teach[0]["top_k"])
         if self.canary:
             steps = [canary_step(CANARY_TAGS[0], self.canary, self.top_k), *steps,

@@ -77,8 +77,17 @@ class QualifyStages:
 
     def _record(self, c: Contribution, target: str, result: Any, start: int, incumbent_id: str | None,
                 key: str | None = None) -> None:
-        """One op's evidence, in one transaction (with the job's idempotency key, if any)."""
+        """One op's evidence, in one transaction (with the job's idempotency key, if any).
+        A pool job that started no later than the target's current crown was measured before that
+        crown: it keeps its start block, so settlement reads it as stale. Filed at the block it came
+        back, a job measured against a crown that was retired and settled again meanwhile (same
+        holder id, another crowned_block and speedup_vs_stock) passed the staleness check and was
+        settled against numbers the holder no longer has (red team: a 1.20x challenger dethroned
+        a re-measured 1.30x holder and was crowned at 1.42x)."""
         evaluated = max(start, self.chain.current_block())
+        crown = ledger.crown_of(self.db, target) if key is not None else None
+        if crown is not None and start <= crown.crowned_block:
+            evaluated = start
         with self.db.tx() as con:
             ledger.record_evidence(con, c.id, result, evaluated, incumbent_id)
             if key is not None:

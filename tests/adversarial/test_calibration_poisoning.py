@@ -56,6 +56,22 @@ def test_the_arenas_own_controls_are_trusted_and_a_forged_control_label_is_not()
     from arena import calibrate
 
     digests = calibrate.shipped_digests(REPO / "examples")
-    assert calibrate.trusted({"bundle_digest": "handicap", "control": "handicap"}, digests)
-    assert not calibrate.trusted({"bundle_digest": "handicap", "control": None}, digests)
+    handicap = "stock + 150 µs GPU spin per call (handicap control)"
+    assert calibrate.trusted({"bundle_digest": "handicap", "control": "handicap", "baseline": handicap}, digests)
+    assert not calibrate.trusted({"bundle_digest": "handicap", "control": None, "baseline": handicap}, digests)
     assert all(calibrate.trusted(json.loads((REPO / p).read_text()), digests) for p in SMOLLM2)
+
+
+def test_a_shipped_bundle_measured_against_a_crown_sets_no_limit(tmp_path, capsys):
+    """Red team: a miner commits a shipped example; the validator measures it head-to-head, so its
+    B and B′ windows ran the crowned bundle (the incumbent miner's code), which can widen the
+    spread. Its bundle digest is a shipped one, and trusted() took it: every limit loosened."""
+    honest, _ = _policy(capsys, *[str(REPO / p) for p in SMOLLM2])
+    doc = json.loads(_poisoned(tmp_path).read_text())
+    doc["bundle_digest"] = json.loads((REPO / SMOLLM2[0]).read_text())["bundle_digest"]  # examples/norm.rmsnorm
+    doc["baseline"] = "incumbent " + "cd" * 32 + " (norm.rmsnorm/default)"
+    evil = tmp_path / "h2h-shipped.json"
+    evil.write_text(json.dumps(doc))
+    out, err = _policy(capsys, *[str(REPO / p) for p in SMOLLM2], str(evil))
+    assert out == honest
+    assert str(evil) in err and "left out" in err

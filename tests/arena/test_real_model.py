@@ -149,6 +149,43 @@ def test_install_copies_verified_bytes_and_rechecks_an_existing_copy(tmp_path, t
         install(tiny_ckpt, dst, m.digest, m)  # an existing copy is re-hashed, not trusted
 
 
+
+def test_two_arenas_installing_one_checkpoint_at_once_both_get_the_verified_copy(tmp_path, tiny_ckpt, monkeypatch):
+    """Red team: two GPUs of one host prepare the same real checkpoint at once; both copy, the
+    second rename met the first's directory and raised a bare OSError (not a CacheonError, so
+    engine_base did not turn it into NO_DECISION: the job errored, an attempt charged to the
+    contribution). The loser now re-hashes what the winner installed; a wrong copy is refused."""
+    import threading
+
+    from arena import model_dir
+
+    m = scan(tiny_ckpt)
+    dst, orig, both = tmp_path / "home" / "real-x", model_dir._hash_file, threading.Barrier(2)
+
+    def copying(path, copy_to=None):
+        out = orig(path, copy_to)
+        if copy_to is not None and path.name == "model.safetensors":
+            both.wait(10)  # both copies made before either is renamed into place
+        return out
+
+    monkeypatch.setattr(model_dir, "_hash_file", copying)
+    errors: list[BaseException] = []
+
+    def go() -> None:
+        try:
+            install(tiny_ckpt, dst, m.digest, m)
+        except BaseException as e:  # noqa: BLE001 - collected for the assert
+            errors.append(e)
+
+    threads = [threading.Thread(target=go) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and scan(dst).digest == m.digest
+    assert not [p for p in dst.parent.iterdir() if p.name.startswith(".real-x.tmp-")]  # the loser's copy is gone
+
+
 # ---- prompts ----------------------------------------------------------------------------
 def test_corpus_prompts_are_tokenized_with_the_checkpoints_tokenizer(tiny_ckpt):
     from tokenizers import Tokenizer

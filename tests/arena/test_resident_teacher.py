@@ -188,3 +188,35 @@ def test_a_shutdown_ends_a_teacher_job_at_once_and_stops_the_teacher(env, pool):
         lifecycle.SHUTDOWN.clear()
     assert time.monotonic() - t0 < 30
     assert not pool._teachers  # stopped, not left running for the next verdict
+
+
+def test_the_canary_is_made_of_the_arenas_prompts_not_the_first_candidates_outputs():
+    """Red team: the canary was the first job's first two sequences as graded, and a grading job
+    lists role C first, so the first contribution a fresh T graded chose T's canary for every
+    later verdict (its own continuations: a repeated token T predicts at logprob ~0 moves by less
+    than canary_atol whatever state T holds). Now it is the first prompts, split in two."""
+    from types import SimpleNamespace
+
+    from arena.jobs import teacher_steps
+
+    class Stub:
+        def __init__(self, spec, home):
+            self.jobs, self.poisoned = 0, None
+
+        def run(self, name, job, workdir, timeout_s):
+            return SimpleNamespace(error=None, step=lambda tag: {"graded": []}, records=())
+
+    cand = [{"key": k, "prompt": [11, 12, 13, 14, 15, 16], "cont": [7, 7, 7, 7]} for k in range(3)]
+    base = [{"key": k, "prompt": [11, 12, 13, 14, 15, 16], "cont": [4, 5, 6, 8]} for k in range(3)]
+    steps = teacher_steps(SimpleNamespace(quality=SimpleNamespace(top_k=4)),
+                          {f"resident-{r}": v for r, v in {"C": cand, "B": base}.items()})  # as run._grade orders them
+    orig = resident.ResidentEngine
+    resident.ResidentEngine = Stub
+    try:
+        t = resident.ResidentTeacher(None, None, 1e-3)
+        t.grade("teacher", {"steps": steps}, None, 1.0)
+    finally:
+        resident.ResidentEngine = orig
+    assert len(t.canary) == resident.CANARY_SEQUENCES
+    assert all(7 not in c["cont"] for c in t.canary), t.canary  # none of the candidate's tokens
+    assert all(c["prompt"] + c["cont"] == cand[0]["prompt"] for c in t.canary)

@@ -168,3 +168,97 @@ def test_no_gpu_serves_two_arenas():
         with pytest.raises(ValueError, match="one arena only"):
             LocalPool(Bound(), bad)
     LocalPool(Bound(), ("0,1", "2,3")).close()
+
+
+class _ManualPool:
+    """A pool whose worker answers only for the contributions in `release` (a slow job, or one
+    Ray retried after a lost worker); `reads` overrides the vs-stock speed a bundle measures."""
+
+    arena_id, label, head_to_head = "fake-arena", "fake-timing", False
+
+    def __init__(self) -> None:
+        self.jobs: dict = {}
+        self.release: set[str] = set()
+        self.reads: dict[bytes, float] = {}
+
+    def submit(self, job) -> None:
+        self.jobs.setdefault(job.key, job)
+
+    def in_flight(self) -> frozenset[str]:
+        return frozenset(self.jobs)
+
+    def free_slots(self) -> int:
+        return 8
+
+    def poll(self) -> list:
+        from cacheon_subnet.validator.dispatch import run_job
+
+        @dataclass(frozen=True)
+        class Reads(FakeQualifier):
+            def qualify(q, bundle, op, incumbent):
+                r = FakeQualifier.qualify(q, bundle, op, incumbent)
+                vs = self.reads.get(bundle.files.get("speed.txt", b""))
+                if vs is None:
+                    return r
+                return replace(r, speedup=vs / incumbent.speedup_vs_stock if incumbent else vs, speedup_vs_stock=vs)
+
+        done = [k for k in self.jobs if k.split("|")[0] in self.release]
+        return [run_job(Reads(), self.jobs.pop(k), "w") for k in done]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_job_measured_against_a_crown_settled_again_meanwhile_is_stale(tmp_path):
+    """Red team: C was dispatched against crown X (derived ratio: C's 1.20 vs stock / X's 1.10).
+    X was then retired and measured again (1.30 vs stock), re-crowned under the same id, and only
+    then did C's job come back. Filed at the block it came back, its evidence was `after` X's new
+    crowned_block and named X, the holder: settled as 1.0909 over X, it dethroned the faster X and
+    was crowned at 1.30 x 1.0909 = 1.4182 vs stock. A pool job is evaluated at its start block."""
+    from validator_fakes import make_archive
+
+    from cacheon_subnet.validator import ledger
+
+    t = "norm.rmsnorm"
+    chain = make_chain(tmp_path / "chain.db", miners=2)
+    with FileServer() as srv:
+        ax, dx = make_archive(EXAMPLES / t, tmp_path, "x", {"speed.txt": "1.10"})
+        ac, dc = make_archive(EXAMPLES / t, tmp_path, "c", {"speed.txt": "1.20"})
+        commit(chain, "m0", dx, srv.add("x.tar.gz", ax))
+        chain.advance(2)
+        pool = _ManualPool()
+        cfg = ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=tmp_path / "state", interval_s=0, targets=(t,))
+        v = Validator(cfg, chain, pool, screener=fake_screener())
+
+        def passes() -> None:
+            for _ in range(3):
+                v.run_once()
+
+        passes()
+        x = v.db.contributions(("verified",))[0].id
+        pool.release = {x}
+        chain.advance(1)
+        passes()
+        assert ledger.crown_of(v.db, t).speedup_vs_stock == 1.10
+        pool.release = set()
+        commit(chain, "m1", dc, srv.add("c.tar.gz", ac))
+        chain.advance(2)
+        passes()
+        (key,) = [k for k in pool.in_flight() if not k.startswith(x)]  # C, measured against X at 1.10
+        c = key.split("|")[0]
+        with v.db.tx() as con:  # what settlement does when a challenger's evidence blames the crown
+            ledger._retire(v.db, con, con.execute("SELECT * FROM crowns WHERE target=?", (t,)).fetchone(), "test")
+        chain.advance(1)
+        passes()
+        pool.release, pool.reads = {x}, {b"1.10": 1.30}  # measured again, X reads 1.30 vs stock
+        chain.advance(1)
+        passes()
+        assert (ledger.crown_of(v.db, t).contribution_id, ledger.crown_of(v.db, t).speedup_vs_stock) == (x, 1.30)
+        pool.release, pool.reads = {c}, {}  # C's job, dispatched against X at 1.10, comes back now
+        chain.advance(1)
+        passes()
+        crown = ledger.crown_of(v.db, t)
+        rows = [(r["outcome"], round(r["speedup"], 4)) for r in ledger.evidence_rows(v.db, c)]
+        v.close()
+    assert crown.contribution_id == x and crown.speedup_vs_stock == 1.30, (crown, rows)
+    assert rows[0] == ("no_decision", 1.0909), rows  # stale: measured against X's old numbers
