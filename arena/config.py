@@ -121,6 +121,9 @@ class SequentialSection:
     alt_gain: float = 0.01
     sigma: float = 0.007  # assumed per-cycle SD of log(C/B); the observed SD is used when larger
     min_cycles: int = 2
+    # a PASS decided early ends the cycles too (off: only FAIL stops early, a PASS runs them all;
+    # docs/arena.md "Sequential stop" says why). Left out of the arena id while off.
+    stop_on_pass: bool = False
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,8 @@ class ArenaConfig:
         doc = {k: v for k, v in asdict(self).items() if k not in ("path", "name")}
         if self.teacher == TeacherSection():  # optional table: at its defaults, the id of before
             del doc["teacher"]
+        if not self.sequential.stop_on_pass:  # an optional key: off, the id of before
+            del doc["sequential"]["stop_on_pass"]
         doc["schema"] = SCHEMA
         doc["pins"] = {"sglang": SGLANG_PIN, "sglang_kernel": SGLANG_KERNEL_PIN, "torch": TORCH_PIN}
         if self.real:  # the digest covers config.json, weights and tokenizer; where it lives does not count

@@ -35,6 +35,11 @@ class SprtPolicy:
     alt_gain: float = 0.01  # H1: C/B = 1 + alt_gain (H0: C/B = 1); the midpoint is where PASS and FAIL balance
     sigma: float = 0.007  # assumed per-cycle SD of log(C/B): an upper bound of the box's (H200: 0.1–0.7 %)
     min_cycles: int = 2
+    # A PASS decided early stops the run only where the config asks: a kernel fast for its first
+    # cycles and slow after (a call counter in device memory) was crowned at cycle 2 in every
+    # simulated run, where the fixed rule over all cycles crowned it in none (red team
+    # 2026-12-04). The confirmation engine is no help: it is fresh, so it sees early cycles again.
+    stop_on_pass: bool = False
 
     def __post_init__(self) -> None:
         if not (0 < self.alpha < 0.5 and 0 < self.beta < 0.5 and 0 < self.alt_gain < 1 and 0 < self.sigma < 1
@@ -87,18 +92,20 @@ def sprt(ratios: Sequence[float], policy: SprtPolicy) -> SprtState:
 
 def policy_of(section: object) -> SprtPolicy:
     """The SprtPolicy of an arena config's [sequential] section."""
-    return SprtPolicy(*(getattr(section, k) for k in ("alpha", "beta", "alt_gain", "sigma", "min_cycles")))
+    return SprtPolicy(*(getattr(section, k) for k in ("alpha", "beta", "alt_gain", "sigma", "min_cycles",
+                                                      "stop_on_pass")))
 
 
 def early_stop(samples: Sequence[tuple[object, float]], speed: object, policy: SprtPolicy
                ) -> tuple[str, SprtState]:
     """After a cycle: (decision, state). FAIL when the SPRT decides FAIL; PASS only when the SPRT
-    decides PASS and the fixed-sample verdict (arena.speed.judge) on the same windows is PASS too;
-    else CONTINUE. samples: (Window, throughput) of every window run so far."""
+    decides PASS, the fixed-sample verdict (arena.speed.judge) on the same windows is PASS too and
+    the policy lets a PASS stop early (`stop_on_pass`); else CONTINUE. samples: (Window,
+    throughput) of every window run so far."""
     from arena.speed import judge
 
     fixed = judge(samples, speed)  # type: ignore[arg-type]
     state = sprt(fixed.ratios, policy)
-    if state.decision == "PASS" and fixed.verdict != "PASS":
+    if state.decision == "PASS" and (fixed.verdict != "PASS" or not policy.stop_on_pass):
         return "CONTINUE", state
     return state.decision, state

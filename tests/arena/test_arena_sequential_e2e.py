@@ -19,10 +19,11 @@ def env(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _seq(cfg, enabled=True):
+def _seq(cfg, enabled=True, stop_on_pass=False):
     # CPU windows are tiny and noisy (per-cycle SD of log C/B ~10-30 % on a shared box), so the
     # test is set for a 30 % gain: the wiring is under test here, the rates in test_sequential.py
-    return replace(cfg, sequential=SequentialSection(enabled=enabled, alt_gain=0.3, sigma=0.05, min_cycles=2))
+    return replace(cfg, sequential=SequentialSection(enabled=enabled, alt_gain=0.3, sigma=0.05, min_cycles=2,
+                                                     stop_on_pass=stop_on_pass))
 
 
 def test_a_clear_loser_stops_after_min_cycles_without_a_teacher(env):
@@ -35,7 +36,7 @@ def test_a_clear_loser_stops_after_min_cycles_without_a_teacher(env):
 
 
 def test_a_clear_winner_stops_early_and_is_still_confirmed(env):
-    cfg = _seq(h.small_config(prompts=6, output=6, cycles=4, max_noise=0.5))
+    cfg = _seq(h.small_config(prompts=6, output=6, cycles=4, max_noise=0.5), stop_on_pass=True)
     r = h.run(h.torch_bundle("seq"), env, engine="SlowStockEngine", cfg=cfg)
     assert r["verdict"] == "PASS" and "confirmed in a fresh engine" in r["reason"], r["reason"]
     # stops at the first cycle the SPRT decides (cycle 2 on a quiet box; a loaded one may need 3),
@@ -43,6 +44,16 @@ def test_a_clear_winner_stops_early_and_is_still_confirmed(env):
     ran = len(r["sequential"])
     assert r["sequential"][-1]["gated"] == "PASS" and 2 <= ran < 4 and len(r["windows"]) == 1 + 4 * ran, r["sequential"]
     assert r["quality"]["verdict"] == "PASS" and len(r["confirm"]["windows"]) == 1 + 4 * 3
+
+
+def test_by_default_a_winner_runs_every_cycle_and_only_a_loser_stops_early(env):
+    """`stop_on_pass` off (every shipped config): the SPRT's PASS is recorded but the cycles go on,
+    so a kernel fast only in its first cycles meets the fixed rule over all of them."""
+    cfg = _seq(h.small_config(prompts=6, output=6, cycles=4, max_noise=0.5))
+    r = h.run(h.torch_bundle("seq"), env, engine="SlowStockEngine", cfg=cfg)
+    assert r["verdict"] == "PASS" and "confirmed in a fresh engine" in r["reason"], r["reason"]
+    assert len(r["windows"]) == 1 + 4 * 4 and all(s["gated"] == "CONTINUE" for s in r["sequential"]), r["sequential"]
+    assert any(s["decision"] == "PASS" for s in r["sequential"]), r["sequential"]  # decided, held back
 
 
 def test_a_record_after_the_hosts_stop_is_forging():

@@ -142,3 +142,24 @@ if __name__ == "__main__":
             print(f"| {name} | {s:.1%} | {c:.2%} | {fixed_rate(gain, s, n=2000):.2%} | {m:.2f} | {a:.1%} |")
     c, m, a = rates(0.0, 0.003, n=2000, drift=1e-3, dip_p=0.05)
     print(f"| stock vs stock, drift 0.1 %/window, 5 % dips | 0.3% | {c:.2%} | – | {m:.2f} | {a:.1%} |")
+
+
+def front_loaded(rng: random.Random, fast_cycles: int, sigma_w: float = 0.002):
+    """A kernel +3 % for its first cycles and −5 % after (a call counter in device memory)."""
+    out = []
+    for w in plan(CYCLES, 1):
+        gain = 0.03 if w.cycle < fast_cycles else -0.05
+        out.append((w, (1 + gain if w.role == "C" else 1.0) * math.exp(rng.gauss(0, sigma_w))))
+    return out
+
+
+def test_a_kernel_fast_only_in_its_first_cycles_is_not_crowned_by_an_early_stop():
+    """Red team 2026-12-04: with a PASS allowed to stop the run, a kernel fast for its first two
+    cycles was crowned at cycle 2 in every run (the broken control below); the fixed rule over all
+    cycles crowns it in none. By default only FAIL stops early."""
+    rng = random.Random(11)
+    runs = [front_loaded(rng, 2) for _ in range(200)]
+    held = [verdict(s) for s in runs]
+    assert all(v != "PASS" for v, _ in held), held[:5]
+    eager = [verdict(s, policy=replace(POLICY, stop_on_pass=True)) for s in runs]
+    assert sum(v == "PASS" for v, _ in eager) >= 0.95 * len(runs), eager[:5]
