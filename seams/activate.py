@@ -30,6 +30,7 @@ from cacheon_subnet.slots.spec import dtype_of
 from seams.controls import (handicap, register_handicap, register_slowdown, register_stock_controls, slowdown,
                              stock_controls)
 from seams.dispatch import REGISTRY, Candidate, Registry, guarded, receipt_key
+from cacheon_subnet.bundle.jitkeys import salt_kernel_keys
 from seams.receipts import Receipts
 from seams.table import SEAM_ADAPTERS, SeamAdapter
 
@@ -83,6 +84,7 @@ def activate_scheduler(tp_rank: int, registry: Registry = REGISTRY, environ: dic
                 continue
             spec = get_slot(op.slot)
             fn = getattr(importlib.import_module(op.qualified_module), op.attr)
+            salt_kernel_keys(op.package)  # before any launch: no Triton cache key shared with another kernel
             stock = None
             if not registry.strict:
                 from seams.stock import stock_kernel

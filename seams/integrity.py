@@ -28,6 +28,8 @@ from typing import Any, Mapping
 
 import torch
 
+from cacheon_subnet.verify.judge import same_bits  # bit-for-bit (-0.0 and NaN payloads): see its docstring
+
 MAX_BYTES = 8 << 30
 
 
@@ -70,7 +72,7 @@ class StaticInputs:
         for key, (name, t, ref) in list(self.copies.items()):
             if ref is None:
                 self.copies[key] = (name, t, t.detach().clone())
-            elif name not in self.tampered and not torch.equal(t, ref):
+            elif name not in self.tampered and not same_bits(t, ref):
                 self.tampered.add(name)
         return {"watched": len(self.copies), "tampered": sorted(self.tampered), "unwatched": sorted(self.unwatched)}
 

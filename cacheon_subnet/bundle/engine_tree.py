@@ -77,6 +77,12 @@ def policy_gate(package: str, files: dict[str, bytes]) -> None:
     """Refuse sources that fail the static allowlist policy (BundleError, every finding named)."""
     from cacheon_subnet.verify.policy import scan_files  # lazy: verify sits above bundle
 
+    # `x.py` beside `x/__init__.py`: the scan keys both as module x and checks only the package
+    # (the one CPython imports), so the sibling was sealed unscanned (red team 2026-12-04)
+    shadowed = sorted(p for p in files if p.endswith(".py") and p[:-3] + "/__init__.py" in files)
+    if shadowed:
+        raise BundleError(package, "policy", f"{shadowed[0]}: module shadowed by package "
+                          f"{shadowed[0][:-3]}/__init__.py (one source per module name)")
     findings = scan_files(files)
     if findings:
         raise BundleError(package, "policy", "; ".join(str(f) for f in findings[:8])

@@ -397,7 +397,7 @@ def judge_call(spec: SlotSpec, act: str, arena: Arena, i: int, inputs: Mapping[s
     if full or spec.canonicalize is not None:
         got = {k: v.clone() for k, v in got.items()}
         for a in spec.by_role("in"):
-            if not judge.bit_equal(arena.tensor(i, a.name), inputs[a.name]):
+            if not judge.same_bits(arena.tensor(i, a.name), inputs[a.name]):
                 return Failure("input_mutated", f"{a.name} changed but the slot declares it read-only")
         return judge.check_outputs(spec, act, {**inputs, **got}, ref)
     for name, expected in ref.items():

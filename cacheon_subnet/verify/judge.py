@@ -35,6 +35,22 @@ def bit_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool((a == b).all())
 
 
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def same_bits(t: torch.Tensor, ref: torch.Tensor) -> bool:
+    """Bit-for-bit equality, for what must not change at all (read-only inputs, engine state).
+    Value equality has -0.0 == 0.0: a policy-clean kernel kept a call counter in the sign of an
+    engine cache's exact zeros that no check named (red team 2026-12-04); and a NaN never equals
+    itself."""
+    if t.shape != ref.shape or t.dtype != ref.dtype:
+        return False
+    bits = _BITS.get(t.element_size()) if (t.is_floating_point() or t.is_complex()) else None
+    if bits is None or t.is_complex():
+        return torch.equal(t, ref) if bits is None else torch.equal(torch.view_as_real(t), torch.view_as_real(ref))
+    return torch.equal(t.contiguous().view(bits), ref.contiguous().view(bits))
+
+
 # Reasons a worker may report for its own failure; anything else is a protocol violation.
 WORKER_REASONS = frozenset({"exception", "host_sync", "graph_capture", "graph_replay", "import_error", "entry_missing"})
 _FLAG_LISTS = ("mutated_inputs", "host_sync", "aliases")
@@ -142,7 +158,7 @@ def check_inputs_untouched(spec: SlotSpec, sent: Mapping[str, torch.Tensor], got
     if f:
         return f
     for a in spec.by_role("in"):
-        if not bit_equal(got[a.name], sent[a.name]):
+        if not same_bits(got[a.name], sent[a.name]):  # a sign-of-zero or NaN-payload write counts too
             diff = int((got[a.name] != sent[a.name]).sum()) if got[a.name].shape == sent[a.name].shape else -1
             return Failure("input_mutated", f"{a.name} changed ({diff} elements) but the slot declares it read-only")
     return None

@@ -25,6 +25,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
+from cacheon_subnet.bundle.jitkeys import salt_kernel_keys
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.spec import GROUP_ARG, SlotSpec, dtype_of
 from cacheon_subnet.tensor_views import rebase, tensor_digest
@@ -110,6 +111,7 @@ class Worker:
                 if not callable(fn):
                     results[op["key"]] = {"ok": False, "reason": "entry_missing", "error": f"{op['attr']} is not callable"}
                     continue
+                salt_kernel_keys(self.package)  # as in the engine: no Triton cache key shared with another kernel
                 self.kernels[op["key"]] = (get_slot(op["slot"]), fn)
                 results[op["key"]] = {"ok": True}
             except BaseException as e:  # noqa: BLE001 - any import failure is the bundle's

@@ -210,3 +210,24 @@ def test_scheduler_refuses_unscanned_package(tmp_path: Path) -> None:
     with pytest.raises(BundleError) as e:
         open_tree(tree.root, digest)
     assert e.value.rule == "policy" and e.value.path == package_for(b.digest)
+
+
+def test_a_module_shadowed_by_a_package_is_never_sealed(tmp_path: Path) -> None:
+    """`rmsnorm.py` beside `rmsnorm/__init__.py`: the policy keyed both as module `rmsnorm` and scanned
+    only the package, so a sibling with `import os` was sealed into the engine unscanned (CPython
+    imports the package; the file was there all the same). Refused on both sides now."""
+    from cacheon_subnet.bundle.archive import bundle_from_files
+
+    ex = Path(__file__).resolve().parents[2] / "examples" / "norm.rmsnorm"
+    evil = b'import os\nos.system("id")\n'
+    b = bundle_from_files({"manifest.toml": (ex / "manifest.toml").read_bytes(),
+                           "rmsnorm/__init__.py": (ex / "rmsnorm.py").read_bytes(), "rmsnorm.py": evil})
+    with pytest.raises(BundleError) as e:
+        build_tree(tmp_path / "t", [(b, b.manifest.ops)])
+    assert e.value.rule == "policy" and "rmsnorm.py" in e.value.detail
+    assert not (tmp_path / "t" / package_for(b.digest)).exists()
+    tree = build_tree(tmp_path / "u", [(b, b.manifest.ops)], scan_policy=False)  # a hand-made tree ...
+    digest = _rewrite_tree_json(tree.root, lambda d: d.update(policy_scanned=True))  # ... that says scanned
+    with pytest.raises(BundleError) as e:
+        open_tree(tree.root, digest)
+    assert e.value.rule == "policy" and e.value.path == package_for(b.digest)
