@@ -209,3 +209,14 @@ def test_triton_option_names_cover_the_installed_backends():
     decoy = ("import triton\n\n@triton.jit\ndef k(x, extern_libs):\n    pass\n\n"
              "def f(x):\n    k[(1,)](x, 0)\n    k[(1,)](x, extern_libs={}, num_warps=4)\n")
     assert [(f.line, f.rule) for f in scan_source("k.py", decoy)] == [(4, "P018"), (9, "P019")]
+
+
+def test_a_module_with_two_sources_is_refused():
+    """`x.py` beside `x/__init__.py`: both key as module x and only one was scanned, so an
+    `import os` file passed verify beside a clean package (red team 2026-12-04; the sealed tree
+    refuses the same bundle, so verify must too)."""
+    files = {"rmsnorm/__init__.py": b"import torch\n\n\ndef f(x, out):\n    out.copy_(x)\n",
+             "rmsnorm.py": b"import os\nos.system('id')\n"}
+    found = scan_files(files)
+    assert any(f.rule == "P021" and "two sources" in f.message for f in found), found
+    assert scan_files({"rmsnorm/__init__.py": files["rmsnorm/__init__.py"]}) == []

@@ -45,7 +45,7 @@ TYPING_NAMES = frozenset({"Any", "Optional", "Union", "Tuple", "List", "Dict", "
 # "decorator" (only as a decorator or inside one).
 _TORCH_CALLS = """empty empty_like empty_strided zeros zeros_like ones ones_like full full_like arange rand_like
     randn_like rsqrt sqrt exp log sin cos tanh sigmoid abs maximum minimum where matmul mm bmm cat stack sum mean
-    amax amin softmax topk clamp finfo iinfo linalg.vector_norm cuda.is_available cuda.is_current_stream_capturing
+    amax amin softmax topk clamp gather finfo iinfo linalg.vector_norm cuda.is_available cuda.is_current_stream_capturing
     nn.functional.silu nn.functional.gelu nn.functional.relu nn.functional.softmax nn.functional.rms_norm
     nn.functional.layer_norm nn.functional.linear nn.functional.pad
     distributed.all_reduce distributed.all_gather_into_tensor distributed.reduce_scatter_tensor distributed.broadcast
@@ -96,7 +96,7 @@ MODULE_ATTRS: Mapping[str, str] = _table()
 _VALUE_WORDS = """
     shape dtype device ndim is_cuda is_contiguous stride size numel dim element_size itemsize is_floating_point
     contiguous view view_as reshape flatten unsqueeze squeeze transpose permute expand expand_as narrow select chunk
-    split t T mT clone new_empty new_zeros new_full masked_fill index_select gather
+    split t T mT clone new_empty new_zeros new_full masked_fill index_select
     copy_ fill_ zero_ add_ sub_ mul_ div_ clamp_ pow_ sqrt_ rsqrt_ square_ exp_ neg_ abs_
     add sub mul div pow square sqrt rsqrt exp log neg abs amax amin max min sum mean cumsum argmax argmin topk sort
     flip clamp relu sigmoid tanh sin cos softmax matmul float half bfloat16 to type index eps tiny
@@ -104,6 +104,9 @@ _VALUE_WORDS = """
     get items keys values append
 """
 VALUE_ATTRS = frozenset(_VALUE_WORDS.split())
+# Never `gather` here: on the `group` argument it is ProcessGroup.gather, a raw collective outside
+# the dist.* rules that returns an un-waitable Work (static/ops_process_group_raw_method); tensors
+# use torch.gather(x, dim, index). `size` is the only name left that a ProcessGroup also has.
 # Tensor methods that change what a tensor *is* (its storage, shape, strides, sharing or autograd
 # state) rather than the values in it. On an argument the change outlives the call: in an engine
 # `weight.set_(t)` re-points a weight every later user reads (the stock baseline route too), and

@@ -83,7 +83,12 @@ def scan_files(files: Mapping[str, bytes]) -> list[Finding]:
         if deep is not None:  # the checker recurses over the tree: bound it before it runs
             out.append(Finding(path, getattr(deep, "lineno", 1), "P015", f"syntax nested deeper than {MAX_DEPTH} levels"))
             continue
-        mods[module_key(path)] = index(path, tree, text)
+        key = module_key(path)
+        if key in mods:  # `x.py` beside `x/__init__.py`: one would go unchecked (and the sealed tree refuses it)
+            out.append(Finding(path, 1, "P021", f"module {key!r} has two sources ({mods[key].path} and {path}): "
+                                                "one source per module name"))
+            continue
+        mods[key] = index(path, tree, text)
     params = frozenset(a.arg for m in mods.values() for d in m.defs.values() if d.decorator_list
                        for a in d.args.posonlyargs + d.args.args + d.args.kwonlyargs)
     groups = group_params(mods)
@@ -104,6 +109,7 @@ class _Checker(ModuleRules, TritonRules):
         self.findings: list[Finding] = []
         self.scopes: list[tuple[frozenset[str], set[str]]] = []  # (required params, bound names), innermost last
         self.jit = False
+        self.top_scope: tuple[frozenset[str], set[str]] | None = None  # scope of the module-level def being checked
 
     def add(self, node: ast.AST, rule: str, msg: str) -> None:
         self.findings.append(Finding(self.m.path, getattr(node, "lineno", 0), rule, msg))
@@ -155,6 +161,8 @@ class _Checker(ModuleRules, TritonRules):
             self.annotation(fn.returns)
         was, self.jit = self.jit, self.jit or bool(fn.decorator_list)
         self.scopes.append((required_params(fn), bound_names(fn)))
+        if top:  # the only scope whose callers group_pass sees (a bundle def called by name)
+            self.top_scope = self.scopes[-1]
         for st in fn.body:
             self.stmt(st)
         self.scopes.pop()
@@ -323,6 +331,10 @@ class _Checker(ModuleRules, TritonRules):
         if isinstance(f, ast.Attribute) and any(k.arg == "out" for k in node.keywords):
             self.add(node, "P019", f".{f.attr}(out=...) resizes or re-points its target in place: write into a "
                                    "tensor with .copy_() or a kernel instead")
+        if any(k.arg == "requires_grad" for k in node.keywords):  # kw-only on every factory
+            self.add(node, "P019", "requires_grad=: a tensor that records autograd shows, in str(), whether the "
+                                   "caller runs under grad mode, no_grad / a custom op, or inference_mode (verify "
+                                   "from the engine)")
         for a in node.args:
             self.expr(a)
         for k in node.keywords:
@@ -338,11 +350,18 @@ class _Checker(ModuleRules, TritonRules):
         if not self.own_group(group_argument(node, pos)):
             self.add(node, "P019", f"{full} needs group=<a parameter without default>: without it the default "
                                    "(world) group runs the collective")
+        if len(node.args) > pos + 1 or any(k.arg == "async_op" for k in node.keywords):
+            self.add(node, "P019", f"{full}: async_op (or any argument after the group): the call would return with the "
+                                   "collective still writing, a Work handle nothing may wait on; verify's device-wide "
+                                   "synchronize hides that race, the engine's next kernel does not")
 
     def own_group(self, g: ast.expr | None) -> bool:
-        """`g` is a required, never-rebound parameter of the innermost function that binds it."""
-        scope = next((req for req, names in reversed(self.scopes) if isinstance(g, ast.Name) and g.id in names), None)
-        return scope is not None and g.id in scope  # type: ignore[union-attr]
+        """`g` is a required, never-rebound parameter of the innermost function that binds it, and
+        that function is a module-level def: a nested def's or a lambda's parameter is set by a call
+        that group_pass never checks (`inner(out, None)` ran on the world group and PASSed verify:
+        static/ops_group_nested_def_none)."""
+        scope = next((s for s in reversed(self.scopes) if isinstance(g, ast.Name) and g.id in s[1]), None)
+        return scope is not None and scope is self.top_scope and g.id in scope[0]  # type: ignore[union-attr]
 
     def group_pass(self, node: ast.Call, name: str) -> None:
         """A call of a bundle function that takes a process group passes the caller's own group on

@@ -118,6 +118,8 @@ class ModuleRules:
         if isinstance(node, ast.Name):
             if self.resolve(node.id) != "bundle" or node.id in self.m.typing:
                 self.add(node, "P014", f"{node.id!r} in a constant: only literals and other module constants")
+            else:  # `SUM = _sum` / `f=_sum`: a group-taking def behind a constant or default (P016, as any alias)
+                self.name(node, "value")
             return
         if isinstance(node, ast.Attribute):
             self.attribute(node, "value")
