@@ -9,6 +9,7 @@ noise of recorded runs (a post-hoc reading of a few runs, never a rate: stock-vs
 too few for a 1 % bound).
 
     python scripts/sprt_replay.py docs/results/*/h200-*.json [--config configs/arena/dense.toml] [--json]
+        [--stop-on-pass]
 """
 
 from __future__ import annotations
@@ -65,9 +66,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default=str(REPO / "configs" / "arena" / "dense.toml"),
                     help="its [speed] and [sequential] policies judge every run")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--stop-on-pass", action="store_true",
+                    help="let a PASS end the run early too (the config's [sequential] stop_on_pass; off in every "
+                         "shipped config, where only FAIL stops early: docs/arena.md says why)")
     a = ap.parse_args(argv)
     cfg = load_config(a.config)
     policy = seq.policy_of(cfg.sequential)
+    if a.stop_on_pass:
+        from dataclasses import replace
+
+        policy = replace(policy, stop_on_pass=True)
     out: list[Replay] = []
     for f in a.results:
         try:

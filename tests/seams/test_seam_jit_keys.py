@@ -10,21 +10,31 @@ cacheon_subnet/bundle/jitkeys.py salts every sealed kernel's key with its module
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
-import uuid
 from pathlib import Path
 
-import pytest
+REPO = Path(__file__).resolve().parents[2]
 
-pytest.importorskip("triton")
+# Run in a child without TRITON_INTERPRET: the check needs Triton's compiled-mode JITFunction, and
+# importing triton in compiled mode in a test worker would leave triton.language's own @jit
+# helpers compiled for every later in-process interpreter test of that worker.
+CHILD = r"""
+import sys, uuid
+from pathlib import Path
+import pytest  # noqa: F401
+try:
+    import triton
+except ImportError:
+    print("SKIP no triton"); raise SystemExit(0)
+from cacheon_subnet.bundle.archive import bundle_from_files
+from cacheon_subnet.bundle.engine_tree import build_tree
+from seams import activate, hooks
+from seams.dispatch import Registry
+from seams.table import seam_environment
 
-from cacheon_subnet.bundle.archive import bundle_from_files  # noqa: E402
-from cacheon_subnet.bundle.engine_tree import build_tree  # noqa: E402
-from seams import activate, hooks  # noqa: E402
-from seams.dispatch import Registry  # noqa: E402
-from seams.table import seam_environment  # noqa: E402
-
-KERNEL = '''"""RMSNorm accumulating in a module-level dtype."""
+KERNEL = '''# RMSNorm accumulating in a module-level dtype.
 
 import torch
 import triton
@@ -57,48 +67,61 @@ def _bundle(acc: str, salt: str):  # noqa: ANN202
     return bundle_from_files({"manifest.toml": manifest.encode(), "rmsnorm.py": KERNEL.format(acc=acc).encode()})
 
 
-@pytest.fixture
-def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
-    """Activate a head-to-head tree (challenger fp64 copy, incumbent fp32) in this process."""
-    monkeypatch.setattr(activate, "_state", {})
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.setattr(activate, "adapter_hooks", lambda adapter: {})  # no SGLang here: nothing to hook
-    monkeypatch.setattr(hooks, "install_hooks", lambda hs: None)
-    salt = uuid.uuid4().hex  # custom-op names derive from digests and must be new in this process
-    challenger, incumbent = _bundle("float64", salt), _bundle("float32", salt)
-    tree = build_tree(tmp_path / "tree", [(challenger, challenger.manifest.ops)],
-                      incumbents=[(incumbent, incumbent.manifest.ops)])  # both policy-clean: sealed
-    (tmp_path / "receipts").mkdir()
-    env = {**seam_environment(("norm",)), "CACHEON_ENGINE_TREE": str(tree.root),
-           "CACHEON_ENGINE_TREE_DIGEST": tree.digest, "CACHEON_RECEIPT_DIR": str(tmp_path / "receipts")}
-    assert activate.activate_scheduler(0, Registry(), env) is True
-    pkgs = {op.role: op.package for op in tree.ops}
-    yield {role: sys.modules[f"{pkg}.rmsnorm"]._rmsnorm_kernel for role, pkg in pkgs.items()}
-    for name in [m for m in sys.modules if m.startswith("cacheon_c_")]:
-        del sys.modules[name]
+
+tmp = Path(sys.argv[1])
+activate._state = {}
+activate.adapter_hooks = lambda adapter: {}  # no SGLang here: nothing to hook
+hooks.install_hooks = lambda hs: None
+salt = uuid.uuid4().hex
+challenger, incumbent = _bundle("float64", salt), _bundle("float32", salt)
+tree = build_tree(tmp / "tree", [(challenger, challenger.manifest.ops)], incumbents=[(incumbent, incumbent.manifest.ops)])
+(tmp / "receipts").mkdir()
+env = {**seam_environment(("norm",)), "CACHEON_ENGINE_TREE": str(tree.root),
+       "CACHEON_ENGINE_TREE_DIGEST": tree.digest, "CACHEON_RECEIPT_DIR": str(tmp / "receipts")}
+if sys.argv[2] == "unsalted":  # the broken control: activation without the salt
+    activate.salt_kernel_keys = lambda package: 0
+assert activate.activate_scheduler(0, Registry(), env) is True
+kernels = {op.role: sys.modules[f"{op.package}.rmsnorm"]._rmsnorm_kernel for op in tree.ops}
+from triton.compiler import ASTSource
+keys = {role: ASTSource(k, SIGNATURE, {"BLOCK": 64}).hash() for role, k in kernels.items()}
+print("KEYS", "distinct" if keys["challenger"] != keys["incumbent"] else "shared")
+import os
+os.environ["TRITON_CACHE_DIR"] = str(tmp / "triton")  # the engine's one cache copy
+from triton.backends.compiler import GPUTarget
+target = GPUTarget("cuda", 90, 32)  # compiling needs no GPU (ptxas ships with Triton)
+ttir = {}
+for role in ("challenger", "incumbent"):  # the engine starts on the candidate route: the copy first
+    try:
+        ttir[role] = triton.compile(ASTSource(kernels[role], SIGNATURE, {"BLOCK": 64}), target=target).asm["ttir"]
+    except Exception as e:  # a Triton without the CUDA toolchain
+        print("NOCOMPILE", repr(e)[:200]); raise SystemExit(0)
+print("BINARY", "own" if "f64" in ttir["challenger"] and "f64" not in ttir["incumbent"] else "shared")
+"""
 
 
-def test_a_copied_kernel_with_another_dtype_constant_gets_its_own_cache_key(engine: dict) -> None:
-    from triton.compiler import ASTSource
+def _child(tmp_path: Path, mode: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path), mode], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    return out.stdout
 
-    keys = {role: ASTSource(k, SIGNATURE, {"BLOCK": 64}).hash() for role, k in engine.items()}
-    assert keys["challenger"] != keys["incumbent"], "one Triton cache key for two different kernels"
+
+def test_a_copied_kernel_with_another_dtype_constant_gets_its_own_cache_key_and_binary(tmp_path: Path) -> None:
+    got = _child(tmp_path, "salted")
+    if "SKIP" in got:
+        import pytest
+
+        pytest.skip("no triton")
+    assert "KEYS distinct" in got, got
+    assert "BINARY own" in got or "NOCOMPILE" in got, got  # NOCOMPILE: no CUDA toolchain in this Triton
 
 
-def test_the_incumbent_compiled_after_the_copy_runs_its_own_binary(engine: dict, tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+def test_broken_control_without_the_salt_the_copy_shares_the_key_and_the_binary(tmp_path: Path) -> None:
+    got = _child(tmp_path, "unsalted")
+    if "SKIP" in got:
+        import pytest
 
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))  # the engine's one cache copy
-    target = GPUTarget("cuda", 90, 32)  # compiling needs no GPU (ptxas ships with Triton)
-    ttir = {}
-    for role in ("challenger", "incumbent"):  # the engine starts on the candidate route: the copy first
-        try:
-            compiled = triton.compile(ASTSource(engine[role], SIGNATURE, {"BLOCK": 64}), target=target)
-        except Exception as e:  # noqa: BLE001 - a Triton without the CUDA toolchain
-            pytest.skip(f"Triton cannot compile for {target} here: {e!r}"[:200])
-        ttir[role] = compiled.asm["ttir"]
-    assert "f64" in ttir["challenger"]
-    assert "f64" not in ttir["incumbent"], "the incumbent ran the challenger's fp64 binary from the shared cache"
+        pytest.skip("no triton")
+    assert "KEYS shared" in got, got
+    assert "BINARY shared" in got or "NOCOMPILE" in got, got
