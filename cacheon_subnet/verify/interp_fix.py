@@ -79,22 +79,32 @@ def _storage_ranges(values: object, out: list[tuple[int, int]]) -> None:
             out.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
 
 
+_U64_MAX = np.iinfo(np.uint64).max
+
+
 def check(ptrs: np.ndarray, mask: np.ndarray | None, itemsize: int) -> None:
-    """Every address a live lane reads or writes lies inside one storage of the running launch."""
-    p = np.asarray(ptrs).astype(np.uint64).reshape(-1)
-    live = (np.ones(p.shape, dtype=bool) if mask is None
-            else np.broadcast_to(np.asarray(mask, dtype=bool), np.shape(ptrs)).reshape(-1))
-    if not live.any():
+    """Every address a live lane reads or writes lies inside one storage of the running launch.
+    Fast path (a block of lanes inside one tensor): two masked reductions, no copy."""
+    p = np.asarray(ptrs)
+    if p.dtype != np.uint64:
+        p = p.astype(np.uint64)
+    live = None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), p.shape)
+    if live is not None and not live.any():
         return
     ranges = _ACTIVE
     if ranges is None:
         raise OutOfBounds("a memory access outside any kernel launch (interpreter bound)")
-    inside = np.zeros(p.shape, dtype=bool)
-    for lo, hi in ranges:
-        inside |= (p >= np.uint64(lo)) & (p + np.uint64(itemsize) <= np.uint64(hi))
-    bad = live & ~inside
+    lo = int(p.min(where=live, initial=_U64_MAX)) if live is not None else int(p.min())
+    hi = (int(p.max(where=live, initial=0)) if live is not None else int(p.max())) + itemsize
+    if any(a <= lo and hi <= b for a, b in ranges):
+        return
+    flat, alive = p.reshape(-1), (np.ones(p.size, dtype=bool) if live is None else live.reshape(-1))
+    inside = np.zeros(flat.shape, dtype=bool)  # lanes spread over several tensors, or one outside all
+    for a, b in ranges:
+        inside |= (flat >= np.uint64(a)) & (flat + np.uint64(itemsize) <= np.uint64(b))
+    bad = alive & ~inside
     if bad.any():
-        raise OutOfBounds(f"a load/store at {int(p[bad][0]):#x} lies outside every tensor the launch was handed "
+        raise OutOfBounds(f"a load/store at {int(flat[bad][0]):#x} lies outside every tensor the launch was handed "
                           f"({int(bad.sum())} lanes; the interpreter's bound, cacheon_subnet/verify/interp_fix.py)")
 
 
