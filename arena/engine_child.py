@@ -53,6 +53,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from arena import unpickle_guard
 from arena.startdiag import StartDiag, one_line
 
 PR_SET_DUMPABLE = 4
@@ -109,8 +110,6 @@ class Driver:
         """A step record carries its step's nonce; any other the next lifecycle nonce. Nothing
         but the error record once a pickle from the engine's processes was refused (whatever
         SGLang made of the exception: arena/unpickle_guard.py)."""
-        from arena import unpickle_guard
-
         if unpickle_guard.refused and record.get("op") != "error":
             raise unpickle_guard_error()
         if nonce is None:
@@ -355,8 +354,6 @@ class Driver:
         except BaseException as e:  # noqa: BLE001 - the host reads the reason from the record pipe
             from seams.answers import ForgeryError
 
-            from arena import unpickle_guard
-
             if unpickle_guard.refused and not isinstance(e, ForgeryError):  # whatever SGLang made of the refusal
                 e = unpickle_guard_error(e)
             kind = ("abi" if isinstance(e, AbiError) else "evidence" if isinstance(e, EvidenceError)
@@ -377,7 +374,6 @@ def unpickle_guard_error(cause: BaseException | None = None) -> Exception:
     """What the driver ends with once its unpickle guard refused something (arena/unpickle_guard.py):
     code is forging; a class of the engine's own packages the allowlist lacks is the arena's gap
     (NO_DECISION naming it, never a FAIL charged to the candidate whose kernel happened to run)."""
-    from arena import unpickle_guard
     from seams.answers import ForgeryError
 
     why = f" ({cause!r})" if cause is not None else ""
@@ -451,8 +447,6 @@ def main(argv: list[str]) -> int:
     except OSError as e:  # fail closed: no engine starts in a driver others could read
         driver.emit({"op": "error", "kind": "harden", "error": f"cannot harden the driver: {e}"})
         return 4
-    from arena import unpickle_guard
-
     unpickle_guard.install()  # the engine's processes run contribution code: their pickles are data only
     return driver.run()
 

@@ -46,8 +46,8 @@ def same_bits(t: torch.Tensor, ref: torch.Tensor) -> bool:
     if t.shape != ref.shape or t.dtype != ref.dtype:
         return False
     bits = _BITS.get(t.element_size()) if (t.is_floating_point() or t.is_complex()) else None
-    if bits is None or t.is_complex():
-        return torch.equal(t, ref) if bits is None else torch.equal(torch.view_as_real(t), torch.view_as_real(ref))
+    if bits is None:  # integers and bools: values are bits
+        return torch.equal(t, ref)
     return torch.equal(t.contiguous().view(bits), ref.contiguous().view(bits))
 
 
