@@ -24,6 +24,7 @@ import aiohttp
 
 from cacheon_subnet.bundle.limits import DEFAULT_LIMITS
 from cacheon_subnet.errors import CacheonError
+from cacheon_subnet.resources import is_resource_error
 from cacheon_subnet.netpolicy import (
     MAX_REDIRECTS,
     REDIRECT_STATUSES,
@@ -143,6 +144,8 @@ async def _follow(session: aiohttp.ClientSession, url: str, dest: Path, policy: 
         except (aiohttp.ServerTimeoutError, asyncio.TimeoutError) as exc:
             raise FetchError("timeout", f"{url}: {type(exc).__name__}: {exc}", transient=True) from None
         except (aiohttp.ClientError, ConnectionError) as exc:
+            if is_resource_error(exc):
+                raise  # EMFILE/ENOBUFS on our side: the validator's trouble, not the miner's server
             refused = _refused(exc)
             if refused is not None:  # the resolver refused the address the name resolves to
                 raise FetchError("url_address", f"{url}: {refused.detail}", transient=False) from None

@@ -35,6 +35,8 @@ from cacheon_subnet.bundle.limits import (
 from cacheon_subnet.bundle.manifest import Manifest, parse_manifest
 from cacheon_subnet.bundle.tarscan import Entry, prescan
 from cacheon_subnet.errors import BundleError
+from cacheon_subnet.resources import is_resource_error
+
 
 @dataclass(frozen=True)
 class Bundle:
@@ -178,6 +180,8 @@ def _read_archive(path: Path, limits: Limits) -> dict[str, bytes]:
                 check_content(rel, data)
                 files[rel] = data
     except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile) as e:
+        if is_resource_error(e):
+            raise  # this host ran out of fds/memory/disk: not the archive's fault (cacheon_subnet/resources.py)
         raise BundleError(path.name, "archive-corrupt", f"cannot read as .tar.gz: {e}") from None
     if seen != len(layout):
         raise BundleError(path.name, "archive-parse-mismatch", f"tarfile read {seen} entries, the "

@@ -12,6 +12,7 @@ so a job retried after a lost worker, or delivered twice, is counted once.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -130,44 +131,37 @@ class Dispatcher(Protocol):
     def close(self) -> None: ...
 
 
-class LocalPool:
-    """One arena per GPU of this host: a worker thread per device, each running its qualifier
-    bound to that device (`qualifier.on_devices(d)`: every engine of it gets CUDA_VISIBLE_DEVICES=d).
-    Jobs wait in one queue, so every GPU stays busy while work is due. The engines are child
-    processes; the threads only wait on them."""
+class _ThreadedArenas:
+    """Arenas run by worker threads of this process (the engines are child processes; the threads
+    only wait on them). Jobs wait in one queue; `wake` is set whenever one finishes, so the loop
+    collects it at once rather than at its next interval."""
 
-    def __init__(self, qualifier: Any, devices: tuple[str, ...]) -> None:
-        if not devices or len(set(devices)) != len(devices):
-            raise ValueError(f"LocalPool: devices must be distinct and non-empty, got {devices}")
-        gpus = [g.strip() for d in devices for g in d.split(",")]
-        if not all(g.isdigit() for g in gpus) or len({int(g) for g in gpus}) != len(gpus):
-            # "0+1,1+2" or "0,00" passed the string check: two arenas on one GPU at once (red team)
-            raise ValueError(f"LocalPool: every GPU may serve one arena only, got {devices} "
-                             f"(GPU indices {sorted(int(g) for g in gpus if g.isdigit())})")
-        if not hasattr(qualifier, "on_devices"):
-            raise ValueError(f"{type(qualifier).__name__} cannot be bound to a GPU (no on_devices)")
-        self.arena_id, self.label = qualifier.arena_id, qualifier.label
-        self.head_to_head = getattr(qualifier, "head_to_head", False)
-        self._bound = {d: qualifier.on_devices(d) for d in devices}
-        self._free: queue.Queue[str] = queue.Queue()
-        for d in devices:
-            self._free.put(d)
-        self._pool = ThreadPoolExecutor(max_workers=len(devices), thread_name_prefix="arena-gpu")
+    arena_id: str
+    label: str
+    head_to_head: bool
+
+    def __init__(self, workers: int, cpus: frozenset[int] | None, wake: threading.Event | None) -> None:
+        self.wake = wake or threading.Event()
+        self._workers = workers
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="arena-gpu",
+                                        initializer=_pin, initargs=(cpus,))
         self._futures: dict[str, Future[JobResult]] = {}
         self._lock = threading.Lock()
 
     def _run(self, job: QualifyJob) -> JobResult:
-        d = self._free.get()
+        raise NotImplementedError
+
+    def _run_and_wake(self, job: QualifyJob) -> JobResult:
         try:
-            return run_job(self._bound[d], job, worker=f"gpu {d}")
+            return self._run(job)
         finally:
-            self._free.put(d)
+            self.wake.set()
 
     def submit(self, job: QualifyJob) -> None:
         with self._lock:
             if job.key in self._futures:
                 return  # already running: one attempt, one job
-            self._futures[job.key] = self._pool.submit(self._run, job)
+            self._futures[job.key] = self._pool.submit(self._run_and_wake, job)
 
     def poll(self) -> list[JobResult]:
         with self._lock:
@@ -180,7 +174,57 @@ class LocalPool:
 
     def free_slots(self) -> int:
         with self._lock:
-            return max(0, len(self._bound) - len(self._futures))
+            return max(0, self._workers - len(self._futures))
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _pin(cpus: frozenset[int] | None) -> None:
+    if cpus:
+        os.sched_setaffinity(0, cpus)  # this worker thread and the engines it starts
+
+
+class BackgroundArena(_ThreadedArenas):
+    """The validator's one arena (no --arena-gpus / --arena-workers) in a background thread, so
+    the loop keeps fetching and screening the queue while it judges (issue 30 item 3)."""
+
+    def __init__(self, qualifier: Any, cpus: frozenset[int] | None = None,
+                 wake: threading.Event | None = None) -> None:
+        super().__init__(1, cpus, wake)
+        self.qualifier = qualifier
+        self.arena_id, self.label = qualifier.arena_id, qualifier.label
+        self.head_to_head = getattr(qualifier, "head_to_head", False)
+
+    def _run(self, job: QualifyJob) -> JobResult:
+        return run_job(self.qualifier, job, worker="arena")
+
+
+class LocalPool(_ThreadedArenas):
+    """One arena per GPU of this host: a worker thread per device, each running its qualifier
+    bound to that device (`qualifier.on_devices(d)`: every engine of it gets CUDA_VISIBLE_DEVICES=d)."""
+
+    def __init__(self, qualifier: Any, devices: tuple[str, ...], wake: threading.Event | None = None) -> None:
+        if not devices or len(set(devices)) != len(devices):
+            raise ValueError(f"LocalPool: devices must be distinct and non-empty, got {devices}")
+        gpus = [g.strip() for d in devices for g in d.split(",")]
+        if not all(g.isdigit() for g in gpus) or len({int(g) for g in gpus}) != len(gpus):
+            # "0+1,1+2" or "0,00" passed the string check: two arenas on one GPU at once (red team)
+            raise ValueError(f"LocalPool: every GPU may serve one arena only, got {devices} "
+                             f"(GPU indices {sorted(int(g) for g in gpus if g.isdigit())})")
+        if not hasattr(qualifier, "on_devices"):
+            raise ValueError(f"{type(qualifier).__name__} cannot be bound to a GPU (no on_devices)")
+        super().__init__(len(devices), None, wake)
+        self.arena_id, self.label = qualifier.arena_id, qualifier.label
+        self.head_to_head = getattr(qualifier, "head_to_head", False)
+        self._bound = {d: qualifier.on_devices(d) for d in devices}
+        self._free: queue.Queue[str] = queue.Queue()
+        for d in devices:
+            self._free.put(d)
+
+    def _run(self, job: QualifyJob) -> JobResult:
+        d = self._free.get()
+        try:
+            return run_job(self._bound[d], job, worker=f"gpu {d}")
+        finally:
+            self._free.put(d)

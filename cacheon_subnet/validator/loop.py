@@ -1,5 +1,16 @@
 """The validator loop: sync -> intake -> fetch -> screen -> verify -> qualify -> settle -> publish.
 
+Verify and qualify overlap (issue 30 item 3): unless the qualifier times on this host's CPU
+(cpu-timing), screens run in background threads (validator/background.py) and the arena in its
+own (dispatch.BackgroundArena), so a contribution in the arena never holds the queue's screening
+and a long screen never leaves the GPU idle; the loop thread only dispatches, collects and writes.
+`run_once()` drains what it started (one pass does all the work it can: `--once`);
+`run_forever` passes do not wait, they wake when a background job finishes. Every item of
+every stage runs under `_item`: an error there (a resource error such as EMFILE, ENOMEM or
+ENOSPC included: cacheon_subnet/resources.py) is that item's transient error, backed off and
+retried a bounded number of times, never a crashed pass; a resource error outside any item
+ends only its stage.
+
 Every stage reads its work from the state DB and ends each item in one transaction, so the
 loop is resumable from any kill -9: nothing is held only in memory between stages. Chain
 failures (anything the backend raises) are logged to the DB and backed off exponentially with
@@ -15,6 +26,8 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -26,12 +39,15 @@ from cacheon_subnet.bundle import Bundle
 from cacheon_subnet.chain.backend import ChainBackend
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.netpolicy import UrlPolicy, policy_for_backend
+from cacheon_subnet.resources import describe, is_resource_error
 from cacheon_subnet.retry import backoff_s
 from cacheon_subnet.scoring.settle import Crown, ScoringError, SpeedPolicy
 from cacheon_subnet.scoring.weights import WeightPolicy
 from cacheon_subnet.validator import ledger
+from cacheon_subnet.validator.background import ScreenPool, split_cpus
 from cacheon_subnet.validator.chainguard import ChainDown, GuardedChain
 from cacheon_subnet.validator.copies import settle_copy
+from cacheon_subnet.validator.dispatch import BackgroundArena
 from cacheon_subnet.validator.fetch import (
     FetchError,
     FetchPolicy,
@@ -47,6 +63,7 @@ from cacheon_subnet.validator.qualify_stage import QualifyStages
 from cacheon_subnet.validator.qualify_result import Qualifier
 from cacheon_subnet.validator.screen import Screener, VerifyScreener, static_screen
 from cacheon_subnet.validator.state import Contribution, StateDB, acquire_run_lock
+from cacheon_subnet.validator.verify_stage import VerifyStages
 
 Fetcher = Callable[[str, str, Path, FetchPolicy, aiohttp.ClientSession], Awaitable[Path]]
 
@@ -79,6 +96,10 @@ class ValidatorConfig:
     max_items_per_pass: int = 16  # per stage, so settlement and weights are never starved
     fetch_concurrency: int = 4
     url_policy: UrlPolicy | None = None  # None: the backend's own (loopback only on a local chain)
+    overlap: bool | None = None  # screens and arena in background threads; None: unless cpu-timing
+    screen_workers: int = 1  # screens at once beside the arena (each a sandboxed worker)
+    screen_cpu_share: float = 0.25  # of this host's cores, pinned to screening (the arena keeps the rest)
+    busy_poll_s: float = 2.0  # longest wait between passes while background work is in flight
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state_dir", Path(self.state_dir))
@@ -86,6 +107,9 @@ class ValidatorConfig:
             raise ValueError(f"ValidatorConfig: netuid must be >= 0 and hotkey non-empty ({self.netuid}, {self.hotkey!r})")
         if self.max_attempts < 1 or self.interval_s < 0 or self.max_items_per_pass < 1:
             raise ValueError("ValidatorConfig: max_attempts and max_items_per_pass >= 1, interval_s >= 0")
+        if self.screen_workers < 1 or not 0 <= self.screen_cpu_share < 1 or self.busy_poll_s <= 0:
+            raise ValueError(f"ValidatorConfig: screen_workers >= 1 ({self.screen_workers}), screen_cpu_share in "
+                             f"[0, 1) ({self.screen_cpu_share}), busy_poll_s > 0 ({self.busy_poll_s})")
 
     @property
     def cache_dir(self) -> Path:
@@ -107,6 +131,7 @@ class PassSummary:
     failed: dict[str, int] = field(default_factory=dict)  # stage -> items that ended in an error this pass
     problems: tuple[str, ...] = ()  # why this pass counts as failed (empty: it did its job)
     duration_s: float = 0.0
+    in_flight: int = 0  # screens and arena jobs still running in the background
 
     @property
     def ok(self) -> bool:
@@ -118,7 +143,7 @@ class PassSummary:
         return self.active == 0 and self.unsettled == 0 and self.chain_error is None
 
 
-class Validator(QualifyStages):
+class Validator(VerifyStages, QualifyStages):
     def __init__(self, config: ValidatorConfig, backend: ChainBackend, qualifier: Qualifier, *,
                  screener: Screener | None = None, fetcher: Fetcher | None = None,
                  metrics: Metrics | None = None) -> None:
@@ -146,16 +171,55 @@ class Validator(QualifyStages):
         self.targets = targets
         self.publisher = Publisher(self.db, self.chain, config.netuid, config.hotkey, targets,
                                    config.weights, config.publish)
+        self._start_background(qualifier)
         removed = clear_partials(config.cache_dir)
         arena = getattr(qualifier, "arena_id", None)
         retired = ledger.retire_foreign_crowns(self.db, arena) if isinstance(arena, str) and arena else []
         self.log.info("validator.start", state=str(self.db.path), hotkey=config.hotkey,
                       arena=getattr(qualifier, "arena_id", "?"), partials_removed=removed,
-                      url_policy=self.urls.label,
+                      url_policy=self.urls.label, overlap=self.screens is not None,
                       reaped=[r["killed"] for r in reaped], crowns_retired=retired,
                       **self.db.counts())
 
+    def _start_background(self, qualifier: Qualifier) -> None:
+        """Screens and the arena in background threads, pinned to their own cores, unless the
+        qualifier times on this host's CPU (a CPU screen beside it would be in its windows).
+        A pool handed in (--arena-gpus / --arena-workers) is used as it is."""
+        pooled = callable(getattr(qualifier, "submit", None)) and callable(getattr(qualifier, "poll", None))
+        overlap = self.cfg.overlap
+        if overlap is None:
+            overlap = not str(getattr(qualifier, "label", "")).startswith("cpu-timing")
+        self.wake: threading.Event = getattr(qualifier, "wake", None) or threading.Event()
+        cpus = split_cpus(self.cfg.screen_cpu_share) if overlap else split_cpus(0)
+        self.screens: ScreenPool | None = None
+        self._own_pool: BackgroundArena | None = None
+        self._pool: Any = qualifier if pooled else None
+        if overlap:
+            self.screens = ScreenPool(self.screener, self.cfg.screen_workers, cpus.screen, self.wake)
+            if not pooled:
+                self._pool = self._own_pool = BackgroundArena(qualifier, cpus.arena, self.wake)
+        self.cpus = cpus
+
+    def _arena_pool(self) -> Any:
+        return self._pool
+
+    def _in_flight(self) -> int:
+        return (len(self.screens.in_flight()) if self.screens is not None else 0) + (
+            len(self._pool.in_flight()) if self._pool is not None else 0)
+
+    def _own_in_flight(self) -> int:
+        """What a draining pass waits for: its own screens and arena, not a pool handed in
+        (--arena-gpus / --arena-workers passes never waited for those)."""
+        return (len(self.screens.in_flight()) if self.screens is not None else 0) + (
+            len(self._own_pool.in_flight()) if self._own_pool is not None else 0)
+
     def close(self) -> None:
+        for pool in (self.screens, self._own_pool):
+            if pool is not None:
+                pool.close()  # waits for what is in flight; a shutdown has killed their children
+        if self._own_pool is not None:
+            for r in self._own_pool.poll():  # jobs a shutdown ended: NO_DECISION, due after the restart
+                self._collect(r)
         if lifecycle.lease_dir() == self.cfg.state_dir / "children":
             lifecycle.set_lease_dir(None)
         self.db.close()
@@ -163,14 +227,17 @@ class Validator(QualifyStages):
 
     # -- the pass --------------------------------------------------------------------------
 
-    def run_once(self) -> PassSummary:
+    def run_once(self, drain: bool = True) -> PassSummary:
         """One pass. Stages are independent: a chain failure in one is logged and the next
-        still runs (fetch/screen/verify need no chain; publishing keeps weights fresh)."""
+        still runs (fetch/screen/verify need no chain; publishing keeps weights fresh).
+        `drain`: wait for the screens and arena jobs this pass started (and start what they
+        free) before settling; run_forever passes do not wait."""
+        self.wake.clear()  # a job finishing from here on wakes the next pass
         self._s = {"moved": {}, "settled": [], "crowns": [], "intake": 0, "block": None, "weights": None,
-                   "failed": {}, "tried": {}, "t0": time.monotonic()}
+                   "failed": {}, "tried": {}, "t0": time.monotonic(), "exhausted": [], "drain": drain}
         errors: list[ChainDown] = []
-        for stage in (self._sync, self._fetch_stage, self._screen_stage, self._verify_stage,
-                      self._qualify_stage, self._settle_stage, self._publish_stage):
+        for stage in (self._sync, self._fetch_stage, self._screen_stage, self._pipeline,
+                      self._settle_stage, self._publish_stage):
             if lifecycle.SHUTDOWN.is_set():
                 break  # a shutdown: what is in flight is left due, retried after the restart
             try:
@@ -180,7 +247,47 @@ class Validator(QualifyStages):
             except lifecycle.Interrupted as exc:
                 self.log.warning("pass.interrupted", stage=stage.__name__.strip("_"), reason=str(exc)[:300])
                 break
+            except Exception as exc:
+                if not is_resource_error(exc):
+                    raise
+                name = stage.__name__.strip("_").removesuffix("_stage")
+                self._s["exhausted"].append(f"{name}: resource exhausted: {describe(exc)}")
+                self.log.error("stage.resource_exhausted", stage=name, error=describe(exc))
         return self._summary(errors[0] if errors else None)
+
+    def _pipeline(self) -> None:
+        """Verify and qualify, interleaved: what a screen verifies goes to a free arena at once.
+        Draining, wait (on the wake event) until none of its own screens and arena jobs is in flight."""
+        while True:
+            self._collect_screens()
+            self._qualify_stage()  # first: a GPU arena has priority over a GPU screen
+            self._verify_stage()
+            self._qualify_stage()  # what verify just passed
+            if not self._s["drain"] or not self._own_in_flight() or lifecycle.SHUTDOWN.is_set():
+                return
+            self.wake.wait(self.cfg.busy_poll_s)
+            self.wake.clear()
+
+    @contextmanager
+    def _item(self, c: Contribution, stage: str) -> Iterator[None]:
+        """One item of a stage: whatever goes wrong in it (a resource error, a bug) is this
+        item's transient error: counted, backed off, retried up to max_attempts, then
+        no_decision. Never the miner's fault, never the pass's end."""
+        try:
+            yield
+        except (ChainDown, lifecycle.Interrupted):
+            raise
+        except Exception as exc:
+            if lifecycle.SHUTDOWN.is_set():
+                raise lifecycle.Interrupted(f"{stage} of {c.id} stopped by shutdown") from None
+            self._tried(stage, failed=True)
+            if is_resource_error(exc):
+                why = f"resource exhausted on this validator: {describe(exc)}"
+                self.log.warning(f"{stage}.resource_exhausted", contribution=c.id, error=describe(exc))
+            else:
+                why = f"{type(exc).__name__}: {exc}"
+                self.log.exception(f"{stage}.item_error", contribution=c.id, error=why[:300])
+            self._transient(c, stage, why, "no_decision")
 
     def _problems(self, error: ChainDown | None) -> tuple[str, ...]:
         """A pass failed when the chain failed, weights were refused or failed read-back, or
@@ -191,6 +298,7 @@ class Validator(QualifyStages):
             out.append(f"chain: {error}"[:300])
         if s["weights"] in ("failed", "refused", "blocked"):
             out.append(f"weights {s['weights']}: {s.get('weights_detail', '')}"[:300])
+        out += s["exhausted"]
         for stage, n in sorted(s["failed"].items()):
             if n and n >= s["tried"].get(stage, 0):
                 out.append(f"{stage}: all {n} items tried this pass ended in an error")
@@ -219,17 +327,28 @@ class Validator(QualifyStages):
             pass
 
     def run_forever(self, stop: threading.Event) -> None:
-        """Passes until `stop` is set; a pass never takes the process down."""
+        """Passes until `stop` is set; a pass never takes the process down. Passes do not wait
+        for background work: a finished screen or arena job wakes the next one early."""
         while not stop.is_set() and not lifecycle.SHUTDOWN.is_set():
             try:
-                delay = self.run_once().next_delay_s
+                delay = self.run_once(drain=False).next_delay_s
             except Exception as exc:  # noqa: BLE001 - a bug in one pass must not stop validating
                 self.log.exception("pass.crashed", error=f"{type(exc).__name__}: {exc}")
                 self._record_crash(f"{type(exc).__name__}: {exc}")
                 self._chain_failures += 1
                 delay = self._backoff()
-            stop.wait(delay)
+            if self._in_flight():
+                delay = min(delay, self.cfg.busy_poll_s)
+            self._wait(stop, delay)
         self.log.info("validator.stop")
+
+    def _wait(self, stop: threading.Event, delay: float) -> None:
+        """Until `delay` passed, `stop` is set, or a background job finished (`wake`)."""
+        end = time.monotonic() + delay
+        while not stop.is_set() and not lifecycle.SHUTDOWN.is_set():
+            left = end - time.monotonic()
+            if left <= 0 or self.wake.wait(min(left, 0.5)):
+                return
 
     def _summary(self, error: ChainDown | None) -> PassSummary:
         if error is not None:
@@ -248,7 +367,8 @@ class Validator(QualifyStages):
             chain_error=None if error is None else str(error),
             active=sum(counts[k] for k in ("queued", "fetched", "screened", "verified")),
             unsettled=len(ledger.unsettled_targets(self.db)), next_delay_s=delay, failed=dict(s["failed"]),
-            problems=self._problems(error), duration_s=round(time.monotonic() - s["t0"], 3))
+            problems=self._problems(error), duration_s=round(time.monotonic() - s["t0"], 3),
+            in_flight=self._in_flight())
         self._record_pass(summary, counts)
         self.log.info("pass.done", **{k: v for k, v in summary.__dict__.items() if k not in ("moved", "failed")},
                       **summary.moved)
@@ -312,15 +432,17 @@ class Validator(QualifyStages):
                                                   self.fetch_policy, session)
                     except FetchError as exc:
                         self._tried("fetch", failed=True)
-                        if exc.transient:
-                            self._transient(c, "fetch", str(exc), "failed")
+                        if exc.transient:  # the miner's server, or our own disk ("io": never the miner's fault)
+                            self._transient(c, "fetch", str(exc), "no_decision" if exc.reason == "io" else "failed")
                         else:
                             self.db.transition(c.id, "failed", f"fetch: {exc.reason}: {exc.detail}"[:2000])
                             self.log.info("fetch.failed", contribution=c.id, reason=str(exc)[:300])
                         return
-                    except Exception as exc:  # noqa: BLE001 - our side (disk, a bug): not the miner's fault
+                    except Exception as exc:  # noqa: BLE001 - our side (disk, fds, a bug): not the miner's fault
                         self._tried("fetch", failed=True)
-                        self._transient(c, "fetch", f"{type(exc).__name__}: {exc}", "no_decision")
+                        why = (f"resource exhausted on this validator: {describe(exc)}" if is_resource_error(exc)
+                               else f"{type(exc).__name__}: {exc}")
+                        self._transient(c, "fetch", why, "no_decision")
                         return
                     self._tried("fetch")
                     self.db.transition(c.id, "fetched", "archive cached, content digest matches",
@@ -345,52 +467,29 @@ class Validator(QualifyStages):
 
     def _screen_stage(self) -> None:
         for c in self.db.due("fetched")[: self.cfg.max_items_per_pass]:
-            bundle = self._bundle(c)
-            if bundle is None:
-                continue
-            result = static_screen(bundle)
-            if result.passed:
-                with self.db.tx() as con:  # a copy of a judged contribution costs no verify or GPU time
-                    copy = settle_copy(self.db, con, c, bundle)
-                    if copy is None or copy.contribution_id != c.id:
-                        self.db.move(con, c.id, "screened", "static screen clean")
-                if copy is not None:
-                    self.log.info("screen.copy", contribution=copy.contribution_id, outcome=copy.outcome,
-                                  reason=copy.reason[:300])
-                if copy is not None and copy.contribution_id == c.id:
-                    continue
-                self._moved("screened")
-                self.log.info("screen.ok", contribution=c.id, ops=result.detail.get("ops"))
-            else:
-                self.db.transition(c.id, "failed", "screen: " + "; ".join(result.reasons)[:2000])
-                self.log.info("screen.failed", contribution=c.id, reasons=list(result.reasons)[:5])
+            with self._item(c, "screen"):
+                self._screen_one(c)
 
-    def _verify_stage(self) -> None:
-        for c in self.db.due("screened")[: self.cfg.max_items_per_pass]:
-            bundle = self._bundle(c)
-            if bundle is None:
-                continue
-            self.log.info("verify.start", contribution=c.id, device=self.cfg.screen_device)
-            try:
-                result = self.screener(bundle)
-            except Exception as exc:  # noqa: BLE001 - infrastructure, not the bundle's fault
-                self._tried("verify", failed=True)
-                if lifecycle.SHUTDOWN.is_set():
-                    raise lifecycle.Interrupted(f"verify of {c.id} stopped by shutdown") from None
-                self._transient(c, "verify", f"{type(exc).__name__}: {exc}", "no_decision")
-                continue
-            if lifecycle.SHUTDOWN.is_set():  # its workers were killed under it: no verdict
-                raise lifecycle.Interrupted(f"verify of {c.id} stopped by shutdown")
-            self._tried("verify")
-            detail = {**c.detail, "verify": result.detail}
-            if result.passed:
-                todo = tuple(sorted({op.slot for op in bundle.manifest.ops}))
-                self.db.transition(c.id, "verified", "verify PASS", todo=todo, detail=detail)
-                self._moved("verified")
-                self.log.info("verify.pass", contribution=c.id, targets=list(todo))
-            else:
-                self.db.transition(c.id, "failed", "verify: " + "; ".join(result.reasons)[:2000], detail=detail)
-                self.log.info("verify.failed", contribution=c.id, reasons=list(result.reasons)[:5])
+    def _screen_one(self, c: Contribution) -> None:
+        bundle = self._bundle(c)
+        if bundle is None:
+            return
+        result = static_screen(bundle)
+        if not result.passed:
+            self.db.transition(c.id, "failed", "screen: " + "; ".join(result.reasons)[:2000])
+            self.log.info("screen.failed", contribution=c.id, reasons=list(result.reasons)[:5])
+            return
+        with self.db.tx() as con:  # a copy of a judged contribution costs no verify or GPU time
+            copy = settle_copy(self.db, con, c, bundle)
+            if copy is None or copy.contribution_id != c.id:
+                self.db.move(con, c.id, "screened", "static screen clean")
+        if copy is not None:
+            self.log.info("screen.copy", contribution=copy.contribution_id, outcome=copy.outcome,
+                          reason=copy.reason[:300])
+        if copy is not None and copy.contribution_id == c.id:
+            return
+        self._moved("screened")
+        self.log.info("screen.ok", contribution=c.id, ops=result.detail.get("ops"))
 
     def _settle_stage(self) -> None:
         targets = ledger.unsettled_targets(self.db)

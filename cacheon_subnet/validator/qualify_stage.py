@@ -19,7 +19,7 @@ from cacheon_subnet.validator.words import VERDICT_WORDS
 
 class QualifyStages:
     """Needs (from loop.Validator): db, chain, qualifier, metrics, log, cfg, and the helpers
-    _bundle, _incumbent_bundle, _tried, _transient, _moved."""
+    _bundle, _incumbent_bundle, _tried, _transient, _moved, _item, _arena_pool, _gpu_screens_running."""
 
     db: Any
     chain: Any
@@ -28,12 +28,13 @@ class QualifyStages:
     log: Any
 
     def _qualify_stage(self) -> None:
-        if hasattr(self.qualifier, "submit") and hasattr(self.qualifier, "poll"):
-            return self._dispatch_stage()  # a pool of arenas (validator/dispatch.py)
+        if self._arena_pool() is not None:
+            return self._dispatch_stage()  # arenas in background threads or on other hosts (dispatch.py)
         for c in self.db.due("verified")[: self.cfg.max_items_per_pass]:
-            bundle = self._bundle(c)
-            if bundle is not None:
-                self._qualify(c, bundle)
+            with self._item(c, "qualify"):
+                bundle = self._bundle(c)
+                if bundle is not None:
+                    self._qualify(c, bundle)
 
     def _qualify(self, c: Contribution, bundle: Bundle) -> None:
         if not c.todo:  # defensive: nothing left to measure, close it
@@ -105,45 +106,57 @@ class QualifyStages:
     def _dispatch_stage(self) -> None:
         """A pool of arenas: collect what finished (this thread alone writes the DB), then keep
         every free arena busy with due work, oldest commit first."""
-        pool: Any = self.qualifier
+        pool: Any = self._arena_pool()
         for r in pool.poll():
             self._collect(r)
+        if self._gpu_screens_running():
+            return  # a screen on the GPU has its turn: no timed window beside it (verify_stage)
         running = {tuple(k.split("|")[:2]) for k in pool.in_flight()}
         for c in self.db.due("verified"):
             if pool.free_slots() <= 0:
                 break
-            if not c.todo:
-                with self.db.tx() as con:
-                    self._finish(con, c)
+            with self._item(c, "qualify"):
+                self._dispatch_one(pool, c, running)
+
+    def _dispatch_one(self, pool: Any, c: Contribution, running: set[tuple[str, ...]]) -> None:
+        """Submit every target of `c` that is due, not running and not recorded."""
+        if not c.todo:
+            with self.db.tx() as con:
+                self._finish(con, c)
+            return
+        bundle = None
+        for target in c.todo:
+            key = job_key(c.id, target, c.attempts, c.remeasures, finished_jobs(self.db, c.id, target))
+            if pool.free_slots() <= 0 or (c.id, target) in running or self.db.get("job:" + key) is not None:
                 continue
-            bundle = None
-            for target in c.todo:
-                key = job_key(c.id, target, c.attempts, c.remeasures, finished_jobs(self.db, c.id, target))
-                if pool.free_slots() <= 0 or (c.id, target) in running or self.db.get("job:" + key) is not None:
-                    continue
-                bundle = bundle or self._bundle(c)
-                if bundle is None:
-                    break
-                op = next((o for o in bundle.manifest.ops if o.slot == target), None)
-                if op is None:
-                    self._transient(c, "qualify", f"{target}: bundle has no op for target {target}", "no_decision")
-                    break
-                incumbent = ledger.crown_of(self.db, target)
-                start = self.chain.current_block()
-                if incumbent is not None and start <= incumbent.crowned_block:
-                    continue  # measured in the crown's own block it would be stale; next pass
-                inc = self._incumbent_bundle(incumbent) if incumbent is not None and pool.head_to_head else None
-                pool.submit(QualifyJob(key, c.id, target, dict(bundle.files), op, incumbent,
-                                       dict(inc.files) if inc is not None else None, start))
-                running.add((c.id, target))
-                self.log.info("qualify.dispatch", contribution=c.id, target=target, key=key,
-                              incumbent=incumbent.contribution_id if incumbent else "stock")
+            bundle = bundle or self._bundle(c)
+            if bundle is None:
+                return
+            op = next((o for o in bundle.manifest.ops if o.slot == target), None)
+            if op is None:
+                self._transient(c, "qualify", f"{target}: bundle has no op for target {target}", "no_decision")
+                return
+            incumbent = ledger.crown_of(self.db, target)
+            start = self.chain.current_block()
+            if incumbent is not None and start <= incumbent.crowned_block:
+                continue  # measured in the crown's own block it would be stale; next pass
+            inc = self._incumbent_bundle(incumbent) if incumbent is not None and pool.head_to_head else None
+            pool.submit(QualifyJob(key, c.id, target, dict(bundle.files), op, incumbent,
+                                   dict(inc.files) if inc is not None else None, start))
+            running.add((c.id, target))
+            self.log.info("qualify.dispatch", contribution=c.id, target=target, key=key,
+                          incumbent=incumbent.contribution_id if incumbent else "stock")
 
     def _collect(self, r: JobResult) -> None:
         """One finished job into the DB, once: a key already recorded (a retried or twice-delivered
         job) or a contribution that moved on meanwhile is dropped."""
         if self.db.get("job:" + r.key) is not None:
             self.log.warning("qualify.duplicate_result", key=r.key, worker=r.worker)
+            return
+        if lifecycle.SHUTDOWN.is_set():  # its engines may have been killed under it, whatever it said
+            c = self.db.find(r.contribution_id)
+            if c is not None and c.state == "verified":
+                self._note_interrupted(c, r.target, r.error or f"{r.result.verdict if r.result else '?'} under shutdown")
             return
         c = self.db.find(r.contribution_id)
         if c is None or c.state != "verified" or r.target not in c.todo:
@@ -153,21 +166,28 @@ class QualifyStages:
         problem = None if r.result is None else result_problem(r.result)
         if r.result is None or problem is not None:
             why = r.error or problem
+            self._tried("qualify", failed=True)
             self.db.put("job:" + r.key, "error")
             self._transient(c, "qualify", f"{r.target}: {why} (on {r.worker})", "no_decision")
             return
         result = r.result if r.result.target == r.target else replace(r.result, target=r.target)
+        self._tried("qualify")
+        self.metrics.verdict(result.verdict)
         self._record(c, r.target, result, r.start_block, r.incumbent_id, key=r.key)
         self._moved("qualified")
 
     def _interrupted(self, c: Contribution, target: str, exc: Exception) -> None:
         """The verdict in flight is NO_DECISION and the item stays due, no attempt counted (the
         validator stopped; the arena did not fail): the next start qualifies it again."""
-        why = f"qualify: {target}: NO_DECISION, interrupted by shutdown; retried after restart ({exc})"
+        why = self._note_interrupted(c, target, str(exc))
+        raise lifecycle.Interrupted(why) from exc
+
+    def _note_interrupted(self, c: Contribution, target: str, cause: str) -> str:
+        why = f"qualify: {target}: NO_DECISION, interrupted by shutdown; retried after restart ({cause})"
         with self.db.tx() as con:
             self.db.update(con, c.id, {"reason": why[:2000], "next_try_at": 0})
         self.log.warning("qualify.interrupted", contribution=c.id, target=target, verdict="NO_DECISION")
-        raise lifecycle.Interrupted(why) from exc
+        return why
 
     def _finish(self, con: Any, c: Contribution) -> None:
         rows = con.execute("SELECT target, verdict, reason FROM evidence WHERE contribution_id=? AND id IN"
