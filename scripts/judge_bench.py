@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             t = time.monotonic()
             with log_path.open("w") as fe:
                 r = subprocess.run(argv_v, stdout=subprocess.PIPE, stderr=fe, text=True, cwd=REPO,
-                                   timeout=a.pass_timeout_s)
+                                   timeout=a.pass_timeout_s, env={**os.environ, "CACHEON_LOG_LEVEL": "info"})
             summary = json.loads(r.stdout) if r.returncode in (0, 1) and r.stdout.strip().startswith("{") else None
             passes.append({"rc": r.returncode, "wall_s": round(time.monotonic() - t, 1), "summary": summary,
                            "log": str(log_path)})
