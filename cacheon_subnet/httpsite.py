@@ -1,16 +1,22 @@
-"""One way to run a small aiohttp site: bind it, serve it from a daemon thread beside synchronous
-code, or block until SIGINT/SIGTERM. Used by the miner's archive server and the validator's
-leaderboard, so start-up errors, the real bound port and shutdown behave the same in both."""
+"""One way to run a small public aiohttp site: bound (connguard.py: connection caps, head and
+lifetime timeouts, header limits, quiet accept errors), served from a daemon thread beside
+synchronous code, or blocking until SIGINT/SIGTERM. Used by the miner's archive server, the
+leaderboard's web process and its in-process form (tests), so start-up errors, the real bound
+port, the bounds and shutdown behave the same everywhere."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
+
+from cacheon_subnet.connguard import GuardedListener, Limits, listen_socket
 
 START_TIMEOUT_S = 30.0
 
@@ -22,25 +28,39 @@ def http_url(host: str, port: int) -> str:
 
 @dataclass(frozen=True)
 class BoundSite:
-    """A started site: its runner (cleanup stops it) and the port it really bound (port 0 asks)."""
+    """A started site: `close()` stops accepting, drops its connections and cleans the app up."""
 
     runner: web.AppRunner
+    listener: GuardedListener
     port: int
 
+    async def close(self) -> None:
+        await self.listener.stop()
+        self.listener.sock.close()
+        await self.runner.cleanup()
 
-async def bind(app: web.Application, host: str, port: int) -> BoundSite:
-    """Set up and start `app` on host:port. Raises OSError (port in use, bad address) after
-    cleaning up, so callers wrap it in their own error with their own words."""
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+
+async def serve_socket(app: web.Application, sock: socket.socket, limits: Limits, log: Any) -> BoundSite:
+    """Serve `app` on an already listening socket (the web process gets its socket from the
+    validator, which bound it) under `limits`."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0,
+                           **limits.handler_args())
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    assert runner.server is not None
+    listener = GuardedListener(sock, runner.server, limits, log)
+    listener.start()
+    return BoundSite(runner, listener, int(sock.getsockname()[1]))
+
+
+async def bind(app: web.Application, host: str, port: int, limits: Limits, log: Any) -> BoundSite:
+    """Bind host:port and serve `app` under `limits`. Raises OSError (port in use, bad address),
+    so callers wrap it in their own error with their own words."""
+    sock = listen_socket(host, port, limits.backlog)
     try:
-        await site.start()
-    except OSError:
-        await runner.cleanup()
+        return await serve_socket(app, sock, limits, log)
+    except BaseException:
+        sock.close()
         raise
-    sockets = getattr(site._server, "sockets", None) or ()  # the only place the bound port lives
-    return BoundSite(runner, int(sockets[0].getsockname()[1]) if sockets else port)
 
 
 class LoopThread:

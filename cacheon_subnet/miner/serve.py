@@ -6,6 +6,13 @@ no listing, no other names (a strict regex, so traversal cannot even be spelled)
 Content-Length and `application/gzip` without Content-Encoding, so HTTP clients never unzip
 the bytes whose digest a validator checks.
 
+The listener is public (validators fetch from anywhere), so it runs under connection bounds
+(cacheon_subnet.connguard: `LIMITS`, tunable through CACHEON_SERVE_* variables): 256
+connections, 16 per client address, 10 s for a request head or an idle keep-alive, 120 s per
+connection (a 64 MiB archive at validator speeds takes seconds; a reader that stalls is cut),
+512 KiB of kernel send buffer per connection (5 MB/s at 100 ms round trip), bounded request
+line and headers, accept errors logged as counts.
+
 In process: `async with BundleServer(dir, port=0) as srv: srv.url_for(digest)`; from sync code
 (tests, the demo): `start_in_thread(dir)`; blocking: `serve_forever(dir, host, port)`.
 `probe(url, digest)` is the client side: fetch a URL with the validator's own download code
@@ -26,6 +33,7 @@ from typing import Any
 from aiohttp import hdrs, web
 
 from cacheon_subnet import httpsite
+from cacheon_subnet.connguard import Limits
 from cacheon_subnet.errors import CacheonError
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.netpolicy import STRICT, UrlPolicy
@@ -35,6 +43,9 @@ DEFAULT_PORT = 8787
 CHUNK = 256 * 1024
 ARCHIVE_NAME = re.compile(r"[0-9a-f]{64}\.tar\.gz")
 CONTENT_TYPE = "application/gzip"
+LIMITS = Limits(max_conns=256, max_conns_per_ip=16, header_timeout_s=10.0, max_conn_s=120.0, sndbuf=512 << 10,
+                max_buffered=128 << 20)
+ENV_PREFIX = "CACHEON_SERVE_"
 
 log = get_logger("cacheon.miner.serve")
 
@@ -129,27 +140,32 @@ class BundleServer:
     """An aiohttp site bound to host:port (port 0 picks a free one) serving `directory`."""
 
     def __init__(self, directory: str | os.PathLike[str], host: str = DEFAULT_HOST,
-                 port: int = DEFAULT_PORT) -> None:
+                 port: int = DEFAULT_PORT, limits: Limits | None = None) -> None:
         self.directory = Path(directory)
         self.host = host
         self.port = port  # the real port once started
-        self._runner: web.AppRunner | None = None
+        self.limits = limits
+        self._site: httpsite.BoundSite | None = None
 
     async def start(self) -> str:
         """Bind and start serving; returns the base URL (with the real port)."""
         app = make_app(self.directory)
         try:
-            bound = await httpsite.bind(app, self.host, self.port)
+            limits = self.limits or Limits.from_env(ENV_PREFIX, LIMITS)
+            self._site = await httpsite.bind(app, self.host, self.port, limits, log)
+        except ValueError as exc:
+            raise ServeError(f"connection limits: {exc}") from exc
         except OSError as exc:
             raise ServeError(f"cannot listen on {self.host}:{self.port}: {exc}") from exc
-        self._runner, self.port = bound.runner, bound.port
-        log.info("serve.start", dir=str(self.directory), url=self.base_url)
+        self.port = self._site.port
+        log.info("serve.start", dir=str(self.directory), url=self.base_url, max_conns=limits.max_conns,
+                 max_conns_per_ip=limits.max_conns_per_ip)
         return self.base_url
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._site is not None:
+            await self._site.close()
+            self._site = None
             log.info("serve.stop", url=self.base_url)
 
     @property
@@ -208,7 +224,10 @@ def start_in_thread(directory: str | os.PathLike[str], host: str = DEFAULT_HOST,
 
 def serve_forever(directory: str | os.PathLike[str], host: str = DEFAULT_HOST,
                   port: int = DEFAULT_PORT) -> None:
-    """Block serving `directory` until SIGINT/SIGTERM."""
+    """Block serving `directory` until SIGINT/SIGTERM (the soft fd limit raised to the hard one first)."""
+    from cacheon_subnet import fdbudget
+
+    fdbudget.log_budget(log, "serve.nofile")
     server = BundleServer(Path(directory), host, port)
     httpsite.serve_until_signal(server.start, server.stop)
 

@@ -104,6 +104,14 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="address the metrics endpoint binds (default 127.0.0.1)")
     p.add_argument("--verify-max-cases", dest="verify_max_cases", type=int, default=None,
                    help="screen with at most N shapes per dtype (a quick local trial; default: all)")
+    p.add_argument("--screen-workers", dest="screen_workers", type=int, default=1, metavar="N",
+                   help="screens run at once beside the arena, each a sandboxed worker (default 1)")
+    p.add_argument("--screen-cpu-share", dest="screen_cpu_share", type=float, default=0.25, metavar="F",
+                   help="share of this host's cores pinned to screening; the arena keeps the rest (default 0.25; "
+                        "0: no pinning; hosts under 4 cores are never split)")
+    p.add_argument("--no-overlap", dest="overlap", action="store_false", default=None,
+                   help="screen and judge one after the other in the loop's thread (default: screens overlap a GPU "
+                        "arena; always serial with CPU timing, whose windows a CPU screen would disturb)")
     p.add_argument("--leaderboard", metavar="HOST:PORT", default=None,
                    help="serve the read-only leaderboard page and JSON API on HOST:PORT and announce it on "
                         "chain as this hotkey's axon (off by default)")
@@ -140,13 +148,14 @@ def fan_out(qualifier: Any, gpus: str | None, workers: str | None) -> Any:
 def run_from_args(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from cacheon_subnet import lifecycle
+    from cacheon_subnet import fdbudget, lifecycle
     from cacheon_subnet.chain import LocalChain, make_backend
     from cacheon_subnet.log import get_logger
     from cacheon_subnet.validator import startup
     from cacheon_subnet.validator.loop import Validator, ValidatorConfig
 
     log = get_logger("cacheon.validator.startup", netuid=args.netuid)
+    fdbudget.log_budget(log)  # soft RLIMIT_NOFILE up to the hard limit: a reserve for the work itself
     local = startup.is_local(args.chain, args.subtensor_network)
     try:
         startup.check_sandbox(local, log)
@@ -175,9 +184,15 @@ def run_from_args(args: argparse.Namespace) -> int:
     net = startup.network_key(args.chain, args.subtensor_network, args.local_chain)
     state_dir = Path(args.state_dir) if args.state_dir else startup.default_state_dir(net, args.netuid, hotkey)
     startup.deny_to_children(state_dir, args.wallet_path)
-    config = ValidatorConfig(netuid=args.netuid, hotkey=hotkey, state_dir=state_dir,
-                             interval_s=args.interval, screen_device=args.screen_device,
-                             verify_max_cases=getattr(args, "verify_max_cases", None))
+    try:
+        config = ValidatorConfig(netuid=args.netuid, hotkey=hotkey, state_dir=state_dir,
+                                 interval_s=args.interval, screen_device=args.screen_device,
+                                 verify_max_cases=getattr(args, "verify_max_cases", None),
+                                 overlap=getattr(args, "overlap", None),
+                                 screen_workers=getattr(args, "screen_workers", 1),
+                                 screen_cpu_share=getattr(args, "screen_cpu_share", 0.25))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if args.dry_run:
         config = replace(config, publish=replace(config.publish, dry_run=True))
     from cacheon_subnet import __spec_version__
@@ -282,12 +297,14 @@ def _announce_address(args: argparse.Namespace, bound_port: int | None = None) -
 
 
 def _start_leaderboard(args: argparse.Namespace, backend: Any, hotkey: str) -> Any:
-    """Serve the state dir read-only beside the loop, then announce it (a chain error is logged: the
-    validator keeps validating without an announced endpoint)."""
+    """Serve the state dir's snapshot from a web process of its own (web/supervisor.py: its own uid,
+    bounded connections; restarted if it dies, stopped with the validator), then announce it (a
+    chain error is logged: the validator keeps validating without an announced endpoint)."""
     from cacheon_subnet.chain import ChainError
     from cacheon_subnet.chain.endpoints import announce
     from cacheon_subnet.log import get_logger
-    from cacheon_subnet.validator.web.server import Leaderboard, LeaderboardError, parse_listen
+    from cacheon_subnet.validator.web.server import LeaderboardError, parse_listen
+    from cacheon_subnet.validator.web.supervisor import WebSupervisor
 
     try:
         host, port = parse_listen(args.leaderboard)
@@ -296,8 +313,8 @@ def _start_leaderboard(args: argparse.Namespace, backend: Any, hotkey: str) -> A
     if port:
         _announce_address(args)  # a bad announce address is a usage error before anything starts
     try:
-        board = Leaderboard(args.state_dir, host, port).start()
-    except LeaderboardError as exc:
+        board = WebSupervisor(args.state_dir, host, port).start()
+    except (LeaderboardError, ValueError) as exc:
         raise UsageError(f"--leaderboard: {exc}") from None
     try:
         where = _announce_address(args, board.port)
@@ -315,9 +332,11 @@ def _start_leaderboard(args: argparse.Namespace, backend: Any, hotkey: str) -> A
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    """`cacheon leaderboard`: serve an existing state dir read-only (beside or without its validator)."""
+    """`cacheon leaderboard`: serve an existing state dir read-only (beside or without its validator),
+    from the same bounded web process of its own as `validator run --leaderboard`."""
     from cacheon_subnet.validator.state import DB_NAME
-    from cacheon_subnet.validator.web.server import LeaderboardError, parse_listen, serve_forever
+    from cacheon_subnet.validator.web.server import LeaderboardError, parse_listen
+    from cacheon_subnet.validator.web.supervisor import serve_forever
 
     args.state_dir = _status_dir(args.state_dir)
     if not (Path(args.state_dir) / DB_NAME).is_file():
@@ -325,7 +344,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     try:
         host, port = parse_listen(args.listen)
         serve_forever(args.state_dir, host, port)
-    except LeaderboardError as exc:
+    except (LeaderboardError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     return 0
 

@@ -1,7 +1,9 @@
 """Prometheus metrics for the validator loop (prometheus-client), served only when asked.
 
 `--metrics-port PORT` (off by default) serves /metrics on `--metrics-addr` (127.0.0.1 unless
-given). The registry is the validator's own, so nothing else in the process leaks into it.
+given) through metrics_http.MetricsServer (bounded: a few connections at once, a deadline for
+the request head; it runs in the validator's process). The registry is the validator's own, so
+nothing else in the process leaks into it.
 
     cacheon_validator_passes_total{result}            ok | failed | crashed
     cacheon_validator_pass_duration_seconds            histogram of pass wall time
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _PASS_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
 
@@ -70,13 +72,14 @@ class Metrics:
         self.last_ok.set(0)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:
-        """Start the /metrics HTTP server in a daemon thread; returns the bound port."""
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        self._server = server
-        return int(server.server_address[1])
+        """Start the bounded /metrics server in a daemon thread; returns the bound port."""
+        from cacheon_subnet.log import get_logger
+        from cacheon_subnet.validator.metrics_http import MetricsServer
+
+        self._server = MetricsServer(self.registry, addr, port, log=get_logger("cacheon.validator.metrics"))
+        return self._server.start()
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
             self._server = None

@@ -1,21 +1,25 @@
 """What the leaderboard shows, read from the validator's state DB without ever writing to it.
 
-Each call opens its own read-only connection (StateDB(readonly=True): SQLite `mode=ro`), so a
-reader can never change the state, is safe beside the running validator (WAL readers do not
-block the writer) and needs no locking between aiohttp worker threads. Every document carries
-the API schema id and is JSON-clean (NaN/inf -> null).
+Each call opens its own read-only connection, so a reader can never change what it reads and
+needs no locking between aiohttp worker threads. The source is either a state dir (StateDB
+read-only: SQLite `mode=ro`, safe beside the running validator: WAL readers do not block the
+writer) or, in the web process, the validator's snapshot of it (snapshot.py, opened
+`immutable=1`). Every document carries the API schema id and is JSON-clean (NaN/inf -> null).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cacheon_subnet.validator.state import STATES, StateDB
+from cacheon_subnet.validator.state import STATES, StateDB, StateError
+from cacheon_subnet.validator.web.snapshot import SNAPSHOT
 from cacheon_subnet.webapi import MAX_PAGE, SCHEMA, clean
 
 CONTRIBUTION_ID = re.compile(r"(malformed:)?[0-9a-f]{16,128}")
@@ -25,15 +29,46 @@ EVIDENCE_COLS = ("id", "target", "round", "verdict", "quality_ok", "speedup", "s
 ROLES = ("warmup", "B", "C", "B'")
 
 
-def _open(state_dir: Path) -> StateDB:
-    return StateDB(state_dir, readonly=True)
+@dataclass(frozen=True)
+class Source:
+    """Where the page reads: a validator state dir, or a snapshot dir (snapshot.py)."""
+
+    path: Path
+    snapshot: bool = False
 
 
-def _kv(db: StateDB) -> dict[str, str]:
+class _Snapshot:
+    """The part of StateDB's surface this module uses, over a snapshot file (never changes: immutable)."""
+
+    def __init__(self, path: Path) -> None:
+        if not path.is_file():
+            raise StateError("no validator state published yet (the first pass has not finished)")
+        self.con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True,
+                                   isolation_level=None, check_same_thread=False)
+        self.con.row_factory = sqlite3.Row
+
+    def schema_version(self) -> int:
+        return int(self.con.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0)
+
+    def counts(self) -> dict[str, int]:
+        got = {r[0]: int(r[1]) for r in self.con.execute("SELECT state, COUNT(*) FROM contributions GROUP BY state")}
+        return {s: got.get(s, 0) for s in STATES}
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def _open(source: Source | Path) -> Any:
+    if isinstance(source, Source) and source.snapshot:
+        return _Snapshot(source.path / SNAPSHOT)
+    return StateDB(source.path if isinstance(source, Source) else source, readonly=True)
+
+
+def _kv(db: Any) -> dict[str, str]:
     return {r["key"]: r["value"] for r in db.con.execute("SELECT key, value FROM kv")}
 
 
-def _last_sync(db: StateDB) -> tuple[int | None, float | None]:
+def _last_sync(db: Any) -> tuple[int | None, float | None]:
     kv = _kv(db)
     block = int(kv["last_sync_block"]) if kv.get("last_sync_block", "").lstrip("-").isdigit() else None
     try:
@@ -43,8 +78,8 @@ def _last_sync(db: StateDB) -> tuple[int | None, float | None]:
     return block, at
 
 
-def health(state_dir: Path) -> dict[str, Any]:
-    db = _open(state_dir)
+def health(source: Source | Path) -> dict[str, Any]:
+    db = _open(source)
     try:
         block, at = _last_sync(db)
         return clean({"schema": SCHEMA, "ok": True, "state_schema_version": db.schema_version(),
@@ -53,9 +88,9 @@ def health(state_dir: Path) -> dict[str, Any]:
         db.close()
 
 
-def crowns(state_dir: Path) -> dict[str, Any]:
+def crowns(source: Source | Path) -> dict[str, Any]:
     """Every slot's crown: holder, speedup (vs stock and as measured), arena, label and age."""
-    db = _open(state_dir)
+    db = _open(source)
     try:
         block, _ = _last_sync(db)
         now = time.time()
@@ -74,7 +109,7 @@ def crowns(state_dir: Path) -> dict[str, Any]:
         db.close()
 
 
-def _evidence(db: StateDB, cids: list[str]) -> dict[str, list[dict[str, Any]]]:
+def _evidence(db: Any, cids: list[str]) -> dict[str, list[dict[str, Any]]]:
     got: dict[str, list[dict[str, Any]]] = {c: [] for c in cids}
     for i in range(0, len(cids), 500):
         part = cids[i:i + 500]
@@ -112,7 +147,7 @@ def _contribution(r: Any, evidence: list[dict[str, Any]], plots: bool) -> dict[s
             "superseded_by": r["superseded_by"], "updated_at": r["updated_at"], "evidence": evs}
 
 
-def contributions(state_dir: Path, *, hotkey: str | None = None, state: str | None = None, limit: int = 100,
+def contributions(source: Source | Path, *, hotkey: str | None = None, state: str | None = None, limit: int = 100,
                   offset: int = 0) -> dict[str, Any]:
     """A page of contributions, newest commit first, each with every verdict and its full reason."""
     if not 1 <= limit <= MAX_PAGE or offset < 0:
@@ -125,7 +160,7 @@ def contributions(state_dir: Path, *, hotkey: str | None = None, state: str | No
     if state is not None:
         where, args = where + ["state=?"], args + [state]
     sql_where = f" WHERE {' AND '.join(where)}" if where else ""
-    db = _open(state_dir)
+    db = _open(source)
     try:
         total = db.con.execute(f"SELECT COUNT(*) FROM contributions{sql_where}", args).fetchone()[0]
         rows = db.con.execute(f"SELECT * FROM contributions{sql_where} ORDER BY commit_block DESC, id"
@@ -139,9 +174,9 @@ def contributions(state_dir: Path, *, hotkey: str | None = None, state: str | No
         db.close()
 
 
-def contribution(state_dir: Path, cid: str) -> dict[str, Any] | None:
+def contribution(source: Source | Path, cid: str) -> dict[str, Any] | None:
     """One contribution with every verdict, the per-window figures of each timed stage, and its history."""
-    db = _open(state_dir)
+    db = _open(source)
     try:
         r = db.con.execute("SELECT * FROM contributions WHERE id=?", (cid,)).fetchone()
         if r is None:

@@ -1,5 +1,10 @@
 """The leaderboard's aiohttp app: GET/HEAD only, rate-limited per client IP, strict headers.
 
+The validator serves it from its own process and uid (supervisor.py, child.py) over a snapshot
+of its state; `Leaderboard` below runs it in the calling process (tests, embedding). Either
+way the connection bounds of cacheon_subnet.connguard apply (`LIMITS`, tunable through
+CACHEON_WEB_* variables).
+
 Routes: `/` (crowns + contributions page), `/contributions/<id>` (verdicts, full reasons,
 per-window plots), and the JSON API of cacheon_subnet.webapi: `/api/health`, `/api/crowns`,
 `/api/contributions` (?hotkey=&state=&limit=&offset=), `/api/contributions/<id>`.
@@ -21,6 +26,7 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 
 from cacheon_subnet import httpsite
+from cacheon_subnet.connguard import Limits, client_key
 from cacheon_subnet.errors import CacheonError
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.validator.web import data, page
@@ -29,6 +35,8 @@ from cacheon_subnet.webapi import MAX_PAGE, PATH_CONTRIBUTIONS, PATH_CROWNS, PAT
 
 log = get_logger("cacheon.validator.web")
 DEFAULT_LISTEN = "127.0.0.1:8090"
+LIMITS = Limits()  # 512 connections, 16 per client, 10 s for a request head or an idle keep-alive, 60 s a connection
+ENV_PREFIX = "CACHEON_WEB_"  # CACHEON_WEB_MAX_CONNS=..., CACHEON_WEB_HEADER_TIMEOUT_S=..., every Limits field
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; "
                                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
@@ -38,7 +46,7 @@ HEADERS = {
     "Cache-Control": "no-cache",
 }
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-STATE_DIR: web.AppKey[Path] = web.AppKey("state_dir", Path)
+SOURCE: web.AppKey[data.Source] = web.AppKey("source", data.Source)
 BUCKETS: web.AppKey[TokenBuckets] = web.AppKey("buckets", TokenBuckets)
 _dumps = partial(json.dumps, allow_nan=False, sort_keys=True)
 
@@ -61,7 +69,7 @@ def _error(status: int, message: str, html: bool) -> web.Response:
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Rate limit first (a 429 costs no DB read), then the handler, then the headers."""
     html = not request.path.startswith("/api/")
-    wait = request.app[BUCKETS].take(request.remote or "?")
+    wait = request.app[BUCKETS].take(client_key(request.remote or "?"))
     if wait > 0:
         resp: web.StreamResponse = _error(429, "too many requests from this address; slow down", html)
         resp.headers["Retry-After"] = str(max(1, int(wait + 0.999)))
@@ -83,7 +91,7 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 async def _read(request: web.Request, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
     """SQLite reads run in the default executor: a slow disk never stalls the event loop."""
-    return await asyncio.get_running_loop().run_in_executor(None, partial(fn, request.app[STATE_DIR], *args, **kw))
+    return await asyncio.get_running_loop().run_in_executor(None, partial(fn, request.app[SOURCE], *args, **kw))
 
 
 def _int(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
@@ -151,10 +159,11 @@ async def _not_found(request: web.Request) -> web.Response:
     raise web.HTTPNotFound(reason="not found")
 
 
-def make_app(state_dir: str | Path, buckets: TokenBuckets | None = None) -> web.Application:
-    """The app over one state dir (which need not exist yet: requests answer 503 until it does)."""
+def make_app(state_dir: str | Path, buckets: TokenBuckets | None = None, *, snapshot: bool = False) -> web.Application:
+    """The app over one state dir, or (snapshot=True) a snapshot dir; either need not hold a DB
+    yet: requests answer 503 until it does."""
     app = web.Application(middlewares=[guard], client_max_size=1024)
-    app[STATE_DIR] = Path(state_dir)
+    app[SOURCE] = data.Source(Path(state_dir), snapshot)
     app[BUCKETS] = buckets if buckets is not None else TokenBuckets()  # (an empty table is falsy: len 0)
     for path, fn in (("/", html_index), ("/contributions/{cid}", html_contribution), (PATH_HEALTH, api_health),
                      (PATH_CROWNS, api_crowns), (PATH_CONTRIBUTIONS, api_contributions),
@@ -174,28 +183,31 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 class Leaderboard:
-    """The app bound to host:port on its own event loop in a daemon thread (beside the validator's
-    synchronous loop), or blocking via `serve_forever`."""
+    """The app bound to host:port on its own event loop in a daemon thread of the calling process
+    (tests, embedding). The validator and `cacheon leaderboard` do not use it: their page runs in
+    a process and uid of its own (supervisor.WebSupervisor)."""
 
-    def __init__(self, state_dir: str | Path, host: str, port: int, buckets: TokenBuckets | None = None) -> None:
+    def __init__(self, state_dir: str | Path, host: str, port: int, buckets: TokenBuckets | None = None,
+                 limits: Limits = LIMITS) -> None:
         self.state_dir, self.host, self.port = Path(state_dir), host, port
-        self.buckets = buckets
-        self._runner: web.AppRunner | None = None
+        self.buckets, self.limits = buckets, limits
+        self._site: httpsite.BoundSite | None = None
         self._thread: httpsite.LoopThread | None = None
 
     async def start_async(self) -> str:
         try:
-            bound = await httpsite.bind(make_app(self.state_dir, self.buckets), self.host, self.port)
+            self._site = await httpsite.bind(make_app(self.state_dir, self.buckets), self.host, self.port,
+                                             self.limits, log)
         except OSError as exc:
             raise LeaderboardError(f"leaderboard: cannot listen on {self.host}:{self.port}: {exc}") from exc
-        self._runner, self.port = bound.runner, bound.port
+        self.port = self._site.port
         log.info("web.start", url=self.url, state_dir=str(self.state_dir))
         return self.url
 
     async def stop_async(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._site is not None:
+            await self._site.close()
+            self._site = None
 
     @property
     def url(self) -> str:
@@ -219,11 +231,3 @@ class Leaderboard:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
-
-
-def serve_forever(state_dir: str | Path, host: str, port: int) -> None:
-    """Block serving until SIGINT/SIGTERM (`cacheon leaderboard`)."""
-    board = Leaderboard(state_dir, host, port)
-    httpsite.serve_until_signal(
-        board.start_async, board.stop_async,
-        lambda: print(f"leaderboard: {board.url}/ (state {state_dir}, read-only)", flush=True))

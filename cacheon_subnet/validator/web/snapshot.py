@@ -1,0 +1,120 @@
+"""What the web process reads: a copy of the parts of the state DB the page shows, replaced
+atomically, in a directory the web uid can read and never write.
+
+Why a copy: the web process runs as its own uid (supervisor.py), which must never reach the
+state dir (0700, with the run lock beside it) nor the wallet. It cannot open the live DB either:
+a WAL database needs its -shm file writable to be read consistently, and `immutable` over a live
+WAL would show stale or torn pages. So the validator copies the tables the page reads (only
+their shown columns, and of an evidence row's detail only the plot figures) inside one read
+transaction (a consistent view; WAL readers never block the writer), into a rollback-journal
+file, fsyncs nothing (it is a cache, rebuilt at start), then renames it over the last one. A
+reader opens it `immutable=1`: no locks, no journal, and a request in flight keeps the old inode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from cacheon_subnet.validator.state import DB_NAME, StateDB
+
+SNAPSHOT = "leaderboard.sqlite"
+COLUMNS = {
+    "contributions": ("id", "hotkey", "uid", "commit_block", "reveal_block", "url", "digest", "state", "rule",
+                      "reason", "duplicate_of", "superseded_by", "updated_at"),
+    "evidence": ("id", "contribution_id", "target", "round", "verdict", "quality_ok", "speedup", "speedup_vs_stock",
+                 "noise", "arena_id", "label", "evaluated_block", "incumbent_id", "reason", "detail", "settled",
+                 "outcome", "outcome_reason", "created_at"),
+    "crowns": ("target", "hotkey", "contribution_id", "commit_block", "crowned_block", "measured_speedup",
+               "speedup_vs_stock", "arena_id", "updated_at"),
+    "transitions": ("id", "contribution_id", "from_state", "to_state", "reason", "at"),
+    "schema_version": ("version", "applied_at"),
+}
+KV_KEYS = ("last_sync_block", "last_sync_at")
+DETAIL_KEYS = ("metric", "windows", "speed", "confirm", "speedup_basis")  # what data.stages_of reads
+INDEXES = ("CREATE INDEX c_order ON contributions(commit_block, id)",
+           "CREATE INDEX c_hotkey ON contributions(hotkey, commit_block)",
+           "CREATE INDEX c_state ON contributions(state, commit_block)",
+           "CREATE INDEX e_contribution ON evidence(contribution_id, id)",
+           "CREATE INDEX e_crown ON evidence(contribution_id, target, id)",
+           "CREATE INDEX t_contribution ON transitions(contribution_id, id)")
+
+
+def signature(state_dir: Path) -> tuple[int, ...] | None:
+    """Changes whenever the state DB does (its file or its WAL); None while there is none."""
+    out: list[int] = []
+    for name in (DB_NAME, DB_NAME + "-wal"):
+        try:
+            st = os.stat(Path(state_dir) / name)
+        except FileNotFoundError:
+            if name == DB_NAME:
+                return None
+            continue
+        out += [st.st_mtime_ns, st.st_size, st.st_ino]
+    return tuple(out)
+
+
+def _detail(text: Any) -> str:
+    try:
+        doc = json.loads(text)
+    except (TypeError, ValueError):
+        return "{}"
+    if not isinstance(doc, dict):
+        return "{}"
+    return json.dumps({k: doc[k] for k in DETAIL_KEYS if k in doc}, allow_nan=True)
+
+
+def write(state_dir: Path, out_dir: Path) -> Path | None:
+    """Copy what the page shows from `state_dir` into `out_dir`/SNAPSHOT; None when there is no
+    state DB yet. Raises StateError (a schema this code does not read) or sqlite3.Error."""
+    if signature(state_dir) is None:
+        return None
+    out_dir = Path(out_dir)
+    tmp = out_dir / f".{SNAPSHOT}.{os.getpid()}.tmp"
+    tmp.unlink(missing_ok=True)
+    src = StateDB(state_dir, readonly=True)
+    dst = sqlite3.connect(tmp, isolation_level=None)
+    try:
+        dst.execute("PRAGMA journal_mode=OFF")
+        dst.execute("PRAGMA synchronous=OFF")
+        dst.execute("BEGIN")
+        src.con.execute("BEGIN")  # one read transaction: every table from the same commit
+        try:
+            for table, cols in COLUMNS.items():
+                _copy(src.con, dst, table, cols)
+            dst.execute("CREATE TABLE kv(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            marks = ",".join("?" * len(KV_KEYS))
+            dst.executemany("INSERT INTO kv VALUES (?, ?)", [tuple(r) for r in src.con.execute(
+                f"SELECT key, value FROM kv WHERE key IN ({marks})", KV_KEYS)])
+        finally:
+            src.con.execute("ROLLBACK")
+        for stmt in INDEXES:
+            dst.execute(stmt)
+        dst.execute("COMMIT")
+    except BaseException:
+        dst.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        src.close()
+    dst.close()
+    os.chmod(tmp, 0o644)
+    final = out_dir / SNAPSHOT
+    os.replace(tmp, final)
+    return final
+
+
+def _copy(src: sqlite3.Connection, dst: sqlite3.Connection, table: str, cols: tuple[str, ...]) -> None:
+    dst.execute(f"CREATE TABLE {table}({', '.join(cols)})")
+    have = {r[1] for r in src.execute(f"PRAGMA table_info({table})")}
+    picked = ", ".join(c if c in have else "NULL" for c in cols)
+    insert = f"INSERT INTO {table} VALUES ({', '.join('?' * len(cols))})"
+    detail = cols.index("detail") if "detail" in cols else -1
+    cur = src.execute(f"SELECT {picked} FROM {table}")
+    while rows := cur.fetchmany(1000):
+        if detail >= 0:
+            rows = [(*r[:detail], _detail(r[detail]), *r[detail + 1:]) for r in rows]
+        dst.executemany(insert, rows)
