@@ -22,6 +22,8 @@ from typing import Any
 LIFECYCLE = 12  # checkpoint, started, snapshot, outputs_ready, sample, done/error: ample
 TERMINAL = ("done", "error")
 LIFECYCLE_OPS = ("checkpoint", "started", "snapshot", "outputs_ready", "sample") + TERMINAL
+# steps whose record carries nonce-bound rank answers (install/remove/state: arena/resident_timed.py)
+RPC_STEPS = ("generate", "route", "install", "remove", "state")
 
 
 def nonce() -> str:
@@ -33,7 +35,7 @@ def seal(job: dict[str, Any], answers: bool) -> dict[str, Any]:
     steps = []
     for s in job["steps"]:
         s = dict(s, nonce=nonce())
-        if answers and s["op"] in ("generate", "route"):
+        if answers and s["op"] in RPC_STEPS:
             s["rpc"] = [nonce() for _ in range(2 if s["op"] == "generate" else 1)]
         if s.get("gate"):  # the host's go/stop after this step must echo it (arena/sequential.py)
             s["gate_nonce"] = nonce()
@@ -72,8 +74,11 @@ class RecordStream:
             self._rpcs.add(self.job["start_rpc"])
 
     def stop(self) -> None:
-        """The host stopped the run after the last accepted step: any later step record is forging."""
+        """The host stopped the run after the last accepted step: any later step record is forging,
+        but for the post-condition steps ("post": a resident timed engine's), which run next."""
         self.stopped_after = self._step - 1
+        post = [i for i, s in enumerate(self.job["steps"]) if i >= self._step and s.get("post")]
+        self._step = post[0] if post else self._step
 
     def oversized(self, size: int) -> None:
         """A line longer than any record the driver writes: the host stops reading (forging)."""
@@ -115,7 +120,7 @@ class RecordStream:
             return f"nonce {n[:8]}… is an RPC nonce, not a record's"
         if n in self._steps:
             i = self._steps[n]
-            if self.stopped_after is not None and i > self.stopped_after:
+            if self.stopped_after is not None and i > self.stopped_after and not self.job["steps"][i].get("post"):
                 return f"the record of step {i} after the host stopped the run at step {self.stopped_after}"
             if i != self._step:
                 return f"the record of step {i} arrived where step {self._step} was due (out of order)"
@@ -150,7 +155,7 @@ class RecordStream:
         if not rpc:
             return "RPC answers on a step the host sent no RPC nonce for" if rec.get("answers") else None
         ans = rec.get("answers") or {}
-        names = ("before", "after") if step["op"] == "generate" else ("route",)
+        names = ("before", "after") if step["op"] == "generate" else (step["op"],)
         for name, want in zip(names, rpc):
             why = self._echo(ans.get(name), want, f"{step.get('tag')}/{name}")
             if why:

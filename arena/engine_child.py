@@ -27,6 +27,10 @@ Steps:
    (driver-only) keeps its outputs for the host's after-the-fact quality sample
   {"op": "route", "route", "epoch", "tag", "nonce", "rpc": [n]}      -> Engine.collective_rpc
   {"op": "teacher", "tag", "nonce", "sequences": [{"key", "prompt", "cont"}], "top_k"}
+  {"op": "install", "env", "rpc": [n]} / {"op": "remove"} / {"op": "state"}   a resident timed engine
+      (arena/resident_timed.py, seams/resident.py): a contribution in and out of the ranks, and
+      what is left of it; {"op": "canary", "prompts", "max_new_tokens", "top_k"}: fixed prompts on
+      the stock route, every output returned. A step with "post" runs even after a gate's stop.
 A job with "serve" (a nonce; arena/resident.py: the pristine teacher kept across verdicts)
 keeps the engine after "done": the next line on fd J is {"nonce": <serve>, "job": {...}} (the next
 job, with its own nonces, run in the same engine) or {"nonce": <serve>, "stop": true}.
@@ -93,13 +97,7 @@ class Driver:
         self.engine: Any = None
         self._life = list(job.get("lifecycle_nonces", []))
         self.kept: dict[str, dict[str, Any]] = {}
-        ans = job.get("answers")
-        if ans:
-            from seams.answers import AnswerReader
-
-            self.answers: Any = AnswerReader(ans["dir"], list(ans["ranks"]))
-        else:
-            self.answers = None
+        self.answers: Any = _reader(job)
 
     def write(self, record: dict[str, Any]) -> None:
         data = (json.dumps(record) + "\n").encode()
@@ -265,6 +263,36 @@ class Driver:
                            "top": [_pairs(x) for x in mi.get("input_top_logprobs") or []]})
         return {"op": "teacher", "tag": step["tag"], "s": time.perf_counter() - t, "graded": graded}
 
+    def install(self, step: dict[str, Any]) -> dict[str, Any]:
+        """A resident timed engine: the job's contribution into the ranks (seams/resident.py). Its
+        capture is an engine start's: a candidate that did not fire then never will."""
+        t = time.perf_counter()
+        ans = self.rpc("cacheon_install", (step.get("rpc") or [None])[0], "install", env=dict(step["env"]),
+                       answers=self.job["answers"]["dir"])
+        self.early_evidence(ans)
+        return {"op": "install", "s": time.perf_counter() - t, "answers": {"install": _str_keys(ans)}}
+
+    def remove(self, step: dict[str, Any]) -> dict[str, Any]:
+        t = time.perf_counter()
+        ans = self.rpc("cacheon_remove", (step.get("rpc") or [None])[0], "remove")
+        return {"op": "remove", "s": time.perf_counter() - t, "answers": {"remove": _str_keys(ans)}}
+
+    def state(self, step: dict[str, Any]) -> dict[str, Any]:
+        t = time.perf_counter()
+        ans = self.rpc("cacheon_state", (step.get("rpc") or [None])[0], "state")
+        return {"op": "state", "s": time.perf_counter() - t, "answers": {"state": _str_keys(ans)}}
+
+    def canary(self, step: dict[str, Any]) -> dict[str, Any]:
+        """Fixed prompts on the stock route, every output token with its logprob and top-k: the host
+        compares them bit for bit with the engine's first canary (arena/resident_timed.py)."""
+        prompts = self.prompts(step["prompts"])
+        k = int(step["top_k"])
+        t = time.perf_counter()
+        outs = self.engine.generate(input_ids=prompts, sampling_params={"max_new_tokens": int(step["max_new_tokens"]),
+                                                                        "ignore_eos": True, "temperature": 0.0},
+                                    return_logprob=True, top_logprobs_num=k)
+        return {"op": "canary", "s": time.perf_counter() - t, "outputs": [_compact(o, k) for o in outs]}
+
     def route(self, step: dict[str, Any]) -> dict[str, Any]:
         t = time.perf_counter()
         ans = self.rpc("cacheon_route", (step.get("rpc") or [None])[0], "route", route=step["route"],
@@ -310,12 +338,15 @@ class Driver:
         self.emit({"op": "sample", "sequences": seqs})
 
     def steps(self) -> None:
+        stopped = False
         for step in self.job["steps"]:
+            if stopped and not step.get("post"):
+                continue  # the host's sequential test decided: no more windows (a post-condition still runs)
             rec = getattr(self, step["op"])(step)
             rec["step"] = step.get("tag", step["op"])
             self.emit(rec, step["nonce"])
             if step.get("gate") and not self.go(step):
-                break  # the host's sequential test decided: no more windows
+                stopped = True
         if self.kept:
             self.sample()
         self.emit({"op": "done"})
@@ -349,8 +380,9 @@ class Driver:
                 nxt = self.next_job()
                 if nxt is None:
                     return 0
-                # the same engine, a new job: its own nonces; nothing kept from the last one
+                # the same engine, a new job: its own nonces and answers dir; nothing kept from the last one
                 self.job, self._life, self.kept = nxt, list(nxt.get("lifecycle_nonces", [])), {}
+                self.answers = _reader(nxt)
         except BaseException as e:  # noqa: BLE001 - the host reads the reason from the record pipe
             from seams.answers import ForgeryError
 
@@ -381,6 +413,16 @@ def unpickle_guard_error(cause: BaseException | None = None) -> Exception:
         return ForgeryError(f"the engine's processes sent the driver code to unpickle: {unpickle_guard.forged[:3]}{why}"[:2000])
     return unpickle_guard.AllowlistGap(f"the driver's unpickle allowlist (arena/unpickle_guard.py) lacks the message "
                                        f"class(es) {unpickle_guard.refused[:3]}{why}"[:2000])
+
+
+def _reader(job: dict[str, Any]) -> Any:
+    """The job's nonce-bound answer reader (None: its engine answers no RPC)."""
+    ans = job.get("answers")
+    if not ans:
+        return None
+    from seams.answers import AnswerReader
+
+    return AnswerReader(ans["dir"], list(ans["ranks"]))
 
 
 def _str_keys(d: dict[int, Any]) -> dict[str, Any]:

@@ -50,6 +50,9 @@ def _prompts(cfg: ArenaConfig, seed: int, n: int, length: int) -> dict[str, Any]
             "source": source}
 
 
+prompt_spec = _prompts  # the resident timed engine's canary takes its prompts the same way (arena/postcondition.py)
+
+
 def window_tag(w: Window) -> str:
     return f"w{w.index:03d}-{w.role}"
 

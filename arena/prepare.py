@@ -31,6 +31,7 @@ class RunOptions:
     # quality, and T is an engine start); calibration runs and controls grade every verdict
     grade_always: bool = False
     teachers: Any = None  # arena.resident.TeacherPool for a resident T (default: the process's own)
+    timed_engines: Any = None  # arena.resident_timed.TimedPool ([engine] resident; default: the process's own)
 
 
 # stock-as-candidate: stock vs stock through the candidate route -> the role bias (speed only).
@@ -103,9 +104,17 @@ def engine_base(cfg: ArenaConfig, opts: RunOptions, engine: Callable[..., Engine
             return None, f"real checkpoint refused: {e}"
     elif base["checkpoint"]:  # written by a pristine child before any engine: read-only to all of them
         ck = base["checkpoint"]
+        if cfg.engine.resident and ck["dir"] in MADE and Path(ck["dir"]).is_dir():
+            # a verdict in the resident timed engine: this process's pristine step already made or found
+            # it (engines only ever see it read-only); its child would cost 3-14 s a verdict (H200)
+            return base, ""
         Path(ck["dir"]).parent.mkdir(parents=True, exist_ok=True)
         made = engine("checkpoint", {**base, "steps": [], "checkpoint_only": True}, seam_environment(()),
                       rw=(str(Path(ck["dir"]).parent),))
         if made.error:
             return None, f"the checkpoint step failed (infrastructure): {made.error}"
+        MADE.add(ck["dir"])
     return base, ""
+
+
+MADE: set[str] = set()  # checkpoint dirs a pristine step of this process made or found

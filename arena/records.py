@@ -122,6 +122,7 @@ class ArenaResult:
     confirm: TimedStage | None = None
     confirm_quality: QualityRecord | None = None
     sequential: tuple[Mapping[str, Any], ...] = ()  # the SPRT's state after each gated cycle (arena/sequential.py)
+    resident_engine: Mapping[str, Any] | None = None  # the resident timed engine's post-condition (arena/postcondition.py)
     verdict: str | None = None
     reason: str | None = None
     finished: str | None = None
@@ -143,6 +144,8 @@ class ArenaResult:
             doc["role_bias"] = self.role_bias
         if self.sequential:
             doc["sequential"] = [dict(s) for s in self.sequential]
+        if self.resident_engine is not None:
+            doc["resident_engine"] = dict(self.resident_engine)
         if self.quality is not None:
             doc["quality"] = self.quality.to_json()
         if self.confirm is not None:

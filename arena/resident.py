@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -28,11 +29,12 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 from arena.channel import MAX_RECORD_BYTES, RecordStream, nonce, seal
 from arena.host import (JIT_INSIDE, REPO, EngineRun, EngineSpec, check_copy, engine_policy, persist, plugin_site,
                         private_caches)
+from arena.diskwatch import DiskLimits, DiskWatch
 from arena.home import CACHE_KEYS
 from cacheon_subnet import lifecycle, sandbox
 from cacheon_subnet.log import get_logger
@@ -49,12 +51,16 @@ class _Job:
     log: BinaryIO
     written: bytearray
     done: threading.Event
+    # a timed job (arena/resident_timed.py): the host's quality sample and sequential go/stop,
+    # answered on the job pipe as arena/host.py's reader does for a one-shot engine
+    choose: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    gate: Callable[[tuple[dict[str, Any], ...]], bool] | None = None
 
 
 class ResidentEngine:
     """One engine driver in serve mode (arena/engine_child.py `serve`): jobs one after another."""
 
-    def __init__(self, spec: EngineSpec, home: Path) -> None:
+    def __init__(self, spec: EngineSpec, home: Path, watch_disk: bool = False) -> None:
         self.spec, self.home = spec, home
         home.mkdir(parents=True, exist_ok=True)
         self.jobs = 0
@@ -85,6 +91,13 @@ class ResidentEngine:
             os.close(job_r)
             os.close(rec_w)
             self._logf.writer_passed()
+        self.caches = caches
+        self.watch: DiskWatch | None = None
+        if watch_disk:  # contribution code runs here: what it may add to the host's disk is bounded
+            self.watch = DiskWatch([Path(p) for p in (*policy.rw_paths, *caches.values())], DiskLimits.from_env(),
+                                   kept=policy.rw_paths)
+            self.watch.members = functools.partial(sandbox.members, self.proc)
+            self.watch.start()
         self._reader = threading.Thread(target=self._read, daemon=True, name="arena-resident-records")
         self._reader.start()
         log.info("arena.resident.start", pid=self.proc.pid, home=str(home))
@@ -126,18 +139,43 @@ class ResidentEngine:
             persist(cur.log, cur.written, line)
             if rec.get("op") in ("done", "error"):
                 cur.done.set()
+            self._answer(cur, rec)
 
-    def run(self, name: str, job: dict[str, Any], workdir: Path, timeout_s: float) -> EngineRun:
-        """One job in this engine: its records validated under its own nonces, persisted to
+    def _answer(self, cur: _Job, rec: dict[str, Any]) -> None:
+        """The host's go/stop after a gate step, its sample request after outputs_ready."""
+        msg = None
+        step = next((s for s in cur.stream.job["steps"] if s.get("gate_nonce") and s.get("tag") == rec.get("step")), None)
+        if step is not None:
+            go = True
+            try:
+                go = bool(cur.gate(tuple(cur.stream.records))) if cur.gate else True
+            except Exception as e:  # noqa: BLE001 - a bug in the test must never end a run early
+                log.warning("arena.gate.error", error=f"{type(e).__name__}: {e}"[:300])
+            if not go:
+                cur.stream.stop()
+            msg = {"nonce": step["gate_nonce"], "go": go}
+        elif rec.get("op") == "outputs_ready":
+            msg = {**(cur.choose(rec) if cur.choose else {"sample": {}}), "nonce": cur.stream.job["sample_nonce"]}
+        if msg is not None:
+            with contextlib.suppress(OSError):
+                _write(self._job_w, msg)
+
+    def run(self, name: str, job: dict[str, Any], workdir: Path, timeout_s: float, *, ranks: tuple[int, ...] = (),
+            choose: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+            gate: Callable[[tuple[dict[str, Any], ...]], bool] | None = None) -> EngineRun:
+        """One job in this engine: its records validated under its own nonces (and, with `ranks`,
+        its RPC answers: job["answers"] names the job's own answers dir), persisted to
         <workdir>/<name>.jsonl like a one-shot engine's."""
         t0 = time.monotonic()
         first = self.jobs == 0
         if not self.alive:  # died or poisoned since its last job: no record, so an error run
             return EngineRun((), self.proc.poll(), False, 0.0, f"resident engine unusable: {self.poisoned}", None)
-        sealed = seal({**job, "serve": nonce()}, answers=False)
+        sealed = seal({**job, "serve": nonce()}, answers=bool(ranks))
+        if ranks:
+            sealed["answers"] = {**job["answers"], "ranks": list(ranks)}
         path = workdir / f"{name}.jsonl"
         path.unlink(missing_ok=True)
-        cur = _Job(RecordStream(sealed), open(path, "xb"), bytearray(), threading.Event())
+        cur = _Job(RecordStream(sealed, tuple(ranks)), open(path, "xb"), bytearray(), threading.Event(), choose, gate)
         try:
             with self._lock:
                 self._cur = cur
@@ -153,6 +191,8 @@ class ResidentEngine:
                 if lifecycle.SHUTDOWN.is_set():  # the validator is stopping: no verdict from a cut job
                     self.poisoned = "stopped by a shutdown request"
                     raise lifecycle.Interrupted(f"resident engine {name}: job stopped by a shutdown request")
+                if self.watch is not None and self.watch.breach:
+                    break
         finally:
             with self._lock:
                 self._cur = None
@@ -161,8 +201,13 @@ class ResidentEngine:
         wall = time.monotonic() - t0
         stream = cur.stream
         check_copy(stream, path, cur.written)
-        run = EngineRun(tuple(stream.records), self.proc.poll(), not finished, wall, self._logf.tail(4000), None,
-                        stream.forgery, stream.truncated, {"resident_job": float(self.jobs), "reused": float(not first)})
+        if self.watch is not None and self.watch.breach is None:  # one last look: a burst since the last sample
+            with contextlib.suppress(OSError):
+                self.watch.breach = self.watch.check()
+        disk = self.watch.breach if self.watch is not None else None
+        run = EngineRun(tuple(stream.records), self.proc.poll(), not finished and not disk, wall, self._logf.tail(4000),
+                        None, stream.forgery, stream.truncated,
+                        {"resident_job": float(self.jobs), "reused": float(not first)}, disk)
         if run.error:
             self.poisoned = self.poisoned or run.error
         return run
@@ -172,7 +217,9 @@ class ResidentEngine:
             _write(self._job_w, {"nonce": getattr(self, "_serve", ""), "stop": True})
         with contextlib.suppress(OSError):
             os.close(self._job_w)
-        sandbox.stop(self.proc, grace_s=10.0)
+        sandbox.stop(self.proc, grace_s=0.0 if self.watch is not None and self.watch.breach else 10.0)
+        if self.watch is not None:
+            self.watch.stop()
         self._reader.join(timeout=10)
         self._logf.close()
         shutil.rmtree(self.home / "scratch", ignore_errors=True)  # its HOME/TMPDIR and caches; the log stays

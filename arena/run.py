@@ -19,6 +19,7 @@ from arena import sequential as seq
 from arena.config import SPEED_METRICS, ArenaConfig
 from arena.evidence import check, leaks, receipts_from_answers, tampering
 from arena.host import EngineRun
+from arena.outcome import after_post, outcome
 from arena.prepare import (  # noqa: F401 - re-exported: callers import them from arena.run
     CONTROLS,
     SPIN_CONTROLS,
@@ -29,7 +30,7 @@ from arena.prepare import (  # noqa: F401 - re-exported: callers import them fro
     preflight,
     stock_control_op,
 )
-from arena.stage import StageContext, resident_stage, run_stage
+from arena.stage import StageContext, resident_stage, resident_timed_stage, run_stage
 from arena.jobs import (
     mirror,
     resident_steps,
@@ -84,6 +85,8 @@ class Qualification:
         self.sampled: dict[str, dict[str, list[dict[str, Any]]]] = {}
         self._files: dict[str, list[dict[str, Any]]] = {}
         self.stopped: tuple[str, seq.SprtState] | None = None  # the sequential test ended the cycles
+        self.install: dict[str, str] = {}  # what the resident timed engine installs ([engine] resident)
+        self.post: Any = None  # its post-condition after this contribution (arena/postcondition.py)
 
     @property
     def sequential_on(self) -> bool:
@@ -139,6 +142,7 @@ class Qualification:
     def _teacher(self, job: dict[str, Any], env: dict[str, str]) -> EngineRun:
         """T in a fresh engine, or in the resident one ([teacher] resident: arena/resident.py)."""
         if not self.cfg.teacher.resident:
+            self._release_timed()  # a fresh T takes the timed engine's share of the GPU
             return self._engine("teacher", job, env)
         from arena import resident
 
@@ -165,45 +169,7 @@ class Qualification:
 
     def _outcome(self, name: str, run: EngineRun, receipts: list[dict[str, Any]],
                  stage: TimedStage) -> tuple[str, str] | None:
-        """A final (verdict, reason) when a timed engine already decides, else None. Forging is
-        the candidate's (FAIL); an engine fault is only when the receipts implicate it."""
-        if run.forgery:
-            return "FAIL", f"forging attempt in the {name} engine: {run.forgery}"
-        if disk := getattr(run, "disk", None):  # a stand-in run of a test may not carry one
-            kind, why = disk
-            if kind == "reserve":
-                return "NO_DECISION", f"the host's disk is nearly full (infrastructure: free space, then retry): {why}"
-            if self.incumbent:  # both trees ran in that engine: the writes are not attributable
-                return "NO_DECISION", f"the {name} engine was stopped (challenger and incumbent both loaded): {why}"
-            return "FAIL", f"the {name} engine with the candidate was stopped: {why}"
-        early = next((r for r in run.records if r.get("op") == "error"
-                      and r.get("kind") in ("evidence", "abi", "arena-gap")), None)
-        if early and early.get("kind") == "arena-gap":
-            return "NO_DECISION", ("the engine driver refused a message of the engine's own packages (an arena "
-                                   "defect, not the candidate's; report it): " + str(early.get("error"))[:600])
-        if early and early.get("kind") == "abi":
-            return "NO_DECISION", ("the engine called the slot with arguments outside its ABI, so the kernel never ran "
-                                   "in the captured graphs (an arena defect, not the candidate's; report it): "
-                                   + early["error"])
-        if early:
-            return "FAIL", "execution evidence: " + early["error"]
-        if run.error:
-            blame = candidate_blame(receipts + self._files.get(name, []), self.op.slot)
-            if blame:
-                return "FAIL", f"the engine with the candidate failed ({blame}): {run.error}"
-            return "NO_DECISION", f"the engine failed before the candidate was implicated (infrastructure; retry): {run.error}"
-        if stage.leaks:
-            return "FAIL", "baseline leak: " + "; ".join(stage.leaks[:3])
-        ev = stage.evidence
-        if ev.problems:
-            return "FAIL", "execution evidence: " + "; ".join(ev.problems[:5])
-        if ev.baseline_problems:
-            return "NO_DECISION", "the incumbent baseline could not be established: " + "; ".join(ev.baseline_problems[:5])
-        if ev.arena_problems:
-            return "NO_DECISION", ("the engine called the slot with arguments outside its ABI, so the kernel did not run "
-                                   "everywhere it was timed (an arena defect, not the candidate's; report it): "
-                                   + "; ".join(ev.arena_problems[:3]))
-        return None
+        return outcome(name, run, receipts + self._files.get(name, []), stage, self.op.slot, bool(self.incumbent))
 
     def _timed(self, name: str, steps: list[dict[str, Any]], windows: tuple[Window, ...], base: dict[str, Any],
                env: dict[str, str], gate: Any = None) -> tuple[EngineRun, TimedStage, list[dict[str, Any]]]:
@@ -222,22 +188,26 @@ class Qualification:
             self.samples[name] = grading.choose(ready.get("kept", {}), pairs, cfg.quality.prompts)
             return grading.request(self.samples[name])
 
-        run = self._engine(name, job, {**env, "CACHEON_RECEIPT_DIR": str(receipts_dir), "CACHEON_FORWARD_CLOCK": "1"},
-                           ranks, choose, rw=(str(receipts_dir),), gate=gate)
-        ran = {r.get("step") for r in run.records}
-        stopped = run.records and any(s.get("gate") for s in steps) and self.stopped is not None
+        if name == "resident" and self.cfg.engine.resident:  # one engine across contributions
+            run = self._resident_timed(job, env, ranks, receipts_dir, choose, gate)
+        else:
+            run = self._engine(name, job, {**env, "CACHEON_RECEIPT_DIR": str(receipts_dir),
+                                           "CACHEON_FORWARD_CLOCK": "1"}, ranks, choose, rw=(str(receipts_dir),), gate=gate)
+        records = tuple(r for r in run.records if not str(r.get("step", "")).startswith("post-"))
+        ran = {r.get("step") for r in records}
+        stopped = records and any(s.get("gate") for s in steps) and self.stopped is not None
         # a run the sequential test stopped early owes acks only for the swaps it reached
         swaps = [(s["epoch"], s["route"]) for s in steps if s["op"] == "route" and (not stopped or s["tag"] in ran)]
         # verdict inputs come only from nonce-bound answers; the receipt files add only what no
         # answer can show (a receipt from a process role that must never load the candidate)
         files = read_receipts(receipts_dir)
-        receipts = receipts_from_answers(run.records) + [r for r in files if r.get("role") != "scheduler"]
+        receipts = receipts_from_answers(records) + [r for r in files if r.get("role") != "scheduler"]
         ev = check(receipts, op.slot, ranks, swaps, graphs_on=cfg.engine.cuda_graph,
                    incumbent=self.baseline == "incumbent")
-        mine, theirs = leaks(run.records, op.slot)
+        mine, theirs = leaks(records, op.slot)
         if theirs:
             ev = replace(ev, ok=False, baseline_problems=ev.baseline_problems + tuple(theirs))
-        wrote, wrote_inc = tampering(run.records, op.slot)  # engine state a kernel was handed
+        wrote, wrote_inc = tampering(records, op.slot)  # engine state a kernel was handed
         if wrote or wrote_inc:
             ev = replace(ev, ok=False, problems=ev.problems + tuple(wrote),
                          baseline_problems=ev.baseline_problems + tuple(wrote_inc))
@@ -255,6 +225,26 @@ class Qualification:
         # blame only turns a fault into the candidate's FAIL, never into a PASS
         self._files[name] = files
         return run, stage, receipts
+
+    def _resident_timed(self, job: dict[str, Any], env: dict[str, str], ranks: tuple[int, ...], receipts_dir: Path,
+                        choose: Any, gate: Any) -> EngineRun:
+        """The resident stage in the timed engine kept across contributions (arena/resident_timed.py)."""
+        from arena import resident_timed
+
+        ctx = StageContext(self.cfg, self.opts.workdir, self.t0, self.opts.devices, self.opts.isolate_network)
+        pool = self.opts.timed_engines or resident_timed.POOL
+        run, record, self.post = resident_timed_stage(ctx, "resident", job, env, self.install, pool, ranks=ranks,
+                                                      receipts_dir=receipts_dir, choose=choose, gate=gate)
+        self.result = replace(self.result.with_stage(record), resident_engine=self.post.to_json())
+        self.save()
+        return run
+
+    def _release_timed(self) -> None:
+        """Another engine needs the GPU (confirmation, a fresh T): the resident timed engine goes first."""
+        if self.cfg.engine.resident:
+            from arena import resident_timed
+
+            (self.opts.timed_engines or resident_timed.POOL).release(self.opts.devices)
 
     def _judged(self, stage: TimedStage, windows: tuple[Window, ...]) -> TimedStage:
         cfg = self.cfg
@@ -291,15 +281,18 @@ class Qualification:
             setup.update(baseline=f"stock + {spin_us:g} µs GPU spin per call (handicap control)", handicap_us=spin_us)
         elif spin_us:
             setup.update(candidate_control=f"stock + {spin_us:g} µs GPU spin per call (slowdown control)", handicap_us=spin_us)
-        env = {**seam_environment(bindings), **candidate_env, "CACHEON_SEAM_STRICT": "1", "SGLANG_PLUGINS": "cacheon"}
+        env = {**seam_environment(bindings), "CACHEON_SEAM_STRICT": "1", "SGLANG_PLUGINS": "cacheon"}
+        self.install = candidate_env  # the resident timed engine installs it; a fresh engine starts with it
+        fresh_env = {**env, **candidate_env}
         setup.update(bindings=list(bindings), tree_digest=tree_digest, swaps=count_swaps(windows, "candidate"))
         self.update(setup=setup)
 
         # evidence first: a kernel that never ran is never timed as a win
-        resident, stage, receipts = self._timed("resident", steps, windows, base, env,
+        resident, stage, receipts = self._timed("resident", steps, windows, base,
+                                                env if self.cfg.engine.resident else fresh_env,
                                                 gate=self._gate(windows) if self.sequential_on else None)
         self.update(resident=stage, receipts=tuple(receipts))
-        stop = self._outcome("resident", resident, receipts, stage)
+        stop = after_post(self._outcome("resident", resident, receipts, stage), self.post)
         if stop:
             return self.finish(*stop)
         stage = self._judged(stage, windows)
@@ -323,7 +316,8 @@ class Qualification:
         confirm = None
         if speed.verdict == "PASS" and cfg.speed.confirm_cycles:
             c_steps, c_windows = resident_steps(cfg, self.baseline, confirm=True)
-            c_run, confirm, c_receipts = self._timed("confirm", c_steps, c_windows, base, env)
+            self._release_timed()  # a crown is confirmed in a fresh engine, alone on the GPU
+            c_run, confirm, c_receipts = self._timed("confirm", c_steps, c_windows, base, fresh_env)
             self.update(confirm=confirm)
             stop = self._outcome("confirm", c_run, c_receipts, confirm)
             if stop:

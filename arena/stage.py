@@ -78,3 +78,34 @@ def resident_stage(ctx: StageContext, name: str, job: dict[str, Any], env: dict[
         out.append((run, StageRecord(name if i == 0 else f"{name}-retry", run.wall_s, run.rc, run.timed_out,
                                      run.gpu_free, run.error, run.forgery, starts, (), run.timing)))
     return out
+
+
+def resident_timed_stage(ctx: StageContext, name: str, job: dict[str, Any], env: dict[str, str],
+                         install: dict[str, str], pool: Any, *, ranks: tuple[int, ...], receipts_dir: Path,
+                         choose: Any = None, gate: Any = None) -> tuple[EngineRun, StageRecord, Any]:
+    """A timed stage in the resident timed engine (arena/resident_timed.py): the contribution named
+    by `install` (a sealed tree or a host-set control) goes in and out of one engine kept across
+    verdicts; returns the verdict's run, its record and the post-condition."""
+    from arena import postcondition as pc
+    from arena.home import default_home
+
+    cfg = ctx.cfg
+    left = cfg.limits.total_timeout_s - (time.monotonic() - ctx.t0)
+    if ctx.devices is not None:
+        env = {**env, "CUDA_VISIBLE_DEVICES": ctx.devices}
+    ckpt = (job.get("checkpoint") or {}).get("dir")
+    base = {k: v for k, v in job.items() if k != "steps"}
+    spec = EngineSpec(name, base, env, timeout_s=max(30.0, left), start_timeout_s=cfg.limits.engine_start_timeout_s,
+                      isolate_network=ctx.isolate_network, ranks=ranks, seed_caches=seed_caches(),
+                      ro_paths=tuple(p for p in (ckpt,) if p))
+    runs, post = pool.run(spec, list(job["steps"]), install, workdir=ctx.workdir, receipts_dir=receipts_dir,
+                          home=default_home() / "arena" / "resident-timed", canary=pc.canary_step(cfg),
+                          post=pc.post_steps(cfg), max_jobs=cfg.engine.resident_max_jobs,
+                          start_timeout_s=cfg.limits.engine_start_timeout_s, choose=choose, gate=gate)
+    run = runs[-1]
+    starts = tuple(r for x in runs for r in x.records if r.get("op") in ("checkpoint", "started"))
+    routes = tuple(r for r in run.records if r.get("op") == "route")
+    timing = {**run.timing, "reference_s": round(runs[0].wall_s, 2)} if len(runs) > 1 else dict(run.timing)
+    wall = sum(r.wall_s for r in runs)
+    return run, StageRecord(name, wall, run.rc, run.timed_out, run.gpu_free, run.error, run.forgery, starts, routes,
+                            timing), post

@@ -14,6 +14,8 @@ Reads the fixed launch environment the host wrote:
                                   up after Scheduler.__init__ by seams/plugin.py)
   CACHEON_STOCK_AS_CANDIDATE, CACHEON_HANDICAP, CACHEON_SLOWDOWN   the arena's controls (seams/controls.py); the
                                   sandbox drops any ambient CACHEON_* variable, so only the host sets them
+  CACHEON_RESIDENT=1              a timed engine kept across contributions: hooks armed, nothing
+                                  installed; contributions come and go by RPC (seams/resident.py)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import importlib
 import os
 import sys
 from pathlib import Path
+from typing import Callable
 
 from cacheon_subnet.bundle.engine_tree import open_tree
 from cacheon_subnet.slots import get_slot
@@ -35,6 +38,7 @@ from seams.receipts import Receipts
 from seams.table import SEAM_ADAPTERS, SeamAdapter
 
 _state: dict[str, object] = {}
+RESIDENT_ENV = "CACHEON_RESIDENT"  # a timed engine kept across contributions (seams/resident.py)
 
 
 def selected_adapters(environ: dict[str, str] | None = None) -> tuple[SeamAdapter, ...]:
@@ -48,6 +52,55 @@ def adapter_hooks(adapter: SeamAdapter) -> dict:
     if set(hooks) != set(adapter.patch_points):
         raise RuntimeError(f"adapter {adapter.binding}: hooks {sorted(hooks)} != table patch points {adapter.patch_points}")
     return hooks
+
+
+def register_candidates(env: dict[str, str], slots: list[str], registry: Registry, suffix: str = "",
+                        wrap: Callable[[Callable[..., None]], Callable[..., None]] | None = None) -> tuple[str, ...]:
+    """Register what the launch environment names (a sealed tree's ops, or a host-set control) as
+    candidates; returns the sealed packages imported. `suffix` makes custom-op namespaces unique
+    per install and `wrap` stands between torch's dispatcher and the body (a resident timed
+    engine installs and removes contributions: seams/resident.py)."""
+    controls, slow_baseline, slow_candidate = stock_controls(env), handicap(env), slowdown(env)
+    if controls:
+        register_stock_controls(controls, slots, registry)
+    if slow_baseline:
+        register_handicap(slow_baseline, slots, registry)
+    if slow_candidate:
+        register_slowdown(slow_candidate, slots, registry)
+    ops = ()
+    if env.get("CACHEON_ENGINE_TREE") or not (controls or slow_baseline or slow_candidate):
+        tree = open_tree(Path(env["CACHEON_ENGINE_TREE"]), env["CACHEON_ENGINE_TREE_DIGEST"])
+        if str(tree.root) not in sys.path:
+            sys.path.insert(0, str(tree.root))
+        ops = tree.ops
+    packages = []
+    for op in ops:
+        if op.slot not in slots:
+            continue
+        spec = get_slot(op.slot)
+        fn = getattr(importlib.import_module(op.qualified_module), op.attr)
+        salt_kernel_keys(op.package)  # before any launch: no Triton cache key shared with another kernel
+        packages.append(op.package)
+        stock = None
+        if not registry.strict:
+            from seams.stock import stock_kernel
+
+            stock = stock_kernel(op.slot)[0]
+        body = guarded(spec, fn, registry, stock, op.role)
+        call = register_slot_op(spec, wrap(body) if wrap else body, f"cacheon_{op.digest[:16]}{suffix}",
+                                op.variant.replace("-", "_"))
+        registry.add(spec, Candidate(op.slot, op.variant, op.package, tuple(dtype_of(d) for d in op.dtypes),
+                                     op.constraints, call, op.role))
+    return tuple(dict.fromkeys(packages))
+
+
+def note_active(registry: Registry, slots: list[str]) -> None:
+    """Every registered candidate of the armed slots says it is active (none: fail closed)."""
+    active = [c for s in slots for c in registry.candidates.get(s, [])]
+    if not active:
+        raise RuntimeError(f"no candidate in the engine tree for the selected slots {slots}")
+    for c in active:
+        registry.receipts.note(receipt_key(c.slot, c.role), "active")
 
 
 def activate_scheduler(tp_rank: int, registry: Registry = REGISTRY, environ: dict[str, str] | None = None) -> bool:
@@ -66,45 +119,19 @@ def activate_scheduler(tp_rank: int, registry: Registry = REGISTRY, environ: dic
     slots = sorted({s for a in adapters for s in a.slots})
     try:
         sys.dont_write_bytecode = True  # nothing but the sealed sources is ever imported from the tree
-        controls, slow_baseline, slow_candidate = stock_controls(env), handicap(env), slowdown(env)
-        if controls:
-            register_stock_controls(controls, slots, registry)
-        if slow_baseline:
-            register_handicap(slow_baseline, slots, registry)
-        if slow_candidate:
-            register_slowdown(slow_candidate, slots, registry)
-        ops = ()
-        if env.get("CACHEON_ENGINE_TREE") or not (controls or slow_baseline or slow_candidate):
-            tree = open_tree(Path(env["CACHEON_ENGINE_TREE"]), env["CACHEON_ENGINE_TREE_DIGEST"])
-            if str(tree.root) not in sys.path:
-                sys.path.insert(0, str(tree.root))
-            ops = tree.ops
-        for op in ops:
-            if op.slot not in slots:
-                continue
-            spec = get_slot(op.slot)
-            fn = getattr(importlib.import_module(op.qualified_module), op.attr)
-            salt_kernel_keys(op.package)  # before any launch: no Triton cache key shared with another kernel
-            stock = None
-            if not registry.strict:
-                from seams.stock import stock_kernel
-
-                stock = stock_kernel(op.slot)[0]
-            body = guarded(spec, fn, registry, stock, op.role)
-            call = register_slot_op(spec, body, f"cacheon_{op.digest[:16]}", op.variant.replace("-", "_"))
-            registry.add(spec, Candidate(op.slot, op.variant, op.package, tuple(dtype_of(d) for d in op.dtypes),
-                                         op.constraints, call, op.role))
+        if env.get(RESIDENT_ENV) != "1":  # a resident timed engine starts empty (seams/resident.py)
+            register_candidates(env, slots, registry)
         from seams.hooks import install_hooks
 
         hooks: dict = {}
         for a in adapters:
             hooks.update(adapter_hooks(a))
         install_hooks(hooks)
-        active = [c for s in slots for c in registry.candidates.get(s, [])]
-        if not active:
-            raise RuntimeError(f"no candidate in the engine tree for the selected slots {slots}")
-        for c in active:
-            receipts.note(receipt_key(c.slot, c.role), "active")
+        if env.get(RESIDENT_ENV) == "1":
+            registry.route = "stock"  # nothing installed yet: every routed call is stock's
+            registry.enabled = True
+            return True
+        note_active(registry, slots)
         registry.enabled = True
         return True
     except Exception as e:  # noqa: BLE001

@@ -60,6 +60,11 @@ class AnswerLog:
         self.rank = rank
         self.seq = 0
 
+    def redirect(self, directory: str) -> None:
+        """A resident timed engine's next contribution answers in its own dir, from line 0."""
+        self.path = Path(directory) / f"{PREFIX}{self.rank}.jsonl"
+        self.seq = 0
+
     def answer(self, nonce: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
         rec = {"nonce": check_nonce(nonce), "kind": kind, "rank": self.rank, "pid": os.getpid(), "seq": self.seq,
                "t": time.time(), **payload}

@@ -66,6 +66,15 @@ class StaticInputs:
             self.bytes += size
             self.copies[key] = (name, t, None if _capturing() else t.detach().clone())
 
+    def reset(self) -> None:
+        """A resident timed engine removed its contribution (seams/resident.py): the next one's
+        watch starts afresh, so nothing the last one changed is ever charged to it (what it
+        changed is the weights digest's business: the host then restarts the engine)."""
+        self.copies.clear()
+        self.bytes = 0
+        self.unwatched.clear()
+        self.tampered.clear()
+
     def report(self) -> dict[str, Any]:
         """Every watched input whose values differ from its first-seen copy (sticky), and what
         could not be watched. Syncs the device: call it outside timed regions only."""

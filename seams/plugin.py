@@ -32,6 +32,9 @@ def _scheduler_init(original: Callable[..., Any], *args: Any, **kwargs: Any) -> 
         # both answer in the rank's nonce-bound answer log (seams/answers.py)
         attach(args[0], rank=int(tp_rank))
         forward_clock.attach(args[0], int(tp_rank))  # + the runner's device_timer, if asked
+        from seams import resident
+
+        resident.attach(args[0], int(tp_rank))  # install/remove/state: a timed engine kept across contributions
     return result
 
 

@@ -84,6 +84,17 @@ class Receipts:
             self._dirty.clear()
             self.flush()
 
+    def reset(self, directory: str | None) -> None:
+        """A resident timed engine's next contribution (seams/resident.py): counts, errors, acks
+        and declines start from zero, and the file goes to that contribution's own answers dir, so
+        nothing one contribution's turn counted is ever read as another's."""
+        with self._io_lock, self._lock:
+            self.counts.clear()
+            self.errors.clear()
+            self.routes.clear()
+            self.declines.clear()
+            self.directory = directory
+
     def error(self, slot: str, message: str) -> None:
         """Record why a selected candidate failed (strict mode raises right after)."""
         with self._lock:

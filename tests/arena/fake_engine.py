@@ -68,14 +68,20 @@ class FakeCore:
 
         seams.stock.stock_kernel = _reference_stock  # this engine's "SGLang" kernels are the slot references
         active = activate_scheduler(0)
-        self.scheduler = SimpleNamespace(tp_worker=SimpleNamespace(model_runner=_Runner(self)))
+        runner = _Runner(self)
+        runner.model = torch.nn.Module()  # what a resident timed engine digests (seams/resident.py)
+        runner.model.register_buffer("emb", self.emb)
+        runner.model.weight = torch.nn.Parameter(self.weight, requires_grad=False)
+        self.weight = runner.model.weight.data  # one tensor: the model's and the one the norm is handed
+        self.scheduler = SimpleNamespace(tp_worker=SimpleNamespace(model_runner=runner))
         if not kwargs.get("disable_cuda_graph"):
             self.scheduler.tp_worker.model_runner.init_device_graphs()
         if active:
-            from seams import forward_clock
+            from seams import forward_clock, resident
 
             route.attach(self.scheduler)
             forward_clock.attach(self.scheduler, 0)
+            resident.attach(self.scheduler, 0)
 
     def hidden(self, ids: torch.Tensor) -> torch.Tensor:
         from seams.dispatch import run
@@ -447,3 +453,18 @@ class StatefulTeacherEngine(_Proxy):
 
 class CrashingTeacherEngine(_Proxy):
     core = "CrashingTeacherCore"
+
+
+class KeepModulesCore(FakeCore):
+    """A broken control of the resident timed engine's removal (tests/arena/test_resident_contamination.py):
+    the rank's purge leaves the contribution's modules in sys.modules (and its tree on sys.path)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        from seams import resident
+
+        resident.purge = lambda packages, root: []
+        super().__init__(**kwargs)
+
+
+class KeepModulesEngine(_Proxy):
+    core = "KeepModulesCore"
