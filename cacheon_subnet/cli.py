@@ -62,9 +62,10 @@ def cmd_slots(args: argparse.Namespace) -> int:
 @command("pack")
 def cmd_pack(args: argparse.Namespace) -> int:
     from cacheon_subnet.bundle import load_bundle, pack
-    from cacheon_subnet.verify import policy
+    from cacheon_subnet.verify import policy_bound
 
-    findings = [str(f) for f in policy.scan_files(load_bundle(args.src).files)]
+    # the validators' scan and budget, in a bounded child (no sandbox wall: the miner's own machine)
+    findings = list(policy_bound.static_check(load_bundle(args.src), walled=False).findings)
     if findings:  # syntax errors included: every validator rejects it before running a line
         payload = {"status": "refused", "reasons": findings, "source": args.src}
         _emit(args, payload, "cacheon pack: refused, the static policy scan fails (validators reject this bundle "

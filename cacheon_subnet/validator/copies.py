@@ -6,6 +6,10 @@ Same rule as intake's byte-digest dedup, earliest commit first ((commit_block, i
 later one is `failed` with rule "duplicate" and `duplicate_of` the earlier. If the earlier
 commit is screened after the later one (it was fetched late), roles swap exactly as for byte
 copies (intake._swap: the later one's unsettled evidence is voided, its crown moves).
+
+The identity parses hostile source like the policy scan, so it is computed in the same bounded
+child (verify/policy_bound.py) by the static screen, which runs just before; here it is read
+back by digest, never computed in the validator's own process.
 """
 
 from __future__ import annotations
@@ -13,17 +17,18 @@ from __future__ import annotations
 import sqlite3
 
 from cacheon_subnet.bundle import Bundle
-from cacheon_subnet.bundle.identity import normalized_identity
 from cacheon_subnet.validator.intake import IntakeEvent, _swap
 from cacheon_subnet.validator.state import Contribution, StateDB
+from cacheon_subnet.verify import policy_bound
 
 
 def settle_copy(db: StateDB, con: sqlite3.Connection, c: Contribution, bundle: Bundle) -> IntakeEvent | None:
     """Record c's normalized identity and settle it (or its later twin) as a copy; inside the
     caller's transaction. Returns what happened, or None when no other commit runs the same code."""
-    nid = normalized_identity(bundle)
+    static = policy_bound.static_check(bundle, identity=True)  # the screen's child, remembered by digest
+    nid = static.norm_id
     if nid is None:
-        return None  # sources that do not parse: the byte digest is all we have (verify will fail them)
+        return None  # sources that do not parse (or a scan that failed): the byte digest is all we have
     db.update(con, c.id, {"norm_id": nid})
     claim = con.execute(
         "SELECT * FROM contributions WHERE norm_id=? AND id!=? AND (rule IS NULL OR rule='superseded')"

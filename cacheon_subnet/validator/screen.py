@@ -31,8 +31,11 @@ class Screener(Protocol):
 
 
 def static_screen(bundle: Bundle) -> ScreenResult:
-    """Checks that need no execution: known slots, clean policy scan."""
-    from cacheon_subnet.verify import policy
+    """Checks that need no execution: known slots, clean policy scan. The scan and the copy
+    identity (read next by copies.settle_copy) run in one bounded child (verify/policy_bound.py):
+    over its CPU, wall or memory budget, or dead, the bundle fails with rule P022 saying which,
+    and the stage goes on with the next contribution."""
+    from cacheon_subnet.verify import policy_bound
 
     reasons: list[str] = []
     for op in bundle.manifest.ops:
@@ -40,8 +43,10 @@ def static_screen(bundle: Bundle) -> ScreenResult:
             get_slot(op.slot)
         except SlotError as exc:
             reasons.append(f"{op.key}: unknown slot {op.slot!r} ({exc})")
-    reasons += [f"policy: {f}" for f in policy.scan_files(bundle.files)]
-    return ScreenResult(not reasons, tuple(reasons), {"ops": [o.key for o in bundle.manifest.ops]})
+    static = policy_bound.static_check(bundle, identity=True)
+    reasons += [f"policy: {f}" for f in static.findings]
+    return ScreenResult(not reasons, tuple(reasons), {"ops": [o.key for o in bundle.manifest.ops],
+                                                      "scan_cpu_s": round(static.cpu_s, 3)})
 
 
 @dataclass(frozen=True)

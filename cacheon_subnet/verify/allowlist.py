@@ -25,6 +25,7 @@ RULES: Mapping[str, str] = {
     "P016": "module object or type used outside its allowed position", "P017": "assignment target not allowed",
     "P018": "decorator or Triton-source rule", "P019": "call form not allowed", "P020": "source encoding",
     "P021": "relative import of something that is not a bundle definition",
+    "P022": "static scan budget: the scan (or the normalized identity) ran out of CPU, wall time or memory, or crashed",
 }
 
 # import statement -> (name it binds, canonical module); nothing else may be imported (relative

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 import builtins
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from cacheon_subnet.verify import allowlist as A
@@ -26,10 +26,11 @@ from cacheon_subnet.verify.policy_scope import (
     ModuleIndex,
     bound_names,
     decode,
+    directories,
     dotted,
     index,
     module_key,
-    required_params,
+    required_table,
     too_deep,
 )
 from cacheon_subnet.verify.policy_triton import TritonRules
@@ -58,15 +59,30 @@ class Finding:
         return f"{self.path}:{self.line}: {self.rule} {RULES[self.rule]}: {self.message}"
 
 
-def scan_files(files: Mapping[str, bytes]) -> list[Finding]:
-    """Every .py member of a bundle, checked together (relative imports resolve inside it)."""
-    out: list[Finding] = []
-    mods: dict[str, ModuleIndex] = {}
+def oversized(files: Mapping[str, bytes]) -> Finding | None:
+    """The finding for more Python than the scan parses (None: within MAX_SOURCE_BYTES)."""
     sources = sorted(p for p in files if p.endswith(".py"))
     total = sum(len(files[p]) for p in sources)
     if total > MAX_SOURCE_BYTES:  # parsing costs ~400 bytes of host memory per source byte
-        return [Finding(sources[0], 1, "P010", f"{total} bytes of Python in the bundle > {MAX_SOURCE_BYTES}: not parsed")]
+        return Finding(sources[0], 1, "P010", f"{total} bytes of Python in the bundle > {MAX_SOURCE_BYTES}: not parsed")
+    return None
+
+
+def scan_files(files: Mapping[str, bytes], progress: Callable[[str, str], None] | None = None,
+               parsed: dict[str, ast.Module] | None = None) -> list[Finding]:
+    """Every .py member of a bundle, checked together (relative imports resolve inside it).
+    `progress(step, path)` is told each step as it starts (policy_child.py: which file a scan that
+    ran out of its budget was at); `parsed` gets path -> tree of every module indexed (the child
+    hands them to the identity: parsing is its largest single cost)."""
+    out: list[Finding] = []
+    mods: dict[str, ModuleIndex] = {}
+    sources = sorted(p for p in files if p.endswith(".py"))
+    big = oversized(files)
+    if big is not None:
+        return [big]
+    step = progress or (lambda step, path: None)
     for path in sources:
+        step("parsing", path)
         text, bad = decode(files[path])
         if bad:
             out.append(Finding(path, 1, "P020", bad))
@@ -89,11 +105,16 @@ def scan_files(files: Mapping[str, bytes]) -> list[Finding]:
                                                 "one source per module name"))
             continue
         mods[key] = index(path, tree, text)
+        if parsed is not None:
+            parsed[path] = tree
     params = frozenset(a.arg for m in mods.values() for d in m.defs.values() if d.decorator_list
                        for a in d.args.posonlyargs + d.args.args + d.args.kwonlyargs)
+    step("resolving process groups", "")
     groups = group_params(mods)
+    names, dirs = frozenset(files), directories(files)
     for key in sorted(mods):
-        out.extend(_Checker(mods[key], mods, frozenset(files), params, key, groups).run())
+        step("checking", mods[key].path)
+        out.extend(_Checker(mods[key], mods, names, params, key, groups, dirs).run())
     return out
 
 
@@ -103,9 +124,12 @@ def scan_source(path: str, text: str) -> list[Finding]:
 
 class _Checker(ModuleRules, TritonRules):
     def __init__(self, mod: ModuleIndex, mods: Mapping[str, ModuleIndex], files: frozenset[str], params: frozenset[str],
-                 key: str = "", groups: Mapping[tuple[str, str], frozenset[str]] | None = None):
+                 key: str = "", groups: Mapping[tuple[str, str], frozenset[str]] | None = None,
+                 dirs: frozenset[str] | None = None):
         self.m, self.mods, self.files, self.kernel_params = mod, mods, files, params
         self.key, self.groups = key, groups or {}
+        self.dirs = directories(files) if dirs is None else dirs
+        self.required = required_table(mod.tree)  # every scope's required params, in one pass
         self.findings: list[Finding] = []
         self.scopes: list[tuple[frozenset[str], set[str]]] = []  # (required params, bound names), innermost last
         self.jit = False
@@ -160,7 +184,7 @@ class _Checker(ModuleRules, TritonRules):
         if fn.returns is not None:
             self.annotation(fn.returns)
         was, self.jit = self.jit, self.jit or bool(fn.decorator_list)
-        self.scopes.append((required_params(fn), bound_names(fn)))
+        self.scopes.append((self.required[id(fn)], bound_names(fn)))
         if top:  # the only scope whose callers group_pass sees (a bundle def called by name)
             self.top_scope = self.scopes[-1]
         for st in fn.body:
@@ -239,7 +263,7 @@ class _Checker(ModuleRules, TritonRules):
             self.call(node)
         elif isinstance(node, ast.Lambda):
             self.arguments(node.args)
-            self.scopes.append((required_params(node), bound_names(node)))
+            self.scopes.append((self.required[id(node)], bound_names(node)))
             self.expr(node.body)
             self.scopes.pop()
         elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
@@ -292,25 +316,33 @@ class _Checker(ModuleRules, TritonRules):
 
     def attribute(self, node: ast.Attribute, pos: str) -> None:
         full = self.chain_of(node)
-        if node.attr.startswith("_"):
-            self.add(node, A.ATTR_CODES.get(node.attr, "P013"), f"attribute .{node.attr}: private and dunder attributes "
-                                                                "are never allowed")
-            if full is None:
-                self.expr(node.value)
-            return
         if full is not None:
+            if node.attr.startswith("_"):
+                self.add(node, A.ATTR_CODES.get(node.attr, "P013"), f"attribute .{node.attr}: private and dunder "
+                                                                    "attributes are never allowed")
+                return
             kind = A.MODULE_ATTRS.get(full)
             if kind is None:
                 self.add(node, A.chain_code(full), f"{full} is not on the allowlist")
             elif not (kind == pos or (pos == "annotation" and kind == "value")):
                 self.add(node, "P016", f"{full} ({kind}) used as {'a value' if pos == 'value' else pos}")
             return
-        if pos == "annotation" or node.attr not in A.VALUE_ATTRS:
-            self.add(node, A.ATTR_CODES.get(node.attr, "P012"), f".{node.attr} is not an allowed attribute of a value")
-        elif pos != "call" and node.attr not in A.VALUE_DATA:
-            self.add(node, "P012", f".{node.attr} is a method here: only .{node.attr}(...) (read as a value it can be "
-                                   "a decorator object's shared list or dict)")
-        self.expr(node.value)
+        # A chain on a value: every shorter chain below has the same root, so none is a module chain
+        # either. Walked in a loop, outermost first (re-deriving the chain per level was quadratic).
+        while True:
+            if node.attr.startswith("_"):
+                self.add(node, A.ATTR_CODES.get(node.attr, "P013"), f"attribute .{node.attr}: private and dunder "
+                                                                    "attributes are never allowed")
+            elif pos == "annotation" or node.attr not in A.VALUE_ATTRS:
+                self.add(node, A.ATTR_CODES.get(node.attr, "P012"), f".{node.attr} is not an allowed attribute of a "
+                                                                    "value")
+            elif pos != "call" and node.attr not in A.VALUE_DATA:
+                self.add(node, "P012", f".{node.attr} is a method here: only .{node.attr}(...) (read as a value it can "
+                                       "be a decorator object's shared list or dict)")
+            if not isinstance(node.value, ast.Attribute):
+                self.expr(node.value)
+                return
+            node, pos = node.value, "value"
 
     def call(self, node: ast.Call) -> None:
         f = node.func

@@ -19,7 +19,8 @@ _CONST_CALLS = frozenset({"float", "int", "min", "max", "abs", "round", "pow"})
 
 
 class ModuleRules:
-    """Needs from the host class: m, mods, files, add, resolve, check_binding, expr, attribute,
+    """Needs from the host class: m, mods, files, dirs (every directory holding a member: a set,
+    not a scan of the members per name), add, resolve, check_binding, expr, attribute,
     annotation, function, stmt, chain_of."""
 
     def module_stmt(self, i: int, st: ast.stmt) -> None:
@@ -65,7 +66,7 @@ class ModuleRules:
         self.check_binding(node, name, "module-level name")
         if self.m.path.endswith("__init__.py"):
             pkg = self.m.path[: -len("__init__.py")]
-            if f"{pkg}{name}.py" in self.files or any(f.startswith(f"{pkg}{name}/") for f in self.files):
+            if f"{pkg}{name}.py" in self.files or f"{pkg}{name}" in self.dirs:
                 self.add(node, "P017", f"{name!r} is also a submodule of this package (importing it rebinds the name "
                                        "to a module object)")
 
@@ -100,7 +101,7 @@ class ModuleRules:
                 return f"module {target or '(bundle root)'!r} is not a .py file of the bundle"
             if mod.path.endswith("__init__.py"):
                 pkg = mod.path[: -len("__init__.py")]
-                if f"{pkg}{name}.py" in self.files or any(f.startswith(f"{pkg}{name}/") for f in self.files):
+                if f"{pkg}{name}.py" in self.files or f"{pkg}{name}" in self.dirs:
                     return f"{name!r} is a submodule (a module object), not a definition"
             if name in mod.defs or name in mod.consts:
                 return None

@@ -15,7 +15,7 @@ import pytest
 from cacheon_subnet import sandbox
 from cacheon_subnet.bundle import load_bundle
 from cacheon_subnet.sandbox import launcher
-from cacheon_subnet.verify import VerifyOptions, policy, verify_bundle
+from cacheon_subnet.verify import VerifyOptions, policy_bound, verify_bundle
 
 EXAMPLE = Path(__file__).resolve().parent.parent.parent / "examples" / "norm.rmsnorm"
 OPTS = VerifyOptions(device="cpu", max_cases=1, call_timeout_s=60)
@@ -67,7 +67,8 @@ def test_litter_in_scratch_never_breaks_cleanup(tmp_path, scratch_base, monkeypa
     shutil.copytree(EXAMPLE, bundle_dir)
     mod = bundle_dir / "rmsnorm.py"
     mod.write_text(mod.read_text() + LITTER)
-    monkeypatch.setattr(policy, "scan_files", lambda files: [])  # as if the static scan had been bypassed
+    monkeypatch.setattr(policy_bound, "static_check", lambda bundle, **kw: policy_bound.StaticResult(()))  # as if
+    # the static scan had been bypassed
     report = verify_bundle(load_bundle(bundle_dir), OPTS)
     assert report.status == "PASS", report.render()  # the litter is harmless: a verdict, not a traceback
     assert list(scratch_base.iterdir()) == [], "verify leaked a temp dir"
