@@ -209,8 +209,10 @@ case "${1:-}" in
     head -16 "$OUT/$n.txt"
     ;;
   verify)  # verify's CUDA tier (graph trials) on the arena's shapes, as the validator screens a bundle
-    ex=${2:?usage: $0 verify examples/SLOT}; n=verify-$(basename "$ex")
+    ex=${2:?usage: $0 verify examples/SLOT}; n=verify-$(basename "$ex")${CACHEON_VERIFY_DRAW_DEVICE:+-draw-$CACHEON_VERIFY_DRAW_DEVICE}
     step "$n" "${VERIFY_S:-200}" env CACHEON_LOG_LEVEL=debug CACHEON_PROGRESS=1 $C verify "$ex" --device cuda --arena configs/arena/dense.toml; tail -6 "$OUT/$n.txt"
+    grep -h '"verify\.\(op\|timing\)"' "/tmp/$n.err" | tail -2  # where the screen's time went (a PASS keeps no log)
+    [ -f "$OUT/$n.err.gz" ] || tail -c 4000000 "/tmp/$n.err" | gzip > "$OUT/$n.err.gz"  # the per-trial log, always
     ;;
   mini)  # a short TEST verdict (2 cycles of 32-token windows, 1 warm-up, no settle, no confirmation): does the
           # candidate run in the graphs the windows replay (route acks), and which way does the decode clock move?

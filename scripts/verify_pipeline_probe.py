@@ -10,12 +10,15 @@ The probe kernel uses torch ops the static allowlist refuses (searchsorted, inde
 script skips the policy scan for the probe alone, in its own process: a development measurement,
 never a verdict. The worker's memory limit stops it at the largest cases (bs 201 at ctx 2048).
 
-    python scripts/verify_pipeline_probe.py [--config configs/arena/dense.toml] [--seed 1]
+    python scripts/verify_pipeline_probe.py [--config configs/arena/dense.toml] [--seed 1] [--trials N]
+
+--trials N runs the plan's first N trials only (a reduced measurement; the plan is the same).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 import time
@@ -59,16 +62,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(REPO / "configs" / "arena" / "dense.toml"))
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--trials", type=int, help="only the plan's first N trials")
     a = ap.parse_args(argv)
     from arena.config import load_config
     from cacheon_subnet.bundle import load_bundle
     from cacheon_subnet.log import configure
-    from cacheon_subnet.verify import policy, runner, shapes
+    from cacheon_subnet.verify import opplan, policy_bound, runner, shapes
     from cacheon_subnet.verify.trials import Budget
 
     configure("info")
-    policy.scan_files = lambda files: []  # the probe only (module docstring)
-    runner._Run.gpu = property(lambda self: True)  # the GPU plan, executed on CPU
+    policy_bound.static_check = lambda bundle, **kw: policy_bound.StaticResult(())  # the probe only (module docstring)
+
+    def gpu_plan(spec, op, opts, seed):  # the GPU plan, executed on CPU
+        plan = opplan.op_plan(spec, op, dataclasses.replace(opts, device="cuda"), seed)
+        return dataclasses.replace(plan, trials=plan.trials[: a.trials]) if a.trials else plan
+
+    runner.op_plan = gpu_plan
     with tempfile.TemporaryDirectory() as d:
         Path(d, "manifest.toml").write_text(MANIFEST)
         Path(d, "attn.py").write_text(KERNEL)

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """How much host work `cacheon verify --device cuda --arena CONFIG` plans for one slot: calls, input
-draws and the bytes of inputs the host draws (each draw runs on one host CPU core and crosses the
-wire as bytes). A count over the planned trials, no GPU needed; a graph trial counts 1 + the mean
-replay count. Recorded in docs/benchmarks.md (session 10: attention.decode before/after the heavy-case rule).
+draws and the bytes of inputs the host draws (on host threads ahead of the trials since session 13,
+each set sent to the worker as a sealed memfd: verify/draws.py, verify/shm.py). A count over the
+planned trials, no GPU needed; a graph trial counts 1 + the mean replay count. Recorded in
+docs/benchmarks.md (session 10: attention.decode before/after the heavy-case rule). The exact
+plan of one seed, trial by trial: scripts/verify_coverage.py.
 
     python scripts/verify_plan_cost.py --slot attention.decode --config configs/arena/dense.toml [--seeds 20]
 """

@@ -112,9 +112,16 @@ def test_compile_gate_maps_worker_failures():
 
 
 def _compile(run, bundle, spec):
+    from cacheon_subnet.verify.draws import Draws
     from cacheon_subnet.verify.op_trials import OpTrials
+    from cacheon_subnet.verify.opplan import OpPlan
+    from cacheon_subnet.verify.shapes import PlannedCase
     from cacheon_subnet.verify.trials import Trial
 
     case = spec.cases("verify")[0]
-    trial = Trial("compile", 0, "bfloat16", watch=False)
-    return OpTrials(run, bundle.manifest.ops[0], spec, [case], [trial], None).run()
+    plan = OpPlan((PlannedCase(case, ("bfloat16",), "tier"),), (Trial("compile", 0, "bfloat16", watch=False),), {}, {}, {})
+    draws = Draws(spec, bundle.manifest.ops[0].key, plan, secret=1, threads=0)
+    try:
+        return OpTrials(run, bundle.manifest.ops[0], spec, plan, draws).run()
+    finally:
+        draws.close()

@@ -305,7 +305,7 @@ def test_graph_trial_frames_stay_under_the_wire_limit():
     """The worker dies on a frame over wire.MAX_MESSAGE (4 GiB): the host caps a graph trial's
     replays to what fits, skips one whose capture alone does not fit, and every light decode
     case of the dense arena keeps its full 3-6 replays."""
-    from cacheon_subnet.verify.op_trials import GRAPH_FRAME_BYTES, replays_that_fit
+    from cacheon_subnet.verify.opplan import GRAPH_FRAME_BYTES, replays_that_fit
     from cacheon_subnet.verify.runner import VerifyOptions
     from cacheon_subnet.verify.wire import MAX_MESSAGE
 
@@ -323,38 +323,37 @@ def test_graph_trial_frames_stay_under_the_wire_limit():
 
 
 def test_graph_trial_sends_only_the_replays_that_fit(monkeypatch):
-    """OpTrials._graph with a stand-in run: the frame it asks to send never holds more replays than
-    fit GRAPH_FRAME_BYTES, and a capture that alone passes the budget sends nothing (skipped)."""
+    """A graph trial's inputs, drawn ahead (verify/draws.py): the frame never holds more replays
+    than fit GRAPH_FRAME_BYTES, and a capture that alone passes the budget sends nothing (skipped)."""
     from types import SimpleNamespace
 
-    from cacheon_subnet.verify import op_trials
+    from cacheon_subnet.verify import op_trials, opplan
+    from cacheon_subnet.verify.draws import Draws
+    from cacheon_subnet.verify.shapes import PlannedCase
     from cacheon_subnet.verify.trials import Trial
 
     spec = get_slot("norm.rmsnorm")
     case = spec.cases("verify")[0]
-    sent: list[dict] = []
-
-    def request(msg, tensors):
-        sent.append({"msg": msg, "bytes": sum(t.untyped_storage().nbytes() for t in tensors.values())})
-        return {"type": "error", "ok": False, "error": "stand-in"}, {}, None
-
-    def inputs(spec_, case_, act):
-        full = spec.make_inputs(case, act, seed_generator(1))
-        return {k: v for k, v in full.items() if spec.arg(k).role in ("in", "inout")}
-
-    run = SimpleNamespace(opts=SimpleNamespace(graph_replays=3), inputs=inputs, request=request, calls=0)
-    trials = op_trials.OpTrials(run, SimpleNamespace(key="norm.rmsnorm/default"), spec, [case], [], random.Random(0))
-    one = inputs(spec, case, torch.bfloat16)
+    plan = opplan.OpPlan((PlannedCase(case, ("bfloat16",), "tier"),), (Trial("graph", 0, "bfloat16", watch=False),),
+                         {}, {0: 6}, {0: 6})
+    draws = Draws(spec, "norm.rmsnorm/default", plan, secret=1, threads=0)
+    one = draws.draw(case, "bfloat16", "probe")
     size = sum(v.untyped_storage().nbytes() for v in one.values())
-    dyn = sum(v.untyped_storage().nbytes() for k, v in one.items()
-              if spec.arg(k).graph_dynamic or spec.arg(k).role == "inout")
-    t = Trial("graph", 0, "bfloat16", watch=False)
-    monkeypatch.setattr(op_trials, "GRAPH_FRAME_BYTES", size + 2 * dyn)  # room for two replays
-    trials._graph(t, case, torch.bfloat16)
-    assert sent and sent[-1]["msg"]["replays"] == 2 and sent[-1]["bytes"] <= size + 2 * dyn
-    sent.clear()
-    monkeypatch.setattr(op_trials, "GRAPH_FRAME_BYTES", size - 1)  # the capture alone does not fit
-    assert trials._graph(t, case, torch.bfloat16) is None and not sent
+    dyn = sum(v.untyped_storage().nbytes() for k, v in one.items() if k in opplan.dynamic_args(spec))
+    monkeypatch.setattr(opplan, "GRAPH_FRAME_BYTES", size + 2 * dyn)  # room for two replays
+    g = draws.get(0)
+    sent = {v.untyped_storage().data_ptr(): v.untyped_storage().nbytes() for v in g.parcel.frame().values()}
+    assert len(g.replays) == 2 == len(g.refs) and sum(sent.values()) <= size + 2 * dyn
+    draws.close()
+    monkeypatch.setattr(opplan, "GRAPH_FRAME_BYTES", size - 1)  # the capture alone does not fit
+    draws = Draws(spec, "norm.rmsnorm/default", plan, secret=1, threads=0)
+    g = draws.get(0)
+    assert g.replays == [] and g.parcel is None
+    requests: list = []
+    run = SimpleNamespace(request=lambda *a: requests.append(a), calls=0)
+    trials = op_trials.OpTrials(run, SimpleNamespace(key="norm.rmsnorm/default"), spec, plan, draws)
+    assert trials._graph(plan.trials[0], case, torch.bfloat16, g) is None and not requests and run.calls == 0
+    draws.close()
 
 
 def test_no_gpu_case_needs_a_frame_the_worker_refuses():

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import math
 import os
+import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is imported by the functions that make or read tensors: loading the catalog needs none
@@ -52,15 +55,46 @@ PARALLEL_MIN_ELEMENTS = 1 << 24
 _CHUNK_ELEMENTS = 1 << 22
 
 
+def usable_cpus() -> int:
+    """Cores this thread may run on (its affinity: a validator's screening threads get a slice of
+    the host, validator/background.py), not every core the host has."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+_where = threading.local()
+
+
+@contextmanager
+def draw_device(device: str | None) -> Iterator[None]:
+    """Large `randn` draws made on this thread go to `device` (a host-owned process's GPU: verify's
+    draw threads, opt-in), each from a generator there seeded from the caller's CPU generator, then
+    back to host memory: the values depend on the seed and the device, never on threads."""
+    before = getattr(_where, "device", None)
+    _where.device = device
+    try:
+        yield
+    finally:
+        _where.device = before
+
+
 def randn(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
     """Standard normals of `shape`. On a CPU generator and a large shape, drawn in fixed chunks,
     each from its own generator seeded from `gen`, on up to 8 threads: the values depend on `gen`'s
-    state alone (never on the thread count), as a single draw's do."""
+    state alone (never on the thread count), as a single draw's do. Under `draw_device`, drawn
+    there in one go instead (other values, as fixed by `gen`)."""
     import torch
 
     n = math.prod(shape)
     if gen.device.type != "cpu" or n < PARALLEL_MIN_ELEMENTS:
         return torch.randn(shape, generator=gen, dtype=dtype, device=gen.device)
+    device = getattr(_where, "device", None)
+    if device is not None:
+        seed = int(torch.randint(0, 2**62, (1,), generator=gen))
+        there = torch.Generator(device=device).manual_seed(seed)
+        return torch.randn(shape, generator=there, dtype=dtype, device=device).cpu()
     out = torch.empty(n, dtype=dtype)
     starts = range(0, n, _CHUNK_ELEMENTS)
     seeds = torch.randint(0, 2**62, (len(starts),), generator=gen).tolist()
@@ -69,7 +103,7 @@ def randn(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> t
         lo = starts[i]
         out[lo : lo + _CHUNK_ELEMENTS].normal_(generator=torch.Generator().manual_seed(seeds[i]))
 
-    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
+    with ThreadPoolExecutor(max_workers=min(8, usable_cpus())) as pool:
         list(pool.map(fill, range(len(starts))))
     return out.view(shape)
 

@@ -15,6 +15,7 @@ from cacheon_subnet.verify.report import Failure
 
 POISON_FLOAT = (float("nan"), -31337.0)
 POISON_INT = (-0x5A5A5A5A, 0x3C3C3C3C)
+BIG_INPUT = 64 << 20  # read-only inputs above this come back from the worker as a digest, not as bytes
 
 
 def poison_value(dtype: torch.dtype, which: int) -> torch.Tensor:
@@ -125,16 +126,19 @@ def check_graph_keys(spec: SlotSpec, out: Mapping[str, torch.Tensor], replays: i
     return None
 
 
-def check_graph_inputs(spec: SlotSpec, reply: Any, expected: Mapping[str, torch.Tensor]) -> Failure | None:
+def check_graph_inputs(spec: SlotSpec, reply: Any, expected: Mapping[str, torch.Tensor],
+                       known: Mapping[str, str] | None = None) -> Failure | None:
     """After the last replay every read-only input must hold what the host put there (the
     capture's values, or the last replay's for graph-dynamic ones): writes recorded only while
-    capturing never show in an eager trial, so the graph trial checks them itself."""
+    capturing never show in an eager trial, so the graph trial checks them itself. `known`: the
+    host's digests of `expected`, made when it drew them."""
     final = reply.get("final_digests") if isinstance(reply, Mapping) else None
     names = {a.name for a in spec.by_role("in")}
     if not isinstance(final, dict) or set(final) != names or not all(isinstance(v, str) for v in final.values()):
         return Failure("protocol", f"graph reply: final_digests must name exactly the read-only inputs {sorted(names)}")
     for name in sorted(names):
-        if final[name] != tensor_digest(expected[name]):
+        mine = (known or {}).get(name) or tensor_digest(expected[name])
+        if final[name] != mine:
             return Failure("input_mutated", f"{name} changed under CUDA-graph replay but the slot declares it read-only")
     return None
 
@@ -267,11 +271,13 @@ def sent_digest(t: torch.Tensor, cache: DigestCache | None = None) -> str:
 
 
 def merge_digests(reply: dict[str, Any], tensors: dict[str, torch.Tensor], sent: Mapping[str, torch.Tensor],
-                  cache: DigestCache | None = None) -> None:
+                  cache: DigestCache | None = None, known: Mapping[str, str] | None = None) -> None:
     """A large read-only input came back as a digest: unchanged -> reuse what was sent; changed ->
-    recorded in reply["mutated_inputs"] (check_reply turns that into input_mutated)."""
+    recorded in reply["mutated_inputs"] (check_reply turns that into input_mutated). `known`: the
+    host's digests of `sent`, made when it drew them (verify/draws.py)."""
     for name, digest in (reply.get("digests") or {}).items():
-        if name in sent and name not in tensors and sent_digest(sent[name], cache) == digest:
+        mine = known.get(name) if known is not None and name in sent else None
+        if name in sent and name not in tensors and (mine or sent_digest(sent[name], cache)) == digest:
             tensors[name] = sent[name]
         else:
             reply.setdefault("mutated_inputs", []).append(name)

@@ -7,9 +7,10 @@ random number of calls per (shape, dtype), fresh inputs every call except one id
 pair (poisons 0/1: partial writes, determinism) and twins that share rows with it (memo keys),
 read-only inputs, aliasing, NaN/Inf, tolerance vs the fp32 reference; torch.compile(fullgraph=
 True) of the dispatch path and, on CUDA, graph capture + replays with new graph-dynamic values,
-interleaved at random positions. Every request carries a nonce its reply must echo; the host
-judges the tensors it reads back (op_trials.py, judge.py). A bundle whose code fails the static
-scan is never run.
+interleaved at random positions (the whole plan drawn first: opplan.py). Host threads draw each
+trial's inputs, reference and digests ahead of it and send them as a sealed memfd (draws.py,
+shm.py). Every request carries a nonce its reply must echo; the host judges the tensors it reads
+back (op_trials.py, judge.py). A bundle whose code fails the static scan is never run.
 Collective slots run the same gates on one sandboxed worker per rank (multirank.py), at the
 slot's declared world sizes or at `world_size` when given.
 """
@@ -17,10 +18,9 @@ slot's declared world sizes or at `world_size` when given.
 from __future__ import annotations
 
 import dataclasses
-import random
+import os
 import secrets
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,41 +28,35 @@ import torch
 
 from cacheon_subnet import sandbox
 from cacheon_subnet.bundle import Bundle, OpEntry
+from cacheon_subnet.errors import UsageError
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.slots import get_slot
-from cacheon_subnet.slots.gen import seed_generator
+from cacheon_subnet.slots.gen import usable_cpus
 from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_name
-from cacheon_subnet.tensor_views import rebase
-from cacheon_subnet.verify import judge, policy
+from cacheon_subnet.verify import judge, policy_bound
 from cacheon_subnet.verify.client import (
     WorkerClient,
     WorkerConfig,
     WorkerDied,
     WorkerTimeout,
 )
-from cacheon_subnet.verify.gates import graph_enabled, select_cases
+from cacheon_subnet.verify.draws import Draws
 from cacheon_subnet.verify.multirank import plan_ranks, verify_collective
 from cacheon_subnet.verify.op_trials import OpTrials as _OpTrials
+from cacheon_subnet.verify.opplan import OpPlan, op_plan, trial_plan
 from cacheon_subnet.verify.report import Failure, OpResult, VerifyReport
-from cacheon_subnet.verify.shapes import ArenaShapes, PlannedCase, plan_cases
-from cacheon_subnet.verify.trials import Budget, Trial, graph_picks, schedule
+from cacheon_subnet.verify.shapes import ArenaShapes
+from cacheon_subnet.verify.shm import Frame, Parcel
+from cacheon_subnet.verify.trials import Budget
 
 log = get_logger("cacheon.verify")
+__all__ = ["OpPlan", "VerifyOptions", "op_plan", "trial_plan", "verify_bundle"]
 
 
-def trial_plan(planned: Sequence[PlannedCase], rng: random.Random, budget: Budget, *, graphs: bool,
-               compile_check: bool) -> list[Trial]:
-    """One op's shuffled trials over its planned cases. The CPU tier's largest case gets only its
-    identical-input pair, a heavy GPU case the pair and at random one twin; every light decode
-    case gets a CUDA-graph trial (the engine captures each). A heavy case gets none: its frame
-    (the capture plus 3-6 replays of fresh inputs) would pass the wire's 4 GiB frame limit at the
-    dense arena's bs 256 (5.7-10 GB) and the worker would die on it; the arena captures it."""
-    heavy = [i for i, p in enumerate(planned) if p.heavy]
-    decode = [i for i, p in enumerate(planned) if p.kind == "decode" and not p.heavy]
-    picks = graph_picks(len(planned), decode, rng, budget, skip=heavy) if graphs else []
-    pair_only = [i for i, p in enumerate(planned) if p.origin == "largest"]
-    return schedule([(i, p.dtypes) for i, p in enumerate(planned)], rng, budget, compile_check=compile_check,
-                    graph_cases=picks, pair_only=pair_only, short=heavy)
+def draw_threads() -> int:
+    """Jobs that draw inputs at once (each also draws large tensors on threads: slots/gen.py):
+    every usable core but the one the trial loop and the worker's wire keep busy, at most 4."""
+    return max(1, min(4, usable_cpus() - 1))
 
 
 @dataclass(frozen=True)
@@ -77,6 +71,10 @@ class VerifyOptions:
     seed: int | None = None
     max_cases: int | None = None
     world_size: int | None = None  # collective slots only; default: each slot's declared world sizes
+    draw_threads: int = field(default_factory=lambda: draw_threads())  # host threads drawing inputs ahead (0: inline)
+    # where those threads draw the large normals (K/V pools): None on the host's cores; "cuda" on
+    # this host process's GPU (opt-in, CACHEON_VERIFY_DRAW_DEVICE; never the worker's: it runs the bundle)
+    draw_device: str | None = field(default_factory=lambda: os.environ.get("CACHEON_VERIFY_DRAW_DEVICE") or None)
     arena: ArenaShapes | None = None  # token counts an arena runs (cacheon verify --arena CONFIG)
     budget: Budget | None = None  # calls per case / soak; default by device (trials.py)
     policy: sandbox.SandboxPolicy = field(default_factory=sandbox.SandboxPolicy)
@@ -84,6 +82,10 @@ class VerifyOptions:
     # call's limit, must not hold the validator's (serial) screening stage for half an hour
     deadline_s: float | None = None
     deadline_at: float | None = None  # time.monotonic() at which it is spent (set by verify_bundle)
+
+    def __post_init__(self) -> None:
+        if self.draw_device is not None and self.draw_device != "cpu" and not self.draw_device.startswith("cuda"):
+            raise UsageError(f"draw device {self.draw_device!r}: cpu or cuda[:N] (CACHEON_VERIFY_DRAW_DEVICE)")
 
     @property
     def resolved_tier(self) -> str:
@@ -105,7 +107,7 @@ def verify_bundle(bundle: Bundle, opts: VerifyOptions = VerifyOptions()) -> Veri
         opts = dataclasses.replace(opts, deadline_at=t0 + opts.deadline_s)
     plan = plan_ranks(bundle.manifest.ops, opts.world_size, opts.device)  # usage errors before anything runs
     seed = opts.seed if opts.seed is not None else secrets.randbits(62)
-    findings = tuple(str(f) for f in policy.scan_files(bundle.files))
+    findings = policy_bound.static_check(bundle).findings  # a bounded child; the screen's result when cached
     base = dict(source=bundle.source, digest=bundle.digest, device=opts.device, tier=opts.resolved_tier, seed=seed)
     if findings:
         ops = tuple(_op_result(op, "FAIL", 0, 0, Failure("not_run", "static policy scan failed; code was not executed"))
@@ -166,19 +168,17 @@ class _Run:
         self.ops = tuple(ops) if ops is not None else bundle.manifest.ops
         self.opts = opts
         self.seed = seed
-        self.counter = 0
         self.calls = 0
         self._stage = ""
         self.digests: judge.DigestCache = {}  # the host's digests of large inputs it sent
+        # where a verify spends its time (verify.timing): the trial loop's own ("worker": the round
+        # trips, "digest": comparing digests) and, summed over the threads that draw ahead,
+        # "draw", "reference", "draw_digest", "draw_frame"; "draw_wait": the loop waiting for them
         self.timing: dict[str, float] = dict.fromkeys(("draw", "worker", "digest", "reference"), 0.0)
         self.client = WorkerClient(bundle, WorkerConfig(device=opts.device, policy=opts.policy))
 
     def close(self) -> None:
         self.client.cleanup()
-
-    def generator(self) -> torch.Generator:
-        self.counter += 1
-        return seed_generator((self.seed + 7919 * self.counter) % (2**62))
 
     def execute(self) -> tuple[list[OpResult], dict[str, Any]]:
         ops = self.ops
@@ -208,35 +208,29 @@ class _Run:
     # -- one op ----------------------------------------------------------------------------
     def check_op(self, op: OpEntry) -> OpResult:
         spec = get_slot(op.slot)
-        tier = self.opts.resolved_tier
-        base = select_cases(spec, op, tier, self.opts.max_cases)
-        if not base:
+        plan = op_plan(spec, op, self.opts, self.seed)
+        if not plan.planned:
             return _op_result(op, "FAIL", 0, 0, Failure("no_cases", f"constraints {op.constraints} exclude every shape"))
-        rng = random.Random(f"{self.seed}:{op.key}")  # str seeds hash with SHA-512: same plan for the same seed
-        pool = [c for c in spec.cases(tier) if op.eligible(c.dims)]
-        planned = plan_cases(spec, base, op.dtypes, rng, gpu=self.gpu, arena=self.opts.arena, eligible=op.eligible,
-                             pool=pool)
-        budget = self.opts.budget or Budget.for_device(self.opts.device)
-        plan = trial_plan(planned, rng, budget, graphs=graph_enabled(self.opts.graph_check, self.opts.device),
-                          compile_check=self.opts.compile_check)
         start_calls = self.calls
-        log.info("verify.op", op=op.key, cases=len(planned), dtypes=list(op.dtypes), trials=len(plan),
-                 heavy=[p.case.label for p in planned if p.heavy])  # one dtype, pair + maybe a twin, no graph
+        log.info("verify.op", op=op.key, cases=len(plan.planned), dtypes=list(op.dtypes), trials=len(plan.trials),
+                 heavy=[p.case.label for p in plan.planned if p.heavy])  # one dtype, pair + maybe a twin, no graph
         failure = None
+        draws = Draws(spec, op.key, plan, self.seed, threads=self.opts.draw_threads, device=self.opts.draw_device)
         try:
-            failure = _OpTrials(self, op, spec, [p.case for p in planned], plan, rng).run()
+            failure = _OpTrials(self, op, spec, plan, draws).run()
         except WorkerTimeout as e:
             failure = Failure("timeout", str(e), stage=self._stage)
         except WorkerDied as e:
             failure = Failure("crashed", str(e)[-900:], stage=self._stage)
+        finally:
+            draws.close()
+            for k, v in draws.timing.items():  # host threads' seconds, summed; "wait": the trial loop's
+                key = k if k in ("draw", "reference") else f"draw_{k}"
+                self.timing[key] = self.timing.get(key, 0.0) + v
         status = "FAIL" if failure else "PASS"
         log.info("verify.timing", op=op.key, status=status, calls=self.calls - start_calls,
                  **{f"{k}_s": round(v, 2) for k, v in self.timing.items()})  # where a slow verify spends its time
-        return _op_result(op, status, self.calls - start_calls, len(planned), failure)
-
-    @property
-    def gpu(self) -> bool:
-        return self.opts.device.startswith("cuda")
+        return _op_result(op, status, self.calls - start_calls, len(plan.planned), failure)
 
     def request(self, msg: dict[str, Any], tensors: dict[str, torch.Tensor] | None
                 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], Failure | None]:
@@ -252,17 +246,26 @@ class _Run:
         return reply, out, judge.check_nonce(reply, nonce) or judge.check_returned(msg, tensors or {}, out)
 
     def call(self, op: OpEntry, spec: SlotSpec, act: torch.dtype, case: ShapeCase, inputs: dict[str, torch.Tensor],
-             poison: int, watch_sync: bool, mode: str = "eager", noise: int = 0) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+             poison: int, watch_sync: bool, mode: str = "eager", noise: int = 0, frame: Frame | None = None,
+             digests: dict[str, str] | None = None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """One call on `inputs` (the host's tensors, judged with): the worker gets `frame`, their
+        sealed copy (made here when not given), and answers large read-only inputs with digests
+        the host checks against `digests` (its own, made when it drew them) or its cache."""
         alloc = {a.name: {"dtype": dtype_name(a.torch_dtype(act)), "shape": list(a.concrete_shape(case.dims)),
                           "poison": poison, "noise_seed": noise} for a in spec.args if a.role in ("out", "scratch")}
         msg = {"type": "call", "op": op.key, "params": dict(case.params), "alloc": alloc, "watch_sync": watch_sync, "mode": mode}
         self.calls += 1
-        reply, tensors, bad = self.request(msg, rebase(inputs))
+        parcel = Parcel(inputs) if frame is None else None
+        try:
+            reply, tensors, bad = self.request(msg, parcel.frame() if parcel is not None else frame)
+        finally:
+            if parcel is not None:
+                parcel.close()
         bad = bad or judge.check_digests(spec, reply)
         if bad:
             return {"type": "result", "ok": False, "reason": bad.reason, "error": bad.detail}, {}
         t0 = time.perf_counter()
-        judge.merge_digests(reply, tensors, inputs, self.digests)
+        judge.merge_digests(reply, tensors, inputs, self.digests, known=digests)
         self.timing["digest"] += time.perf_counter() - t0
         self._worker_share(reply.get("worker_s"))
         return reply, tensors
@@ -275,9 +278,3 @@ class _Run:
                 v = share.get(k)
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e6:
                     self.timing[f"worker_{k}"] = self.timing.get(f"worker_{k}", 0.0) + float(v)
-
-    def inputs(self, spec: SlotSpec, case: ShapeCase, act: torch.dtype) -> dict[str, torch.Tensor]:
-        t0 = time.perf_counter()
-        inputs = spec.make_inputs(case, act, self.generator())
-        self.timing["draw"] += time.perf_counter() - t0
-        return {k: v for k, v in inputs.items() if spec.arg(k).role in ("in", "inout")}

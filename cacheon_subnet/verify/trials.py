@@ -134,32 +134,66 @@ def graph_picks(n_cases: int, decode_cases: Sequence[int], rng: random.Random, b
     return sorted(set(decode_cases) | set(rng.sample(rest, min(len(rest), budget.graph_cases))))
 
 
-# -- twins ------------------------------------------------------------------------------------
-def twin(source: Mapping[str, torch.Tensor], fresh: Mapping[str, torch.Tensor], rng: random.Random,
-         mode: str = "prefix") -> dict[str, torch.Tensor] | None:
-    """A copy of `fresh` (views kept) that equals `source` on a random block of leading ("prefix")
-    or trailing ("suffix") rows along dim 0 (tokens, requests, pool slots) of every floating
-    tensor with at least two rows; integer/bool tensors (index sets, positions, lengths) whole
-    from `source`, so index structure stays valid; of the single-row floating tensors the first
-    (argument order) from `source`, the rest fresh. Rows are kept whole (one token's vector: topk
-    margins and norms stay those of a real draw). None when the mixture would equal `source`."""
+# -- twins ----------------------------------------------------------------------------------
+Rows = tuple[tuple[int, ...], bool]  # an input's logical shape and whether it is floating
+
+
+def twin_rows(inputs: Sequence[tuple[str, Rows]], rng: random.Random) -> dict[str, int] | None:
+    """The secret half of a twin (see `twin`), drawn from shapes alone, in argument order: the row
+    at which each floating input of at least two rows splits between the pair's rows and fresh
+    ones. None when the mixture would equal the pair's inputs (no such input and at most one
+    single-row floating input). Drawn before any input exists, in the order the trial schedule
+    runs, so the inputs can be made ahead on other threads (verify/draws.py)."""
+    rows: dict[str, int] = {}
+    singles = 0
+    for name, (shape, floating) in inputs:
+        if not floating:
+            continue
+        if len(shape) >= 1 and shape[0] >= 2:
+            rows[name] = rng.randint(1, shape[0] - 1)
+        else:
+            singles += 1
+    return rows if rows or singles > 1 else None
+
+
+def mix(source: Mapping[str, torch.Tensor], fresh: Mapping[str, torch.Tensor], rows: Mapping[str, int],
+        mode: str = "prefix") -> dict[str, torch.Tensor]:
+    """A copy of `fresh` (views kept) that equals `source` on `rows[name]` leading ("prefix") or
+    trailing ("suffix") rows of each named floating tensor; integer/bool tensors (index sets,
+    positions, lengths) whole from `source`, so index structure stays valid; of the single-row
+    floating tensors the first (argument order) from `source`, the rest fresh. Rows are kept whole
+    (one token's vector: topk margins and norms stay those of a real draw)."""
     out = rebase(fresh)
     kept_single = False
-    differs = False
     for name, src in source.items():
         dst = out[name]
         if not src.is_floating_point():
             dst.copy_(src)
-        elif src.dim() >= 1 and src.shape[0] >= 2:
-            k = rng.randint(1, src.shape[0] - 1)
+        elif name in rows:
+            if src.dim() < 1 or not 1 <= rows[name] < src.shape[0]:
+                raise ValueError(f"twin rows {rows[name]} do not fit {name}{tuple(src.shape)}")
+            k = rows[name]
             if mode == "suffix":
                 dst[k:].copy_(src[k:])
             else:
                 dst[:k].copy_(src[:k])
-            differs = True
+        elif src.dim() >= 1 and src.shape[0] >= 2:
+            raise ValueError(f"twin rows were drawn for other shapes: {name}{tuple(src.shape)} has none")
         elif not kept_single:
             dst.copy_(src)
             kept_single = True
-        else:
-            differs = True
-    return out if differs else None
+    return out
+
+
+def input_rows(source: Mapping[str, torch.Tensor]) -> list[tuple[str, Rows]]:
+    return [(k, (tuple(v.shape), v.is_floating_point())) for k, v in source.items()]
+
+
+def twin(source: Mapping[str, torch.Tensor], fresh: Mapping[str, torch.Tensor], rng: random.Random,
+         mode: str = "prefix") -> dict[str, torch.Tensor] | None:
+    """A copy of `fresh` (views kept) that equals `source` on a random block of leading ("prefix")
+    or trailing ("suffix") rows along dim 0 (tokens, requests, pool slots) of every floating
+    tensor with at least two rows, and on its integer tensors and first single-row floating
+    tensor (`mix`). None when the mixture would equal `source`."""
+    rows = twin_rows(input_rows(source), rng)
+    return None if rows is None else mix(source, fresh, rows, mode)

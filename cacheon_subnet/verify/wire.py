@@ -3,6 +3,8 @@
 No pickle crosses the boundary (the host never unpickles what miner code could influence).
 Tensors keep their views: arguments sharing one storage (q and k as views into one qkv
 buffer, as SGLang passes them) arrive sharing one storage, with the same strides.
+A host frame may carry its storages in a sealed memfd instead (verify/shm.py: the header's
+`_shm`, the fd right after the frame); only a caller that allows it (the worker) maps one.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import socket
 import struct
 import time
 from typing import Any
@@ -17,6 +20,7 @@ from typing import Any
 import torch
 
 from cacheon_subnet.slots.spec import dtype_name, torch_dtypes
+from cacheon_subnet.verify import shm
 
 MAX_MESSAGE = 4 << 30
 # The JSON header of a frame (the tensor table, flags, error tails: kilobytes). Bounded apart from
@@ -34,26 +38,22 @@ class WireError(Exception):
     """Malformed frame or tensor description (a protocol violation by the peer)."""
 
 
-def _frame_parts(msg: dict[str, Any], tensors: dict[str, torch.Tensor] | None) -> tuple[bytes, list[torch.Tensor]]:
+def _frame_parts(msg: dict[str, Any], tensors: dict[str, torch.Tensor] | None,
+                 sealed: shm.SealedFrame | None = None) -> tuple[bytes, list[torch.Tensor]]:
     """The length-prefixed JSON header and the distinct storages (uint8 views, no copy) of a frame."""
-    storages: list[torch.Tensor] = []
-    index: dict[tuple[str, int], int] = {}
-    descs: dict[str, dict[str, Any]] = {}
     for name, t in (tensors or {}).items():
         if t.device.type != "cpu":
             raise WireError(f"tensor {name} must be on CPU to cross the wire")
-        st = t.untyped_storage()
-        key = (str(t.device), st.data_ptr())
-        if key not in index:
-            index[key] = len(storages)
-            storages.append(torch.empty(0, dtype=torch.uint8).set_(st))
-        descs[name] = {
-            "storage": index[key], "offset": t.storage_offset(), "shape": list(t.shape),
-            "stride": list(t.stride()), "dtype": dtype_name(t.dtype),
-        }
+    storages, of = shm.distinct_storages(tensors or {})
+    descs = {name: {"storage": of[name], "offset": t.storage_offset(), "shape": list(t.shape),
+                    "stride": list(t.stride()), "dtype": dtype_name(t.dtype)} for name, t in (tensors or {}).items()}
     header = dict(msg)
     header["_tensors"] = descs
     header["_storages"] = [int(s.numel()) for s in storages]
+    if sealed is not None:
+        if list(sealed.sizes) != header["_storages"]:
+            raise WireError("sealed frame does not hold these tensors' storages")
+        header["_shm"] = sealed.header()
     hb = json.dumps(header, separators=(",", ":")).encode()
     return struct.pack(">I", len(hb)) + hb, storages
 
@@ -108,6 +108,8 @@ def decode(payload: bytes) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     if hlen > MAX_HEADER:
         raise WireError(f"header of {hlen} bytes exceeds the {MAX_HEADER} limit")
     header, sizes, descs = _parse_header(payload[4 : 4 + hlen])
+    if "_shm" in header:
+        raise WireError("a shared-memory frame is not accepted here")
     pos = 4 + hlen
     if pos + sum(sizes) != len(payload):
         raise WireError("frame length does not match its storage table")
@@ -121,18 +123,31 @@ def decode(payload: bytes) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
 def send(fd: int, msg: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None,
          deadline: float | None = None) -> None:
     """One frame, the storages written straight from the tensors' memory (a 1.4 GB K/V pool was
-    copied three times before it reached the pipe)."""
-    head, storages = _frame_parts(msg, tensors)
+    copied three times before it reached the pipe), or, for a shm.Frame with a sealed copy, the
+    header alone and then the copy's fd (SCM_RIGHTS, one byte)."""
+    sealed = getattr(tensors, "sealed", None)
+    head, storages = _frame_parts(msg, tensors, sealed)
+    if sealed is not None:
+        if sealed.fd is None:
+            raise WireError("sealed frame already closed")
+        _write_all(fd, _LEN.pack(len(head)) + head, deadline)
+        _wait(fd, deadline, write=True)
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            socket.send_fds(sock, [b"F"], [sealed.fd])
+        return
     _write_all(fd, _LEN.pack(len(head) + sum(int(s.numel()) for s in storages)) + head, deadline)
     for s in storages:
         if s.numel():
             _write_all(fd, memoryview(s.numpy()), deadline)
 
 
-def recv(fd: int, max_bytes: int = MAX_MESSAGE, deadline: float | None = None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def recv(fd: int, max_bytes: int = MAX_MESSAGE, deadline: float | None = None,
+         allow_shm: bool = False) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """Read one frame, each storage straight into a buffer of its own. `deadline`
     (time.monotonic()) raises TimeoutError when passed. A malformed frame raises WireError after
-    its bytes are read off (the stream stays at a frame boundary, as when frames were read whole)."""
+    its bytes are read off (the stream stays at a frame boundary, as when frames were read whole).
+    `allow_shm`: the worker maps a host's sealed frame; anywhere else one is refused (the host
+    never maps memory its peer could still write)."""
     n = _LEN.unpack(_read_exact(fd, _LEN.size, deadline))[0]
     if n > max_bytes:
         raise WireError(f"frame of {n} bytes exceeds the {max_bytes} limit")
@@ -148,13 +163,37 @@ def recv(fd: int, max_bytes: int = MAX_MESSAGE, deadline: float | None = None) -
         raise WireError(f"header of {hlen} bytes exceeds the {MAX_HEADER} limit")
     try:
         header, sizes, descs = _parse_header(_read_exact(fd, hlen, deadline))
-        if 4 + hlen + sum(sizes) != n:
+        shared = header.pop("_shm", None)
+        if shared is not None and not allow_shm:
+            raise WireError("a shared-memory frame is not accepted here")
+        if 4 + hlen + (0 if shared is not None else sum(sizes)) != n:
             raise WireError("frame length does not match its storage table")
+        if shared is not None and (not isinstance(shared, dict) or sum(sizes) > max_bytes):
+            raise WireError("bad shared-memory table")
     except WireError:
         _discard(fd, n - 4 - hlen, deadline)
         raise
+    if shared is not None:
+        return header, _tensors(descs, _shared_stores(fd, shared, sizes, deadline))
     stores = [_storage(_read_into(fd, bytearray(size), deadline)) for size in sizes]
     return header, _tensors(descs, stores)
+
+
+def _shared_stores(fd: int, layout: dict[str, Any], sizes: list[int], deadline: float | None) -> list[Any]:
+    """The sealed memfd that follows a shared-memory header, mapped read-only (verify/shm.py)."""
+    _wait(fd, deadline, write=False)
+    with socket.socket(fileno=os.dup(fd)) as sock:
+        data, fds, _, _ = socket.recv_fds(sock, 1, 1)
+    if data != b"F" or len(fds) != 1:
+        for f in fds:
+            os.close(f)
+        raise WireError("shared-memory frame without its fd")
+    try:
+        return shm.map_storages(fds[0], layout, sizes)
+    except (ValueError, OSError) as e:
+        raise WireError(str(e)) from None
+    finally:
+        os.close(fds[0])  # the mapping keeps the memory
 
 
 def _wait(fd: int, deadline: float | None, write: bool) -> None:

@@ -29,9 +29,8 @@ from cacheon_subnet.bundle.jitkeys import salt_kernel_keys
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.spec import GROUP_ARG, SlotSpec, dtype_of
 from cacheon_subnet.tensor_views import rebase, tensor_digest
-
-BIG_INPUT = 64 << 20  # read-only inputs above this come back as a digest, not as bytes
 from cacheon_subnet.verify import wire
+from cacheon_subnet.verify.judge import BIG_INPUT
 
 _SYNC_METHODS = frozenset({"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__",
                            "nonzero", "synchronize"})
@@ -86,7 +85,7 @@ class Worker:
     def serve(self) -> None:
         while True:
             try:
-                msg, tensors = wire.recv(self.fd)
+                msg, tensors = wire.recv(self.fd, allow_shm=True)  # the host's sealed frames (verify/shm.py)
             except EOFError:
                 return
             kind = msg.get("type")
