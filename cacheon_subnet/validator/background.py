@@ -48,9 +48,14 @@ def split_cpus(share: float, available: frozenset[int] | None = None) -> CpuSpli
 
 
 def pin_this_thread(cpus: frozenset[int] | None) -> None:
-    """Bind the calling thread (pid 0 = this thread on Linux) and what it will start."""
+    """Bind the calling thread (pid 0 = this thread on Linux) and what it will start. A set the
+    host no longer allows (a cpuset changed under us) leaves the affinity as it was: pinning
+    protects timing quality, and a thread pool whose initializer raised would take no work."""
     if cpus:
-        os.sched_setaffinity(0, cpus)
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError:
+            pass
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ so a job retried after a lost worker, or delivered twice, is counted once.
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
@@ -22,6 +21,7 @@ from typing import Any, Mapping, Protocol
 
 from cacheon_subnet.bundle import OpEntry, bundle_from_files
 from cacheon_subnet.scoring.settle import Crown
+from cacheon_subnet.validator.background import pin_this_thread
 from cacheon_subnet.validator.qualify_result import QualifyResult
 
 
@@ -144,7 +144,7 @@ class _ThreadedArenas:
         self.wake = wake or threading.Event()
         self._workers = workers
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="arena-gpu",
-                                        initializer=_pin, initargs=(cpus,))
+                                        initializer=pin_this_thread, initargs=(cpus,))  # it and its engines
         self._futures: dict[str, Future[JobResult]] = {}
         self._lock = threading.Lock()
 
@@ -178,11 +178,6 @@ class _ThreadedArenas:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _pin(cpus: frozenset[int] | None) -> None:
-    if cpus:
-        os.sched_setaffinity(0, cpus)  # this worker thread and the engines it starts
 
 
 class BackgroundArena(_ThreadedArenas):

@@ -190,7 +190,9 @@ class Validator(VerifyStages, QualifyStages):
         if overlap is None:
             overlap = not str(getattr(qualifier, "label", "")).startswith("cpu-timing")
         self.wake: threading.Event = getattr(qualifier, "wake", None) or threading.Event()
-        cpus = split_cpus(self.cfg.screen_cpu_share) if overlap else split_cpus(0)
+        # a GPU screen never runs beside the arena (the GPU turn), so it keeps every core for its draws
+        cpu_screen = not self.cfg.screen_device.startswith("cuda")
+        cpus = split_cpus(self.cfg.screen_cpu_share if overlap and cpu_screen else 0)
         self.screens: ScreenPool | None = None
         self._own_pool: BackgroundArena | None = None
         self._pool: Any = qualifier if pooled else None

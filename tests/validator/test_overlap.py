@@ -315,3 +315,18 @@ def test_a_fetch_that_cannot_open_a_socket_is_not_charged_to_the_miner(tmp_path)
     with pytest.raises(OSError) as got:
         asyncio.run(download("http://127.0.0.1:9/x.tar.gz", tmp_path / "x", FetchPolicy(urls=urls), NoFds()))
     assert not isinstance(got.value, FetchError) and got.value.errno == errno.EMFILE
+
+
+def test_only_a_cpu_screen_is_pinned_away_from_the_arena(tmp_path, monkeypatch):
+    """A CPU screen beside the arena gets its slice of cores; a GPU screen (never beside an arena
+    job) keeps every core for its input draws."""
+    import cacheon_subnet.validator.background as bg
+
+    monkeypatch.setattr(bg.os, "sched_getaffinity", lambda _pid: set(range(16)))
+    chain = make_chain(tmp_path / "chain.db")
+    cpu = _make(tmp_path, chain, FakeQualifier(), fake_screener())
+    assert cpu.cpus == CpuSplit(frozenset(range(12)), frozenset(range(12, 16)))
+    cpu.close()
+    gpu = _make(tmp_path, chain, FakeQualifier(), fake_screener(), screen_device="cuda")
+    assert gpu.cpus == CpuSplit()
+    gpu.close()
