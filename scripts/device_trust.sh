@@ -230,10 +230,28 @@ case "${1:-}" in
     ;;
   judge)  # issue 30 item 6: neurons/validator.py over a mixed queue of N commitments (6 or 12) on the local
           # chain, every verdict's wall time by stage, verdicts per GPU-hour (scripts/judge_bench.py)
-    n=${2:-6}
-    step "judge-$n" 590 python3 scripts/judge_bench.py --n "$n" --screen-device "${JUDGE_SCREEN:-cpu}" \
+          # JUDGE_FAST=1: a TEST copy of dense.toml with the resident timed engine, the resident teacher
+          # and the SPRT on (the levers issue 30 asks to measure; all three are off in the shipped config)
+    n=${2:-6}; cfg=configs/arena/dense.toml
+    if [ -n "${JUDGE_FAST:-}" ]; then cfg=/tmp/dense-judge.toml; python3 - "$cfg" <<'PY'
+import re, sys
+t = open("configs/arena/dense.toml").read()
+t = re.sub(r'(?m)^name = "(.*)"', r'name = "\1-judge-TEST"', t, count=1)
+t = re.sub(r"(?m)^\[engine\]\n", "[engine]\nresident = true\n", t, count=1)
+t = re.sub(r"(?m)^enabled = false", "enabled = true", t, count=1)
+open(sys.argv[1], "w").write(t + "\n[teacher]\nresident = true\n")
+PY
+    fi
+    step "judge-$n" 590 python3 scripts/judge_bench.py --n "$n" --screen-device "${JUDGE_SCREEN:-cpu}" --config "$cfg" \
       --work "/var/tmp/cacheon-judge-$n" --out "$OUT/judge-$n.json" ${JUDGE_EXTRA:+--extra "$JUDGE_EXTRA"}
     tail -16 "$OUT/judge-$n.txt"; cp /var/tmp/cacheon-judge-"$n"/pass*.log "$OUT/" 2>/dev/null
+    ;;
+  rt)  # issue 30 item 4: the resident timed engine (scripts/resident_timed_bench.py; its flags in RT_ARGS,
+       # e.g. RT_ARGS="--modes resident --sequence role-bias,examples/norm.rmsnorm,role-bias")
+    n=rt-${2:-$(date +%s)}
+    # shellcheck disable=SC2086
+    step "$n" 590 python3 scripts/resident_timed_bench.py --config configs/arena/dense.toml ${RT_ARGS:?set RT_ARGS} \
+      --out "$OUT/$n.json"; tail -12 "$OUT/$n.txt"
     ;;
   warm)  # one `arena warm` (fills the seed caches; its engine start is a number too)
     step "warm$(date +%s)" 260 $C arena warm --config configs/arena/dense.toml; cat "$OUT"/warm*.txt
@@ -265,6 +283,7 @@ case "${1:-}" in
       sm-controls) need 150 "$m" && mode sm-controls ;;
       sm-speed) need 300 "$m" && mode sm-speed ;;
       judge=*) need 400 "$m" && mode judge "${m#judge=}" ;;
+      rt=*) need 300 "$m" && mode rt "${m#rt=}" ;;
       *) need 300 "$m" && mode "$m" ;;
     esac; pkill -9 -f 'arena[.]engine_child|sglang[.]srt' 2>/dev/null; done; [ -n "${PACK:-}" ] && packcache
     ;;
