@@ -16,6 +16,7 @@ child's CPU; and the linear algorithms are checked against the quadratic ones th
 from __future__ import annotations
 
 import ast
+import gc
 import random
 import sys
 import time
@@ -70,11 +71,16 @@ def test_four_times_the_defs_cost_about_four_times_the_cpu(build) -> None:
     def cpu(n: int) -> float:
         b = bundle_from_files(build(n))
         best = float("inf")
-        for _ in range(2):  # the better of two: a loaded box only ever adds
-            t0 = time.process_time()
-            scan_files(b.files)
-            I.normalized_identity(b)
-            best = min(best, time.process_time() - t0)
+        for _ in range(3):  # the best of three: a loaded box only ever adds
+            gc.collect()  # a collection of the test process's own heap is not the scan's cost (CI read 9x once)
+            gc.disable()
+            try:
+                t0 = time.process_time()
+                scan_files(b.files)
+                I.normalized_identity(b)
+                best = min(best, time.process_time() - t0)
+            finally:
+                gc.enable()
         return best
 
     small, large = cpu(1000), cpu(4000)

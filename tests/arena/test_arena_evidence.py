@@ -71,7 +71,7 @@ def test_calls_outside_the_slots_abi_are_the_arenas_problem_and_the_bundles_choi
     the run read C/B 1.0000 with evidence "ok". Such declines now keep the verdict from standing."""
     from types import SimpleNamespace
 
-    from arena.run import Qualification
+    from arena.outcome import outcome
 
     abi = receipt()
     abi["declines"] = {SLOT: {"abi: x not contiguous (strides (4096, 1))": 756}}
@@ -81,7 +81,7 @@ def test_calls_outside_the_slots_abi_are_the_arenas_problem_and_the_bundles_choi
                                  "(abi: x not contiguous (strides (4096, 1)))",)
     stage = SimpleNamespace(leaks=(), evidence=ev)
     run = SimpleNamespace(forgery=None, records=[], error=None)
-    verdict, reason = Qualification._outcome(SimpleNamespace(), "resident", run, [], stage)
+    verdict, reason = outcome("resident", run, [], stage, SLOT, False)
     assert verdict == "NO_DECISION" and "outside its ABI" in reason and "declined 756" in reason
 
     mine = receipt()
@@ -89,4 +89,4 @@ def test_calls_outside_the_slots_abi_are_the_arenas_problem_and_the_bundles_choi
                                "bfloat16/float16": 2}}
     ev = check([mine], SLOT, [0], SWAPS, True)
     assert ev.ok and not ev.arena_problems and len(ev.notes) == 2
-    assert Qualification._outcome(SimpleNamespace(), "resident", run, [], SimpleNamespace(leaks=(), evidence=ev)) is None
+    assert outcome("resident", run, [], SimpleNamespace(leaks=(), evidence=ev), SLOT, False) is None
