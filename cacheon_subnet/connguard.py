@@ -8,8 +8,13 @@ of 8 KB each raised RSS from 45 to 841 MiB and were never closed. So:
 
 * connections are capped per client (an IPv4 address, an IPv6 /64) and in total, both checked
   when a connection is accepted, before aiohttp allocates anything for it; beyond the per-client
-  cap the new one gets a 503 and is closed, beyond the total the oldest connection is dropped (a
-  newcomer is more likely a real reader than whatever has held a slot longest);
+  cap the new one gets a 503 and is closed; beyond the total a connection of the heaviest network
+  is dropped (the IPv4 /24 or IPv6 /48 holding the most connections, in it the client holding the
+  most, its oldest). Oldest-first let one attacker evict every reader: 32 clients' worth of
+  connections (32 IPv4 addresses, or 32 /64s of the one /48 a tunnel broker hands out for free)
+  churned at the accept rate aborted each reader's connection before its response was out;
+  now such a flood evicts itself and a reader from another network is dropped only when every
+  network holds as few connections as the reader's does (red team 2026-12-04);
 * a request's head must arrive within `header_timeout_s` of the connect or of the last response
   (aiohttp's keep-alive timer, which also closes idle keep-alive connections);
 * every connection ends after `max_conn_s` whatever it does (a client that never reads its
@@ -114,6 +119,17 @@ def client_key(addr: Any) -> str:
     return str(ip)
 
 
+def client_group(key: str) -> str:
+    """The network a client key belongs to for eviction: an IPv4 /24 or an IPv6 /48 (what one
+    subscriber or one tunnel is handed); any other key is its own group."""
+    try:
+        net = ipaddress.ip_network(key, strict=False)
+    except ValueError:
+        return key
+    prefix = 24 if net.version == 4 else 48
+    return str(net.supernet(new_prefix=prefix)) if net.prefixlen > prefix else str(net)
+
+
 class Tally:
     """Counts an event and logs it at most once per `every_s` with the count (never a traceback)."""
 
@@ -141,12 +157,14 @@ def _released(transport: asyncio.BaseTransport) -> bool:
 
 
 class ConnTable:
-    """Open connections by client key, oldest first."""
+    """Open connections by client key (and its network, client_group), oldest first."""
 
     def __init__(self, limits: Limits, clock: Callable[[], float] = time.monotonic) -> None:
         self.limits, self.clock = limits, clock
         self._conns: dict[asyncio.BaseTransport, tuple[str, float]] = {}
         self._per: Counter[str] = Counter()
+        self._by_key: dict[str, dict[asyncio.BaseTransport, None]] = {}  # each client's, oldest first
+        self._groups: dict[str, Counter[str]] = {}  # network -> its clients' connection counts
         self.evicted = 0
 
     def __len__(self) -> int:
@@ -162,25 +180,39 @@ class ConnTable:
     def _drop(self, t: asyncio.BaseTransport) -> None:
         key, _ = self._conns.pop(t)
         self._per[key] -= 1
+        mine, group = self._by_key[key], client_group(key)
+        del mine[t]
+        self._groups[group][key] -= 1
         if self._per[key] <= 0:
-            del self._per[key]
+            del self._per[key], self._by_key[key], self._groups[group][key]
+            if not self._groups[group]:
+                del self._groups[group]
+
+    def _victim(self) -> asyncio.BaseTransport:
+        """The oldest connection of the client holding the most in the network holding the most."""
+        group = max(self._groups, key=lambda g: self._groups[g].total())
+        key = max(self._groups[group], key=self._groups[group].__getitem__)
+        return next(iter(self._by_key[key]))
 
     def admit(self, key: str) -> bool:
-        """False when `key` is at its cap; at the total cap the oldest connection is dropped."""
+        """False when `key` is at its cap; at the total cap a connection of the heaviest network
+        is dropped (_victim)."""
         if self._per[key] >= self.limits.max_conns_per_ip or len(self._conns) >= self.limits.max_conns:
             self.prune()
         if self._per[key] >= self.limits.max_conns_per_ip:
             return False
         while len(self._conns) >= self.limits.max_conns:
-            oldest = next(iter(self._conns))
-            oldest.abort()
-            self._drop(oldest)
+            victim = self._victim()
+            victim.abort()
+            self._drop(victim)
             self.evicted += 1
         return True
 
     def add(self, key: str, transport: asyncio.BaseTransport) -> None:
         self._conns[transport] = (key, self.clock())
         self._per[key] += 1
+        self._by_key.setdefault(key, {})[transport] = None
+        self._groups.setdefault(client_group(key), Counter())[key] += 1
 
     def expire(self) -> int:
         """Abort every connection older than max_conn_s; forget the closed ones. Returns how many."""
@@ -260,34 +292,48 @@ class GuardedListener:
         self.table.close_all()
 
     async def _accept_loop(self) -> None:
+        """Accepts until cancelled, whatever one accept meets. Why not only OSError: a flood of
+        pipelined header-heavy requests took the web process to its address-space cap (1 GiB;
+        reads failed with MemoryError), and a MemoryError here would end this task while the
+        process lived on: never restarted, never accepting again (red team 2026-12-04)."""
         loop = asyncio.get_running_loop()
         while True:
+            conn: socket.socket | None = None
             try:
                 conn, addr = await loop.sock_accept(self.sock)
-            except OSError as exc:  # EMFILE and friends: count, say so now and then, back off
-                self.accept_errors.note(error=f"{type(exc).__name__}: {exc.strerror or exc}")
-                await asyncio.sleep(0.1 if exc.errno in _RESOURCE_ERRNOS else 0.01)
-                continue
-            key = client_key(addr)
-            evicted = self.table.evicted
-            if not self.table.admit(key):
-                self.refused.note(client=key, reason="per-client connection cap", cap=self.limits.max_conns_per_ip)
-                _refuse(conn)
-                continue
-            if self.table.evicted > evicted:
-                self.dropped.note(reason="total connection cap: the oldest made room", cap=self.limits.max_conns)
-            _tune(conn, self.limits)
-            try:
-                transport, _ = await loop.connect_accepted_socket(self.factory, conn)
-            except OSError:
-                conn.close()
-                continue
-            self.table.add(key, transport)
+                await self._admit(loop, conn, addr)
+            except Exception as exc:  # noqa: BLE001 - EMFILE, MemoryError...: count, say so now and then, back off
+                if conn is not None:
+                    conn.close()
+                self.accept_errors.note(error=f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}")
+                resource = isinstance(exc, MemoryError) or getattr(exc, "errno", None) in _RESOURCE_ERRNOS
+                await asyncio.sleep(0.1 if resource else 0.01)
+
+    async def _admit(self, loop: asyncio.AbstractEventLoop, conn: socket.socket, addr: Any) -> None:
+        key = client_key(addr)
+        evicted = self.table.evicted
+        if not self.table.admit(key):
+            self.refused.note(client=key, reason="per-client connection cap", cap=self.limits.max_conns_per_ip)
+            _refuse(conn)
+            return
+        if self.table.evicted > evicted:
+            self.dropped.note(reason="total connection cap: the heaviest network made room", cap=self.limits.max_conns)
+        _tune(conn, self.limits)
+        try:
+            transport, _ = await loop.connect_accepted_socket(self.factory, conn)
+        except OSError:
+            conn.close()
+            return
+        self.table.add(key, transport)
 
     async def _sweep_loop(self) -> None:
         while True:
             await asyncio.sleep(min(1.0, self.limits.header_timeout_s / 4))
-            old, heavy = self.table.expire(), self.table.shed()
+            try:
+                old, heavy = self.table.expire(), self.table.shed()
+            except Exception as exc:  # noqa: BLE001 - as in _accept_loop: the sweep outlives a MemoryError
+                self.dropped.note(error=f"{type(exc).__name__}: {exc}"[:200])
+                continue
             if old or heavy:
                 self.dropped.note(too_old=old, too_much_unsent=heavy, max_conn_s=self.limits.max_conn_s,
                                   max_buffered=self.limits.max_buffered)

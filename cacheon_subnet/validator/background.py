@@ -19,7 +19,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -54,6 +56,25 @@ def pin_this_thread(cpus: frozenset[int] | None) -> None:
     if cpus:
         try:
             os.sched_setaffinity(0, cpus)
+        except OSError:
+            pass
+
+
+@contextmanager
+def pinned(cpus: frozenset[int] | None) -> Iterator[None]:
+    """Run the block, and the children it starts, on `cpus`; then give the calling thread its own
+    set back. For the loop thread's CPU work beside a timed window (the static scan's child,
+    unpacking and digesting archives): unpinned, it ran on the arena's cores (red team 2026-12-04)."""
+    if not cpus:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    pin_this_thread(cpus)
+    try:
+        yield
+    finally:
+        try:
+            os.sched_setaffinity(0, before)
         except OSError:
             pass
 

@@ -44,7 +44,7 @@ from cacheon_subnet.retry import backoff_s
 from cacheon_subnet.scoring.settle import Crown, ScoringError, SpeedPolicy
 from cacheon_subnet.scoring.weights import WeightPolicy
 from cacheon_subnet.validator import ledger
-from cacheon_subnet.validator.background import ScreenPool, split_cpus
+from cacheon_subnet.validator.background import ScreenPool, pinned, split_cpus
 from cacheon_subnet.validator.chainguard import ChainDown, GuardedChain
 from cacheon_subnet.validator.copies import settle_copy
 from cacheon_subnet.validator.dispatch import BackgroundArena
@@ -63,6 +63,7 @@ from cacheon_subnet.validator.qualify_stage import QualifyStages
 from cacheon_subnet.validator.qualify_result import Qualifier
 from cacheon_subnet.validator.screen import Screener, VerifyScreener, static_screen
 from cacheon_subnet.validator.state import Contribution, StateDB, acquire_run_lock
+from cacheon_subnet.validator.storable import storable
 from cacheon_subnet.validator.verify_stage import VerifyStages
 
 Fetcher = Callable[[str, str, Path, FetchPolicy, aiohttp.ClientSession], Awaitable[Path]]
@@ -196,6 +197,7 @@ class Validator(VerifyStages, QualifyStages):
         self.screens: ScreenPool | None = None
         self._own_pool: BackgroundArena | None = None
         self._pool: Any = qualifier if pooled else None
+        self._held = []  # pool results the chain kept us from filing (qualify_stage._dispatch_stage)
         if overlap:
             self.screens = ScreenPool(self.screener, self.cfg.screen_workers, cpus.screen, self.wake)
             if not pooled:
@@ -220,8 +222,11 @@ class Validator(VerifyStages, QualifyStages):
             if pool is not None:
                 pool.close()  # waits for what is in flight; a shutdown has killed their children
         if self._own_pool is not None:
-            for r in self._own_pool.poll():  # jobs a shutdown ended: NO_DECISION, due after the restart
-                self._collect(r)
+            for r in [*self._held, *self._own_pool.poll()]:  # jobs a shutdown ended: NO_DECISION, due after the restart
+                try:
+                    self._collect(r)
+                except ChainDown:  # not filed: the job runs again after the restart
+                    self.log.warning("qualify.unfiled_at_exit", key=r.key)
         if lifecycle.lease_dir() == self.cfg.state_dir / "children":
             lifecycle.set_lease_dir(None)
         self.db.close()
@@ -259,16 +264,27 @@ class Validator(VerifyStages, QualifyStages):
 
     def _pipeline(self) -> None:
         """Verify and qualify, interleaved: what a screen verifies goes to a free arena at once.
-        Draining, wait (on the wake event) until none of its own screens and arena jobs is in flight."""
+        Draining, wait (on the wake event) until none of its own screens and arena jobs is in flight.
+        A chain outage stops only qualifying (it needs the block): verify goes on, as it did when it
+        was a stage of its own, and the ChainDown is raised at the end."""
+        down: list[ChainDown] = []
         while True:
             self._collect_screens()
-            self._qualify_stage()  # first: a GPU arena has priority over a GPU screen
+            self._qualify_unless_down(down)  # first: a GPU arena has priority over a GPU screen
             self._verify_stage()
-            self._qualify_stage()  # what verify just passed
+            self._qualify_unless_down(down)  # what verify just passed
             if not self._s["drain"] or not self._own_in_flight() or lifecycle.SHUTDOWN.is_set():
-                return
+                break
             self.wake.wait(self.cfg.busy_poll_s)
             self.wake.clear()
+        if down:
+            raise down[0]
+
+    def _qualify_unless_down(self, down: list[ChainDown]) -> None:
+        try:
+            self._qualify_stage()
+        except ChainDown as exc:
+            down.append(exc)
 
     @contextmanager
     def _item(self, c: Contribution, stage: str) -> Iterator[None]:
@@ -410,6 +426,7 @@ class Validator(VerifyStages, QualifyStages):
 
     def _transient(self, c: Contribution, stage: str, why: str, give_up: str) -> None:
         """Count a transient failure; after max_attempts end in `give_up` (failed/no_decision)."""
+        why = storable(why)
         if c.attempts + 1 >= self.cfg.max_attempts:
             self.db.transition(c.id, give_up, f"{stage}: {why} (gave up after {c.attempts + 1} attempts)")
             self.log.warning(f"{stage}.gave_up", contribution=c.id, state=give_up, reason=why[:300])
@@ -421,7 +438,8 @@ class Validator(VerifyStages, QualifyStages):
     def _fetch_stage(self) -> None:
         items = self.db.due("queued")[: self.cfg.max_items_per_pass]
         if items:
-            asyncio.run(self._fetch_all(items))
+            with pinned(self.cpus.screen):  # unpacking and digesting beside a timed window: the screens' cores
+                asyncio.run(self._fetch_all(items))
 
     async def _fetch_all(self, items: list[Contribution]) -> None:
         sem = asyncio.Semaphore(self.cfg.fetch_concurrency)
@@ -468,9 +486,10 @@ class Validator(VerifyStages, QualifyStages):
         return load_cached(self.cfg.cache_dir, digest or "")
 
     def _screen_stage(self) -> None:
-        for c in self.db.due("fetched")[: self.cfg.max_items_per_pass]:
-            with self._item(c, "screen"):
-                self._screen_one(c)
+        with pinned(self.cpus.screen):  # the static scan's child too: never on the arena's cores
+            for c in self.db.due("fetched")[: self.cfg.max_items_per_pass]:
+                with self._item(c, "screen"):
+                    self._screen_one(c)
 
     def _screen_one(self, c: Contribution) -> None:
         bundle = self._bundle(c)

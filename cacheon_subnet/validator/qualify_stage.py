@@ -10,10 +10,13 @@ from typing import Any
 
 from cacheon_subnet import lifecycle
 from cacheon_subnet.bundle import Bundle
+from cacheon_subnet.resources import describe, is_resource_error
 from cacheon_subnet.validator import ledger
+from cacheon_subnet.validator.chainguard import ChainDown
 from cacheon_subnet.validator.dispatch import JobResult, QualifyJob, finished_jobs, job_key
 from cacheon_subnet.validator.qualify_result import result_problem
 from cacheon_subnet.validator.state import Contribution
+from cacheon_subnet.validator.storable import storable
 from cacheon_subnet.validator.words import VERDICT_WORDS
 
 
@@ -26,6 +29,7 @@ class QualifyStages:
     qualifier: Any
     metrics: Any
     log: Any
+    _held: list[JobResult]  # pool results not yet filed (the chain was down): filed first next pass
 
     def _qualify_stage(self) -> None:
         if self._arena_pool() is not None:
@@ -86,6 +90,8 @@ class QualifyStages:
         settled against numbers the holder no longer has (red team: a 1.20x challenger dethroned
         a re-measured 1.30x holder and was crowned at 1.42x)."""
         evaluated = max(start, self.chain.current_block())
+        if isinstance(result.reason, str):
+            result = replace(result, reason=storable(result.reason))  # a bundle's own words: storable
         crown = ledger.crown_of(self.db, target) if key is not None else None
         if crown is not None and start <= crown.crowned_block:
             evaluated = start
@@ -107,8 +113,16 @@ class QualifyStages:
         """A pool of arenas: collect what finished (this thread alone writes the DB), then keep
         every free arena busy with due work, oldest commit first."""
         pool: Any = self._arena_pool()
-        for r in pool.poll():
-            self._collect(r)
+        results, self._held = [*self._held, *pool.poll()], []
+        for i, r in enumerate(results):
+            try:
+                self._collect(r)
+            except ChainDown:  # filed when the chain answers again: a finished job is never lost and run again
+                self._held = results[i:]
+                raise
+            except BaseException:
+                self._held = results[i + 1:]
+                raise
         if self._gpu_screens_running():
             return  # a screen on the GPU has its turn: no timed window beside it (verify_stage)
         running = {tuple(k.split("|")[:2]) for k in pool.in_flight()}
@@ -171,9 +185,20 @@ class QualifyStages:
             self._transient(c, "qualify", f"{r.target}: {why} (on {r.worker})", "no_decision")
             return
         result = r.result if r.result.target == r.target else replace(r.result, target=r.target)
+        try:
+            self._record(c, r.target, result, r.start_block, r.incumbent_id, key=r.key)
+        except (ChainDown, lifecycle.Interrupted):
+            raise
+        except Exception as exc:  # noqa: BLE001 - an answer this validator cannot file is the job's error
+            # (retried, then NO_DECISION), never a crashed pass that loses it and runs the job again
+            why = describe(exc) if is_resource_error(exc) else f"{type(exc).__name__}: {exc}"
+            self.log.warning("qualify.unrecordable", key=r.key, error=storable(why)[:300])
+            self._tried("qualify", failed=True)
+            self.db.put("job:" + r.key, "error")
+            self._transient(c, "qualify", f"{r.target}: result could not be recorded: {why}", "no_decision")
+            return
         self._tried("qualify")
         self.metrics.verdict(result.verdict)
-        self._record(c, r.target, result, r.start_block, r.incumbent_id, key=r.key)
         self._moved("qualified")
 
     def _interrupted(self, c: Contribution, target: str, exc: Exception) -> None:
@@ -183,7 +208,7 @@ class QualifyStages:
         raise lifecycle.Interrupted(why) from exc
 
     def _note_interrupted(self, c: Contribution, target: str, cause: str) -> str:
-        why = f"qualify: {target}: NO_DECISION, interrupted by shutdown; retried after restart ({cause})"
+        why = storable(f"qualify: {target}: NO_DECISION, interrupted by shutdown; retried after restart ({cause})")
         with self.db.tx() as con:
             self.db.update(con, c.id, {"reason": why[:2000], "next_try_at": 0})
         self.log.warning("qualify.interrupted", contribution=c.id, target=target, verdict="NO_DECISION")

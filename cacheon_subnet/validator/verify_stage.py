@@ -16,6 +16,7 @@ from cacheon_subnet.bundle import Bundle
 from cacheon_subnet.validator.background import ScreenJob, ScreenOutcome, ScreenPool
 from cacheon_subnet.validator.screen import ScreenResult
 from cacheon_subnet.validator.state import Contribution
+from cacheon_subnet.validator.storable import storable
 
 
 class VerifyStages:
@@ -95,7 +96,8 @@ class VerifyStages:
             self._moved("verified")
             self.log.info("verify.pass", contribution=c.id, targets=list(todo), wall_s=wall_s)
         else:
-            self.db.transition(c.id, "failed", "verify: " + "; ".join(result.reasons)[:2000], detail=detail)
+            why = storable("verify: " + "; ".join(result.reasons))[:2000]  # a bundle's own words: storable
+            self.db.transition(c.id, "failed", why, detail=detail)
             self.log.info("verify.failed", contribution=c.id, reasons=list(result.reasons)[:5], wall_s=wall_s)
 
     def _gpu_turn_taken_by_arena(self) -> bool:

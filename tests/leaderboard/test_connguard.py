@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cacheon_subnet.connguard import FD_RESERVE, ConnTable, Limits, Tally, client_key
+from cacheon_subnet.connguard import FD_RESERVE, ConnTable, Limits, Tally, client_group, client_key
 
 
 class FakeSock:
@@ -105,3 +105,46 @@ def test_limits_are_checked_fitted_to_the_fd_budget_and_read_from_the_environmen
         Limits.from_env("X_", Limits(), {"X_MAX_CONNS": "lots"})
     args = Limits().handler_args()
     assert args["keepalive_timeout"] == 10.0 and args["max_field_size"] == 4096 and args["max_headers"] == 32
+
+
+def test_client_group_is_the_ipv4_24_or_the_ipv6_48():
+    assert client_group("203.0.113.7") == "203.0.113.0/24"
+    assert client_group(client_key(("2001:db8:1:2::1", 1, 0, 0))) == "2001:db8:1::/48"
+    assert client_group(client_key(("2001:db8:1:ffff::1", 1, 0, 0))) == "2001:db8:1::/48"
+    assert client_group("?") == "?"
+
+
+def _flood(table: ConnTable, keys: list[str]) -> list[FakeTransport]:
+    out = []
+    for key in keys:
+        assert table.admit(key)
+        t = FakeTransport()
+        table.add(key, t)
+        out.append(t)
+    return out
+
+
+@pytest.mark.parametrize("attacker", [
+    [f"2001:db8:bad:{i:x}::/64" for i in range(512) for _ in range(2)],  # one tunnel's /48, 2 per /64
+    [f"2001:db8:bad:{i:x}::/64" for i in range(64) for _ in range(16)],  # 16 per /64, the per-client cap
+    [f"198.51.100.{i}" for i in range(1, 65) for _ in range(16)],  # 64 IPv4 addresses of one /24
+])
+def test_a_flood_from_one_network_evicts_itself_not_the_readers(attacker):
+    """Red team: at the total cap the oldest connection was dropped, so one attacker's churn (any
+    32 clients' worth: 32 IPv4 addresses or 32 /64s of one free tunnel-broker /48) aborted every
+    reader's connection before its response was out. Guard: ConnTable._victim (heaviest network,
+    its heaviest client, oldest): with `oldest` instead the readers are the first dropped."""
+    table = ConnTable(Limits(max_conns=512, max_conns_per_ip=16))
+    readers = _flood(table, ["203.0.113.7", "2001:db8:600d:1::/64", "192.0.2.1", "192.0.2.1"])
+    churn = _flood(table, attacker)
+    assert not any(t.aborted for t in readers)
+    assert len(table) == 512 and table.evicted == len(attacker) + len(readers) - 512
+    assert sum(t.aborted for t in churn) == table.evicted
+
+
+def test_when_every_network_holds_one_the_oldest_goes_first():
+    """A botnet of many networks (the documented residual) still meets the old rule: ties go to
+    the network whose connection is oldest."""
+    table = ConnTable(Limits(max_conns=4, max_conns_per_ip=1))
+    first, *rest = _flood(table, [f"10.0.{i}.1" for i in range(4)])
+    assert table.admit("10.0.9.1") and first.aborted and not any(t.aborted for t in rest)

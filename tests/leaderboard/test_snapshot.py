@@ -113,3 +113,41 @@ def test_before_the_first_snapshot_the_page_says_so(tmp_path):
     db.put("last_sync_block", 41)
     db.close()
     assert snapshot.signature(state) != sig and (state / DB_NAME).is_file()
+
+
+def test_a_full_page_sorts_within_the_web_process_file_size_limit(tmp_path):
+    """Red team: the web process may write no file over 1 MiB (RLIMIT_FSIZE, supervisor.web_policy),
+    and SQLite spilled a large sort to a temp file: `/api/contributions?limit=500` on a validator of
+    5000 contributions and 10 000 GPU verdicts answered 500 ("disk I/O error"), in the walled web
+    process as here. Guard: data._Snapshot's `PRAGMA temp_store=MEMORY` (red without it)."""
+    import hashlib
+    import resource
+
+    from board_fixtures import arena_detail
+
+    from cacheon_subnet.validator import ledger
+    from cacheon_subnet.validator.qualify import QualifyResult
+    from cacheon_subnet.validator.web import data
+
+    state = make_state(tmp_path)
+    detail = arena_detail()
+    detail["windows"] = detail["windows"] * 40  # ~40 KB of plot figures per verdict: a long GPU run
+    db = StateDB(state)
+    with db.tx() as con:
+        for i in range(200):
+            c = hashlib.sha256(b"%d" % i).hexdigest()
+            db.insert(con, cid=c, hotkey=f"hk{i}", uid=i + 10, commit_block=100 + i, reveal_block=101 + i,
+                      url=None, digest=c, state="qualified", reason="qualified")
+            ledger.record_evidence(con, c, QualifyResult("norm.rmsnorm", "PASS", True, 1.0, 1.0, 0.01, "a", "gpu",
+                                                         "C/B 1.0", detail), 200 + i, None)
+    db.close()
+    out = tmp_path / "snap"
+    out.mkdir()
+    snapshot.write(state, out)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, hard))
+    try:
+        doc = data.contributions(data.Source(out, True), limit=200)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert len(doc["contributions"]) == 200 and doc["total"] == 203

@@ -142,7 +142,7 @@ def test_floods_on_the_page_and_the_metrics_port_never_reach_the_validator(run):
         run.expect_passes(mark, "slowloris, one address")
         assert _gone_within(socks, HEADER_TIMEOUT_S + 10), "heads that never end outlived the header timeout"
 
-    # 2. slowloris from 40 addresses, 16 each: past the total cap the oldest make room
+    # 2. slowloris from 40 addresses, 16 each: past the total cap the heaviest network makes room
     child = run.child()  # (the validator's side was checked first: it holds whatever it serves in process)
     child_rss = floods.rss_mib(child)
     mark = run.mark()

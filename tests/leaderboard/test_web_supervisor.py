@@ -4,6 +4,7 @@ in weak mode, follows the state DB, forwards a bounded share of the child's log;
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -138,16 +139,22 @@ def test_cacheon_leaderboard_runs_the_same_web_process_and_stops_it(tmp_path):
     assert _port_free(port)
 
 
-def test_a_failed_restart_is_tried_again(tmp_path, monkeypatch):
+@pytest.mark.parametrize("error", [SandboxError("every sandbox uid is in use"),
+                                   OSError(errno.EAGAIN, "Resource temporarily unavailable")])
+def test_a_failed_restart_is_tried_again(tmp_path, monkeypatch, error):
+    """Red team: an OSError from the launch (no fork, pipe or mount at that moment: EAGAIN, EMFILE,
+    ENOMEM) was not a LeaderboardError, so it ended the watch thread: the page was never restarted
+    and its snapshot never refreshed again, while the validator ran on. Guard: supervisor._launch
+    turns it into a LeaderboardError (red without: restarts stays at 1)."""
     monkeypatch.setenv("CACHEON_SANDBOX", "weak")  # the restart logic, without needing the wall
     monkeypatch.setattr(supervisor, "BACKOFF_S", (0.2, 0.5))
     with WebSupervisor(make_state(tmp_path), "127.0.0.1", 0, WebConfig(run_dir=str(tmp_path / "run"))) as sup:
         assert floods.get_until(sup.port, src="127.0.0.2", within_s=60) == 200
-        real, fails = sandbox.launch, ["every sandbox uid is in use"]
+        real, fails = sandbox.launch, [error]
 
         def flaky(*a, **k):
             if fails:
-                raise SandboxError(fails.pop())
+                raise fails.pop()
             return real(*a, **k)
 
         monkeypatch.setattr(sandbox, "launch", flaky)

@@ -85,3 +85,43 @@ def test_a_flood_of_silent_connections_leaves_the_archive_server_serving(tmp_pat
     text = log.read_text()
     assert '"serve.nofile"' in text and "Traceback" not in text and len(text) < 50_000
     assert proc.returncode == 0
+
+
+def test_answers_are_logged_as_a_count_not_a_line_each(tmp_path, monkeypatch):
+    """Red team: every archive answered wrote an info line, so 16 keep-alive connections pipelining
+    HEADs of the one archive wrote ~13 000 lines (3 MB) a second into the miner's log: a rival
+    fills the miner's disk from one address. Guard: serve.make_app's Tally (at most one
+    `serve.sent` per SENT_LOG_EVERY_S, with the count); red with a line per answer."""
+    import time
+
+    from cacheon_subnet.miner import serve
+
+    lines: list[tuple[str, dict]] = []
+
+    class Rec:
+        def __getattr__(self, level):
+            return lambda event, **kw: lines.append((event, kw)) if level == "info" else None
+
+    monkeypatch.setattr(serve, "log", Rec())
+    digest = "ab" * 32
+    (tmp_path / archive_name(digest)).write_bytes(b"x" * 1000)
+    srv = serve.start_in_thread(tmp_path)
+    try:
+        socks = [socket.create_connection(("127.0.0.1", srv.server.port)) for _ in range(PER_CLIENT)]
+        req = f"HEAD /{archive_name(digest)} HTTP/1.1\r\nHost: m\r\n\r\n".encode() * 50
+        answered = 0
+        for s in socks:
+            s.sendall(req)
+        for s in socks:
+            s.settimeout(10)
+            got = b""
+            while got.count(b"HTTP/1.1 200") < 50:
+                got += s.recv(1 << 16)
+            answered += got.count(b"HTTP/1.1 200")
+            s.close()
+        time.sleep(0.2)
+    finally:
+        srv.stop()
+    sent = [kw for event, kw in lines if event == "serve.sent"]
+    assert answered == PER_CLIENT * 50
+    assert 1 <= len(sent) <= 2 and sent[0]["count"] == 1, sent[:3]

@@ -189,7 +189,8 @@ class WebSupervisor:
         try:
             proc = sandbox.launch(argv, scratch=self._dir / "scratch", policy=policy, pass_fds=[self.sock.fileno()],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        except SandboxError as exc:
+        except (SandboxError, OSError) as exc:  # OSError: no fork, pipe or mount now (EAGAIN, EMFILE, ENOMEM):
+            # a LeaderboardError, so the watch thread tries again after its backoff instead of dying with it
             raise LeaderboardError(f"leaderboard: the web process cannot start behind the sandbox wall, and it never "
                                    f"serves without it unless CACHEON_SANDBOX=weak is set: {exc}") from None
         self.proc, self._started = proc, time.monotonic()
@@ -260,7 +261,11 @@ class WebSupervisor:
     # -- the snapshot -----------------------------------------------------------------------
 
     def _snapshot(self, force: bool = False) -> None:
-        sig = snapshot.signature(self.state_dir)
+        try:
+            sig = snapshot.signature(self.state_dir)
+        except OSError as exc:  # the watch thread must outlive whatever the state dir does
+            self._snap_errors.note(error=f"{type(exc).__name__}: {exc}"[:500])
+            return
         now = time.monotonic()
         wait = max(SNAPSHOT_EVERY_S, SNAPSHOT_SHARE * self._snap_cost)
         if sig is None or self._dir is None or (not force and (sig == self._sig or now - self._snap_at < wait)):
