@@ -217,7 +217,10 @@ def run_from_args(args: argparse.Namespace) -> int:
             if _warm_seeds(arena_config, log) == "interrupted":
                 return 0
         if getattr(args, "leaderboard", None):
-            board = _start_leaderboard(args, backend, hotkey)
+            from cacheon_subnet.validator.background import pinned
+
+            with pinned(validator.cpus.screen):  # the page's process and its restarts off the arena's cores
+                board = _start_leaderboard(args, backend, hotkey)
         if args.once:
             summary = validator.run_once()
             print(json.dumps({**summary.__dict__, "idle": summary.idle, "ok": summary.ok}, indent=2,

@@ -25,6 +25,7 @@ from cacheon_subnet.chain.backend import Commitment
 from cacheon_subnet.chain.commitment import CommitmentError, parse
 from cacheon_subnet.netpolicy import STRICT, UrlPolicy
 from cacheon_subnet.validator.state import ACTIVE, Contribution, StateDB
+from cacheon_subnet.validator.storable import storable
 
 
 @dataclass(frozen=True)
@@ -55,18 +56,13 @@ def malformed_id(c: Commitment) -> str:
     return "malformed:" + hashlib.sha256(raw).hexdigest()[:40]
 
 
-def _text(s: str) -> str:
-    """Storable text: lone surrogates (undecodable chain bytes) become backslash escapes."""
-    return s.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 def _malformed(db: StateDB, c: Commitment, block: int, why: str) -> list[IntakeEvent]:
     cid = malformed_id(c)
     if db.find(cid) is not None:
         return []
-    why = _text(why)[:2000]
+    why = storable(why)[:2000]
     with db.tx() as con:
-        db.insert(con, cid=cid, hotkey=_text(c.hotkey), uid=c.uid, commit_block=c.commit_block,
+        db.insert(con, cid=cid, hotkey=storable(c.hotkey), uid=c.uid, commit_block=c.commit_block,
                   reveal_block=c.reveal_block, url=None, digest=None, state="failed",
                   reason=f"malformed commitment: {why}", rule="malformed", seen_block=block)
     return [IntakeEvent(cid, c.hotkey, "malformed", why)]
