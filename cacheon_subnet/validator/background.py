@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable, Generic, TypeVar
 
 from cacheon_subnet.bundle import Bundle
 from cacheon_subnet.resources import describe, is_resource_error
@@ -103,47 +103,40 @@ class ScreenOutcome:
 
 
 Screener = Callable[[Bundle], ScreenResult]
+J = TypeVar("J")
+R = TypeVar("R")
 
 
-class ScreenPool:
-    """`workers` screens at once in background threads pinned to `cpus`; `wake` is set whenever a
-    screen finishes so the loop collects it at once instead of at its next interval."""
+class JobThreads(Generic[J, R]):
+    """Keyed jobs run by `workers` threads of this process pinned to `cpus`: one job per key at a
+    time, `wake` set whenever one finishes (so the loop collects it at once, not at its next
+    interval), `poll` never blocks. The screens and the validator's own arenas both use it."""
 
-    def __init__(self, screener: Screener, workers: int = 1, cpus: frozenset[int] | None = None,
+    def __init__(self, run: Callable[[J], R], workers: int, name: str, cpus: frozenset[int] | None = None,
                  wake: threading.Event | None = None) -> None:
         if workers < 1:
-            raise ValueError(f"ScreenPool: workers must be >= 1, got {workers}")
-        self.screener, self.workers, self.wake = screener, workers, wake or threading.Event()
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="screen",
+            raise ValueError(f"{name}: workers must be >= 1, got {workers}")
+        self.workers, self.wake, self._run = workers, wake or threading.Event(), run
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name,
                                         initializer=pin_this_thread, initargs=(cpus,))
-        self._futures: dict[str, tuple[ScreenJob, Future[ScreenOutcome]]] = {}
+        self._futures: dict[str, Future[R]] = {}
         self._lock = threading.Lock()
 
-    def _run(self, job: ScreenJob) -> ScreenOutcome:
-        t0 = time.monotonic()
+    def _run_and_wake(self, job: J) -> R:
         try:
-            result = self.screener(job.bundle)
-            if not isinstance(result, ScreenResult):
-                raise TypeError(f"screener returned {type(result).__name__}, not a ScreenResult")
-            return ScreenOutcome(job.key, job.contribution_id, result, wall_s=time.monotonic() - t0)
-        except Exception as exc:  # noqa: BLE001 - typed back to the loop, which decides
-            resource = is_resource_error(exc)
-            why = f"resource exhausted: {describe(exc)}" if resource else f"{type(exc).__name__}: {exc}"
-            return ScreenOutcome(job.key, job.contribution_id, None, why[:2000], resource, time.monotonic() - t0)
+            return self._run(job)
         finally:
             self.wake.set()
 
-    def submit(self, job: ScreenJob) -> None:
+    def submit(self, key: str, job: J) -> None:
         with self._lock:
-            if job.contribution_id in self._futures:
-                return  # one screen per contribution at a time
-            self._futures[job.contribution_id] = (job, self._pool.submit(self._run, job))
+            if key not in self._futures:  # already running: one attempt, one job
+                self._futures[key] = self._pool.submit(self._run_and_wake, job)
 
-    def poll(self) -> list[ScreenOutcome]:
-        """Finished since the last poll (never blocks)."""
+    def poll(self) -> list[R]:
         with self._lock:
-            done = [cid for cid, (_, f) in self._futures.items() if f.done()]
-            return [self._futures.pop(cid)[1].result() for cid in done]
+            done = [k for k, f in self._futures.items() if f.done()]
+            return [self._futures.pop(k).result() for k in done]
 
     def in_flight(self) -> frozenset[str]:
         with self._lock:
@@ -157,8 +150,38 @@ class ScreenPool:
         self._pool.shutdown(wait=wait, cancel_futures=True)
 
 
-def closing(*pools: Any) -> None:
-    """Close every pool given (None skipped); used on validator exit."""
-    for p in pools:
-        if p is not None:
-            p.close()
+class ScreenPool:
+    """`workers` screens at once (validator/verify_stage.py), one per contribution at a time."""
+
+    def __init__(self, screener: Screener, workers: int = 1, cpus: frozenset[int] | None = None,
+                 wake: threading.Event | None = None) -> None:
+        self.screener = screener
+        self._jobs: JobThreads[ScreenJob, ScreenOutcome] = JobThreads(self._run, workers, "screen", cpus, wake)
+        self.wake = self._jobs.wake
+
+    def _run(self, job: ScreenJob) -> ScreenOutcome:
+        t0 = time.monotonic()
+        try:
+            result = self.screener(job.bundle)
+            if not isinstance(result, ScreenResult):
+                raise TypeError(f"screener returned {type(result).__name__}, not a ScreenResult")
+            return ScreenOutcome(job.key, job.contribution_id, result, wall_s=time.monotonic() - t0)
+        except Exception as exc:  # noqa: BLE001 - typed back to the loop, which decides
+            resource = is_resource_error(exc)
+            why = f"resource exhausted: {describe(exc)}" if resource else f"{type(exc).__name__}: {exc}"
+            return ScreenOutcome(job.key, job.contribution_id, None, why[:2000], resource, time.monotonic() - t0)
+
+    def submit(self, job: ScreenJob) -> None:
+        self._jobs.submit(job.contribution_id, job)
+
+    def poll(self) -> list[ScreenOutcome]:
+        return self._jobs.poll()
+
+    def in_flight(self) -> frozenset[str]:
+        return self._jobs.in_flight()
+
+    def free_slots(self) -> int:
+        return self._jobs.free_slots()
+
+    def close(self, wait: bool = True) -> None:
+        self._jobs.close(wait)

@@ -15,13 +15,12 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Protocol
 
 from cacheon_subnet.bundle import OpEntry, bundle_from_files
 from cacheon_subnet.scoring.settle import Crown
-from cacheon_subnet.validator.background import pin_this_thread
+from cacheon_subnet.validator.background import JobThreads
 from cacheon_subnet.validator.qualify_result import QualifyResult
 
 
@@ -132,52 +131,34 @@ class Dispatcher(Protocol):
 
 
 class _ThreadedArenas:
-    """Arenas run by worker threads of this process (the engines are child processes; the threads
-    only wait on them). Jobs wait in one queue; `wake` is set whenever one finishes, so the loop
-    collects it at once rather than at its next interval."""
+    """Arenas run by worker threads of this process (background.JobThreads: the engines are child
+    processes, the threads only wait on them; `wake` set whenever one finishes)."""
 
     arena_id: str
     label: str
     head_to_head: bool
 
     def __init__(self, workers: int, cpus: frozenset[int] | None, wake: threading.Event | None) -> None:
-        self.wake = wake or threading.Event()
-        self._workers = workers
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="arena-gpu",
-                                        initializer=pin_this_thread, initargs=(cpus,))  # it and its engines
-        self._futures: dict[str, Future[JobResult]] = {}
-        self._lock = threading.Lock()
+        self._jobs: JobThreads[QualifyJob, JobResult] = JobThreads(self._run, workers, "arena-gpu", cpus, wake)
+        self.wake = self._jobs.wake  # and its engines run on `cpus`
 
     def _run(self, job: QualifyJob) -> JobResult:
         raise NotImplementedError
 
-    def _run_and_wake(self, job: QualifyJob) -> JobResult:
-        try:
-            return self._run(job)
-        finally:
-            self.wake.set()
-
     def submit(self, job: QualifyJob) -> None:
-        with self._lock:
-            if job.key in self._futures:
-                return  # already running: one attempt, one job
-            self._futures[job.key] = self._pool.submit(self._run_and_wake, job)
+        self._jobs.submit(job.key, job)
 
     def poll(self) -> list[JobResult]:
-        with self._lock:
-            done = [k for k, f in self._futures.items() if f.done()]
-            return [self._futures.pop(k).result() for k in done]
+        return self._jobs.poll()
 
     def in_flight(self) -> frozenset[str]:
-        with self._lock:
-            return frozenset(self._futures)
+        return self._jobs.in_flight()
 
     def free_slots(self) -> int:
-        with self._lock:
-            return max(0, self._workers - len(self._futures))
+        return self._jobs.free_slots()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._jobs.close(wait=True)
 
 
 class BackgroundArena(_ThreadedArenas):

@@ -172,7 +172,7 @@ def test_a_chain_outage_neither_loses_an_arena_result_nor_stops_screening(tmp_pa
     try:
         screener.release.set()
         assert screener.done.wait(20)
-        assert _until(lambda: all(f.done() for _, f in v.screens._futures.values()))
+        assert _until(lambda: all(f.done() for f in v.screens._jobs._futures.values()))
         s = v.run_once(drain=False)  # collects the first (verified); its dispatch needs the chain
         assert s.chain_error is not None
         assert len(screener.started) == 2, "no screen started while the chain was down"
@@ -182,7 +182,7 @@ def test_a_chain_outage_neither_loses_an_arena_result_nor_stops_screening(tmp_pa
     chain.current_block = down  # type: ignore[method-assign]
     try:
         assert _until(lambda: len(q.finished) == 1)
-        assert _until(lambda: all(f.done() for f in v._arena_pool()._futures.values()))
+        assert _until(lambda: all(f.done() for f in v._arena_pool()._jobs._futures.values()))
         for _ in range(2):
             assert v.run_once(drain=False).chain_error is not None  # the result comes back: not filed yet
     finally:
