@@ -100,7 +100,7 @@ class ValidatorConfig:
     overlap: bool | None = None  # screens and arena in background threads; None: unless cpu-timing
     screen_workers: int = 1  # screens at once beside the arena (each a sandboxed worker)
     screen_cpu_share: float = 0.25  # of this host's cores, pinned to screening (the arena keeps the rest)
-    busy_poll_s: float = 2.0  # longest wait between passes while background work is in flight
+    busy_poll_s: float = 10.0  # longest wait between passes while a pool that never wakes us (Ray) has work
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state_dir", Path(self.state_dir))
@@ -191,6 +191,8 @@ class Validator(VerifyStages, QualifyStages):
         if overlap is None:
             overlap = not str(getattr(qualifier, "label", "")).startswith("cpu-timing")
         self.wake: threading.Event = getattr(qualifier, "wake", None) or threading.Event()
+        # a pool handed in without a wake event (Ray) is polled; every other one wakes the loop itself
+        self._polled = pooled and getattr(qualifier, "wake", None) is None
         # a GPU screen never runs beside the arena (the GPU turn), so it keeps every core for its draws
         cpu_screen = not self.cfg.screen_device.startswith("cuda")
         cpus = split_cpus(self.cfg.screen_cpu_share if overlap and cpu_screen else 0)
@@ -355,7 +357,7 @@ class Validator(VerifyStages, QualifyStages):
                 self._record_crash(f"{type(exc).__name__}: {exc}")
                 self._chain_failures += 1
                 delay = self._backoff()
-            if self._in_flight():
+            if self._polled and self._in_flight():  # our own pools set `wake` when a job ends
                 delay = min(delay, self.cfg.busy_poll_s)
             self._wait(stop, delay)
         self.log.info("validator.stop")

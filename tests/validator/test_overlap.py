@@ -330,3 +330,42 @@ def test_only_a_cpu_screen_is_pinned_away_from_the_arena(tmp_path, monkeypatch):
     gpu = _make(tmp_path, chain, FakeQualifier(), fake_screener(), screen_device="cuda")
     assert gpu.cpus == CpuSplit()
     gpu.close()
+
+
+def test_a_long_arena_job_does_not_make_the_loop_poll_the_chain(tmp_path, srv):
+    """Guard: run_forever shortens its wait only for a pool that never wakes it (Ray). The
+    validator's own arena wakes the loop when its job ends; polling meanwhile would run a full
+    pass (three chain calls) every busy_poll_s for the minutes a verdict takes."""
+    chain = _world(tmp_path, srv, 1)
+    v = _make(tmp_path, chain, FakeQualifier(delay_s=3.0), fake_screener(), interval_s=60.0, busy_poll_s=0.1)
+    passes = []
+    real = v.run_once
+
+    def counted(drain: bool = True):
+        passes.append(time.monotonic())
+        return real(drain=drain)
+
+    v.run_once = counted  # type: ignore[method-assign]
+    stop = threading.Event()
+    t = threading.Thread(target=v.run_forever, args=(stop,), daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and v.db.counts()["qualified"] < 1:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        t.join(70)
+        v.close()
+    assert v_qualified(tmp_path) == 1
+    assert len(passes) <= 6, f"{len(passes)} passes while one 3 s verdict ran"
+
+
+def v_qualified(tmp_path) -> int:
+    from cacheon_subnet.validator.state import StateDB
+
+    db = StateDB(tmp_path / "state", readonly=True)
+    try:
+        return db.counts()["qualified"]
+    finally:
+        db.close()
