@@ -20,7 +20,9 @@ A child whose memory the address-space rlimit is meant to bound (CPU children: `
 may not make memory that no mapping of its own holds: memfd_create, memfd_secret and SysV
 shmget get EPERM. A memfd is sized by RLIMIT_FSIZE only (1024 fds x 256 MiB) and a detached SysV
 segment lives in the child's IPC namespace with no rlimit at all, so either held host RAM far past
-RLIMIT_AS (red team 2026-12-04: 3 GiB under a 1 GiB limit, `oswall/shm_balloon.py`).
+RLIMIT_AS (red team 2026-12-04: 3 GiB under a 1 GiB limit, `oswall/shm_balloon.py`). Such a child
+may not change its CPU affinity either (`oswall/escape_pinning.py`): it keeps the cores it was
+started on (a CPU screen: the screening cores, never the arena's).
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ NS_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x200000
 
 # memory outside every mapping (and so outside RLIMIT_AS): refused where RLIMIT_AS is the bound
 UNMAPPED_MEMORY = ("memfd_create", "memfd_secret", "shmget")
+# the CPU set a CPU child was started on (the validator pins screens beside a timed arena to the
+# screening cores, validator/background.py): affinity is the child's own to change otherwise
+PINNED_CPUS = ("sched_setaffinity",)
 
 
 @functools.lru_cache(maxsize=2)
@@ -64,7 +69,7 @@ def program(bounded_memory: bool = False) -> bytes:
                            "`pip install pyseccomp` and install libseccomp2 (apt) / libseccomp (rpm)") from e
     f = sc.SyscallFilter(sc.ALLOW)
     eperm = sc.ERRNO(errno.EPERM)
-    for name in DENIED + (UNMAPPED_MEMORY if bounded_memory else ()):
+    for name in DENIED + (UNMAPPED_MEMORY + PINNED_CPUS if bounded_memory else ()):
         try:
             f.add_rule(eperm, name)
         except (OSError, RuntimeError, ValueError):

@@ -223,6 +223,15 @@ def test_memory_outside_every_mapping_is_refused_where_the_address_space_is_the_
     assert all("Operation not permitted" in res[k][1] for k in ("memfd_balloon", "sysv_balloon")), res
 
 
+def test_a_cpu_child_keeps_the_cores_it_was_started_on(host, tmp_path):
+    """A CPU screen beside a timed arena is pinned to the screening cores (validator/background.py);
+    past wall 1 it could widen its own affinity back onto the arena's cores: refused (EPERM)."""
+    ctx, _, _ = host
+    res, text = run_attack("escape_pinning.py", ctx, tmp_path, sandbox.SandboxPolicy(address_space_bytes=1 << 30, cpu_seconds=60))
+    assert_blocked(res, text, {"set_own_affinity", "set_thread_affinity"})
+    assert all("Operation not permitted" in res[k][1] for k in ("set_own_affinity", "set_thread_affinity")), res
+
+
 def test_scratch_tmp_and_shm_are_bounded(host, tmp_path):
     ctx, _, _ = host
     policy = sandbox.SandboxPolicy(scratch_bytes=32 << 20, tmp_bytes=16 << 20, cpu_seconds=60)
