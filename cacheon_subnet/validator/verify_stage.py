@@ -57,12 +57,7 @@ class VerifyStages:
                 if bundle is None:
                     continue
                 self.log.info("verify.start", contribution=c.id, device=self.cfg.screen_device)
-                try:
-                    result = self.screener(bundle)
-                except Exception:  # noqa: BLE001 - infrastructure, not the bundle's fault
-                    if lifecycle.SHUTDOWN.is_set():
-                        raise lifecycle.Interrupted(f"verify of {c.id} stopped by shutdown") from None
-                    raise
+                result = self.screener(bundle)  # raising: infrastructure, _item's transient error (or shutdown)
                 if lifecycle.SHUTDOWN.is_set():  # its workers were killed under it: no verdict
                     raise lifecycle.Interrupted(f"verify of {c.id} stopped by shutdown")
                 self._verdict(c, bundle, result)
