@@ -15,8 +15,12 @@ if TYPE_CHECKING:
     from arena.config import ArenaConfig, ArenaConfigError, load_config
     from arena.qualifier import GpuQualifier
 
-_LAZY = {"ArenaConfig": "arena.config", "ArenaConfigError": "arena.config", "load_config": "arena.config",
-         "GpuQualifier": "arena.qualifier"}
+_LAZY = {
+    "ArenaConfig": "arena.config",
+    "ArenaConfigError": "arena.config",
+    "load_config": "arena.config",
+    "GpuQualifier": "arena.qualifier",
+}
 
 
 def __getattr__(name: str) -> Any:

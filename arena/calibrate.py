@@ -25,16 +25,19 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from arena import quality as q
 
-DELTAS = (("nll_mean", "max_nll_mean_delta"), ("nll_p99", "max_nll_p99_delta"),
-          ("seq_nll_max", "max_seq_nll_max_delta"))
-SCALED = (("kl_mean", "kl_mean_factor", "kl_mean_floor"), ("kl_p99", "kl_p99_factor", "kl_p99_floor"),
-          ("logprob_delta_p99", "logprob_delta_p99_factor", "logprob_delta_p99_floor"))
+DELTAS = (("nll_mean", "max_nll_mean_delta"), ("nll_p99", "max_nll_p99_delta"), ("seq_nll_max", "max_seq_nll_max_delta"))
+SCALED = (
+    ("kl_mean", "kl_mean_factor", "kl_mean_floor"),
+    ("kl_p99", "kl_p99_factor", "kl_p99_floor"),
+    ("logprob_delta_p99", "logprob_delta_p99_factor", "logprob_delta_p99_floor"),
+)
 
 
 def stock_spread(baseline: Sequence[q.Sequence], baseline_tags: Sequence[str]) -> dict[str, Any] | None:
@@ -72,9 +75,13 @@ def _scale(spread: dict[str, Any], metric: str, full_sample: bool) -> float:
     return math.sqrt((2.0 / (n1 + n2)) / (1.0 / n1 + 1.0 / n2))
 
 
-def derive_policy(spreads: Iterable[dict[str, Any]], k: float = 3.0, floor: float = 1e-3,
-                  base: q.QualityPolicy = q.QualityPolicy(), full_sample: bool = True
-                  ) -> tuple[q.QualityPolicy, dict[str, Any]]:
+def derive_policy(
+    spreads: Iterable[dict[str, Any]],
+    k: float = 3.0,
+    floor: float = 1e-3,
+    base: q.QualityPolicy = q.QualityPolicy(),
+    full_sample: bool = True,
+) -> tuple[q.QualityPolicy, dict[str, Any]]:
     """A policy from stock-vs-stock spreads ({"b": metrics, "b_prime": metrics} each); the report
     says, per limit, the largest spread seen and how many runs it rests on. full_sample: the
     policy judges full samples (a verdict's C against B), so mean metrics' half-sample spreads
@@ -88,8 +95,7 @@ def derive_policy(spreads: Iterable[dict[str, Any]], k: float = 3.0, floor: floa
     seen: dict[str, float] = {}
     for metric, key in DELTAS:
         seen[metric] = max(abs(_f(s["b_prime"], metric) - _f(s["b"], metric)) for s in spreads)
-        worst = max(abs(_f(s["b_prime"], metric) - _f(s["b"], metric)) * _scale(s, metric, full_sample)
-                    for s in spreads)
+        worst = max(abs(_f(s["b_prime"], metric) - _f(s["b"], metric)) * _scale(s, metric, full_sample) for s in spreads)
         out[key] = max(floor, k * worst)
     drops, scaled_drops = [], []
     for s in spreads:
@@ -116,8 +122,14 @@ def derive_policy(spreads: Iterable[dict[str, Any]], k: float = 3.0, floor: floa
         out[fkey] = 1.0 + k * (max(ratios) - 1.0)
         out[lkey] = k * max(deltas)
     policy = replace(base, **out)
-    return policy, {"runs": len(spreads), "k": k, "floor": floor, "full_sample": full_sample, "spread": seen,
-                    "policy": asdict(policy)}
+    return policy, {
+        "runs": len(spreads),
+        "k": k,
+        "floor": floor,
+        "full_sample": full_sample,
+        "spread": seen,
+        "policy": asdict(policy),
+    }
 
 
 CONTROLS = frozenset({"handicap", "slowdown", "stock-as-candidate"})  # the arena's own kernels in the C route
@@ -172,8 +184,10 @@ def policy_toml(policy: q.QualityPolicy) -> str:
 
 def _metrics(d: dict[str, Any]) -> q.QualityMetrics:
     """A recorded metrics dict (non-finite values written as strings) back into QualityMetrics."""
+
     def num(v: Any) -> Any:
         return float(v) if isinstance(v, str) else v
+
     return q.QualityMetrics(**{k: num(v) for k, v in d.items() if k in q.QualityMetrics.__dataclass_fields__})
 
 

@@ -50,6 +50,7 @@ def seal(job: dict[str, Any], answers: bool) -> dict[str, Any]:
 # kilobytes. The host stops reading a stream at this, so one line cannot take its memory.
 MAX_RECORD_BYTES = 64 << 20
 
+
 @dataclass
 class RecordStream:
     """Validates the driver's records as they arrive; `forgery` names the first violation."""
@@ -102,8 +103,9 @@ class RecordStream:
             return None
         why = self._check(rec)
         if why:
-            self._forged(f"{why} (record {len(self.records) + 1}, op {str(rec.get('op'))[:20]!r}, "
-                         f"step {str(rec.get('step'))[:40]!r})")
+            self._forged(
+                f"{why} (record {len(self.records) + 1}, op {str(rec.get('op'))[:20]!r}, step {str(rec.get('step'))[:40]!r})"
+            )
             return None
         self.records.append(rec)
         return rec
@@ -166,8 +168,10 @@ class RecordStream:
         if not self.ranks:
             return None
         if not isinstance(by_rank, dict) or sorted(by_rank) != sorted(str(r) for r in self.ranks):
-            return f"answers to {what} from ranks {sorted(by_rank) if isinstance(by_rank, dict) else by_rank}, " \
-                   f"expected {list(self.ranks)}"
+            return (
+                f"answers to {what} from ranks {sorted(by_rank) if isinstance(by_rank, dict) else by_rank}, "
+                f"expected {list(self.ranks)}"
+            )
         for r, a in by_rank.items():
             if not isinstance(a, dict) or a.get("nonce") != want:
                 return f"rank {r}'s answer to {what} does not echo the host's nonce"

@@ -28,9 +28,10 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 
@@ -143,9 +144,7 @@ def tensor_specs(config: Mapping[str, Any]) -> list[TensorSpec]:
             specs.append(TensorSpec(f"{p}.self_attn.{proj}.weight", (out, hidden), "linear"))
             if bias:
                 specs.append(TensorSpec(f"{p}.self_attn.{proj}.bias", (out,), "bias"))
-        specs.append(
-            TensorSpec(f"{p}.self_attn.o_proj.weight", (hidden, heads * head_dim), "residual_out")
-        )
+        specs.append(TensorSpec(f"{p}.self_attn.o_proj.weight", (hidden, heads * head_dim), "residual_out"))
         if bias:  # qwen3.py / qwen3_moe.py: o_proj = RowParallelLinear(..., bias=attention_bias)
             specs.append(TensorSpec(f"{p}.self_attn.o_proj.bias", (hidden,), "bias"))
         specs.append(TensorSpec(f"{p}.self_attn.q_norm.weight", (head_dim,), "norm"))
@@ -178,9 +177,7 @@ def _tensor_seed(seed: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def make_tensor(
-    spec: TensorSpec, config: Mapping[str, Any], seed: int, device: str = "cpu"
-) -> torch.Tensor:
+def make_tensor(spec: TensorSpec, config: Mapping[str, Any], seed: int, device: str = "cpu") -> torch.Tensor:
     """Draw one tensor by the recipe; returned contiguous on CPU in the config dtype."""
     gen = torch.Generator(device=device)
     gen.manual_seed(_tensor_seed(seed, spec.name))
@@ -238,8 +235,7 @@ def read_cached(out_dir: Path, digest: str, key: str = "recipe_digest") -> Check
     doc = json.loads(stamp.read_text())
     if doc.get(key) != digest:
         raise CheckpointError(
-            f"{out_dir} holds checkpoint {doc.get(key)!r}, not the requested "
-            f"{digest!r}; use another directory or delete it"
+            f"{out_dir} holds checkpoint {doc.get(key)!r}, not the requested {digest!r}; use another directory or delete it"
         )
     sums: dict[str, str] = doc["files"]
     for name in sums:
@@ -312,7 +308,7 @@ def write_tensors(
         }
         (tmp / STAMP_NAME).write_text(json.dumps(stamp, indent=2, sort_keys=True) + "\n")
         for f in tmp.iterdir():  # readable by every later engine: each runs as its own leased uid, the
-            os.chmod(f, 0o644)   # writer's umask is 077 and the host re-owns the files once it is gone
+            os.chmod(f, 0o644)  # writer's umask is 077 and the host re-owns the files once it is gone
         if out_dir.is_dir() and not any(out_dir.iterdir()):
             out_dir.rmdir()
         try:
@@ -358,7 +354,10 @@ def write_checkpoint(
     }
     try:
         return write_tensors(
-            config, out_dir, lambda s: make_tensor(s, config, seed, device), stamp,
+            config,
+            out_dir,
+            lambda s: make_tensor(s, config, seed, device),
+            stamp,
             shard_bytes=shard_bytes,
         )
     finally:

@@ -1,12 +1,12 @@
 """`cacheon arena ...` (registered via cli.EXTENSIONS).
 
-  cacheon arena run --config configs/arena/dense.toml --bundle DIR|TAR [--incumbent DIR|TAR] [--op SLOT[/VARIANT]]
-                    [--workdir DIR] [--out result.json] [--json]
-      exit 0 PASS, 1 FAIL, 3 NO_DECISION, 2 usage error
-  cacheon arena id --config ...      the arena id and the identity it is the digest of
-  cacheon arena digest --model-dir DIR [--manifest FILE] [--config C]
-      a real checkpoint's content digest (for `[model] digest`), its per-file manifest written to
-      FILE; with --config, check DIR against that config's declared digest (exit 1 naming the file)
+cacheon arena run --config configs/arena/dense.toml --bundle DIR|TAR [--incumbent DIR|TAR] [--op SLOT[/VARIANT]]
+                  [--workdir DIR] [--out result.json] [--json]
+    exit 0 PASS, 1 FAIL, 3 NO_DECISION, 2 usage error
+cacheon arena id --config ...      the arena id and the identity it is the digest of
+cacheon arena digest --model-dir DIR [--manifest FILE] [--config C]
+    a real checkpoint's content digest (for `[model] digest`), its per-file manifest written to
+    FILE; with --config, check DIR against that config's declared digest (exit 1 naming the file)
 """
 
 from __future__ import annotations
@@ -35,29 +35,40 @@ def _pick_op(bundle: Any, want: str | None) -> Any:
 
 
 def summary(r: dict[str, Any]) -> str:
-    lines = [f"cacheon arena  {r['arena']} ({r['arena_id']})  bundle {r['bundle_digest'][:16]}…  {r['op']}"
-             + (f"  [control: {r['control']}, role bias {r['role_bias']:+.3%}]" if r.get("role_bias") is not None else ""),
-             f"verdict: {r['verdict']}  — {r['reason']}", f"wall: {r.get('wall_s')} s   result: {r.get('result_path')}"]
+    lines = [
+        f"cacheon arena  {r['arena']} ({r['arena_id']})  bundle {r['bundle_digest'][:16]}…  {r['op']}"
+        + (f"  [control: {r['control']}, role bias {r['role_bias']:+.3%}]" if r.get("role_bias") is not None else ""),
+        f"verdict: {r['verdict']}  — {r['reason']}",
+        f"wall: {r.get('wall_s')} s   result: {r.get('result_path')}",
+    ]
     s = r.get("speed")
     if s:
-        lines.append(f"speed: C/B median {s['ratio']:.4f}  noise {s['noise']:.3%}  bar {s['bar']:.4f}  "
-                     f"cycles {len(s['ratios'])}  drift B′/B {', '.join(f'{d:+.2%}' for d in s['drift'])}")
+        lines.append(
+            f"speed: C/B median {s['ratio']:.4f}  noise {s['noise']:.3%}  bar {s['bar']:.4f}  "
+            f"cycles {len(s['ratios'])}  drift B′/B {', '.join(f'{d:+.2%}' for d in s['drift'])}"
+        )
     for metric, m in (r.get("speed_by_metric") or {}).items():  # the same windows on every clock
         if metric != "total_tokens_per_s":
-            lines.append(f"  by {metric}: C/B {m['ratio']:.4f}  B′/B {m['run_drift']:+.2%}  noise {m['noise']:.2%}"
-                         f"  ({m['verdict']}{', the verdict' if metric == r.get('metric') else ''})")
+            lines.append(
+                f"  by {metric}: C/B {m['ratio']:.4f}  B′/B {m['run_drift']:+.2%}  noise {m['noise']:.2%}"
+                f"  ({m['verdict']}{', the verdict' if metric == r.get('metric') else ''})"
+            )
     qv = r.get("quality")
     if qv:
         lines.append(f"quality: {qv['verdict']}  " + "; ".join(qv.get("reasons", [])[:3]))
     ev = r.get("evidence")
     if ev:
-        lines.append(f"evidence: {'ok' if ev['ok'] else 'FAIL: ' + '; '.join((ev['problems'] or ev.get('arena_problems') or ev['baseline_problems'])[:3])}")
+        lines.append(
+            f"evidence: {'ok' if ev['ok'] else 'FAIL: ' + '; '.join((ev['problems'] or ev.get('arena_problems') or ev['baseline_problems'])[:3])}"
+        )
         lines += [f"  left to stock: {n}" for n in (ev.get("notes") or [])[:3]]
     for name, st in r.get("stages", {}).items():
-        start = next((x['s'] for x in st.get("startup", []) if x.get("op") == "started"), None)
+        start = next((x["s"] for x in st.get("startup", []) if x.get("op") == "started"), None)
         swaps = [x["s"] for x in st.get("routes", [])]
-        lines.append(f"engine {name}: wall {st['wall_s']} s, start {start} s, gpu free {st['gpu_free']}"
-                     + (f", {len(swaps)} route swaps (median {sorted(swaps)[len(swaps) // 2]:.1f} s)" if swaps else ""))
+        lines.append(
+            f"engine {name}: wall {st['wall_s']} s, start {start} s, gpu free {st['gpu_free']}"
+            + (f", {len(swaps)} route swaps (median {sorted(swaps)[len(swaps) // 2]:.1f} s)" if swaps else "")
+        )
         if why := brief(st.get("startup"), st.get("host_timing")):
             lines.append(f"  start: {why}")
     return "\n".join(lines)
@@ -99,9 +110,12 @@ def cmd_arena_run(args: argparse.Namespace) -> int:
 
         bundle, op = None, stock_control_op(args.slot)
         home = default_home() / "arena"
-        opts = RunOptions(workdir=home / cfg.arena_id / f"control-{args.control}-{args.slot}",
-                          checkpoint_root=home / "checkpoints", control=args.control,
-                          handicap_us=args.handicap_us or 0.0)
+        opts = RunOptions(
+            workdir=home / cfg.arena_id / f"control-{args.control}-{args.slot}",
+            checkpoint_root=home / "checkpoints",
+            control=args.control,
+            handicap_us=args.handicap_us or 0.0,
+        )
     else:
         if not args.bundle:
             raise UsageError("--bundle is required (or --control stock-as-candidate --slot SLOT)")
@@ -152,8 +166,10 @@ def cmd_arena_warm(args: argparse.Namespace) -> int:
     else:
         start = {s.name: next((x["s"] for x in s.startup if x.get("op") == "started"), None) for s in res.stages}
         print(f"cacheon arena warm  {cfg.name} ({cfg.arena_id}): {'warmed' if res.ok else 'FAILED: ' + str(res.error)}")
-        print(f"seed caches: {res.files_after - res.files_before} new files ({res.files_after} in all) in "
-              + ", ".join(sorted(set(res.caches.values()))))
+        print(
+            f"seed caches: {res.files_after - res.files_before} new files ({res.files_after} in all) in "
+            + ", ".join(sorted(set(res.caches.values())))
+        )
         for s in res.stages:
             print(f"engine {s.name}: wall {s.wall_s:.1f} s, start {start[s.name]} s")
             if why := brief(s.startup, s.host_timing):
@@ -205,24 +221,39 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     r = asub.add_parser("run", help="one full verdict: exit 0 PASS, 1 FAIL, 3 NO_DECISION, 2 usage")
     r.add_argument("--config", required=True, help="configs/arena/<name>.toml")
     r.add_argument("--bundle", help="bundle directory or .tar.gz")
-    r.add_argument("--control", choices=["stock-as-candidate", "handicap", "slowdown"],
-                   help="stock-as-candidate: role bias (SGLang's kernel in the candidate route); handicap: a "
-                        "known speedup (B runs SGLang's kernel + a GPU spin, C the kernel alone); slowdown: a known "
-                        "loss (C runs the kernel + the spin, B the kernel alone); all need --slot")
-    r.add_argument("--handicap-us", type=float, help="the spin per call, in µs, of the baseline (handicap) or of "
-                   "the candidate (slowdown: a known loss)")
+    r.add_argument(
+        "--control",
+        choices=["stock-as-candidate", "handicap", "slowdown"],
+        help="stock-as-candidate: role bias (SGLang's kernel in the candidate route); handicap: a "
+        "known speedup (B runs SGLang's kernel + a GPU spin, C the kernel alone); slowdown: a known "
+        "loss (C runs the kernel + the spin, B the kernel alone); all need --slot",
+    )
+    r.add_argument(
+        "--handicap-us",
+        type=float,
+        help="the spin per call, in µs, of the baseline (handicap) or of the candidate (slowdown: a known loss)",
+    )
     r.add_argument("--slot", help="the slot of a --control run")
     r.add_argument("--incumbent", help="the crowned bundle of the same slot: B and B′ run it (head-to-head)")
     r.add_argument("--op", help="which op of the bundle (slot id or op key), when it has several")
-    r.add_argument("--workdir", help="where engines, receipts and result.json go (default $CACHEON_ARENA_HOME/arena/<arena id>/..., home /var/tmp/cacheon)")
+    r.add_argument(
+        "--workdir",
+        help="where engines, receipts and result.json go (default $CACHEON_ARENA_HOME/arena/<arena id>/..., home /var/tmp/cacheon)",
+    )
     r.add_argument("--out", help="also copy the result JSON here")
-    r.add_argument("--grade-always", action="store_true",
-                   help="grade quality with the teacher whatever the speed verdict (the validator grades only a "
-                        "speed PASS; this costs one more engine start)")
+    r.add_argument(
+        "--grade-always",
+        action="store_true",
+        help="grade quality with the teacher whatever the speed verdict (the validator grades only a "
+        "speed PASS; this costs one more engine start)",
+    )
     r.add_argument("--json", action="store_true")
     r.set_defaults(handler=cmd_arena_run)
-    w = asub.add_parser("warm", help="warm the engines' JIT seed caches with one pristine engine (after an install or "
-                                     "a pin move): later engines start warm; exit 0 warmed, 1 failed, 2 usage")
+    w = asub.add_parser(
+        "warm",
+        help="warm the engines' JIT seed caches with one pristine engine (after an install or "
+        "a pin move): later engines start warm; exit 0 warmed, 1 failed, 2 usage",
+    )
     w.add_argument("--config", required=True, help="configs/arena/<name>.toml")
     w.add_argument("--workdir", help="the warm engine's work dir (default $CACHEON_ARENA_HOME/arena/<arena id>/warm)")
     w.add_argument("--json", action="store_true")

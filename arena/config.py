@@ -12,10 +12,11 @@ import hashlib
 import json
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from cacheon_subnet.errors import CacheonError
 from cacheon_subnet.pins import SGLANG_KERNEL_PIN, SGLANG_PIN, TORCH_PIN
@@ -102,8 +103,13 @@ class QualitySection:
 # (seams/forward_clock.py: less and least exposed to host phases, docs/benchmarks.md); prompt
 # tokens per GPU-second of the prefill (the forwards that are not decode steps: a guard, see
 # arena.speed.guards_of)
-SPEED_METRICS = ("output_tokens_per_s", "total_tokens_per_s", "gpu_tokens_per_s", "decode_gpu_tokens_per_s",
-                 "extend_gpu_tokens_per_s")
+SPEED_METRICS = (
+    "output_tokens_per_s",
+    "total_tokens_per_s",
+    "gpu_tokens_per_s",
+    "decode_gpu_tokens_per_s",
+    "extend_gpu_tokens_per_s",
+)
 
 
 @dataclass(frozen=True)
@@ -199,8 +205,10 @@ class ArenaConfig:
             try:
                 text = cj.read_text()
             except FileNotFoundError:
-                raise ArenaConfigError(f"{cj}: missing: a real checkpoint is an HF-format directory (or declare a "
-                                       "manifest written by `cacheon arena digest`, which carries config.json)") from None
+                raise ArenaConfigError(
+                    f"{cj}: missing: a real checkpoint is an HF-format directory (or declare a "
+                    "manifest written by `cacheon arena digest`, which carries config.json)"
+                ) from None
             return _real_profile(text, name, str(cj))
         p = PROFILES[self.model.profile]
         if self.model.layers:
@@ -244,9 +252,16 @@ class ArenaConfig:
         return "arena-" + hashlib.sha256(data).hexdigest()[:16]
 
 
-_SECTIONS = {"model": ModelSection, "engine": EngineSection, "workload": WorkloadSection,
-             "quality": QualitySection, "speed": SpeedSection, "limits": LimitsSection,
-             "sequential": SequentialSection, "teacher": TeacherSection}
+_SECTIONS = {
+    "model": ModelSection,
+    "engine": EngineSection,
+    "workload": WorkloadSection,
+    "quality": QualitySection,
+    "speed": SpeedSection,
+    "limits": LimitsSection,
+    "sequential": SequentialSection,
+    "teacher": TeacherSection,
+}
 OPTIONAL_SECTIONS = ("teacher",)
 
 
@@ -273,12 +288,19 @@ def _section(path: Path, name: str, cls: type, raw: Any) -> Any:
                 raise ArenaConfigError(f"{path}: [{name}] {key} = {value!r}: expected a non-empty string")
             out[key] = value
             continue
-        ok = (isinstance(value, bool) if isinstance(want, bool) else
-              isinstance(value, (int, float)) and not isinstance(value, bool) if isinstance(want, float) else
-              isinstance(value, int) and not isinstance(value, bool) if isinstance(want, int) else
-              isinstance(value, str) if isinstance(want, str) else
-              isinstance(value, dict) if isinstance(want, Mapping) else
-              value is None or isinstance(value, int))
+        ok = (
+            isinstance(value, bool)
+            if isinstance(want, bool)
+            else isinstance(value, (int, float)) and not isinstance(value, bool)
+            if isinstance(want, float)
+            else isinstance(value, int) and not isinstance(value, bool)
+            if isinstance(want, int)
+            else isinstance(value, str)
+            if isinstance(want, str)
+            else isinstance(value, dict)
+            if isinstance(want, Mapping)
+            else value is None or isinstance(value, int)
+        )
         if not ok:
             raise ArenaConfigError(f"{path}: [{name}] {key} = {value!r}: expected {type(want).__name__}")
         out[key] = float(value) if isinstance(want, float) else value
@@ -291,6 +313,7 @@ _REAL_KEYS = {"path", "digest", "manifest"}
 def _check_real(path: Path, cfg: ArenaConfig, raw_model: Mapping[str, Any]) -> None:
     """A real checkpoint: digest declared, manifest consistent with it, shapes from its config.json
     (no synthetic keys beside it), prompts from a corpus, a context the model supports."""
+
     def bad(where: str, why: str) -> ArenaConfigError:
         return ArenaConfigError(f"{path}: {where}: {why}")
 
@@ -298,12 +321,18 @@ def _check_real(path: Path, cfg: ArenaConfig, raw_model: Mapping[str, Any]) -> N
         raise bad("[workload] corpus", "text prompts need a real checkpoint's tokenizer ([model] path)")
     extra = sorted(set(raw_model) - _REAL_KEYS)
     if extra:
-        raise bad("[model]", f"{extra} set beside path: a real checkpoint's shapes, dtype and weights come from "
-                  f"its own files (only {sorted(_REAL_KEYS)} apply)")
+        raise bad(
+            "[model]",
+            f"{extra} set beside path: a real checkpoint's shapes, dtype and weights come from "
+            f"its own files (only {sorted(_REAL_KEYS)} apply)",
+        )
     d = cfg.model.digest or ""
     if not (d.startswith("sha256:") and len(d) == 71 and all(c in "0123456789abcdef" for c in d[7:])):
-        raise bad("[model] digest", f"{d or None!r}: the checkpoint's content digest \"sha256:<64 hex>\" is "
-                  "required (`cacheon arena digest --model-dir DIR` prints it)")
+        raise bad(
+            "[model] digest",
+            f'{d or None!r}: the checkpoint\'s content digest "sha256:<64 hex>" is '
+            "required (`cacheon arena digest --model-dir DIR` prints it)",
+        )
     if cfg.model.manifest is not None:
         from arena.model_dir import CheckpointMismatch, load_manifest
 
@@ -314,8 +343,11 @@ def _check_real(path: Path, cfg: ArenaConfig, raw_model: Mapping[str, Any]) -> N
         if m.digest != d:
             raise bad("[model] manifest", f"lists checkpoint {m.digest}, not the declared digest {d}")
     if cfg.workload.corpus is None:
-        raise bad("[workload] corpus", "a real checkpoint takes its prompts from text: name a corpus "
-                  "(\"stdlib-docs\" ships with the arena, or a UTF-8 file)")
+        raise bad(
+            "[workload] corpus",
+            "a real checkpoint takes its prompts from text: name a corpus "
+            '("stdlib-docs" ships with the arena, or a UTF-8 file)',
+        )
     from arena.prompts import CorpusError
 
     try:
@@ -342,6 +374,7 @@ def _real_profile(text: str, name: str, where: str) -> ModelProfile:
 
 def _check(path: Path, cfg: ArenaConfig, raw_model: Mapping[str, Any] | None = None) -> None:
     raw_model = raw_model or {}
+
     def bad(where: str, why: str) -> ArenaConfigError:
         return ArenaConfigError(f"{path}: {where}: {why}")
 
@@ -354,7 +387,7 @@ def _check(path: Path, cfg: ArenaConfig, raw_model: Mapping[str, Any] | None = N
     if cfg.model.dtype not in ("bfloat16", "float16"):
         raise bad("[model] dtype", "bfloat16 or float16")
     if cfg.model.init not in ("random", "trained"):
-        raise bad("[model] init", "\"random\" or \"trained\"")
+        raise bad("[model] init", '"random" or "trained"')
     if cfg.model.init == "trained" and not (cfg.model.vocab and 257 <= cfg.model.vocab <= 4096):
         raise bad("[model] vocab", "a trained (byte-level) arena needs vocab in 257..4096 (SGLang maps id vocab-1 to 0)")
     if cfg.model.init == "trained" and cfg.profile.moe is not None:
@@ -365,8 +398,10 @@ def _check(path: Path, cfg: ArenaConfig, raw_model: Mapping[str, Any] | None = N
         raise bad("[engine] tp_size", "1, 2, 4 or 8")
     bs = cfg.engine.cuda_graph_bs
     if bs and (list(bs) != sorted(set(bs)) or bs[0] < 1 or bs[-1] != cfg.engine.cuda_graph_max_bs):
-        raise bad("[engine] cuda_graph_bs", f"{list(bs)}: strictly increasing, >= 1, ending at cuda_graph_max_bs "
-                  f"({cfg.engine.cuda_graph_max_bs})")
+        raise bad(
+            "[engine] cuda_graph_bs",
+            f"{list(bs)}: strictly increasing, >= 1, ending at cuda_graph_max_bs ({cfg.engine.cuda_graph_max_bs})",
+        )
     if not 1 <= cfg.engine.resident_max_jobs <= 100000:
         raise bad("[engine] resident_max_jobs", "must be in 1..100000")
     if not 0.1 <= cfg.engine.mem_fraction_static <= 0.95:
@@ -393,8 +428,11 @@ def _check(path: Path, cfg: ArenaConfig, raw_model: Mapping[str, Any] | None = N
     if not 0 <= s.confirm_cycles <= 50 or s.confirm_cycles == 1:
         raise bad("[speed] confirm_cycles", "0 (off) or 2..50")
     if cfg.engine.piecewise_cuda_graph and cfg.engine.cuda_graph:
-        raise bad("[engine] piecewise_cuda_graph", "not supported in the arena yet: a route swap cannot rebuild "
-                  "piecewise graphs, so prefill would keep the route captured at start (docs/arena.md)")
+        raise bad(
+            "[engine] piecewise_cuda_graph",
+            "not supported in the arena yet: a route swap cannot rebuild "
+            "piecewise graphs, so prefill would keep the route captured at start (docs/arena.md)",
+        )
     q2 = cfg.sequential
     if not (0 < q2.alpha < 0.5 and 0 < q2.beta < 0.5 and 0 < q2.alt_gain < 1 and 0 < q2.sigma < 1):
         raise bad("[sequential]", "0 < alpha < 0.5, 0 < beta < 0.5, 0 < alt_gain < 1, 0 < sigma < 1")
@@ -406,8 +444,11 @@ def _check(path: Path, cfg: ArenaConfig, raw_model: Mapping[str, Any] | None = N
     if not (0.05 <= t.mem_fraction_static <= 0.5 and 0 < t.canary_atol <= 0.1 and 1 <= t.max_jobs <= 100000):
         raise bad("[teacher]", "mem_fraction_static in 0.05..0.5, 0 < canary_atol <= 0.1, max_jobs in 1..100000")
     if t.resident and cfg.engine.mem_fraction_static + t.mem_fraction_static > 0.95:
-        raise bad("[teacher] mem_fraction_static", f"a resident teacher shares the GPU with the timed engine: "
-                  f"{t.mem_fraction_static} + [engine] mem_fraction_static {cfg.engine.mem_fraction_static} > 0.95")
+        raise bad(
+            "[teacher] mem_fraction_static",
+            f"a resident teacher shares the GPU with the timed engine: "
+            f"{t.mem_fraction_static} + [engine] mem_fraction_static {cfg.engine.mem_fraction_static} > 0.95",
+        )
     if s.metric not in SPEED_METRICS:
         raise bad("[speed] metric", " or ".join(SPEED_METRICS))
     if cfg.quality.policy:
@@ -429,7 +470,7 @@ def load_config(path: str | Path) -> ArenaConfig:
         raise ArenaConfigError(f"{path}: not valid TOML ({e})") from None
     top = {k: v for k, v in raw.items() if not isinstance(v, dict)}
     if top.get("kind") != "gpu":
-        raise ArenaConfigError(f"{path}: kind must be \"gpu\" (got {top.get('kind')!r}; the CPU timing path is --arena cpu)")
+        raise ArenaConfigError(f'{path}: kind must be "gpu" (got {top.get("kind")!r}; the CPU timing path is --arena cpu)')
     unknown = sorted(set(top) - {"kind", "name", "schema"})
     if unknown:
         raise ArenaConfigError(f"{path}: unknown top-level key(s) {unknown} (known: kind, name, schema)")
@@ -440,8 +481,10 @@ def load_config(path: str | Path) -> ArenaConfig:
         raise ArenaConfigError(f"{path}: unknown table(s) {extra} (known: {', '.join(_SECTIONS)})")
     missing = [n for n in _SECTIONS if n not in raw and n not in OPTIONAL_SECTIONS]
     if missing:
-        raise ArenaConfigError(f"{path}: missing table(s) {missing}: every part of an arena's identity is "
-                               "written out (see configs/arena/dense.toml)")
+        raise ArenaConfigError(
+            f"{path}: missing table(s) {missing}: every part of an arena's identity is "
+            "written out (see configs/arena/dense.toml)"
+        )
     sections = {n: _section(path, n, c, raw.get(n)) for n, c in _SECTIONS.items()}
     cfg = ArenaConfig(name=str(top.get("name", path.stem)), path=str(path), **sections)
     _check(path, cfg, raw.get("model") or {})
@@ -452,21 +495,44 @@ def hf_config(cfg: ArenaConfig) -> dict[str, Any]:
     """The HF config.json of the arena's synthetic checkpoint (Qwen3 dense or Qwen3-MoE)."""
     p = cfg.profile
     doc: dict[str, Any] = {
-        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
-        "hidden_size": p.hidden, "intermediate_size": p.intermediate, "num_hidden_layers": p.layers,
-        "num_attention_heads": p.n_heads, "num_key_value_heads": p.n_kv_heads, "head_dim": p.head_dim,
-        "vocab_size": p.vocab, "max_position_embeddings": p.max_position, "rope_theta": p.rope_theta,
-        "rms_norm_eps": p.rms_eps, "hidden_act": "silu", "attention_bias": False, "attention_dropout": 0.0,
-        "tie_word_embeddings": p.moe is None, "torch_dtype": cfg.model.dtype, "bos_token_id": 1,
-        "eos_token_id": 2, "use_cache": True, "use_sliding_window": False, "sliding_window": None,
-        "max_window_layers": p.layers, "initializer_range": 0.02,
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "hidden_size": p.hidden,
+        "intermediate_size": p.intermediate,
+        "num_hidden_layers": p.layers,
+        "num_attention_heads": p.n_heads,
+        "num_key_value_heads": p.n_kv_heads,
+        "head_dim": p.head_dim,
+        "vocab_size": p.vocab,
+        "max_position_embeddings": p.max_position,
+        "rope_theta": p.rope_theta,
+        "rms_norm_eps": p.rms_eps,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "tie_word_embeddings": p.moe is None,
+        "torch_dtype": cfg.model.dtype,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "use_cache": True,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "max_window_layers": p.layers,
+        "initializer_range": 0.02,
     }
     if p.moe is not None:
-        doc.update({
-            "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
-            "num_experts": p.moe.n_experts, "num_experts_per_tok": p.moe.top_k,
-            "moe_intermediate_size": p.moe.moe_intermediate, "norm_topk_prob": p.moe.norm_topk_prob,
-            "decoder_sparse_step": 1, "mlp_only_layers": [], "output_router_logits": False,
-            "router_aux_loss_coef": 0.001,
-        })
+        doc.update(
+            {
+                "architectures": ["Qwen3MoeForCausalLM"],
+                "model_type": "qwen3_moe",
+                "num_experts": p.moe.n_experts,
+                "num_experts_per_tok": p.moe.top_k,
+                "moe_intermediate_size": p.moe.moe_intermediate,
+                "norm_topk_prob": p.moe.norm_topk_prob,
+                "decoder_sparse_step": 1,
+                "mlp_only_layers": [],
+                "output_router_logits": False,
+                "router_aux_loss_coef": 0.001,
+            }
+        )
     return doc

@@ -56,9 +56,13 @@ class DiskLimits:
         gib = os.environ.get("CACHEON_ENGINE_DISK_GIB")
         kept = os.environ.get("CACHEON_ENGINE_KEPT_MIB")
         mib = os.environ.get("CACHEON_DISK_RESERVE_MIB")
-        return cls(growth_bytes=int(float(gib) * GIB) if gib else d.growth_bytes, max_files=d.max_files,
-                   reserve_bytes=int(float(mib) * MIB) if mib else d.reserve_bytes,
-                   kept_bytes=int(float(kept) * MIB) if kept else d.kept_bytes, kept_files=d.kept_files)
+        return cls(
+            growth_bytes=int(float(gib) * GIB) if gib else d.growth_bytes,
+            max_files=d.max_files,
+            reserve_bytes=int(float(mib) * MIB) if mib else d.reserve_bytes,
+            kept_bytes=int(float(kept) * MIB) if kept else d.kept_bytes,
+            kept_files=d.kept_files,
+        )
 
     def unbounded(self) -> DiskLimits:
         """An engine without contribution code (it writes the checkpoint): only the reserve holds."""
@@ -131,8 +135,9 @@ class DiskWatch(threading.Thread):
     `kept`: those of `roots` that outlive the run. `members`, set once the engine runs: its live
     processes (sandbox.members), whose unlinked-but-open files count as its writes."""
 
-    def __init__(self, roots: list[Path], limits: DiskLimits, interval_s: float = 1.0,
-                 kept: Iterable[str | Path] = ()) -> None:
+    def __init__(
+        self, roots: list[Path], limits: DiskLimits, interval_s: float = 1.0, kept: Iterable[str | Path] = ()
+    ) -> None:
         super().__init__(daemon=True, name="arena-diskwatch")
         keep = {os.path.abspath(p) for p in kept}
         roots = [Path(r) for r in roots if os.path.isdir(r)]
@@ -154,30 +159,43 @@ class DiskWatch(threading.Thread):
             kept = usage(self.kept, self.base_kept[1] + min(lim.kept_files, lim.max_files))
             other = usage(self.other, self.base_other[1] + lim.max_files)
         except TreeTooDeep:
-            return "growth", (f"the engine nested directories deeper than {MAX_DEPTH} levels in its host-visible "
-                              "dirs (receipts, JIT caches): more than the host walks")
+            return "growth", (
+                f"the engine nested directories deeper than {MAX_DEPTH} levels in its host-visible "
+                "dirs (receipts, JIT caches): more than the host walks"
+            )
         held, looked = held_unlinked(self.members(), self.devices) if self.members else (0, 0)
         if looked > MAX_HELD_SCAN:
-            return "growth", (f"the engine's processes hold more than {MAX_HELD_SCAN} open files and mappings: more "
-                              "than the host checks for unlinked files on its disk")
+            return "growth", (
+                f"the engine's processes hold more than {MAX_HELD_SCAN} open files and mappings: more "
+                "than the host checks for unlinked files on its disk"
+            )
         grown = (kept[0] + other[0] + held - self.base[0], kept[1] + other[1] - self.base[1])
         kept_grown = (kept[0] - self.base_kept[0], kept[1] - self.base_kept[1])
         self.peak = (max(self.peak[0], grown[0]), max(self.peak[1], grown[1]))
         if grown[0] > lim.growth_bytes:
-            return "growth", (f"the engine wrote {grown[0] / GIB:.2f} GiB into its host-visible dirs (receipts, JIT "
-                              f"caches; {held / GIB:.2f} GiB of it in files it unlinked and holds open), over the "
-                              f"{lim.growth_bytes / GIB:.2f} GiB an engine may add")
+            return "growth", (
+                f"the engine wrote {grown[0] / GIB:.2f} GiB into its host-visible dirs (receipts, JIT "
+                f"caches; {held / GIB:.2f} GiB of it in files it unlinked and holds open), over the "
+                f"{lim.growth_bytes / GIB:.2f} GiB an engine may add"
+            )
         if grown[1] > lim.max_files:
-            return "growth", f"the engine made {grown[1]} files in its host-visible dirs, over the {lim.max_files} it may add"
+            return (
+                "growth",
+                f"the engine made {grown[1]} files in its host-visible dirs, over the {lim.max_files} it may add",
+            )
         if kept_grown[0] > lim.kept_bytes or kept_grown[1] > lim.kept_files:
-            return "growth", (f"the engine left {kept_grown[0] / MIB:.1f} MiB in {kept_grown[1]} entries in its receipts "
-                              f"dir, which outlives the run, over the {lim.kept_bytes / MIB:.0f} MiB / {lim.kept_files} "
-                              "entries it may keep (CACHEON_ENGINE_KEPT_MIB)")
+            return "growth", (
+                f"the engine left {kept_grown[0] / MIB:.1f} MiB in {kept_grown[1]} entries in its receipts "
+                f"dir, which outlives the run, over the {lim.kept_bytes / MIB:.0f} MiB / {lim.kept_files} "
+                "entries it may keep (CACHEON_ENGINE_KEPT_MIB)"
+            )
         if self.roots:
             free = shutil.disk_usage(self.roots[0]).free
             if free < lim.reserve_bytes:
-                return "reserve", (f"the host's disk has {free / MIB:.0f} MiB free, under the "
-                                   f"{lim.reserve_bytes >> 20} MiB reserve (CACHEON_DISK_RESERVE_MIB)")
+                return "reserve", (
+                    f"the host's disk has {free / MIB:.0f} MiB free, under the "
+                    f"{lim.reserve_bytes >> 20} MiB reserve (CACHEON_DISK_RESERVE_MIB)"
+                )
         return None
 
     def run(self) -> None:

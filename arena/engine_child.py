@@ -102,7 +102,7 @@ class Driver:
     def write(self, record: dict[str, Any]) -> None:
         data = (json.dumps(record) + "\n").encode()
         while data:
-            data = data[os.write(self.fd, data):]
+            data = data[os.write(self.fd, data) :]
 
     def emit(self, record: dict[str, Any], nonce: str | None = None) -> None:
         """A step record carries its step's nonce; any other the next lifecycle nonce. Nothing
@@ -141,16 +141,29 @@ class Driver:
             elif ckpt.get("kind") == "trained":
                 from arena.train import train_checkpoint
 
-                info = train_checkpoint(ckpt["hf_config"], Path(ckpt["dir"]), int(ckpt["seed"]),
-                                        device=ckpt.get("device", "cuda"), steps=int(ckpt["steps"]))
+                info = train_checkpoint(
+                    ckpt["hf_config"],
+                    Path(ckpt["dir"]),
+                    int(ckpt["seed"]),
+                    device=ckpt.get("device", "cuda"),
+                    steps=int(ckpt["steps"]),
+                )
             else:
                 from arena.checkpoint import write_checkpoint
 
-                info = write_checkpoint(ckpt["hf_config"], Path(ckpt["dir"]), int(ckpt["seed"]),
-                                        device=ckpt.get("device", "cuda"))
+                info = write_checkpoint(
+                    ckpt["hf_config"], Path(ckpt["dir"]), int(ckpt["seed"]), device=ckpt.get("device", "cuda")
+                )
             kwargs["model_path"] = str(info.path)
-            self.emit({"op": "checkpoint", "path": str(info.path), "recipe_digest": info.recipe_digest,
-                       "n_params": info.n_params, "s": round(time.perf_counter() - t, 2)})
+            self.emit(
+                {
+                    "op": "checkpoint",
+                    "path": str(info.path),
+                    "recipe_digest": info.recipe_digest,
+                    "n_params": info.n_params,
+                    "s": round(time.perf_counter() - t, 2),
+                }
+            )
         if self.job.get("checkpoint_only"):  # the pristine step that writes it; engines see it read-only
             return
         import tempfile
@@ -169,8 +182,12 @@ class Driver:
         if diag:
             diag.phase("import_s")
         self.engine = cls(**kwargs)
-        started: dict[str, Any] = {"op": "started", "s": round(time.perf_counter() - t, 2), "pid": os.getpid(),
-                                   "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}  # GPU(s) this arena owns
+        started: dict[str, Any] = {
+            "op": "started",
+            "s": round(time.perf_counter() - t, 2),
+            "pid": os.getpid(),
+            "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        }  # GPU(s) this arena owns
         if diag:
             diag.phase("engine_s")
             started["diag"] = diag.finish()  # never read by a verdict: the ranks can shape all of it
@@ -195,14 +212,22 @@ class Driver:
             return
         fired = {r: a.get("counts", {}).get(ev["slot"], {}).get("fired", 0) for r, a in snap.items()}
         missing = [r for r in ev["ranks"] if not fired.get(r)]
-        abi = {r: {why: n for why, n in ((a.get("declines") or {}).get(ev["slot"]) or {}).items()
-                   if str(why).startswith("abi:")} for r, a in snap.items()}
+        abi = {
+            r: {
+                why: n for why, n in ((a.get("declines") or {}).get(ev["slot"]) or {}).items() if str(why).startswith("abi:")
+            }
+            for r, a in snap.items()
+        }
         if missing and any(abi.get(r) for r in missing):
-            raise AbiError(f"{ev['slot']}: every call while capturing graphs on scheduler rank(s) {missing} was "
-                           f"outside the slot's ABI ({ {r: abi[r] for r in missing if abi.get(r)} })")
+            raise AbiError(
+                f"{ev['slot']}: every call while capturing graphs on scheduler rank(s) {missing} was "
+                f"outside the slot's ABI ({ {r: abi[r] for r in missing if abi.get(r)} })"
+            )
         if missing:
-            raise EvidenceError(f"{ev['slot']}: no candidate call while capturing graphs on scheduler rank(s) "
-                                f"{missing} (answers: {fired or 'none'}): the kernel never runs in this engine")
+            raise EvidenceError(
+                f"{ev['slot']}: no candidate call while capturing graphs on scheduler rank(s) "
+                f"{missing} (answers: {fired or 'none'}): the kernel never runs in this engine"
+            )
 
     def prompts(self, p: dict[str, Any]) -> list[list[int]]:
         if p.get("source") == "text":
@@ -229,9 +254,16 @@ class Driver:
         outs = self.engine.generate(input_ids=prompts, sampling_params=sp, **extra)
         dt = time.perf_counter() - t
         n_out = sum(len(o["output_ids"]) for o in outs)
-        rec: dict[str, Any] = {"op": "generate", "tag": step["tag"], "s": dt, "out_tokens": n_out, "at": round(wall, 3),
-                               "in_tokens": sum(len(x) for x in prompts),
-                               "output_tokens_per_s": n_out / dt, "total_tokens_per_s": (n_out + sum(map(len, prompts))) / dt}
+        rec: dict[str, Any] = {
+            "op": "generate",
+            "tag": step["tag"],
+            "s": dt,
+            "out_tokens": n_out,
+            "at": round(wall, 3),
+            "in_tokens": sum(len(x) for x in prompts),
+            "output_tokens_per_s": n_out / dt,
+            "total_tokens_per_s": (n_out + sum(map(len, prompts))) / dt,
+        }
         if self.answers:
             after = self.rpc("cacheon_clock", rpc[1], "clock")
             rec["answers"] = {"before": _str_keys(before), "after": _str_keys(after)}
@@ -252,23 +284,35 @@ class Driver:
         outs = self.engine.generate(
             input_ids=[s["prompt"] + s["cont"] for s in seqs],
             sampling_params={"max_new_tokens": 1, "temperature": 0.0, "ignore_eos": True},
-            return_logprob=True, top_logprobs_num=k,
+            return_logprob=True,
+            top_logprobs_num=k,
             # SGLang reports input logprobs as [None] + values[:-1] from logprob_start_len on
             # (logprob_result_processor.py:37), so start one token early to get every cont token
-            logprob_start_len=[len(s["prompt"]) - 1 for s in seqs])
+            logprob_start_len=[len(s["prompt"]) - 1 for s in seqs],
+        )
         graded = []
         for s, o in zip(seqs, outs):
             mi = o.get("meta_info", {})
-            graded.append({"key": s["key"], "tokens": _pairs(mi.get("input_token_logprobs")),
-                           "top": [_pairs(x) for x in mi.get("input_top_logprobs") or []]})
+            graded.append(
+                {
+                    "key": s["key"],
+                    "tokens": _pairs(mi.get("input_token_logprobs")),
+                    "top": [_pairs(x) for x in mi.get("input_top_logprobs") or []],
+                }
+            )
         return {"op": "teacher", "tag": step["tag"], "s": time.perf_counter() - t, "graded": graded}
 
     def install(self, step: dict[str, Any]) -> dict[str, Any]:
         """A resident timed engine: the job's contribution into the ranks (seams/resident.py). Its
         capture is an engine start's: a candidate that did not fire then never will."""
         t = time.perf_counter()
-        ans = self.rpc("cacheon_install", (step.get("rpc") or [None])[0], "install", env=dict(step["env"]),
-                       answers=self.job["answers"]["dir"])
+        ans = self.rpc(
+            "cacheon_install",
+            (step.get("rpc") or [None])[0],
+            "install",
+            env=dict(step["env"]),
+            answers=self.job["answers"]["dir"],
+        )
         self.early_evidence(ans)
         return {"op": "install", "s": time.perf_counter() - t, "answers": {"install": _str_keys(ans)}}
 
@@ -288,17 +332,26 @@ class Driver:
         prompts = self.prompts(step["prompts"])
         k = int(step["top_k"])
         t = time.perf_counter()
-        outs = self.engine.generate(input_ids=prompts, sampling_params={"max_new_tokens": int(step["max_new_tokens"]),
-                                                                        "ignore_eos": True, "temperature": 0.0},
-                                    return_logprob=True, top_logprobs_num=k)
+        outs = self.engine.generate(
+            input_ids=prompts,
+            sampling_params={"max_new_tokens": int(step["max_new_tokens"]), "ignore_eos": True, "temperature": 0.0},
+            return_logprob=True,
+            top_logprobs_num=k,
+        )
         return {"op": "canary", "s": time.perf_counter() - t, "outputs": [_compact(o, k) for o in outs]}
 
     def route(self, step: dict[str, Any]) -> dict[str, Any]:
         t = time.perf_counter()
-        ans = self.rpc("cacheon_route", (step.get("rpc") or [None])[0], "route", route=step["route"],
-                       epoch=int(step["epoch"]))
-        return {"op": "route", "route": step["route"], "epoch": step["epoch"], "s": time.perf_counter() - t,
-                "answers": {"route": _str_keys(ans)}}
+        ans = self.rpc(
+            "cacheon_route", (step.get("rpc") or [None])[0], "route", route=step["route"], epoch=int(step["epoch"])
+        )
+        return {
+            "op": "route",
+            "route": step["route"],
+            "epoch": step["epoch"],
+            "s": time.perf_counter() - t,
+            "answers": {"route": _str_keys(ans)},
+        }
 
     def go(self, step: dict[str, Any]) -> bool:
         """After a gate step: one line on the job pipe, the host's go/stop with the step's gate nonce."""
@@ -388,11 +441,25 @@ class Driver:
 
             if unpickle_guard.refused and not isinstance(e, ForgeryError):  # whatever SGLang made of the refusal
                 e = unpickle_guard_error(e)
-            kind = ("abi" if isinstance(e, AbiError) else "evidence" if isinstance(e, EvidenceError)
-                    else "forgery" if isinstance(e, ForgeryError)
-                    else "arena-gap" if isinstance(e, unpickle_guard.AllowlistGap) else "engine")
-            self.emit({"op": "error", "kind": kind, "error": str(e)[-2000:] if kind != "engine" else repr(e)[-2000:],
-                       "trace": traceback.format_exc()[-4000:]})
+            kind = (
+                "abi"
+                if isinstance(e, AbiError)
+                else "evidence"
+                if isinstance(e, EvidenceError)
+                else "forgery"
+                if isinstance(e, ForgeryError)
+                else "arena-gap"
+                if isinstance(e, unpickle_guard.AllowlistGap)
+                else "engine"
+            )
+            self.emit(
+                {
+                    "op": "error",
+                    "kind": kind,
+                    "error": str(e)[-2000:] if kind != "engine" else repr(e)[-2000:],
+                    "trace": traceback.format_exc()[-4000:],
+                }
+            )
             return 3
         finally:
             if self.engine is not None:
@@ -410,9 +477,13 @@ def unpickle_guard_error(cause: BaseException | None = None) -> Exception:
 
     why = f" ({cause!r})" if cause is not None else ""
     if unpickle_guard.forged:
-        return ForgeryError(f"the engine's processes sent the driver code to unpickle: {unpickle_guard.forged[:3]}{why}"[:2000])
-    return unpickle_guard.AllowlistGap(f"the driver's unpickle allowlist (arena/unpickle_guard.py) lacks the message "
-                                       f"class(es) {unpickle_guard.refused[:3]}{why}"[:2000])
+        return ForgeryError(
+            f"the engine's processes sent the driver code to unpickle: {unpickle_guard.forged[:3]}{why}"[:2000]
+        )
+    return unpickle_guard.AllowlistGap(
+        f"the driver's unpickle allowlist (arena/unpickle_guard.py) lacks the message "
+        f"class(es) {unpickle_guard.refused[:3]}{why}"[:2000]
+    )
 
 
 def _reader(job: dict[str, Any]) -> Any:
@@ -454,19 +525,21 @@ def clock_metrics(answers: dict[int, dict[str, Any]], ranks: list[int], n_out: i
     """The forward clock's GPU seconds for a window: the slowest rank bounds a TP step. A rank
     without spans leaves the window without the metric (the judge then lacks it: never a win)."""
     clocks = {r: a.get("clock") if isinstance(a := answers.get(r), dict) else None for r in ranks}
-    if any(not isinstance(c, dict) or not _positive(c.get("forwards")) or not _positive(c.get("gpu_s"))
-           or any(k in c and not (_positive(c[k]) or c[k] == 0) for k in ("decode_gpu_s", "decodes"))
-           for c in clocks.values()):
+    if any(
+        not isinstance(c, dict)
+        or not _positive(c.get("forwards"))
+        or not _positive(c.get("gpu_s"))
+        or any(k in c and not (_positive(c[k]) or c[k] == 0) for k in ("decode_gpu_s", "decodes"))
+        for c in clocks.values()
+    ):
         # the answers come from the scheduler ranks: NaN, inf, strings, bools are no reading
-        return {"clock_error": f"forward clock: ranks {ranks} reported "
-                               f"{[(r, _reading(c)) for r, c in clocks.items()]}"}
+        return {"clock_error": f"forward clock: ranks {ranks} reported {[(r, _reading(c)) for r, c in clocks.items()]}"}
     cs = list(clocks.values())
     gpu_s = max(c["gpu_s"] for c in cs)
     out = {"gpu_s": gpu_s, "forwards": max(c["forwards"] for c in cs), "gpu_tokens_per_s": n_out / gpu_s}
     decode_s = max(c.get("decode_gpu_s", 0.0) for c in cs)
     if decode_s > 0 and all(c.get("decodes") for c in cs):  # decode steps (graph replays)
-        out.update(decode_gpu_s=decode_s, decodes=max(c["decodes"] for c in cs),
-                   decode_gpu_tokens_per_s=n_out / decode_s)
+        out.update(decode_gpu_s=decode_s, decodes=max(c["decodes"] for c in cs), decode_gpu_tokens_per_s=n_out / decode_s)
         # the rest of the forward spans: the prefill (eager extend forwards), per prompt token
         extend_s = max(c["gpu_s"] - c.get("decode_gpu_s", 0.0) for c in cs)
         if extend_s > 0 and n_in > 0:

@@ -11,8 +11,9 @@ problem (NO_DECISION), not the challenger's.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from seams.dispatch import receipt_key
 from seams.receipts import coverage
@@ -31,10 +32,15 @@ class Evidence:
     notes: tuple[str, ...] = ()  # calls the bundle's own dtypes/constraints left to stock
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "problems": list(self.problems), "baseline_problems": list(self.baseline_problems),
-                "arena_problems": list(self.arena_problems), "notes": list(self.notes),
-                "per_rank": {str(k): v for k, v in self.per_rank.items()},
-                "routes": {str(k): v for k, v in self.routes.items()}}
+        return {
+            "ok": self.ok,
+            "problems": list(self.problems),
+            "baseline_problems": list(self.baseline_problems),
+            "arena_problems": list(self.arena_problems),
+            "notes": list(self.notes),
+            "per_rank": {str(k): v for k, v in self.per_rank.items()},
+            "routes": {str(k): v for k, v in self.routes.items()},
+        }
 
 
 def _declines(receipt: dict[str, Any], key: str, who: str) -> tuple[list[str], list[str]]:
@@ -48,8 +54,15 @@ def _declines(receipt: dict[str, Any], key: str, who: str) -> tuple[list[str], l
     return abi, notes
 
 
-def _swap_problems(acks: dict[int, dict[str, Any]], rank: int, key: str, who: str, runs_in: str,
-                   swaps: Sequence[tuple[int, str]], graphs_on: bool) -> list[str]:
+def _swap_problems(
+    acks: dict[int, dict[str, Any]],
+    rank: int,
+    key: str,
+    who: str,
+    runs_in: str,
+    swaps: Sequence[tuple[int, str]],
+    graphs_on: bool,
+) -> list[str]:
     out = []
     for epoch, route in swaps:
         a = acks.get(epoch)
@@ -68,8 +81,14 @@ def _swap_problems(acks: dict[int, dict[str, Any]], rank: int, key: str, who: st
     return out
 
 
-def check(receipts: Sequence[dict[str, Any]], slot: str, ranks: Iterable[int],
-          swaps: Sequence[tuple[int, str]], graphs_on: bool, incumbent: bool = False) -> Evidence:
+def check(
+    receipts: Sequence[dict[str, Any]],
+    slot: str,
+    ranks: Iterable[int],
+    swaps: Sequence[tuple[int, str]],
+    graphs_on: bool,
+    incumbent: bool = False,
+) -> Evidence:
     ranks = sorted(set(ranks))
     cov = coverage(receipts, [slot], ranks)
     problems = list(cov.problems)
@@ -92,10 +111,20 @@ def check(receipts: Sequence[dict[str, Any]], slot: str, ranks: Iterable[int],
         acks = {int(a["epoch"]): a for a in routes.get(rank, [])}
         problems += _swap_problems(acks, rank, slot, "candidate", "candidate", swaps, graphs_on)
         if incumbent:
-            baseline += [p for p in _swap_problems(acks, rank, inc_key, "incumbent", "incumbent", swaps, graphs_on)
-                         if "not acknowledged" not in p and "acknowledged route" not in p]
-    return Evidence(not problems and not baseline and not arena, tuple(problems), tuple(baseline), dict(cov.per_rank),
-                    routes, tuple(arena), tuple(notes))
+            baseline += [
+                p
+                for p in _swap_problems(acks, rank, inc_key, "incumbent", "incumbent", swaps, graphs_on)
+                if "not acknowledged" not in p and "acknowledged route" not in p
+            ]
+    return Evidence(
+        not problems and not baseline and not arena,
+        tuple(problems),
+        tuple(baseline),
+        dict(cov.per_rank),
+        routes,
+        tuple(arena),
+        tuple(notes),
+    )
 
 
 def answer_trail(records: Sequence[dict[str, Any]]) -> dict[int, list[tuple[str, dict[str, Any]]]]:
@@ -114,9 +143,17 @@ def receipts_from_answers(records: Sequence[dict[str, Any]]) -> list[dict[str, A
     out = []
     for rank, answers in sorted(answer_trail(records).items()):
         last = answers[-1][1]
-        out.append({"role": "scheduler", "rank": rank, "pid": last.get("pid"), "slots": last.get("counts", {}),
-                    "errors": list(last.get("errors", [])), "declines": last.get("declines") or {},
-                    "routes": [a["ack"] for _, a in answers if a.get("kind") == "route"]})
+        out.append(
+            {
+                "role": "scheduler",
+                "rank": rank,
+                "pid": last.get("pid"),
+                "slots": last.get("counts", {}),
+                "errors": list(last.get("errors", [])),
+                "declines": last.get("declines") or {},
+                "routes": [a["ack"] for _, a in answers if a.get("kind") == "route"],
+            }
+        )
     return out
 
 
@@ -139,8 +176,7 @@ def leaks(records: Sequence[dict[str, Any]], slot: str) -> tuple[list[str], list
                 d_mine, d_inc = _fired(now, slot) - _fired(prev, slot), _fired(now, inc) - _fired(prev, inc)
                 span = f"rank {rank}, between {prev_label} and {label} (route {route})"
                 if route != "candidate" and d_mine:
-                    mine.append(f"{span}: {d_mine} challenger calls while the baseline ran: contribution code "
-                                f"reached B/B′")
+                    mine.append(f"{span}: {d_mine} challenger calls while the baseline ran: contribution code reached B/B′")
                 if route not in ("candidate", "incumbent") and d_inc:
                     theirs.append(f"{span}: {d_inc} incumbent calls under route {route}")
             if a.get("kind") == "route":
@@ -183,7 +219,8 @@ def tampering(records: Sequence[dict[str, Any]], slot: str) -> tuple[list[str], 
                         who = "challenger"  # seams/route.py always writes both watches: never the incumbent's
                     (theirs if who == "incumbent" else mine).append(
                         f"rank {rank}, between {prev_label} and {where} (route {route}): static input "
-                        f"{', '.join(sorted(new))} changed: the {who} wrote into engine state every kernel reads")
+                        f"{', '.join(sorted(new))} changed: the {who} wrote into engine state every kernel reads"
+                    )
                 prev, prev_label = counts, where
             static = a.get("static") or {}
             for n in static.get("unwatched", []):

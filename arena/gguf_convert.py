@@ -18,17 +18,23 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 
 _LAYER = {
-    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
 _TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
@@ -66,26 +72,39 @@ def hf_config(reader: Any, dtype: str = "bfloat16") -> dict[str, Any]:
     hidden = int(_field(reader, "llama.embedding_length"))
     names = {t.name for t in reader.tensors}
     vocab = int(_field(reader, "llama.vocab_size", len(_field(reader, "tokenizer.ggml.tokens"))))
-    head_dim = int(_field(reader, "llama.attention.key_length", _field(reader, "llama.rope.dimension_count",
-                                                                        hidden // heads)))
+    head_dim = int(
+        _field(reader, "llama.attention.key_length", _field(reader, "llama.rope.dimension_count", hidden // heads))
+    )
     if head_dim * heads != hidden or int(_field(reader, "llama.rope.dimension_count", head_dim)) != head_dim:
-        raise GGUFConvertError(f"head_dim {head_dim} x {heads} heads != hidden {hidden}, or partial RoPE: "
-                               "not a plain llama layout")
+        raise GGUFConvertError(
+            f"head_dim {head_dim} x {heads} heads != hidden {hidden}, or partial RoPE: not a plain llama layout"
+        )
     if "rope_freqs.weight" in names or _field(reader, "llama.rope.scaling.type", "none") not in ("none", ""):
         raise GGUFConvertError("RoPE scaling is not converted (rope_freqs / llama.rope.scaling.*)")
     return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": hidden, "intermediate_size": int(_field(reader, "llama.feed_forward_length")),
-        "num_hidden_layers": int(_field(reader, "llama.block_count")), "num_attention_heads": heads,
-        "num_key_value_heads": int(_field(reader, "llama.attention.head_count_kv", heads)), "head_dim": head_dim,
-        "vocab_size": vocab, "max_position_embeddings": int(_field(reader, "llama.context_length")),
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "intermediate_size": int(_field(reader, "llama.feed_forward_length")),
+        "num_hidden_layers": int(_field(reader, "llama.block_count")),
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(_field(reader, "llama.attention.head_count_kv", heads)),
+        "head_dim": head_dim,
+        "vocab_size": vocab,
+        "max_position_embeddings": int(_field(reader, "llama.context_length")),
         "rope_theta": float(f"{float(_field(reader, 'llama.rope.freq_base', 10000.0)):.7g}"),
         "rms_norm_eps": float(f"{float(_field(reader, 'llama.attention.layer_norm_rms_epsilon')):.7g}"),
-        "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "rope_scaling": None,
-        "tie_word_embeddings": "output.weight" not in names, "torch_dtype": dtype,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "rope_scaling": None,
+        "tie_word_embeddings": "output.weight" not in names,
+        "torch_dtype": dtype,
         "bos_token_id": int(_field(reader, "tokenizer.ggml.bos_token_id", 1)),
         "eos_token_id": int(_field(reader, "tokenizer.ggml.eos_token_id", 2)),
-        "initializer_range": 0.02, "pretraining_tp": 1, "use_cache": True,
+        "initializer_range": 0.02,
+        "pretraining_tp": 1,
+        "use_cache": True,
     }
 
 
@@ -143,31 +162,61 @@ def tokenizer_files(reader: Any, config: dict[str, Any]) -> dict[str, dict[str, 
     types = [int(x) for x in _field(reader, "tokenizer.ggml.token_type", [1] * len(toks))]
     merges = [str(x) for x in _field(reader, "tokenizer.ggml.merges")]
     if len(toks) != config["vocab_size"] or len(types) != len(toks) or len(set(toks)) != len(toks):
-        raise GGUFConvertError(f"{len(toks)} tokens ({len(set(toks))} distinct, {len(types)} types) for a "
-                               f"vocabulary of {config['vocab_size']}")
-    added = [{"id": i, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": ty == 3} for i, (tok, ty) in enumerate(zip(toks, types)) if ty in (3, 4)]
+        raise GGUFConvertError(
+            f"{len(toks)} tokens ({len(set(toks))} distinct, {len(types)} types) for a vocabulary of {config['vocab_size']}"
+        )
+    added = [
+        {
+            "id": i,
+            "content": tok,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": ty == 3,
+        }
+        for i, (tok, ty) in enumerate(zip(toks, types))
+        if ty in (3, 4)
+    ]
     tj = {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
         "pre_tokenizer": pre_tok,
         "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": {tok: i for i, tok in enumerate(toks)}, "merges": merges},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": {tok: i for i, tok in enumerate(toks)},
+            "merges": merges,
+        },
     }
 
     def tok(key: str) -> str | None:
         i = _field(reader, key, None)
         return toks[int(i)] if i is not None and 0 <= int(i) < len(toks) else None
 
-    tc = {"tokenizer_class": "GPT2Tokenizer", "model_max_length": config["max_position_embeddings"],
-          "add_bos_token": bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
-          "add_eos_token": bool(_field(reader, "tokenizer.ggml.add_eos_token", False)),
-          "clean_up_tokenization_spaces": False, "bos_token": tok("tokenizer.ggml.bos_token_id"),
-          "eos_token": tok("tokenizer.ggml.eos_token_id"), "unk_token": tok("tokenizer.ggml.unknown_token_id"),
-          "pad_token": tok("tokenizer.ggml.padding_token_id"),
-          "additional_special_tokens": [a["content"] for a in added if a["special"]]}
+    tc = {
+        "tokenizer_class": "GPT2Tokenizer",
+        "model_max_length": config["max_position_embeddings"],
+        "add_bos_token": bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
+        "add_eos_token": bool(_field(reader, "tokenizer.ggml.add_eos_token", False)),
+        "clean_up_tokenization_spaces": False,
+        "bos_token": tok("tokenizer.ggml.bos_token_id"),
+        "eos_token": tok("tokenizer.ggml.eos_token_id"),
+        "unk_token": tok("tokenizer.ggml.unknown_token_id"),
+        "pad_token": tok("tokenizer.ggml.padding_token_id"),
+        "additional_special_tokens": [a["content"] for a in added if a["special"]],
+    }
     template = _field(reader, "tokenizer.chat_template", None)
     if template:
         tc["chat_template"] = str(template)
@@ -187,20 +236,21 @@ def convert(gguf_path: str | Path, out_dir: str | Path, dtype: str = "bfloat16")
     tok_files = tokenizer_files(reader, config)
     weights = dict(tensors(reader, config))
     want = {"model.embed_tokens.weight", "model.norm.weight"} | {
-        f"model.layers.{i}.{v}.weight" for i in range(config["num_hidden_layers"]) for v in _LAYER.values()}
+        f"model.layers.{i}.{v}.weight" for i in range(config["num_hidden_layers"]) for v in _LAYER.values()
+    }
     if not config["tie_word_embeddings"]:
         want.add("lm_head.weight")
     if set(weights) != want:
-        raise GGUFConvertError(f"tensors missing {sorted(want - set(weights))[:4]} / unexpected "
-                               f"{sorted(set(weights) - want)[:4]}")
+        raise GGUFConvertError(
+            f"tensors missing {sorted(want - set(weights))[:4]} / unexpected {sorted(set(weights) - want)[:4]}"
+        )
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
         save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         docs = {"config.json": config, **tok_files}
         for name, doc in docs.items():
-            (tmp / name).write_text(json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n",
-                                    encoding="utf-8")
+            (tmp / name).write_text(json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
         for f in tmp.iterdir():
             os.chmod(f, 0o644)
         os.chmod(tmp, 0o755)

@@ -23,8 +23,7 @@ class TeacherAlignmentError(RuntimeError):
 def choose(kept: dict[str, int], pairs: dict[str, str], n: int) -> tuple[tuple[str, str, int], ...]:
     """n (C window tag, baseline window tag, prompt index) triples, uniformly without replacement
     over every prompt of every timed C window that has a kept mirror."""
-    pool = [(c, b, i) for c, b in sorted(pairs.items()) if c in kept and b in kept
-            for i in range(min(kept[c], kept[b]))]
+    pool = [(c, b, i) for c, b in sorted(pairs.items()) if c in kept and b in kept for i in range(min(kept[c], kept[b]))]
     rng = secrets.SystemRandom()
     return tuple(sorted(rng.sample(pool, min(n, len(pool)))))
 
@@ -38,8 +37,9 @@ def request(sample: tuple[tuple[str, str, int], ...]) -> dict[str, Any]:
     return {"sample": {tag: sorted(keys) for tag, keys in sorted(want.items())}}
 
 
-def role_sequences(sample: tuple[tuple[str, str, int], ...], returned: dict[str, list[dict[str, Any]]]
-                   ) -> dict[str, list[dict[str, Any]]]:
+def role_sequences(
+    sample: tuple[tuple[str, str, int], ...], returned: dict[str, list[dict[str, Any]]]
+) -> dict[str, list[dict[str, Any]]]:
     """{"C": [...], "B": [...]}: the k-th sampled pair gets key k in both roles."""
     by = {tag: {int(s["key"]): s for s in seqs} for tag, seqs in returned.items()}
     out: dict[str, list[dict[str, Any]]] = {"C": [], "B": []}
@@ -60,11 +60,12 @@ def sequences(role_seqs: list[dict[str, Any]], graded: list[dict[str, Any]]) -> 
         if g is None:
             raise TeacherAlignmentError(f"T returned nothing for sequence {s['key']}")
         cont, toks, top = s["cont"], g["tokens"], g["top"]
-        off = next((o for o in range(3) if [t for t, _ in toks[o:o + len(cont)]] == cont), None)
+        off = next((o for o in range(3) if [t for t, _ in toks[o : o + len(cont)]] == cont), None)
         if off is None:
-            raise TeacherAlignmentError(f"sequence {s['key']}: T's tokens {[t for t, _ in toks[:5]]}… "
-                                        f"do not match the continuation {cont[:5]}…")
-        top = top[len(top) - len(toks) + off:] if len(top) >= len(toks) else top
+            raise TeacherAlignmentError(
+                f"sequence {s['key']}: T's tokens {[t for t, _ in toks[:5]]}… do not match the continuation {cont[:5]}…"
+            )
+        top = top[len(top) - len(toks) + off :] if len(top) >= len(toks) else top
         own = s.get("logprobs") or []
         own_top = s.get("top") or []
         positions = []
@@ -72,9 +73,14 @@ def sequences(role_seqs: list[dict[str, Any]], graded: list[dict[str, Any]]) -> 
             t_top = tuple((int(a), float(b)) for a, b in (top[i] if i < len(top) else []))
             if not t_top:
                 raise TeacherAlignmentError(f"sequence {s['key']} position {i}: T returned no top-k")
-            positions.append(q.Position(
-                token=int(tok), role_logprob=float(own[i][1]) if i < len(own) else None,
-                role_top=tuple((int(a), float(b)) for a, b in (own_top[i] if i < len(own_top) else [])),
-                teacher_logprob=float(toks[off + i][1]), teacher_top=t_top))
+            positions.append(
+                q.Position(
+                    token=int(tok),
+                    role_logprob=float(own[i][1]) if i < len(own) else None,
+                    role_top=tuple((int(a), float(b)) for a, b in (own_top[i] if i < len(own_top) else [])),
+                    teacher_logprob=float(toks[off + i][1]),
+                    teacher_top=t_top,
+                )
+            )
         out.append(q.Sequence(prompt_id=int(s["key"]), positions=tuple(positions)))
     return out

@@ -24,9 +24,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from arena.channel import MAX_RECORD_BYTES, RecordStream, seal
 from arena.diskwatch import DiskLimits, DiskWatch
@@ -149,8 +150,13 @@ def private_caches(scratch: Path, seeds: Mapping[str, str]) -> dict[str, str]:
         shutil.rmtree(d, ignore_errors=True)
         src = seeds.get(c.key)
         if src and cache_part(c.key, src).is_dir():
-            shutil.copytree(cache_part(c.key, src), cache_part(c.key, d), symlinks=False, ignore_dangling_symlinks=True,
-                            ignore=shutil.ignore_patterns(".cacheon-tmp-*"))  # a copy-back a kill cut short
+            shutil.copytree(
+                cache_part(c.key, src),
+                cache_part(c.key, d),
+                symlinks=False,
+                ignore_dangling_symlinks=True,
+                ignore=shutil.ignore_patterns(".cacheon-tmp-*"),
+            )  # a copy-back a kill cut short
         d.mkdir(parents=True, exist_ok=True)
         env[c.key] = str(d)
     return env
@@ -174,8 +180,11 @@ def view_paths(spec: EngineSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
             Path(ckpt).parent.mkdir(parents=True, exist_ok=True)
             rw.append(str(Path(ckpt).parent))
     rw_set = {os.path.abspath(p) for p in rw}
-    ro = [p for p in dict.fromkeys(ro) if os.path.abspath(p) not in rw_set
-          and not any(os.path.abspath(p).startswith(w + os.sep) for w in rw_set)]
+    ro = [
+        p
+        for p in dict.fromkeys(ro)
+        if os.path.abspath(p) not in rw_set and not any(os.path.abspath(p).startswith(w + os.sep) for w in rw_set)
+    ]
     return tuple(ro), tuple(dict.fromkeys(rw))
 
 
@@ -238,9 +247,15 @@ def check_copy(stream: RecordStream, path: Path, written: bytearray) -> None:
 class _Reader(threading.Thread):
     """Drains the record pipe: validate, persist (fsync), answer the sample request."""
 
-    def __init__(self, fd: int, stream: RecordStream, log_path: Path, job_w: int | None,
-                 choose: Callable[[dict[str, Any]], dict[str, Any]] | None,
-                 gate: Callable[[tuple[dict[str, Any], ...]], bool] | None = None) -> None:
+    def __init__(
+        self,
+        fd: int,
+        stream: RecordStream,
+        log_path: Path,
+        job_w: int | None,
+        choose: Callable[[dict[str, Any]], dict[str, Any]] | None,
+        gate: Callable[[tuple[dict[str, Any], ...]], bool] | None = None,
+    ) -> None:
         super().__init__(daemon=True, name="arena-records")
         self.fd, self.stream, self.job_w, self.choose, self.gate = fd, stream, job_w, choose, gate
         self.gates = {s["tag"]: s["gate_nonce"] for s in stream.job["steps"] if s.get("gate_nonce")}
@@ -318,20 +333,33 @@ def _send_job(fd: int, job: dict[str, Any]) -> None:
     data = (json.dumps(job) + "\n").encode()
     try:
         while data:
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
     except OSError:
         pass  # the driver died before reading: its exit says why
 
 
-def engine_policy(spec: EngineSpec, caches: Mapping[str, str], inside: Mapping[str, str],
-                  env: Mapping[str, str]) -> sandbox.SandboxPolicy:
+def engine_policy(
+    spec: EngineSpec, caches: Mapping[str, str], inside: Mapping[str, str], env: Mapping[str, str]
+) -> sandbox.SandboxPolicy:
     """The wall of every engine, one-shot (run_engine) or resident (arena/resident.py)."""
     ro, rw = view_paths(spec)
-    return sandbox.SandboxPolicy(wall_timeout_s=spec.timeout_s, cpu_seconds=None, file_bytes=64 << 30,
-                                 open_files=65536, isolate_network=spec.isolate_network, loopback=True,
-                                 max_processes=16384, scratch_bytes=16 << 30, tmp_bytes=16 << 30, inodes=1 << 20, gpu=True,
-                                 ro_paths=ro, rw_paths=rw, fixed_binds=tuple((caches[k], inside[k]) for k in caches),
-                                 extra_env={**env, **inside})
+    return sandbox.SandboxPolicy(
+        wall_timeout_s=spec.timeout_s,
+        cpu_seconds=None,
+        file_bytes=64 << 30,
+        open_files=65536,
+        isolate_network=spec.isolate_network,
+        loopback=True,
+        max_processes=16384,
+        scratch_bytes=16 << 30,
+        tmp_bytes=16 << 30,
+        inodes=1 << 20,
+        gpu=True,
+        ro_paths=ro,
+        rw_paths=rw,
+        fixed_binds=tuple((caches[k], inside[k]) for k in caches),
+        extra_env={**env, **inside},
+    )
 
 
 def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0) -> EngineRun:
@@ -343,8 +371,11 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     job = seal(dict(spec.job), answers=bool(spec.ranks))
     if spec.ranks:
         # the answer logs live in the receipts directory the ranks were given
-        job["answers"] = {"dir": spec.env.get("CACHEON_RECEIPT_DIR"), **(job.get("answers") or {}),
-                          "ranks": list(spec.ranks)}
+        job["answers"] = {
+            "dir": spec.env.get("CACHEON_RECEIPT_DIR"),
+            **(job.get("answers") or {}),
+            "ranks": list(spec.ranks),
+        }
         if not job["answers"]["dir"]:
             raise ValueError(f"engine {spec.name}: answer ranks {spec.ranks} but no CACHEON_RECEIPT_DIR")
     stream = RecordStream(job, tuple(spec.ranks))
@@ -373,9 +404,15 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     logf = LogSink(log_path)  # the engine's output: capped on disk, never read back whole
     with contextlib.closing(logf):
         try:
-            proc = sandbox.launch([sys.executable, "-m", "arena.engine_child", "--job-fd", str(job_r),
-                                   "--record-fd", str(rec_w)], scratch=scratch, policy=policy,
-                                  pass_fds=(job_r, rec_w), stdout=logf.fileno(), stderr=subprocess.STDOUT, cwd=REPO)
+            proc = sandbox.launch(
+                [sys.executable, "-m", "arena.engine_child", "--job-fd", str(job_r), "--record-fd", str(rec_w)],
+                scratch=scratch,
+                policy=policy,
+                pass_fds=(job_r, rec_w),
+                stdout=logf.fileno(),
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+            )
         except BaseException:
             reader.log.close()
             os.close(rec_r)
@@ -445,14 +482,32 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
         timing["copy_back_s"] = round(time.monotonic() - tw, 2)
     sandbox.remove_tree(scratch)  # the engine's HOME/TMPDIR and caches (any depth); records and log stay
     tail = logf.tail(4000)
-    log.info("arena.engine.end", engine=spec.name, rc=proc.returncode, timed_out=timed_out, wall_s=round(wall, 1),
-             gpu_free=gpu_free, forgery=stream.forgery)
-    return EngineRun(tuple(stream.records), proc.returncode, timed_out, wall, tail, gpu_free, stream.forgery,
-                     stream.truncated, timing, disk)
+    log.info(
+        "arena.engine.end",
+        engine=spec.name,
+        rc=proc.returncode,
+        timed_out=timed_out,
+        wall_s=round(wall, 1),
+        gpu_free=gpu_free,
+        forgery=stream.forgery,
+    )
+    return EngineRun(
+        tuple(stream.records),
+        proc.returncode,
+        timed_out,
+        wall,
+        tail,
+        gpu_free,
+        stream.forgery,
+        stream.truncated,
+        timing,
+        disk,
+    )
 
 
-def _wait_gpu_free(baseline: list[int] | None, timeout_s: float, visible: str | None = None,
-                   slack_mib: int = 1024) -> bool | None:
+def _wait_gpu_free(
+    baseline: list[int] | None, timeout_s: float, visible: str | None = None, slack_mib: int = 1024
+) -> bool | None:
     """True once every GPU's used memory is back to what it was before the engine started (within
     slack): the engine's contexts and caches are really gone, whatever PIDs nvidia-smi shows in a
     container. False if not within timeout_s; None where it cannot be seen."""

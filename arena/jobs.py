@@ -13,13 +13,20 @@ from arena.speed import Window, plan
 def engine_kwargs(cfg: ArenaConfig) -> dict[str, Any]:
     e = cfg.engine
     return {
-        "load_format": "auto", "skip_tokenizer_init": True, "attention_backend": e.attention_backend,
-        "sampling_backend": e.sampling_backend, "grammar_backend": "none", "random_seed": e.random_seed,
+        "load_format": "auto",
+        "skip_tokenizer_init": True,
+        "attention_backend": e.attention_backend,
+        "sampling_backend": e.sampling_backend,
+        "grammar_backend": "none",
+        "random_seed": e.random_seed,
         "disable_cuda_graph": not e.cuda_graph,
         "disable_piecewise_cuda_graph": not (e.cuda_graph and e.piecewise_cuda_graph),
-        "page_size": e.page_size, "context_length": e.context_length,
-        "mem_fraction_static": e.mem_fraction_static, "max_running_requests": e.max_running_requests,
-        "cuda_graph_max_bs": e.cuda_graph_max_bs, "tp_size": e.tp_size,
+        "page_size": e.page_size,
+        "context_length": e.context_length,
+        "mem_fraction_static": e.mem_fraction_static,
+        "max_running_requests": e.max_running_requests,
+        "cuda_graph_max_bs": e.cuda_graph_max_bs,
+        "tp_size": e.tp_size,
         "disable_radix_cache": True,  # repeated prompts would skip prefill (~30 % faster)
         "log_level": "warning",
         **({"cuda_graph_bs": list(e.cuda_graph_bs)} if e.cuda_graph_bs else {}),
@@ -35,10 +42,21 @@ def checkpoint_job(cfg: ArenaConfig, checkpoint_root: Path) -> dict[str, Any]:
     doc = hf_config(cfg)
     if cfg.model.init == "trained":
         key = recipe_digest({**doc, "cacheon_trained_steps": cfg.model.train_steps}, cfg.model.seed)
-        return {"kind": "trained", "hf_config": doc, "seed": cfg.model.seed, "steps": cfg.model.train_steps,
-                "dir": str(checkpoint_root / f"trained-{key[:16]}"), "device": "cuda"}
+        return {
+            "kind": "trained",
+            "hf_config": doc,
+            "seed": cfg.model.seed,
+            "steps": cfg.model.train_steps,
+            "dir": str(checkpoint_root / f"trained-{key[:16]}"),
+            "device": "cuda",
+        }
     digest = recipe_digest(doc, cfg.model.seed)
-    return {"hf_config": doc, "seed": cfg.model.seed, "dir": str(checkpoint_root / digest[:16]), "device": "cpu"}  # CPU draws are machine-independent
+    return {
+        "hf_config": doc,
+        "seed": cfg.model.seed,
+        "dir": str(checkpoint_root / digest[:16]),
+        "device": "cpu",
+    }  # CPU draws are machine-independent
 
 
 def _prompts(cfg: ArenaConfig, seed: int, n: int, length: int) -> dict[str, Any]:
@@ -46,8 +64,7 @@ def _prompts(cfg: ArenaConfig, seed: int, n: int, length: int) -> dict[str, Any]
     (ids it never saw in training would say nothing about quality); a real checkpoint's prompts are
     cut from the job's `text_tokens` (the corpus, tokenized by the host: arena/prompts.py)."""
     source = "text" if cfg.real else "corpus" if cfg.model.init == "trained" else "random"
-    return {"seed": seed, "n": n, "len": length, "low": cfg.workload.vocab_low, "high": cfg.profile.vocab,
-            "source": source}
+    return {"seed": seed, "n": n, "len": length, "low": cfg.workload.vocab_low, "high": cfg.profile.vocab, "source": source}
 
 
 prompt_spec = _prompts  # the resident timed engine's canary takes its prompts the same way (arena/postcondition.py)
@@ -77,8 +94,14 @@ def mirror(windows: tuple[Window, ...]) -> dict[int, int]:
     return out
 
 
-def resident_steps(cfg: ArenaConfig, baseline: str = "stock", confirm: bool = False, candidate: str = "candidate",
-                   quality: bool = True, gates: bool = False) -> tuple[list[dict[str, Any]], tuple[Window, ...]]:
+def resident_steps(
+    cfg: ArenaConfig,
+    baseline: str = "stock",
+    confirm: bool = False,
+    candidate: str = "candidate",
+    quality: bool = True,
+    gates: bool = False,
+) -> tuple[list[dict[str, Any]], tuple[Window, ...]]:
     """Swap to the baseline (stock or the incumbent), warm-up, the B C C B′ cycles (swapping the
     route where it changes; `settle_windows` untimed windows after each swap).
 
@@ -101,8 +124,14 @@ def resident_steps(cfg: ArenaConfig, baseline: str = "stock", confirm: bool = Fa
     route, epoch = "candidate", 0  # the engine starts with the candidate captured
 
     def gen(tag: str, seed: int, keep: bool) -> dict[str, Any]:
-        return {"op": "generate", "tag": tag, "keep": keep, "top_k": top_k, "max_new_tokens": w.output_len,
-                "prompts": _prompts(cfg, seed, w.prompts_per_window, w.input_len)}
+        return {
+            "op": "generate",
+            "tag": tag,
+            "keep": keep,
+            "top_k": top_k,
+            "max_new_tokens": w.output_len,
+            "prompts": _prompts(cfg, seed, w.prompts_per_window, w.input_len),
+        }
 
     def to(r: str) -> None:
         nonlocal route, epoch
@@ -129,6 +158,12 @@ def resident_steps(cfg: ArenaConfig, baseline: str = "stock", confirm: bool = Fa
 
 def teacher_steps(cfg: ArenaConfig, sequences: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """One teacher-forcing step per (stage, role) sample: T scores exactly what was timed."""
-    return [{"op": "teacher", "tag": f"T-{name}", "top_k": cfg.quality.top_k,
-             "sequences": [{"key": s["key"], "prompt": s["prompt"], "cont": s["cont"]} for s in seqs]}
-            for name, seqs in sequences.items()]
+    return [
+        {
+            "op": "teacher",
+            "tag": f"T-{name}",
+            "top_k": cfg.quality.top_k,
+            "sequences": [{"key": s["key"], "prompt": s["prompt"], "cont": s["cont"]} for s in seqs],
+        }
+        for name, seqs in sequences.items()
+    ]

@@ -21,9 +21,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from cacheon_subnet.errors import CacheonError
 
@@ -62,8 +62,11 @@ class Manifest:
         return {f.path: f for f in self.files}
 
     def to_json(self) -> dict:
-        doc = {"schema": MANIFEST_SCHEMA, "digest": self.digest,
-               "files": {f.path: {"size": f.size, "sha256": f.sha256} for f in self.files}}
+        doc = {
+            "schema": MANIFEST_SCHEMA,
+            "digest": self.digest,
+            "files": {f.path: {"size": f.size, "sha256": f.sha256} for f in self.files},
+        }
         if self.config_json is not None:
             doc["config_json"] = self.config_json
         return doc
@@ -95,7 +98,7 @@ def _files(root: Path) -> list[tuple[str, Path]]:
 
 def _hash_file(path: Path, copy_to: Path | None = None) -> tuple[int, str]:
     h, n = hashlib.sha256(), 0
-    with path.open("rb") as f, (copy_to.open("wb") if copy_to else open(os.devnull, "wb")) as out:
+    with path.open("rb") as f, copy_to.open("wb") if copy_to else open(os.devnull, "wb") as out:
         for block in iter(lambda: f.read(_BLOCK), b""):
             h.update(block)
             n += len(block)
@@ -125,8 +128,9 @@ def load_manifest(path: str | Path) -> Manifest:
         doc = json.loads(path.read_text())
         files = doc["files"]
         cj = doc.get("config_json")
-        m = manifest_of({str(p): (int(v["size"]), str(v["sha256"])) for p, v in files.items()},
-                        cj if isinstance(cj, str) else None)
+        m = manifest_of(
+            {str(p): (int(v["size"]), str(v["sha256"])) for p, v in files.items()}, cj if isinstance(cj, str) else None
+        )
         bad = [f.path for f in m.files if len(f.sha256) != 64 or any(c not in "0123456789abcdef" for c in f.sha256)]
     except FileNotFoundError:
         raise CheckpointMismatch(f"{path}: no such manifest (write it with `cacheon arena digest`)") from None
@@ -164,10 +168,15 @@ def differences(want: Manifest, got: Manifest) -> list[str]:
 def refuse(root: Path, digest: str, got: Manifest, want: Manifest | None) -> CheckpointMismatch:
     if want is not None:
         diff = differences(want, got)
-        return CheckpointMismatch(f"{root}: checkpoint digest {got.digest} != declared {digest}: "
-                                  + "; ".join(diff[:8]) + (f" (+{len(diff) - 8} more)" if len(diff) > 8 else ""))
-    return CheckpointMismatch(f"{root}: checkpoint digest {got.digest} != declared {digest} (no manifest declared, "
-                              f"so the file cannot be named: [model] manifest = <`cacheon arena digest` output>)")
+        return CheckpointMismatch(
+            f"{root}: checkpoint digest {got.digest} != declared {digest}: "
+            + "; ".join(diff[:8])
+            + (f" (+{len(diff) - 8} more)" if len(diff) > 8 else "")
+        )
+    return CheckpointMismatch(
+        f"{root}: checkpoint digest {got.digest} != declared {digest} (no manifest declared, "
+        f"so the file cannot be named: [model] manifest = <`cacheon arena digest` output>)"
+    )
 
 
 def check(root: str | Path, digest: str, want: Manifest | None = None) -> Manifest:

@@ -11,8 +11,9 @@ from arena.prepare import candidate_blame
 from arena.records import TimedStage
 
 
-def outcome(name: str, run: EngineRun, receipts: list[dict[str, Any]], stage: TimedStage, slot: str,
-            incumbent: bool) -> tuple[str, str] | None:
+def outcome(
+    name: str, run: EngineRun, receipts: list[dict[str, Any]], stage: TimedStage, slot: str, incumbent: bool
+) -> tuple[str, str] | None:
     """A final (verdict, reason) when a timed engine already decides, else None. Forging is
     the candidate's (FAIL); an engine fault is only when the receipts implicate it."""
     if run.forgery:
@@ -24,15 +25,19 @@ def outcome(name: str, run: EngineRun, receipts: list[dict[str, Any]], stage: Ti
         if incumbent:  # both trees ran in that engine: the writes are not attributable
             return "NO_DECISION", f"the {name} engine was stopped (challenger and incumbent both loaded): {why}"
         return "FAIL", f"the {name} engine with the candidate was stopped: {why}"
-    early = next((r for r in run.records if r.get("op") == "error"
-                  and r.get("kind") in ("evidence", "abi", "arena-gap")), None)
+    early = next(
+        (r for r in run.records if r.get("op") == "error" and r.get("kind") in ("evidence", "abi", "arena-gap")), None
+    )
     if early and early.get("kind") == "arena-gap":
-        return "NO_DECISION", ("the engine driver refused a message of the engine's own packages (an arena "
-                               "defect, not the candidate's; report it): " + str(early.get("error"))[:600])
+        return "NO_DECISION", (
+            "the engine driver refused a message of the engine's own packages (an arena "
+            "defect, not the candidate's; report it): " + str(early.get("error"))[:600]
+        )
     if early and early.get("kind") == "abi":
-        return "NO_DECISION", ("the engine called the slot with arguments outside its ABI, so the kernel never ran "
-                               "in the captured graphs (an arena defect, not the candidate's; report it): "
-                               + early["error"])
+        return "NO_DECISION", (
+            "the engine called the slot with arguments outside its ABI, so the kernel never ran "
+            "in the captured graphs (an arena defect, not the candidate's; report it): " + early["error"]
+        )
     if early:
         return "FAIL", "execution evidence: " + early["error"]
     if run.error:
@@ -48,9 +53,10 @@ def outcome(name: str, run: EngineRun, receipts: list[dict[str, Any]], stage: Ti
     if ev.baseline_problems:
         return "NO_DECISION", "the incumbent baseline could not be established: " + "; ".join(ev.baseline_problems[:5])
     if ev.arena_problems:
-        return "NO_DECISION", ("the engine called the slot with arguments outside its ABI, so the kernel did not run "
-                               "everywhere it was timed (an arena defect, not the candidate's; report it): "
-                               + "; ".join(ev.arena_problems[:3]))
+        return "NO_DECISION", (
+            "the engine called the slot with arguments outside its ABI, so the kernel did not run "
+            "everywhere it was timed (an arena defect, not the candidate's; report it): " + "; ".join(ev.arena_problems[:3])
+        )
     return None
 
 
@@ -63,6 +69,8 @@ def after_post(decided: tuple[str, str] | None, post: Any) -> tuple[str, str] | 
     and a NO_DECISION with its own reason (an engine fault)."""
     if post is None or post.ok or decided:
         return decided
-    return "NO_DECISION", ("the resident timed engine's post-condition failed after this contribution, so the "
-                           "engine was restarted and this verdict is not decided (infrastructure; retried in a "
-                           f"fresh engine): {post.reason}")
+    return "NO_DECISION", (
+        "the resident timed engine's post-condition failed after this contribution, so the "
+        "engine was restarted and this verdict is not decided (infrastructure; retried in a "
+        f"fresh engine): {post.reason}"
+    )

@@ -22,9 +22,10 @@ never a FAIL charged to the next contribution.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 POST_TAGS = ("post-remove", "post-canary", "post-state")
 CANARY_SALT = 999331  # the canary's prompts: never a window's (arena/jobs.py seeds)
@@ -46,8 +47,13 @@ class PostCondition:
         return "; ".join(self.reasons[:4])
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "reasons": list(self.reasons), "job": self.job, "reused": self.reused,
-                "detail": dict(self.detail)}
+        return {
+            "ok": self.ok,
+            "reasons": list(self.reasons),
+            "job": self.job,
+            "reused": self.reused,
+            "detail": dict(self.detail),
+        }
 
 
 def canary_step(cfg: Any) -> dict[str, Any]:
@@ -55,15 +61,23 @@ def canary_step(cfg: Any) -> dict[str, Any]:
     from arena.jobs import prompt_spec
 
     w = cfg.workload
-    return {"op": "canary", "tag": "post-canary", "post": True, "top_k": max(1, cfg.quality.top_k),
-            "max_new_tokens": w.output_len,
-            "prompts": prompt_spec(cfg, w.seed + CANARY_SALT, min(CANARY_PROMPTS, w.prompts_per_window), w.input_len)}
+    return {
+        "op": "canary",
+        "tag": "post-canary",
+        "post": True,
+        "top_k": max(1, cfg.quality.top_k),
+        "max_new_tokens": w.output_len,
+        "prompts": prompt_spec(cfg, w.seed + CANARY_SALT, min(CANARY_PROMPTS, w.prompts_per_window), w.input_len),
+    }
 
 
 def post_steps(cfg: Any) -> list[dict[str, Any]]:
     """After a contribution: take it out, the canary, the state (digest and leftovers)."""
-    return [{"op": "remove", "tag": "post-remove", "post": True}, canary_step(cfg),
-            {"op": "state", "tag": "post-state", "post": True}]
+    return [
+        {"op": "remove", "tag": "post-remove", "post": True},
+        canary_step(cfg),
+        {"op": "state", "tag": "post-state", "post": True},
+    ]
 
 
 def _answers(run: Any, tag: str, name: str) -> dict[str, Any] | None:
@@ -92,8 +106,11 @@ def leftovers(rank: str, left: Any, where: str) -> list[str]:
     """What a rank says is left of any contribution (all empty, the registry empty on stock)."""
     if not isinstance(left, dict):
         return [f"rank {rank}: no leftovers report after {where}"]
-    out = [f"rank {rank}: {k} of a contribution still there after {where}: {list(left.get(k))[:4]}"
-           for k in LEFT_EMPTY if left.get(k) != []]
+    out = [
+        f"rank {rank}: {k} of a contribution still there after {where}: {list(left.get(k))[:4]}"
+        for k in LEFT_EMPTY
+        if left.get(k) != []
+    ]
     reg = left.get("registry") or {}
     if reg.get("candidates") != 0 or reg.get("route") != "stock" or reg.get("enabled") is not True:
         out.append(f"rank {rank}: the registry after {where} is {reg} (expected enabled, route stock, no candidate)")
@@ -110,8 +127,9 @@ def check(run: Any, reference: Mapping[str, Any], ranks: Iterable[int]) -> list[
     why: list[str] = []
     if now["canary"] != reference["canary"]:
         first = next((i for i, (a, b) in enumerate(zip(now["canary"], reference["canary"])) if a != b), None)
-        why.append(f"the stock canary window differs from the engine's first canary (sequence {first}): the "
-                   "engine's outputs moved")
+        why.append(
+            f"the stock canary window differs from the engine's first canary (sequence {first}): the engine's outputs moved"
+        )
     for r in sorted(str(x) for x in ranks):
         if not now["digest"].get(r) or now["digest"].get(r) != reference["digest"].get(r):
             why.append(f"rank {r}: the weights and buffers digest differs from the engine's first reading")

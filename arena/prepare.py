@@ -6,9 +6,10 @@ the stages."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from arena.config import ArenaConfig
 from arena.host import EngineRun
@@ -48,8 +49,14 @@ def stock_control_op(slot: str) -> OpEntry:
     from cacheon_subnet.slots import get_slot
 
     spec = get_slot(slot)
-    return OpEntry(slot=slot, slot_version=spec.version, module="stock", attr="stock", variant="stock-control",
-                   dtypes=tuple(spec.dtypes))
+    return OpEntry(
+        slot=slot,
+        slot_version=spec.version,
+        module="stock",
+        attr="stock",
+        variant="stock-control",
+        dtypes=tuple(spec.dtypes),
+    )
 
 
 class ArenaUnavailable(RuntimeError):
@@ -60,8 +67,10 @@ def preflight() -> None:
     import importlib.util
 
     if importlib.util.find_spec("sglang") is None:
-        raise ArenaUnavailable("SGLang is not importable here: the GPU arena needs the `gpu` extra "
-                               "(sglang==0.5.13.post1) on a CUDA machine; use --arena cpu for CPU timing")
+        raise ArenaUnavailable(
+            "SGLang is not importable here: the GPU arena needs the `gpu` extra "
+            "(sglang==0.5.13.post1) on a CUDA machine; use --arena cpu for CPU timing"
+        )
     if not shutil.which("nvidia-smi"):
         raise ArenaUnavailable("no NVIDIA driver (nvidia-smi) on this machine: the GPU arena needs a CUDA GPU")
     from seams.entry import entry_point_problem
@@ -87,14 +96,15 @@ def candidate_blame(receipts: list[dict[str, Any]], slot: str) -> str:
     return ""
 
 
-def engine_base(cfg: ArenaConfig, opts: RunOptions, engine: Callable[..., EngineRun]
-                ) -> tuple[dict[str, Any] | None, str]:
+def engine_base(cfg: ArenaConfig, opts: RunOptions, engine: Callable[..., EngineRun]) -> tuple[dict[str, Any] | None, str]:
     """The job fields every engine of one arena shares: engine kwargs and the checkpoint, made
     first by a pristine child (read-only to every later engine) or, for a real model, a verified
     copy of the operator's. (None, why) when that fails: infrastructure, never the miner's fault."""
-    base: dict[str, Any] = {"engine_kwargs": engine_kwargs(cfg), "engine_factory": opts.engine_factory,
-                            "checkpoint": None if opts.engine_factory and not cfg.real
-                            else checkpoint_job(cfg, opts.checkpoint_root)}
+    base: dict[str, Any] = {
+        "engine_kwargs": engine_kwargs(cfg),
+        "engine_factory": opts.engine_factory,
+        "checkpoint": None if opts.engine_factory and not cfg.real else checkpoint_job(cfg, opts.checkpoint_root),
+    }
     if base["checkpoint"] and cfg.real:  # the operator's checkpoint: a verified copy, its corpus tokenized
         from arena.real import prepare
 
@@ -109,8 +119,12 @@ def engine_base(cfg: ArenaConfig, opts: RunOptions, engine: Callable[..., Engine
             # it (engines only ever see it read-only); its child would cost 3-14 s a verdict (H200)
             return base, ""
         Path(ck["dir"]).parent.mkdir(parents=True, exist_ok=True)
-        made = engine("checkpoint", {**base, "steps": [], "checkpoint_only": True}, seam_environment(()),
-                      rw=(str(Path(ck["dir"]).parent),))
+        made = engine(
+            "checkpoint",
+            {**base, "steps": [], "checkpoint_only": True},
+            seam_environment(()),
+            rw=(str(Path(ck["dir"]).parent),),
+        )
         if made.error:
             return None, f"the checkpoint step failed (infrastructure): {made.error}"
         MADE.add(ck["dir"])

@@ -61,8 +61,9 @@ def load_tokenizer(model_dir: Path):  # noqa: ANN201 - a tokenizers.Tokenizer or
         try:
             from tokenizers import Tokenizer
         except ImportError:
-            raise CorpusError("tokenizing a corpus needs the `tokenizers` package (pip install "
-                              "'cacheon-subnet[realmodel]')") from None
+            raise CorpusError(
+                "tokenizing a corpus needs the `tokenizers` package (pip install 'cacheon-subnet[realmodel]')"
+            ) from None
         try:
             return Tokenizer.from_file(str(tj))
         except Exception as e:  # tokenizers raises its own Exception type on a bad file
@@ -70,8 +71,7 @@ def load_tokenizer(model_dir: Path):  # noqa: ANN201 - a tokenizers.Tokenizer or
     try:
         from transformers import AutoTokenizer
     except ImportError:
-        raise CorpusError(f"{model_dir}: no tokenizer.json, and transformers (for AutoTokenizer) is not "
-                          "installed") from None
+        raise CorpusError(f"{model_dir}: no tokenizer.json, and transformers (for AutoTokenizer) is not installed") from None
     try:
         return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as e:
@@ -100,8 +100,9 @@ def corpus_tokens(name: str, model_dir: Path, vocab: int, min_len: int, base: Pa
     if len(ids) <= min_len:
         raise CorpusError(f"{path}: {len(ids)} tokens, fewer than one prompt needs ({min_len + 1})")
     if max(ids) >= vocab or min(ids) < 0:
-        raise CorpusError(f"{path}: the tokenizer in {model_dir} gives ids up to {max(ids)}, outside the model's "
-                          f"vocabulary ({vocab})")
+        raise CorpusError(
+            f"{path}: the tokenizer in {model_dir} gives ids up to {max(ids)}, outside the model's vocabulary ({vocab})"
+        )
     return CorpusTokens(name, hashlib.sha256(raw).hexdigest(), tuple(ids))
 
 
@@ -111,4 +112,4 @@ def text_prompts(tokens: list[int] | tuple[int, ...], seed: int, n: int, length:
         raise CorpusError(f"token stream of {len(tokens)} tokens is shorter than a {length}-token prompt")
     r = random.Random(seed)
     starts = [r.randrange(0, len(tokens) - length) for _ in range(n)]
-    return [list(tokens[s:s + length]) for s in starts]
+    return [list(tokens[s : s + length]) for s in starts]

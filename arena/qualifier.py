@@ -41,8 +41,9 @@ class GpuQualifier:
 
         return replace(self, devices=devices)
 
-    def qualify(self, bundle: Bundle, op: OpEntry, incumbent: Crown | None,
-                incumbent_bundle: Bundle | None = None) -> QualifyResult:
+    def qualify(
+        self, bundle: Bundle, op: OpEntry, incumbent: Crown | None, incumbent_bundle: Bundle | None = None
+    ) -> QualifyResult:
         inc_op = None
         if incumbent is not None and incumbent_bundle is not None:
             inc_op = next((o for o in incumbent_bundle.manifest.ops if o.slot == op.slot), None)
@@ -83,8 +84,9 @@ def exclusive_workdir(base: Path, tries: int = WORKDIR_TRIES) -> Iterator[Path]:
     raise RuntimeError(f"arena workdir {base}: {tries} runs of this bundle and op hold it already")
 
 
-def to_qualify_result(result: dict[str, Any], op: OpEntry, incumbent: Crown | None, arena_id: str,
-                      label: str, head_to_head: bool = False) -> QualifyResult:
+def to_qualify_result(
+    result: dict[str, Any], op: OpEntry, incumbent: Crown | None, arena_id: str, label: str, head_to_head: bool = False
+) -> QualifyResult:
     """Head-to-head (B ran the incumbent): the ratio is measured against it and chained to stock.
     Without the incumbent's bundle, B is stock and the ratio vs the incumbent is derived by
     dividing by its chained speedup (labelled in detail['speedup_basis'])."""
@@ -103,14 +105,20 @@ def to_qualify_result(result: dict[str, Any], op: OpEntry, incumbent: Crown | No
         speedup, vs_stock, basis = ratio, ratio, "measured vs stock"
     quality_ok = (result.get("quality") or {}).get("verdict") == "PASS"
     confirm = result.get("confirm") or {}
-    detail = {"result_json": result.get("result_path"), "speedup_basis": basis, "evidence": result.get("evidence"),
-              "windows": result.get("windows"), "wall_s": result.get("wall_s"),
-              # what the leaderboard plots need (per-window B, C, B′ with the noise band and bar)
-              "metric": result.get("metric"), "speed": _speed_brief(result.get("speed")),
-              "confirm": {"windows": confirm.get("windows"), "speed": _speed_brief(confirm.get("speed"))}
-              if confirm else None}
-    return QualifyResult(op.slot, result["verdict"], quality_ok, speedup, vs_stock, noise, arena_id, label,
-                         result.get("reason", ""), detail)
+    detail = {
+        "result_json": result.get("result_path"),
+        "speedup_basis": basis,
+        "evidence": result.get("evidence"),
+        "windows": result.get("windows"),
+        "wall_s": result.get("wall_s"),
+        # what the leaderboard plots need (per-window B, C, B′ with the noise band and bar)
+        "metric": result.get("metric"),
+        "speed": _speed_brief(result.get("speed")),
+        "confirm": {"windows": confirm.get("windows"), "speed": _speed_brief(confirm.get("speed"))} if confirm else None,
+    }
+    return QualifyResult(
+        op.slot, result["verdict"], quality_ok, speedup, vs_stock, noise, arena_id, label, result.get("reason", ""), detail
+    )
 
 
 SPEED_KEYS = ("verdict", "ratio", "noise", "bar", "run_drift", "reason")

@@ -72,9 +72,7 @@ def _probs(top: abc.Sequence[tuple[int, float]]) -> dict[int, float]:
     return {int(tok): math.exp(_clamp(lp)) for tok, lp in top}
 
 
-def _coarse(
-    top: dict[int, float], support: list[int], vocab_size: int, estimator: KlEstimator
-) -> np.ndarray:
+def _coarse(top: dict[int, float], support: list[int], vocab_size: int, estimator: KlEstimator) -> np.ndarray:
     """This side's distribution over `support` + one "everything else" bucket (sums to 1)."""
     tail = max(0.0, 1.0 - sum(top.values()))
     missing = [t for t in support if t not in top]
@@ -235,8 +233,7 @@ class QualityPolicy:
         for key in d:
             if key not in known:
                 raise ValueError(f"unknown quality policy key {key!r}; known: {sorted(known)}")
-        return cls(**{k: float(v) if isinstance(v, int) and not isinstance(v, bool) else v
-                      for k, v in d.items()})
+        return cls(**{k: float(v) if isinstance(v, int) and not isinstance(v, bool) else v for k, v in d.items()})
 
     def to_json(self) -> dict[str, Any]:
         """Plain dict of every limit, for the result file."""
@@ -258,11 +255,7 @@ class QualityVerdict:
 
 
 def _nonfinite(m: QualityMetrics) -> list[str]:
-    return [
-        f.name
-        for f in fields(m)
-        if isinstance(getattr(m, f.name), float) and not math.isfinite(getattr(m, f.name))
-    ]
+    return [f.name for f in fields(m) if isinstance(getattr(m, f.name), float) and not math.isfinite(getattr(m, f.name))]
 
 
 def grade(b: QualityMetrics, c: QualityMetrics, policy: QualityPolicy) -> QualityVerdict:
@@ -295,16 +288,11 @@ def grade(b: QualityMetrics, c: QualityMetrics, policy: QualityPolicy) -> Qualit
 
     upper("nll_mean", c.nll_mean, b.nll_mean, b.nll_mean + policy.max_nll_mean_delta)
     upper("nll_p99", c.nll_p99, b.nll_p99, b.nll_p99 + policy.max_nll_p99_delta)
-    upper(
-        "seq_nll_max", c.seq_nll_max, b.seq_nll_max, b.seq_nll_max + policy.max_seq_nll_max_delta
-    )
+    upper("seq_nll_max", c.seq_nll_max, b.seq_nll_max, b.seq_nll_max + policy.max_seq_nll_max_delta)
     floor = policy.min_agreement_ratio * b.greedy_agreement
     limits["greedy_agreement"] = floor
     if c.greedy_agreement < floor:
-        reasons.append(
-            f"greedy_agreement: C={c.greedy_agreement:.6g} B={b.greedy_agreement:.6g} "
-            f"limit>={floor:.6g}"
-        )
+        reasons.append(f"greedy_agreement: C={c.greedy_agreement:.6g} B={b.greedy_agreement:.6g} limit>={floor:.6g}")
     scaled = (
         ("kl_mean", c.kl_mean, b.kl_mean, policy.kl_mean_factor, policy.kl_mean_floor),
         ("kl_p99", c.kl_p99, b.kl_p99, policy.kl_p99_factor, policy.kl_p99_floor),

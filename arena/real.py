@@ -20,8 +20,10 @@ def prepare(cfg: ArenaConfig, dst: Path) -> list[int]:
     p = cfg.profile  # from the operator's config.json, which the digest just covered
     ctx = cfg.engine.context_length
     if ctx > p.max_position:
-        raise ArenaConfigError(f"{cfg.path}: [engine] context_length {ctx} exceeds the checkpoint's "
-                               f"max_position_embeddings {p.max_position} ({cfg.model_dir / 'config.json'})")
+        raise ArenaConfigError(
+            f"{cfg.path}: [engine] context_length {ctx} exceeds the checkpoint's "
+            f"max_position_embeddings {p.max_position} ({cfg.model_dir / 'config.json'})"
+        )
     w = cfg.workload
     toks = corpus_tokens(cfg.workload.corpus, dst, p.vocab, w.input_len, Path(cfg.path).resolve().parent)
     return list(toks.tokens)

@@ -7,9 +7,10 @@ windows' outputs were graded), `confirm_quality`, `leaks` and the stage `forgery
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from arena.evidence import Evidence
 from arena.speed import SpeedVerdict, Window
@@ -39,8 +40,14 @@ class WindowRecord:
 
     def to_json(self, metric: str) -> dict[str, Any]:
         w = self.window
-        return {"index": w.index, "cycle": w.cycle, "role": w.role, "route": w.route, metric: self.value(metric),
-                **dict(self.readings)}
+        return {
+            "index": w.index,
+            "cycle": w.cycle,
+            "role": w.role,
+            "route": w.route,
+            metric: self.value(metric),
+            **dict(self.readings),
+        }
 
 
 @dataclass(frozen=True)
@@ -59,15 +66,30 @@ class StageRecord:
     host_timing: Mapping[str, float] = field(default_factory=dict)  # arena.host.EngineRun.timing
 
     def to_json(self) -> dict[str, Any]:
-        return {"wall_s": round(self.wall_s, 1), "rc": self.rc, "timed_out": self.timed_out, "gpu_free": self.gpu_free,
-                "error": self.error, "forgery": self.forgery, "startup": [dict(r) for r in self.startup],
-                "routes": [dict(r) for r in self.routes], "host_timing": dict(self.host_timing)}
+        return {
+            "wall_s": round(self.wall_s, 1),
+            "rc": self.rc,
+            "timed_out": self.timed_out,
+            "gpu_free": self.gpu_free,
+            "error": self.error,
+            "forgery": self.forgery,
+            "startup": [dict(r) for r in self.startup],
+            "routes": [dict(r) for r in self.routes],
+            "host_timing": dict(self.host_timing),
+        }
 
 
 def _speed_json(v: SpeedVerdict) -> dict[str, Any]:
-    return {"ratio": v.ratio, "run_drift": v.run_drift, "noise": v.noise, "verdict": v.verdict,
-            "cycle_ratio": v.cycle_ratio, "cycle_drift": v.cycle_drift, "paired_ratio": v.paired_ratio,
-            "paired_se": v.paired_se}
+    return {
+        "ratio": v.ratio,
+        "run_drift": v.run_drift,
+        "noise": v.noise,
+        "verdict": v.verdict,
+        "cycle_ratio": v.cycle_ratio,
+        "cycle_drift": v.cycle_drift,
+        "paired_ratio": v.paired_ratio,
+        "paired_se": v.paired_se,
+    }
 
 
 @dataclass(frozen=True)
@@ -84,8 +106,11 @@ class TimedStage:
         return [(r.window, v) for r in self.windows if (v := r.value(metric)) is not None]
 
     def to_json(self, metric: str) -> dict[str, Any]:
-        out: dict[str, Any] = {"evidence": self.evidence.to_json(), "leaks": list(self.leaks),
-                               "windows": [r.to_json(metric) for r in self.windows if r.value(metric) is not None]}
+        out: dict[str, Any] = {
+            "evidence": self.evidence.to_json(),
+            "leaks": list(self.leaks),
+            "windows": [r.to_json(metric) for r in self.windows if r.value(metric) is not None],
+        }
         if self.speed is not None:
             out["speed"] = self.speed.to_json()
             out["speed_by_metric"] = {m: _speed_json(v) for m, v in self.by_metric.items()}
@@ -132,12 +157,17 @@ class ArenaResult:
         return replace(self, stages=tuple(s for s in self.stages if s.name != stage.name) + (stage,))
 
     def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"schema": SCHEMA, **dict(self.identity), **dict(self.setup),
-                               "stages": {s.name: s.to_json() for s in self.stages}}
+        doc: dict[str, Any] = {
+            "schema": SCHEMA,
+            **dict(self.identity),
+            **dict(self.setup),
+            "stages": {s.name: s.to_json() for s in self.stages},
+        }
         if self.resident is not None:
             r = self.resident.to_json(self.metric)
-            doc.update(evidence=r["evidence"], leaks=r["leaks"], receipts=[dict(x) for x in self.receipts],
-                       windows=r["windows"])
+            doc.update(
+                evidence=r["evidence"], leaks=r["leaks"], receipts=[dict(x) for x in self.receipts], windows=r["windows"]
+            )
             if "speed" in r:
                 doc.update(speed=r["speed"], speed_by_metric=r["speed_by_metric"], metric=self.metric)
         if self.role_bias is not None:

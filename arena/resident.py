@@ -27,15 +27,25 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 from arena.channel import MAX_RECORD_BYTES, RecordStream, nonce, seal
-from arena.host import (JIT_INSIDE, REPO, EngineRun, EngineSpec, check_copy, engine_policy, persist, plugin_site,
-                        private_caches)
 from arena.diskwatch import DiskLimits, DiskWatch
 from arena.home import CACHE_KEYS
+from arena.host import (
+    JIT_INSIDE,
+    REPO,
+    EngineRun,
+    EngineSpec,
+    check_copy,
+    engine_policy,
+    persist,
+    plugin_site,
+    private_caches,
+)
 from cacheon_subnet import lifecycle, sandbox
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.sandbox.logsink import LogSink
@@ -78,10 +88,15 @@ class ResidentEngine:
         self._rec_r, rec_w = os.pipe()
         self._logf = LogSink(home / "engine.log")
         try:
-            self.proc = sandbox.launch([sys.executable, "-m", "arena.engine_child", "--job-fd", str(job_r),
-                                        "--record-fd", str(rec_w)], scratch=scratch, policy=policy,
-                                       pass_fds=(job_r, rec_w), stdout=self._logf.fileno(), stderr=subprocess.STDOUT,
-                                       cwd=REPO)
+            self.proc = sandbox.launch(
+                [sys.executable, "-m", "arena.engine_child", "--job-fd", str(job_r), "--record-fd", str(rec_w)],
+                scratch=scratch,
+                policy=policy,
+                pass_fds=(job_r, rec_w),
+                stdout=self._logf.fileno(),
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+            )
         except BaseException:
             for fd in (self._rec_r, self._job_w):
                 os.close(fd)
@@ -94,8 +109,9 @@ class ResidentEngine:
         self.caches = caches
         self.watch: DiskWatch | None = None
         if watch_disk:  # contribution code runs here: what it may add to the host's disk is bounded
-            self.watch = DiskWatch([Path(p) for p in (*policy.rw_paths, *caches.values())], DiskLimits.from_env(),
-                                   kept=policy.rw_paths)
+            self.watch = DiskWatch(
+                [Path(p) for p in (*policy.rw_paths, *caches.values())], DiskLimits.from_env(), kept=policy.rw_paths
+            )
             self.watch.members = functools.partial(sandbox.members, self.proc)
             self.watch.start()
         self._reader = threading.Thread(target=self._read, daemon=True, name="arena-resident-records")
@@ -112,7 +128,7 @@ class ResidentEngine:
                 self._buf += chunk
                 while (nl := self._buf.find(b"\n")) >= 0:
                     line = bytes(self._buf[:nl])
-                    del self._buf[:nl + 1]
+                    del self._buf[: nl + 1]
                     self._line(line)
                 if len(self._buf) > MAX_RECORD_BYTES:
                     self.poisoned = f"a record line over {MAX_RECORD_BYTES >> 20} MiB"
@@ -160,9 +176,17 @@ class ResidentEngine:
             with contextlib.suppress(OSError):
                 _write(self._job_w, msg)
 
-    def run(self, name: str, job: dict[str, Any], workdir: Path, timeout_s: float, *, ranks: tuple[int, ...] = (),
-            choose: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-            gate: Callable[[tuple[dict[str, Any], ...]], bool] | None = None) -> EngineRun:
+    def run(
+        self,
+        name: str,
+        job: dict[str, Any],
+        workdir: Path,
+        timeout_s: float,
+        *,
+        ranks: tuple[int, ...] = (),
+        choose: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        gate: Callable[[tuple[dict[str, Any], ...]], bool] | None = None,
+    ) -> EngineRun:
         """One job in this engine: its records validated under its own nonces (and, with `ranks`,
         its RPC answers: job["answers"] names the job's own answers dir), persisted to
         <workdir>/<name>.jsonl like a one-shot engine's."""
@@ -205,9 +229,18 @@ class ResidentEngine:
             with contextlib.suppress(OSError):
                 self.watch.breach = self.watch.check()
         disk = self.watch.breach if self.watch is not None else None
-        run = EngineRun(tuple(stream.records), self.proc.poll(), not finished and not disk, wall, self._logf.tail(4000),
-                        None, stream.forgery, stream.truncated,
-                        {"resident_job": float(self.jobs), "reused": float(not first)}, disk)
+        run = EngineRun(
+            tuple(stream.records),
+            self.proc.poll(),
+            not finished and not disk,
+            wall,
+            self._logf.tail(4000),
+            None,
+            stream.forgery,
+            stream.truncated,
+            {"resident_job": float(self.jobs), "reused": float(not first)},
+            disk,
+        )
         if run.error:
             self.poisoned = self.poisoned or run.error
         return run
@@ -229,7 +262,7 @@ class ResidentEngine:
 def _write(fd: int, doc: dict[str, Any]) -> None:
     data = (json.dumps(doc) + "\n").encode()
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 def canary_step(tag: str, sequences: list[dict[str, Any]], top_k: int) -> dict[str, Any]:
@@ -278,15 +311,26 @@ class ResidentTeacher:
             # contribution a fresh T graded first, for every later verdict of that T (red team:
             # e.g. a repeated token T predicts at logprob ~0, which no drift moves past canary_atol)
             seqs = [s for s in teach[0]["sequences"] if len(s["prompt"]) >= 2][:CANARY_SEQUENCES]
-            self.canary = [{"key": f"canary-{i}", "prompt": list(s["prompt"])[:len(s["prompt"]) // 2],
-                            "cont": list(s["prompt"])[len(s["prompt"]) // 2:]} for i, s in enumerate(seqs)]
+            self.canary = [
+                {
+                    "key": f"canary-{i}",
+                    "prompt": list(s["prompt"])[: len(s["prompt"]) // 2],
+                    "cont": list(s["prompt"])[len(s["prompt"]) // 2 :],
+                }
+                for i, s in enumerate(seqs)
+            ]
             if not self.canary:  # no prompt to split (never in an arena): the sequences as they are
-                self.canary = [{"key": f"canary-{i}", "prompt": list(s["prompt"]), "cont": list(s["cont"])}
-                               for i, s in enumerate(teach[0]["sequences"][:CANARY_SEQUENCES])]
+                self.canary = [
+                    {"key": f"canary-{i}", "prompt": list(s["prompt"]), "cont": list(s["cont"])}
+                    for i, s in enumerate(teach[0]["sequences"][:CANARY_SEQUENCES])
+                ]
             self.top_k = int(teach[0]["top_k"])
         if self.canary:
-            steps = [canary_step(CANARY_TAGS[0], self.canary, self.top_k), *steps,
-                     canary_step(CANARY_TAGS[1], self.canary, self.top_k)]
+            steps = [
+                canary_step(CANARY_TAGS[0], self.canary, self.top_k),
+                *steps,
+                canary_step(CANARY_TAGS[1], self.canary, self.top_k),
+            ]
         run = self.engine.run(name, {**job, "steps": steps}, workdir, timeout_s)
         if run.error or not self.canary:
             return run
@@ -301,7 +345,9 @@ class ResidentTeacher:
             why = canary_drift(self.reference, got, self.atol)
             if why:
                 self.engine.poisoned = f"{tag}: {why}"
-                return replace(run, records=run.records + ({"op": "error", "kind": "canary", "error": self.engine.poisoned},))
+                return replace(
+                    run, records=run.records + ({"op": "error", "kind": "canary", "error": self.engine.poisoned},)
+                )
         return run
 
     def close(self) -> None:
@@ -311,8 +357,12 @@ class ResidentTeacher:
 def teacher_key(spec: EngineSpec) -> str:
     """What makes two teachers the same engine: its job base (engine kwargs, checkpoint, factory),
     its environment and its devices."""
-    doc = {"job": {k: v for k, v in spec.job.items() if k != "steps"}, "env": dict(spec.env),
-           "isolate_network": spec.isolate_network, "ro": list(spec.ro_paths)}
+    doc = {
+        "job": {k: v for k, v in spec.job.items() if k != "steps"},
+        "env": dict(spec.env),
+        "isolate_network": spec.isolate_network,
+        "ro": list(spec.ro_paths),
+    }
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -325,8 +375,9 @@ class TeacherPool:
         self._teachers: dict[str, ResidentTeacher] = {}
         self._started = 0
 
-    def run(self, spec: EngineSpec, workdir: Path, home: Path, *, atol: float, max_jobs: int,
-            start_timeout_s: float | None) -> list[EngineRun]:
+    def run(
+        self, spec: EngineSpec, workdir: Path, home: Path, *, atol: float, max_jobs: int, start_timeout_s: float | None
+    ) -> list[EngineRun]:
         """Grade spec.job in the resident teacher of its key; on any failure stop it and retry
         once in a fresh one. Returns every attempt (the last one decides)."""
         key = teacher_key(spec)

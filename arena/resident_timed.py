@@ -24,9 +24,10 @@ import os
 import secrets
 import shutil
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from arena import postcondition as pc
 from arena.host import EngineRun, EngineSpec, _wait_gpu_free, gpu_memory_used_mib
@@ -69,8 +70,14 @@ class TimedEngine:
         for d in (start, self.trees):
             d.mkdir(parents=True, exist_ok=True)
         os.chmod(self.trees, 0o755)
-        env = {**spec.env, RESIDENT_ENV: "1", TREES_ENV: str(self.trees), ANSWERS_ENV: str(self.answers),
-               "CACHEON_RECEIPT_DIR": str(start), "CACHEON_FORWARD_CLOCK": "1"}
+        env = {
+            **spec.env,
+            RESIDENT_ENV: "1",
+            TREES_ENV: str(self.trees),
+            ANSWERS_ENV: str(self.answers),
+            "CACHEON_RECEIPT_DIR": str(start),
+            "CACHEON_FORWARD_CLOCK": "1",
+        }
         spec = replace(spec, env=env, rw_paths=(str(self.answers),), ro_paths=(*spec.ro_paths, str(self.trees)))
         self.visible = spec.env.get("CUDA_VISIBLE_DEVICES")
         self.gpu_baseline = gpu_memory_used_mib(self.visible)  # what its GPUs held before it: back to that at close
@@ -97,9 +104,18 @@ class TimedEngine:
         self.scratch = self._scratch()
         return run
 
-    def run(self, name: str, base: dict[str, Any], steps: list[dict[str, Any]], install: dict[str, str],
-            workdir: Path, receipts_dir: Path, timeout_s: float, choose: Choose | None,
-            gate: Gate | None) -> tuple[EngineRun, PostCondition]:
+    def run(
+        self,
+        name: str,
+        base: dict[str, Any],
+        steps: list[dict[str, Any]],
+        install: dict[str, str],
+        workdir: Path,
+        receipts_dir: Path,
+        timeout_s: float,
+        choose: Choose | None,
+        gate: Gate | None,
+    ) -> tuple[EngineRun, PostCondition]:
         """One contribution: install, the verdict's steps, the post-condition steps; then the host's checks."""
         assert self.reference is not None
         jobdir = self.job_dir()
@@ -108,14 +124,19 @@ class TimedEngine:
             tree = self.trees / f"t-{jobdir.name}"
             shutil.copytree(install["CACHEON_ENGINE_TREE"], tree, symlinks=True)
             env["CACHEON_ENGINE_TREE"] = str(tree)
-        job = {**base, "steps": [{"op": "install", "tag": "install", "env": env}, *steps, *self.post],
-               "answers": {"dir": str(jobdir)}}
+        job = {
+            **base,
+            "steps": [{"op": "install", "tag": "install", "env": env}, *steps, *self.post],
+            "answers": {"dir": str(jobdir)},
+        }
         self.contributions += 1
         try:
             run = self.engine.run(name, job, workdir, timeout_s, ranks=self.ranks, choose=choose, gate=gate)
         finally:
-            held = pc.open_under(sandbox.members(self.engine.proc) if self.engine.proc.poll() is None else [],
-                                 [p for p in (jobdir, tree) if p])
+            held = pc.open_under(
+                sandbox.members(self.engine.proc) if self.engine.proc.poll() is None else [],
+                [p for p in (jobdir, tree) if p],
+            )
             if self.engine.watch is not None and self.engine.watch.breach:  # what it wrote must not outlive it
                 sandbox.remove_tree(jobdir)
                 sandbox.remove_tree(receipts_dir)
@@ -129,9 +150,19 @@ class TimedEngine:
         added = sorted(set(self.scratch) - set(scratch))  # advisory: SGLang may write its scratch (H200)
         deleted, self.cache_files = pc.sweep(self.engine.caches, self.cache_files)
         timing = {t: run.step(t).get("s") for t in ("install", *pc.POST_TAGS) if _has(run, t)}
-        post = PostCondition(not reasons, tuple(reasons), self.contributions, self.contributions > 1,
-                             {"seconds": timing, "cache_files_deleted": deleted, "engine_pid": self.engine.proc.pid,
-                              "scratch_added": len(added), "scratch_added_names": added[:10]})
+        post = PostCondition(
+            not reasons,
+            tuple(reasons),
+            self.contributions,
+            self.contributions > 1,
+            {
+                "seconds": timing,
+                "cache_files_deleted": deleted,
+                "engine_pid": self.engine.proc.pid,
+                "scratch_added": len(added),
+                "scratch_added_names": added[:10],
+            },
+        )
         if not post.ok:
             self.engine.poisoned = self.engine.poisoned or f"post-condition: {post.reason}"
         return run, post
@@ -155,14 +186,21 @@ class TimedEngine:
         """The post-condition (arena/postcondition.py): the ranks' answers against the engine's first
         reading, then what the host sees of the engine's processes and dirs."""
         assert self.reference is not None
-        why = [f"the engine failed during the job: {str(run.error)[:300]}"] if run.error else \
-            pc.check(run, self.reference, self.ranks)
+        why = (
+            [f"the engine failed during the job: {str(run.error)[:300]}"]
+            if run.error
+            else pc.check(run, self.reference, self.ranks)
+        )
         why += [f"an engine process holds a file of the contribution's dirs open: {h}" for h in held[:3]]
-        why += [f"an entry the host did not make in the engine's answers dir: {n}"
-                for n in pc.unexpected(self.answers, ("start",))]
+        why += [
+            f"an entry the host did not make in the engine's answers dir: {n}"
+            for n in pc.unexpected(self.answers, ("start",))
+        ]
         if pc.listing(self.answers / "start") != self.start_dir:
             why.append("the engine's first answers dir changed after its reference job (only a job's own dir is written)")
-        return why + [f"an entry the host did not make in the engine's trees dir: {n}" for n in pc.unexpected(self.trees, ())]
+        return why + [
+            f"an entry the host did not make in the engine's trees dir: {n}" for n in pc.unexpected(self.trees, ())
+        ]
 
     def close(self) -> None:
         """Stop it, then wait until its GPUs hold what they held before it (the confirmation engine
@@ -186,9 +224,13 @@ def _has(run: EngineRun, tag: str) -> bool:
 def timed_key(spec: EngineSpec) -> str:
     """What makes two timed engines the same: the job base (engine kwargs, checkpoint, factory,
     prompt source), the environment (armed bindings, strictness, devices), the ranks and the view."""
-    doc = {"job": {k: v for k, v in spec.job.items() if k not in ("steps", "answers", "early_evidence")},
-           "env": dict(spec.env), "isolate_network": spec.isolate_network, "ro": list(spec.ro_paths),
-           "ranks": list(spec.ranks)}
+    doc = {
+        "job": {k: v for k, v in spec.job.items() if k not in ("steps", "answers", "early_evidence")},
+        "env": dict(spec.env),
+        "isolate_network": spec.isolate_network,
+        "ro": list(spec.ro_paths),
+        "ranks": list(spec.ranks),
+    }
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -205,10 +247,22 @@ class TimedPool:
         with self._lock:
             return self._locks.setdefault(devices, threading.Lock())
 
-    def run(self, spec: EngineSpec, steps: list[dict[str, Any]], install: dict[str, str], *, workdir: Path,
-            receipts_dir: Path, home: Path, canary: dict[str, Any], post: list[dict[str, Any]], max_jobs: int,
-            start_timeout_s: float | None, choose: Choose | None = None,
-            gate: Gate | None = None) -> tuple[list[EngineRun], PostCondition]:
+    def run(
+        self,
+        spec: EngineSpec,
+        steps: list[dict[str, Any]],
+        install: dict[str, str],
+        *,
+        workdir: Path,
+        receipts_dir: Path,
+        home: Path,
+        canary: dict[str, Any],
+        post: list[dict[str, Any]],
+        max_jobs: int,
+        start_timeout_s: float | None,
+        choose: Choose | None = None,
+        gate: Gate | None = None,
+    ) -> tuple[list[EngineRun], PostCondition]:
         """Run one contribution in the resident engine of spec's devices (a fresh one when there is
         none, its key differs, it is spent or unusable). Returns the engine's runs for this verdict
         (its reference job first, when it started now) and the post-condition."""
@@ -222,8 +276,9 @@ class TimedPool:
                 t = None
             if t is None:
                 name = "".join(c if c.isalnum() else "-" for c in devices) or "any"
-                t = self._engines[devices] = TimedEngine(spec, home / name / f"{os.getpid()}-{next(self._started)}",
-                                                         key, canary, post)
+                t = self._engines[devices] = TimedEngine(
+                    spec, home / name / f"{os.getpid()}-{next(self._started)}", key, canary, post
+                )
                 try:
                     ref = t.start(base, workdir, spec.timeout_s + (start_timeout_s or 0.0))
                 except BaseException:

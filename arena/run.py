@@ -19,6 +19,12 @@ from arena import sequential as seq
 from arena.config import SPEED_METRICS, ArenaConfig
 from arena.evidence import check, leaks, receipts_from_answers, tampering
 from arena.host import EngineRun
+from arena.jobs import (
+    mirror,
+    resident_steps,
+    teacher_steps,
+    window_tag,
+)
 from arena.outcome import after_post, outcome
 from arena.prepare import (  # noqa: F401 - re-exported: callers import them from arena.run
     CONTROLS,
@@ -30,13 +36,6 @@ from arena.prepare import (  # noqa: F401 - re-exported: callers import them fro
     preflight,
     stock_control_op,
 )
-from arena.stage import StageContext, resident_stage, resident_timed_stage, run_stage
-from arena.jobs import (
-    mirror,
-    resident_steps,
-    teacher_steps,
-    window_tag,
-)
 from arena.records import (
     ArenaResult,
     QualityRecord,
@@ -45,6 +44,7 @@ from arena.records import (
 )
 from arena.speed import Window, guard, guards_of, judge, judge_each
 from arena.speed import swaps as count_swaps
+from arena.stage import StageContext, resident_stage, resident_timed_stage, run_stage
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.bundle.engine_tree import build_tree
 from cacheon_subnet.errors import BundleError
@@ -64,8 +64,14 @@ def _now() -> str:
 
 
 class Qualification:
-    def __init__(self, cfg: ArenaConfig, bundle: Bundle | None, op: OpEntry, opts: RunOptions,
-                 incumbent: tuple[Bundle, OpEntry] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: ArenaConfig,
+        bundle: Bundle | None,
+        op: OpEntry,
+        opts: RunOptions,
+        incumbent: tuple[Bundle, OpEntry] | None = None,
+    ) -> None:
         if (bundle is None) != (opts.control in CONTROLS):
             raise ValueError(f"a bundle is required, except for the controls {CONTROLS} (which take none)")
         if opts.control is not None and opts.control not in CONTROLS:
@@ -77,10 +83,20 @@ class Qualification:
         self.cfg, self.bundle, self.op, self.opts, self.incumbent = cfg, bundle, op, opts, incumbent
         self.baseline = "incumbent" if incumbent or opts.control == "handicap" else "stock"
         self.out = opts.workdir / "result.json"
-        self.result = ArenaResult(identity={
-            "arena_id": cfg.arena_id, "arena": cfg.name, "control": opts.control, "config": cfg.path,
-            "bundle_digest": bundle.digest if bundle else opts.control, "op": op.key, "slot": op.slot,
-            "started": _now(), "result_path": str(self.out)}, metric=cfg.speed.metric)
+        self.result = ArenaResult(
+            identity={
+                "arena_id": cfg.arena_id,
+                "arena": cfg.name,
+                "control": opts.control,
+                "config": cfg.path,
+                "bundle_digest": bundle.digest if bundle else opts.control,
+                "op": op.key,
+                "slot": op.slot,
+                "started": _now(),
+                "result_path": str(self.out),
+            },
+            metric=cfg.speed.metric,
+        )
         self.samples: dict[str, tuple[tuple[str, str, int], ...]] = {}
         self.sampled: dict[str, dict[str, list[dict[str, Any]]]] = {}
         self._files: dict[str, list[dict[str, Any]]] = {}
@@ -99,11 +115,13 @@ class Qualification:
 
         def gate(records: tuple[dict[str, Any], ...]) -> bool:
             by_tag = {r["step"]: r for r in records if "step" in r}
-            samples = [(w, float(by_tag[t][metric])) for w in windows if w.role != "warmup"
-                       and (t := window_tag(w)) in by_tag and by_tag[t].get(metric) is not None]
+            samples = [
+                (w, float(by_tag[t][metric]))
+                for w in windows
+                if w.role != "warmup" and (t := window_tag(w)) in by_tag and by_tag[t].get(metric) is not None
+            ]
             decision, state = seq.early_stop(samples, self.cfg.speed, policy)
-            self.result = replace(self.result, sequential=self.result.sequential + (
-                {**state.to_json(), "gated": decision},))
+            self.result = replace(self.result, sequential=self.result.sequential + ({**state.to_json(), "gated": decision},))
             if decision == "CONTINUE":
                 return True
             self.stopped = (decision, state)
@@ -130,8 +148,16 @@ class Qualification:
         log.info("arena.verdict", verdict=verdict, reason=reason, arena_id=self.cfg.arena_id, op=self.op.key)
         return self.result.to_json()
 
-    def _engine(self, name: str, job: dict[str, Any], env: dict[str, str], ranks: tuple[int, ...] = (),
-                choose: Any = None, rw: tuple[str, ...] = (), gate: Any = None) -> EngineRun:
+    def _engine(
+        self,
+        name: str,
+        job: dict[str, Any],
+        env: dict[str, str],
+        ranks: tuple[int, ...] = (),
+        choose: Any = None,
+        rw: tuple[str, ...] = (),
+        gate: Any = None,
+    ) -> EngineRun:
         """One engine behind the sandbox wall (arena/stage.py); its record joins the result."""
         ctx = StageContext(self.cfg, self.opts.workdir, self.t0, self.opts.devices, self.opts.isolate_network)
         run, record = run_stage(ctx, name, job, env, ranks=ranks, choose=choose, rw=rw, gate=gate)
@@ -167,12 +193,20 @@ class Qualification:
         tree = build_tree(tree_root, [(self.bundle, [self.op])], incumbents=inc)
         return {"CACHEON_ENGINE_TREE": str(tree.root), "CACHEON_ENGINE_TREE_DIGEST": tree.digest}, tree.digest
 
-    def _outcome(self, name: str, run: EngineRun, receipts: list[dict[str, Any]],
-                 stage: TimedStage) -> tuple[str, str] | None:
+    def _outcome(
+        self, name: str, run: EngineRun, receipts: list[dict[str, Any]], stage: TimedStage
+    ) -> tuple[str, str] | None:
         return outcome(name, run, receipts + self._files.get(name, []), stage, self.op.slot, bool(self.incumbent))
 
-    def _timed(self, name: str, steps: list[dict[str, Any]], windows: tuple[Window, ...], base: dict[str, Any],
-               env: dict[str, str], gate: Any = None) -> tuple[EngineRun, TimedStage, list[dict[str, Any]]]:
+    def _timed(
+        self,
+        name: str,
+        steps: list[dict[str, Any]],
+        windows: tuple[Window, ...],
+        base: dict[str, Any],
+        env: dict[str, str],
+        gate: Any = None,
+    ) -> tuple[EngineRun, TimedStage, list[dict[str, Any]]]:
         """One engine with the candidate armed: its records, windows, evidence, leaks, receipts."""
         cfg, op = self.cfg, self.op
         receipts_dir = self.opts.workdir / f"receipts-{name}"
@@ -180,8 +214,13 @@ class Qualification:
         receipts_dir.mkdir()
         ranks = tuple(range(cfg.engine.tp_size))
         early = {"slot": op.slot, "ranks": list(ranks)}
-        job = {**base, "steps": steps, "early_evidence": early if cfg.engine.cuda_graph else None,
-               "forward_clock": True, "answers": {"dir": str(receipts_dir)}}
+        job = {
+            **base,
+            "steps": steps,
+            "early_evidence": early if cfg.engine.cuda_graph else None,
+            "forward_clock": True,
+            "answers": {"dir": str(receipts_dir)},
+        }
         pairs = {window_tag(windows[c]): window_tag(windows[b]) for c, b in mirror(windows).items()}
 
         def choose(ready: dict[str, Any]) -> dict[str, Any]:
@@ -191,8 +230,15 @@ class Qualification:
         if name == "resident" and self.cfg.engine.resident:  # one engine across contributions
             run = self._resident_timed(job, env, ranks, receipts_dir, choose, gate)
         else:
-            run = self._engine(name, job, {**env, "CACHEON_RECEIPT_DIR": str(receipts_dir),
-                                           "CACHEON_FORWARD_CLOCK": "1"}, ranks, choose, rw=(str(receipts_dir),), gate=gate)
+            run = self._engine(
+                name,
+                job,
+                {**env, "CACHEON_RECEIPT_DIR": str(receipts_dir), "CACHEON_FORWARD_CLOCK": "1"},
+                ranks,
+                choose,
+                rw=(str(receipts_dir),),
+                gate=gate,
+            )
         records = tuple(r for r in run.records if not str(r.get("step", "")).startswith("post-"))
         ran = {r.get("step") for r in records}
         stopped = records and any(s.get("gate") for s in steps) and self.stopped is not None
@@ -202,15 +248,15 @@ class Qualification:
         # answer can show (a receipt from a process role that must never load the candidate)
         files = read_receipts(receipts_dir)
         receipts = receipts_from_answers(records) + [r for r in files if r.get("role") != "scheduler"]
-        ev = check(receipts, op.slot, ranks, swaps, graphs_on=cfg.engine.cuda_graph,
-                   incumbent=self.baseline == "incumbent")
+        ev = check(receipts, op.slot, ranks, swaps, graphs_on=cfg.engine.cuda_graph, incumbent=self.baseline == "incumbent")
         mine, theirs = leaks(records, op.slot)
         if theirs:
             ev = replace(ev, ok=False, baseline_problems=ev.baseline_problems + tuple(theirs))
         wrote, wrote_inc = tampering(records, op.slot)  # engine state a kernel was handed
         if wrote or wrote_inc:
-            ev = replace(ev, ok=False, problems=ev.problems + tuple(wrote),
-                         baseline_problems=ev.baseline_problems + tuple(wrote_inc))
+            ev = replace(
+                ev, ok=False, problems=ev.problems + tuple(wrote), baseline_problems=ev.baseline_problems + tuple(wrote_inc)
+            )
         recs = []
         for w in windows:
             try:
@@ -226,15 +272,17 @@ class Qualification:
         self._files[name] = files
         return run, stage, receipts
 
-    def _resident_timed(self, job: dict[str, Any], env: dict[str, str], ranks: tuple[int, ...], receipts_dir: Path,
-                        choose: Any, gate: Any) -> EngineRun:
+    def _resident_timed(
+        self, job: dict[str, Any], env: dict[str, str], ranks: tuple[int, ...], receipts_dir: Path, choose: Any, gate: Any
+    ) -> EngineRun:
         """The resident stage in the timed engine kept across contributions (arena/resident_timed.py)."""
         from arena import resident_timed
 
         ctx = StageContext(self.cfg, self.opts.workdir, self.t0, self.opts.devices, self.opts.isolate_network)
         pool = self.opts.timed_engines or resident_timed.POOL
-        run, record, self.post = resident_timed_stage(ctx, "resident", job, env, self.install, pool, ranks=ranks,
-                                                      receipts_dir=receipts_dir, choose=choose, gate=gate)
+        run, record, self.post = resident_timed_stage(
+            ctx, "resident", job, env, self.install, pool, ranks=ranks, receipts_dir=receipts_dir, choose=choose, gate=gate
+        )
         self.result = replace(self.result.with_stage(record), resident_engine=self.post.to_json())
         self.save()
         return run
@@ -248,8 +296,12 @@ class Qualification:
 
     def _judged(self, stage: TimedStage, windows: tuple[Window, ...]) -> TimedStage:
         cfg = self.cfg
-        speed = guard(judge(stage.samples(cfg.speed.metric), cfg.speed),
-                      {m: stage.samples(m) for m in guards_of(cfg.speed.metric)}, cfg.speed.metric, cfg.speed)
+        speed = guard(
+            judge(stage.samples(cfg.speed.metric), cfg.speed),
+            {m: stage.samples(m) for m in guards_of(cfg.speed.metric)},
+            cfg.speed.metric,
+            cfg.speed,
+        )
         rows = [(r.window, dict(r.readings)) for r in stage.windows]
         return replace(stage, speed=speed, by_metric=judge_each(rows, SPEED_METRICS, cfg.speed))
 
@@ -261,26 +313,33 @@ class Qualification:
         if not bindings:
             return self.finish("FAIL", f"slot {op.slot} has no seam adapter: it cannot run inside the engine")
         if (worlds := get_slot(op.slot).world_sizes) and cfg.engine.tp_size not in worlds:
-            return self.finish("NO_DECISION", f"slot {op.slot} is verified at world sizes {worlds}; this arena "
-                                              f"runs tp_size {cfg.engine.tp_size}: not qualified here")
+            return self.finish(
+                "NO_DECISION",
+                f"slot {op.slot} is verified at world sizes {worlds}; this arena "
+                f"runs tp_size {cfg.engine.tp_size}: not qualified here",
+            )
         try:
             candidate_env, tree_digest = self._candidate_env(wd / "tree")
         except BundleError as e:  # the static allowlist (or a bad package): nothing is ever started
             if e.rule != "policy":
                 raise
-            return self.finish("FAIL", f"policy: the bundle's sources fail the static allowlist, so it never "
-                                       f"enters an engine: {e.detail}")
+            return self.finish(
+                "FAIL", f"policy: the bundle's sources fail the static allowlist, so it never enters an engine: {e.detail}"
+            )
         base, why = engine_base(cfg, self.opts, self._engine)
         if base is None:
             return self.finish("NO_DECISION", why)
         graded = self.opts.control != "stock-as-candidate"  # the role-bias control has nothing to grade
         steps, windows = resident_steps(cfg, self.baseline, quality=graded, gates=self.sequential_on)
-        setup: dict[str, Any] = {"baseline": (f"incumbent {self.incumbent[0].digest} ({self.incumbent[1].key})"
-                                              if self.incumbent else "stock")}
+        setup: dict[str, Any] = {
+            "baseline": (f"incumbent {self.incumbent[0].digest} ({self.incumbent[1].key})" if self.incumbent else "stock")
+        }
         if (spin_us := self.opts.handicap_us) and self.opts.control == "handicap":
             setup.update(baseline=f"stock + {spin_us:g} µs GPU spin per call (handicap control)", handicap_us=spin_us)
         elif spin_us:
-            setup.update(candidate_control=f"stock + {spin_us:g} µs GPU spin per call (slowdown control)", handicap_us=spin_us)
+            setup.update(
+                candidate_control=f"stock + {spin_us:g} µs GPU spin per call (slowdown control)", handicap_us=spin_us
+            )
         env = {**seam_environment(bindings), "CACHEON_SEAM_STRICT": "1", "SGLANG_PLUGINS": "cacheon"}
         self.install = candidate_env  # the resident timed engine installs it; a fresh engine starts with it
         fresh_env = {**env, **candidate_env}
@@ -288,9 +347,14 @@ class Qualification:
         self.update(setup=setup)
 
         # evidence first: a kernel that never ran is never timed as a win
-        resident, stage, receipts = self._timed("resident", steps, windows, base,
-                                                env if self.cfg.engine.resident else fresh_env,
-                                                gate=self._gate(windows) if self.sequential_on else None)
+        resident, stage, receipts = self._timed(
+            "resident",
+            steps,
+            windows,
+            base,
+            env if self.cfg.engine.resident else fresh_env,
+            gate=self._gate(windows) if self.sequential_on else None,
+        )
         self.update(resident=stage, receipts=tuple(receipts))
         stop = after_post(self._outcome("resident", resident, receipts, stage), self.post)
         if stop:
@@ -303,16 +367,21 @@ class Qualification:
             # decided: slower than a crown at the configured error rates. No teacher, no
             # confirmation: a slower kernel is FAIL whatever its quality
             state = self.stopped[1]
-            self.update(resident=replace(stage, speed=replace(speed, verdict="FAIL",
-                                                              reason=f"{state.reason}; {speed.reason}")))
-            return self.finish("FAIL", f"speed (sequential stop after {state.cycles} of {cfg.workload.cycles} "
-                                       f"cycles): {state.reason}; {speed.reason}")
+            self.update(
+                resident=replace(stage, speed=replace(speed, verdict="FAIL", reason=f"{state.reason}; {speed.reason}"))
+            )
+            return self.finish(
+                "FAIL",
+                f"speed (sequential stop after {state.cycles} of {cfg.workload.cycles} "
+                f"cycles): {state.reason}; {speed.reason}",
+            )
         if not graded:
             # stock vs stock through the candidate route: the role bias. Same kernels in both
             # roles, so there is no quality to grade and no crown to confirm.
             self.update(role_bias=speed.ratio - 1)
-            return self.finish(speed.verdict, f"control stock-as-candidate (role bias {speed.ratio - 1:+.3%}): "
-                               + speed.reason)
+            return self.finish(
+                speed.verdict, f"control stock-as-candidate (role bias {speed.ratio - 1:+.3%}): " + speed.reason
+            )
         confirm = None
         if speed.verdict == "PASS" and cfg.speed.confirm_cycles:
             c_steps, c_windows = resident_steps(cfg, self.baseline, confirm=True)
@@ -325,8 +394,9 @@ class Qualification:
             confirm = self._judged(confirm, c_windows)
             self.update(confirm=confirm)
         if speed.verdict != "PASS" and not self.opts.grade_always:
-            return self.finish(speed.verdict, f"speed: {speed.reason} (quality not graded: only a speed PASS "
-                                              "goes to the teacher)")
+            return self.finish(
+                speed.verdict, f"speed: {speed.reason} (quality not graded: only a speed PASS goes to the teacher)"
+            )
         stop = self._grade(base)
         if stop:
             return self.finish(*stop)
@@ -341,8 +411,11 @@ class Qualification:
     def _grade(self, base: dict[str, Any]) -> tuple[str, str] | None:
         """T scores the sampled outputs of every timed engine; a stage that is not PASS decides."""
         try:
-            seqs = {name: grading.role_sequences(self.samples.get(name, ()), self.sampled.get(name, {}))
-                    for name in ("resident", "confirm") if name in self.samples or name == "resident"}
+            seqs = {
+                name: grading.role_sequences(self.samples.get(name, ()), self.sampled.get(name, {}))
+                for name in ("resident", "confirm")
+                if name in self.samples or name == "resident"
+            }
         except grading.TeacherAlignmentError as e:
             return "NO_DECISION", f"quality sample: {e}"
         if not all(s["C"] for s in seqs.values()):
@@ -373,8 +446,9 @@ class Qualification:
         return None
 
 
-def qualify(cfg: ArenaConfig, bundle: Bundle | None, op: OpEntry, opts: RunOptions,
-            incumbent: tuple[Bundle, OpEntry] | None = None) -> dict[str, Any]:
+def qualify(
+    cfg: ArenaConfig, bundle: Bundle | None, op: OpEntry, opts: RunOptions, incumbent: tuple[Bundle, OpEntry] | None = None
+) -> dict[str, Any]:
     """incumbent: the crowned (bundle, op) of the same slot; B and B′ then run it (head-to-head)."""
     if opts.engine_factory is None:
         preflight()

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 DECISIONS = ("PASS", "FAIL", "CONTINUE")
 
@@ -42,8 +42,13 @@ class SprtPolicy:
     stop_on_pass: bool = False
 
     def __post_init__(self) -> None:
-        if not (0 < self.alpha < 0.5 and 0 < self.beta < 0.5 and 0 < self.alt_gain < 1 and 0 < self.sigma < 1
-                and self.min_cycles >= 1):
+        if not (
+            0 < self.alpha < 0.5
+            and 0 < self.beta < 0.5
+            and 0 < self.alt_gain < 1
+            and 0 < self.sigma < 1
+            and self.min_cycles >= 1
+        ):
             raise ValueError(f"SprtPolicy: 0 < alpha, beta < 0.5; 0 < alt_gain, sigma < 1; min_cycles >= 1 ({self})")
 
     @property
@@ -66,12 +71,20 @@ class SprtState:
 
     @property
     def reason(self) -> str:
-        return (f"SPRT after {self.cycles} cycle(s): log-LR {self.llr:+.2f} vs bounds [{self.lower:.2f}, "
-                f"{self.upper:.2f}] (σ {self.sigma:.3%}) -> {self.decision}")
+        return (
+            f"SPRT after {self.cycles} cycle(s): log-LR {self.llr:+.2f} vs bounds [{self.lower:.2f}, "
+            f"{self.upper:.2f}] (σ {self.sigma:.3%}) -> {self.decision}"
+        )
 
     def to_json(self) -> dict[str, float | int | str]:
-        return {"decision": self.decision, "cycles": self.cycles, "llr": self.llr, "sigma": self.sigma,
-                "upper": self.upper, "lower": self.lower}
+        return {
+            "decision": self.decision,
+            "cycles": self.cycles,
+            "llr": self.llr,
+            "sigma": self.sigma,
+            "upper": self.upper,
+            "lower": self.lower,
+        }
 
 
 def sprt(ratios: Sequence[float], policy: SprtPolicy) -> SprtState:
@@ -83,7 +96,7 @@ def sprt(ratios: Sequence[float], policy: SprtPolicy) -> SprtState:
     s = statistics.stdev(xs) if n >= 2 else 0.0
     sigma = max(policy.sigma, s)
     mu1 = math.log1p(policy.alt_gain)
-    llr = mu1 / sigma ** 2 * sum(x - mu1 / 2 for x in xs)
+    llr = mu1 / sigma**2 * sum(x - mu1 / 2 for x in xs)
     decision = "CONTINUE"
     if n >= policy.min_cycles:
         decision = "PASS" if llr >= policy.upper else "FAIL" if llr <= policy.lower else "CONTINUE"
@@ -92,12 +105,10 @@ def sprt(ratios: Sequence[float], policy: SprtPolicy) -> SprtState:
 
 def policy_of(section: object) -> SprtPolicy:
     """The SprtPolicy of an arena config's [sequential] section."""
-    return SprtPolicy(*(getattr(section, k) for k in ("alpha", "beta", "alt_gain", "sigma", "min_cycles",
-                                                      "stop_on_pass")))
+    return SprtPolicy(*(getattr(section, k) for k in ("alpha", "beta", "alt_gain", "sigma", "min_cycles", "stop_on_pass")))
 
 
-def early_stop(samples: Sequence[tuple[object, float]], speed: object, policy: SprtPolicy
-               ) -> tuple[str, SprtState]:
+def early_stop(samples: Sequence[tuple[object, float]], speed: object, policy: SprtPolicy) -> tuple[str, SprtState]:
     """After a cycle: (decision, state). FAIL when the SPRT decides FAIL; PASS only when the SPRT
     decides PASS, the fixed-sample verdict (arena.speed.judge) on the same windows is PASS too and
     the policy lets a PASS stop early (`stop_on_pass`); else CONTINUE. samples: (Window,

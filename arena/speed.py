@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from arena.config import SpeedSection
 
@@ -32,8 +33,9 @@ class Window:
     route: str = "stock"  # what the engine runs: "candidate" in C, the baseline route elsewhere
 
 
-def plan(cycles: int, warmup: int, baseline: str = "stock", per_role: int = 1,
-         candidate: str = "candidate") -> tuple[Window, ...]:
+def plan(
+    cycles: int, warmup: int, baseline: str = "stock", per_role: int = 1, candidate: str = "candidate"
+) -> tuple[Window, ...]:
     """baseline: "stock", or "incumbent" when B and B′ run the crowned kernel (head-to-head).
     per_role: each role of the B C C B′ cycle gets that many consecutive windows.
     candidate: the route C runs (the seam-overhead benchmark puts "stock" there)."""
@@ -121,23 +123,32 @@ def judge(samples: Sequence[tuple[Window, float]], policy: SpeedSection) -> Spee
             raise ValueError(f"window {w.index} ({w.role}): throughput {value!r} is not positive")
         by_cycle.setdefault(w.cycle, {}).setdefault(w.role, []).append(value)
     complete = [c for c in sorted(by_cycle) if all(by_cycle[c].get(r) for r in ROLES)]
-    per_cycle_drift = tuple(statistics.fmean(by_cycle[c]["B'"]) / statistics.fmean(by_cycle[c]["B"]) - 1
-                            for c in complete)
-    per_cycle_ratio = tuple(statistics.fmean(by_cycle[c]["C"]) /
-                            statistics.fmean(by_cycle[c]["B"] + by_cycle[c]["B'"]) for c in complete)
+    per_cycle_drift = tuple(statistics.fmean(by_cycle[c]["B'"]) / statistics.fmean(by_cycle[c]["B"]) - 1 for c in complete)
+    per_cycle_ratio = tuple(
+        statistics.fmean(by_cycle[c]["C"]) / statistics.fmean(by_cycle[c]["B"] + by_cycle[c]["B'"]) for c in complete
+    )
     if len(complete) < 2:
-        return SpeedVerdict("NO_DECISION", float("nan"), per_cycle_ratio, per_cycle_drift, float("nan"), float("nan"),
-                            f"only {len(complete)} complete B/C/B′ cycle(s); at least 2 are needed")
+        return SpeedVerdict(
+            "NO_DECISION",
+            float("nan"),
+            per_cycle_ratio,
+            per_cycle_drift,
+            float("nan"),
+            float("nan"),
+            f"only {len(complete)} complete B/C/B′ cycle(s); at least 2 are needed",
+        )
     b = [v for c in complete for v in by_cycle[c]["B"]]
     bp = [v for c in complete for v in by_cycle[c]["B'"]]
     cc = [v for c in complete for v in by_cycle[c]["C"]]
     ratio = statistics.median(cc) / statistics.median(b + bp)
     drift = statistics.median(bp) / statistics.median(b) - 1
-    alt = (statistics.median(statistics.median(by_cycle[c]["C"]) / statistics.median(by_cycle[c]["B"] + by_cycle[c]["B'"])
-                             for c in complete),
-           statistics.median(statistics.median(by_cycle[c]["B'"]) / statistics.median(by_cycle[c]["B"]) - 1
-                             for c in complete),
-           *paired(by_cycle, complete))
+    alt = (
+        statistics.median(
+            statistics.median(by_cycle[c]["C"]) / statistics.median(by_cycle[c]["B"] + by_cycle[c]["B'"]) for c in complete
+        ),
+        statistics.median(statistics.median(by_cycle[c]["B'"]) / statistics.median(by_cycle[c]["B"]) - 1 for c in complete),
+        *paired(by_cycle, complete),
+    )
     se = (_rel_se_median(cc) ** 2 + _rel_se_median(b + bp) ** 2) ** 0.5
     noise = max(abs(drift), se)
     bar = 1 + max(policy.margin, policy.k_noise * noise)
@@ -145,9 +156,17 @@ def judge(samples: Sequence[tuple[Window, float]], policy: SpeedSection) -> Spee
     if noise > policy.max_noise and ratio * (1 + policy.k_noise * noise) >= 1.0:
         # too noisy to decide -- unless even the top of the band is slower than parity: that is a
         # decision (FAIL below the bar), as in settlement
-        return SpeedVerdict("NO_DECISION", ratio, per_cycle_ratio, per_cycle_drift, noise, bar,
-                            f"noise {noise:.2%} > max {policy.max_noise:.2%}: the box is too noisy to decide; {detail}",
-                            drift, *alt)
+        return SpeedVerdict(
+            "NO_DECISION",
+            ratio,
+            per_cycle_ratio,
+            per_cycle_drift,
+            noise,
+            bar,
+            f"noise {noise:.2%} > max {policy.max_noise:.2%}: the box is too noisy to decide; {detail}",
+            drift,
+            *alt,
+        )
     if ratio >= bar:
         return SpeedVerdict("PASS", ratio, per_cycle_ratio, per_cycle_drift, noise, bar, detail, drift, *alt)
     return SpeedVerdict("FAIL", ratio, per_cycle_ratio, per_cycle_drift, noise, bar, detail, drift, *alt)
@@ -156,8 +175,9 @@ def judge(samples: Sequence[tuple[Window, float]], policy: SpeedSection) -> Spee
 WALL_METRICS = ("output_tokens_per_s", "total_tokens_per_s")
 
 
-def judge_each(rows: Sequence[tuple[Window, Mapping[str, Any]]], metrics: Sequence[str],
-               policy: SpeedSection) -> dict[str, SpeedVerdict]:
+def judge_each(
+    rows: Sequence[tuple[Window, Mapping[str, Any]]], metrics: Sequence[str], policy: SpeedSection
+) -> dict[str, SpeedVerdict]:
     """The same windows judged on every metric they carry (wall clock, forward clock)."""
     out = {}
     for m in metrics:
@@ -170,26 +190,33 @@ def judge_each(rows: Sequence[tuple[Window, Mapping[str, Any]]], metrics: Sequen
 # what a PASS on each clock must not lose elsewhere: every GPU clock answers to the wall clock;
 # the decode-step clock sees only CUDA-graph replays, so the prefill (eager extend forwards) is
 # held to the same floor. Each guard: (what it reads, what a loss there means).
-GUARD_TEXT = {"output_tokens_per_s": ("the wall clock", "GPU time bought with host time"),
-              "extend_gpu_tokens_per_s": ("the prefill clock", "decode time bought with prefill time")}
+GUARD_TEXT = {
+    "output_tokens_per_s": ("the wall clock", "GPU time bought with host time"),
+    "extend_gpu_tokens_per_s": ("the prefill clock", "decode time bought with prefill time"),
+}
 DECODE_GUARDS = ("output_tokens_per_s", "extend_gpu_tokens_per_s")
 
 
-def _floor_guard(verdict: SpeedVerdict, samples: Sequence[tuple[Window, float]], metric: str, what: str,
-                 why: str, policy: SpeedSection) -> SpeedVerdict:
+def _floor_guard(
+    verdict: SpeedVerdict, samples: Sequence[tuple[Window, float]], metric: str, what: str, why: str, policy: SpeedSection
+) -> SpeedVerdict:
     """C may not read slower than 1 − max(margin, k·noise) on the guard's clock; no guard
     windows (nan) is no crown."""
     g = judge(samples, policy)
     floor = 1 - max(policy.margin, policy.k_noise * g.noise) if g.noise == g.noise else float("nan")
     if not g.ratio >= floor:  # also catches nan
-        return replace(verdict, verdict="FAIL",
-                       reason=f"{metric} PASS ({verdict.reason}) but {what} reads C/B {g.ratio:.4f} < "
-                              f"{floor:.4f} (1 − max(margin, k·noise {g.noise:.2%})): {why}")
+        return replace(
+            verdict,
+            verdict="FAIL",
+            reason=f"{metric} PASS ({verdict.reason}) but {what} reads C/B {g.ratio:.4f} < "
+            f"{floor:.4f} (1 − max(margin, k·noise {g.noise:.2%})): {why}",
+        )
     return verdict
 
 
-def wall_guard(verdict: SpeedVerdict, samples_wall: Sequence[tuple[Window, float]], metric: str,
-               policy: SpeedSection) -> SpeedVerdict:
+def wall_guard(
+    verdict: SpeedVerdict, samples_wall: Sequence[tuple[Window, float]], metric: str, policy: SpeedSection
+) -> SpeedVerdict:
     """A PASS on a GPU clock (forward spans, graph replays) must not be a loss on the wall clock:
     GPU clocks leave out host time, so a kernel that buys GPU time with host work (launch
     overhead, syncs) would otherwise be crowned while the real engine gets slower. The wall
@@ -205,8 +232,9 @@ def guards_of(metric: str) -> tuple[str, ...]:
     return DECODE_GUARDS if metric == "decode_gpu_tokens_per_s" else ("output_tokens_per_s",)
 
 
-def guard(verdict: SpeedVerdict, samples_by_metric: Mapping[str, Sequence[tuple[Window, float]]], metric: str,
-          policy: SpeedSection) -> SpeedVerdict:
+def guard(
+    verdict: SpeedVerdict, samples_by_metric: Mapping[str, Sequence[tuple[Window, float]]], metric: str, policy: SpeedSection
+) -> SpeedVerdict:
     """The verdict after every guard of its clock (guards_of): a PASS that loses on the wall clock
     or, for the decode-step clock, in the prefill is a FAIL."""
     for g in guards_of(metric) if verdict.verdict == "PASS" else ():

@@ -38,10 +38,37 @@ MAX_FILES = 50_000  # per watched dir: a walk never costs more than this
 TOP = 8
 WATCHED = CACHE_KEYS + ("HOME", "TMPDIR")  # every seeded cache (arena.home.JIT_CACHES), and two no seed covers
 # variables a compiling process reads; a descendant that sees another value than the driver is reported
-ENV_KEYS = WATCHED + ("CUDA_CACHE_PATH", "SGLANG_CACHE_DIR", "SGLANG_DG_CACHE_DIR", "TRITON_HOME",
-                      "CUDA_MODULE_LOADING", "TORCHINDUCTOR_COMPILE_THREADS", "MAX_JOBS")
-TOOLS = frozenset(("nvcc", "cicc", "ptxas", "fatbinary", "nvlink", "cudafe++", "ninja", "cc1plus", "cc1", "gcc", "g++",
-                   "c++", "cc", "ld", "collect2", "as", "ldconfig", "nvidia-smi"))
+ENV_KEYS = WATCHED + (
+    "CUDA_CACHE_PATH",
+    "SGLANG_CACHE_DIR",
+    "SGLANG_DG_CACHE_DIR",
+    "TRITON_HOME",
+    "CUDA_MODULE_LOADING",
+    "TORCHINDUCTOR_COMPILE_THREADS",
+    "MAX_JOBS",
+)
+TOOLS = frozenset(
+    (
+        "nvcc",
+        "cicc",
+        "ptxas",
+        "fatbinary",
+        "nvlink",
+        "cudafe++",
+        "ninja",
+        "cc1plus",
+        "cc1",
+        "gcc",
+        "g++",
+        "c++",
+        "cc",
+        "ld",
+        "collect2",
+        "as",
+        "ldconfig",
+        "nvidia-smi",
+    )
+)
 STATUS_KEYS = ("Seccomp", "NoNewPrivs", "Speculation_Store_Bypass", "SpeculationIndirectBranch", "Cpus_allowed_list")
 
 
@@ -66,6 +93,7 @@ def snapshot(root: str | None) -> dict[str, tuple[int, int]] | None:
 
 def _top(paths: list[str]) -> dict[str, int]:
     """Counts by the first path component (two for a dot-dir like .cache/x or .nv/x)."""
+
     def head(p: str) -> str:
         parts = p.split(os.sep)
         n = 2 if parts[0].startswith(".") and len(parts) > 2 else 1
@@ -78,8 +106,14 @@ def diff(before: dict[str, tuple[int, int]] | None, after: dict[str, tuple[int, 
     b, a = before or {}, after or {}
     new = [p for p in a if p not in b]
     changed = [p for p in a if p in b and a[p] != b[p]]
-    out: dict[str, Any] = {"before": len(b), "after": len(a), "new": len(new), "changed": len(changed),
-                           "removed": sum(1 for p in b if p not in a), "new_bytes": sum(a[p][0] for p in new)}
+    out: dict[str, Any] = {
+        "before": len(b),
+        "after": len(a),
+        "new": len(new),
+        "changed": len(changed),
+        "removed": sum(1 for p in b if p not in a),
+        "new_bytes": sum(a[p][0] for p in new),
+    }
     if before is None and after is None:
         out["missing"] = True
     if len(a) >= MAX_FILES or len(b) >= MAX_FILES:
@@ -109,9 +143,9 @@ def _stat(pid: str) -> tuple[str, int, float] | None:
     except OSError:
         return None
     lp, rp = raw.find("("), raw.rfind(")")
-    fields = raw[rp + 2:].split()
+    fields = raw[rp + 2 :].split()
     try:
-        return raw[lp + 1:rp], int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICKS
+        return raw[lp + 1 : rp], int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICKS
     except (IndexError, ValueError):
         return None
 
@@ -204,9 +238,12 @@ class ProcSampler(threading.Thread):
         by_name: Counter[str] = Counter()
         for name, cpu in self.cpu.values():
             by_name[name[:40]] += cpu
-        return {"tools": dict(sorted(self.tools.items())),
-                "procs": {k: round(v, 1) for k, v in by_name.most_common(TOP)},
-                "env_seen": self.env_seen, "scans": self.scans}
+        return {
+            "tools": dict(sorted(self.tools.items())),
+            "procs": {k: round(v, 1) for k, v in by_name.most_common(TOP)},
+            "env_seen": self.env_seen,
+            "scans": self.scans,
+        }
 
 
 class StartDiag:
@@ -244,10 +281,14 @@ class StartDiag:
             samp = self.sampler.summary()
         cpu = os.times()
         out: dict[str, Any] = {
-            "advisory": True, "wall_s": round(wall, 2), "phases": self.phases,
+            "advisory": True,
+            "wall_s": round(wall, 2),
+            "phases": self.phases,
             "driver_cpu_s": round(cpu.user + cpu.system - self.cpu0.user - self.cpu0.system, 2),
             "caches": {k: {"path": (d or "")[:200], **diff(self.before[k], snapshot(d))} for k, d in self.dirs.items()},
-            "status": read_status(), "cpus": os.cpu_count(), "load": [self.load0, _loadavg()],
+            "status": read_status(),
+            "cpus": os.cpu_count(),
+            "load": [self.load0, _loadavg()],
         }
         try:
             out["affinity"] = len(os.sched_getaffinity(0))
@@ -266,12 +307,16 @@ def _loadavg() -> float | None:
 
 def one_line(diag: dict[str, Any]) -> str:
     """The engine log's summary of a diag (the log comes back even when the records do not)."""
-    caches = ", ".join(f"{k}: +{c.get('new', 0)} new ~{c.get('changed', 0)} changed of {c.get('before', 0)}"
-                       for k, c in (diag.get("caches") or {}).items())
+    caches = ", ".join(
+        f"{k}: +{c.get('new', 0)} new ~{c.get('changed', 0)} changed of {c.get('before', 0)}"
+        for k, c in (diag.get("caches") or {}).items()
+    )
     tools = ", ".join(f"{k} x{t['procs']} ~{t['seen_s']} s" for k, t in (diag.get("tools") or {}).items()) or "none"
-    return (f"cacheon start diag (advisory): wall {diag.get('wall_s')} s, phases {diag.get('phases')}; caches {caches}; "
-            f"compilers {tools}; cpu by process {diag.get('procs')}; env differs {diag.get('env_seen') or 'nowhere'}; "
-            f"status {diag.get('status')}")
+    return (
+        f"cacheon start diag (advisory): wall {diag.get('wall_s')} s, phases {diag.get('phases')}; caches {caches}; "
+        f"compilers {tools}; cpu by process {diag.get('procs')}; env differs {diag.get('env_seen') or 'nowhere'}; "
+        f"status {diag.get('status')}"
+    )
 
 
 def brief(startup: Any, host_timing: Any = None) -> str:
@@ -291,8 +336,10 @@ def brief(startup: Any, host_timing: Any = None) -> str:
                 where = {**(c.get("top_new") or {}), **(c.get("top_changed") or {})}
                 hot.append(f"{k} +{c.get('new')}/~{c.get('changed')} ({', '.join(list(where)[:3])})")
         tools = ", ".join(f"{k} x{t['procs']} ~{t['seen_s']} s" for k, t in (d.get("tools") or {}).items())
-        parts.append(f"driver (advisory) {ph}; written at start: {'; '.join(hot) or 'nothing'}; "
-                     f"compilers: {tools or 'none'}; cpu s {d.get('procs')}")
+        parts.append(
+            f"driver (advisory) {ph}; written at start: {'; '.join(hot) or 'nothing'}; "
+            f"compilers: {tools or 'none'}; cpu s {d.get('procs')}"
+        )
     elif isinstance(d, dict):
         parts.append(f"driver diag: {d.get('error')}")
     return " | ".join(parts)

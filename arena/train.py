@@ -28,9 +28,10 @@ import os
 import sys
 import sysconfig
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -168,7 +169,12 @@ class Attention(nn.Module):
 
     def __init__(self, c: Mapping[str, Any], head_dim: int, eps: float) -> None:
         super().__init__()
-        h, self.heads, self.kv, self.head_dim = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], head_dim
+        h, self.heads, self.kv, self.head_dim = (
+            c["hidden_size"],
+            c["num_attention_heads"],
+            c["num_key_value_heads"],
+            head_dim,
+        )
         bias = bool(c.get("attention_bias", False))  # qwen3.py:123,132: qkv and o_proj alike
         self.q_proj, self.o_proj = nn.Linear(h, self.heads * head_dim, bias), nn.Linear(self.heads * head_dim, h, bias)
         self.k_proj, self.v_proj = nn.Linear(h, self.kv * head_dim, bias), nn.Linear(h, self.kv * head_dim, bias)
@@ -209,8 +215,9 @@ class DecoderLayer(nn.Module):
         self.self_attn = Attention(c, head_dim, eps)
         self.mlp = MLP(c["hidden_size"], c["intermediate_size"])
 
-    def forward(self, h: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor,
-                sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, h: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if residual is None:  # first layer: the embedding output is the residual
             residual, h = h, self.input_layernorm(h)
         else:
@@ -236,10 +243,13 @@ class Qwen3Reference(nn.Module):
         self.head_dim = int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
         self.theta = _rope_theta(config)
         self.tied = bool(config.get("tie_word_embeddings", False))
-        self.model = nn.ModuleDict({  # `model.*`: embed_tokens (qwen2.py:360, no scale_emb), layers, norm
-            "embed_tokens": nn.Embedding(config["vocab_size"], config["hidden_size"]),
-            "layers": nn.ModuleList(DecoderLayer(config, self.head_dim) for _ in range(config["num_hidden_layers"])),
-            "norm": RMSNorm(config["hidden_size"], float(config.get("rms_norm_eps", 1e-6)))})
+        self.model = nn.ModuleDict(
+            {  # `model.*`: embed_tokens (qwen2.py:360, no scale_emb), layers, norm
+                "embed_tokens": nn.Embedding(config["vocab_size"], config["hidden_size"]),
+                "layers": nn.ModuleList(DecoderLayer(config, self.head_dim) for _ in range(config["num_hidden_layers"])),
+                "norm": RMSNorm(config["hidden_size"], float(config.get("rms_norm_eps", 1e-6))),
+            }
+        )
         if not self.tied:
             self.lm_head = nn.Linear(config["hidden_size"], config["vocab_size"], bias=False)
 
@@ -281,12 +291,19 @@ def load_reference(path: Path, device: str = "cpu", dtype: torch.dtype | None = 
     return _built(config, state).to(device=device, dtype=dtype or next(iter(state.values())).dtype).eval()
 
 
-def train_recipe_digest(config: Mapping[str, Any], seed: int, recipe: TrainRecipe,
-                        corpus_sha256: str, steps_run: int | None = None) -> str:
+def train_recipe_digest(
+    config: Mapping[str, Any], seed: int, recipe: TrainRecipe, corpus_sha256: str, steps_run: int | None = None
+) -> str:
     """sha256 of {config, seed, init + train recipe, corpus, steps actually run (None: all)}."""
-    doc = {"config": dict(config), "seed": int(seed), "recipe": TRAIN_RECIPE_VERSION,
-           "init": RECIPE_VERSION, "train": asdict(recipe), "corpus": corpus_sha256,
-           "steps_run": recipe.steps if steps_run is None else int(steps_run)}
+    doc = {
+        "config": dict(config),
+        "seed": int(seed),
+        "recipe": TRAIN_RECIPE_VERSION,
+        "init": RECIPE_VERSION,
+        "train": asdict(recipe),
+        "corpus": corpus_sha256,
+        "steps_run": recipe.steps if steps_run is None else int(steps_run),
+    }
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -312,12 +329,23 @@ def _loss(model: Qwen3Reference, x: torch.Tensor) -> torch.Tensor:
 def _check_recipe(config: Mapping[str, Any], recipe: TrainRecipe) -> None:
     if config.get("vocab_size", 0) < BYTE_VOCAB:
         raise ValueError(f"byte-level training needs vocab_size >= {BYTE_VOCAB}")
-    if not 0 < recipe.seq_len <= int(config.get("max_position_embeddings", recipe.seq_len)) or min(recipe.steps, recipe.batch) <= 0 or recipe.lr <= 0:
+    if (
+        not 0 < recipe.seq_len <= int(config.get("max_position_embeddings", recipe.seq_len))
+        or min(recipe.steps, recipe.batch) <= 0
+        or recipe.lr <= 0
+    ):
         raise ValueError(f"bad recipe {recipe} (seq_len must fit max_position_embeddings)")
 
 
-def train(config: Mapping[str, Any], seed: int, recipe: TrainRecipe, *, device: str = "cpu",
-          seconds: float | None = None, log_every: int = 50) -> tuple[Qwen3Reference, TrainResult]:
+def train(
+    config: Mapping[str, Any],
+    seed: int,
+    recipe: TrainRecipe,
+    *,
+    device: str = "cpu",
+    seconds: float | None = None,
+    log_every: int = 50,
+) -> tuple[Qwen3Reference, TrainResult]:
     """Train from the seeded init; fp32 master weights, bf16 autocast on CUDA, fp32 on CPU.
 
     seconds is a safety cap only: it stops after the step that crosses it (time is read without a
@@ -329,7 +357,10 @@ def train(config: Mapping[str, Any], seed: int, recipe: TrainRecipe, *, device: 
     cuda = torch.device(device).type == "cuda"
     model = init_model(config, seed, device).train()
     decay = {n for n, p in model.named_parameters() if p.ndim >= 2 and "embed_tokens" not in n}
-    groups = [{"params": [p for n, p in model.named_parameters() if (n in decay) == d], "weight_decay": recipe.weight_decay * d} for d in (True, False)]
+    groups = [
+        {"params": [p for n, p in model.named_parameters() if (n in decay) == d], "weight_decay": recipe.weight_decay * d}
+        for d in (True, False)
+    ]
     opt = torch.optim.AdamW(groups, lr=recipe.lr, betas=recipe.betas, **({"fused": True} if cuda else {}))
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
     losses = torch.zeros(recipe.steps, device=device)
@@ -346,7 +377,14 @@ def train(config: Mapping[str, Any], seed: int, recipe: TrainRecipe, *, device: 
         opt.step()
         losses[step] = loss.detach()
         if log_every and (step % log_every == 0 or step + 1 == recipe.steps):
-            log.info("train step %d/%d loss %.4f lr %.2e %.1fs", step + 1, recipe.steps, loss.item(), lr_at(recipe, step), time.monotonic() - t0)
+            log.info(
+                "train step %d/%d loss %.4f lr %.2e %.1fs",
+                step + 1,
+                recipe.steps,
+                loss.item(),
+                lr_at(recipe, step),
+                time.monotonic() - t0,
+            )
         if seconds is not None and time.monotonic() - t0 > seconds:
             log.warning("train: seconds cap %.0f hit after %d/%d steps", seconds, step + 1, recipe.steps)
             break
@@ -362,10 +400,18 @@ def train(config: Mapping[str, Any], seed: int, recipe: TrainRecipe, *, device: 
     return model, result
 
 
-def train_checkpoint(config: Mapping[str, Any], out_dir: Path, seed: int, *, device: str,
-                     seconds: float | None = None, steps: int | None = None,
-                     batch: int = TrainRecipe.batch, seq_len: int = TrainRecipe.seq_len,
-                     lr: float = TrainRecipe.lr) -> CheckpointInfo:
+def train_checkpoint(
+    config: Mapping[str, Any],
+    out_dir: Path,
+    seed: int,
+    *,
+    device: str,
+    seconds: float | None = None,
+    steps: int | None = None,
+    batch: int = TrainRecipe.batch,
+    seq_len: int = TrainRecipe.seq_len,
+    lr: float = TrainRecipe.lr,
+) -> CheckpointInfo:
     """Train (or find cached) the checkpoint of this recipe in out_dir.
 
     The cache key is the requested recipe, so a run stopped by `seconds` is reused rather than
@@ -381,13 +427,26 @@ def train_checkpoint(config: Mapping[str, Any], out_dir: Path, seed: int, *, dev
     stamp = {
         "recipe_digest": train_recipe_digest(config, seed, recipe, corpus.sha256, result.steps_run),
         "request_digest": train_recipe_digest(config, seed, recipe, corpus.sha256),
-        "recipe": TRAIN_RECIPE_VERSION, "init_recipe": RECIPE_VERSION, "seed": int(seed),
-        "train": {**asdict(recipe), "steps_run": result.steps_run, "final_loss": result.final_loss,
-                  "heldout_loss": result.heldout_loss, "seconds": round(result.seconds, 2),
-                  "loss_log": [[i + 1, round(v, 4)] for i, v in enumerate(result.losses) if (i + 1) % every == 0],
-                  "device": torch.device(device).type, "torch": torch.__version__},
-        "corpus": {"source": "python stdlib *.py", "sha256": corpus.sha256, "bytes": corpus.data.numel(),
-                   "files": corpus.n_files, "python": corpus.python},
+        "recipe": TRAIN_RECIPE_VERSION,
+        "init_recipe": RECIPE_VERSION,
+        "seed": int(seed),
+        "train": {
+            **asdict(recipe),
+            "steps_run": result.steps_run,
+            "final_loss": result.final_loss,
+            "heldout_loss": result.heldout_loss,
+            "seconds": round(result.seconds, 2),
+            "loss_log": [[i + 1, round(v, 4)] for i, v in enumerate(result.losses) if (i + 1) % every == 0],
+            "device": torch.device(device).type,
+            "torch": torch.__version__,
+        },
+        "corpus": {
+            "source": "python stdlib *.py",
+            "sha256": corpus.sha256,
+            "bytes": corpus.data.numel(),
+            "files": corpus.n_files,
+            "python": corpus.python,
+        },
     }
     try:
         return write_tensors(config, out_dir, lambda s: state[s.name], stamp, cache_key="request_digest")

@@ -35,21 +35,48 @@ import pickle
 import sys
 from typing import Any
 
-SAFE_BUILTINS = frozenset({"dict", "list", "tuple", "set", "frozenset", "bytearray", "bytes", "str", "int", "float",
-                           "complex", "bool", "slice", "range", "object"})
-SAFE_GLOBALS = frozenset({
-    ("collections", "OrderedDict"), ("collections", "deque"), ("collections", "Counter"),
-    ("collections", "defaultdict"), ("copyreg", "_reconstructor"),
-    # SGLang 0.5.13.post1 runs with skip_tokenizer_init: the scheduler sends BatchTokenIDOutput to
-    # the driver itself, whose decode_ids / output_ids are `array.array`s (read in its io_struct)
-    ("array", "array"), ("array", "_array_reconstructor"),
-    ("http", "HTTPStatus"),  # FINISH_ABORT's status_code
-})
+SAFE_BUILTINS = frozenset(
+    {
+        "dict",
+        "list",
+        "tuple",
+        "set",
+        "frozenset",
+        "bytearray",
+        "bytes",
+        "str",
+        "int",
+        "float",
+        "complex",
+        "bool",
+        "slice",
+        "range",
+        "object",
+    }
+)
+SAFE_GLOBALS = frozenset(
+    {
+        ("collections", "OrderedDict"),
+        ("collections", "deque"),
+        ("collections", "Counter"),
+        ("collections", "defaultdict"),
+        ("copyreg", "_reconstructor"),
+        # SGLang 0.5.13.post1 runs with skip_tokenizer_init: the scheduler sends BatchTokenIDOutput to
+        # the driver itself, whose decode_ids / output_ids are `array.array`s (read in its io_struct)
+        ("array", "array"),
+        ("array", "_array_reconstructor"),
+        ("http", "HTTPStatus"),  # FINISH_ABORT's status_code
+    }
+)
 # SGLang modules whose own classes are the messages a scheduler / detokenizer sends the driver
-SGLANG_MESSAGE_MODULES = ("sglang.srt.managers.io_struct", "sglang.srt.sampling.sampling_params",
-                          # BatchTokenIDOutput.time_stats: a list of SchedulerReqTimeStats
-                          "sglang.srt.observability.req_time_stats")
+SGLANG_MESSAGE_MODULES = (
+    "sglang.srt.managers.io_struct",
+    "sglang.srt.sampling.sampling_params",
+    # BatchTokenIDOutput.time_stats: a list of SchedulerReqTimeStats
+    "sglang.srt.observability.req_time_stats",
+)
 SGLANG_FINISH_MODULE = "sglang.srt.managers.schedule_batch"  # FINISH_* reasons only
+
 
 class AllowlistGap(RuntimeError):
     """A name of SGLang, torch or numpy the allowlist lacks: the arena's defect, not the miner's."""
@@ -96,8 +123,11 @@ class DataUnpickler(pickle.Unpickler):
             forged.append(what)
             raise pickle.UnpicklingError(f"engine driver: refused to unpickle {what} (a dotted or odd name)")
         obj = None  # no import on a peer's word: other than the fixed names, only modules already loaded
-        if module == "builtins" or (module, name) in SAFE_GLOBALS or (
-                module.startswith(("numpy", "sglang.", "torch")) and module in sys.modules):
+        if (
+            module == "builtins"
+            or (module, name) in SAFE_GLOBALS
+            or (module.startswith(("numpy", "sglang.", "torch")) and module in sys.modules)
+        ):
             try:
                 obj = super().find_class(module, name)
             except (AttributeError, ImportError, ModuleNotFoundError):
@@ -107,19 +137,23 @@ class DataUnpickler(pickle.Unpickler):
             refused.append(what)
             if not module.startswith(("sglang.", "numpy", "torch")):  # no message of the engine's names these
                 forged.append(what)
-            raise pickle.UnpicklingError(f"engine driver: refused to unpickle {what} (data only: a process that "
-                                         "runs contribution code sent it)")
+            raise pickle.UnpicklingError(
+                f"engine driver: refused to unpickle {what} (data only: a process that runs contribution code sent it)"
+            )
         return obj
 
 
-def loads(data: Any, /, *, fix_imports: bool = True, encoding: str = "ASCII", errors: str = "strict",
-          buffers: Any = None) -> Any:
-    return DataUnpickler(io.BytesIO(bytes(data)), fix_imports=fix_imports, encoding=encoding, errors=errors,
-                         buffers=buffers).load()
+def loads(
+    data: Any, /, *, fix_imports: bool = True, encoding: str = "ASCII", errors: str = "strict", buffers: Any = None
+) -> Any:
+    return DataUnpickler(
+        io.BytesIO(bytes(data)), fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=buffers
+    ).load()
 
 
-def load(file: Any, *, fix_imports: bool = True, encoding: str = "ASCII", errors: str = "strict",
-         buffers: Any = None) -> Any:
+def load(
+    file: Any, *, fix_imports: bool = True, encoding: str = "ASCII", errors: str = "strict", buffers: Any = None
+) -> Any:
     return DataUnpickler(file, fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=buffers).load()
 
 

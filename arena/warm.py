@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from arena.config import ArenaConfig
 from arena.home import cache_part, seed_caches
@@ -37,10 +38,17 @@ class WarmResult:
         return self.error is None
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": "cacheon.arena-warm/1", "arena_id": self.arena_id, "caches": dict(self.caches),
-                "files_before": self.files_before, "files_after": self.files_after,
-                "new_files": self.files_after - self.files_before, "wall_s": round(self.wall_s, 1),
-                "error": self.error, "stages": {s.name: s.to_json() for s in self.stages}}
+        return {
+            "schema": "cacheon.arena-warm/1",
+            "arena_id": self.arena_id,
+            "caches": dict(self.caches),
+            "files_before": self.files_before,
+            "files_after": self.files_after,
+            "new_files": self.files_after - self.files_before,
+            "wall_s": round(self.wall_s, 1),
+            "error": self.error,
+            "stages": {s.name: s.to_json() for s in self.stages},
+        }
 
 
 def count_files(caches: Mapping[str, str]) -> int:
@@ -55,8 +63,14 @@ def warm_steps(cfg: ArenaConfig) -> list[dict[str, Any]]:
     path). Prompts come from a seed no verdict uses, so nothing here predicts a verdict's inputs."""
     w, top_k = cfg.workload, cfg.quality.top_k
     seed = random.SystemRandom().randrange(1 << 30, 1 << 31)
-    gen = {"op": "generate", "tag": "warm-0", "keep": False, "top_k": top_k, "max_new_tokens": w.output_len,
-           "prompts": _prompts(cfg, seed, w.prompts_per_window, w.input_len)}
+    gen = {
+        "op": "generate",
+        "tag": "warm-0",
+        "keep": False,
+        "top_k": top_k,
+        "max_new_tokens": w.output_len,
+        "prompts": _prompts(cfg, seed, w.prompts_per_window, w.input_len),
+    }
     rng = random.Random(seed)
     hi = cfg.profile.vocab
 
@@ -67,8 +81,9 @@ def warm_steps(cfg: ArenaConfig) -> list[dict[str, Any]]:
     return [gen, {"op": "teacher", "tag": "T-warm", "top_k": top_k, "sequences": seqs}]
 
 
-def warm(cfg: ArenaConfig, workdir: Path, checkpoint_root: Path, engine_factory: str | None = None,
-         devices: str | None = None) -> WarmResult:
+def warm(
+    cfg: ArenaConfig, workdir: Path, checkpoint_root: Path, engine_factory: str | None = None, devices: str | None = None
+) -> WarmResult:
     from arena.run import RunOptions, engine_base
 
     t0 = time.monotonic()

@@ -91,13 +91,19 @@ class BenchReport:
             hdr += f"  (measured copy bandwidth {self.hbm_gbps:,.0f} GB/s = 100 %)"
         lines = [hdr] + ([self.arena] if self.arena else [])
         where = any(r.where for r in self.rows)
-        lines.append(f"{'op':30} {'case':28} {'dtype':9} " + (f"{'where':15} " if where else "")
-                     + f"{'cand µs':>9} {'base µs':>9} {'speedup':>8} {'GB/s':>8} {'%HBM':>6} {'n':>6} {'±':>7}  recheck  baseline")
+        lines.append(
+            f"{'op':30} {'case':28} {'dtype':9} "
+            + (f"{'where':15} " if where else "")
+            + f"{'cand µs':>9} {'base µs':>9} {'speedup':>8} {'GB/s':>8} {'%HBM':>6} {'n':>6} {'±':>7}  recheck  baseline"
+        )
         for r in self.rows:
             pct = f"{r.pct_hbm:5.1f}" if r.pct_hbm is not None else "   - "
-            lines.append(f"{r.op:30} {r.case:28} {r.dtype:9} " + (f"{r.where:15} " if where else "")
-                         + f"{r.candidate_us:9.2f} {r.baseline_us:9.2f} {r.speedup:7.3f}x "
-                         f"{r.candidate_gbps:8.1f} {pct:>6} {r.n:6d} {100 * r.rel_stderr:6.2f}%  {r.recheck:7}  {r.baseline}")
+            lines.append(
+                f"{r.op:30} {r.case:28} {r.dtype:9} "
+                + (f"{r.where:15} " if where else "")
+                + f"{r.candidate_us:9.2f} {r.baseline_us:9.2f} {r.speedup:7.3f}x "
+                f"{r.candidate_gbps:8.1f} {pct:>6} {r.n:6d} {100 * r.rel_stderr:6.2f}%  {r.recheck:7}  {r.baseline}"
+            )
         lines += [f"error: {e}" for e in self.errors]
         lines.append(f"({self.duration_s:.1f} s)")
         return "\n".join(lines)
@@ -111,20 +117,28 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
     policy = sandbox.SandboxPolicy(wall_timeout_s=opts.call_timeout_s, cpu_seconds=None, drop_privileges=False)
     stock = tuple(sorted({o.slot for o in bundle.manifest.ops})) if opts.stock else ()
     warm = _stock_warmup(bundle, opts) if opts.stock else ()
-    client = WorkerClient(bundle, WorkerConfig(device=opts.device, policy=policy, preload_stock=stock,
-                                               preload_cases=warm))
+    client = WorkerClient(bundle, WorkerConfig(device=opts.device, policy=policy, preload_stock=stock, preload_cases=warm))
     rows: list[BenchRow] = []
     errors: list[str] = []
     env: dict[str, Any] = {}
     hbm = None
     try:
-        progress.note(f"bench: starting the sandboxed worker on {opts.device}"
-                      + (f" (stock kernels first run once on each of {len(warm)} shapes: SGLang builds them "
-                         "on first call)" if warm else ""))
+        progress.note(
+            f"bench: starting the sandboxed worker on {opts.device}"
+            + (
+                f" (stock kernels first run once on each of {len(warm)} shapes: SGLang builds them on first call)"
+                if warm
+                else ""
+            )
+        )
         client.start()
         ops = bundle.manifest.ops
-        reply, _ = client.request({"type": "load", "ops": [{"key": o.key, "slot": o.slot, "module": o.module, "attr": o.attr} for o in ops]},
-                                  None, 300, on_progress=_warm_progress(warm, t0))
+        reply, _ = client.request(
+            {"type": "load", "ops": [{"key": o.key, "slot": o.slot, "module": o.module, "attr": o.attr} for o in ops]},
+            None,
+            300,
+            on_progress=_warm_progress(warm, t0),
+        )
         env = reply.get("env", {})
         progress.note(f"bench: worker ready after {time.monotonic() - t0:.1f} s")
         for op in ops:
@@ -134,8 +148,10 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
                 continue
             spec = get_slot(op.slot)
             if spec.collective:  # one process cannot time a collective; verify checks it on N ranks
-                errors.append(f"{op.key}: collective slot: bench has no multi-rank timing yet (verify it with "
-                              f"cacheon verify --world-size {spec.world_sizes[0]})")
+                errors.append(
+                    f"{op.key}: collective slot: bench has no multi-rank timing yet (verify it with "
+                    f"cacheon verify --world-size {spec.world_sizes[0]})"
+                )
                 continue
             dtype = opts.dtype or op.dtypes[0]
             if dtype not in op.dtypes:
@@ -144,24 +160,38 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
             placed = _cases(spec, op, opts)
             if not placed:
                 model = opts.arena.model if opts.arena is not None else opts.model
-                errors.append(f"{op.key}: slot {op.slot} has no workload on "
-                              + (f"model {model.name}" if model is not None else "these shapes"))
+                errors.append(
+                    f"{op.key}: slot {op.slot} has no workload on "
+                    + (f"model {model.name}" if model is not None else "these shapes")
+                )
                 continue
             for i, (case, where) in enumerate(placed):
-                msg = {"type": "bench", "op": op.key, "case": case.to_json(), "dtype": dtype, "seed": seed + 1000 * i,
-                       "budget_s": opts.budget_s, "target_rel_err": opts.target_rel_err, "stock": opts.stock}
+                msg = {
+                    "type": "bench",
+                    "op": op.key,
+                    "case": case.to_json(),
+                    "dtype": dtype,
+                    "seed": seed + 1000 * i,
+                    "budget_s": opts.budget_s,
+                    "target_rel_err": opts.target_rel_err,
+                    "stock": opts.stock,
+                }
                 log.info("bench.case", op=op.key, case=case.label, dtype=dtype)
                 tag = f"bench [{i + 1}/{len(placed)}] {op.key} {case.label} {dtype}" + (f" ({where})" if where else "")
                 progress.note(f"{tag}: timing (about {opts.budget_s:g} s a side)")
                 r, tensors = client.request(msg, None, opts.call_timeout_s)
                 if not r.get("ok"):
-                    errors.append(f"{op.key} {case.label}: {r.get('reason')}: {str(r.get('error', '')).strip().splitlines()[-1:]}")
+                    errors.append(
+                        f"{op.key} {case.label}: {r.get('reason')}: {str(r.get('error', '')).strip().splitlines()[-1:]}"
+                    )
                     progress.note(f"{tag}: {errors[-1]}")
                     continue
                 hbm = hbm if hbm is not None else r.get("hbm_gbps")
                 t = r["timings"]
-                progress.note(f"{tag}: {t['candidate']['median_us']:.2f} µs vs {t['baseline']['median_us']:.2f} µs; "
-                              "re-checking against the reference")
+                progress.note(
+                    f"{tag}: {t['candidate']['median_us']:.2f} µs vs {t['baseline']['median_us']:.2f} µs; "
+                    "re-checking against the reference"
+                )
                 t_check = time.monotonic()
                 rows.append(_row(op.key, spec, case, dtype, r, tensors, hbm, where, msg["seed"] + 1, opts.device))
                 progress.note(f"{tag}: re-check {rows[-1].recheck} ({time.monotonic() - t_check:.1f} s)")
@@ -169,18 +199,22 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
         errors.append(f"worker: {e}")
     finally:
         client.cleanup()
-    return BenchReport(bundle.digest, opts.device, tuple(rows), tuple(errors), env, hbm, time.monotonic() - t0,
-                       _arena_line(opts.arena))
+    return BenchReport(
+        bundle.digest, opts.device, tuple(rows), tuple(errors), env, hbm, time.monotonic() - t0, _arena_line(opts.arena)
+    )
 
 
 def _warm_progress(warm: tuple[tuple[str, str, dict[str, Any]], ...], t0: float) -> Any:
     """Prints the worker's warm-up frames; only their counter is read (the labels are the host's)."""
+
     def show(frame: dict[str, Any]) -> None:
         i = frame.get("done")
         if isinstance(i, int) and 1 <= i <= len(warm):
             slot, dtype, case = warm[i - 1]
-            progress.note(f"bench: stock warm-up {i}/{len(warm)}: {slot} {case['label']} {dtype} "
-                          f"({time.monotonic() - t0:.1f} s)")
+            progress.note(
+                f"bench: stock warm-up {i}/{len(warm)}: {slot} {case['label']} {dtype} ({time.monotonic() - t0:.1f} s)"
+            )
+
     return show
 
 
@@ -213,11 +247,15 @@ def _cases(spec, op, opts: BenchOptions) -> list[tuple[Any, str]]:  # noqa: ANN0
 def _arena_line(arena: Any) -> str:
     if arena is None:
         return ""
-    window = ", ".join(f"{k} {'bs ' if k == 'decode' else ''}{n}{' tokens' if k == 'prefill' else ''}"
-                       for k, n in arena.window) or "unknown"
+    window = (
+        ", ".join(f"{k} {'bs ' if k == 'decode' else ''}{n}{' tokens' if k == 'prefill' else ''}" for k, n in arena.window)
+        or "unknown"
+    )
     ctx = f" (decode attends to ~{arena.decode_context} tokens a request)" if arena.decode_context else ""
-    return (f"arena {arena.name or arena.profile}: its timed window runs {window}{ctx}; it also captures decode at "
-            f"bs {', '.join(map(str, arena.decode_batches))} and prefills {', '.join(map(str, arena.prefill_tokens))} tokens")
+    return (
+        f"arena {arena.name or arena.profile}: its timed window runs {window}{ctx}; it also captures decode at "
+        f"bs {', '.join(map(str, arena.decode_batches))} and prefills {', '.join(map(str, arena.prefill_tokens))} tokens"
+    )
 
 
 def recheck(spec, case, dtype: str, seed: int, device: str, got: dict) -> Failure | None:  # noqa: ANN001
@@ -235,17 +273,36 @@ def recheck(spec, case, dtype: str, seed: int, device: str, got: dict) -> Failur
     return judge.check_outputs(spec, dtype, got, {k: v.cpu() for k, v in ref.items()})
 
 
-def _row(key: str, spec, case, dtype: str, r: dict[str, Any], tensors: dict, hbm: float | None,  # noqa: ANN001
-         where: str, check_seed: int, device: str) -> BenchRow:
+def _row(
+    key: str,
+    spec,
+    case,
+    dtype: str,
+    r: dict[str, Any],
+    tensors: dict,
+    hbm: float | None,  # noqa: ANN001
+    where: str,
+    check_seed: int,
+    device: str,
+) -> BenchRow:
     cand, base = r["timings"]["candidate"], r["timings"]["baseline"]
     got = {k[4:]: v for k, v in tensors.items() if k.startswith("out.")}
     f = recheck(spec, case, dtype, check_seed, device, got)
     nbytes = spec.default_bytes(case, dtype_of(dtype))
     gbps = nbytes / (cand["median_us"] * 1e-6) / 1e9 if cand["median_us"] > 0 else 0.0
     return BenchRow(
-        op=key, case=case.label, dtype=dtype, candidate_us=cand["median_us"], baseline_us=base["median_us"],
-        speedup=base["median_us"] / cand["median_us"] if cand["median_us"] > 0 else 0.0, baseline=r["baseline"],
-        bytes=nbytes, candidate_gbps=gbps, pct_hbm=100 * gbps / hbm if hbm else None, n=int(cand["n"]),
-        rel_stderr=max(cand["rel_stderr"], base["rel_stderr"]), recheck="ok" if f is None else f"FAIL {f.reason}",
+        op=key,
+        case=case.label,
+        dtype=dtype,
+        candidate_us=cand["median_us"],
+        baseline_us=base["median_us"],
+        speedup=base["median_us"] / cand["median_us"] if cand["median_us"] > 0 else 0.0,
+        baseline=r["baseline"],
+        bytes=nbytes,
+        candidate_gbps=gbps,
+        pct_hbm=100 * gbps / hbm if hbm else None,
+        n=int(cand["n"]),
+        rel_stderr=max(cand["rel_stderr"], base["rel_stderr"]),
+        recheck="ok" if f is None else f"FAIL {f.reason}",
         where=where,
     )

@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -27,8 +28,9 @@ _flush_cache: dict[str, torch.Tensor] = {}
 _hbm_gbps: dict[str, float | None] = {}
 
 
-def device_inputs(spec: SlotSpec, case: ShapeCase, act: torch.dtype, seed: int, device: torch.device | str
-                  ) -> dict[str, torch.Tensor]:
+def device_inputs(
+    spec: SlotSpec, case: ShapeCase, act: torch.dtype, seed: int, device: torch.device | str
+) -> dict[str, torch.Tensor]:
     """The slot's inputs for `seed`, drawn on `device` itself by a generator of that device: a
     K/V pool (1.4 GB at the dense arena's bs 256) is made where it is used, instead of drawn on
     the host (4.5-9 s of one CPU core, each time) and copied over. The same seed on the same
@@ -43,13 +45,19 @@ def device_inputs(spec: SlotSpec, case: ShapeCase, act: torch.dtype, seed: int, 
     return {**inputs, **rebase(stray, device)}
 
 
-def build_args(spec: SlotSpec, case: ShapeCase, act: torch.dtype, seed: int, device: torch.device) -> dict[str, torch.Tensor]:
+def build_args(
+    spec: SlotSpec, case: ShapeCase, act: torch.dtype, seed: int, device: torch.device
+) -> dict[str, torch.Tensor]:
     inputs = device_inputs(spec, case, act, seed, device)
     args = {k: v for k, v in inputs.items() if spec.arg(k).role in ("in", "inout")}
     for a in spec.args:
         if a.role in ("out", "scratch"):
-            args[a.name] = torch.full(a.concrete_shape(case.dims), float("nan") if a.torch_dtype(act).is_floating_point else -1,
-                                      dtype=a.torch_dtype(act), device=device)
+            args[a.name] = torch.full(
+                a.concrete_shape(case.dims),
+                float("nan") if a.torch_dtype(act).is_floating_point else -1,
+                dtype=a.torch_dtype(act),
+                device=device,
+            )
     return args
 
 
@@ -100,12 +108,24 @@ def _stats(xs: list[float]) -> dict[str, float]:
     med = statistics.median(xs)
     mad = statistics.median(abs(x - med) for x in xs)
     se = 1.2533 * 1.4826 * mad / math.sqrt(len(xs))
-    return {"median_us": med, "mean_us": statistics.fmean(xs), "rel_stderr": se / med if med else 0.0,
-            "min_us": min(xs), "n": len(xs)}
+    return {
+        "median_us": med,
+        "mean_us": statistics.fmean(xs),
+        "rel_stderr": se / med if med else 0.0,
+        "min_us": min(xs),
+        "n": len(xs),
+    }
 
 
-def time_pair(sides: dict[str, Callable[[], None]], restore: Callable[[], None], device: torch.device,
-              budget_s: float, target: float, min_iters: int = 20, max_iters: int = 100_000) -> dict[str, dict[str, float]]:
+def time_pair(
+    sides: dict[str, Callable[[], None]],
+    restore: Callable[[], None],
+    device: torch.device,
+    budget_s: float,
+    target: float,
+    min_iters: int = 20,
+    max_iters: int = 100_000,
+) -> dict[str, dict[str, float]]:
     timer = _Timer(device)
     for fn in sides.values():  # warm-up: compile, autotune, first-touch; excluded
         t_warm = time.monotonic() + min(0.25, budget_s / 4)
@@ -158,16 +178,14 @@ def measure_copy_bandwidth(device: torch.device) -> float | None:
     return 10 * 2 * src.numel() * 4 / secs / 1e9
 
 
-def warm_stock(calls: list[dict[str, Any]], device: torch.device, on_done: Callable[[int], None] | None = None
-               ) -> list[str]:
+def warm_stock(calls: list[dict[str, Any]], device: torch.device, on_done: Callable[[int], None] | None = None) -> list[str]:
     """Call each stock kernel once on every (slot, dtype, case) the bench will time, before the
     audit guard is armed: SGLang's JIT kernels build per template instance on first call (nvcc,
     then dlopen from SGLang's frames), which the armed guard refuses (H200, 2026-12-02: every
     bench row failed on `nvcc`). Returns what failed (the bench then reports it per row).
     `on_done(i)`: after the i-th call (1-based) that reached a stock kernel."""
-    from seams.stock import stock_kernel
-
     from cacheon_subnet.slots import get_slot
+    from seams.stock import stock_kernel
 
     failed = []
     for i, c in enumerate(calls, 1):
@@ -187,8 +205,9 @@ def warm_stock(calls: list[dict[str, Any]], device: torch.device, on_done: Calla
     return failed
 
 
-def run_bench_request(spec: SlotSpec, fn: Callable[..., None], msg: dict[str, Any], device: torch.device
-                      ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def run_bench_request(
+    spec: SlotSpec, fn: Callable[..., None], msg: dict[str, Any], device: torch.device
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """Time candidate vs baseline on one case; return timings plus the written args of one call
     on fresh inputs (seed + 1), which the host checks against the reference."""
     from seams.stock import stock_kernel
@@ -212,8 +231,9 @@ def run_bench_request(spec: SlotSpec, fn: Callable[..., None], msg: dict[str, An
             for s in sets:
                 s[k].copy_(v)
 
-    timings = time_pair(sides, restore, device, float(msg["budget_s"]), float(msg["target_rel_err"]),
-                        min_iters=int(msg.get("min_iters", 20)))
+    timings = time_pair(
+        sides, restore, device, float(msg["budget_s"]), float(msg["target_rel_err"]), min_iters=int(msg.get("min_iters", 20))
+    )
     # The re-check: fresh inputs from seed + 1. Only the written args go back: the host draws
     # the same inputs itself (device_inputs) for the reference, so GBs of K/V never cross the wire.
     check = build_args(spec, case, act, int(msg["seed"]) + 1, device)
@@ -229,6 +249,7 @@ def run_bench_request(spec: SlotSpec, fn: Callable[..., None], msg: dict[str, An
 
 # -- host-clocked timing (the CPU arena): this side only maps the host's memory and runs calls --
 
+
 def map_arena(fd: int, call_bytes: int, calls: list[dict[str, Any]]) -> list[dict[str, torch.Tensor]]:
     """Views of the host's shared memory, one argument set per call, each call its own mapping
     (its own storage: a kernel cannot reach another call's inputs through `untyped_storage()`).
@@ -241,8 +262,12 @@ def map_arena(fd: int, call_bytes: int, calls: list[dict[str, Any]]) -> list[dic
         args = {}
         for name, v in call.items():
             dt = dtype_of(v["dtype"])
-            args[name] = torch.empty(0, dtype=dt).set_(raw.untyped_storage(), int(v["offset"]) // dt.itemsize,
-                                                      [int(s) for s in v["shape"]], [int(s) for s in v["stride"]])
+            args[name] = torch.empty(0, dtype=dt).set_(
+                raw.untyped_storage(),
+                int(v["offset"]) // dt.itemsize,
+                [int(s) for s in v["shape"]],
+                [int(s) for s in v["stride"]],
+            )
         out.append(args)
     return out
 

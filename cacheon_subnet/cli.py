@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from cacheon_subnet.errors import BundleError, CacheonError, UsageError
 
@@ -42,12 +42,30 @@ def cmd_slots(args: argparse.Namespace) -> int:
 
     specs = all_slots()
     payload = [
-        {"id": s.id, "version": s.version, "signature": s.signature(), "summary": s.summary, "dtypes": list(s.dtypes),
-         "graph_dynamic": list(s.graph_dynamic), "sglang_target": s.sglang_target,
-         "collective": s.collective, "world_sizes": list(s.world_sizes),
-         "args": [{"name": a.name, "role": a.role, "dtype": a.dtype, "shape": list(a.shape), "layout": a.layout,
-                   "graph_dynamic": a.graph_dynamic, "doc": a.doc} for a in s.args],
-         "params": [{"name": p.name, "kind": p.kind, "doc": p.doc} for p in s.params]}
+        {
+            "id": s.id,
+            "version": s.version,
+            "signature": s.signature(),
+            "summary": s.summary,
+            "dtypes": list(s.dtypes),
+            "graph_dynamic": list(s.graph_dynamic),
+            "sglang_target": s.sglang_target,
+            "collective": s.collective,
+            "world_sizes": list(s.world_sizes),
+            "args": [
+                {
+                    "name": a.name,
+                    "role": a.role,
+                    "dtype": a.dtype,
+                    "shape": list(a.shape),
+                    "layout": a.layout,
+                    "graph_dynamic": a.graph_dynamic,
+                    "doc": a.doc,
+                }
+                for a in s.args
+            ],
+            "params": [{"name": p.name, "kind": p.kind, "doc": p.doc} for p in s.params],
+        }
         for s in specs
     ]
     lines = []
@@ -68,8 +86,12 @@ def cmd_pack(args: argparse.Namespace) -> int:
     findings = list(policy_bound.static_check(load_bundle(args.src), walled=False).findings)
     if findings:  # syntax errors included: every validator rejects it before running a line
         payload = {"status": "refused", "reasons": findings, "source": args.src}
-        _emit(args, payload, "cacheon pack: refused, the static policy scan fails (validators reject this bundle "
-              "unexecuted; `cacheon verify` shows the same):\n" + "\n".join(f"  {f}" for f in findings))
+        _emit(
+            args,
+            payload,
+            "cacheon pack: refused, the static policy scan fails (validators reject this bundle "
+            "unexecuted; `cacheon verify` shows the same):\n" + "\n".join(f"  {f}" for f in findings),
+        )
         return EXIT_FAIL
     out = args.out or f"{Path(args.src).resolve().name}.tar.gz"
     bundle = pack(args.src, out)
@@ -82,8 +104,10 @@ def cmd_pack(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-_ID_NOTE = ("\n(digest: the bundle's content alone; hotkey_digest = sha256(digest + hotkey) is the contribution id "
-            "validators and `cacheon status` show)")
+_ID_NOTE = (
+    "\n(digest: the bundle's content alone; hotkey_digest = sha256(digest + hotkey) is the contribution id "
+    "validators and `cacheon status` show)"
+)
 
 
 @command("digest")
@@ -112,11 +136,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
         payload = {"status": "FAIL", "reasons": [f"{reason}: {e}"], "source": args.bundle}
         _emit(args, payload, f"cacheon verify: FAIL\n  {reason}: {e}")
         return EXIT_FAIL
-    opts = VerifyOptions(device=args.device, tier=args.tier, call_timeout_s=args.call_timeout,
-                         import_timeout_s=args.import_timeout, seed=args.seed, max_cases=args.max_cases,
-                         graph_check=False if args.no_graph else None, compile_check=not args.no_compile,
-                         world_size=args.world_size, arena=_arena_shapes(args.arena) if args.arena else None,
-                         deadline_s=args.deadline)
+    opts = VerifyOptions(
+        device=args.device,
+        tier=args.tier,
+        call_timeout_s=args.call_timeout,
+        import_timeout_s=args.import_timeout,
+        seed=args.seed,
+        max_cases=args.max_cases,
+        graph_check=False if args.no_graph else None,
+        compile_check=not args.no_compile,
+        world_size=args.world_size,
+        arena=_arena_shapes(args.arena) if args.arena else None,
+        deadline_s=args.deadline,
+    )
     if args.device.startswith("cuda"):
         import torch
 
@@ -145,9 +177,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from cacheon_subnet.bundle import load_bundle
 
     bundle = load_bundle(args.bundle)
-    report = bench_bundle(bundle, BenchOptions(device=_bench_device(args.device), budget_s=args.budget, tier=args.tier,
-                                               target_rel_err=args.target_rel_err, max_cases=args.max_cases,
-                                               arena=_arena_shapes(args.arena) if args.arena else None))
+    report = bench_bundle(
+        bundle,
+        BenchOptions(
+            device=_bench_device(args.device),
+            budget_s=args.budget,
+            tier=args.tier,
+            target_rel_err=args.target_rel_err,
+            max_cases=args.max_cases,
+            arena=_arena_shapes(args.arena) if args.arena else None,
+        ),
+    )
     _emit(args, report.to_json(), report.render())
     return EXIT_OK if report.ok else EXIT_FAIL
 
@@ -159,12 +199,17 @@ def _bench_device(asked: str | None) -> str:
 
     has_cuda = torch.cuda.is_available()
     if asked == "cuda" and not has_cuda:
-        raise UsageError("--device cuda requested but no CUDA device is visible (use --device cpu: timing vs the "
-                         "fp32 reference, advisory)")
+        raise UsageError(
+            "--device cuda requested but no CUDA device is visible (use --device cpu: timing vs the "
+            "fp32 reference, advisory)"
+        )
     if asked is None:
         if not has_cuda:
-            print("cacheon bench: no CUDA device visible; timing on cpu against the fp32 reference (advisory; "
-                  "pass --device cuda on a GPU box)", file=sys.stderr)
+            print(
+                "cacheon bench: no CUDA device visible; timing on cpu against the fp32 reference (advisory; "
+                "pass --device cuda on a GPU box)",
+                file=sys.stderr,
+            )
         return "cuda" if has_cuda else "cpu"
     return asked
 
@@ -174,8 +219,11 @@ def cmd_miner_init(args: argparse.Namespace) -> int:
     from cacheon_subnet.miner.scaffold import scaffold
 
     path = scaffold(args.slot, Path(args.dir), force=args.force)
-    _emit(args, {"created": str(path), "slot": args.slot},
-          f"created {path} for slot {args.slot}\nnext: cacheon verify {path} --device cpu")
+    _emit(
+        args,
+        {"created": str(path), "slot": args.slot},
+        f"created {path} for slot {args.slot}\nnext: cacheon verify {path} --device cpu",
+    )
     return EXIT_OK
 
 
@@ -184,8 +232,11 @@ def cmd_chain_compat(args: argparse.Namespace) -> int:
     from cacheon_subnet.chain.compat import check_sdk, render
 
     report = check_sdk()
-    _emit(args, {"exit_code": report.exit_code, "rows": [r.__dict__ if hasattr(r, "__dict__") else list(r) for r in report.rows]},
-          render(report))
+    _emit(
+        args,
+        {"exit_code": report.exit_code, "rows": [r.__dict__ if hasattr(r, "__dict__") else list(r) for r in report.rows]},
+        render(report),
+    )
     return report.exit_code
 
 
@@ -197,13 +248,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cacheon", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="Start: `cacheon demo` (the whole loop on one machine), then README "
-                                       "'For miners'. Run from a checkout: .venv/bin/cacheon, or "
-                                       "`source .venv/bin/activate` first.")
+    p = argparse.ArgumentParser(
+        prog="cacheon",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Start: `cacheon demo` (the whole loop on one machine), then README "
+        "'For miners'. Run from a checkout: .venv/bin/cacheon, or "
+        "`source .venv/bin/activate` first.",
+    )
     p.add_argument("--log-level", default=None, help="debug|info|warning|error (env CACHEON_LOG_LEVEL)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars (stderr, TTY only) or progress lines (stderr)")
+    p.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress bars (stderr, TTY only) or progress lines (stderr)"
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("slots", help="list the slot ABI catalog")
@@ -227,29 +283,46 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.add_argument("--seed", type=int, help="fix the input seed (debugging; validators use a secret one)")
     s.add_argument("--call-timeout", type=float, default=120.0, help="seconds per kernel call")
-    s.add_argument("--deadline", type=float, help="seconds for the whole verify (the validator screens with 900 on "
-                   "a GPU, 3600 on CPU): ops still unchecked then FAIL `timeout`")
+    s.add_argument(
+        "--deadline",
+        type=float,
+        help="seconds for the whole verify (the validator screens with 900 on "
+        "a GPU, 3600 on CPU): ops still unchecked then FAIL `timeout`",
+    )
     s.add_argument("--import-timeout", type=float, default=120.0)
     s.add_argument("--max-cases", type=int)
     s.add_argument("--no-graph", action="store_true", help="skip CUDA graph capture/replay")
     s.add_argument("--no-compile", action="store_true", help="skip torch.compile(fullgraph=True)")
-    s.add_argument("--arena", metavar="CONFIG", help="configs/arena/<name>.toml: also verify every decode batch size "
-                   "and prefill size that arena runs (all of them on --device cuda, a sample on cpu)")
-    s.add_argument("--world-size", type=int, metavar="N",
-                   help="collective slots: ranks to verify on, one sandboxed process each (gloo on CPU, NCCL on "
-                        "CUDA); default: each slot's declared world sizes. Usage error for single-rank slots")
+    s.add_argument(
+        "--arena",
+        metavar="CONFIG",
+        help="configs/arena/<name>.toml: also verify every decode batch size "
+        "and prefill size that arena runs (all of them on --device cuda, a sample on cpu)",
+    )
+    s.add_argument(
+        "--world-size",
+        type=int,
+        metavar="N",
+        help="collective slots: ranks to verify on, one sandboxed process each (gloo on CPU, NCCL on "
+        "CUDA); default: each slot's declared world sizes. Usage error for single-rank slots",
+    )
 
     s = sub.add_parser("bench", help="time a bundle's kernels against stock SGLang (or the reference)")
     s.add_argument("bundle")
-    s.add_argument("--device", default=None, choices=["cpu", "cuda"],
-                   help="default: cuda if a CUDA device is visible, else cpu")
+    s.add_argument(
+        "--device", default=None, choices=["cpu", "cuda"], help="default: cuda if a CUDA device is visible, else cpu"
+    )
     s.add_argument("--tier", default="bench", choices=["verify", "gpu", "bench"])
     s.add_argument("--budget", type=float, default=3.0, help="seconds of timing per case and side")
     s.add_argument("--target-rel-err", type=float, default=0.001, help="stop when stderr/mean falls below")
     s.add_argument("--max-cases", type=int)
-    s.add_argument("--arena", metavar="CONFIG", help="configs/arena/<name>.toml: time the sizes that arena runs "
-                   "through each slot (its timed window's decode batch and prefill forward first, then every captured "
-                   "decode batch and prefill size), on its model's shapes (a real checkpoint: its config.json)")
+    s.add_argument(
+        "--arena",
+        metavar="CONFIG",
+        help="configs/arena/<name>.toml: time the sizes that arena runs "
+        "through each slot (its timed window's decode batch and prefill forward first, then every captured "
+        "decode batch and prefill size), on its model's shapes (a real checkpoint: its config.json)",
+    )
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("chain-compat", help="check the installed bittensor SDK still has every call we use")
@@ -281,9 +354,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-EXTENSIONS = ("cacheon_subnet.miner.commands", "cacheon_subnet.validator.commands", "cacheon_subnet.demo",
-              "cacheon_subnet.chain.commands",
-              "seams.commands", "arena.commands")
+EXTENSIONS = (
+    "cacheon_subnet.miner.commands",
+    "cacheon_subnet.validator.commands",
+    "cacheon_subnet.demo",
+    "cacheon_subnet.chain.commands",
+    "seams.commands",
+    "arena.commands",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

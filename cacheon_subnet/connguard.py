@@ -41,8 +41,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 FD_RESERVE = 64  # fds a server process needs besides its connections (listener, epoll, DB, pipes, executor)
-REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 5\r\nContent-Length: 0\r\n"
-           b"Connection: close\r\n\r\n")
+REFUSAL = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 5\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
@@ -64,17 +63,31 @@ class Limits:
     max_buffered: int = 64 << 20  # bytes queued in user space for all connections together
 
     def __post_init__(self) -> None:
-        if not (self.max_conns >= 1 and 1 <= self.max_conns_per_ip <= self.max_conns and self.header_timeout_s > 0
-                and self.max_conn_s >= self.header_timeout_s and self.max_line_size >= 256
-                and self.max_field_size >= 256 and self.max_headers >= 8 and self.backlog >= 1
-                and self.log_every_s > 0 and self.sndbuf >= 0 and self.rcvbuf >= 0 and self.max_buffered >= 1 << 16):
+        if not (
+            self.max_conns >= 1
+            and 1 <= self.max_conns_per_ip <= self.max_conns
+            and self.header_timeout_s > 0
+            and self.max_conn_s >= self.header_timeout_s
+            and self.max_line_size >= 256
+            and self.max_field_size >= 256
+            and self.max_headers >= 8
+            and self.backlog >= 1
+            and self.log_every_s > 0
+            and self.sndbuf >= 0
+            and self.rcvbuf >= 0
+            and self.max_buffered >= 1 << 16
+        ):
             raise ValueError(f"connection limits out of range: {self}")
 
     def handler_args(self) -> dict[str, Any]:
         """aiohttp RequestHandler keywords: the head/idle timer and the parser's size limits."""
-        return {"keepalive_timeout": self.header_timeout_s, "max_line_size": self.max_line_size,
-                "max_field_size": self.max_field_size, "max_headers": self.max_headers,
-                "lingering_time": min(2.0, self.header_timeout_s)}
+        return {
+            "keepalive_timeout": self.header_timeout_s,
+            "max_line_size": self.max_line_size,
+            "max_field_size": self.max_field_size,
+            "max_headers": self.max_headers,
+            "lingering_time": min(2.0, self.header_timeout_s),
+        }
 
     def fitted(self, nofile: int) -> Limits:
         """These limits with max_conns lowered to what `nofile` fds leave (ValueError if nothing)."""
@@ -133,8 +146,9 @@ def client_group(key: str) -> str:
 class Tally:
     """Counts an event and logs it at most once per `every_s` with the count (never a traceback)."""
 
-    def __init__(self, emit: Callable[..., Any], event: str, every_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, emit: Callable[..., Any], event: str, every_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.emit, self.event, self.every_s, self.clock = emit, event, every_s, clock
         self.total = 0
         self._count = 0
@@ -231,8 +245,11 @@ class ConnTable:
     def shed(self) -> int:
         """While more than max_buffered bytes wait for slow readers, drop the connection holding
         the most. Returns how many were dropped."""
-        sizes = sorted(((t.get_write_buffer_size(), i, t) for i, t in enumerate(self._conns) if not _released(t)),
-                       key=lambda x: (x[0], -x[1]), reverse=True)
+        sizes = sorted(
+            ((t.get_write_buffer_size(), i, t) for i, t in enumerate(self._conns) if not _released(t)),
+            key=lambda x: (x[0], -x[1]),
+            reverse=True,
+        )
         total, n = sum(x[0] for x in sizes), 0
         for size, _, t in sizes:
             if total <= self.limits.max_buffered or size == 0:
@@ -271,8 +288,7 @@ class GuardedListener:
     """Accepts on `sock` (listening, non-blocking) and hands admitted connections to `factory`
     (an aiohttp `web.Server`, i.e. `runner.server`)."""
 
-    def __init__(self, sock: socket.socket, factory: Callable[[], asyncio.Protocol], limits: Limits,
-                 log: Any) -> None:
+    def __init__(self, sock: socket.socket, factory: Callable[[], asyncio.Protocol], limits: Limits, log: Any) -> None:
         self.sock, self.factory, self.limits, self.log = sock, factory, limits, log
         self.table = ConnTable(limits)
         self.accept_errors = Tally(log.warning, "http.accept_failed", limits.log_every_s)
@@ -335,8 +351,12 @@ class GuardedListener:
                 self.dropped.note(error=f"{type(exc).__name__}: {exc}"[:200])
                 continue
             if old or heavy:
-                self.dropped.note(too_old=old, too_much_unsent=heavy, max_conn_s=self.limits.max_conn_s,
-                                  max_buffered=self.limits.max_buffered)
+                self.dropped.note(
+                    too_old=old,
+                    too_much_unsent=heavy,
+                    max_conn_s=self.limits.max_conn_s,
+                    max_buffered=self.limits.max_buffered,
+                )
 
 
 def listen_socket(host: str, port: int, backlog: int) -> socket.socket:

@@ -61,20 +61,36 @@ class DemoMiner:
 
 
 MINERS = (
-    DemoMiner("miner-fast", "demo/cpu_rmsnorm", True,
-              Expect("crowned: faithful and faster than the baseline", "qualified", outcome="crowned")),
-    DemoMiner("miner-plain", "demo/stock_equivalent", True,
-              Expect("verified, below the bar (no faster)", "qualified", outcome="below_bar")),
-    DemoMiner("miner-triton", "norm.rmsnorm", True,
-              Expect("verified, below the bar: slower under the CPU interpreter", "qualified", outcome="below_bar")),
+    DemoMiner(
+        "miner-fast",
+        "demo/cpu_rmsnorm",
+        True,
+        Expect("crowned: faithful and faster than the baseline", "qualified", outcome="crowned"),
+    ),
+    DemoMiner(
+        "miner-plain",
+        "demo/stock_equivalent",
+        True,
+        Expect("verified, below the bar (no faster)", "qualified", outcome="below_bar"),
+    ),
+    DemoMiner(
+        "miner-triton",
+        "norm.rmsnorm",
+        True,
+        Expect("verified, below the bar: slower under the CPU interpreter", "qualified", outcome="below_bar"),
+    ),
     DemoMiner("miner-wrong", "controls/wrong_math", False, Expect("failed: mismatch", "failed", "mismatch")),
-    DemoMiner("miner-partial", "controls/partial_write", False,
-              Expect("failed: partial_write", "failed", "partial_write")),
+    DemoMiner("miner-partial", "controls/partial_write", False, Expect("failed: partial_write", "failed", "partial_write")),
     DemoMiner("miner-sync", "controls/host_sync", False, Expect("failed: host_sync", "failed", "host_sync")),
-    DemoMiner("miner-policy", "controls/policy_violation", False,
-              Expect("failed: policy (never executed)", "failed", "P001")),
-    DemoMiner("miner-copycat", "demo/cpu_rmsnorm", False,
-              Expect("failed: duplicate of an earlier commit", "failed", "duplicate of")),
+    DemoMiner(
+        "miner-policy", "controls/policy_violation", False, Expect("failed: policy (never executed)", "failed", "P001")
+    ),
+    DemoMiner(
+        "miner-copycat",
+        "demo/cpu_rmsnorm",
+        False,
+        Expect("failed: duplicate of an earlier commit", "failed", "duplicate of"),
+    ),
 )
 VALIDATORS = (("validator-a", 1000.0), ("validator-b", 400.0))
 NETUID = 1
@@ -120,8 +136,15 @@ def run_demo(state_dir: Path, max_passes: int = 12, verify_cases: int = 2) -> in
     log_path = _prepare(state_dir)
     serve_dir = state_dir / "miner-serve"
     serve_dir.mkdir(parents=True)
-    chain = LocalChain.create(state_dir / "chain.sqlite", NETUID, owner_hotkey="owner", tempo=360,
-                              weights_version_key=3, weights_rate_limit=2, seconds_per_block=0)
+    chain = LocalChain.create(
+        state_dir / "chain.sqlite",
+        NETUID,
+        owner_hotkey="owner",
+        tempo=360,
+        weights_version_key=3,
+        weights_rate_limit=2,
+        seconds_per_block=0,
+    )
     for hk, stake in VALIDATORS:
         chain.register(hk, f"{hk}-cold", stake=stake, validator_permit=True)
     for m in MINERS:
@@ -134,9 +157,16 @@ def run_demo(state_dir: Path, max_passes: int = 12, verify_cases: int = 2) -> in
         for m in MINERS:
             bundle = EXAMPLES / m.bundle
             if m.honest:
-                r = submit(bundle, backend=chain, netuid=NETUID, hotkey=m.hotkey, serve_dir=serve_dir,
-                           base_url=server.base_url, reveal_after_blocks=REVEAL_BLOCKS,
-                           state_dir=state_dir / "miners" / m.hotkey)
+                r = submit(
+                    bundle,
+                    backend=chain,
+                    netuid=NETUID,
+                    hotkey=m.hotkey,
+                    serve_dir=serve_dir,
+                    base_url=server.base_url,
+                    reveal_after_blocks=REVEAL_BLOCKS,
+                    state_dir=state_dir / "miners" / m.hotkey,
+                )
                 cid = hotkey_bound_digest(r.digest, m.hotkey)
             else:
                 cid = _raw_commit(chain, m.hotkey, bundle, serve_dir, server.base_url)
@@ -145,12 +175,20 @@ def run_demo(state_dir: Path, max_passes: int = 12, verify_cases: int = 2) -> in
         chain.advance(REVEAL_BLOCKS + 1)
         validators = []
         for hk, _ in VALIDATORS:
-            cfg = ValidatorConfig(netuid=NETUID, hotkey=hk, state_dir=state_dir / hk, verify_max_cases=verify_cases,
-                                  interval_s=0, settle_hold_blocks=2, retry_base_s=0.0,
-                                  # a shared laptop or CI runner: a noisy measurement is re-taken
-                                  # (up to 3 times) rather than settled as no decision
-                                  max_remeasure=3,
-                                  publish=PublishPolicy(interval_blocks=1), weights=WeightPolicy())
+            cfg = ValidatorConfig(
+                netuid=NETUID,
+                hotkey=hk,
+                state_dir=state_dir / hk,
+                verify_max_cases=verify_cases,
+                interval_s=0,
+                settle_hold_blocks=2,
+                retry_base_s=0.0,
+                # a shared laptop or CI runner: a noisy measurement is re-taken
+                # (up to 3 times) rather than settled as no decision
+                max_remeasure=3,
+                publish=PublishPolicy(interval_blocks=1),
+                weights=WeightPolicy(),
+            )
             validators.append((hk, Validator(cfg, chain, CpuQualifier())))
         with progress.bar(desc="validator passes", total=max_passes, unit="pass") as passes:
             for n in range(max_passes):
@@ -186,8 +224,9 @@ def check_expectations(reports: dict[str, dict[str, Any]]) -> tuple[list[str], i
     each other. Returns the lines to print and the number of misses."""
     lines, misses = ["", "Expectations (checked on every validator)"], 0
     for m in MINERS:
-        seen = {hk: m.expect.miss({c["hotkey"]: c for c in rep["contributions"]}.get(m.hotkey))
-                for hk, rep in reports.items()}
+        seen = {
+            hk: m.expect.miss({c["hotkey"]: c for c in rep["contributions"]}.get(m.hotkey)) for hk, rep in reports.items()
+        }
         bad = {hk: why for hk, why in seen.items() if why}
         misses += bool(bad)
         lines.append(f"  {'ok  ' if not bad else 'MISS'}  {m.hotkey:14} {m.expect.text}")
@@ -201,10 +240,15 @@ def check_expectations(reports: dict[str, dict[str, Any]]) -> tuple[list[str], i
             lines.append(f"  ok    {hk} settled the same crowns independently")
         else:
             misses += 1
-            diff = {t: (first.get(t, "-"), other.get(t, "-")) for t in sorted(set(first) | set(other))
-                    if first.get(t) != other.get(t)}
-            lines.append(f"  MISS  {hk} settled DIFFERENT crowns from {names[0]}: "
-                         + ", ".join(f"{t}: {a} vs {b}" for t, (a, b) in diff.items()))
+            diff = {
+                t: (first.get(t, "-"), other.get(t, "-"))
+                for t in sorted(set(first) | set(other))
+                if first.get(t) != other.get(t)
+            }
+            lines.append(
+                f"  MISS  {hk} settled DIFFERENT crowns from {names[0]}: "
+                + ", ".join(f"{t}: {a} vs {b}" for t, (a, b) in diff.items())
+            )
     lines.append(f"  {'all expectations held' if not misses else f'{misses} expectation(s) missed: exit 1'}")
     return lines, misses
 
@@ -220,14 +264,18 @@ def render(state_dir: Path, chain: Any) -> tuple[str, int]:
     name = {n.uid: n.hotkey for n in meta.neurons}
     reports = {hk: collect(state_dir / hk) for hk, _ in VALIDATORS}
     first = reports[VALIDATORS[0][0]]
-    lines = ["", "Leaderboard (crowns per target; arena: cpu-timing = slot-level CPU timing against the fp32 "
-             "reference, advisory)"]
+    lines = [
+        "",
+        "Leaderboard (crowns per target; arena: cpu-timing = slot-level CPU timing against the fp32 reference, advisory)",
+    ]
     crowns = {c["target"]: c for c in first["crowns"]}
     for spec in all_slots():
         c = crowns.get(spec.id)
         if c:
-            lines.append(f"  {spec.id:30} {c['hotkey']:14} {speed_words(float(c['speedup_vs_stock']), baseline_name(c['arena_id']))}"
-                         f"   ({c['contribution_id'][:12]})")
+            lines.append(
+                f"  {spec.id:30} {c['hotkey']:14} {speed_words(float(c['speedup_vs_stock']), baseline_name(c['arena_id']))}"
+                f"   ({c['contribution_id'][:12]})"
+            )
         else:
             lines.append(f"  {spec.id:30} {'-':14} uncrowned: its share burns to the owner")
     lines += ["", f"Verdicts ({VALIDATORS[0][0]})"]
@@ -260,8 +308,11 @@ def _cmd(args: argparse.Namespace) -> int:
 
 def register(sub: Any, groups: dict[str, Any]) -> None:
     p = sub.add_parser("demo", help="the whole loop on an embedded local chain + CPU arena (no GPU, no network)")
-    p.add_argument("--state-dir", default=".cacheon/demo",
-                   help="recreated on every run (only if the demo created it: it refuses an unmarked non-empty dir)")
+    p.add_argument(
+        "--state-dir",
+        default=".cacheon/demo",
+        help="recreated on every run (only if the demo created it: it refuses an unmarked non-empty dir)",
+    )
     p.add_argument("--max-passes", type=int, default=12)
     p.add_argument("--verify-cases", type=int, default=2, help="workload shapes per dtype in screening")
     p.set_defaults(handler=_cmd)

@@ -47,9 +47,14 @@ def log_budget(log: object, event: str = "validator.nofile") -> FdBudget:
     """raise_nofile(), logged: info when the budget is fine, a warning saying how to fix a low one."""
     b = raise_nofile()
     if b.low:
-        log.warning(event, soft_before=b.before, soft=b.soft, hard=b.hard,  # type: ignore[attr-defined]
-                    fix=f"the hard fd limit is below {LOW_NOFILE}: raise it (systemd LimitNOFILE=65536, "
-                        "`ulimit -Hn 65536` before pm2 starts, or docker --ulimit nofile=65536:65536)")
+        log.warning(
+            event,
+            soft_before=b.before,
+            soft=b.soft,
+            hard=b.hard,  # type: ignore[attr-defined]
+            fix=f"the hard fd limit is below {LOW_NOFILE}: raise it (systemd LimitNOFILE=65536, "
+            "`ulimit -Hn 65536` before pm2 starts, or docker --ulimit nofile=65536:65536)",
+        )
     else:
         log.info(event, soft_before=b.before, soft=b.soft, hard=b.hard)  # type: ignore[attr-defined]
     return b

@@ -19,15 +19,53 @@ import socket
 import sys
 from typing import Any
 
-_SPAWN_EVENTS = frozenset({"subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
-                           "pty.spawn"})
-_NET_EVENTS = frozenset({"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg",
-                         "socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr"})
-_TOOLCHAIN_ONLY = frozenset({"ctypes.dlopen", "ctypes.dlsym", "gc.get_objects", "gc.get_referrers",
-                             "gc.get_referents", "os.putenv", "os.unsetenv", "sys.settrace", "sys.setprofile",
-                             "ctypes.cdata", "ctypes.addressof", "ctypes.call_function", "sys._current_frames"})
-ALLOWED_TOOLS = ("ptxas", "cc", "gcc", "x86_64-linux-gnu-gcc", "clang", "ldconfig", "nvcc", "cuobjdump",
-                 "nvdisasm", "uname", "which", "ninja", "c++", "g++")
+_SPAWN_EVENTS = frozenset(
+    {"subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "pty.spawn"}
+)
+_NET_EVENTS = frozenset(
+    {
+        "socket.connect",
+        "socket.bind",
+        "socket.sendto",
+        "socket.sendmsg",
+        "socket.getaddrinfo",
+        "socket.gethostbyname",
+        "socket.gethostbyaddr",
+    }
+)
+_TOOLCHAIN_ONLY = frozenset(
+    {
+        "ctypes.dlopen",
+        "ctypes.dlsym",
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+        "os.putenv",
+        "os.unsetenv",
+        "sys.settrace",
+        "sys.setprofile",
+        "ctypes.cdata",
+        "ctypes.addressof",
+        "ctypes.call_function",
+        "sys._current_frames",
+    }
+)
+ALLOWED_TOOLS = (
+    "ptxas",
+    "cc",
+    "gcc",
+    "x86_64-linux-gnu-gcc",
+    "clang",
+    "ldconfig",
+    "nvcc",
+    "cuobjdump",
+    "nvdisasm",
+    "uname",
+    "which",
+    "ninja",
+    "c++",
+    "g++",
+)
 _WRITE_CHARS = set("wax+")
 
 _state: dict[str, Any] = {}
@@ -109,7 +147,8 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
             return
         p = os.fsdecode(path)
         writing = (isinstance(mode, str) and bool(_WRITE_CHARS & set(mode))) or (
-            isinstance(flags, int) and bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC)))
+            isinstance(flags, int) and bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC))
+        )
         if writing and not _writable(p):
             _deny(event, f"writing {p!r} outside the scratch dir")
         if not _state["armed"] and os.path.realpath(p).startswith(_state["bundle_root"]):
@@ -157,8 +196,7 @@ def install_guard(bundle_root: str, writable: list[str]) -> None:
     for root in roots:
         for d, _, files in os.walk(os.path.join(root, "backends")):
             if os.path.basename(d) == "bin":
-                tools.update(os.path.realpath(os.path.join(d, f)) for f in files
-                             if os.path.splitext(f)[0] in ALLOWED_TOOLS)
+                tools.update(os.path.realpath(os.path.join(d, f)) for f in files if os.path.splitext(f)[0] in ALLOWED_TOOLS)
     _state["tool_paths"] = frozenset(tools)
     _state["toolchains"] = tuple(roots) or ("\0",)
     sys.addaudithook(_hook)

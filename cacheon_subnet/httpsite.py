@@ -43,8 +43,7 @@ class BoundSite:
 async def serve_socket(app: web.Application, sock: socket.socket, limits: Limits, log: Any) -> BoundSite:
     """Serve `app` on an already listening socket (the web process gets its socket from the
     validator, which bound it) under `limits`."""
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0,
-                           **limits.handler_args())
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0, **limits.handler_args())
     await runner.setup()
     assert runner.server is not None
     listener = GuardedListener(sock, runner.server, limits, log)
@@ -68,8 +67,7 @@ class LoopThread:
     `cleanup()` and cancels handlers still in flight. `run()` returns once started, or raises
     the start-up error in the calling thread (TimeoutError if it never came up)."""
 
-    def __init__(self, name: str, start: Callable[[], Awaitable[object]],
-                 cleanup: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, name: str, start: Callable[[], Awaitable[object]], cleanup: Callable[[], Awaitable[None]]) -> None:
         self._start, self._cleanup = start, cleanup
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -110,8 +108,9 @@ class LoopThread:
             self._thread.join(timeout_s)
 
 
-def serve_until_signal(start: Callable[[], Awaitable[object]], cleanup: Callable[[], Awaitable[None]],
-                       started: Callable[[], None] | None = None) -> None:
+def serve_until_signal(
+    start: Callable[[], Awaitable[object]], cleanup: Callable[[], Awaitable[None]], started: Callable[[], None] | None = None
+) -> None:
     """Block: start, call `started()`, serve until SIGINT/SIGTERM, then clean up."""
 
     async def main() -> None:

@@ -115,7 +115,7 @@ def _group_alive(pgid: int) -> bool:
 def _starttime(pid: int) -> int | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat[stat.rindex(")") + 2:].split()[19])
+        return int(stat[stat.rindex(")") + 2 :].split()[19])
     except (OSError, ValueError, IndexError):
         return None
 
@@ -138,7 +138,7 @@ def _holders(scratch: str) -> list[int]:
                 stat = Path(f"/proc/{entry}/stat").read_text()
             except OSError:
                 continue
-            if stat[stat.rindex(")") + 2:].split()[0] not in ("Z", "X"):
+            if stat[stat.rindex(")") + 2 :].split()[0] not in ("Z", "X"):
                 out.append(int(entry))
     return out
 

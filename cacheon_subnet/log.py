@@ -60,8 +60,7 @@ def _shared() -> list:
     ]
 
 
-def configure(level: str | None = None, json: bool | None = None, file: TextIO | None = None,
-              force: bool = False) -> None:
+def configure(level: str | None = None, json: bool | None = None, file: TextIO | None = None, force: bool = False) -> None:
     """Configure once per process (force: again). Logs go to stderr so stdout stays for results;
     `file` sends them (as JSON lines) elsewhere, e.g. the demo's log file, away from its summary."""
     global _configured
@@ -86,10 +85,15 @@ def _route_stdlib(lvl: int) -> None:
     handlers are removed (a library's basicConfig would print a second, non-JSON copy of each line)."""
     handler = logging.StreamHandler(_SINK)  # type: ignore[arg-type]
     handler.set_name(_HANDLER_NAME)
-    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[structlog.stdlib.add_logger_name,
-                           *(p for p in _shared() if p is not structlog.contextvars.merge_contextvars)],
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, _SINK.render]))
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.stdlib.add_logger_name,
+                *(p for p in _shared() if p is not structlog.contextvars.merge_contextvars),
+            ],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, _SINK.render],
+        )
+    )
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)

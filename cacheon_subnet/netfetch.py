@@ -24,7 +24,6 @@ import aiohttp
 
 from cacheon_subnet.bundle.limits import DEFAULT_LIMITS
 from cacheon_subnet.errors import CacheonError
-from cacheon_subnet.resources import is_resource_error
 from cacheon_subnet.netpolicy import (
     MAX_REDIRECTS,
     REDIRECT_STATUSES,
@@ -34,6 +33,7 @@ from cacheon_subnet.netpolicy import (
     UrlRefused,
     check_url,
 )
+from cacheon_subnet.resources import is_resource_error
 
 _TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
@@ -72,14 +72,14 @@ def _check(url: str, policy: FetchPolicy) -> str:
 def guarded_session(policy: FetchPolicy) -> aiohttp.ClientSession:
     """A session whose connector resolves through the policy (call inside a running loop).
     trust_env stays False: no proxy from the environment can route around the address checks."""
-    timeout = aiohttp.ClientTimeout(total=None, connect=policy.connect_timeout_s,
-                                    sock_connect=policy.connect_timeout_s)
+    timeout = aiohttp.ClientTimeout(total=None, connect=policy.connect_timeout_s, sock_connect=policy.connect_timeout_s)
     connector = GuardedConnector(policy.urls)
     return aiohttp.ClientSession(timeout=timeout, connector=connector, auto_decompress=False)
 
 
-async def download(url: str, dest: Path, policy: FetchPolicy = FetchPolicy(),
-                   session: aiohttp.ClientSession | None = None) -> int:
+async def download(
+    url: str, dest: Path, policy: FetchPolicy = FetchPolicy(), session: aiohttp.ClientSession | None = None
+) -> int:
     """Stream `url` into `dest` under the policy; returns the byte count. A caller-made session
     must come from `guarded_session` (its connector does the address checks)."""
     own = session is None
@@ -89,8 +89,9 @@ async def download(url: str, dest: Path, policy: FetchPolicy = FetchPolicy(),
         async with asyncio.timeout(policy.total_timeout_s):
             return await _follow(session, url, dest, policy)
     except TimeoutError:
-        raise FetchError("timeout", f"{url}: no complete response within {policy.total_timeout_s:g} s",
-                         transient=True) from None
+        raise FetchError(
+            "timeout", f"{url}: no complete response within {policy.total_timeout_s:g} s", transient=True
+        ) from None
     finally:
         if own:
             await session.close()
@@ -119,29 +120,39 @@ async def _follow(session: aiohttp.ClientSession, url: str, dest: Path, policy: 
                 if resp.status in REDIRECT_STATUSES:
                     hops += 1
                     if hops > policy.max_redirects:
-                        raise FetchError("redirects", f"more than {policy.max_redirects} redirects "
-                                         f"(last {url})", transient=False)
+                        raise FetchError(
+                            "redirects", f"more than {policy.max_redirects} redirects (last {url})", transient=False
+                        )
                     location = resp.headers.get("Location")
                     if not location:
-                        raise FetchError("http_status", f"{url}: {resp.status} without Location",
-                                         transient=False)
+                        raise FetchError("http_status", f"{url}: {resp.status} without Location", transient=False)
                     url = urljoin(url, location)
                     continue
                 if resp.status != 200:
-                    raise FetchError("http_status", f"{url}: HTTP {resp.status}",
-                                     transient=resp.status in _TRANSIENT_STATUS, status=resp.status)
+                    raise FetchError(
+                        "http_status",
+                        f"{url}: HTTP {resp.status}",
+                        transient=resp.status in _TRANSIENT_STATUS,
+                        status=resp.status,
+                    )
                 enc = resp.headers.get(aiohttp.hdrs.CONTENT_ENCODING, "identity").lower()
                 if enc != "identity":
-                    raise FetchError("content_encoding", f"{url}: server sends Content-Encoding: {enc}; "
-                                     "serve the archive as application/gzip without Content-Encoding",
-                                     transient=False)
+                    raise FetchError(
+                        "content_encoding",
+                        f"{url}: server sends Content-Encoding: {enc}; "
+                        "serve the archive as application/gzip without Content-Encoding",
+                        transient=False,
+                    )
                 if resp.content_length is not None and resp.content_length > policy.max_bytes:
-                    raise FetchError("too_large", f"{url}: Content-Length {resp.content_length} > "
-                                     f"{policy.max_bytes} bytes", transient=False)
+                    raise FetchError(
+                        "too_large",
+                        f"{url}: Content-Length {resp.content_length} > {policy.max_bytes} bytes",
+                        transient=False,
+                    )
                 return await _stream(resp, url, dest, policy)
         except UrlRefused as exc:
             raise FetchError("url_address", f"{url}: {exc.detail}", transient=False) from None
-        except (aiohttp.ServerTimeoutError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
             raise FetchError("timeout", f"{url}: {type(exc).__name__}: {exc}", transient=True) from None
         except (aiohttp.ClientError, ConnectionError) as exc:
             if is_resource_error(exc):
@@ -154,12 +165,11 @@ async def _follow(session: aiohttp.ClientSession, url: str, dest: Path, policy: 
 
 async def _stream(resp: aiohttp.ClientResponse, url: str, dest: Path, policy: FetchPolicy) -> int:
     total = 0
-    with open(dest, "wb") as f:
+    with open(dest, "wb") as f:  # noqa: ASYNC230 -- chunk-sized writes to a local file, bounded by max_bytes
         async for chunk in resp.content.iter_chunked(policy.chunk_bytes):
             total += len(chunk)
             if total > policy.max_bytes:
-                raise FetchError("too_large", f"{url}: body exceeded {policy.max_bytes} bytes; "
-                                 "aborted", transient=False)
+                raise FetchError("too_large", f"{url}: body exceeded {policy.max_bytes} bytes; aborted", transient=False)
             f.write(chunk)
         f.flush()
         os.fsync(f.fileno())

@@ -91,14 +91,19 @@ def address_allowed(addr: str, policy: UrlPolicy) -> bool:
     if ip.is_loopback:
         return policy.allow_loopback
     site_local = isinstance(ip, ipaddress.IPv6Address) and ip.is_site_local  # fec0::/10, not in is_private
-    return bool(ip.is_global and not (ip.is_multicast or ip.is_private or ip.is_reserved
-                                      or ip.is_link_local or ip.is_unspecified or site_local))
+    return bool(
+        ip.is_global
+        and not (ip.is_multicast or ip.is_private or ip.is_reserved or ip.is_link_local or ip.is_unspecified or site_local)
+    )
 
 
 def check_address(addr: str, policy: UrlPolicy, what: str = "address") -> None:
     if not address_allowed(addr, policy):
-        raise UrlRefused("url_address", f"{what} {addr} is not a public address (loopback, private, "
-                         f"link-local, multicast or reserved); policy: {policy.label}")
+        raise UrlRefused(
+            "url_address",
+            f"{what} {addr} is not a public address (loopback, private, "
+            f"link-local, multicast or reserved); policy: {policy.label}",
+        )
 
 
 def check_url(url: Any, policy: UrlPolicy = STRICT) -> str:
@@ -132,8 +137,11 @@ def check_url(url: Any, policy: UrlPolicy = STRICT) -> str:
         if not policy.allow_loopback:
             raise UrlRefused("url_address", f"host {host!r} is loopback; policy: {policy.label}")
     elif "." not in host.rstrip(".") or not _TLD.fullmatch(host.rstrip(".").rsplit(".", 1)[-1]):
-        raise UrlRefused("url_host", f"host {host!r} is not a public DNS name (needs a dotted name "
-                         "ending in an alphabetic TLD; numeric forms are refused)")
+        raise UrlRefused(
+            "url_host",
+            f"host {host!r} is not a public DNS name (needs a dotted name "
+            "ending in an alphabetic TLD; numeric forms are refused)",
+        )
     return url
 
 
@@ -144,8 +152,7 @@ class GuardedResolver(AbstractResolver):
         self.policy = policy
         self.inner = inner or DefaultResolver()
 
-    async def resolve(self, host: str, port: int = 0,
-                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
         results = await self.inner.resolve(host, port, family)
         for r in results:
             check_address(r["host"], self.policy, f"{host} resolves to")
@@ -177,7 +184,7 @@ class GuardedConnector(TCPConnector):
         check_address(str(address[0]), self.policy, "connecting to")
         return socket.socket(family=family, type=type_, proto=proto)
 
-    async def _create_connection(self, req: Any, traces: Any, timeout: Any) -> Any:
+    async def _create_connection(self, req: Any, traces: Any, timeout: Any) -> Any:  # noqa: ASYNC109 -- aiohttp's own signature
         proto = await super()._create_connection(req, traces, timeout)
         try:
             check_peer(proto.transport, self.policy)

@@ -43,7 +43,9 @@ def wipe_owned(path: str | os.PathLike[str]) -> None:
     if is_owned(p):
         shutil.rmtree(p)
     elif any(p.iterdir()):
-        raise NotOwnedError(f"{p}: not empty and not created by cacheon (no {MARKER} marker); refusing to "
-                            "delete it. Pick another --state-dir or empty it yourself")
+        raise NotOwnedError(
+            f"{p}: not empty and not created by cacheon (no {MARKER} marker); refusing to "
+            "delete it. Pick another --state-dir or empty it yourself"
+        )
     else:
         p.rmdir()

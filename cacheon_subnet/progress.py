@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Iterable, TypeVar
+from collections.abc import Iterable
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 ENV = "CACHEON_PROGRESS"
@@ -37,13 +38,23 @@ def enabled() -> bool:
     return sys.stderr.isatty()
 
 
-def bar(iterable: Iterable[T] | None = None, *, desc: str, total: int | None = None, unit: str = "it",
-        leave: bool = False) -> Any:
+def bar(
+    iterable: Iterable[T] | None = None, *, desc: str, total: int | None = None, unit: str = "it", leave: bool = False
+) -> Any:
     """A tqdm bar on stderr (a no-op object when disabled); use as an iterable or call .update()."""
     from tqdm import tqdm
 
-    return tqdm(iterable, desc=desc, total=total, unit=unit, leave=leave, file=sys.stderr,
-                disable=not enabled(), dynamic_ncols=True, mininterval=0.5)
+    return tqdm(
+        iterable,
+        desc=desc,
+        total=total,
+        unit=unit,
+        leave=leave,
+        file=sys.stderr,
+        disable=not enabled(),
+        dynamic_ncols=True,
+        mininterval=0.5,
+    )
 
 
 def note(text: str) -> None:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import errno
 
 # EAGAIN: fork/clone under RLIMIT_NPROC; ENFILE: the system-wide table; EDQUOT: a disk quota.
-RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOSPC, errno.EDQUOT, errno.EAGAIN,
-                             errno.ENOBUFS})
+RESOURCE_ERRNOS = frozenset(
+    {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOSPC, errno.EDQUOT, errno.EAGAIN, errno.ENOBUFS}
+)
 
 
 def is_resource_error(exc: BaseException) -> bool:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import tenacity
 
@@ -34,10 +35,16 @@ class _Wait(tenacity.wait.wait_base):
         return backoff_s(retry_state.attempt_number - 1, self.base, self.cap)
 
 
-def call_with_retries(fn: Callable[[], T], *, attempts: int, base_s: float, cap_s: float = 300.0,
-                      retry_if: Callable[[BaseException], bool] = lambda exc: True,
-                      on_error: Callable[[BaseException, int], None] | None = None,
-                      sleep: Callable[[float], None] = time.sleep) -> T:
+def call_with_retries(
+    fn: Callable[[], T],
+    *,
+    attempts: int,
+    base_s: float,
+    cap_s: float = 300.0,
+    retry_if: Callable[[BaseException], bool] = lambda exc: True,
+    on_error: Callable[[BaseException, int], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
     """Call `fn` up to `attempts` times; retry only exceptions `retry_if` accepts (the others, and
     the last failure, are raised as they are). `on_error(exc, attempt)` sees every failure."""
     if attempts < 1:
@@ -53,6 +60,11 @@ def call_with_retries(fn: Callable[[], T], *, attempts: int, base_s: float, cap_
                 on_error(exc, tries[0])
             raise
 
-    retrying = tenacity.Retrying(stop=tenacity.stop_after_attempt(attempts), wait=_Wait(base_s, cap_s),
-                                 retry=tenacity.retry_if_exception(retry_if), reraise=True, sleep=sleep)
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(attempts),
+        wait=_Wait(base_s, cap_s),
+        retry=tenacity.retry_if_exception(retry_if),
+        reraise=True,
+        sleep=sleep,
+    )
     return retrying(once)

@@ -31,5 +31,7 @@ def check_tmpdir(tmpdir: str | os.PathLike[str], who: str) -> None:
     `tmpdir` could exceed the platform's Unix socket path limit."""
     n = ipc_path_len(tmpdir)
     if n > MAX_SOCKET_PATH:
-        raise ValueError(f"{who}: TMPDIR {os.fspath(tmpdir)!r} is too long for SGLang's ZMQ IPC sockets "
-                         f"({n} > {MAX_SOCKET_PATH} bytes with its tmpXXXXXXXX.N names); use a short TMPDIR")
+        raise ValueError(
+            f"{who}: TMPDIR {os.fspath(tmpdir)!r} is too long for SGLang's ZMQ IPC sockets "
+            f"({n} > {MAX_SOCKET_PATH} bytes with its tmpXXXXXXXX.N names); use a short TMPDIR"
+        )

@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import deque
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Mapping
 
 import torch
 
@@ -30,7 +30,8 @@ def rebase(tensors: Mapping[str, torch.Tensor], device: torch.device | str | Non
             copies[key] = raw.to(device if device is not None else t.device, copy=True)
         base = copies[key]
         out[name] = torch.empty(0, dtype=t.dtype, device=base.device).set_(
-            base.untyped_storage(), t.storage_offset(), t.shape, t.stride())
+            base.untyped_storage(), t.storage_offset(), t.shape, t.stride()
+        )
     return out
 
 

@@ -38,9 +38,8 @@ def _need(obj: Any, key: str, kinds: tuple[type, ...], where: str) -> Any:
     if not isinstance(obj, dict) or key not in obj:
         raise ApiShapeError(f"{where}: missing field {key!r}")
     v = obj[key]
-    if not isinstance(v, kinds) or isinstance(v, bool) and bool not in kinds:
-        raise ApiShapeError(f"{where}.{key}: expected {'/'.join(k.__name__ for k in kinds)}, "
-                            f"got {type(v).__name__}")
+    if not isinstance(v, kinds) or (isinstance(v, bool) and bool not in kinds):
+        raise ApiShapeError(f"{where}.{key}: expected {'/'.join(k.__name__ for k in kinds)}, got {type(v).__name__}")
     return v
 
 

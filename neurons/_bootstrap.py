@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import NoReturn
 
 GUARD = "CACHEON_NEURON_REEXEC"  # set on the re-exec so a broken .venv cannot loop
 
 
-def reexec_or_explain(exc: ImportError, script: str, argv: Sequence[str],
-                      repo: Path = Path(__file__).resolve().parent.parent) -> NoReturn:
+def reexec_or_explain(
+    exc: ImportError, script: str, argv: Sequence[str], repo: Path = Path(__file__).resolve().parent.parent
+) -> NoReturn:
     venv = repo / ".venv"
     py = venv / "bin" / "python"
     inside = Path(sys.prefix).resolve() == venv.resolve()
@@ -29,6 +31,8 @@ def reexec_or_explain(exc: ImportError, script: str, argv: Sequence[str],
         how = f"{py} is there but cannot import it either: rerun `make install` in {repo}"
     else:
         how = f"no {venv} yet: run `make install` in {repo}, then `.venv/bin/python {script} ...`"
-    sys.stderr.write(f"{script}: cannot import {missing!r} with {sys.executable} ({how}; "
-                     "or `source .venv/bin/activate` and run it again)\n")
+    sys.stderr.write(
+        f"{script}: cannot import {missing!r} with {sys.executable} ({how}; "
+        "or `source .venv/bin/activate` and run it again)\n"
+    )
     raise SystemExit(2)

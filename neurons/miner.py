@@ -17,8 +17,9 @@ import argparse
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 if __package__ in (None, ""):  # run as a script from a checkout: make the package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -40,22 +41,24 @@ CHAIN_RETRIES = 5
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="neurons/miner.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="neurons/miner.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--bundle", required=True, help="bundle directory to submit")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--serve-dir", help="self-host: pack into DIR and serve it")
     where.add_argument("--url", help="you host <digest>.tar.gz at this https URL")
     p.add_argument("--host", default="127.0.0.1", help="serve bind address")
     p.add_argument("--port", type=int, default=8787, help="serve port")
-    p.add_argument("--base-url", default=None,
-                   help="public base URL of --serve-dir (default http://HOST:PORT; must be "
-                   "https unless loopback)")
+    p.add_argument(
+        "--base-url",
+        default=None,
+        help="public base URL of --serve-dir (default http://HOST:PORT; must be https unless loopback)",
+    )
     p.add_argument("--reveal-blocks", type=int, default=None, help="sealed blocks (default 20)")
     p.add_argument("--verify-device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--max-cases", type=int, default=None)
-    p.add_argument("--probe-interval", type=float, default=600.0,
-                   help="with --url: seconds between reachability probes")
+    p.add_argument("--probe-interval", type=float, default=600.0, help="with --url: seconds between reachability probes")
     p.add_argument("--log-level", default=None)
     add_chain_args(p)
     return p
@@ -67,14 +70,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = cacheon_log.get_logger("cacheon.neuron.miner")
     try:
         ctx = open_chain(args)
-        log.info("miner.start", chain=ctx.label, netuid=ctx.netuid, hotkey=ctx.hotkey,
-                 bundle=args.bundle)
+        log.info("miner.start", chain=ctx.label, netuid=ctx.netuid, hotkey=ctx.hotkey, bundle=args.bundle)
         result = _submit_with_retries(args, ctx, log)
     except CacheonError as exc:
         log.error("miner.submit_refused", error=str(exc), reason=getattr(exc, "reason", None))
         return 1
-    log.info("miner.submitted", status=result.status, digest=result.digest, url=result.url,
-             commit_block=result.commit_block, reveal_block=result.reveal_block)
+    log.info(
+        "miner.submitted",
+        status=result.status,
+        digest=result.digest,
+        url=result.url,
+        commit_block=result.commit_block,
+        reveal_block=result.reveal_block,
+    )
     if args.serve_dir:
         from cacheon_subnet.miner.serve import serve_forever
 
@@ -97,10 +105,18 @@ def _submit_with_retries(args: argparse.Namespace, ctx: ChainContext, log: Any) 
     opts = VerifyOptions(device=args.verify_device, max_cases=args.max_cases)
 
     def once() -> SubmitResult:
-        return submit(args.bundle, backend=ctx.backend, netuid=ctx.netuid, hotkey=ctx.hotkey,
-                      url=args.url, serve_dir=args.serve_dir,
-                      base_url=args.base_url or base_url(args.host, args.port),
-                      reveal_after_blocks=reveal, verify_options=opts, state_dir=args.state_dir)
+        return submit(
+            args.bundle,
+            backend=ctx.backend,
+            netuid=ctx.netuid,
+            hotkey=ctx.hotkey,
+            url=args.url,
+            serve_dir=args.serve_dir,
+            base_url=args.base_url or base_url(args.host, args.port),
+            reveal_after_blocks=reveal,
+            verify_options=opts,
+            state_dir=args.state_dir,
+        )
 
     def retryable(exc: BaseException) -> bool:
         # Only reads failed: a commit that went out (exc.sent) may have landed and is never re-sent.
@@ -110,8 +126,7 @@ def _submit_with_retries(args: argparse.Namespace, ctx: ChainContext, log: Any) 
         if retryable(exc) and attempt < CHAIN_RETRIES:
             log.warning("miner.chain_retry", attempt=attempt, error=getattr(exc, "detail", str(exc)))
 
-    return call_with_retries(once, attempts=CHAIN_RETRIES, base_s=5.0, cap_s=300.0, retry_if=retryable,
-                             on_error=logged)
+    return call_with_retries(once, attempts=CHAIN_RETRIES, base_s=5.0, cap_s=300.0, retry_if=retryable, on_error=logged)
 
 
 def _watch(url: str, digest: str, interval: float, log: Any) -> None:
@@ -123,8 +138,7 @@ def _watch(url: str, digest: str, interval: float, log: Any) -> None:
         signal.signal(sig, lambda *_: stop.set())
     while not stop.is_set():
         pr = probe(url, digest)
-        (log.info if pr.ok else log.warning)("miner.probe", url=url, ok=pr.ok, reason=pr.reason,
-                                             detail=pr.detail)
+        (log.info if pr.ok else log.warning)("miner.probe", url=url, ok=pr.ok, reason=pr.reason, detail=pr.detail)
         stop.wait(max(1.0, interval))
 
 

@@ -36,7 +36,6 @@ from arena.config import load_config  # noqa: E402
 from arena.run import RunOptions, qualify, stock_control_op  # noqa: E402
 from cacheon_subnet.bundle import load_bundle  # noqa: E402
 
-
 QUALITY_KEYS = ("nll_mean", "nll_p99", "seq_nll_max", "greedy_agreement", "kl_mean", "kl_p99", "logprob_delta_p99")
 
 
@@ -56,50 +55,83 @@ def main() -> int:
     ap.add_argument("--checkpoints", default="/tmp/cacheon-checkpoints")
     ap.add_argument("--out", required=True)
     ap.add_argument("--slot", default="norm.rmsnorm", help="the slot the role-bias and handicap controls route")
-    ap.add_argument("--handicap-us", type=float, default=150.0,
-                    help="spin per baseline call (dense arena: one norm.rmsnorm call per forward; ~1 %% of a "
-                         "decode step, an estimate)")
+    ap.add_argument(
+        "--handicap-us",
+        type=float,
+        default=150.0,
+        help="spin per baseline call (dense arena: one norm.rmsnorm call per forward; ~1 %% of a decode step, an estimate)",
+    )
     ap.add_argument("--results", default=None, help="copy each run's result.json here as <i>-<name>.json")
     ap.add_argument("--engine-factory", default=None, help="tests only: a fake engine class module:attr")
     a = ap.parse_args()
     cfg = load_config(a.config)
     work = Path(a.work)
-    out: dict = {"arena_id": cfg.arena_id, "config": a.config, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 "runs": []}
+    out: dict = {
+        "arena_id": cfg.arena_id,
+        "config": a.config,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "runs": [],
+    }
     for i, name in enumerate(a.runs.split(",")):
         path = Path(name) if "/" in name else None
         name = path.name if path else name
-        opts = RunOptions(workdir=work / f"{i}-{name}", checkpoint_root=Path(a.checkpoints),
-                          engine_factory=a.engine_factory, grade_always=True)  # the controls' quality is the point
+        opts = RunOptions(
+            workdir=work / f"{i}-{name}",
+            checkpoint_root=Path(a.checkpoints),
+            engine_factory=a.engine_factory,
+            grade_always=True,
+        )  # the controls' quality is the point
         if path is not None:
             bundle = load_bundle(path if path.is_absolute() else REPO / path)
             op = bundle.manifest.ops[0]
         elif name in ("role-bias", "handicap"):
             from dataclasses import replace
 
-            control = {"role-bias": {"control": "stock-as-candidate"},
-                       "handicap": {"control": "handicap", "handicap_us": a.handicap_us}}[name]
+            control = {
+                "role-bias": {"control": "stock-as-candidate"},
+                "handicap": {"control": "handicap", "handicap_us": a.handicap_us},
+            }[name]
             bundle, op, opts = None, stock_control_op(a.slot), replace(opts, **control)
         else:
-            src = {"faithful": REPO / "examples/norm.rmsnorm", "wrong": REPO / "examples/controls/wrong_math",
-                   "moe-faithful": REPO / "examples/moe.topk_softmax",
-                   "ar-faithful": REPO / "examples/collective.all_reduce",
-                   "ar-corrupt": REPO / "examples/controls/corrupt_one_rank",
-                   "never-fires": None}[name] or fp32_only(work / "fp32_only")
+            src = {
+                "faithful": REPO / "examples/norm.rmsnorm",
+                "wrong": REPO / "examples/controls/wrong_math",
+                "moe-faithful": REPO / "examples/moe.topk_softmax",
+                "ar-faithful": REPO / "examples/collective.all_reduce",
+                "ar-corrupt": REPO / "examples/controls/corrupt_one_rank",
+                "never-fires": None,
+            }[name] or fp32_only(work / "fp32_only")
             bundle = load_bundle(src)
             op = bundle.manifest.ops[0]
         r = qualify(cfg, bundle, op, opts)
         speed = r.get("speed") or {}
-        row = {"run": name, "verdict": r["verdict"], "reason": r["reason"][:400], "wall_s": r.get("wall_s"),
-               "ratio": speed.get("ratio"), "noise": speed.get("noise"), "bar": speed.get("bar"),
-               "drift_cycles": speed.get("drift"), "drift": speed.get("run_drift"), "role_bias": r.get("role_bias"),
-               "cycle_ratio": speed.get("cycle_ratio"), "cycle_drift": speed.get("cycle_drift"),
-               "by_metric": r.get("speed_by_metric"),
-               "confirm": (r.get("confirm") or {}).get("speed"),
-               "quality": (r.get("quality") or {}).get("verdict"), "evidence_ok": (r.get("evidence") or {}).get("ok"),
-               "stages": {k: {"wall_s": v["wall_s"], "start_s": next((x["s"] for x in v["startup"] if x["op"] == "started"), None),
-                              "swap_s": [round(x["s"], 2) for x in v.get("routes", [])]} for k, v in r["stages"].items()},
-               "windows": r.get("windows")}
+        row = {
+            "run": name,
+            "verdict": r["verdict"],
+            "reason": r["reason"][:400],
+            "wall_s": r.get("wall_s"),
+            "ratio": speed.get("ratio"),
+            "noise": speed.get("noise"),
+            "bar": speed.get("bar"),
+            "drift_cycles": speed.get("drift"),
+            "drift": speed.get("run_drift"),
+            "role_bias": r.get("role_bias"),
+            "cycle_ratio": speed.get("cycle_ratio"),
+            "cycle_drift": speed.get("cycle_drift"),
+            "by_metric": r.get("speed_by_metric"),
+            "confirm": (r.get("confirm") or {}).get("speed"),
+            "quality": (r.get("quality") or {}).get("verdict"),
+            "evidence_ok": (r.get("evidence") or {}).get("ok"),
+            "stages": {
+                k: {
+                    "wall_s": v["wall_s"],
+                    "start_s": next((x["s"] for x in v["startup"] if x["op"] == "started"), None),
+                    "swap_s": [round(x["s"], 2) for x in v.get("routes", [])],
+                }
+                for k, v in r["stages"].items()
+            },
+            "windows": r.get("windows"),
+        }
         qm = (r.get("quality") or {}).get("metrics") or {}
         row["quality_reasons"] = (r.get("quality") or {}).get("reasons")
         row["quality_metrics"] = {k: {m: qm[k].get(m) for m in QUALITY_KEYS} for k in ("b", "c") if k in qm}

@@ -78,8 +78,14 @@ def step(repo: Path, remote: str, install: str, restart: str, dry_run: bool) -> 
     for cmd in (install, restart):
         r = subprocess.run(shlex.split(cmd), capture_output=True, text=True, timeout=1800)
         if r.returncode != 0:
-            out = {"action": "failed", "from": current, "to": tag, "cmd": cmd, "rc": r.returncode,
-                   "stderr": r.stderr[-1000:]}
+            out = {
+                "action": "failed",
+                "from": current,
+                "to": tag,
+                "cmd": cmd,
+                "rc": r.returncode,
+                "stderr": r.stderr[-1000:],
+            }
             if cmd == install:  # never leave new code over old dependencies: back, and retried next time
                 _git(repo, "checkout", "--detach", before)
                 out["rolled_back_to"] = before

@@ -33,8 +33,12 @@ def _cpu() -> tuple[int, int, int]:
 
 def _gpu_lines(out, period_ms: int, lock: threading.Lock) -> None:
     for reason in REASONS:
-        cmd = ["nvidia-smi", f"--query-gpu={','.join(GPU_FIELDS + (reason,))}", "--format=csv,noheader,nounits",
-               f"-lms={period_ms}"]
+        cmd = [
+            "nvidia-smi",
+            f"--query-gpu={','.join(GPU_FIELDS + (reason,))}",
+            "--format=csv,noheader,nounits",
+            f"-lms={period_ms}",
+        ]
         try:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         except FileNotFoundError:
@@ -75,8 +79,17 @@ def main(argv: list[str] | None = None) -> int:
             prev = now
             if d[2] > 0:
                 with lock:
-                    out.write(json.dumps({"t": round(time.time(), 3), "src": "cpu", "busy": round(d[0] / d[2], 4),
-                                          "steal": round(d[1] / d[2], 4)}) + "\n")
+                    out.write(
+                        json.dumps(
+                            {
+                                "t": round(time.time(), 3),
+                                "src": "cpu",
+                                "busy": round(d[0] / d[2], 4),
+                                "steal": round(d[1] / d[2], 4),
+                            }
+                        )
+                        + "\n"
+                    )
                     out.flush()
 
 

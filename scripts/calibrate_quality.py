@@ -26,8 +26,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from arena.calibrate import (derive_policy, leave_one_out, policy_toml, regrade, shipped_digests,
-                                 spreads_from_results, trusted)
+    from arena.calibrate import (
+        derive_policy,
+        leave_one_out,
+        policy_toml,
+        regrade,
+        shipped_digests,
+        spreads_from_results,
+        trusted,
+    )
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", nargs="+")
@@ -35,23 +42,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--regrade", action="store_true", help="judge each result's C-vs-B metrics under the derived policy")
     ap.add_argument("--loo", action="store_true", help="leave-one-out false-reject reading over the stock spreads")
-    ap.add_argument("--include-untrusted", action="store_true",
-                    help="take stock spreads from runs of any bundle (default: shipped examples and controls only)")
+    ap.add_argument(
+        "--include-untrusted",
+        action="store_true",
+        help="take stock spreads from runs of any bundle (default: shipped examples and controls only)",
+    )
     args = ap.parse_args(argv)
     digests = None if args.include_untrusted else shipped_digests(Path(__file__).resolve().parents[1] / "examples")
     if digests is not None:
         for path in args.results:
             if not trusted(json.loads(Path(path).read_text()), digests):
-                print(f"calibrate_quality: {path}: not a run of a shipped example or control; its stock spread "
-                      "is left out (--include-untrusted takes it)", file=sys.stderr)
+                print(
+                    f"calibrate_quality: {path}: not a run of a shipped example or control; its stock spread "
+                    "is left out (--include-untrusted takes it)",
+                    file=sys.stderr,
+                )
     spreads = spreads_from_results(args.results, digests)
     try:
         policy, report = derive_policy(spreads, k=args.k)
     except ValueError as e:
         print(f"calibrate_quality: {e} (from {len(args.results)} result file(s))", file=sys.stderr)
         return 2
-    print(json.dumps(report, indent=1) if args.json else f"# {report['runs']} stock spreads, k={args.k}\n"
-          + policy_toml(policy))
+    print(
+        json.dumps(report, indent=1)
+        if args.json
+        else f"# {report['runs']} stock spreads, k={args.k}\n" + policy_toml(policy)
+    )
     if args.regrade:
         for path in args.results:
             for stage, verdict, reasons in regrade(json.loads(Path(path).read_text()), policy):

@@ -55,12 +55,16 @@ def check_release(pin: str, url: str, timeout: float) -> None:
     try:
         latest = latest_release(url, timeout)
     except (OSError, urllib.error.URLError, ValueError, KeyError, TimeoutError) as e:
-        print(f"::warning title=SGLang release check::could not query {url} ({type(e).__name__}: {e}); "
-              f"release check skipped, pin stays {pin}")
+        print(
+            f"::warning title=SGLang release check::could not query {url} ({type(e).__name__}: {e}); "
+            f"release check skipped, pin stays {pin}"
+        )
         return
     if _key(latest) > _key(pin):
-        print(f"::warning title=SGLang release::sglang {latest} is newer than the pin {pin}; a bump is a reviewed "
-              f"rebaseline (docs: SGLang compatibility, pin-bump procedure), not an automatic update")
+        print(
+            f"::warning title=SGLang release::sglang {latest} is newer than the pin {pin}; a bump is a reviewed "
+            f"rebaseline (docs: SGLang compatibility, pin-bump procedure), not an automatic update"
+        )
     else:
         print(f"sglang release: latest on PyPI is {latest}, pin is {pin} -- up to date")
 

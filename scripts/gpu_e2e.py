@@ -62,19 +62,42 @@ def _report(state_dir: Path, chain: Any, netuid: int) -> dict[str, Any]:
         rep: Any = status.collect(state_dir)
     except StateError as e:  # the validator died before writing state: keep its output, not this trace
         rep = {"error": str(e)}
-    cli = subprocess.run([sys.executable, "-m", "cacheon_subnet.cli", "status", "--state-dir", str(state_dir)],
-                         capture_output=True, text=True, cwd=REPO, timeout=300)
-    return {"status": rep, "status_text": cli.stdout[-6000:], "status_rc": cli.returncode,
-            "chain_weights": {str(k): v for k, v in chain.get_weights(netuid, VALIDATOR).items()}}
+    cli = subprocess.run(
+        [sys.executable, "-m", "cacheon_subnet.cli", "status", "--state-dir", str(state_dir)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    return {
+        "status": rep,
+        "status_text": cli.stdout[-6000:],
+        "status_rc": cli.returncode,
+        "chain_weights": {str(k): v for k, v in chain.get_weights(netuid, VALIDATOR).items()},
+    }
 
 
 def product_phase(a: argparse.Namespace, chain_path: Path, state: Path, netuid: int) -> dict[str, Any]:
     """neurons/validator.py --once, pass after pass, as an operator runs it."""
-    argv = [sys.executable, str(REPO / "neurons" / "validator.py"), "--netuid", str(netuid),
-            "--chain", "local", "--local-chain", str(chain_path), "--wallet.hotkey", VALIDATOR,
-            "--state-dir", str(state), "--once",
-            "--arena", "cpu" if a.engine_factory else a.config,  # the CLI cannot take a fake engine
-            "--screen-device", "cpu" if a.engine_factory else a.screen_device]
+    argv = [
+        sys.executable,
+        str(REPO / "neurons" / "validator.py"),
+        "--netuid",
+        str(netuid),
+        "--chain",
+        "local",
+        "--local-chain",
+        str(chain_path),
+        "--wallet.hotkey",
+        VALIDATOR,
+        "--state-dir",
+        str(state),
+        "--once",
+        "--arena",
+        "cpu" if a.engine_factory else a.config,  # the CLI cannot take a fake engine
+        "--screen-device",
+        "cpu" if a.engine_factory else a.screen_device,
+    ]
     passes = []
     t0 = time.monotonic()
     for n in range(a.max_passes):
@@ -86,8 +109,15 @@ def product_phase(a: argparse.Namespace, chain_path: Path, state: Path, netuid: 
             r = subprocess.run(argv, stdout=fo, stderr=fe, text=True, cwd=REPO, timeout=a.pass_timeout_s)
         stdout, stderr = out_log.read_text(), err_log.read_text()
         summary = json.loads(stdout) if r.returncode in (0, 1) and stdout.strip() else None
-        passes.append({"rc": r.returncode, "wall_s": round(time.monotonic() - t, 1), "summary": summary,
-                       "stderr_tail": stderr[-3000:] if summary is None else "", "log": str(err_log)})
+        passes.append(
+            {
+                "rc": r.returncode,
+                "wall_s": round(time.monotonic() - t, 1),
+                "summary": summary,
+                "stderr_tail": stderr[-3000:] if summary is None else "",
+                "log": str(err_log),
+            }
+        )
         if summary is None or summary.get("idle"):
             break
     return {"argv": argv, "passes": passes, "wall_s": round(time.monotonic() - t0, 1)}
@@ -112,8 +142,13 @@ class _HandicapQualifier:
         from arena.run import qualify, stock_control_op
 
         opts = self.inner.options(bundle, op)
-        opts = replace(opts, workdir=opts.workdir.parent / f"test-handicap-{op.slot}", control="handicap",
-                       handicap_us=self.handicap_us, engine_factory=self.engine_factory)
+        opts = replace(
+            opts,
+            workdir=opts.workdir.parent / f"test-handicap-{op.slot}",
+            control="handicap",
+            handicap_us=self.handicap_us,
+            engine_factory=self.engine_factory,
+        )
         result = qualify(self.inner.config, None, stock_control_op(op.slot), opts)
         return to_qualify_result(result, op, incumbent, self.arena_id, self.label)
 
@@ -130,8 +165,9 @@ def _test_config(a: argparse.Namespace, work: Path) -> str:
     text, n = re.subn(r"(?m)^cycles\s*=\s*\d+", f"cycles = {int(a.test_cycles)}", text, count=1)
     text, m = re.subn(r'(?m)^name\s*=\s*"([^"]*)"', r'name = "\1-TEST-e2e"', text, count=1)
     text = re.sub(r"(?m)^confirm_cycles\s*=.*\n", "", text)  # the fresh engine's re-measure: as short
-    text, k = re.subn(r"(?m)^\[speed\][^\n]*\n", lambda mt: mt.group(0) + f"confirm_cycles = {int(a.test_cycles)}\n",
-                      text, count=1)
+    text, k = re.subn(
+        r"(?m)^\[speed\][^\n]*\n", lambda mt: mt.group(0) + f"confirm_cycles = {int(a.test_cycles)}\n", text, count=1
+    )
     if not (n and m and k):
         raise SystemExit(f"--test-cycles: {a.config} has no top-level name / [workload] cycles / [speed] line to change")
     out = work / "test-arena.toml"
@@ -147,11 +183,22 @@ def test_phase(a: argparse.Namespace, chain: Any, state: Path) -> dict[str, Any]
 
     arena_config = _test_config(a, state.parent)
     q = _HandicapQualifier(GpuQualifier(load_config(arena_config)), a.handicap_us, a.engine_factory)
-    speed = replace(SpeedPolicy(), max_noise=a.settle_max_noise or SpeedPolicy().max_noise,
-                    max_speedup=a.settle_max_speedup or SpeedPolicy().max_speedup)
-    cfg = ValidatorConfig(netuid=NETUIDS["test-handicap"], hotkey=VALIDATOR, state_dir=state, interval_s=0,
-                          screen_device="cpu" if a.engine_factory else "cuda", retry_base_s=0.0, speed=speed,
-                          settle_hold_blocks=1, publish=PublishPolicy(interval_blocks=1))
+    speed = replace(
+        SpeedPolicy(),
+        max_noise=a.settle_max_noise or SpeedPolicy().max_noise,
+        max_speedup=a.settle_max_speedup or SpeedPolicy().max_speedup,
+    )
+    cfg = ValidatorConfig(
+        netuid=NETUIDS["test-handicap"],
+        hotkey=VALIDATOR,
+        state_dir=state,
+        interval_s=0,
+        screen_device="cpu" if a.engine_factory else "cuda",
+        retry_base_s=0.0,
+        speed=speed,
+        settle_hold_blocks=1,
+        publish=PublishPolicy(interval_blocks=1),
+    )
     v = Validator(cfg, chain, q)
     passes = []
     t0 = time.monotonic()
@@ -164,8 +211,13 @@ def test_phase(a: argparse.Namespace, chain: Any, state: Path) -> dict[str, Any]
                 break
     finally:
         v.close()
-    return {"passes": passes, "wall_s": round(time.monotonic() - t0, 1), "label": TEST_LABEL, "arena_config": arena_config,
-            "settle_policy": {"max_noise": speed.max_noise, "max_speedup": speed.max_speedup}}
+    return {
+        "passes": passes,
+        "wall_s": round(time.monotonic() - t0, 1),
+        "label": TEST_LABEL,
+        "arena_config": arena_config,
+        "settle_policy": {"max_noise": speed.max_noise, "max_speedup": speed.max_speedup},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,21 +227,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default="/var/tmp/cacheon-e2e", help="wiped only if this script created it")
     ap.add_argument("--crown-bundle", default=str(REPO / "examples" / "norm.rmsnorm"))
     ap.add_argument("--fail-bundle", default=str(REPO / "examples" / "controls" / "wrong_math"))
-    ap.add_argument("--handicap-us", type=float, default=200.0,
-                    help="spin per baseline call; pick it so the end-to-end ratio stays under settle's "
-                         "max_speedup (3.0), else the crown is re-measured as implausible (value not yet measured)")
+    ap.add_argument(
+        "--handicap-us",
+        type=float,
+        default=200.0,
+        help="spin per baseline call; pick it so the end-to-end ratio stays under settle's "
+        "max_speedup (3.0), else the crown is re-measured as implausible (value not yet measured)",
+    )
     ap.add_argument("--settle-max-noise", type=float, default=None, help="test phase only (CPU dry runs)")
     ap.add_argument("--settle-max-speedup", type=float, default=None, help="test phase only (CPU dry runs)")
-    ap.add_argument("--champion-bundle", default=str(REPO / "examples" / "attention.decode"),
-                    help="phase champion: the one bundle committed (the H200 crowned this one at C/B 1.29)")
-    ap.add_argument("--phases", default=DEFAULT_PHASES,
-                    help=f"comma list of {', '.join(NETUIDS)} (one device call each fits under 10 minutes)")
-    ap.add_argument("--test-cycles", type=int, help="test phase only: its arena runs this many timed cycles "
-                    "(a TEST-named copy of --config, so a crown's four engines fit one device call)")
-    ap.add_argument("--screen-device", default="cuda", choices=("cuda", "cpu"),
-                    help="the validator's verify screen (product and champion phases); the validator's own "
-                         "default is cpu. cuda screens at the arena's shapes (attention.decode: > 320 s on the "
-                         "H200, 2026-12-03), cpu in the Triton interpreter at CPU shapes (~130 s on a 2-core box)")
+    ap.add_argument(
+        "--champion-bundle",
+        default=str(REPO / "examples" / "attention.decode"),
+        help="phase champion: the one bundle committed (the H200 crowned this one at C/B 1.29)",
+    )
+    ap.add_argument(
+        "--phases",
+        default=DEFAULT_PHASES,
+        help=f"comma list of {', '.join(NETUIDS)} (one device call each fits under 10 minutes)",
+    )
+    ap.add_argument(
+        "--test-cycles",
+        type=int,
+        help="test phase only: its arena runs this many timed cycles "
+        "(a TEST-named copy of --config, so a crown's four engines fit one device call)",
+    )
+    ap.add_argument(
+        "--screen-device",
+        default="cuda",
+        choices=("cuda", "cpu"),
+        help="the validator's verify screen (product and champion phases); the validator's own "
+        "default is cpu. cuda screens at the arena's shapes (attention.decode: > 320 s on the "
+        "H200, 2026-12-03), cpu in the Triton interpreter at CPU shapes (~130 s on a 2-core box)",
+    )
     ap.add_argument("--max-passes", type=int, default=8)
     ap.add_argument("--pass-timeout-s", type=float, default=3600.0)
     ap.add_argument("--engine-factory", help="tests only: a CPU stand-in engine (module:Class); no GPU number")
@@ -207,9 +277,14 @@ def main(argv: list[str] | None = None) -> int:
     mark_owned(work)
     serve = work / "serve"
     serve.mkdir()
-    out: dict[str, Any] = {"script": "scripts/gpu_e2e.py", "config": a.config, "handicap_us": a.handicap_us,
-                           "mode": "fake-engine CPU dry run (no GPU number)" if a.engine_factory else "gpu",
-                           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "phases": {}}
+    out: dict[str, Any] = {
+        "script": "scripts/gpu_e2e.py",
+        "config": a.config,
+        "handicap_us": a.handicap_us,
+        "mode": "fake-engine CPU dry run (no GPU number)" if a.engine_factory else "gpu",
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "phases": {},
+    }
     from cacheon_subnet.validator.startup import identity
 
     out["identity"] = identity()
@@ -219,8 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             if phase not in phases:
                 continue
             chain_path = work / f"chain-{phase}.sqlite"
-            chain = LocalChain.create(chain_path, netuid, owner_hotkey="owner", weights_rate_limit=1,
-                                      seconds_per_block=0)
+            chain = LocalChain.create(chain_path, netuid, owner_hotkey="owner", weights_rate_limit=1, seconds_per_block=0)
             chain.register(VALIDATOR, "e2e-cold", stake=1000.0, validator_permit=True)
             miners = {"miner-crown": Path(a.crown_bundle), "miner-fail": Path(a.fail_bundle)}
             if phase == "champion":  # a real contribution crowned by the product path, nothing else
@@ -236,8 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                 chain.advance(1)
             chain.advance(2)
             state = work / f"state-{phase}"
-            ran = (test_phase(a, chain, state) if phase == "test-handicap"
-                   else product_phase(a, chain_path, state, netuid))
+            ran = test_phase(a, chain, state) if phase == "test-handicap" else product_phase(a, chain_path, state, netuid)
             out["phases"][phase] = {"netuid": netuid, "commits": commits, **ran, **_report(state, chain, netuid)}
             chain.close()
     finally:

@@ -38,7 +38,12 @@ def main() -> int:
     a = ap.parse_args()
     steps = a.steps.split(",")
     only = [x for x in a.only.split(",") if x]
-    results: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "verify": {}, "controls": {}, "bench": {}}
+    results: dict = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "verify": {},
+        "controls": {},
+        "bench": {},
+    }
     summary = []
 
     def save() -> None:
@@ -49,15 +54,19 @@ def main() -> int:
             t = time.time()
             r = verify_bundle(load_bundle(ex), VerifyOptions(device="cuda", call_timeout_s=300, import_timeout_s=300))
             results["verify"][ex.name] = r.to_json()
-            summary.append(f"verify  {ex.name:28} {r.status:4} {time.time() - t:6.1f}s " +
-                           "; ".join(str(op.failure) for op in r.ops if op.failure)[:300])
+            summary.append(
+                f"verify  {ex.name:28} {r.status:4} {time.time() - t:6.1f}s "
+                + "; ".join(str(op.failure) for op in r.ops if op.failure)[:300]
+            )
             print(summary[-1], flush=True)
             save()
 
     def run_controls() -> None:
         for name, expected in GRAPH_CONTROLS.items():
-            r = verify_bundle(load_bundle(REPO / "examples" / "controls" / name),
-                              VerifyOptions(device="cuda", max_cases=2, call_timeout_s=120))
+            r = verify_bundle(
+                load_bundle(REPO / "examples" / "controls" / name),
+                VerifyOptions(device="cuda", max_cases=2, call_timeout_s=120),
+            )
             got = next((op.failure.reason for op in r.ops if op.failure), "")
             results["controls"][name] = {"expected": expected, "got": got, "report": r.to_json()}
             summary.append(f"control {name:28} expected {expected:14} got {got:14} {'OK' if got == expected else 'WRONG'}")

@@ -46,28 +46,46 @@ VALIDATOR = "judge-validator"
 NETUID = 1
 EX = REPO / "examples"
 # (hotkey, bundle dir, what it is); "copy-of:" bundles are renamed copies made at run time
-MIX_6 = (("faithful-norm", EX / "norm.rmsnorm", "faithful, no gain"),
-         ("faithful-silu", EX / "activation.silu_and_mul", "faithful, no gain"),
-         ("loser", EX / "demo" / "cpu_rmsnorm", "clear loser"),
-         ("wrong", EX / "controls" / "wrong_math", "wrong"),
-         ("champion", EX / "attention.decode", "champion"),
-         ("copycat", "copy-of:champion", "renamed copy"))
-MIX_12 = MIX_6 + (("champion-2", EX / "attention.decode-onepass", "second champion"),
-                  ("faithful-add-norm", EX / "norm.fused_add_rmsnorm", "faithful, no gain"),
-                  ("faithful-rope", EX / "rope.neox", "faithful, no gain"),
-                  ("wrong-nan", EX / "controls" / "nan_output", "wrong"),
-                  ("wrong-sync", EX / "controls" / "host_sync", "wrong"),
-                  ("copycat-norm", "copy-of:faithful-norm", "renamed copy"))
+MIX_6 = (
+    ("faithful-norm", EX / "norm.rmsnorm", "faithful, no gain"),
+    ("faithful-silu", EX / "activation.silu_and_mul", "faithful, no gain"),
+    ("loser", EX / "demo" / "cpu_rmsnorm", "clear loser"),
+    ("wrong", EX / "controls" / "wrong_math", "wrong"),
+    ("champion", EX / "attention.decode", "champion"),
+    ("copycat", "copy-of:champion", "renamed copy"),
+)
+MIX_12 = MIX_6 + (
+    ("champion-2", EX / "attention.decode-onepass", "second champion"),
+    ("faithful-add-norm", EX / "norm.fused_add_rmsnorm", "faithful, no gain"),
+    ("faithful-rope", EX / "rope.neox", "faithful, no gain"),
+    ("wrong-nan", EX / "controls" / "nan_output", "wrong"),
+    ("wrong-sync", EX / "controls" / "host_sync", "wrong"),
+    ("copycat-norm", "copy-of:faithful-norm", "renamed copy"),
+)
 # the CPU dry run: the same roles with bundles the CPU arena judges in seconds
-MIX_CPU = (("faithful-norm", EX / "demo" / "stock_equivalent", "faithful, no gain"),
-           ("loser", EX / "norm.rmsnorm", "clear loser (interpreted Triton)"),
-           ("wrong", EX / "controls" / "wrong_math", "wrong"),
-           ("champion", EX / "demo" / "cpu_rmsnorm", "champion"),
-           ("copycat", "copy-of:champion", "renamed copy"),
-           ("wrong-nan", EX / "controls" / "nan_output", "wrong"))
+MIX_CPU = (
+    ("faithful-norm", EX / "demo" / "stock_equivalent", "faithful, no gain"),
+    ("loser", EX / "norm.rmsnorm", "clear loser (interpreted Triton)"),
+    ("wrong", EX / "controls" / "wrong_math", "wrong"),
+    ("champion", EX / "demo" / "cpu_rmsnorm", "champion"),
+    ("copycat", "copy-of:champion", "renamed copy"),
+    ("wrong-nan", EX / "controls" / "nan_output", "wrong"),
+)
 # log events that mark a stage boundary, in the order a contribution meets them
-MARKS = ("intake.queued", "fetch.start", "fetch.ok", "screen.ok", "screen.copy", "screen.failed", "verify.start",
-         "verify.pass", "verify.failed", "qualify.dispatch", "qualify.start", "qualify.op")
+MARKS = (
+    "intake.queued",
+    "fetch.start",
+    "fetch.ok",
+    "screen.ok",
+    "screen.copy",
+    "screen.failed",
+    "verify.start",
+    "verify.pass",
+    "verify.failed",
+    "qualify.dispatch",
+    "qualify.start",
+    "qualify.op",
+)
 
 
 def renamed_copy(src: Path, dst: Path) -> Path:
@@ -76,7 +94,7 @@ def renamed_copy(src: Path, dst: Path) -> Path:
     manifest = (dst / "manifest.toml").read_text()
     entry = re.search(r'entry\s*=\s*"([\w.]+):(\w+)"', manifest)
     if entry is None:
-        raise SystemExit(f"{src}: no entry = \"module:callable\" in manifest.toml")
+        raise SystemExit(f'{src}: no entry = "module:callable" in manifest.toml')
     module = entry.group(1)
     old = dst / (module.replace(".", "/") + ".py")
     new_module = module.rsplit(".", 1)[-1] + "_fast"
@@ -111,12 +129,14 @@ class Verdict:
             b = next((m[x] for x in bs if x in m), None)
             return round(b - m[a], 1) if a in m and b is not None else None
 
-        out = {"fetch": span("fetch.start", "fetch.ok"),
-               "static_screen": span("fetch.ok", "screen.ok", "screen.copy", "screen.failed"),
-               "wait_screen": span("screen.ok", "verify.start"),
-               "verify": span("verify.start", "verify.pass", "verify.failed"),
-               "wait_arena": span("verify.pass", "qualify.dispatch", "qualify.start"),
-               "arena": span("qualify.dispatch", "qualify.op") or span("qualify.start", "qualify.op")}
+        out = {
+            "fetch": span("fetch.start", "fetch.ok"),
+            "static_screen": span("fetch.ok", "screen.ok", "screen.copy", "screen.failed"),
+            "wait_screen": span("screen.ok", "verify.start"),
+            "verify": span("verify.start", "verify.pass", "verify.failed"),
+            "wait_arena": span("verify.pass", "qualify.dispatch", "qualify.start"),
+            "arena": span("qualify.dispatch", "qualify.op") or span("qualify.start", "qualify.op"),
+        }
         return {k: v for k, v in out.items() if v is not None}
 
     def total(self) -> float | None:
@@ -159,9 +179,13 @@ def arena_stage_times(detail: dict[str, Any]) -> dict[str, float]:
 def report(verdicts: dict[str, Verdict], wall_s: float) -> dict[str, Any]:
     done = [v for v in verdicts.values() if v.state in ("qualified", "failed", "no_decision")]
     per_hour = len(done) / (wall_s / 3600.0) if wall_s > 0 else None
-    return {"n": len(verdicts), "verdicts": len(done), "wall_s": round(wall_s, 1),
-            "verdicts_per_gpu_hour": round(per_hour, 1) if per_hour else None,
-            "per_verdict": [{**asdict(v), "stages": v.stages(), "total_s": v.total()} for v in verdicts.values()]}
+    return {
+        "n": len(verdicts),
+        "verdicts": len(done),
+        "wall_s": round(wall_s, 1),
+        "verdicts_per_gpu_hour": round(per_hour, 1) if per_hour else None,
+        "per_verdict": [{**asdict(v), "stages": v.stages(), "total_s": v.total()} for v in verdicts.values()],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -208,16 +232,32 @@ def main(argv: list[str] | None = None) -> int:
             digest = load_bundle(src).digest
             pack(src, serve / f"{digest}.tar.gz")
             chain.register(hotkey, f"{hotkey}-cold")
-            chain.commit(hotkey, NETUID, encode(digest, hotkey, f"{server.base_url}/{digest}.tar.gz",
-                                                chain.url_policy()), 1)
+            chain.commit(hotkey, NETUID, encode(digest, hotkey, f"{server.base_url}/{digest}.tar.gz", chain.url_policy()), 1)
             cid = hotkey_bound_digest(digest, hotkey)
             verdicts[cid] = Verdict(hotkey, role, cid)
             chain.advance(1)  # commit order is the queue's order (a copy comes after its original)
         chain.advance(2)
         state = work / "state"
-        argv_v = [sys.executable, str(REPO / "neurons" / "validator.py"), "--netuid", str(NETUID), "--chain", "local",
-                  "--local-chain", str(chain_path), "--wallet.hotkey", VALIDATOR, "--state-dir", str(state),
-                  "--once", "--arena", a.config, "--screen-device", a.screen_device, *a.extra.split()]
+        argv_v = [
+            sys.executable,
+            str(REPO / "neurons" / "validator.py"),
+            "--netuid",
+            str(NETUID),
+            "--chain",
+            "local",
+            "--local-chain",
+            str(chain_path),
+            "--wallet.hotkey",
+            VALIDATOR,
+            "--state-dir",
+            str(state),
+            "--once",
+            "--arena",
+            a.config,
+            "--screen-device",
+            a.screen_device,
+            *a.extra.split(),
+        ]
         if a.verify_max_cases:
             argv_v += ["--verify-max-cases", str(a.verify_max_cases)]
         t0 = time.time()
@@ -226,11 +266,19 @@ def main(argv: list[str] | None = None) -> int:
             log_path = work / f"pass{n + 1}.log"
             t = time.monotonic()
             with log_path.open("w") as fe:
-                r = subprocess.run(argv_v, stdout=subprocess.PIPE, stderr=fe, text=True, cwd=REPO,
-                                   timeout=a.pass_timeout_s, env={**os.environ, "CACHEON_LOG_LEVEL": "info"})
+                r = subprocess.run(
+                    argv_v,
+                    stdout=subprocess.PIPE,
+                    stderr=fe,
+                    text=True,
+                    cwd=REPO,
+                    timeout=a.pass_timeout_s,
+                    env={**os.environ, "CACHEON_LOG_LEVEL": "info"},
+                )
             summary = json.loads(r.stdout) if r.returncode in (0, 1) and r.stdout.strip().startswith("{") else None
-            passes.append({"rc": r.returncode, "wall_s": round(time.monotonic() - t, 1), "summary": summary,
-                           "log": str(log_path)})
+            passes.append(
+                {"rc": r.returncode, "wall_s": round(time.monotonic() - t, 1), "summary": summary, "log": str(log_path)}
+            )
             parse_log(log_path.read_text(errors="replace").splitlines(), verdicts, t0)
             chain.advance(1)
             if summary is None or summary.get("idle"):
@@ -251,8 +299,16 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
         chain.close()
-    out = {"script": "scripts/judge_bench.py", "config": a.config, "mix": a.mix, "n": len(mix),
-           "screen_device": a.screen_device, "argv": argv_v, "passes": passes, **report(verdicts, wall)}
+    out = {
+        "script": "scripts/judge_bench.py",
+        "config": a.config,
+        "mix": a.mix,
+        "n": len(mix),
+        "screen_device": a.screen_device,
+        "argv": argv_v,
+        "passes": passes,
+        **report(verdicts, wall),
+    }
     Path(a.out).write_text(json.dumps(out, indent=1, default=str))
     print(f"{out['verdicts']}/{out['n']} verdicts in {out['wall_s']} s: {out['verdicts_per_gpu_hour']} per GPU-hour")
     for v in out["per_verdict"]:

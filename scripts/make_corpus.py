@@ -20,8 +20,10 @@ from pathlib import Path
 
 OUT = Path(__file__).resolve().parents[1] / "arena" / "corpus" / "stdlib-docs.txt"
 SKIP = ("test", "idlelib", "lib2to3", "turtledemo", "site-packages", "ensurepip", "tkinter", "pydoc_data")
-HEADER = ("# Docstrings of the CPython {ver} standard library, (c) Python Software Foundation, "
-          "PSF License Version 2 (https://docs.python.org/3/license.html). Made by scripts/make_corpus.py.\n\n")
+HEADER = (
+    "# Docstrings of the CPython {ver} standard library, (c) Python Software Foundation, "
+    "PSF License Version 2 (https://docs.python.org/3/license.html). Made by scripts/make_corpus.py.\n\n"
+)
 
 
 def _prose(doc: str) -> str | None:

@@ -18,8 +18,13 @@ from typing import Any
 KEYS = ("clocks.sm", "utilization.gpu", "power.draw", "busy", "steal")
 
 
-def per_window(windows: list[dict[str, Any]], samples: list[dict[str, Any]], tokens: int | None,
-               window_s: float, metric: str = "output_tokens_per_s") -> list[dict[str, Any]]:
+def per_window(
+    windows: list[dict[str, Any]],
+    samples: list[dict[str, Any]],
+    tokens: int | None,
+    window_s: float,
+    metric: str = "output_tokens_per_s",
+) -> list[dict[str, Any]]:
     rows = []
     for w in windows:
         if w.get("at") is None or w.get(metric) is None:
@@ -43,7 +48,10 @@ def split(rows: list[dict[str, Any]], slow: float = 0.95) -> dict[str, Any]:
     tps = sorted(r["tps"] for r in rows)
     ref = tps[int(0.9 * (len(tps) - 1))]
     out: dict[str, Any] = {"ref_tps": ref}
-    for name, group in (("slow", [r for r in rows if r["tps"] < slow * ref]), ("normal", [r for r in rows if r["tps"] >= slow * ref])):
+    for name, group in (
+        ("slow", [r for r in rows if r["tps"] < slow * ref]),
+        ("normal", [r for r in rows if r["tps"] >= slow * ref]),
+    ):
         out[name] = {"windows": len(group)}
         for k in KEYS:
             vals = [r[k] for r in group if r[k] is not None]

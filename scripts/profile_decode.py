@@ -21,9 +21,10 @@ import json
 import re
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -90,8 +91,12 @@ def stage_profile(doc: dict[str, Any], stage: str, trace: str, steps: int) -> St
         if cat == "other":
             other[str(ev.get("name", ""))] = other.get(str(ev.get("name", "")), 0.0) + dur
     total = sum(sum(v) for v in by.values())
-    shares = tuple(sorted((Share(c, round(sum(v), 1), len(v), sum(v) / total if total else 0.0) for c, v in by.items()),
-                          key=lambda s: -s.us))
+    shares = tuple(
+        sorted(
+            (Share(c, round(sum(v), 1), len(v), sum(v) / total if total else 0.0) for c, v in by.items()),
+            key=lambda s: -s.us,
+        )
+    )
     top = tuple(sorted(((n[:120], round(us, 1)) for n, us in other.items()), key=lambda x: -x[1])[:12])
     return StageProfile(stage, trace, round(total, 1), steps, shares, top)
 
@@ -121,12 +126,13 @@ def render(stages: list[StageProfile]) -> str:
 def profile_engine(config: str, trace_dir: Path, steps: int) -> dict[str, Any]:
     """Start the arena's engine pristine (no seam gate set: stock kernels), run one untimed window,
     then one profiled window; returns what ran (the traces land in trace_dir)."""
+    from sglang.srt.entrypoints.engine import Engine
+
     from arena.checkpoint import write_checkpoint
     from arena.config import hf_config, load_config
     from arena.engine_child import make_prompts
     from arena.home import default_home
     from arena.jobs import checkpoint_job, engine_kwargs
-    from sglang.srt.entrypoints.engine import Engine
 
     cfg = load_config(config)
     job = checkpoint_job(cfg, default_home() / "checkpoints")
@@ -141,19 +147,34 @@ def profile_engine(config: str, trace_dir: Path, steps: int) -> dict[str, Any]:
     started = time.perf_counter() - t
     sp = {"max_new_tokens": w.output_len, "ignore_eos": True, "temperature": 0.0}
     try:
-        engine.generate(input_ids=make_prompts(1, w.prompts_per_window, w.input_len, w.vocab_low, cfg.profile.vocab),
-                        sampling_params=sp)  # warm-up: graphs captured, autotune done
+        engine.generate(
+            input_ids=make_prompts(1, w.prompts_per_window, w.input_len, w.vocab_low, cfg.profile.vocab), sampling_params=sp
+        )  # warm-up: graphs captured, autotune done
         trace_dir.mkdir(parents=True, exist_ok=True)
-        engine.start_profile(output_dir=str(trace_dir), num_steps=steps, activities=["GPU"], profile_by_stage=True,
-                             with_stack=False, record_shapes=False)
+        engine.start_profile(
+            output_dir=str(trace_dir),
+            num_steps=steps,
+            activities=["GPU"],
+            profile_by_stage=True,
+            with_stack=False,
+            record_shapes=False,
+        )
         t = time.perf_counter()
-        engine.generate(input_ids=make_prompts(2, w.prompts_per_window, w.input_len, w.vocab_low, cfg.profile.vocab),
-                        sampling_params=sp)
+        engine.generate(
+            input_ids=make_prompts(2, w.prompts_per_window, w.input_len, w.vocab_low, cfg.profile.vocab), sampling_params=sp
+        )
         window = time.perf_counter() - t
     finally:
         engine.shutdown()
-    return {"config": config, "arena_id": cfg.arena_id, "engine_kwargs": kwargs, "engine_start_s": round(started, 1),
-            "profiled_window_s": round(window, 2), "workload": asdict(w), "steps": steps}
+    return {
+        "config": config,
+        "arena_id": cfg.arena_id,
+        "engine_kwargs": kwargs,
+        "engine_start_s": round(started, 1),
+        "profiled_window_s": round(window, 2),
+        "workload": asdict(w),
+        "steps": steps,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -34,17 +35,27 @@ def runs(doc: dict[str, Any]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
 def rejudge(windows: list[dict[str, Any]], policy: SpeedSection) -> dict[str, dict[str, float]]:
     rows = [(Window(w["index"], w["cycle"], w["role"], w.get("route", "")), w) for w in windows]
     metrics = [m for m in SPEED_METRICS if m != "total_tokens_per_s"]  # ranks like output tok/s
-    return {m: {"pooled": v.ratio - 1, "paired": v.paired_ratio - 1, "paired_se": v.paired_se,
-                "cycle": v.cycle_ratio - 1, "drift": v.run_drift, "noise": v.noise, "verdict": v.verdict}
-            for m, v in judge_each(rows, metrics, policy).items()}
+    return {
+        m: {
+            "pooled": v.ratio - 1,
+            "paired": v.paired_ratio - 1,
+            "paired_se": v.paired_se,
+            "cycle": v.cycle_ratio - 1,
+            "drift": v.run_drift,
+            "noise": v.noise,
+            "verdict": v.verdict,
+        }
+        for m, v in judge_each(rows, metrics, policy).items()
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("results", nargs="+")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--config", default=None, help="judge with this arena config's [speed] policy (default: the "
-                                                   "SpeedSection defaults)")
+    ap.add_argument(
+        "--config", default=None, help="judge with this arena config's [speed] policy (default: the SpeedSection defaults)"
+    )
     a = ap.parse_args(argv)
     policy = SpeedSection()
     if a.config:
@@ -69,8 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for r in rows:
         for m, v in r["by_metric"].items():
-            print(f"{r['file'][:48]:48} {r['run'][:12]:12} {m[:24]:24} pooled {v['pooled']:+.2%}  paired {v['paired']:+.2%}"
-                  f" (s.e. {v['paired_se']:.2%})  per-cycle {v['cycle']:+.2%}  drift {v['drift']:+.2%}  {v['verdict']}")
+            print(
+                f"{r['file'][:48]:48} {r['run'][:12]:12} {m[:24]:24} pooled {v['pooled']:+.2%}  paired {v['paired']:+.2%}"
+                f" (s.e. {v['paired_se']:.2%})  per-cycle {v['cycle']:+.2%}  drift {v['drift']:+.2%}  {v['verdict']}"
+            )
     return 0
 
 

@@ -51,12 +51,19 @@ def row(r: dict[str, Any], wall: float) -> dict[str, Any]:
     speed = r.get("speed") or {}
     post = r.get("resident_engine") or {}
     st = r.get("stages", {}).get("resident", {})
-    return {"wall_s": round(wall, 2), "verdict": r["verdict"], "ratio": speed.get("ratio"),
-            "run_drift": speed.get("run_drift"), "role_bias": r.get("role_bias"),
-            "stages_s": {k: v.get("wall_s") for k, v in r.get("stages", {}).items()},
-            "reference_s": st.get("host_timing", {}).get("reference_s"), "reused": post.get("reused"),
-            "post_ok": post.get("ok"), "post_s": (post.get("detail") or {}).get("seconds"),
-            "reason": str(r.get("reason"))[:160]}
+    return {
+        "wall_s": round(wall, 2),
+        "verdict": r["verdict"],
+        "ratio": speed.get("ratio"),
+        "run_drift": speed.get("run_drift"),
+        "role_bias": r.get("role_bias"),
+        "stages_s": {k: v.get("wall_s") for k, v in r.get("stages", {}).items()},
+        "reference_s": st.get("host_timing", {}).get("reference_s"),
+        "reused": post.get("reused"),
+        "post_ok": post.get("ok"),
+        "post_s": (post.get("detail") or {}).get("seconds"),
+        "reason": str(r.get("reason"))[:160],
+    }
 
 
 def main() -> int:
@@ -69,8 +76,12 @@ def main() -> int:
     ap.add_argument("--teacher-resident", action="store_true", help="[teacher] resident (T beside the timed engine)")
     ap.add_argument("--grade-always", action="store_true")
     ap.add_argument("--fake", action="store_true", help="CPU: the fake engine and the tests' small config")
-    ap.add_argument("--fake-engine", default="FakeEngine", help="CPU: a class of tests/arena/fake_engine.py "
-                    "(SlowStockEngine: a candidate really faster, so a crowning verdict)")
+    ap.add_argument(
+        "--fake-engine",
+        default="FakeEngine",
+        help="CPU: a class of tests/arena/fake_engine.py "
+        "(SlowStockEngine: a candidate really faster, so a crowning verdict)",
+    )
     ap.add_argument("--max-noise", type=float, default=None, help="[speed] max_noise (the CPU box is noisy)")
     ap.add_argument("--out", default=None, help="write every row as JSON here")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (each verdict's result.json and records)")
@@ -101,23 +112,31 @@ def main() -> int:
     if a.teacher_resident:
         cfg = replace(cfg, teacher=replace(cfg.teacher, resident=True))
     items = [item(n) for n in a.sequence.split(",")] * a.repeat
-    out: dict[str, Any] = {"config": "fake small_config" if a.fake else a.config, "sequence": a.sequence,
-                           "repeat": a.repeat}
+    out: dict[str, Any] = {"config": "fake small_config" if a.fake else a.config, "sequence": a.sequence, "repeat": a.repeat}
     for mode in a.modes.split(","):
         c = replace(cfg, engine=replace(cfg.engine, resident=mode == "resident"))
         rows = []
         with TimedPool() as pool, TeacherPool() as teachers:
             for i, (bundle, op, extra) in enumerate(items):
-                opts = RunOptions(workdir=work / f"{mode}-{i}", checkpoint_root=work / "ckpt", engine_factory=factory,
-                                  timed_engines=pool, teachers=teachers, grade_always=a.grade_always, **extra)
+                opts = RunOptions(
+                    workdir=work / f"{mode}-{i}",
+                    checkpoint_root=work / "ckpt",
+                    engine_factory=factory,
+                    timed_engines=pool,
+                    teachers=teachers,
+                    grade_always=a.grade_always,
+                    **extra,
+                )
                 t = time.monotonic()
                 rows.append(row(qualify(c, bundle, op, opts), time.monotonic() - t))
                 print(f"{mode} {i} " + json.dumps(rows[-1]), flush=True)
         walls = [x["wall_s"] for x in rows]
-        out[mode] = {"rows": rows, "median_s": statistics.median(walls),
-                     "median_after_first_s": statistics.median(walls[1:] or walls)}
-    print(json.dumps({m: {k: out[m][k] for k in ("median_s", "median_after_first_s")}
-                      for m in a.modes.split(",")}))
+        out[mode] = {
+            "rows": rows,
+            "median_s": statistics.median(walls),
+            "median_after_first_s": statistics.median(walls[1:] or walls),
+        }
+    print(json.dumps({m: {k: out[m][k] for k in ("median_s", "median_after_first_s")} for m in a.modes.split(",")}))
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=1))
     if not a.keep:

@@ -59,8 +59,12 @@ def one(shape: str, what: str) -> dict[str, object]:
         from cacheon_subnet.verify.policy_bound import static_check
 
         res = static_check(bundle, identity=True)
-        out.update(findings=len(res.findings), child_cpu=round(res.cpu_s, 2), identity=(res.norm_id or "none")[:17],
-                   breach=res.breach)
+        out.update(
+            findings=len(res.findings),
+            child_cpu=round(res.cpu_s, 2),
+            identity=(res.norm_id or "none")[:17],
+            breach=res.breach,
+        )
     out["cpu_s"] = round(time.process_time() - t0, 3)
     out["wall_s"] = round(time.monotonic() - w0, 3)
     out["maxrss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
@@ -71,11 +75,21 @@ def measure(shape: str, what: str, timeout: int) -> dict[str, object]:
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (timeout, timeout + 1))
 
-    r = subprocess.run([sys.executable, __file__, "--one", shape, "--what", what], capture_output=True, text=True,
-                       preexec_fn=limit, timeout=timeout * 4 + 60, check=False)  # noqa: PLW1509 - a measurement tool
+    r = subprocess.run(
+        [sys.executable, __file__, "--one", shape, "--what", what],
+        capture_output=True,
+        text=True,
+        preexec_fn=limit,
+        timeout=timeout * 4 + 60,
+        check=False,
+    )  # noqa: PLW1509 - a measurement tool
     if r.returncode != 0:
-        return {"shape": shape, "what": what, "cpu_s": f">{timeout}" if r.returncode < 0 else "error",
-                "error": (r.stderr or r.stdout)[-300:]}
+        return {
+            "shape": shape,
+            "what": what,
+            "cpu_s": f">{timeout}" if r.returncode < 0 else "error",
+            "error": (r.stderr or r.stdout)[-300:],
+        }
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
@@ -90,9 +104,12 @@ def examples() -> int:
         t0 = time.monotonic()
         res = static_check(load_bundle(manifest.parent), identity=True)
         worst = max(worst, res.cpu_s)
-        print(f"{manifest.parent.relative_to(HERE.parent)!s:45s} findings={len(res.findings):3d} "
-              f"child_cpu={res.cpu_s:.3f} wall_s={time.monotonic() - t0:.3f}"
-              + (f" {res.findings[-1][:160]}" if res.breach else ""), flush=True)
+        print(
+            f"{manifest.parent.relative_to(HERE.parent)!s:45s} findings={len(res.findings):3d} "
+            f"child_cpu={res.cpu_s:.3f} wall_s={time.monotonic() - t0:.3f}"
+            + (f" {res.findings[-1][:160]}" if res.breach else ""),
+            flush=True,
+        )
     print(f"worst child CPU {worst:.3f} s of the {SCAN_CPU_S} s budget")
     return 0
 
@@ -126,9 +143,12 @@ def main() -> int:
                 print(json.dumps(row), flush=True)
             else:
                 extra = f" child_cpu={row['child_cpu']}" if "child_cpu" in row else ""
-                print(f"{shape:22s} {what:9s} files={row.get('files', '?'):>5} py={row.get('py_bytes', '?'):>7} "
-                      f"cpu_s={row['cpu_s']!s:>8} wall_s={row.get('wall_s', '?')!s:>8} "
-                      f"rss={row.get('maxrss_mib', '?')}MiB{extra}", flush=True)
+                print(
+                    f"{shape:22s} {what:9s} files={row.get('files', '?'):>5} py={row.get('py_bytes', '?'):>7} "
+                    f"cpu_s={row['cpu_s']!s:>8} wall_s={row.get('wall_s', '?')!s:>8} "
+                    f"rss={row.get('maxrss_mib', '?')}MiB{extra}",
+                    flush=True,
+                )
     return 0
 
 

@@ -20,10 +20,11 @@ from collections.abc import Callable, Iterator
 from cacheon_subnet.verify.policy import MAX_DEPTH, MAX_SOURCE_BYTES
 
 MEMBERS = 4096  # bundle.limits.Limits.members
-MANIFEST = (b'schema = "cacheon.bundle/2"\n[[ops]]\nslot = "norm.rmsnorm"\nentry = "kernel:rmsnorm"\n'
-            b'dtypes = ["bfloat16"]\n')
-HONEST = ("import torch\n\n\ndef rmsnorm(x, weight, out, eps):\n    x32 = x.to(torch.float32)\n"
-          "    out.copy_(x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps) * weight)\n")
+MANIFEST = b'schema = "cacheon.bundle/2"\n[[ops]]\nslot = "norm.rmsnorm"\nentry = "kernel:rmsnorm"\ndtypes = ["bfloat16"]\n'
+HONEST = (
+    "import torch\n\n\ndef rmsnorm(x, weight, out, eps):\n    x32 = x.to(torch.float32)\n"
+    "    out.copy_(x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps) * weight)\n"
+)
 HEAD = "import torch\nimport torch.distributed as dist\n\n"
 Files = dict[str, bytes]
 
@@ -122,8 +123,9 @@ def reexport(cap: int = MAX_SOURCE_BYTES, hops: int = 16) -> Files:
 
 def _reexport(n: int, hops: int) -> Files:
     files: Files = {}
-    files["r00.py"] = (HEAD + "".join(f"C{i} = {i}\n\n\ndef q{i}(x, group):\n    dist.all_reduce(x, group=group)\n\n\n"
-                                      for i in range(n))).encode()
+    files["r00.py"] = (
+        HEAD + "".join(f"C{i} = {i}\n\n\ndef q{i}(x, group):\n    dist.all_reduce(x, group=group)\n\n\n" for i in range(n))
+    ).encode()
     for h in range(1, hops):
         files[f"r{h:02d}.py"] = "".join(f"from .r{h - 1:02d} import q{i}, C{i}\n" for i in range(n)).encode()
     imports = "".join(f"from .r{hops - 1:02d} import q{i}, C{i}\n" for i in range(n))
@@ -165,8 +167,9 @@ def attr_chains(cap: int = MAX_SOURCE_BYTES) -> Files:
 
 def module_chains(cap: int = MAX_SOURCE_BYTES) -> Files:
     """Allowed module attribute chains (`torch.float32`) and refused long ones, many times."""
-    return _one_module("mods.py", HEAD, _count(lambda i: f"def t{i}(x):\n    return x.to(torch.float32) + "
-                                                         f"torch.cuda{'.x' * 40}\n\n"), cap)
+    return _one_module(
+        "mods.py", HEAD, _count(lambda i: f"def t{i}(x):\n    return x.to(torch.float32) + torch.cuda{'.x' * 40}\n\n"), cap
+    )
 
 
 def many_defs(cap: int = MAX_SOURCE_BYTES) -> Files:
@@ -176,15 +179,21 @@ def many_defs(cap: int = MAX_SOURCE_BYTES) -> Files:
 def many_consts(cap: int = MAX_SOURCE_BYTES) -> Files:
     """Module constants, each read by one function (every name lookup used to rebuild the
     module's name set)."""
-    return _one_module("consts.py", HEAD, _count(lambda i: f"K{i} = {i}\n"), cap,
-                       tail=lambda n: "\n\ndef k(x):\n" + "".join(f"    x = x + K{i}\n" for i in range(0, n, 64))
-                       + "    return x\n")
+    return _one_module(
+        "consts.py",
+        HEAD,
+        _count(lambda i: f"K{i} = {i}\n"),
+        cap,
+        tail=lambda n: "\n\ndef k(x):\n" + "".join(f"    x = x + K{i}\n" for i in range(0, n, 64)) + "    return x\n",
+    )
 
 
 def many_locals(cap: int = MAX_SOURCE_BYTES) -> Files:
     """One function binding many locals next to many module names (each binding is checked
     against the module's globals)."""
-    return _one_module("locs.py", HEAD + "def big(x):\n", _count(lambda i: f"    v{i} = x\n"), cap, tail=lambda n: "    return x\n")
+    return _one_module(
+        "locs.py", HEAD + "def big(x):\n", _count(lambda i: f"    v{i} = x\n"), cap, tail=lambda n: "    return x\n"
+    )
 
 
 def nested_defs(cap: int = MAX_SOURCE_BYTES, depth: int = MAX_DEPTH - 8) -> Files:
@@ -194,23 +203,32 @@ def nested_defs(cap: int = MAX_SOURCE_BYTES, depth: int = MAX_DEPTH - 8) -> File
     pad = "\t" * depth
     line = pad + ";".join(f"y{j}=1" for j in range(64)) + "\n"
     tail = "".join("\t" * (i + 1) + f"return n{i + 1}\n" for i in reversed(range(depth - 1)))
-    return _one_module("nested.py", head, _count(lambda i: line), cap - len(tail) - 64, tail=lambda n: pad + "return x0\n" + tail)
+    return _one_module(
+        "nested.py", head, _count(lambda i: line), cap - len(tail) - 64, tail=lambda n: pad + "return x0\n" + tail
+    )
 
 
 def nested_lambdas(cap: int = MAX_SOURCE_BYTES, depth: int = 40) -> Files:
     """Lambdas and comprehensions nested alternately, each holding a walrus, many times."""
+
     def unit(i: int) -> str:
         e = "x"
         for d in range(depth):
             e = f"(lambda a{d}: {e})" if d % 2 else f"[(w{d} := {e}) for c{d} in x]"
         return f"def l{i}(x):\n    return {e}\n\n"
+
     return _one_module("lams.py", HEAD, _count(unit), cap)
 
 
 def dead_chain(cap: int = MAX_SOURCE_BYTES) -> Files:
     """Unused defs each called only by the one before it (the identity drops one per round)."""
-    return _one_module("dead.py", HEAD, _count(lambda i: f"def z{i}(x):\n    return z{i + 1}(x)\n\n"), cap,
-                       tail=lambda n: f"def z{n}(x):\n    return x\n")
+    return _one_module(
+        "dead.py",
+        HEAD,
+        _count(lambda i: f"def z{i}(x):\n    return z{i + 1}(x)\n\n"),
+        cap,
+        tail=lambda n: f"def z{n}(x):\n    return x\n",
+    )
 
 
 def import_fan(cap: int = MAX_SOURCE_BYTES) -> Files:
@@ -220,8 +238,9 @@ def import_fan(cap: int = MAX_SOURCE_BYTES) -> Files:
 
     def build(n: int) -> Files:
         lib = "".join(f"def w{i}(x):return x\n" for i in range(n))
-        imports = "".join(f"from .lib import {', '.join(f'w{i}' for i in range(j, min(j + 50, n)))}\n"
-                          for j in range(0, n, 50))
+        imports = "".join(
+            f"from .lib import {', '.join(f'w{i}' for i in range(j, min(j + 50, n)))}\n" for j in range(0, n, 50)
+        )
         use = imports + "\n\ndef use(x):\n" + "".join(f"    x = w{i}(x)\n" for i in range(0, n, 64)) + "    return x\n"
         return {**files, "lib.py": lib.encode(), "use.py": use.encode()}
 
@@ -231,6 +250,7 @@ def import_fan(cap: int = MAX_SOURCE_BYTES) -> Files:
 def global_reads(cap: int = MAX_SOURCE_BYTES) -> Files:
     """Many one-line defs, and one function calling them many times over (every name it resolved
     rebuilt the module's set of names: lookups x definitions)."""
+
     def build(n: int) -> Files:
         defs = "".join(f"def g{i}(x):return x\n" for i in range(n))
         calls = "".join(f"    x = g{(i * 7919) % n}(x)\n" for i in range(2 * n))

@@ -26,8 +26,8 @@ sys.path.insert(0, str(REPO))
 
 from arena.config import load_config  # noqa: E402
 from arena.evidence import check  # noqa: E402
-from arena.host import EngineSpec, run_engine  # noqa: E402
 from arena.home import seed_caches  # noqa: E402
+from arena.host import EngineSpec, run_engine  # noqa: E402
 from arena.jobs import checkpoint_job, engine_kwargs, resident_steps, window_tag  # noqa: E402
 from arena.speed import judge  # noqa: E402
 from seams.receipts import read_receipts  # noqa: E402
@@ -45,9 +45,13 @@ def local_bindings() -> tuple[str, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--metric", default="output_tokens_per_s", choices=("output_tokens_per_s", "total_tokens_per_s"),
-                    help="a wall clock: the seam's cost is host time (dispatch) as much as GPU time, and this "
-                         "engine runs without the forward clock")
+    ap.add_argument(
+        "--metric",
+        default="output_tokens_per_s",
+        choices=("output_tokens_per_s", "total_tokens_per_s"),
+        help="a wall clock: the seam's cost is host time (dispatch) as much as GPU time, and this "
+        "engine runs without the forward clock",
+    )
     ap.add_argument("--config", default=str(REPO / "configs/arena/dense.toml"))
     ap.add_argument("--bindings", default="local", help="'local' (every non-collective adapter) or a comma list")
     ap.add_argument("--work", default="/tmp/cacheon-seam-overhead")
@@ -62,15 +66,33 @@ def main(argv: list[str] | None = None) -> int:
     receipts_dir.mkdir(parents=True)
     bindings = local_bindings() if a.bindings == "local" else tuple(a.bindings.split(","))
     steps, windows = resident_steps(cfg, baseline="pristine", candidate="stock", quality=False)
-    job = {"engine_kwargs": engine_kwargs(cfg), "engine_factory": a.engine_factory, "steps": steps,
-           "checkpoint": None if a.engine_factory else checkpoint_job(cfg, Path(a.checkpoints))}
-    env = {**seed_caches(), **seam_environment(bindings), "CACHEON_STOCK_AS_CANDIDATE": CONTROL_SLOT,
-           "CACHEON_SEAM_STRICT": "1", "SGLANG_PLUGINS": "cacheon", "CACHEON_RECEIPT_DIR": str(receipts_dir)}
+    job = {
+        "engine_kwargs": engine_kwargs(cfg),
+        "engine_factory": a.engine_factory,
+        "steps": steps,
+        "checkpoint": None if a.engine_factory else checkpoint_job(cfg, Path(a.checkpoints)),
+    }
+    env = {
+        **seed_caches(),
+        **seam_environment(bindings),
+        "CACHEON_STOCK_AS_CANDIDATE": CONTROL_SLOT,
+        "CACHEON_SEAM_STRICT": "1",
+        "SGLANG_PLUGINS": "cacheon",
+        "CACHEON_RECEIPT_DIR": str(receipts_dir),
+    }
     t0 = time.monotonic()
-    run = run_engine(EngineSpec("overhead", job, env, timeout_s=cfg.limits.total_timeout_s,
-                                start_timeout_s=cfg.limits.engine_start_timeout_s,
-                                ranks=tuple(range(cfg.engine.tp_size))),  # route RPCs carry host nonces
-                     work, cfg.limits.gpu_free_timeout_s)
+    run = run_engine(
+        EngineSpec(
+            "overhead",
+            job,
+            env,
+            timeout_s=cfg.limits.total_timeout_s,
+            start_timeout_s=cfg.limits.engine_start_timeout_s,
+            ranks=tuple(range(cfg.engine.tp_size)),
+        ),  # route RPCs carry host nonces
+        work,
+        cfg.limits.gpu_free_timeout_s,
+    )
     receipts = read_receipts(receipts_dir)
     swaps = [(s["epoch"], s["route"]) for s in steps if s["op"] == "route"]
     ev = check(receipts, CONTROL_SLOT, range(cfg.engine.tp_size), swaps, graphs_on=cfg.engine.cuda_graph)
@@ -86,17 +108,23 @@ def main(argv: list[str] | None = None) -> int:
     if run.error:
         problems.insert(0, f"engine: {run.error}")
     speed = judge(samples, cfg.speed) if samples and not run.error else None
-    out = {"arena_id": cfg.arena_id, "config": a.config, "bindings": list(bindings),
-           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wall_s": round(time.monotonic() - t0, 1),
-           "start_s": next((r["s"] for r in run.records if r.get("op") == "started"), None),
-           "swap_s": [round(r["s"], 2) for r in run.records if r.get("op") == "route"],
-           "hooks_restored": [x.get("hooks_restored") for x in acks],
-           "problems": problems, "metric": a.metric,
-           # C/B: seam installed (every call routed to stock) over pristine SGLang
-           "seam_over_pristine": speed.ratio if speed else None,
-           "drift": speed.run_drift if speed else None, "speed": speed.to_json() if speed else None,
-           "windows": [{"index": w.index, "cycle": w.cycle, "role": w.role, "route": w.route, "value": v}
-                       for w, v in samples]}
+    out = {
+        "arena_id": cfg.arena_id,
+        "config": a.config,
+        "bindings": list(bindings),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "wall_s": round(time.monotonic() - t0, 1),
+        "start_s": next((r["s"] for r in run.records if r.get("op") == "started"), None),
+        "swap_s": [round(r["s"], 2) for r in run.records if r.get("op") == "route"],
+        "hooks_restored": [x.get("hooks_restored") for x in acks],
+        "problems": problems,
+        "metric": a.metric,
+        # C/B: seam installed (every call routed to stock) over pristine SGLang
+        "seam_over_pristine": speed.ratio if speed else None,
+        "drift": speed.run_drift if speed else None,
+        "speed": speed.to_json() if speed else None,
+        "windows": [{"index": w.index, "cycle": w.cycle, "role": w.role, "route": w.route, "value": v} for w, v in samples],
+    }
     Path(a.out).write_text(json.dumps(out, indent=1, default=str))
     print(json.dumps({k: out[k] for k in ("seam_over_pristine", "drift", "wall_s", "start_s", "problems")}, default=str))
     return 0 if speed and not problems else 1

@@ -30,8 +30,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from arena.config import load_config  # noqa: E402
-from arena.host import EngineSpec, run_engine  # noqa: E402
 from arena.home import seed_caches  # noqa: E402
+from arena.host import EngineSpec, run_engine  # noqa: E402
 from arena.jobs import checkpoint_job, engine_kwargs  # noqa: E402
 from cacheon_subnet.bundle import load_bundle  # noqa: E402
 from cacheon_subnet.bundle.engine_tree import build_tree  # noqa: E402
@@ -69,18 +69,48 @@ def main() -> int:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     w = cfg.workload
-    greedy = {"op": "generate", "tag": "greedy", "keep_outputs": True, "top_k": 0, "max_new_tokens": a.greedy_tokens,
-              "prompts": {"seed": 777, "n": a.greedy_prompts, "len": 128, "low": 100, "high": cfg.profile.vocab}}
-    tput = [{"op": "generate", "tag": f"tput-{i}", "timed": True, "top_k": 0, "max_new_tokens": w.output_len,
-             "prompts": {"seed": 5000 + i, "n": w.prompts_per_window, "len": w.input_len, "low": 100,
-                         "high": cfg.profile.vocab}} for i in range(a.reps)]
-    base = {"engine_kwargs": engine_kwargs(cfg), "engine_factory": a.engine_factory,
-            "checkpoint": None if a.engine_factory else checkpoint_job(cfg, Path("/tmp/cacheon-checkpoints"))}
-    bundles = {"nocand": fp32_only_copy(REPO / "examples/norm.rmsnorm", work / "fp32_only"),
-               "faithful": REPO / "examples/norm.rmsnorm", "wrong": REPO / "examples/controls/wrong_math",
-               "raising": REPO / "examples/controls/raises_in_call"}
-    res: dict = {"config": a.config, "arena_id": cfg.arena_id, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 "engines": {}}
+    greedy = {
+        "op": "generate",
+        "tag": "greedy",
+        "keep_outputs": True,
+        "top_k": 0,
+        "max_new_tokens": a.greedy_tokens,
+        "prompts": {"seed": 777, "n": a.greedy_prompts, "len": 128, "low": 100, "high": cfg.profile.vocab},
+    }
+    tput = [
+        {
+            "op": "generate",
+            "tag": f"tput-{i}",
+            "timed": True,
+            "top_k": 0,
+            "max_new_tokens": w.output_len,
+            "prompts": {
+                "seed": 5000 + i,
+                "n": w.prompts_per_window,
+                "len": w.input_len,
+                "low": 100,
+                "high": cfg.profile.vocab,
+            },
+        }
+        for i in range(a.reps)
+    ]
+    base = {
+        "engine_kwargs": engine_kwargs(cfg),
+        "engine_factory": a.engine_factory,
+        "checkpoint": None if a.engine_factory else checkpoint_job(cfg, Path("/tmp/cacheon-checkpoints")),
+    }
+    bundles = {
+        "nocand": fp32_only_copy(REPO / "examples/norm.rmsnorm", work / "fp32_only"),
+        "faithful": REPO / "examples/norm.rmsnorm",
+        "wrong": REPO / "examples/controls/wrong_math",
+        "raising": REPO / "examples/controls/raises_in_call",
+    }
+    res: dict = {
+        "config": a.config,
+        "arena_id": cfg.arena_id,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "engines": {},
+    }
 
     def save() -> None:
         Path(a.out).write_text(json.dumps(res, indent=1, default=str))
@@ -95,12 +125,22 @@ def main() -> int:
         else:
             bundle = load_bundle(bundles[kind])
             tree = build_tree(work / f"tree-{name}", [(bundle, list(bundle.manifest.ops))])
-            env.update(seam_environment(("norm",)), CACHEON_ENGINE_TREE=str(tree.root),
-                       CACHEON_ENGINE_TREE_DIGEST=tree.digest, CACHEON_RECEIPT_DIR=str(rdir), CACHEON_SEAM_STRICT="1")
+            env.update(
+                seam_environment(("norm",)),
+                CACHEON_ENGINE_TREE=str(tree.root),
+                CACHEON_ENGINE_TREE_DIGEST=tree.digest,
+                CACHEON_RECEIPT_DIR=str(rdir),
+                CACHEON_SEAM_STRICT="1",
+            )
         steps = [greedy] + (tput if kind in ("stock", "nocand") else [])
         run = run_engine(EngineSpec(name, {**base, "steps": steps}, env, timeout_s=300), work)
-        e: dict = {"wall_s": round(run.wall_s, 1), "rc": run.rc, "error": run.error, "gpu_free": run.gpu_free,
-                   "startup": [r for r in run.records if r.get("op") in ("checkpoint", "started")]}
+        e: dict = {
+            "wall_s": round(run.wall_s, 1),
+            "rc": run.rc,
+            "error": run.error,
+            "gpu_free": run.gpu_free,
+            "startup": [r for r in run.records if r.get("op") in ("checkpoint", "started")],
+        }
         try:
             g = run.step("greedy")
             e["greedy"] = [s["cont"] for s in g["sequences"]]
@@ -124,14 +164,16 @@ def main() -> int:
         if ref and e.get("greedy"):
             toks = sum(len(x) for x in ref)
             same = sum(sum(p == q for p, q in zip(x, y)) for x, y in zip(ref, e["greedy"]))
-            e["vs_stock1"] = {"token_match": same / toks, "seq_match": sum(x == y for x, y in zip(ref, e["greedy"])) / len(ref)}
+            e["vs_stock1"] = {
+                "token_match": same / toks,
+                "seq_match": sum(x == y for x, y in zip(ref, e["greedy"])) / len(ref),
+            }
         print(name, {k: v for k, v in e.items() if k not in ("greedy", "receipts", "log_tail")}, flush=True)
         save()
     s = [x for n in ("stock-1", "stock-2") for x in res["engines"].get(n, {}).get("tput", [])]
     c = [x for n in ("nocand-1", "nocand-2") for x in res["engines"].get(n, {}).get("tput", [])]
     if s and c:
-        res["nocand_vs_stock"] = {"median_ratio": statistics.median(c) / statistics.median(s),
-                                  "stock": s, "nocand": c}
+        res["nocand_vs_stock"] = {"median_ratio": statistics.median(c) / statistics.median(s), "stock": s, "nocand": c}
         print("no-candidate / stock throughput:", res["nocand_vs_stock"], flush=True)
     save()
     return 0

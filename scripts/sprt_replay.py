@@ -42,8 +42,11 @@ def replay(windows: list[dict[str, Any]], metric: str, speed: Any, policy: Any) 
     from arena import sequential as seq
     from arena.speed import Window, judge
 
-    rows = [(Window(w["index"], w["cycle"], w["role"], w.get("route", "")), w) for w in windows
-            if w.get("role") != "warmup" and w.get(metric) is not None]
+    rows = [
+        (Window(w["index"], w["cycle"], w["role"], w.get("route", "")), w)
+        for w in windows
+        if w.get("role") != "warmup" and w.get(metric) is not None
+    ]
     cycles = sorted({w.cycle for w, _ in rows if w.cycle >= 0})
     fixed = judge([(w, float(r[metric])) for w, r in rows], speed)
     for c in cycles:
@@ -63,12 +66,18 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", nargs="+")
-    ap.add_argument("--config", default=str(REPO / "configs" / "arena" / "dense.toml"),
-                    help="its [speed] and [sequential] policies judge every run")
+    ap.add_argument(
+        "--config",
+        default=str(REPO / "configs" / "arena" / "dense.toml"),
+        help="its [speed] and [sequential] policies judge every run",
+    )
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--stop-on-pass", action="store_true",
-                    help="let a PASS end the run early too (the config's [sequential] stop_on_pass; off in every "
-                         "shipped config, where only FAIL stops early: docs/arena.md says why)")
+    ap.add_argument(
+        "--stop-on-pass",
+        action="store_true",
+        help="let a PASS end the run early too (the config's [sequential] stop_on_pass; off in every "
+        "shipped config, where only FAIL stops early: docs/arena.md says why)",
+    )
     a = ap.parse_args(argv)
     cfg = load_config(a.config)
     policy = seq.policy_of(cfg.sequential)
@@ -87,23 +96,42 @@ def main(argv: list[str] | None = None) -> int:
             windows = r.get("windows") if isinstance(r, dict) else None
             if not windows or not isinstance(windows, list):
                 continue
-            metric = next((m for m in (r.get("metric"), doc.get("metric"), cfg.speed.metric)
-                           if m and any(isinstance(w, dict) and w.get(m) is not None for w in windows)), None)
+            metric = next(
+                (
+                    m
+                    for m in (r.get("metric"), doc.get("metric"), cfg.speed.metric)
+                    if m and any(isinstance(w, dict) and w.get(m) is not None for w in windows)
+                ),
+                None,
+            )
             if metric is None:
                 continue
             try:
                 d, at, n, fixed, ratio = replay(windows, metric, cfg.speed, policy)
             except (KeyError, TypeError, ValueError):
                 continue  # an older record layout
-            out.append(Replay(Path(f).name, str(r.get("run", r.get("op", ""))), str(r.get("control") or doc.get("control") or ""),
-                              metric, n, fixed, ratio, d, at))
+            out.append(
+                Replay(
+                    Path(f).name,
+                    str(r.get("run", r.get("op", ""))),
+                    str(r.get("control") or doc.get("control") or ""),
+                    metric,
+                    n,
+                    fixed,
+                    ratio,
+                    d,
+                    at,
+                )
+            )
     if a.json:
         print(json.dumps([x.__dict__ for x in out], indent=1))
         return 0
     print(f"policy: {policy}")
     for x in out:
-        print(f"{x.file[:44]:44} {x.control[:20]:20} {x.metric[:24]:24} fixed {x.fixed:11} C/B {x.ratio:.4f}"
-              f" | SPRT {x.decision:8} after {x.stopped_at}/{x.cycles} cycles")
+        print(
+            f"{x.file[:44]:44} {x.control[:20]:20} {x.metric[:24]:24} fixed {x.fixed:11} C/B {x.ratio:.4f}"
+            f" | SPRT {x.decision:8} after {x.stopped_at}/{x.cycles} cycles"
+        )
     return 0
 
 

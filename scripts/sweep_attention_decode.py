@@ -78,11 +78,19 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--top", type=int, default=5, help="configs timed at the other shapes (best at the window)")
     ap.add_argument("--reps", type=int, default=100, help="timed replays per side and config")
     ap.add_argument("--budget-s", type=float, default=330.0, help="stop starting new measurements after this")
-    ap.add_argument("--jobs", type=int, default=max(1, min(16, (os.cpu_count() or 2) - 2)),
-                    help="compile processes (0: compile in the timed process)")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=max(1, min(16, (os.cpu_count() or 2) - 2)),
+        help="compile processes (0: compile in the timed process)",
+    )
     ap.add_argument("--max-splits", type=int, default=SGLANG_MAX_KV_SPLITS, help="SGLang's max_kv_splits")
-    ap.add_argument("--lengths", choices=("arena", "slot"), default="arena",
-                    help="arena: every request at CTX tokens; slot: the slot generator's lengths in [1, CTX]")
+    ap.add_argument(
+        "--lengths",
+        choices=("arena", "slot"),
+        default="arena",
+        help="arena: every request at CTX tokens; slot: the slot generator's lengths in [1, CTX]",
+    )
     ap.add_argument("--layout", choices=("permuted", "contiguous"), default="permuted", help="pool slots of the tokens")
     ap.add_argument("--dtype", default="", help="default: the arena model's dtype")
     ap.add_argument("--device", choices=("auto", "cpu"), default="auto")
@@ -91,8 +99,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--rows", type=int, default=25, help="window rows printed (0: all; the JSON has all)")
     ap.add_argument("--out", default="", help="JSON with every row")
     ap.add_argument("--verbose", action="store_true")
-    ap.add_argument("--render-json", default="", metavar="FILE",
-                    help="print a saved --out JSON as text (runs nothing; --rows applies)")
+    ap.add_argument(
+        "--render-json", default="", metavar="FILE", help="print a saved --out JSON as text (runs nothing; --rows applies)"
+    )
     return ap
 
 

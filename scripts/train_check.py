@@ -39,13 +39,30 @@ TIE = 0.02
 def model_config(layers: int, vocab: int) -> dict[str, Any]:
     """Qwen3-0.6B body (arena/config.py hf_config keys) with a byte-level vocab."""
     return {
-        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
-        "intermediate_size": 3072, "num_hidden_layers": layers, "num_attention_heads": 16,
-        "num_key_value_heads": 8, "head_dim": 128, "vocab_size": vocab, "max_position_embeddings": 4096,
-        "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "hidden_act": "silu", "attention_bias": False,
-        "attention_dropout": 0.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
-        "bos_token_id": 1, "eos_token_id": 2, "use_cache": True, "use_sliding_window": False,
-        "sliding_window": None, "max_window_layers": layers, "initializer_range": 0.02,
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": vocab,
+        "max_position_embeddings": 4096,
+        "rope_theta": 1000000.0,
+        "rms_norm_eps": 1e-6,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "use_cache": True,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "max_window_layers": layers,
+        "initializer_range": 0.02,
     }
 
 
@@ -54,24 +71,38 @@ def _quantile(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
 
 
-def sglang_teacher(model_path: str, seqs: list[list[int]], prompt: int, greedy_new: int,
-                   cuda_graph: bool) -> tuple[list[dict[str, Any]], list[int]]:
+def sglang_teacher(
+    model_path: str, seqs: list[list[int]], prompt: int, greedy_new: int, cuda_graph: bool
+) -> tuple[list[dict[str, Any]], list[int]]:
     """SGLang's input logprobs + top-5 for every token after `prompt`, and one greedy sample."""
     from sglang.srt.entrypoints.engine import Engine
 
-    engine = Engine(model_path=model_path, skip_tokenizer_init=True, load_format="auto",
-                    attention_backend="triton", sampling_backend="pytorch", grammar_backend="none",
-                    disable_radix_cache=True, disable_cuda_graph=not cuda_graph,
-                    mem_fraction_static=0.5, random_seed=0)
+    engine = Engine(
+        model_path=model_path,
+        skip_tokenizer_init=True,
+        load_format="auto",
+        attention_backend="triton",
+        sampling_backend="pytorch",
+        grammar_backend="none",
+        disable_radix_cache=True,
+        disable_cuda_graph=not cuda_graph,
+        mem_fraction_static=0.5,
+        random_seed=0,
+    )
     try:
         outs = engine.generate(
-            input_ids=seqs, sampling_params={"max_new_tokens": 1, "temperature": 0.0, "ignore_eos": True},
-            return_logprob=True, top_logprobs_num=5,
+            input_ids=seqs,
+            sampling_params={"max_new_tokens": 1, "temperature": 0.0, "ignore_eos": True},
+            return_logprob=True,
+            top_logprobs_num=5,
             # input logprobs come back as [None] + values[:-1] from logprob_start_len
             # (logprob_result_processor.py:37): start one early to get every token after the prompt
-            logprob_start_len=[prompt - 1] * len(seqs))
-        greedy = engine.generate(input_ids=[seqs[0][:prompt]], sampling_params={
-            "max_new_tokens": greedy_new, "temperature": 0.0, "ignore_eos": True})
+            logprob_start_len=[prompt - 1] * len(seqs),
+        )
+        greedy = engine.generate(
+            input_ids=[seqs[0][:prompt]],
+            sampling_params={"max_new_tokens": greedy_new, "temperature": 0.0, "ignore_eos": True},
+        )
     finally:
         engine.shutdown()
     return [o["meta_info"] for o in outs], list(greedy[0]["output_ids"])
@@ -97,9 +128,16 @@ def compare(ref: Any, seqs: list[list[int]], metas: list[dict[str, Any]], prompt
             strict += first == int(row.argmax())
             tied += float(row[first]) >= float(row.max()) - TIE
     n = len(tok)
-    return {"positions": n, "token_lp_mean_abs": sum(tok) / n, "token_lp_p99_abs": _quantile(tok, 0.99),
-            "token_lp_max_abs": max(tok), "top5_lp_mean_abs": sum(top5) / len(top5),
-            "top5_lp_max_abs": max(top5), "top1_agree": strict / n, "top1_agree_tie": tied / n}
+    return {
+        "positions": n,
+        "token_lp_mean_abs": sum(tok) / n,
+        "token_lp_p99_abs": _quantile(tok, 0.99),
+        "token_lp_max_abs": max(tok),
+        "top5_lp_mean_abs": sum(top5) / len(top5),
+        "top5_lp_max_abs": max(top5),
+        "top1_agree": strict / n,
+        "top1_agree_tie": tied / n,
+    }
 
 
 def ref_greedy(ref: Any, prompt_ids: list[int], n: int) -> list[int]:
@@ -109,7 +147,7 @@ def ref_greedy(ref: Any, prompt_ids: list[int], n: int) -> list[int]:
     with torch.no_grad():
         for _ in range(n):
             ids.append(int(ref(torch.tensor([ids], device=dev))[0, -1].float().argmax()))
-    return ids[len(prompt_ids):]
+    return ids[len(prompt_ids) :]
 
 
 def _text(ids: list[int]) -> str:
@@ -139,8 +177,11 @@ def main() -> int:
 
     import arena.train as T
 
-    out: dict[str, Any] = {"check": "train_reference_vs_sglang", "torch": torch.__version__,
-                           "device": torch.cuda.get_device_name(0)}
+    out: dict[str, Any] = {
+        "check": "train_reference_vs_sglang",
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(0),
+    }
     try:
         import sglang
 
@@ -149,18 +190,35 @@ def main() -> int:
         out["sglang"] = repr(e)
     config = model_config(a.layers, a.vocab)
     t0 = time.monotonic()
-    info = T.train_checkpoint(config, Path(a.out) / "ckpt", a.seed, device="cuda", seconds=a.seconds,
-                              steps=a.steps, batch=a.batch, seq_len=a.seq_len, lr=a.lr)
+    info = T.train_checkpoint(
+        config,
+        Path(a.out) / "ckpt",
+        a.seed,
+        device="cuda",
+        seconds=a.seconds,
+        steps=a.steps,
+        batch=a.batch,
+        seq_len=a.seq_len,
+        lr=a.lr,
+    )
     stamp = json.loads((info.path / "cacheon_checkpoint.json").read_text())
     tr = stamp["train"]
-    out["train"] = {k: tr[k] for k in ("steps", "steps_run", "batch", "seq_len", "lr", "seconds",
-                                       "final_loss", "heldout_loss", "device")}
-    out["train"].update(steps_per_s=tr["steps_run"] / max(tr["seconds"], 1e-9),
-                        heldout_bits_per_byte=tr["heldout_loss"] / math.log(2),
-                        wall_s_incl_write=round(time.monotonic() - t0, 1), loss_log=tr["loss_log"][::5])
-    out["checkpoint"] = {"path": str(info.path), "recipe_digest": info.recipe_digest,
-                         "weights_sha256": info.weights_sha256, "n_params": info.n_params,
-                         "corpus": stamp["corpus"]}
+    out["train"] = {
+        k: tr[k] for k in ("steps", "steps_run", "batch", "seq_len", "lr", "seconds", "final_loss", "heldout_loss", "device")
+    }
+    out["train"].update(
+        steps_per_s=tr["steps_run"] / max(tr["seconds"], 1e-9),
+        heldout_bits_per_byte=tr["heldout_loss"] / math.log(2),
+        wall_s_incl_write=round(time.monotonic() - t0, 1),
+        loss_log=tr["loss_log"][::5],
+    )
+    out["checkpoint"] = {
+        "path": str(info.path),
+        "recipe_digest": info.recipe_digest,
+        "weights_sha256": info.weights_sha256,
+        "n_params": info.n_params,
+        "corpus": stamp["corpus"],
+    }
     torch.cuda.empty_cache()
 
     corpus = T.load_corpus()
@@ -173,8 +231,13 @@ def main() -> int:
     out["metrics"] = compare(ref, seqs, metas, a.prompt)
     mine = ref_greedy(ref, seqs[0][: a.prompt], a.greedy)
     same = next((i for i, (x, y) in enumerate(zip(mine, sgl_greedy)) if x != y), min(len(mine), len(sgl_greedy)))
-    out["greedy"] = {"prompt": _text(seqs[0][: a.prompt]), "sglang": _text(sgl_greedy), "reference": _text(mine),
-                     "agree_prefix": same, "distinct_sglang": len(set(sgl_greedy))}
+    out["greedy"] = {
+        "prompt": _text(seqs[0][: a.prompt]),
+        "sglang": _text(sgl_greedy),
+        "reference": _text(mine),
+        "agree_prefix": same,
+        "distinct_sglang": len(set(sgl_greedy)),
+    }
 
     good_rope = T.rope  # control: a real semantic mismatch (GPT-J pairs instead of Neox halves)
 
@@ -190,9 +253,12 @@ def main() -> int:
         T.rope = good_rope
 
     m, ctl = out["metrics"], out["control_gptj_rope"]
-    out["pass"] = bool(m["token_lp_mean_abs"] <= MAX_MEAN_ABS and m["token_lp_p99_abs"] <= MAX_P99_ABS
-                       and m["top1_agree_tie"] >= MIN_TOP1
-                       and ctl["token_lp_mean_abs"] >= 5 * m["token_lp_mean_abs"])
+    out["pass"] = bool(
+        m["token_lp_mean_abs"] <= MAX_MEAN_ABS
+        and m["token_lp_p99_abs"] <= MAX_P99_ABS
+        and m["top1_agree_tie"] >= MIN_TOP1
+        and ctl["token_lp_mean_abs"] >= 5 * m["token_lp_mean_abs"]
+    )
     out["thresholds"] = {"mean_abs": MAX_MEAN_ABS, "p99_abs": MAX_P99_ABS, "top1_tie": MIN_TOP1, "tie": TIE}
     print(json.dumps(out, default=str), flush=True)
     return 0 if out["pass"] else 1

@@ -49,21 +49,54 @@ def coverage(bundle_dir: str, arena_config: str | None, seed: int, device: str =
             row["calls"] += plan.calls(n)
             if t.kind == "graph":
                 row["graph_replays"].append(plan.replays[n])
-        cases = [{"label": p.case.label, "dims": dict(p.case.dims), "params": dict(p.case.params), "origin": p.origin,
-                  "kind": p.kind, "heavy": p.heavy, "dtypes": list(p.dtypes),
-                  "input_bytes": {d: shapes.input_bytes(spec, p.case, dtype_of(d)) for d in p.dtypes}}
-                 for p in plan.planned]
-        rows = [{"case": plan.planned[i].case.label, "dtype": d, "trials": dict(sorted(r["trials"].items())),
-                 "calls": r["calls"], "graph_replays": r["graph_replays"]} for (i, d), r in sorted(by_case.items())]
-        ops.append({"op": op.key, "slot": op.slot, "cases": cases, "by_case": rows,
-                    "trials": dict(sorted(Counter(t.kind for t in plan.trials).items())),
-                    "calls": sum(plan.calls(n) for n in range(len(plan.trials)))})
-    return {"bundle": bundle_dir, "arena": arena.name if arena else None, "seed": seed, "device": device,
-            "tier": opts.resolved_tier, "ops": ops,
-            "totals": {"ops": len(ops), "cases": sum(len(o["cases"]) for o in ops),
-                       "case_dtypes": sum(len(o["by_case"]) for o in ops),
-                       "trials": sum(sum(o["trials"].values()) for o in ops),
-                       "calls": sum(o["calls"] for o in ops)}}
+        cases = [
+            {
+                "label": p.case.label,
+                "dims": dict(p.case.dims),
+                "params": dict(p.case.params),
+                "origin": p.origin,
+                "kind": p.kind,
+                "heavy": p.heavy,
+                "dtypes": list(p.dtypes),
+                "input_bytes": {d: shapes.input_bytes(spec, p.case, dtype_of(d)) for d in p.dtypes},
+            }
+            for p in plan.planned
+        ]
+        rows = [
+            {
+                "case": plan.planned[i].case.label,
+                "dtype": d,
+                "trials": dict(sorted(r["trials"].items())),
+                "calls": r["calls"],
+                "graph_replays": r["graph_replays"],
+            }
+            for (i, d), r in sorted(by_case.items())
+        ]
+        ops.append(
+            {
+                "op": op.key,
+                "slot": op.slot,
+                "cases": cases,
+                "by_case": rows,
+                "trials": dict(sorted(Counter(t.kind for t in plan.trials).items())),
+                "calls": sum(plan.calls(n) for n in range(len(plan.trials))),
+            }
+        )
+    return {
+        "bundle": bundle_dir,
+        "arena": arena.name if arena else None,
+        "seed": seed,
+        "device": device,
+        "tier": opts.resolved_tier,
+        "ops": ops,
+        "totals": {
+            "ops": len(ops),
+            "cases": sum(len(o["cases"]) for o in ops),
+            "case_dtypes": sum(len(o["by_case"]) for o in ops),
+            "trials": sum(sum(o["trials"].values()) for o in ops),
+            "calls": sum(o["calls"] for o in ops),
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,8 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     cov = coverage(a.bundle, a.arena, a.seed, a.device)
     if a.summary:
-        cov = {**{k: v for k, v in cov.items() if k != "ops"},
-               "ops": [{k: o[k] for k in ("op", "trials", "calls")} | {"cases": len(o["cases"])} for o in cov["ops"]]}
+        cov = {
+            **{k: v for k, v in cov.items() if k != "ops"},
+            "ops": [{k: o[k] for k in ("op", "trials", "calls")} | {"cases": len(o["cases"])} for o in cov["ops"]],
+        }
     print(json.dumps(cov, indent=1, sort_keys=True))
     return 0
 

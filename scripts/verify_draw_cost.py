@@ -42,8 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         spec, cases = get_slot(op["slot"]), {c["label"]: c for c in op["cases"]}
         for row in op["by_case"]:
             c, k = cases[row["case"]], row["trials"]
-            draws = bool(k.get("pair")) + sum(k.get(x, 0) for x in ("twin", "fresh", "compile")) + \
-                sum(1 + r for r in row["graph_replays"])
+            draws = (
+                bool(k.get("pair"))
+                + sum(k.get(x, 0) for x in ("twin", "fresh", "compile"))
+                + sum(1 + r for r in row["graph_replays"])
+            )
             case = ShapeCase(c["label"], c["label"].split("/")[0], c["dims"], c["params"])
             prof, t0 = cProfile.Profile(), time.perf_counter()
             prof.enable()
@@ -61,8 +64,10 @@ def main(argv: list[str] | None = None) -> int:
                     tensor_digest(made[x.name])
             dig = time.perf_counter() - t0
             gb = c["input_bytes"][row["dtype"]] / 1e9
-            print(f"{row['case']:<36} {row['dtype']:<9} draws {draws:3d} x {gb:.3f} GB: draw {draw:.2f} s "
-                  f"(randn {randn:.2f}), reference {ref:.3f} s, digests {dig:.2f} s, calls {row['calls']}")
+            print(
+                f"{row['case']:<36} {row['dtype']:<9} draws {draws:3d} x {gb:.3f} GB: draw {draw:.2f} s "
+                f"(randn {randn:.2f}), reference {ref:.3f} s, digests {dig:.2f} s, calls {row['calls']}"
+            )
             total["draws"] += draws
             total["gb"] += draws * gb
             total["draw_s"] += draws * draw

@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-MANIFEST = '''schema = "cacheon.bundle/2"
+MANIFEST = """schema = "cacheon.bundle/2"
 
 [bundle]
 name = "torch-decode-attention-probe"
@@ -37,8 +37,8 @@ description = "A plain torch paged GQA decode: times verify's pipeline on CPU at
 slot = "attention.decode"
 entry = "attn:decode_attention"
 dtypes = ["bfloat16", "float16"]
-'''
-KERNEL = '''import torch
+"""
+KERNEL = """import torch
 
 
 def decode_attention(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, num_kv_splits, attn_logits, attn_lse, sm_scale):
@@ -55,7 +55,7 @@ def decode_attention(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, num_kv_spl
     den = torch.zeros(B + 1, HQ).index_add(0, req, p)
     num = torch.zeros(B + 1, HK, g, D).index_add(0, req, p.view(-1, HK, g, 1) * v.view(-1, HK, 1, D))
     o.copy_((num.view(B + 1, HQ, D) / den[..., None])[:B].to(o.dtype))
-'''
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,13 +81,19 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as d:
         Path(d, "manifest.toml").write_text(MANIFEST)
         Path(d, "attn.py").write_text(KERNEL)
-        opts = runner.VerifyOptions(device="cpu", tier="gpu", graph_check=False, compile_check=False, seed=a.seed,
-                                    arena=shapes.from_arena_config(load_config(a.config)),
-                                    budget=Budget.for_device("cuda"), call_timeout_s=600)
+        opts = runner.VerifyOptions(
+            device="cpu",
+            tier="gpu",
+            graph_check=False,
+            compile_check=False,
+            seed=a.seed,
+            arena=shapes.from_arena_config(load_config(a.config)),
+            budget=Budget.for_device("cuda"),
+            call_timeout_s=600,
+        )
         t0 = time.time()
         r = runner.verify_bundle(load_bundle(Path(d)), opts)
-    print(f"{r.status} in {time.time() - t0:.1f} s; {r.ops[0].calls} calls; "
-          f"{(r.reasons or ('',))[0][:160]}")
+    print(f"{r.status} in {time.time() - t0:.1f} s; {r.ops[0].calls} calls; {(r.reasons or ('',))[0][:160]}")
     return 0
 
 

@@ -67,8 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     for name, limit in (("every case light (the rule off)", 1 << 62), ("GPU_HEAVY_CASE_BYTES", None)):
         r = plan_cost(a.slot, a.config, a.seeds, limit)
-        print(f"{a.slot} {name}: calls {r['calls']:.0f}, input draws {r['draws']:.0f}, "
-              f"input bytes drawn on the host {r['input_gb']:.1f} GB (median of {a.seeds} seeds)")
+        print(
+            f"{a.slot} {name}: calls {r['calls']:.0f}, input draws {r['draws']:.0f}, "
+            f"input bytes drawn on the host {r['input_gb']:.1f} GB (median of {a.seeds} seeds)"
+        )
     return 0
 
 

@@ -90,15 +90,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sealed", action="store_true", help="the frame as a sealed memfd (verify/shm.py), not bytes")
     a = ap.parse_args(argv)
     g = torch.Generator().manual_seed(0)
-    tensors = {"k_buffer": torch.randn((a.rows, 8, 128), generator=g).to(torch.bfloat16),
-               "v_buffer": torch.randn((a.rows, 8, 128), generator=g).to(torch.bfloat16),
-               "q": torch.randn((256, 16, 128), generator=g).to(torch.bfloat16)}
+    tensors = {
+        "k_buffer": torch.randn((a.rows, 8, 128), generator=g).to(torch.bfloat16),
+        "v_buffer": torch.randn((a.rows, 8, 128), generator=g).to(torch.bfloat16),
+        "q": torch.randn((256, 16, 128), generator=g).to(torch.bfloat16),
+    }
     size = sum(t.numel() * t.element_size() for t in tensors.values()) / 1e9
     wire = _wire(a.module)
     times = [one_frame(wire, tensors, a.sealed) for _ in range(a.repeats)]
     how = "sealed memfd" if a.sealed else "bytes"
-    print(f"{a.module or 'cacheon_subnet/verify/wire.py'} ({how}): {size:.2f} GB frame, send to decoded / to the "
-          "worker's copy: " + ", ".join(f"{x:.2f} / {y:.2f} s" for x, y in times))
+    print(
+        f"{a.module or 'cacheon_subnet/verify/wire.py'} ({how}): {size:.2f} GB frame, send to decoded / to the "
+        "worker's copy: " + ", ".join(f"{x:.2f} / {y:.2f} s" for x, y in times)
+    )
     return 0
 
 

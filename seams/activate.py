@@ -23,17 +23,16 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from cacheon_subnet.bundle.engine_tree import open_tree
+from cacheon_subnet.bundle.jitkeys import salt_kernel_keys
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.custom_op import register_slot_op
 from cacheon_subnet.slots.spec import dtype_of
-from seams.controls import (handicap, register_handicap, register_slowdown, register_stock_controls, slowdown,
-                             stock_controls)
+from seams.controls import handicap, register_handicap, register_slowdown, register_stock_controls, slowdown, stock_controls
 from seams.dispatch import REGISTRY, Candidate, Registry, guarded, receipt_key
-from cacheon_subnet.bundle.jitkeys import salt_kernel_keys
 from seams.receipts import Receipts
 from seams.table import SEAM_ADAPTERS, SeamAdapter
 
@@ -54,8 +53,13 @@ def adapter_hooks(adapter: SeamAdapter) -> dict:
     return hooks
 
 
-def register_candidates(env: dict[str, str], slots: list[str], registry: Registry, suffix: str = "",
-                        wrap: Callable[[Callable[..., None]], Callable[..., None]] | None = None) -> tuple[str, ...]:
+def register_candidates(
+    env: dict[str, str],
+    slots: list[str],
+    registry: Registry,
+    suffix: str = "",
+    wrap: Callable[[Callable[..., None]], Callable[..., None]] | None = None,
+) -> tuple[str, ...]:
     """Register what the launch environment names (a sealed tree's ops, or a host-set control) as
     candidates; returns the sealed packages imported. `suffix` makes custom-op namespaces unique
     per install and `wrap` stands between torch's dispatcher and the body (a resident timed
@@ -87,10 +91,13 @@ def register_candidates(env: dict[str, str], slots: list[str], registry: Registr
 
             stock = stock_kernel(op.slot)[0]
         body = guarded(spec, fn, registry, stock, op.role)
-        call = register_slot_op(spec, wrap(body) if wrap else body, f"cacheon_{op.digest[:16]}{suffix}",
-                                op.variant.replace("-", "_"))
-        registry.add(spec, Candidate(op.slot, op.variant, op.package, tuple(dtype_of(d) for d in op.dtypes),
-                                     op.constraints, call, op.role))
+        call = register_slot_op(
+            spec, wrap(body) if wrap else body, f"cacheon_{op.digest[:16]}{suffix}", op.variant.replace("-", "_")
+        )
+        registry.add(
+            spec,
+            Candidate(op.slot, op.variant, op.package, tuple(dtype_of(d) for d in op.dtypes), op.constraints, call, op.role),
+        )
     return tuple(dict.fromkeys(packages))
 
 

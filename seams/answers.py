@@ -48,8 +48,12 @@ def snapshot(receipts: Any) -> dict[str, Any]:
     if receipts is None:
         return {"counts": {}, "errors": [], "static": static}
     with receipts._lock:
-        return {"counts": {k: dict(v) for k, v in receipts.counts.items()}, "errors": list(receipts.errors),
-                "static": static, "declines": {k: dict(v) for k, v in getattr(receipts, "declines", {}).items()}}
+        return {
+            "counts": {k: dict(v) for k, v in receipts.counts.items()},
+            "errors": list(receipts.errors),
+            "static": static,
+            "declines": {k: dict(v) for k, v in getattr(receipts, "declines", {}).items()},
+        }
 
 
 class AnswerLog:
@@ -66,8 +70,15 @@ class AnswerLog:
         self.seq = 0
 
     def answer(self, nonce: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
-        rec = {"nonce": check_nonce(nonce), "kind": kind, "rank": self.rank, "pid": os.getpid(), "seq": self.seq,
-               "t": time.time(), **payload}
+        rec = {
+            "nonce": check_nonce(nonce),
+            "kind": kind,
+            "rank": self.rank,
+            "pid": os.getpid(),
+            "seq": self.seq,
+            "t": time.time(),
+            **payload,
+        }
         self.seq += 1
         if self.path is not None:  # never through a symlink someone put in its place
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
@@ -117,8 +128,10 @@ class AnswerReader:
         except OSError as e:  # ELOOP: a symlink put in its place
             raise ForgeryError(f"rank {r}: answer log is not a plain file ({e.strerror})") from None
         if not data.startswith(self.seen[r]):
-            raise ForgeryError(f"rank {r}: earlier answers were rewritten (answer log no longer starts "
-                               f"with the {len(self.seen[r])} bytes already read)")
+            raise ForgeryError(
+                f"rank {r}: earlier answers were rewritten (answer log no longer starts "
+                f"with the {len(self.seen[r])} bytes already read)"
+            )
         return data
 
     def audit(self) -> None:
@@ -147,11 +160,13 @@ class AnswerReader:
             except FileNotFoundError:
                 raise ForgeryError(f"rank {r}: no answer log after the {kind} RPC {nonce[:8]}… succeeded") from None
             old = self.seen[r]
-            new = data[len(old):]
+            new = data[len(old) :]
             lines = new.split(b"\n")
             if lines[-1] != b"" or len(lines) != 2:
-                raise ForgeryError(f"rank {r}: {len(lines) - 1} complete new answer line(s) after the {kind} "
-                                   f"RPC {nonce[:8]}…, expected exactly one")
+                raise ForgeryError(
+                    f"rank {r}: {len(lines) - 1} complete new answer line(s) after the {kind} "
+                    f"RPC {nonce[:8]}…, expected exactly one"
+                )
             try:
                 rec = json.loads(lines[0])
             except ValueError:
@@ -159,11 +174,12 @@ class AnswerReader:
             got = rec.get("nonce") if isinstance(rec, dict) else None
             if got != nonce:
                 what = "a nonce issued earlier (a replay)" if got in self.issued else "an unknown nonce"
-                raise ForgeryError(f"rank {r}: the answer to the {kind} RPC {nonce[:8]}… carries {what}: "
-                                   f"{str(got)[:40]!r}")
+                raise ForgeryError(f"rank {r}: the answer to the {kind} RPC {nonce[:8]}… carries {what}: {str(got)[:40]!r}")
             if rec.get("rank") != r or rec.get("kind") != kind:
-                raise ForgeryError(f"rank {r}: answer {nonce[:8]}… claims rank {rec.get('rank')!r}, "
-                                   f"kind {rec.get('kind')!r} (expected {r}, {kind})")
+                raise ForgeryError(
+                    f"rank {r}: answer {nonce[:8]}… claims rank {rec.get('rank')!r}, "
+                    f"kind {rec.get('kind')!r} (expected {r}, {kind})"
+                )
             if self.pids.setdefault(r, rec.get("pid")) != rec.get("pid"):
                 raise ForgeryError(f"rank {r}: answer from pid {rec.get('pid')}, earlier ones from {self.pids[r]}")
             self.seen[r] = data

@@ -20,9 +20,15 @@ def cmd_compat(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any, groups: dict[str, Any]) -> None:
-    s = sub.add_parser("compat", help="SGLang seam canary: pinned version, every seam row, hook/plugin API "
-                                      "(exit 0 intact, 1 seam broken, 2 version differs)")
-    s.add_argument("--source", metavar="DIR", help="static check of an unpacked SGLang tree (DIR holds sglang/); "
-                                                   "default: inspect the installed runtime")
+    s = sub.add_parser(
+        "compat",
+        help="SGLang seam canary: pinned version, every seam row, hook/plugin API "
+        "(exit 0 intact, 1 seam broken, 2 version differs)",
+    )
+    s.add_argument(
+        "--source",
+        metavar="DIR",
+        help="static check of an unpacked SGLang tree (DIR holds sglang/); default: inspect the installed runtime",
+    )
     s.add_argument("--json", action="store_true")
     s.set_defaults(handler=cmd_compat)

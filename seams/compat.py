@@ -27,11 +27,11 @@ import importlib
 import importlib.util
 import inspect
 import textwrap
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any, Mapping
-
 from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
 
 from seams.compat_source import Param, SourceTree, ast_params, calls, class_members, constant, find_defs
 from seams.entry import MISSING_NOTE, PLUGIN_NAME, PLUGIN_VALUE, entry_point_problem
@@ -52,12 +52,21 @@ HOOK_TYPE = ("sglang.srt.plugins.hook_registry", "HookType", ("AROUND", "REPLACE
 CALLS: tuple[tuple[str, str, str], ...] = (  # (function, callee, why it matters)
     ("sglang.srt.managers.scheduler:run_scheduler_process", "load_plugins", "plugins load in every scheduler"),
     ("sglang.srt.plugins:load_plugins", "apply_hooks", "registered hooks get applied"),
-    ("sglang.srt.plugins.hook_registry:HookRegistry._apply_target", "_propagate_patch",
-     "patches reach by-value `from x import f` copies"),
-    ("sglang.srt.model_executor.cuda_graph_runner:CudaGraphRunner.replay", "wrap",
-     "the arena's forward clock times each decode graph replay through ModelRunner.device_timer"),
-    ("sglang.srt.model_executor.model_runner:ModelRunner.forward_extend", "wrap",
-     "the arena's forward clock times eager prefill through ModelRunner.device_timer"),
+    (
+        "sglang.srt.plugins.hook_registry:HookRegistry._apply_target",
+        "_propagate_patch",
+        "patches reach by-value `from x import f` copies",
+    ),
+    (
+        "sglang.srt.model_executor.cuda_graph_runner:CudaGraphRunner.replay",
+        "wrap",
+        "the arena's forward clock times each decode graph replay through ModelRunner.device_timer",
+    ),
+    (
+        "sglang.srt.model_executor.model_runner:ModelRunner.forward_extend",
+        "wrap",
+        "the arena's forward clock times eager prefill through ModelRunner.device_timer",
+    ),
 )
 
 
@@ -105,8 +114,16 @@ class CompatReport:
         return EXIT_BROKEN if self.failed else EXIT_INTACT
 
     def to_json(self) -> dict[str, Any]:
-        return {"mode": self.mode, "where": self.where, "pinned": self.pinned, "found": self.found,
-                "version_ok": self.version_ok, "installed": self.installed, "exit_code": self.exit_code, "rows": [asdict(r) for r in self.rows]}
+        return {
+            "mode": self.mode,
+            "where": self.where,
+            "pinned": self.pinned,
+            "found": self.found,
+            "version_ok": self.version_ok,
+            "installed": self.installed,
+            "exit_code": self.exit_code,
+            "rows": [asdict(r) for r in self.rows],
+        }
 
 
 # -- signatures ----------------------------------------------------------------------------------
@@ -125,11 +142,14 @@ def compare_params(expected: tuple[str, ...], found: list[Param], prefix: bool =
             problems.append(f"parameter {i} renamed {exp!r} -> {got!r}")
         else:
             problems.append(f"parameter {exp!r} (position {i}) missing")
-    extra = [p.name for p in named[len(expected):] if not p.has_default and p.name not in expected]
+    extra = [p.name for p in named[len(expected) :] if not p.has_default and p.name not in expected]
     if extra and not prefix:
         problems.append(f"new required parameter(s) {', '.join(extra)}")
-    problems += [f"parameter {p.name!r} is now {p.kind}" for p in found
-                 if p.name in expected and p.kind in ("VAR_POSITIONAL", "VAR_KEYWORD", "POSITIONAL_ONLY")]
+    problems += [
+        f"parameter {p.name!r} is now {p.kind}"
+        for p in found
+        if p.name in expected and p.kind in ("VAR_POSITIONAL", "VAR_KEYWORD", "POSITIONAL_ONLY")
+    ]
     return problems
 
 
@@ -144,7 +164,9 @@ def format_params(params: list[Param]) -> str:
     return f"({', '.join(out)})"
 
 
-def _judge(symbol: str, params: list[Param], expect: tuple[tuple[str, ...], bool] | None, where: str = "") -> tuple[str, str]:
+def _judge(
+    symbol: str, params: list[Param], expect: tuple[tuple[str, ...], bool] | None, where: str = ""
+) -> tuple[str, str]:
     problems = compare_params(expect[0], params, expect[1]) if expect is not None else []
     shown = f"{symbol}{format_params(params)}"
     return (FAIL, f"{shown}{where}: " + "; ".join(problems)) if problems else (OK, shown)
@@ -159,8 +181,11 @@ def _static_signature(src: SourceTree, target: str, expect: tuple[tuple[str, ...
     defs, why = find_defs(tree, symbol)
     if not defs:
         bound = src.bindings(module, symbol) if "." not in symbol else []
-        return FAIL, (f"{symbol} is bound by {bound[0].kind} in {module}, not defined: signature not checkable"
-                      if bound else f"{why} in {module}")
+        return FAIL, (
+            f"{symbol} is bound by {bound[0].kind} in {module}, not defined: signature not checkable"
+            if bound
+            else f"{why} in {module}"
+        )
     verdict = (OK, "")
     for fn in defs:  # every (e.g. platform-branch) definition must match
         verdict = _judge(symbol, ast_params(fn), expect, f" (line {fn.lineno})")
@@ -231,8 +256,13 @@ def _api_targets() -> list[str]:
 def _group_row(value: object) -> Row:
     mod, const = PLUGIN_GROUP_SITE
     ok = value == PLUGIN_GROUP
-    return Row("plugin", "entry-point group", f"{mod}:{const}", OK if ok else FAIL,
-               f"{const} = {value!r}" + ("" if ok else f", expected {PLUGIN_GROUP!r}"))
+    return Row(
+        "plugin",
+        "entry-point group",
+        f"{mod}:{const}",
+        OK if ok else FAIL,
+        f"{const} = {value!r}" + ("" if ok else f", expected {PLUGIN_GROUP!r}"),
+    )
 
 
 def _members_row(have: set[str] | None) -> Row:
@@ -240,8 +270,13 @@ def _members_row(have: set[str] | None) -> Row:
     if have is None:
         return Row("hook", cls, f"{mod}:{cls}", FAIL, "class not found")
     missing = [m for m in need if m not in have]
-    return Row("hook", cls, f"{mod}:{cls}", FAIL if missing else OK,
-               f"missing member(s) {', '.join(missing)}" if missing else f"members {', '.join(sorted(have))}")
+    return Row(
+        "hook",
+        cls,
+        f"{mod}:{cls}",
+        FAIL if missing else OK,
+        f"missing member(s) {', '.join(missing)}" if missing else f"members {', '.join(sorted(have))}",
+    )
 
 
 def _calls_row(target: str, callee: str, why: str, found: list[bool], missing: str, status: str = FAIL) -> Row:
@@ -298,8 +333,10 @@ def op_schema_params(obj: Any) -> list[Param] | None:
     schema = getattr(getattr(obj, "default", None), "_schema", None) or getattr(obj, "_schema", None)
     if schema is None or not hasattr(schema, "arguments"):
         return None
-    return [Param(a.name, "KEYWORD_ONLY" if a.kwarg_only else "POSITIONAL_OR_KEYWORD", bool(a.has_default_value()))
-            for a in schema.arguments]
+    return [
+        Param(a.name, "KEYWORD_ONLY" if a.kwarg_only else "POSITIONAL_OR_KEYWORD", bool(a.has_default_value()))
+        for a in schema.arguments
+    ]
 
 
 def _runtime_signature(target: str, expect: tuple[tuple[str, ...], bool] | None) -> tuple[str, str]:
@@ -312,8 +349,10 @@ def _runtime_signature(target: str, expect: tuple[tuple[str, ...], bool] | None)
             sig = inspect.signature(obj)
         except (TypeError, ValueError) as e:
             return FAIL, f"{target}: no inspectable signature ({e})"
-        params = [Param(p.name, p.kind.name, p.default is not p.empty or p.kind.name.startswith("VAR_"))
-                  for p in sig.parameters.values()]
+        params = [
+            Param(p.name, p.kind.name, p.default is not p.empty or p.kind.name.startswith("VAR_"))
+            for p in sig.parameters.values()
+        ]
     return _judge(target.split(":")[1], params, expect)
 
 
@@ -341,25 +380,40 @@ def runtime_check() -> CompatReport:
     rows = [_runtime_seam(a) for a in SEAM_ADAPTERS]
     problem = entry_point_problem()  # the install's half: SGLang loads the seam only through it
     installed = any(ep.name == PLUGIN_NAME for ep in entry_points(group=PLUGIN_GROUP))
-    rows.append(Row("plugin", ENTRY_ROW, f"{PLUGIN_GROUP}:{PLUGIN_NAME}", FAIL if problem else OK,
-                    problem or (f"{PLUGIN_NAME} = {PLUGIN_VALUE}" if installed else MISSING_NOTE)))
+    rows.append(
+        Row(
+            "plugin",
+            ENTRY_ROW,
+            f"{PLUGIN_GROUP}:{PLUGIN_NAME}",
+            FAIL if problem else OK,
+            problem or (f"{PLUGIN_NAME} = {PLUGIN_VALUE}" if installed else MISSING_NOTE),
+        )
+    )
     mod, const = PLUGIN_GROUP_SITE
     plugins, status, why = _import(mod)
-    rows.append(_group_row(getattr(plugins, const, None)) if plugins is not None else
-                Row("plugin", "entry-point group", f"{mod}:{const}", status, why))
+    rows.append(
+        _group_row(getattr(plugins, const, None))
+        if plugins is not None
+        else Row("plugin", "entry-point group", f"{mod}:{const}", status, why)
+    )
     for target in _api_targets():
         rows.append(Row("hook", target.split(":")[1], target, *_runtime_signature(target, API_PARAMS.get(target))))
     mod, cls, _ = HOOK_TYPE
     enum_cls, status, why = _resolve(f"{mod}:{cls}")
-    rows.append(_members_row(set(getattr(enum_cls, "__members__", {}))) if enum_cls is not None else
-                Row("hook", cls, f"{mod}:{cls}", status, why))
+    rows.append(
+        _members_row(set(getattr(enum_cls, "__members__", {})))
+        if enum_cls is not None
+        else Row("hook", cls, f"{mod}:{cls}", status, why)
+    )
     for target, callee, reason in CALLS:
         func, status, why = _resolve(target)
         if func is None:
             rows.append(_calls_row(target, callee, reason, [], why, status))
             continue
         func = inspect.unwrap(getattr(func, "__func__", func))
-        rows.append(_calls_row(target, callee, reason, [calls(ast.parse(textwrap.dedent(inspect.getsource(func))), callee)], ""))
+        rows.append(
+            _calls_row(target, callee, reason, [calls(ast.parse(textwrap.dedent(inspect.getsource(func))), callee)], "")
+        )
     found = getattr(sglang, "__version__", None)
     return CompatReport("runtime", str(Path(sglang.__file__).parent), PINNED, found, tuple(rows))
 
@@ -376,8 +430,10 @@ def render(report: CompatReport) -> str:
     skipped = f" ({len(report.skipped)} skipped: {', '.join(r.name for r in report.skipped)})" if report.skipped else ""
     if not report.installed:
         lines.append(f"version: pinned {report.pinned}, SGLang not installed here")
-        lines.append(f"result: SGLang NOT INSTALLED: nothing assessed (exit {EXIT_VERSION}); install the pin "
-                     f"(pip install -e '.[gpu]') or check a source tree with --source DIR")
+        lines.append(
+            f"result: SGLang NOT INSTALLED: nothing assessed (exit {EXIT_VERSION}); install the pin "
+            f"(pip install -e '.[gpu]') or check a source tree with --source DIR"
+        )
         return "\n".join(lines)
     verdict = "matches pin" if report.version_ok else "DIFFERS from pin"
     lines.append(f"version: pinned {report.pinned}, found {report.found or 'unknown'} -- {verdict}")

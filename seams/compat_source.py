@@ -9,9 +9,9 @@ those under `if _is_cuda:` / `try:` -- recorded as *guarded*), and `from x impor
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 FuncDef = ast.FunctionDef | ast.AsyncFunctionDef
 _DEF = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -55,8 +55,10 @@ def ast_params(fn: FuncDef) -> list[Param]:
     a = fn.args
     pos = a.posonlyargs + a.args
     first_default = len(pos) - len(a.defaults)
-    out = [Param(x.arg, "POSITIONAL_ONLY" if i < len(a.posonlyargs) else "POSITIONAL_OR_KEYWORD", i >= first_default)
-           for i, x in enumerate(pos)]
+    out = [
+        Param(x.arg, "POSITIONAL_ONLY" if i < len(a.posonlyargs) else "POSITIONAL_OR_KEYWORD", i >= first_default)
+        for i, x in enumerate(pos)
+    ]
     if a.vararg:
         out.append(Param(a.vararg.arg, "VAR_POSITIONAL", True))
     out += [Param(k.arg, "KEYWORD_ONLY", d is not None) for k, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)]
@@ -79,14 +81,14 @@ def find_defs(tree: ast.Module, symbol: str) -> tuple[list[FuncDef], str]:
     defs = [st for st, _ in toplevel(body) if isinstance(st, _DEF) and st.name == name]
     if defs:
         return defs, ""
-    return [], (f"class {owner} defines no {name} (inherited methods are not followed)" if owner
-                else f"{name} not defined")
+    return [], (f"class {owner} defines no {name} (inherited methods are not followed)" if owner else f"{name} not defined")
 
 
 def calls(node: ast.AST, callee: str) -> bool:
     """Does the code under `node` call `callee(...)` or `x.callee(...)`?"""
-    return any(isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == callee
-               for n in ast.walk(node))
+    return any(
+        isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == callee for n in ast.walk(node)
+    )
 
 
 def constant(tree: ast.Module, name: str) -> object:

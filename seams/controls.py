@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.custom_op import register_slot_op
@@ -89,8 +90,9 @@ _op_ids = itertools.count(1)  # custom-op names must be unique per process (test
 
 def _add(registry: Registry, slot_id: str, fn: Callable[..., Any], variant: str, role: str) -> None:
     spec = get_slot(slot_id)
-    call = register_slot_op(spec, guarded(spec, fn, registry, None, role), f"cacheon_{variant.replace('-', '_')}",
-                            f"n{next(_op_ids)}")
+    call = register_slot_op(
+        spec, guarded(spec, fn, registry, None, role), f"cacheon_{variant.replace('-', '_')}", f"n{next(_op_ids)}"
+    )
     registry.add(spec, Candidate(slot_id, variant, "stock", tuple(dtype_of(d) for d in spec.dtypes), (), call, role))
 
 

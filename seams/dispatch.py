@@ -14,8 +14,9 @@ op body (`guarded`), which runs eagerly at warm-up, graph capture and eager batc
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 
@@ -154,8 +155,9 @@ def _declined(registry: Registry, cands: list[Candidate], reason: str) -> None:
         receipts.decline(receipt_key(c.slot, c.role), reason)
 
 
-def run(slot_id: str, tensors: Mapping[str, torch.Tensor], params: Mapping[str, Any],
-        registry: Registry = REGISTRY) -> dict[str, torch.Tensor] | None:
+def run(
+    slot_id: str, tensors: Mapping[str, torch.Tensor], params: Mapping[str, Any], registry: Registry = REGISTRY
+) -> dict[str, torch.Tensor] | None:
     """Dispatch one call; returns every argument (allocated outputs included) or None for stock."""
     cands = registry.routed(slot_id)
     if not cands:
@@ -194,8 +196,9 @@ def receipt_key(slot_id: str, role: str) -> str:
     return slot_id if role == "challenger" else f"{slot_id}@{role}"
 
 
-def guarded(spec: SlotSpec, fn: Callable[..., Any], registry: Registry,
-            stock: Callable[..., None] | None, role: str = "challenger") -> Callable[..., None]:
+def guarded(
+    spec: SlotSpec, fn: Callable[..., Any], registry: Registry, stock: Callable[..., None] | None, role: str = "challenger"
+) -> Callable[..., None]:
     """The custom-op body: receipts, revalidation of every written tensor, strict failure."""
     written = [a.name for a in spec.args if a.written]
     key = receipt_key(spec.id, role)
@@ -208,8 +211,11 @@ def guarded(spec: SlotSpec, fn: Callable[..., Any], registry: Registry,
         before = {n: (kw[n].data_ptr(), tuple(kw[n].shape), kw[n].dtype, tuple(kw[n].stride())) for n in written}
         # non-strict: a failed candidate may have re-pointed/resized an output; stock must write
         # where SGLang reads, so keep each written tensor's storage view to restore it
-        keep = None if registry.strict or stock is None else {
-            n: (kw[n].untyped_storage(), kw[n].storage_offset(), kw[n].size(), kw[n].stride()) for n in written}
+        keep = (
+            None
+            if registry.strict or stock is None
+            else {n: (kw[n].untyped_storage(), kw[n].storage_offset(), kw[n].size(), kw[n].stride()) for n in written}
+        )
         try:
             result = fn(**kw)
             if result is not None:

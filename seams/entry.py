@@ -29,12 +29,19 @@ def entry_point_problem(missing_ok: bool = True) -> str | None:
     arena engine is involved (missing_ok=False)."""
     eps = [ep for ep in entry_points(group=PLUGIN_GROUP) if ep.name == PLUGIN_NAME]
     if not eps:
-        return None if missing_ok else (
-            f"no entry point {PLUGIN_NAME!r} in group {PLUGIN_GROUP!r}: SGLang never loads the seam "
-            f"(install this project: pip install -e .)")
+        return (
+            None
+            if missing_ok
+            else (
+                f"no entry point {PLUGIN_NAME!r} in group {PLUGIN_GROUP!r}: SGLang never loads the seam "
+                f"(install this project: pip install -e .)"
+            )
+        )
     if len(eps) > 1:
-        return (f"{len(eps)} entry points named {PLUGIN_NAME!r} in {PLUGIN_GROUP!r} "
-                f"({', '.join(sorted(ep.value for ep in eps))}): SGLang keeps only one of them")
+        return (
+            f"{len(eps)} entry points named {PLUGIN_NAME!r} in {PLUGIN_GROUP!r} "
+            f"({', '.join(sorted(ep.value for ep in eps))}): SGLang keeps only one of them"
+        )
     ep = eps[0]
     if ep.value != PLUGIN_VALUE:
         return f"entry point {PLUGIN_NAME} = {ep.value}, expected {PLUGIN_VALUE}"

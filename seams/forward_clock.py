@@ -29,7 +29,8 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 ENV = "CACHEON_FORWARD_CLOCK"
 RPC_METHOD = "cacheon_clock"
@@ -81,9 +82,15 @@ class ForwardClock:
         by: dict[str, list[float]] = {}
         for category, span in spans:
             by.setdefault(category, []).append(self._seconds(span))
-        return {"rank": self.rank, "gpu_s": sum(sum(v) for v in by.values()), "forwards": len(spans),
-                "decode_gpu_s": sum(by.get(DECODE, [])), "decodes": len(by.get(DECODE, [])),
-                "by_category": {k: [len(v), sum(v)] for k, v in sorted(by.items())}, "cuda": self.cuda}
+        return {
+            "rank": self.rank,
+            "gpu_s": sum(sum(v) for v in by.values()),
+            "forwards": len(spans),
+            "decode_gpu_s": sum(by.get(DECODE, [])),
+            "decodes": len(by.get(DECODE, [])),
+            "by_category": {k: [len(v), sum(v)] for k, v in sorted(by.items())},
+            "cuda": self.cuda,
+        }
 
 
 def attach(scheduler: Any, rank: int, environ: dict[str, str] | None = None, registry: Any = None) -> ForwardClock | None:

@@ -11,7 +11,8 @@ import importlib
 import pkgutil
 import sys
 import types
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 Around = Callable[..., Any]
 # point -> (original, wrapped) for every hook this process installed
@@ -34,7 +35,9 @@ def install_hooks(hooks: Mapping[str, Around]) -> None:
     for point in hooks:
         path, attr = _dotted(point).rsplit(".", 1)
         owner = pkgutil.resolve_name(path)
-        originals[point] = owner.__dict__.get(attr, getattr(owner, attr)) if isinstance(owner, type) else getattr(owner, attr)
+        originals[point] = (
+            owner.__dict__.get(attr, getattr(owner, attr)) if isinstance(owner, type) else getattr(owner, attr)
+        )
         reg.HookRegistry.register(_dotted(point), hooks[point], reg.HookType.AROUND)
     reg.HookRegistry.apply_hooks()
     for point, original in originals.items():

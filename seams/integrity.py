@@ -24,7 +24,8 @@ tensors the kernel was never handed stay under "Kernel memory access" (docs/secu
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

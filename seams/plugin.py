@@ -13,7 +13,8 @@ Remaining internal hook (no released per-role callback exists in 0.5.13.post1):
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from seams.table import HOOK_TARGETS
 

@@ -19,9 +19,9 @@ import stat
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
 
 KINDS = ("active", "load_failed", "fired", "completed", "fallback")
 # A routed call the candidate did not take (seams/dispatch.py `run`), by reason: "abi: ..." when
@@ -114,9 +114,16 @@ class Receipts:
             return
         with self._io_lock:  # the flusher thread and the calling thread write the same file
             with self._lock:
-                payload = {"role": self.role, "rank": self.rank, "pid": os.getpid(), "time": time.time(),
-                           "slots": {k: dict(v) for k, v in self.counts.items()}, "errors": list(self.errors),
-                           "routes": list(self.routes), "declines": {k: dict(v) for k, v in self.declines.items()}}
+                payload = {
+                    "role": self.role,
+                    "rank": self.rank,
+                    "pid": os.getpid(),
+                    "time": time.time(),
+                    "slots": {k: dict(v) for k, v in self.counts.items()},
+                    "errors": list(self.errors),
+                    "routes": list(self.routes),
+                    "declines": {k: dict(v) for k, v in self.declines.items()},
+                }
                 self._last_flush = time.monotonic()
             path = Path(self.directory) / f"receipt-{self.role}-{self.rank}-{os.getpid()}.json"
             tmp = path.with_suffix(".tmp")
@@ -199,7 +206,9 @@ def coverage(receipts: Iterable[dict], slots: Iterable[str], expected_ranks: Ite
             problems.append("receipt from role 'unreadable' (pid -1): " + "; ".join(map(str, r.get("errors") or []))[:300])
             continue
         if r.get("role") != "scheduler":
-            problems.append(f"receipt from role {r.get('role')!r} (pid {r.get('pid')}): candidate code outside a scheduler rank")
+            problems.append(
+                f"receipt from role {r.get('role')!r} (pid {r.get('pid')}): candidate code outside a scheduler rank"
+            )
             continue
         rank = int(r.get("rank", -1))
         if rank in per_rank:

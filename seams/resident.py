@@ -36,8 +36,9 @@ import sys
 import time
 import types
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from seams.activate import RESIDENT_ENV, note_active, register_candidates, selected_adapters
 from seams.answers import check_nonce, snapshot
@@ -81,6 +82,7 @@ class Installed:
 
 def _owned(value: Any, packages: tuple[str, ...]) -> bool:
     """A module or function (through Triton's Autotuner/Heuristics/JIT wrappers) defined by `packages`."""
+
     def mine(name: Any) -> bool:
         return isinstance(name, str) and any(name == p or name.startswith(p + ".") for p in packages)
 
@@ -262,8 +264,7 @@ class ResidentRank:
                     self.registry.receipts.note(s, "load_failed", repr(e))
             self.registry.disable()  # nothing half-installed is measured; the host restarts the engine
             raise
-        self.log.answer(nonce, "install", {"ack": ack, "packages": list(cur.packages),
-                                           **snapshot(self.registry.receipts)})
+        self.log.answer(nonce, "install", {"ack": ack, "packages": list(cur.packages), **snapshot(self.registry.receipts)})
 
     def remove(self, nonce: str) -> None:
         check_nonce(nonce)
@@ -292,21 +293,37 @@ class ResidentRank:
         if torch.cuda.is_available():  # the allocator's blocks it cached go back: the next one starts as
             torch.cuda.empty_cache()  # a fresh engine would (its warm-up windows allocate again)
         self.gone += cur.refs
-        self.log.answer(nonce, "remove", {"ack": ack, "purged": purged, "collected": collected, "interpreted": forgotten,
-                                          "s": round(time.perf_counter() - t0, 4), "left": self.leftovers(),
-                                          "counts_before": before["counts"]})
+        self.log.answer(
+            nonce,
+            "remove",
+            {
+                "ack": ack,
+                "purged": purged,
+                "collected": collected,
+                "interpreted": forgotten,
+                "s": round(time.perf_counter() - t0, 4),
+                "left": self.leftovers(),
+                "counts_before": before["counts"],
+            },
+        )
 
     def leftovers(self) -> dict[str, Any]:
         """What of any contribution this process still holds (all empty after a clean removal)."""
         reg = self.registry
-        return {"modules": sorted(n for n in sys.modules if n.startswith(PREFIX)),
-                "alive": sorted({name for name, ref in self.gone if ref() is not None}),
-                "frames": contribution_frames(),
-                "sys_path": [p for p in sys.path if self.trees and p.startswith(self.trees)],
-                "fds": fds_under(self.trees),
-                "registry": {"enabled": reg.enabled, "route": reg.route,
-                             "candidates": sum(len(v) for v in reg.candidates.values())},
-                "watched": len(WATCH.copies), "installed": self.current is not None}
+        return {
+            "modules": sorted(n for n in sys.modules if n.startswith(PREFIX)),
+            "alive": sorted({name for name, ref in self.gone if ref() is not None}),
+            "frames": contribution_frames(),
+            "sys_path": [p for p in sys.path if self.trees and p.startswith(self.trees)],
+            "fds": fds_under(self.trees),
+            "registry": {
+                "enabled": reg.enabled,
+                "route": reg.route,
+                "candidates": sum(len(v) for v in reg.candidates.values()),
+            },
+            "watched": len(WATCH.copies),
+            "installed": self.current is not None,
+        }
 
     def state(self, nonce: str) -> None:
         check_nonce(nonce)
@@ -318,9 +335,18 @@ class ResidentRank:
         digest, n = weights_digest(getattr(self.runner, "model", None))
         # advisory, not judged: SGLang may allocate lazily in later windows (to be read on the H200)
         allocated = torch.cuda.memory_allocated() if torch.cuda.is_available() else None
-        self.log.answer(nonce, "state", {"digest": digest, "tensors": n, "digest_s": round(time.perf_counter() - t0, 4),
-                                         "left": self.leftovers(), "installs": self.installs,
-                                         "cuda_allocated": allocated})
+        self.log.answer(
+            nonce,
+            "state",
+            {
+                "digest": digest,
+                "tensors": n,
+                "digest_s": round(time.perf_counter() - t0, 4),
+                "left": self.leftovers(),
+                "installs": self.installs,
+                "cuda_allocated": allocated,
+            },
+        )
 
 
 def _libs() -> dict[str, Any]:

@@ -114,10 +114,15 @@ def set_route(model_runner: Any, route: str, epoch: int, registry: Registry = RE
         raise
     after = _fired(registry)
     delta = {slot: after.get(slot, 0) - before.get(slot, 0) for slot in sorted(set(after) | set(before))}
-    ack = {"epoch": int(epoch), "route": route, "graphs": graphs, "fired_during_capture": delta,
-           "hooks_restored": restored,  # > 0: bindings put back to SGLang's own; < 0: hooks re-applied
-           # routed calls at capture the candidate did not take, by reason (seams/receipts.py)
-           "declined_during_capture": _delta_declines(declined_before, _declined(registry))}
+    ack = {
+        "epoch": int(epoch),
+        "route": route,
+        "graphs": graphs,
+        "fired_during_capture": delta,
+        "hooks_restored": restored,  # > 0: bindings put back to SGLang's own; < 0: hooks re-applied
+        # routed calls at capture the candidate did not take, by reason (seams/receipts.py)
+        "declined_during_capture": _delta_declines(declined_before, _declined(registry)),
+    }
     if registry.receipts is not None:
         registry.receipts.ack_route(ack)
     return ack
@@ -136,7 +141,15 @@ def attach(scheduler: Any, registry: Registry = REGISTRY, rank: int = 0, directo
         check_nonce(nonce)
         before = snapshot(registry.receipts)  # what the OLD route left: its static-input changes are its own
         ack = set_route(scheduler.tp_worker.model_runner, route, epoch, registry)
-        log.answer(nonce, "route", {"ack": ack, "counts_before": before["counts"], "static_before": before["static"],
-                                    **snapshot(registry.receipts)})
+        log.answer(
+            nonce,
+            "route",
+            {
+                "ack": ack,
+                "counts_before": before["counts"],
+                "static_before": before["static"],
+                **snapshot(registry.receipts),
+            },
+        )
 
     setattr(scheduler, RPC_METHOD, cacheon_route)

@@ -12,9 +12,9 @@ sglang_chokepoints.md §12 on by-value bindings and construction-time capture).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
 
 from cacheon_subnet.pins import SGLANG_PIN
 
@@ -71,16 +71,33 @@ SEAM_ADAPTERS: tuple[SeamAdapter, ...] = (
         patch_points=("sglang.jit_kernel.rope:apply_rope_with_cos_sin_cache_inplace",),
         install="seams.adapters.rope:hooks",
         reason="JIT rope entry; bound by value in rotary_embedding/base.py:38 (HookRegistry propagation "
-               "rebinds it there), called by RotaryEmbedding.forward_cuda (base.py:348-362)",
+        "rebinds it there), called by RotaryEmbedding.forward_cuda (base.py:348-362)",
     ),
     SeamAdapter(
         binding="attention",
         slots=("attention.decode",),
         module="sglang.srt.layers.attention.triton_ops.decode_attention",
         symbol="decode_attention_fwd",
-        params=("q", "k_buffer", "v_buffer", "o", "kv_indptr", "kv_indices", "attn_logits", "attn_lse",
-                "num_kv_splits", "max_kv_splits", "sm_scale", "k_scale", "v_scale", "logit_cap", "sinks",
-                "xai_temperature_len", "has_mla", "use_pdl"),
+        params=(
+            "q",
+            "k_buffer",
+            "v_buffer",
+            "o",
+            "kv_indptr",
+            "kv_indices",
+            "attn_logits",
+            "attn_lse",
+            "num_kv_splits",
+            "max_kv_splits",
+            "sm_scale",
+            "k_scale",
+            "v_scale",
+            "logit_cap",
+            "sinks",
+            "xai_temperature_len",
+            "has_mla",
+            "use_pdl",
+        ),
         patch_points=("sglang.srt.layers.attention.triton_ops.decode_attention:decode_attention_fwd",),
         install="seams.adapters.attention:hooks",
         reason="triton backend decode; imported lazily by TritonAttnBackend.__init__ (triton_backend.py:99-116)",
@@ -101,9 +118,27 @@ SEAM_ADAPTERS: tuple[SeamAdapter, ...] = (
         slots=("moe.fused_experts",),
         module="sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe",
         symbol="fused_experts",
-        params=("hidden_states", "w1", "w2", "topk_output", "moe_runner_config", "b1", "b2", "use_fp8_w8a8",
-                "use_int8_w8a8", "use_int8_w8a16", "use_int4_w4a16", "per_channel_quant", "w1_scale",
-                "w2_scale", "w1_zp", "w2_zp", "a1_scale", "a2_scale", "block_shape"),
+        params=(
+            "hidden_states",
+            "w1",
+            "w2",
+            "topk_output",
+            "moe_runner_config",
+            "b1",
+            "b2",
+            "use_fp8_w8a8",
+            "use_int8_w8a8",
+            "use_int8_w8a16",
+            "use_int4_w4a16",
+            "per_channel_quant",
+            "w1_scale",
+            "w2_scale",
+            "w1_zp",
+            "w2_zp",
+            "a1_scale",
+            "a2_scale",
+            "block_shape",
+        ),
         patch_points=("sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe:fused_experts",),
         install="seams.adapters.moe:experts_hooks",
         reason="unquantised Triton MoE; looked up at call time by fused_experts_none_to_triton (triton.py:139-150)",
@@ -119,29 +154,40 @@ SEAM_ADAPTERS: tuple[SeamAdapter, ...] = (
         patch_points=("sglang.srt.distributed.parallel_state:GroupCoordinator.all_reduce",),
         install="seams.adapters.collective:all_reduce_hooks",
         reason="every TP all-reduce (row-parallel outputs, vocab-parallel embedding) via "
-               "tensor_model_parallel_all_reduce (communication_op.py:18) -> parallel_state.py:573",
+        "tensor_model_parallel_all_reduce (communication_op.py:18) -> parallel_state.py:573",
     ),
     SeamAdapter(
         binding="collective_ar_rmsnorm",
         slots=("collective.ar_residual_rmsnorm",),
         module="sglang.srt.layers.flashinfer_comm_fusion",
         symbol="flashinfer_allreduce_residual_rmsnorm",
-        params=("input_tensor", "residual", "weight", "eps", "max_token_num", "use_oneshot",
-                "trigger_completion_at_end", "fp32_acc", "use_attn_tp_group"),
+        params=(
+            "input_tensor",
+            "residual",
+            "weight",
+            "eps",
+            "max_token_num",
+            "use_oneshot",
+            "trigger_completion_at_end",
+            "fp32_acc",
+            "use_attn_tp_group",
+        ),
         patch_points=("sglang.srt.layers.flashinfer_comm_fusion:flashinfer_allreduce_residual_rmsnorm",),
         install="seams.adapters.collective:ar_rmsnorm_hooks",
         reason="fused AR+residual+RMSNorm (flashinfer_comm_fusion.py:614); imported at call time by "
-               "_forward_with_allreduce_fusion (layernorm.py:157-188) when the flashinfer fusion is on",
+        "_forward_with_allreduce_fusion (layernorm.py:157-188) when the flashinfer fusion is on",
     ),
 )
 
 # Entry points the seam relies on (released plugin interface + the one internal hook).
 PLUGIN_GROUP = "sglang.srt.plugins"
-HOOK_TARGETS: Mapping[str, str] = MappingProxyType({
-    "sglang.srt.plugins.hook_registry:HookRegistry.register": "released hook registry used to install the scheduler gate",
-    "sglang.srt.managers.scheduler:Scheduler.__init__": "internal: AROUND hook = positive scheduler-rank identification; "
-    "the model is built inside it, after plugins load (no released per-role callback exists in 0.5.13.post1)",
-})
+HOOK_TARGETS: Mapping[str, str] = MappingProxyType(
+    {
+        "sglang.srt.plugins.hook_registry:HookRegistry.register": "released hook registry used to install the scheduler gate",
+        "sglang.srt.managers.scheduler:Scheduler.__init__": "internal: AROUND hook = positive scheduler-rank identification; "
+        "the model is built inside it, after plugins load (no released per-role callback exists in 0.5.13.post1)",
+    }
+)
 
 BINDINGS: tuple[str, ...] = tuple(sorted({a.binding for a in SEAM_ADAPTERS}))
 PINNED = SGLANG_PIN

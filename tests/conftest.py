@@ -36,9 +36,17 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 if "torch" in sys.modules:  # imported before this file (a plugin): the env var came too late for it
     sys.modules["torch"].set_num_threads(1)
 
-HEAVY_FIRST = ("tests/test_demo.py", "tests/arena/test_gpu_scripts.py", "tests/test_readme_flow.py",
-               "tests/slots/test_moe.py", "tests/arena/test_gpu_e2e.py", "tests/test_verify_multirank.py",
-               "tests/arena/test_arena_e2e.py", "tests/miner/test_miner_cli.py", "tests/validator/test_restart.py")
+HEAVY_FIRST = (
+    "tests/test_demo.py",
+    "tests/arena/test_gpu_scripts.py",
+    "tests/test_readme_flow.py",
+    "tests/slots/test_moe.py",
+    "tests/arena/test_gpu_e2e.py",
+    "tests/test_verify_multirank.py",
+    "tests/arena/test_arena_e2e.py",
+    "tests/miner/test_miner_cli.py",
+    "tests/validator/test_restart.py",
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

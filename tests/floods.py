@@ -231,8 +231,11 @@ def web_child(marker: str) -> int | None:
             argv = (p / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"cacheon_subnet.validator.web.child" in argv and any(marker.encode() in a for a in argv) \
-                and not argv[0].endswith(b"bwrap"):
+        if (
+            b"cacheon_subnet.validator.web.child" in argv
+            and any(marker.encode() in a for a in argv)
+            and not argv[0].endswith(b"bwrap")
+        ):
             return int(p.name)
     return None
 

@@ -45,7 +45,7 @@ def _gz(path: Path, *pieces: bytes | tuple[int, int]) -> Path:
                 n, fill = p
                 block = bytes([fill]) * MiB
                 while n > 0:
-                    f.write(z.compress(block[:min(n, MiB)]))
+                    f.write(z.compress(block[: min(n, MiB)]))
                     n -= MiB
             else:
                 f.write(z.compress(p))
@@ -62,9 +62,15 @@ def _rule(path: Path, limits: Limits | None = None) -> str:
     return e.value.rule
 
 
-@pytest.mark.parametrize("kind, fmt", [(tarfile.XHDTYPE, tarfile.USTAR_FORMAT), (tarfile.XGLTYPE, tarfile.USTAR_FORMAT),
-                                       (tarfile.GNUTYPE_LONGNAME, tarfile.GNU_FORMAT),
-                                       (tarfile.GNUTYPE_LONGLINK, tarfile.GNU_FORMAT)])
+@pytest.mark.parametrize(
+    "kind, fmt",
+    [
+        (tarfile.XHDTYPE, tarfile.USTAR_FORMAT),
+        (tarfile.XGLTYPE, tarfile.USTAR_FORMAT),
+        (tarfile.GNUTYPE_LONGNAME, tarfile.GNU_FORMAT),
+        (tarfile.GNUTYPE_LONGLINK, tarfile.GNU_FORMAT),
+    ],
+)
 def test_metadata_header_of_512_mib_is_refused_before_it_is_read(tmp_path, kind, fmt):
     # Claims 512 MiB; only 1 MiB is present, so without the pre-scan tarfile would read it and
     # fail as "archive-corrupt" (and with the bytes present, hold all of them).
@@ -76,8 +82,12 @@ def test_metadata_header_of_512_mib_is_refused_before_it_is_read(tmp_path, kind,
 def pax_bomb(tmp_path_factory) -> Path:
     """A PAX header whose 48 MiB payload is really there (about 50 KiB compressed)."""
     tmp = tmp_path_factory.mktemp("bomb")
-    return _gz(tmp / "pax.tar.gz", _header("././@PaxHeader", 48 * MiB, tarfile.XHDTYPE), (48 * MiB, 0x61),
-               _member("manifest.toml", MANIFEST))
+    return _gz(
+        tmp / "pax.tar.gz",
+        _header("././@PaxHeader", 48 * MiB, tarfile.XHDTYPE),
+        (48 * MiB, 0x61),
+        _member("manifest.toml", MANIFEST),
+    )
 
 
 def _peak(fn) -> int:
@@ -124,8 +134,11 @@ def test_worst_case_memory_of_an_allowed_archive_is_the_unpacked_limit(tmp_path)
     lim = Limits(unpacked_bytes=6 * MiB, file_bytes=2 * MiB, members=64)
     text = random.Random(0).randbytes(MiB).hex().encode()[: 2 * MiB - 1]  # text that does not compress away
     parts = [_member("manifest.toml", MANIFEST)] + [_member(f"k{i}.txt", text) for i in range(2)]
-    parts += [_member(n, (EXAMPLES / "norm.rmsnorm" / n).read_bytes())
-              for n in ("kernel.py",) if (EXAMPLES / "norm.rmsnorm" / n).is_file()]
+    parts += [
+        _member(n, (EXAMPLES / "norm.rmsnorm" / n).read_bytes())
+        for n in ("kernel.py",)
+        if (EXAMPLES / "norm.rmsnorm" / n).is_file()
+    ]
     arc = _gz(tmp_path / "big.tar.gz", *parts)
     try:
         load_bundle(arc, lim)
@@ -144,8 +157,12 @@ def _safe_load(arc: Path, lim: Limits) -> None:
 
 
 def test_compression_ratio_bomb_is_refused(tmp_path):
-    arc = _gz(tmp_path / "ratio.tar.gz", _member("manifest.toml", MANIFEST),
-              _header("big.txt", 15 * MiB, tarfile.REGTYPE), (15 * MiB, 0x61))
+    arc = _gz(
+        tmp_path / "ratio.tar.gz",
+        _member("manifest.toml", MANIFEST),
+        _header("big.txt", 15 * MiB, tarfile.REGTYPE),
+        (15 * MiB, 0x61),
+    )
     assert _rule(arc) == "archive-ratio"
 
 
@@ -157,8 +174,11 @@ def test_entry_count_counts_dirs_and_metadata(tmp_path):
 
 
 def test_sparse_members_are_refused(tmp_path):
-    arc = _gz(tmp_path / "sparse.tar.gz", _member("manifest.toml", MANIFEST),
-              _header("s.txt", 0, tarfile.GNUTYPE_SPARSE, tarfile.GNU_FORMAT))
+    arc = _gz(
+        tmp_path / "sparse.tar.gz",
+        _member("manifest.toml", MANIFEST),
+        _header("s.txt", 0, tarfile.GNUTYPE_SPARSE, tarfile.GNU_FORMAT),
+    )
     assert _rule(arc) == "special-file"
 
 
@@ -169,8 +189,12 @@ def test_pax_size_record_overrides_the_header_for_the_scan(tmp_path):
     while len(str(n)) + len(body) != n:
         n = len(str(n)) + len(body)
     payload = str(n).encode() + body
-    arc = _gz(tmp_path / "paxsize.tar.gz", _header("././@PaxHeader", len(payload), tarfile.XHDTYPE),
-              payload + bytes(-len(payload) % 512), _header("big.txt", 0, tarfile.REGTYPE))
+    arc = _gz(
+        tmp_path / "paxsize.tar.gz",
+        _header("././@PaxHeader", len(payload), tarfile.XHDTYPE),
+        payload + bytes(-len(payload) % 512),
+        _header("big.txt", 0, tarfile.REGTYPE),
+    )
     assert _rule(arc) == "file-too-large"
 
 
@@ -209,8 +233,10 @@ def test_metadata_headers_together_over_the_total_are_refused(tmp_path):
     lim = Limits()
     rng = random.Random(1)  # text that does not compress away (else the ratio rule answers first)
     n = lim.meta_bytes // lim.header_bytes + 2
-    recs = [_pax_record(b"comment", rng.randbytes(lim.header_bytes // 2).hex().encode()[: lim.header_bytes - 100])
-            for _ in range(n)]
+    recs = [
+        _pax_record(b"comment", rng.randbytes(lim.header_bytes // 2).hex().encode()[: lim.header_bytes - 100])
+        for _ in range(n)
+    ]
     parts = [_member("manifest.toml", MANIFEST)]
     parts += [_pax(rec) + _member(f"f{i}.txt", b"x") for i, rec in enumerate(recs)]
     arc = _gz(tmp_path / "many.tar.gz", *parts)

@@ -17,8 +17,9 @@ import auto_update  # noqa: E402
 
 
 def git(d: Path, *a: str) -> str:
-    return subprocess.run(["git", "-C", str(d), "-c", "user.email=t@t", "-c", "user.name=t", *a],
-                          capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["git", "-C", str(d), "-c", "user.email=t@t", "-c", "user.name=t", *a], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def release(d: Path, version: str, tag: bool = True) -> None:
@@ -41,11 +42,25 @@ def repos(tmp_path):
 
 def run(deployed: Path, tmp: Path, *extra: str) -> dict:
     marks = tmp / "marks"
-    cmd = [sys.executable, str(REPO / "scripts" / "auto_update.py"), "--repo", str(deployed), "--once",
-           "--install-cmd", f"touch {marks}-install", "--restart-cmd", f"touch {marks}-restart", *extra]
+    cmd = [
+        sys.executable,
+        str(REPO / "scripts" / "auto_update.py"),
+        "--repo",
+        str(deployed),
+        "--once",
+        "--install-cmd",
+        f"touch {marks}-install",
+        "--restart-cmd",
+        f"touch {marks}-restart",
+        *extra,
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    return {**json.loads(r.stdout.strip().splitlines()[-1]), "rc": r.returncode,
-            "installed": Path(f"{marks}-install").exists(), "restarted": Path(f"{marks}-restart").exists()}
+    return {
+        **json.loads(r.stdout.strip().splitlines()[-1]),
+        "rc": r.returncode,
+        "installed": Path(f"{marks}-install").exists(),
+        "restarted": Path(f"{marks}-restart").exists(),
+    }
 
 
 def test_newest_release_only_moves_forward():

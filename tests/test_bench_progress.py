@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import torch
+from conftest import EXAMPLES, REPO
 
 from cacheon_subnet import bench, progress
 from cacheon_subnet.bench_timing import build_args, device_inputs, reference_kernel, run_bench_request, warm_stock
@@ -20,19 +21,34 @@ from cacheon_subnet.slots.spec import dtype_of
 from cacheon_subnet.verify import wire
 from cacheon_subnet.verify.client import WorkerClient, WorkerConfig
 
-from conftest import EXAMPLES, REPO
-
-BENCH = ["bench", str(EXAMPLES / "norm.rmsnorm"), "--device", "cpu", "--tier", "verify", "--budget", "0.05",
-         "--max-cases", "1", "--json"]
-PHASES = ("bench: starting the sandboxed worker on cpu", "bench: worker ready after",
-          "bench [1/1] norm.rmsnorm/default", ": timing (about 0.05 s a side)", "re-checking against the reference",
-          "re-check ok (")
+BENCH = [
+    "bench",
+    str(EXAMPLES / "norm.rmsnorm"),
+    "--device",
+    "cpu",
+    "--tier",
+    "verify",
+    "--budget",
+    "0.05",
+    "--max-cases",
+    "1",
+    "--json",
+]
+PHASES = (
+    "bench: starting the sandboxed worker on cpu",
+    "bench: worker ready after",
+    "bench [1/1] norm.rmsnorm/default",
+    ": timing (about 0.05 s a side)",
+    "re-checking against the reference",
+    "re-check ok (",
+)
 
 
 def _cacheon(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != progress.ENV}
-    return subprocess.run([sys.executable, "-m", "cacheon_subnet.cli", *args], capture_output=True, text=True,
-                          timeout=300, cwd=REPO, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "cacheon_subnet.cli", *args], capture_output=True, text=True, timeout=300, cwd=REPO, env=env
+    )
 
 
 def test_bench_prints_each_phase_on_stderr_off_a_terminal_and_nothing_with_quiet():
@@ -60,8 +76,10 @@ def test_note_follows_the_quiet_switch_alone(monkeypatch, capsys):
 def test_warm_up_frames_are_shown_with_the_hosts_own_labels_and_bad_counters_are_dropped(monkeypatch):
     shown = []
     monkeypatch.setattr(progress, "note", shown.append)
-    warm = (("attention.decode", "bfloat16", {"label": "qwen3-0.6b/decode-bs256-ctx1088"}),
-            ("attention.decode", "bfloat16", {"label": "qwen3-0.6b/decode-bs1-ctx1088"}))
+    warm = (
+        ("attention.decode", "bfloat16", {"label": "qwen3-0.6b/decode-bs256-ctx1088"}),
+        ("attention.decode", "bfloat16", {"label": "qwen3-0.6b/decode-bs1-ctx1088"}),
+    )
     show = bench._warm_progress(warm, 0.0)
     for frame in ({"done": 2, "total": 2}, {"done": 3}, {"done": 0}, {"done": "1\x1b[2J"}, {}):
         show(frame)
@@ -87,12 +105,21 @@ def test_warm_stock_reports_each_call_that_reached_a_stock_kernel(monkeypatch):
     import seams.stock
 
     calls = []
-    monkeypatch.setattr(seams.stock, "stock_kernel", lambda slot: (lambda **kw: calls.append(slot), "fake")
-                        if slot == "norm.rmsnorm" else (None, "none"))
+    monkeypatch.setattr(
+        seams.stock,
+        "stock_kernel",
+        lambda slot: (lambda **kw: calls.append(slot), "fake") if slot == "norm.rmsnorm" else (None, "none"),
+    )
     case = get_slot("norm.rmsnorm").cases("verify")[0].to_json()
     done: list[int] = []
-    failed = warm_stock([{"slot": "moe.topk_softmax", "dtype": "float32", "case": case},
-                         {"slot": "norm.rmsnorm", "dtype": "float32", "case": case}], torch.device("cpu"), done.append)
+    failed = warm_stock(
+        [
+            {"slot": "moe.topk_softmax", "dtype": "float32", "case": case},
+            {"slot": "norm.rmsnorm", "dtype": "float32", "case": case},
+        ],
+        torch.device("cpu"),
+        done.append,
+    )
     assert calls == ["norm.rmsnorm"] and done == [2] and len(failed) == 1
 
 
@@ -114,8 +141,15 @@ def test_the_host_recheck_draws_the_inputs_the_worker_called_with():
     for slot in ("attention.decode", "norm.fused_add_rmsnorm"):  # strided q; inout args
         spec = get_slot(slot)
         case = spec.cases("verify")[-1]
-        msg = {"case": case.to_json(), "dtype": "bfloat16", "seed": 41, "budget_s": 0.01, "target_rel_err": 1.0,
-               "min_iters": 1, "stock": False}
+        msg = {
+            "case": case.to_json(),
+            "dtype": "bfloat16",
+            "seed": 41,
+            "budget_s": 0.01,
+            "target_rel_err": 1.0,
+            "min_iters": 1,
+            "stock": False,
+        }
         reply, tensors = run_bench_request(spec, reference_kernel(spec), msg, torch.device("cpu"))
         assert reply["ok"] and set(tensors) == {f"out.{a.name}" for a in spec.args if a.written}
         got = {k[4:]: v for k, v in tensors.items()}
@@ -143,8 +177,10 @@ def test_two_processes_draw_the_same_inputs_on_the_bench_device():
     at the bench tier's sizes)."""
     runs = [("cpu", "verify")] + ([("cuda", "bench")] if torch.cuda.is_available() else [])
     for dev, tier in runs:
-        outs = [subprocess.run([sys.executable, "-c", DIGESTS, dev, tier], capture_output=True, text=True, timeout=300,
-                               cwd=REPO) for _ in range(2)]
+        outs = [
+            subprocess.run([sys.executable, "-c", DIGESTS, dev, tier], capture_output=True, text=True, timeout=300, cwd=REPO)
+            for _ in range(2)
+        ]
         assert all(p.returncode == 0 for p in outs), outs[0].stderr[-2000:]
         lines = outs[0].stdout.splitlines()
         assert len(lines) >= 10 and all(f":{dev}:" in ln for ln in lines), outs[0].stdout[-2000:]

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 
-from cacheon_subnet.verify.client import WorkerConfig, WorkerClient
+from cacheon_subnet.verify.client import WorkerClient, WorkerConfig
 
 SCRIPT = textwrap.dedent("""
     import ctypes, ctypes.util, os, sys, tempfile
@@ -112,8 +112,10 @@ JIT_SCRIPT = textwrap.dedent("""
 def test_a_warmed_jit_stock_kernel_needs_no_compiler_under_the_guard_and_a_cold_one_is_refused():
     """The H200 bench failed every row on `nvcc` under the armed guard (2026-12-02): the warm-up
     runs each stock kernel once per timed case before arming. Without it, the same call is refused."""
-    runs = {m: subprocess.run([sys.executable, "-c", JIT_SCRIPT, m], capture_output=True, text=True, timeout=180)
-            for m in ("warm", "cold")}
+    runs = {
+        m: subprocess.run([sys.executable, "-c", JIT_SCRIPT, m], capture_output=True, text=True, timeout=180)
+        for m in ("warm", "cold")
+    }
     for m, p in runs.items():
         assert p.returncode == 0, (m, p.stderr[-2000:])
     assert "failed []" in runs["warm"].stdout and "timed-call ok" in runs["warm"].stdout, runs["warm"].stdout

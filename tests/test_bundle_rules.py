@@ -6,11 +6,10 @@ import os
 import tarfile
 
 import pytest
+from conftest import MANIFEST
 
 from cacheon_subnet.bundle import Limits, load_bundle, pack
 from cacheon_subnet.errors import BundleError
-
-from conftest import MANIFEST
 
 KERNEL = "def rmsnorm(x, weight, out, eps):\n    out.copy_(x)\n"
 
@@ -36,11 +35,18 @@ def test_valid_directory_loads(make_bundle):
     assert set(b.files) == {"manifest.toml", "kernel.py"} and len(b.digest) == 64
 
 
-@pytest.mark.parametrize("name,rule", [
-    ("evil.so", "file-type"), ("x.pyc", "file-type"), ("hook.pth", "file-type"),
-    ("sitecustomize.py", "file-name"), ("conftest.py", "file-name"), (".hidden.py", "path-chars"),
-    ("a b.py", "path-chars"),
-])
+@pytest.mark.parametrize(
+    "name,rule",
+    [
+        ("evil.so", "file-type"),
+        ("x.pyc", "file-type"),
+        ("hook.pth", "file-type"),
+        ("sitecustomize.py", "file-name"),
+        ("conftest.py", "file-name"),
+        (".hidden.py", "path-chars"),
+        ("a b.py", "path-chars"),
+    ],
+)
 def test_disallowed_files(make_bundle, name, rule):
     root = make_bundle({"manifest.toml": MANIFEST, "kernel.py": KERNEL, name: "x = 1\n"})
     with pytest.raises(BundleError) as e:
@@ -91,27 +97,45 @@ def test_limits_members_file_and_total(make_bundle):
     assert _rule(e) == "unpacked-too-large"
 
 
-@pytest.mark.parametrize("name,rule", [
-    ("/abs/kernel.py", "path-absolute"), ("../escape.py", "path-parent"), ("a/../../b.py", "path-parent"),
-    ("a\\b.py", "path-backslash"),
-    ("pkg\n/x.py", "path-chars"),  # red team: `^...$` matched before a trailing newline
-])
+@pytest.mark.parametrize(
+    "name,rule",
+    [
+        ("/abs/kernel.py", "path-absolute"),
+        ("../escape.py", "path-parent"),
+        ("a/../../b.py", "path-parent"),
+        ("a\\b.py", "path-backslash"),
+        ("pkg\n/x.py", "path-chars"),  # red team: `^...$` matched before a trailing newline
+    ],
+)
 def test_archive_path_rules(tmp_path, name, rule):
-    arc = _tar(tmp_path / "b.tar.gz", [({"name": "manifest.toml"}, MANIFEST.encode()),
-                                         ({"name": "kernel.py"}, KERNEL.encode()), ({"name": name}, b"x=1\n")])
+    arc = _tar(
+        tmp_path / "b.tar.gz",
+        [
+            ({"name": "manifest.toml"}, MANIFEST.encode()),
+            ({"name": "kernel.py"}, KERNEL.encode()),
+            ({"name": name}, b"x=1\n"),
+        ],
+    )
     with pytest.raises(BundleError) as e:
         load_bundle(arc)
     assert _rule(e) == rule
     assert not (tmp_path / "escape.py").exists() and not (tmp_path.parent / "escape.py").exists()
 
 
-@pytest.mark.parametrize("kind,rule", [
-    (tarfile.SYMTYPE, "symlink"), (tarfile.LNKTYPE, "hardlink"), (tarfile.CHRTYPE, "special-file"),
-    (tarfile.FIFOTYPE, "special-file"),
-])
+@pytest.mark.parametrize(
+    "kind,rule",
+    [
+        (tarfile.SYMTYPE, "symlink"),
+        (tarfile.LNKTYPE, "hardlink"),
+        (tarfile.CHRTYPE, "special-file"),
+        (tarfile.FIFOTYPE, "special-file"),
+    ],
+)
 def test_archive_member_types(tmp_path, kind, rule):
-    arc = _tar(tmp_path / "b.tar.gz", [({"name": "manifest.toml"}, MANIFEST.encode()),
-                                         ({"name": "x.py", "type": kind, "linkname": "/etc/passwd"}, b"")])
+    arc = _tar(
+        tmp_path / "b.tar.gz",
+        [({"name": "manifest.toml"}, MANIFEST.encode()), ({"name": "x.py", "type": kind, "linkname": "/etc/passwd"}, b"")],
+    )
     with pytest.raises(BundleError) as e:
         load_bundle(arc)
     assert _rule(e) == rule and "x.py" in str(e.value)
@@ -119,8 +143,9 @@ def test_archive_member_types(tmp_path, kind, rule):
 
 def test_archive_size_and_bomb(tmp_path):
     # A highly compressible member far over the per-file limit is stopped while streaming.
-    arc = _tar(tmp_path / "bomb.tar.gz", [({"name": "manifest.toml"}, MANIFEST.encode()),
-                                            ({"name": "big.txt"}, b"a" * (3 << 20))])
+    arc = _tar(
+        tmp_path / "bomb.tar.gz", [({"name": "manifest.toml"}, MANIFEST.encode()), ({"name": "big.txt"}, b"a" * (3 << 20))]
+    )
     assert arc.stat().st_size < 100_000
     with pytest.raises(BundleError) as e:
         load_bundle(arc, Limits(file_bytes=1 << 20))
@@ -139,8 +164,14 @@ def test_corrupt_archive(tmp_path):
 
 
 def test_case_collision_in_archive(tmp_path):
-    arc = _tar(tmp_path / "b.tar.gz", [({"name": "manifest.toml"}, MANIFEST.encode()),
-                                         ({"name": "kernel.py"}, KERNEL.encode()), ({"name": "Kernel.py"}, b"x=1\n")])
+    arc = _tar(
+        tmp_path / "b.tar.gz",
+        [
+            ({"name": "manifest.toml"}, MANIFEST.encode()),
+            ({"name": "kernel.py"}, KERNEL.encode()),
+            ({"name": "Kernel.py"}, b"x=1\n"),
+        ],
+    )
     with pytest.raises(BundleError) as e:
         load_bundle(arc)
     assert _rule(e) == "case-collision"

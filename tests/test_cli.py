@@ -6,15 +6,15 @@ import sys
 import tarfile
 
 import pytest
+from conftest import CONTROLS, EXAMPLES, REPO
 
 from cacheon_subnet.slots import all_slots
 
-from conftest import CONTROLS, EXAMPLES, REPO
-
 
 def cacheon(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cacheon_subnet.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "cacheon_subnet.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )
 
 
 def test_slots_json_lists_catalog_with_signatures():
@@ -109,8 +109,18 @@ def test_miner_init_unknown_slot():
 
 
 def test_bench_against_an_arena_times_the_window_sizes_first():
-    r = cacheon("bench", str(EXAMPLES / "demo" / "cpu_rmsnorm"), "--device", "cpu", "--arena",
-                str(REPO / "configs/arena/dense.toml"), "--budget", "0.05", "--max-cases", "2")
+    r = cacheon(
+        "bench",
+        str(EXAMPLES / "demo" / "cpu_rmsnorm"),
+        "--device",
+        "cpu",
+        "--arena",
+        str(REPO / "configs/arena/dense.toml"),
+        "--budget",
+        "0.05",
+        "--max-cases",
+        "2",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "its timed window runs decode bs 256, prefill 16384 tokens" in r.stdout
     rows = [ln for ln in r.stdout.splitlines() if ln.startswith("norm.rmsnorm/default")]
@@ -120,16 +130,29 @@ def test_bench_against_an_arena_times_the_window_sizes_first():
     notes = r.stderr.splitlines()
     assert any(n.startswith("bench: starting the sandboxed worker on cpu") for n in notes), r.stderr[-1500:]
     assert any("worker ready" in n for n in notes)
-    assert any("[1/2]" in n and "decode-bs256" in n for n in notes) and any("[2/2]" in n and "prefill-16384" in n
-                                                                          for n in notes), notes
-    q = cacheon("--quiet", "bench", str(EXAMPLES / "demo" / "cpu_rmsnorm"), "--device", "cpu", "--budget", "0.05",
-                "--max-cases", "1")
+    assert any("[1/2]" in n and "decode-bs256" in n for n in notes) and any(
+        "[2/2]" in n and "prefill-16384" in n for n in notes
+    ), notes
+    q = cacheon(
+        "--quiet", "bench", str(EXAMPLES / "demo" / "cpu_rmsnorm"), "--device", "cpu", "--budget", "0.05", "--max-cases", "1"
+    )
     assert q.returncode == 0 and "bench: starting" not in q.stderr and "[1/1]" not in q.stderr, q.stderr[-800:]
 
 
 def test_bench_on_cpu_reports_rows(tmp_path):
-    r = cacheon("bench", str(EXAMPLES / "norm.rmsnorm"), "--device", "cpu", "--tier", "verify", "--budget", "0.2",
-                "--max-cases", "1", "--json")
+    r = cacheon(
+        "bench",
+        str(EXAMPLES / "norm.rmsnorm"),
+        "--device",
+        "cpu",
+        "--tier",
+        "verify",
+        "--budget",
+        "0.2",
+        "--max-cases",
+        "1",
+        "--json",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     data = json.loads(r.stdout)
     (row,) = data["rows"]
@@ -138,7 +161,18 @@ def test_bench_on_cpu_reports_rows(tmp_path):
 
 
 def test_bench_recheck_catches_wrong_kernel():
-    r = cacheon("bench", str(CONTROLS / "wrong_math"), "--device", "cpu", "--tier", "verify", "--budget", "0.2",
-                "--max-cases", "1", "--json")
+    r = cacheon(
+        "bench",
+        str(CONTROLS / "wrong_math"),
+        "--device",
+        "cpu",
+        "--tier",
+        "verify",
+        "--budget",
+        "0.2",
+        "--max-cases",
+        "1",
+        "--json",
+    )
     assert r.returncode == 1
     assert json.loads(r.stdout)["rows"][0]["recheck"] == "FAIL mismatch"

@@ -3,19 +3,29 @@
 import subprocess
 import sys
 
+from conftest import REPO
+
 from cacheon_subnet.chain.local import LocalChain
 from cacheon_subnet.validator.status import collect
 
-from conftest import REPO
-
-EXPECTED_REASON = {"miner-wrong": "mismatch", "miner-partial": "partial_write", "miner-sync": "host_sync",
-                   "miner-policy": "P001", "miner-copycat": "duplicate of"}
+EXPECTED_REASON = {
+    "miner-wrong": "mismatch",
+    "miner-partial": "partial_write",
+    "miner-sync": "host_sync",
+    "miner-policy": "P001",
+    "miner-copycat": "duplicate of",
+}
 
 
 def test_demo_crowns_the_faithful_fast_bundle_and_publishes(tmp_path):
     state = tmp_path / "demo"
-    r = subprocess.run([sys.executable, "-m", "cacheon_subnet.cli", "demo", "--state-dir", str(state)],
-                       capture_output=True, text=True, timeout=900, cwd=REPO)
+    r = subprocess.run(
+        [sys.executable, "-m", "cacheon_subnet.cli", "demo", "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "norm.rmsnorm                   miner-fast     " in r.stdout
     assert "ok    validator-b settled the same crowns independently" in r.stdout

@@ -8,8 +8,14 @@ from cacheon_subnet.bundle import content_digest, hotkey_bound_digest, is_digest
 
 GOLDEN = [
     ({}, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
-    ({"manifest.toml": b'schema = "cacheon.bundle/1"\n'}, "00938fa7ae402a900a18a8461ba2ed84001b8b2091b15ca3aded077f8283f4a5"),
-    ({"b.py": b"x = 1\n", "a/c.py": b"", "manifest.toml": b"m"}, "5cd32cae521c32e9f709a91d94524c9926f9ba4024d31ab9a1a34d4301c9d5c2"),
+    (
+        {"manifest.toml": b'schema = "cacheon.bundle/1"\n'},
+        "00938fa7ae402a900a18a8461ba2ed84001b8b2091b15ca3aded077f8283f4a5",
+    ),
+    (
+        {"b.py": b"x = 1\n", "a/c.py": b"", "manifest.toml": b"m"},
+        "5cd32cae521c32e9f709a91d94524c9926f9ba4024d31ab9a1a34d4301c9d5c2",
+    ),
     ({"ab": b"c"}, "601d5476e2ccfe2c87a2bba7a322659734a05749d5b5aa781f513e4912db0d5f"),
     ({"a": b"bc"}, "3fafa1cf2f19a7c1129beb20cf0983f73a489a221fc0dd2f16d1be292d089205"),
 ]

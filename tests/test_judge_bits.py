@@ -21,4 +21,6 @@ def test_a_sign_of_zero_or_nan_payload_write_into_an_input_is_input_mutated():
     other_nan = nan.view(torch.int32).clone()
     other_nan[1] ^= 1
     assert same_bits(nan, nan.clone()) and not same_bits(nan, other_nan.view(torch.float32))
-    assert same_bits(torch.tensor([1, 2]), torch.tensor([1, 2])) and not same_bits(torch.tensor([1.0]), torch.tensor([1.0, 2.0]))
+    assert same_bits(torch.tensor([1, 2]), torch.tensor([1, 2])) and not same_bits(
+        torch.tensor([1.0]), torch.tensor([1.0, 2.0])
+    )

@@ -10,8 +10,14 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _ruff(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ruff", "check", "--output-format", "concise", *args],
-                          capture_output=True, text=True, cwd=cwd, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--output-format", "concise", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_the_tree_is_ruff_clean() -> None:

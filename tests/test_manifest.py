@@ -19,24 +19,35 @@ def test_minimal_manifest_defaults():
     assert op.entry == "kernel:rmsnorm"
 
 
-@pytest.mark.parametrize("text,field", [
-    ('schema = "cacheon.bundle/9"\n[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n', "schema"),
-    (_m('extra = 1\n[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n'), "extra"),
-    (_m(''), "ops"),
-    (_m('[[ops]]\nslot="norm.nope"\nentry="kernel:rmsnorm"\n'), "ops[0].slot"),
-    (_m('[[ops]]\nslot="norm.rmsnorm"\nslot_version=7\nentry="kernel:rmsnorm"\n'), "ops[0].slot"),
-    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel.rmsnorm"\n'), "ops[0].entry"),
-    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="missing:rmsnorm"\n'), "ops[0].entry"),
-    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="torch:rmsnorm"\n'), "ops[0].entry"),
-    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\ndtypes=["int8"]\n'), "ops[0].dtypes"),
-    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\ndtypes=[]\n'), "ops[0].dtypes"),
-    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\nvariant="Bad Name"\n'), "ops[0].variant"),
-    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\nbogus=1\n'), "ops[0].bogus"),
-    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n[ops.constraints]\nZ={max=4}\n'), "ops[0].constraints.Z"),
-    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n[ops.constraints]\nH={multiple_of=0}\n'), "ops[0].constraints.H.multiple_of"),
-    (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n'), "ops[1].variant"),
-    ("not toml = = =", ""),
-])
+@pytest.mark.parametrize(
+    "text,field",
+    [
+        ('schema = "cacheon.bundle/9"\n[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n', "schema"),
+        (_m('extra = 1\n[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n'), "extra"),
+        (_m(""), "ops"),
+        (_m('[[ops]]\nslot="norm.nope"\nentry="kernel:rmsnorm"\n'), "ops[0].slot"),
+        (_m('[[ops]]\nslot="norm.rmsnorm"\nslot_version=7\nentry="kernel:rmsnorm"\n'), "ops[0].slot"),
+        (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel.rmsnorm"\n'), "ops[0].entry"),
+        (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="missing:rmsnorm"\n'), "ops[0].entry"),
+        (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="torch:rmsnorm"\n'), "ops[0].entry"),
+        (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\ndtypes=["int8"]\n'), "ops[0].dtypes"),
+        (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\ndtypes=[]\n'), "ops[0].dtypes"),
+        (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\nvariant="Bad Name"\n'), "ops[0].variant"),
+        (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\nbogus=1\n'), "ops[0].bogus"),
+        (_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n[ops.constraints]\nZ={max=4}\n'), "ops[0].constraints.Z"),
+        (
+            _m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n[ops.constraints]\nH={multiple_of=0}\n'),
+            "ops[0].constraints.H.multiple_of",
+        ),
+        (
+            _m(
+                '[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n'
+            ),
+            "ops[1].variant",
+        ),
+        ("not toml = = =", ""),
+    ],
+)
 def test_manifest_errors_name_the_field(text, field):
     with pytest.raises(ManifestError) as e:
         parse_manifest(text, frozenset(OK))
@@ -45,8 +56,13 @@ def test_manifest_errors_name_the_field(text, field):
 
 
 def test_constraints_gate_eligibility():
-    m = parse_manifest(_m('[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n[ops.constraints]\n'
-                          'H={multiple_of=1024, max=4096}\nT={in=[1,7]}\n'), frozenset(OK))
+    m = parse_manifest(
+        _m(
+            '[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n[ops.constraints]\n'
+            "H={multiple_of=1024, max=4096}\nT={in=[1,7]}\n"
+        ),
+        frozenset(OK),
+    )
     op = m.ops[0]
     assert op.eligible({"T": 1, "H": 4096}) and not op.eligible({"T": 2, "H": 4096})
     assert not op.eligible({"T": 1, "H": 8192}) and not op.eligible({"T": 7, "H": 1000})

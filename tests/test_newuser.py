@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import EXAMPLES, MANIFEST, REPO
 
 from cacheon_subnet import progress
 from cacheon_subnet.demo import MINERS, VALIDATORS, check_expectations
@@ -15,14 +16,13 @@ from cacheon_subnet.owned_dir import MARKER, NotOwnedError, is_owned, mark_owned
 from cacheon_subnet.validator import status as vstatus
 from cacheon_subnet.validator.words import evidence_words, speed_words, wrap
 
-from conftest import EXAMPLES, MANIFEST, REPO
-
 CLI = [sys.executable, "-m", "cacheon_subnet.cli"]
 
 
 def cacheon(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})}
+    )
 
 
 # -- help, exit codes ----------------------------------------------------------------------------
@@ -36,10 +36,16 @@ def test_help_opens_with_a_plain_description():
 
 MISSING = "/definitely/not/here"
 USAGE_ARGVS = [
-    ["pack", MISSING], ["digest", MISSING], ["verify", MISSING], ["bench", MISSING, "--device", "cpu"],
+    ["pack", MISSING],
+    ["digest", MISSING],
+    ["verify", MISSING],
+    ["bench", MISSING, "--device", "cpu"],
     ["miner", "submit", MISSING, "--serve-dir", "{srv}", "--local-chain", "{chain}", "--hotkey", "alice"],
-    ["status", "--state-dir", MISSING], ["miner", "status", "--local-chain", MISSING, "--hotkey", "a"],
-    ["chain", "local", "show", "--local-chain", MISSING], ["pack"], ["verify", "x", "--device", "tpu"],
+    ["status", "--state-dir", MISSING],
+    ["miner", "status", "--local-chain", MISSING, "--hotkey", "a"],
+    ["chain", "local", "show", "--local-chain", MISSING],
+    ["pack"],
+    ["verify", "x", "--device", "tpu"],
 ]
 
 # One interpreter runs cli.main() once per argv, as `python -m cacheon_subnet.cli` would (an
@@ -66,8 +72,9 @@ print(json.dumps(rows))
 
 def cli_batch(argvs: list[list[str]]) -> list[dict]:
     """Each argv's exit code and stderr, from one CLI interpreter (CLI_BATCH)."""
-    r = subprocess.run([sys.executable, "-c", CLI_BATCH, json.dumps(argvs)], capture_output=True, text=True,
-                       timeout=300, cwd=REPO)
+    r = subprocess.run(
+        [sys.executable, "-c", CLI_BATCH, json.dumps(argvs)], capture_output=True, text=True, timeout=300, cwd=REPO
+    )
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
     return json.loads(r.stdout)
 
@@ -78,7 +85,10 @@ def usage_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     tmp = tmp_path_factory.mktemp("usage")
     chain = str(tmp / "c.sqlite")
     fill = {"{chain}": chain, "{srv}": str(tmp / "srv")}
-    setup = [["chain", "local", "create", "--local-chain", chain], ["chain", "local", "register", "alice", "--local-chain", chain]]
+    setup = [
+        ["chain", "local", "create", "--local-chain", chain],
+        ["chain", "local", "register", "alice", "--local-chain", chain],
+    ]
     rows = cli_batch(setup + [[fill.get(a, a) for a in argv] for argv in USAGE_ARGVS])
     assert [r["rc"] for r in rows[:2]] == [0, 0], rows[:2]
     return {" ".join(argv): row for argv, row in zip(USAGE_ARGVS, rows[2:])}
@@ -135,16 +145,51 @@ def test_speeds_and_verdicts_in_plain_words():
 
 def _report(reason: str) -> dict:
     return {
-        "state_dir": "/x", "schema_version": 1, "last_sync_block": 9, "last_sync_at": None,
+        "state_dir": "/x",
+        "schema_version": 1,
+        "last_sync_block": 9,
+        "last_sync_at": None,
         "counts": {s: 0 for s in vstatus.STATES},
-        "contributions": [{"id": "ab" * 32, "hotkey": "alice", "commit_block": 3, "state": "failed", "reason": reason,
-                           "evidence": [{"target": "norm.rmsnorm", "verdict": "PASS", "speedup": 0.001,
-                                         "speedup_vs_stock": 0.001, "noise": 0.01, "label": "cpu-timing",
-                                         "evaluated_block": 5, "settled": 1, "outcome": "below_bar"}]}],
-        "crowns": [], "weights": {"id": 1, "state": "verified", "block": 7, "version_key": 0, "attempts": 1,
-                                  "reason": "read-back matches", "uids": [0, 3], "vals": [65535, 21845]},
-        "chain_errors": 1, "last_chain_error": {"op": "fetch", "error_type": "FetchError", "at": None,
-                                                "message": "GET https://miner.example/" + "x" * 180 + " failed: THE-CAUSE"},
+        "contributions": [
+            {
+                "id": "ab" * 32,
+                "hotkey": "alice",
+                "commit_block": 3,
+                "state": "failed",
+                "reason": reason,
+                "evidence": [
+                    {
+                        "target": "norm.rmsnorm",
+                        "verdict": "PASS",
+                        "speedup": 0.001,
+                        "speedup_vs_stock": 0.001,
+                        "noise": 0.01,
+                        "label": "cpu-timing",
+                        "evaluated_block": 5,
+                        "settled": 1,
+                        "outcome": "below_bar",
+                    }
+                ],
+            }
+        ],
+        "crowns": [],
+        "weights": {
+            "id": 1,
+            "state": "verified",
+            "block": 7,
+            "version_key": 0,
+            "attempts": 1,
+            "reason": "read-back matches",
+            "uids": [0, 3],
+            "vals": [65535, 21845],
+        },
+        "chain_errors": 1,
+        "last_chain_error": {
+            "op": "fetch",
+            "error_type": "FetchError",
+            "at": None,
+            "message": "GET https://miner.example/" + "x" * 180 + " failed: THE-CAUSE",
+        },
     }
 
 
@@ -179,9 +224,10 @@ def _demo_reports(crowned: str = "miner-fast", b_crowns: str | None = None) -> d
         if r["hotkey"] == "miner-fast" and crowned != "miner-fast":
             r["evidence"] = [{"outcome": "below_bar"}]
     crowns = [{"target": "norm.rmsnorm", "hotkey": crowned}]
-    return {VALIDATORS[0][0]: {"contributions": rows, "crowns": crowns},
-            VALIDATORS[1][0]: {"contributions": rows, "crowns": [{"target": "norm.rmsnorm",
-                                                                  "hotkey": b_crowns or crowned}]}}
+    return {
+        VALIDATORS[0][0]: {"contributions": rows, "crowns": crowns},
+        VALIDATORS[1][0]: {"contributions": rows, "crowns": [{"target": "norm.rmsnorm", "hotkey": b_crowns or crowned}]},
+    }
 
 
 def test_demo_expectations_are_checked():
@@ -249,8 +295,7 @@ def test_quiet_flag_silences_the_bars():
 def _bare_python() -> str | None:
     """An interpreter without the project's dependencies (the system python3 of a fresh box)."""
     for py in ("/usr/bin/python3", shutil.which("python3") or ""):
-        if py and Path(py).is_file() and subprocess.run([py, "-c", "import structlog"],
-                                                        capture_output=True).returncode != 0:
+        if py and Path(py).is_file() and subprocess.run([py, "-c", "import structlog"], capture_output=True).returncode != 0:
             return py
     return None
 
@@ -261,8 +306,14 @@ BARE = _bare_python()
 @pytest.mark.skipif(BARE is None, reason="no interpreter without structlog here")
 @pytest.mark.parametrize("neuron", ["miner.py", "validator.py"])
 def test_neuron_under_a_bare_python_reexecs_or_says_what_to_run(neuron):
-    r = subprocess.run([BARE, f"neurons/{neuron}", "--help"], capture_output=True, text=True, timeout=120, cwd=REPO,
-                       env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CACHEON_NEURON_REEXEC")})
+    r = subprocess.run(
+        [BARE, f"neurons/{neuron}", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CACHEON_NEURON_REEXEC")},
+    )
     assert "Traceback" not in r.stderr and "No module named" not in r.stderr
     if (REPO / ".venv" / "bin" / "python").is_file():  # CI (`make test`): re-executed under .venv
         assert r.returncode == 0 and "usage:" in r.stdout
@@ -276,22 +327,24 @@ def test_bootstrap_reexecs_under_the_checkouts_venv(tmp_path):
     fake.parent.mkdir(parents=True)
     fake.write_text('#!/bin/sh\necho "REEXEC $@ guard=$CACHEON_NEURON_REEXEC"\n')
     fake.chmod(0o755)
-    code = ("import sys; sys.path.insert(0, 'neurons'); from pathlib import Path; import _bootstrap; "
-            f"_bootstrap.reexec_or_explain(ImportError('x', name='structlog'), 'neurons/miner.py', ['--help'], "
-            f"repo=Path({str(tmp_path)!r}))")
+    code = (
+        "import sys; sys.path.insert(0, 'neurons'); from pathlib import Path; import _bootstrap; "
+        f"_bootstrap.reexec_or_explain(ImportError('x', name='structlog'), 'neurons/miner.py', ['--help'], "
+        f"repo=Path({str(tmp_path)!r}))"
+    )
     env = {k: v for k, v in os.environ.items() if k != "CACHEON_NEURON_REEXEC"}
     r = subprocess.run([BARE, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
     assert r.stdout.strip() == "REEXEC neurons/miner.py --help guard=1", r.stderr
-    looped = subprocess.run([BARE, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO,
-                            env={**env, "CACHEON_NEURON_REEXEC": "1"})  # a broken .venv: explain, never loop
+    looped = subprocess.run(
+        [BARE, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO, env={**env, "CACHEON_NEURON_REEXEC": "1"}
+    )  # a broken .venv: explain, never loop
     assert looped.returncode == 2 and "rerun `make install`" in looped.stderr
 
 
 def test_make_shows_install_progress_and_how_to_run_cacheon(tmp_path):
     if shutil.which("make") is None:
         pytest.skip("make not installed")
-    r = subprocess.run(["make", "-n", "install", f"VENV={tmp_path}/v"], capture_output=True, text=True, cwd=REPO,
-                       timeout=60)
+    r = subprocess.run(["make", "-n", "install", f"VENV={tmp_path}/v"], capture_output=True, text=True, cwd=REPO, timeout=60)
     pips = [ln for ln in r.stdout.splitlines() if "pip install" in ln]
     assert len(pips) == 3 and not any(" -q" in ln for ln in pips), pips
     assert f"source {tmp_path}/v/bin/activate" in r.stdout and f"{tmp_path}/v/bin/cacheon" in r.stdout
@@ -313,10 +366,12 @@ def test_demo_hint_names_a_cacheon_that_runs(monkeypatch, tmp_path):
 def test_demo_log_file_takes_every_logger_even_ones_used_before(tmp_path):
     """The demo's summary is apart from its logs: a logger structlog already cached on stderr
     must follow configure(file=..., force=True) into the file too."""
-    code = ("import sys; from cacheon_subnet import log; log.configure(json=True); "
-            "early = log.get_logger('early'); early.info('before'); "
-            f"log.configure(file=open({str(tmp_path / 'demo.log')!r}, 'w', buffering=1), json=True, force=True); "
-            "early.info('cached-after'); log.get_logger('late').info('late-after')")
+    code = (
+        "import sys; from cacheon_subnet import log; log.configure(json=True); "
+        "early = log.get_logger('early'); early.info('before'); "
+        f"log.configure(file=open({str(tmp_path / 'demo.log')!r}, 'w', buffering=1), json=True, force=True); "
+        "early.info('cached-after'); log.get_logger('late').info('late-after')"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert r.returncode == 0, r.stderr
     logged = (tmp_path / "demo.log").read_text()
@@ -340,4 +395,6 @@ def test_chain_local_verbs_and_their_errors(tmp_path):
     assert cacheon("chain", "local", "advance", "5", env=env).stdout.strip() == "block 5"
     shown = json.loads(cacheon("chain", "local", "show", "--json", env=env).stdout)
     assert shown["block"] == 5 and [(n["uid"], n["hotkey"], n["validator_permit"]) for n in shown["neurons"]] == [
-        (0, "owner", False), (1, "v", True)]
+        (0, "owner", False),
+        (1, "v", True),
+    ]

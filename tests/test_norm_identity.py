@@ -50,8 +50,9 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float
     _k[(rows,)](x, weight, out, x.stride(0), out.stride(0), H, eps, TILE=b,
                 num_warps=min(16, max(1, b // 256)))
 '''
-RENAMED_MANIFEST = MANIFEST.replace('entry = "rmsnorm:rmsnorm"', 'entry = "fastnorm:rmsnorm"\nvariant = "mine"') \
-    .replace('name = "triton-rmsnorm"', 'name = "totally-original"')
+RENAMED_MANIFEST = MANIFEST.replace('entry = "rmsnorm:rmsnorm"', 'entry = "fastnorm:rmsnorm"\nvariant = "mine"').replace(
+    'name = "triton-rmsnorm"', 'name = "totally-original"'
+)
 
 
 def test_identity_is_stable_and_parses() -> None:
@@ -91,8 +92,11 @@ def test_behaviour_manifest_fields_count() -> None:
 
 def test_entry_parameters_keep_their_names() -> None:
     # the seam calls the entry by keyword: a renamed parameter is a different (broken) kernel
-    src = SRC.replace("def rmsnorm(x: torch.Tensor", "def rmsnorm(inp: torch.Tensor").replace(
-        "T, H = x.shape", "T, H = inp.shape").replace("(x, weight, out, x.stride(0)", "(inp, weight, out, inp.stride(0)")
+    src = (
+        SRC.replace("def rmsnorm(x: torch.Tensor", "def rmsnorm(inp: torch.Tensor")
+        .replace("T, H = x.shape", "T, H = inp.shape")
+        .replace("(x, weight, out, x.stride(0)", "(inp, weight, out, inp.stride(0)")
+    )
     assert ident(src) != BASE
 
 
@@ -100,12 +104,18 @@ def test_names_spelled_in_strings_are_kept() -> None:
     # a kernel parameter named in a string (an autotune config) keeps its name: renaming it
     # would merge a working kernel with one whose config no longer reaches the parameter
     a = SRC + '\nCONFIGS = [{"BLOCK": 128}]\n'
-    b = a.replace("BLOCK: tl.constexpr", "TILE: tl.constexpr").replace("tl.arange(0, BLOCK)", "tl.arange(0, TILE)") \
+    b = (
+        a.replace("BLOCK: tl.constexpr", "TILE: tl.constexpr")
+        .replace("tl.arange(0, BLOCK)", "tl.arange(0, TILE)")
         .replace("BLOCK=block", "TILE=block")
+    )
     assert ident(a) != ident(b)
     # without the string the same rename is a copy
-    c = SRC.replace("BLOCK: tl.constexpr", "TILE: tl.constexpr").replace("tl.arange(0, BLOCK)", "tl.arange(0, TILE)") \
+    c = (
+        SRC.replace("BLOCK: tl.constexpr", "TILE: tl.constexpr")
+        .replace("tl.arange(0, BLOCK)", "tl.arange(0, TILE)")
         .replace("BLOCK=block", "TILE=block")
+    )
     assert ident(c) == BASE
 
 
@@ -120,15 +130,20 @@ def test_multi_module_bundle_renames_across_imports() -> None:
     helper = "def scale(v, k):\n    return v * k\n"
     main = "from .util import scale\n\n\ndef rmsnorm(x, weight, out, eps):\n    out.copy_(scale(x, 2.0))\n"
     man = MANIFEST.replace('entry = "rmsnorm:rmsnorm"', 'entry = "main:rmsnorm"')
-    a = normalized_identity(bundle_from_files({"main.py": main.encode(), "util.py": helper.encode(),
-                                               "manifest.toml": man.encode()}))
+    a = normalized_identity(
+        bundle_from_files({"main.py": main.encode(), "util.py": helper.encode(), "manifest.toml": man.encode()})
+    )
     helper2 = "def mul(a, b):\n    return a * b\n"
     main2 = "from .tools import mul\n\n\ndef rmsnorm(x, weight, out, eps):\n    out.copy_(mul(x, 2.0))\n"
     man2 = MANIFEST.replace('entry = "rmsnorm:rmsnorm"', 'entry = "entry:rmsnorm"')
-    b = normalized_identity(bundle_from_files({"entry.py": main2.encode(), "tools.py": helper2.encode(),
-                                               "manifest.toml": man2.encode()}))
-    c = normalized_identity(bundle_from_files({"entry.py": main2.replace("2.0", "3.0").encode(),
-                                               "tools.py": helper2.encode(), "manifest.toml": man2.encode()}))
+    b = normalized_identity(
+        bundle_from_files({"entry.py": main2.encode(), "tools.py": helper2.encode(), "manifest.toml": man2.encode()})
+    )
+    c = normalized_identity(
+        bundle_from_files(
+            {"entry.py": main2.replace("2.0", "3.0").encode(), "tools.py": helper2.encode(), "manifest.toml": man2.encode()}
+        )
+    )
     assert a is not None and a == b and a != c
 
 

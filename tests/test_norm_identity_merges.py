@@ -28,8 +28,13 @@ def test_keyword_call_through_a_reexport_is_not_merged() -> None:
     b = ident({**base, "pkg/impl.py": "def f(k, v):\n    return k - v\n"})
     assert a is not None and a != b
     # a rename through the same re-export is still a copy
-    c = ident({**base, "pkg/impl.py": "def f(v, k):\n    return v - k\n",
-               "main.py": main.replace("f(v=x, k=2.0)", "f(v=x, k=2.0) ")})
+    c = ident(
+        {
+            **base,
+            "pkg/impl.py": "def f(v, k):\n    return v - k\n",
+            "main.py": main.replace("f(v=x, k=2.0)", "f(v=x, k=2.0) "),
+        }
+    )
     assert c == a
 
 
@@ -37,8 +42,11 @@ def test_triton_reserved_parameter_names_are_kept() -> None:
     # Triton's launcher binds `debug` (and grid, warmup, options, backend, num_warps, ...) itself:
     # a kernel parameter so named passed by position is "got multiple values for argument
     # 'debug'" at launch (triton 3.6 create_function_from_signature); renamed, it runs
-    broken = SRC.replace("H, eps, BLOCK: tl.constexpr", "debug, eps, BLOCK: tl.constexpr") \
-        .replace("mask = cols < H", "mask = cols < debug").replace("axis=0) / H", "axis=0) / debug")
+    broken = (
+        SRC.replace("H, eps, BLOCK: tl.constexpr", "debug, eps, BLOCK: tl.constexpr")
+        .replace("mask = cols < H", "mask = cols < debug")
+        .replace("axis=0) / H", "axis=0) / debug")
+    )
     assert broken != SRC
     assert ident({"rmsnorm.py": broken, "manifest.toml": MAN}) != ident({"rmsnorm.py": SRC, "manifest.toml": MAN})
 
@@ -85,8 +93,14 @@ def test_parent_package_init_runs_before_the_entry() -> None:
     # same sources with the entry moved out of the package never run it
     main = "from .impl import f\n\n\ndef rmsnorm(x, weight, out, eps):\n    out.copy_(f(x, 2.0))\n"
     impl = "def f(v, k):\n    return v - k\n"
-    inside = ident({"pkg/__init__.py": "X = 1 // 0\n", "pkg/main.py": main, "pkg/impl.py": impl,
-                    "manifest.toml": MAN.replace('entry = "rmsnorm:rmsnorm"', 'entry = "pkg.main:rmsnorm"')})
+    inside = ident(
+        {
+            "pkg/__init__.py": "X = 1 // 0\n",
+            "pkg/main.py": main,
+            "pkg/impl.py": impl,
+            "manifest.toml": MAN.replace('entry = "rmsnorm:rmsnorm"', 'entry = "pkg.main:rmsnorm"'),
+        }
+    )
     outside = ident({"pkg/__init__.py": "X = 1 // 0\n", "main.py": main, "impl.py": impl, "manifest.toml": MAIN_MAN})
     assert inside is not None and inside != outside
 

@@ -38,7 +38,8 @@ def copies(src: str, entry: str) -> dict[str, str]:
         "unused import": src.replace("import torch\n", "import torch\nimport math\n"),
         "unused helper chain": src + "\n\ndef _a(x):\n    return _b(x)\n\n\ndef _b(x):\n    return x\n",
         "pass and literal statements": src.replace(f"def {entry}(", f"def {entry}(", 1).replace(
-            "    T, ", "    pass\n    0\n    ...\n    T, ", 1),
+            "    T, ", "    pass\n    0\n    ...\n    T, ", 1
+        ),
     }
 
 
@@ -85,11 +86,13 @@ def test_order_that_matters_is_kept() -> None:
 
 def test_genuine_changes_still_differ() -> None:
     base = ident(RMS)
-    for a, b in [("block = triton.next_power_of_2(H)", "block = 2 * triton.next_power_of_2(H)"),  # tiling
-                 ("block // 256", "block // 512"),  # num_warps
-                 ("rstd = 1.0 /", "rstd = 1 /"),  # int vs float literal
-                 ("tl.sum(x * x, axis=0) / H", "tl.sum(x * x, axis=0) * (1 / H)"),  # rounding
-                 ("BLOCK: tl.constexpr)", "BLOCK: tl.constexpr = 1024)")]:
+    for a, b in [
+        ("block = triton.next_power_of_2(H)", "block = 2 * triton.next_power_of_2(H)"),  # tiling
+        ("block // 256", "block // 512"),  # num_warps
+        ("rstd = 1.0 /", "rstd = 1 /"),  # int vs float literal
+        ("tl.sum(x * x, axis=0) / H", "tl.sum(x * x, axis=0) * (1 / H)"),  # rounding
+        ("BLOCK: tl.constexpr)", "BLOCK: tl.constexpr = 1024)"),
+    ]:
         assert a in RMS and ident(RMS.replace(a, b)) != base, b
     # a used helper is never dropped: changing it changes the identity
     helper = RMS + "\n\ndef _scale(v):\n    return v\n"

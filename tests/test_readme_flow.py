@@ -23,7 +23,7 @@ START, END = "<!-- miner-flow -->", "<!-- /miner-flow -->"
 
 def readme_flow() -> list[str]:
     text = (REPO / "README.md").read_text()
-    block = text[text.index(START) + len(START):text.index(END)]
+    block = text[text.index(START) + len(START) : text.index(END)]
     body = block.split("```bash", 1)[1].rsplit("```", 1)[0]
     return [ln.strip() for ln in body.strip().splitlines() if ln.strip() and not ln.strip().startswith("#")]
 
@@ -58,7 +58,7 @@ def test_readme_miner_flow_runs_end_to_end(tmp_path):
         for line in lines[1:-1]:
             line = line.replace("8787", port).replace("8790", board_port).replace("$PWD", str(tmp_path))
             if line.startswith("export "):
-                key, value = line[len("export "):].split("=", 1)
+                key, value = line[len("export ") :].split("=", 1)
                 env[key] = value
                 continue
             if line.startswith("curl -s "):
@@ -69,8 +69,9 @@ def test_readme_miner_flow_runs_end_to_end(tmp_path):
             assert argv[0] == "cacheon", line
             argv = cli + [str(REPO / a) if a.startswith("configs/") else a for a in argv[1:]]
             if line.endswith("&"):
-                background.append(subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                                                   stderr=subprocess.DEVNULL))
+                background.append(
+                    subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                )
                 _wait_port(int(board_port if board_port in line else port))
                 if board_port in line:  # the page a new user opens in a browser
                     with urllib.request.urlopen(f"http://127.0.0.1:{board_port}/", timeout=30) as reply:

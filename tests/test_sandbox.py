@@ -48,8 +48,11 @@ def guarded(tmp_path: Path, body: str) -> str:
 
 def test_timeout_kills_whole_process_group(tmp_path):
     scratch = tmp_path / "w"
-    proc = sandbox.launch([sys.executable, "-c", "import subprocess,time; subprocess.Popen(['sleep','300']); time.sleep(300)"],
-                          scratch=scratch, policy=POLICY)
+    proc = sandbox.launch(
+        [sys.executable, "-c", "import subprocess,time; subprocess.Popen(['sleep','300']); time.sleep(300)"],
+        scratch=scratch,
+        policy=POLICY,
+    )
     time.sleep(1.0)
     pgid = os.getpgid(proc.pid)
     assert pgid == proc.pid  # own process group (setsid)
@@ -101,12 +104,15 @@ def test_engine_namespace_has_loopback_but_no_outside(tmp_path):
     host_srv.bind(("127.0.0.1", 0))
     host_srv.listen(1)
     port = host_srv.getsockname()[1]
-    probe = LOOPBACK_PROBE + f"""
+    probe = (
+        LOOPBACK_PROBE
+        + f"""
     try:
         socket.create_connection(("127.0.0.1", {port}), timeout=2); print("HOST-SERVICE")
     except OSError as e:
         print("HOST-HIDDEN", e.errno)
 """
+    )
     try:
         _, out = run_child(tmp_path, probe, sandbox.SandboxPolicy(loopback=True))
     finally:
@@ -117,8 +123,9 @@ def test_engine_namespace_has_loopback_but_no_outside(tmp_path):
 
 def test_network_allowed_when_not_isolated_control(tmp_path):
     # Control for the test above: without isolation the same child sees the host's interfaces.
-    _, out = run_child(tmp_path, "print(open('/proc/net/dev').read().count(':'))",
-                       sandbox.SandboxPolicy(isolate_network=False))
+    _, out = run_child(
+        tmp_path, "print(open('/proc/net/dev').read().count(':'))", sandbox.SandboxPolicy(isolate_network=False)
+    )
     _, out_iso = run_child(tmp_path, "print(open('/proc/net/dev').read().count(':'))", POLICY)
     if sandbox.probe_isolation(POLICY).network_namespace:
         assert int(out.strip()) >= int(out_iso.strip())
@@ -336,15 +343,18 @@ def test_remove_tree_survives_what_a_child_leaves(tmp_path):
     assert not d.exists() and (victim / "keep").read_text() == "x"  # links removed, never followed
 
 
-@pytest.mark.parametrize("body,word", [
-    ("import subprocess\nsubprocess.run(['true'])", "spawning"),
-    ("import os\nos.system('true')", "shell commands"),
-    ("import socket\nsocket.socket(socket.AF_INET).connect(('127.0.0.1', 9))", "network"),
-    ("import gc\ngc.get_objects()", "gc.get_objects"),
-    ("import os\nos.putenv('X', '1')", "os.putenv"),
-    ("open('/tmp/cacheon-escape.txt', 'w').write('x')", "outside the scratch dir"),
-    ("import ctypes\nctypes.CDLL(None)", "ctypes.dlopen"),
-])
+@pytest.mark.parametrize(
+    "body,word",
+    [
+        ("import subprocess\nsubprocess.run(['true'])", "spawning"),
+        ("import os\nos.system('true')", "shell commands"),
+        ("import socket\nsocket.socket(socket.AF_INET).connect(('127.0.0.1', 9))", "network"),
+        ("import gc\ngc.get_objects()", "gc.get_objects"),
+        ("import os\nos.putenv('X', '1')", "os.putenv"),
+        ("open('/tmp/cacheon-escape.txt', 'w').write('x')", "outside the scratch dir"),
+        ("import ctypes\nctypes.CDLL(None)", "ctypes.dlopen"),
+    ],
+)
 def test_guard_refuses_from_bundle_code(tmp_path, body, word):
     out = guarded(tmp_path, body)
     assert "REFUSED" in out and word in out, out
@@ -371,8 +381,11 @@ def test_view_never_binds_hidden_repo_entries_or_shared_dirs(monkeypatch):
     venv = os.path.realpath(sys.prefix)  # the interpreter's own prefix (a .venv in the checkout) is needed
     assert not [s for s in srcs if s.startswith(str(REPO) + "/.") and not fsview._under(s, venv)], srcs
     repo_tmp = fsview._under(str(REPO), "/tmp")  # .ci/run never runs from there; a local clone may
-    assert not [s for s in srcs if (fsview._under(s, "/tmp") and not (repo_tmp and fsview._under(s, str(REPO))))
-                or fsview._under(s, "/dev")], srcs
+    assert not [
+        s
+        for s in srcs
+        if (fsview._under(s, "/tmp") and not (repo_tmp and fsview._under(s, str(REPO)))) or fsview._under(s, "/dev")
+    ], srcs
     assert str(REPO / "cacheon_subnet") in srcs
 
 
@@ -386,8 +399,10 @@ def test_fail_closed_when_user_namespaces_are_unavailable(tmp_path, monkeypatch)
     fake_dir = Path(tempfile.mkdtemp(prefix="cacheon-fake-bwrap-", dir="/tmp"))
     fake_dir.chmod(0o755)  # setpriv execs bwrap as the sandbox uid: it must reach it
     fake = fake_dir / "bwrap"
-    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to creating new namespace, likely because the kernel "
-                    "does not allow non-privileged user namespaces.' >&2\nexit 1\n")
+    fake.write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to creating new namespace, likely because the kernel "
+        "does not allow non-privileged user namespaces.' >&2\nexit 1\n"
+    )
     fake.chmod(0o755)
     launcher.preflight.cache_clear()
     monkeypatch.setenv("CACHEON_BWRAP", str(fake))
@@ -410,6 +425,7 @@ def test_a_state_dir_inside_the_checkout_is_never_in_a_childs_view(tmp_path):
     state = Path(tempfile.mkdtemp(prefix="state-", dir=REPO / "docs"))
     wallet = Path(tempfile.mkdtemp(prefix="wallet-", dir=REPO / "docs"))
     try:
+
         def bound(p: Path) -> bool:
             srcs = [b.src for b in fsview.read_binds([])]
             return any(fsview._under(str(p), s) for s in srcs)

@@ -31,15 +31,18 @@ TIGHT = policy_bound.ScanBudget(cpu_s=1, wall_s=20, memory_bytes=256 << 20)
 def _stand_in(body: str):
     """An argv builder for a child that reads the payload like the real one, then runs `body`
     (with `emit`, the real frame writer) in place of the scan, under the real error handling."""
-    code = ("import os, signal, sys, time\nimport cacheon_subnet.verify.policy_child as c\n"
-            "def run(head, files, manifest):\n    emit = c._emit\n"
-            + "".join(f"    {line}\n" for line in body.splitlines())
-            + "c.run = run\nsys.exit(c.main(sys.argv[1:]))\n")
+    code = (
+        "import os, signal, sys, time\nimport cacheon_subnet.verify.policy_child as c\n"
+        "def run(head, files, manifest):\n    emit = c._emit\n"
+        + "".join(f"    {line}\n" for line in body.splitlines())
+        + "c.run = run\nsys.exit(c.main(sys.argv[1:]))\n"
+    )
     return lambda fd: [sys.executable, "-c", code, "--fd", str(fd)]
 
 
-def _check(monkeypatch: pytest.MonkeyPatch, body: str, budget: policy_bound.ScanBudget = TIGHT,
-           walled: bool = True, bundle=HONEST) -> policy_bound.StaticResult:
+def _check(
+    monkeypatch: pytest.MonkeyPatch, body: str, budget: policy_bound.ScanBudget = TIGHT, walled: bool = True, bundle=HONEST
+) -> policy_bound.StaticResult:
     policy_bound.forget()
     monkeypatch.setattr(policy_bound, "_argv", _stand_in(body))
     res = policy_bound.static_check(bundle, identity=True, budget=budget, walled=walled)
@@ -72,8 +75,9 @@ def test_a_memory_balloon_fails_naming_the_limit(monkeypatch) -> None:
 def test_a_crash_in_the_child_is_a_finding_not_an_exception(monkeypatch) -> None:
     res = _check(monkeypatch, "def f(n):\n    return f(n + 1)\nemit({'at': ['checking', 'deep.py']})\nf(0)")
     assert "the static scan crashed while checking deep.py: RecursionError" in res.breach
-    res = _check(monkeypatch, "emit({'at': ['computing the normalized identity', '']})\n"
-                              "os.kill(os.getpid(), signal.SIGSEGV)")
+    res = _check(
+        monkeypatch, "emit({'at': ['computing the normalized identity', '']})\nos.kill(os.getpid(), signal.SIGSEGV)"
+    )
     assert res.breach.startswith("the normalized identity ended without a result (exit ") and "SIGSEGV" in res.breach
 
 
@@ -195,8 +199,7 @@ def test_screen_copy_check_and_verify_share_one_child(monkeypatch) -> None:
 
 def test_a_screen_over_budget_fails_the_bundle_with_its_reason(monkeypatch) -> None:
     policy_bound.forget()
-    monkeypatch.setattr(policy_bound, "_argv", _stand_in("emit({'at': ['checking', 'spin.py']})\nwhile True:\n"
-                                                         "    pass"))
+    monkeypatch.setattr(policy_bound, "_argv", _stand_in("emit({'at': ['checking', 'spin.py']})\nwhile True:\n    pass"))
     monkeypatch.setattr(policy_bound, "ScanBudget", functools.partial(policy_bound.ScanBudget, cpu_s=1))
     screened = static_screen(HONEST)
     assert not screened.passed and len(screened.reasons) == 1

@@ -59,15 +59,20 @@ def test_worst_shape_at_the_caps_finishes_under_budget(shape: str) -> None:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("build", [
-    lambda n: scan_shapes.chain(n, callee_after=True),
-    lambda n: scan_shapes.chain(n, callee_after=False),
-    lambda n: scan_shapes.dead_chain(cap=n * 40),
-    lambda n: scan_shapes.import_fan(cap=n * 64),
-], ids=["chain_callee_after", "chain_callee_before", "dead_chain", "import_fan"])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda n: scan_shapes.chain(n, callee_after=True),
+        lambda n: scan_shapes.chain(n, callee_after=False),
+        lambda n: scan_shapes.dead_chain(cap=n * 40),
+        lambda n: scan_shapes.import_fan(cap=n * 64),
+    ],
+    ids=["chain_callee_after", "chain_callee_before", "dead_chain", "import_fan"],
+)
 def test_four_times_the_defs_cost_about_four_times_the_cpu(build) -> None:
     """A growth check below the caps: 4x the defs costs < 8x the CPU (linear: ~4x; the quadratic
     paths cost 16x: chain 1000 -> 4000 took 10.7 -> 173 s)."""
+
     def cpu(n: int) -> float:
         b = bundle_from_files(build(n))
         best = float("inf")
@@ -88,6 +93,7 @@ def test_four_times_the_defs_cost_about_four_times_the_cpu(build) -> None:
 
 
 # -- the replaced algorithms, as oracles ------------------------------------------------------
+
 
 def _group_params_rounds(mods):
     """policy_groups.group_params before issue 30: re-walk every def until nothing changes."""
@@ -121,18 +127,26 @@ def _group_params_rounds(mods):
 def _drop_unused_rounds(mods, entries):
     """identity_tidy._drop_unused before issue 30: one round of whole-bundle walks per removal wave."""
     while True:
-        strings = {n.value for t in mods.values() for n in ast.walk(t) if isinstance(n, ast.Constant)
-                   and isinstance(n.value, str)}
-        imported = {a.name for t in mods.values() for n in ast.walk(t) if isinstance(n, ast.ImportFrom) and n.level
-                    for a in n.names}
+        strings = {
+            n.value for t in mods.values() for n in ast.walk(t) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+        }
+        imported = {
+            a.name for t in mods.values() for n in ast.walk(t) if isinstance(n, ast.ImportFrom) and n.level for a in n.names
+        }
         changed = False
         for m, tree in mods.items():
             loads = T._reads([tree])
             keep, before = [], set(T._BUILTINS)
             for st in tree.body:
                 names = T._binds(st)
-                dead = T._kind(st) is not None and names and T._reads(T._import_time(st)) <= before and not any(
-                    n in loads or n in imported or n in strings or (m, n) in entries or n.startswith("__") for n in names)
+                dead = (
+                    T._kind(st) is not None
+                    and names
+                    and T._reads(T._import_time(st)) <= before
+                    and not any(
+                        n in loads or n in imported or n in strings or (m, n) in entries or n.startswith("__") for n in names
+                    )
+                )
                 changed |= bool(dead)
                 before |= set(names)
                 if not dead:
@@ -164,6 +178,7 @@ def _definition_scan(prog, mod, name):
 
 # -- random programs --------------------------------------------------------------------------
 
+
 def _program(rng: random.Random) -> dict[str, bytes]:
     """A few modules of group-passing defs, re-exports, nested scopes that rebind parameters,
     walruses, unused chains and strings that spell names."""
@@ -179,8 +194,9 @@ def _program(rng: random.Random) -> dict[str, bytes]:
                 lines.append(f"from .m{m2} import {n2}" + (f" as {n2}_a" if rng.random() < 0.2 else ""))
         for _ in range(rng.randint(0, 2)):  # a name bound twice: the last binding is what Python keeps
             m2, n2 = rng.choice(every)
-            lines.append(f"from .m{m2} import {n2} as dup" if m2 != m and rng.random() < 0.7 else
-                         "\ndef dup(x):\n    return x\n")
+            lines.append(
+                f"from .m{m2} import {n2} as dup" if m2 != m and rng.random() < 0.7 else "\ndef dup(x):\n    return x\n"
+            )
         if rng.random() < 0.3:
             lines.append(f"K{m} = {rng.choice(['1', '(1, 2)', repr(rng.choice(every)[1])])}")
         for n in names[m]:
@@ -195,7 +211,9 @@ def _program(rng: random.Random) -> dict[str, bytes]:
                     kw = f"{', ' if args else ''}group={rng.choice(params)}" if rng.random() < 0.3 else ""
                     body.append(f"{rng.choice(every)[1]}({args}{kw})")
                 elif c < 0.6:
-                    body.append(f"def inner({p}, y=({p} := 1)):\n        {p} = y\n        return lambda {p}, z: [w for w in z if (q := w)]")
+                    body.append(
+                        f"def inner({p}, y=({p} := 1)):\n        {p} = y\n        return lambda {p}, z: [w for w in z if (q := w)]"
+                    )
                 elif c < 0.65:  # a store in a nested scope rebinds the parameter for every scope around it
                     body.append(f"def inner2({p}):\n        return lambda {p}: [{p} for {p} in {p}]")
                 elif c < 0.75:
@@ -210,8 +228,9 @@ def _program(rng: random.Random) -> dict[str, bytes]:
     if pkg:
         files["pkg/__init__.py"] = rng.choice([b"", b"from .m0 import f0_0\n", b"m0 = 1\n"])
     m, f = rng.choice(every)
-    files["manifest.toml"] = (f'schema = "cacheon.bundle/2"\n[[ops]]\nslot = "norm.rmsnorm"\n'
-                              f'entry = "{"pkg." if pkg else ""}m{m}:{f}"\n').encode()
+    files["manifest.toml"] = (
+        f'schema = "cacheon.bundle/2"\n[[ops]]\nslot = "norm.rmsnorm"\nentry = "{"pkg." if pkg else ""}m{m}:{f}"\n'
+    ).encode()
     return files
 
 
@@ -273,7 +292,8 @@ def test_reexport_table_equals_the_old_scan() -> None:
         prog = I._Program(bundle_from_files(files))
         for m, mod in prog.mods.items():
             for name in {n.id for n in ast.walk(mod.tree) if isinstance(n, ast.Name)} | {
-                    a.asname or a.name for st in mod.tree.body if isinstance(st, ast.ImportFrom) for a in st.names}:
+                a.asname or a.name for st in mod.tree.body if isinstance(st, ast.ImportFrom) for a in st.names
+            }:
                 assert prog._definition(m, name) == _definition_scan(prog, m, name)
                 pairs += 1
     assert pairs > 1000

@@ -5,10 +5,17 @@ import torch
 
 from cacheon_subnet.errors import SlotError
 from cacheon_subnet.slots import all_slots, get_slot
-from cacheon_subnet.slots.spec import DimExpr, TIERS, dtype_of
+from cacheon_subnet.slots.spec import TIERS, DimExpr, dtype_of
 
-FIRST_CATALOG = {"norm.rmsnorm", "norm.fused_add_rmsnorm", "activation.silu_and_mul", "rope.neox",
-                 "attention.decode", "moe.topk_softmax", "moe.fused_experts"}
+FIRST_CATALOG = {
+    "norm.rmsnorm",
+    "norm.fused_add_rmsnorm",
+    "activation.silu_and_mul",
+    "rope.neox",
+    "attention.decode",
+    "moe.topk_softmax",
+    "moe.fused_experts",
+}
 
 
 def test_dim_expressions():
@@ -56,7 +63,11 @@ def test_every_slot_is_well_formed(spec):
     act = dtype_of(spec.dtypes[0])
     g = torch.Generator().manual_seed(0)
     inputs = spec.make_inputs(case, act, g)
-    outs = {a.name: torch.empty(a.concrete_shape(case.dims), dtype=a.torch_dtype(act)) for a in spec.args if a.role in ("out", "scratch")}
+    outs = {
+        a.name: torch.empty(a.concrete_shape(case.dims), dtype=a.torch_dtype(act))
+        for a in spec.args
+        if a.role in ("out", "scratch")
+    }
     dims = spec.check_tensors({**inputs, **outs}, act)
     assert all(dims[k] == v for k, v in case.dims.items() if k in dims)
     for name, t in inputs.items():

@@ -9,17 +9,22 @@ import os
 
 import pytest
 import torch
+from conftest import CONTROLS
 
 from cacheon_subnet.bundle import load_bundle
 from cacheon_subnet.verify.policy import scan_files
-from conftest import CONTROLS
 
 SUBTLE = sorted(p.name for p in CONTROLS.glob("subtle_*"))
 
 
 def test_the_five_subtle_controls_exist_and_pass_the_policy():
-    assert SUBTLE == ["subtle_approx_rsqrt", "subtle_batch_ge128", "subtle_bf16_accumulation", "subtle_prefill_only",
-                      "subtle_skip_row"]
+    assert SUBTLE == [
+        "subtle_approx_rsqrt",
+        "subtle_batch_ge128",
+        "subtle_bf16_accumulation",
+        "subtle_prefill_only",
+        "subtle_skip_row",
+    ]
     for name in SUBTLE:
         d = CONTROLS / name
         assert scan_files({p.name: p.read_bytes() for p in d.iterdir()}) == [], name
@@ -49,9 +54,17 @@ for name, T, H in json.loads(sys.argv[2]):
     out[f"{name}/{T}/{H}"] = ((x.float() - want).norm(dim=-1) / want.norm(dim=-1)).tolist()  # per-row relative L2
 print(json.dumps(out))
 """
-RUNS = [("faithful", 16, 576), ("subtle_bf16_accumulation", 16, 576), ("subtle_approx_rsqrt", 16, 576),
-        ("subtle_approx_rsqrt", 4, 576), ("subtle_skip_row", 4, 576), ("subtle_batch_ge128", 127, 64),
-        ("subtle_batch_ge128", 128, 64), ("subtle_prefill_only", 256, 64), ("subtle_prefill_only", 257, 64)]
+RUNS = [
+    ("faithful", 16, 576),
+    ("subtle_bf16_accumulation", 16, 576),
+    ("subtle_approx_rsqrt", 16, 576),
+    ("subtle_approx_rsqrt", 4, 576),
+    ("subtle_skip_row", 4, 576),
+    ("subtle_batch_ge128", 127, 64),
+    ("subtle_batch_ge128", 128, 64),
+    ("subtle_prefill_only", 256, 64),
+    ("subtle_prefill_only", 257, 64),
+]
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +77,9 @@ def errors() -> dict[str, torch.Tensor]:
     import sys
 
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    r = subprocess.run([sys.executable, "-c", _CHILD, str(CONTROLS), json.dumps(RUNS)], capture_output=True,
-                       text=True, timeout=600, env=env)
+    r = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(CONTROLS), json.dumps(RUNS)], capture_output=True, text=True, timeout=600, env=env
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return {k: torch.tensor(v) for k, v in json.loads(r.stdout.splitlines()[-1]).items()}
 
@@ -84,14 +98,17 @@ def test_subtle_numerics_are_worse_than_the_faithful_kernel_but_small(errors):
         assert rel.max() < 1e-2, (name, rel)
 
 
-@pytest.mark.parametrize("name,T,wrong_rows,lo,hi", [
-    ("subtle_approx_rsqrt", 4, 4, 1.9e-3, 1e-2),     # ~0.2 % on every row (bf16 rounding alone: ~1.7e-3)
-    ("subtle_skip_row", 4, 1, 0.5, 10.0),
-    ("subtle_batch_ge128", 127, 0, 0.0, 2e-2),
-    ("subtle_batch_ge128", 128, 128, 0.1, 1.0),
-    ("subtle_prefill_only", 256, 0, 0.0, 2e-2),
-    ("subtle_prefill_only", 257, 257, 0.1, 1.0),
-])
+@pytest.mark.parametrize(
+    "name,T,wrong_rows,lo,hi",
+    [
+        ("subtle_approx_rsqrt", 4, 4, 1.9e-3, 1e-2),  # ~0.2 % on every row (bf16 rounding alone: ~1.7e-3)
+        ("subtle_skip_row", 4, 1, 0.5, 10.0),
+        ("subtle_batch_ge128", 127, 0, 0.0, 2e-2),
+        ("subtle_batch_ge128", 128, 128, 0.1, 1.0),
+        ("subtle_prefill_only", 256, 0, 0.0, 2e-2),
+        ("subtle_prefill_only", 257, 257, 0.1, 1.0),
+    ],
+)
 def test_each_control_is_wrong_where_it_says(errors, name, T, wrong_rows, lo, hi):
     rel = _run(errors, name, T, 576 if T < 16 else 64)  # the row-count controls on a narrow row (interpreter cost)
     if wrong_rows:

@@ -28,9 +28,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "validator"))
 from validator_fakes import EXAMPLES, FileServer, make_archive  # noqa: E402
 
 # The addresses check_url accepted before (issue 16): SSRF into the operator's network.
-SSRF = ["169.254.169.254", "10.0.0.1", "192.168.1.1", "[fd00::1]", "127.0.0.2", "0.0.0.0", "100.64.0.1",
-        "224.0.0.1", "[::ffff:192.168.1.1]", "[fe80::1]", "240.0.0.1",
-        "[fec0::1]"]  # deprecated site-local (RFC 3879), still routed inside some networks
+SSRF = [
+    "169.254.169.254",
+    "10.0.0.1",
+    "192.168.1.1",
+    "[fd00::1]",
+    "127.0.0.2",
+    "0.0.0.0",
+    "100.64.0.1",
+    "224.0.0.1",
+    "[::ffff:192.168.1.1]",
+    "[fe80::1]",
+    "240.0.0.1",
+    "[fec0::1]",
+]  # deprecated site-local (RFC 3879), still routed inside some networks
 
 
 @pytest.mark.parametrize("host", SSRF)
@@ -43,8 +54,17 @@ def test_internal_literal_addresses_are_refused(host):
             check_url(f"https://{host}/b.tar.gz", LOCAL)
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:8787/x.tar.gz", "https://localhost/x", "https://[::1]/x",
-                                 "https://2130706433/x", "https://0x7f.1/x", "https://intranet/x"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8787/x.tar.gz",
+        "https://localhost/x",
+        "https://[::1]/x",
+        "https://2130706433/x",
+        "https://0x7f.1/x",
+        "https://intranet/x",
+    ],
+)
 def test_loopback_and_numeric_names_are_refused_off_a_local_chain(url):
     with pytest.raises(CommitmentError):
         check_url(url)
@@ -78,8 +98,16 @@ class FakeDNS(aiohttp.abc.AbstractResolver):
     async def resolve(self, host, port=0, family=socket.AF_INET):
         self.queries.append(host)
         ip = self.answers[host].pop(0) if len(self.answers[host]) > 1 else self.answers[host][0]
-        return [{"hostname": host, "host": ip, "port": port, "family": socket.AF_INET, "proto": 0,
-                 "flags": socket.AI_NUMERICHOST}]
+        return [
+            {
+                "hostname": host,
+                "host": ip,
+                "port": port,
+                "family": socket.AF_INET,
+                "proto": 0,
+                "flags": socket.AI_NUMERICHOST,
+            }
+        ]
 
     async def close(self):
         return None
@@ -119,6 +147,7 @@ def test_dns_rebinding_to_loopback_never_connects():
 def test_connect_time_peer_check_backs_up_the_resolver(monkeypatch):
     """If the resolver were fooled (its check bypassed here), the connected peer is checked
     before the request is written: the loopback server still sees nothing."""
+
     async def unchecked(self, host, port=0, family=socket.AF_INET):
         return await self.inner.resolve(host, port, family)
 
@@ -134,6 +163,7 @@ def test_connect_time_peer_check_backs_up_the_resolver(monkeypatch):
 def test_the_connected_peer_is_checked_before_the_request_is_written(monkeypatch):
     """The last layer alone: with the resolver's and the socket factory's checks both bypassed,
     the peer of the new connection is still refused before a byte of the request is sent."""
+
     async def unchecked(self, host, port=0, family=socket.AF_INET):
         return await self.inner.resolve(host, port, family)
 
@@ -143,6 +173,7 @@ def test_the_connected_peer_is_checked_before_the_request_is_written(monkeypatch
 
     monkeypatch.setattr(GuardedResolver, "resolve", unchecked)
     monkeypatch.setattr(GuardedConnector, "_socket", any_socket)
+
     async def get(port):  # plain http (no TLS before the check), past download's URL rules
         dns = FakeDNS({"rebind.example": ["127.0.0.1"]})
         async with aiohttp.ClientSession(connector=GuardedConnector(STRICT, dns)) as s:

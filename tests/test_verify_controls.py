@@ -1,12 +1,10 @@
 """Every verify gate has a broken control that it rejects with the right reason."""
 
-
 import pytest
+from conftest import CONTROLS, EXAMPLES
 
 from cacheon_subnet.bundle import load_bundle
 from cacheon_subnet.verify import VerifyOptions, verify_bundle
-
-from conftest import CONTROLS, EXAMPLES
 
 OPTS = VerifyOptions(device="cpu", max_cases=2, call_timeout_s=30)
 
@@ -29,8 +27,9 @@ def reason(report) -> str:
 
 
 def test_every_cpu_control_is_listed():
-    on_disk = {p.name for p in CONTROLS.iterdir() if (p / "manifest.toml").exists()
-               and not p.name.startswith("subtle_")}  # quality-gate calibration: tests/test_subtle_controls.py
+    on_disk = {
+        p.name for p in CONTROLS.iterdir() if (p / "manifest.toml").exists() and not p.name.startswith("subtle_")
+    }  # quality-gate calibration: tests/test_subtle_controls.py
     multirank = {"corrupt_one_rank", "skip_collective"}  # collective controls: tests/test_verify_multirank.py
     assert on_disk - set(EXPECTED) == {"policy_violation", "output_aliasing", "graph_cheat"} | multirank
 

@@ -9,6 +9,7 @@ import threading
 
 import pytest
 import torch
+from conftest import EXAMPLES
 
 from cacheon_subnet.bundle import load_bundle
 from cacheon_subnet.slots import get_slot
@@ -20,10 +21,9 @@ from cacheon_subnet.verify.opplan import op_plan
 from cacheon_subnet.verify.runner import _Run
 from cacheon_subnet.verify.shapes import ArenaShapes
 
-from conftest import EXAMPLES
-
-ARENA = ArenaShapes(profile="qwen3-0.6b", decode_batches=(1, 2, 3), prefill_tokens=(16,), decode_context=40,
-                    dtype="bfloat16", name="tiny")
+ARENA = ArenaShapes(
+    profile="qwen3-0.6b", decode_batches=(1, 2, 3), prefill_tokens=(16,), decode_context=40, dtype="bfloat16", name="tiny"
+)
 
 
 def _plan(slot: str = "attention.decode", seed: int = 3, device: str = "cuda"):
@@ -40,10 +40,16 @@ def _opts(device: str, seed: int) -> VerifyOptions:
 
 def _fingerprint(p) -> tuple:
     if isinstance(p, GraphPrepared):
-        return ("graph", tuple(tuple(sorted((k, tensor_digest(v)) for k, v in r.items())) for r in p.replays),
-                tuple(tuple(sorted((k, tensor_digest(v)) for k, v in r.items())) for r in p.refs))
-    return (tuple(sorted((k, tensor_digest(v)) for k, v in p.inputs.items())),
-            tuple(sorted((k, tensor_digest(v)) for k, v in p.ref.items())), tuple(sorted(p.digests.items())))
+        return (
+            "graph",
+            tuple(tuple(sorted((k, tensor_digest(v)) for k, v in r.items())) for r in p.replays),
+            tuple(tuple(sorted((k, tensor_digest(v)) for k, v in r.items())) for r in p.refs),
+        )
+    return (
+        tuple(sorted((k, tensor_digest(v)) for k, v in p.inputs.items())),
+        tuple(sorted((k, tensor_digest(v)) for k, v in p.ref.items())),
+        tuple(sorted(p.digests.items())),
+    )
 
 
 def _all(spec, op, plan, secret: int, **kw) -> list[tuple]:
@@ -126,8 +132,9 @@ def test_the_host_judges_with_exactly_the_bytes_it_sent(monkeypatch):
         for s, off in zip(storages, sealed.offsets):
             assert os.pread(sealed.fd, s.numel(), off) == s.numpy().tobytes()
         mapped = shm.map_storages(sealed.fd, sealed.header(), list(sealed.sizes))
-        assert [bytes(memoryview(torch.empty(0, dtype=torch.uint8).set_(m).numpy())) for m in mapped] == \
-            [s.numpy().tobytes() for s in storages]
+        assert [bytes(memoryview(torch.empty(0, dtype=torch.uint8).set_(m).numpy())) for m in mapped] == [
+            s.numpy().tobytes() for s in storages
+        ]
         before = {k: v.clone() for k, v in p.inputs.items()}
         for v in p.parcel.frame().values():
             if v.is_floating_point():
@@ -146,12 +153,14 @@ def test_the_host_judges_with_exactly_the_bytes_it_sent(monkeypatch):
 
 def _honest(spec):
     """A scripted worker computing the true result (the reference) on what it was sent."""
+
     def reply(msg, tensors):
         from cacheon_subnet.slots.spec import dtype_of as dt
 
         out = {k: v.to(dt(msg["alloc"][k]["dtype"])) for k, v in spec.reference(tensors, msg["params"]).items()}
         base = {"type": "result", "ok": True, "returned": None, "host_sync": [], "aliases": [], "nonce": msg["nonce"]}
         return base, {**tensors, **out}
+
     return reply
 
 
@@ -232,8 +241,12 @@ def test_the_plan_runs_exactly_as_planned():
             last = {**cap, **{k.split(".", 1)[1]: v for k, v in tensors.items() if k.startswith(f"r{i}.")}}
             ref = spec.reference(last, msg["params"])
             out.update({f"r{i}.{k}": v.to(dtype_of(msg["alloc"][k]["dtype"])) for k, v in ref.items()})
-        base = {"type": "result", "ok": True, "nonce": msg["nonce"],
-                "final_digests": {a.name: tensor_digest(last[a.name]) for a in spec.by_role("in")}}
+        base = {
+            "type": "result",
+            "ok": True,
+            "nonce": msg["nonce"],
+            "final_digests": {a.name: tensor_digest(last[a.name]) for a in spec.by_role("in")},
+        }
         return base, out
 
     run = _Run(bundle, _opts("cuda", 4), 4)

@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+from conftest import CONTROLS, EXAMPLES, REPO
 
 from cacheon_subnet import sandbox
 from cacheon_subnet.bundle import load_bundle
@@ -16,8 +17,6 @@ from cacheon_subnet.errors import UsageError
 from cacheon_subnet.verify import VerifyOptions, verify_bundle
 from cacheon_subnet.verify import ranks as ranks_mod
 from cacheon_subnet.verify.multirank import plan_ranks
-
-from conftest import CONTROLS, EXAMPLES, REPO
 
 FAST = VerifyOptions(device="cpu", max_cases=1, call_timeout_s=30, world_size=2)
 
@@ -64,8 +63,9 @@ def test_corrupt_one_rank_fails_mismatch_on_rank_1() -> None:
 
 def test_skip_collective_is_caught_in_bounded_time_and_every_rank_killed(launched: list[int]) -> None:
     t0 = time.monotonic()
-    report = verify_bundle(load_bundle(CONTROLS / "skip_collective"),
-                           VerifyOptions(device="cpu", max_cases=1, call_timeout_s=6, world_size=2))
+    report = verify_bundle(
+        load_bundle(CONTROLS / "skip_collective"), VerifyOptions(device="cpu", max_cases=1, call_timeout_s=6, world_size=2)
+    )
     took = time.monotonic() - t0
     f = _failure(report)
     assert report.status == "FAIL" and f.reason in ("timeout", "mismatch"), report.render()
@@ -77,37 +77,47 @@ def test_skip_collective_is_caught_in_bounded_time_and_every_rank_killed(launche
 
 
 def test_rank_that_raises_is_the_reason_not_the_hang_it_causes(make_bundle) -> None:  # noqa: ANN001
-    kernel = ("import torch\nimport torch.distributed as dist\n\n\ndef all_reduce(x, out, group):\n"
-              "    if dist.get_rank(group) == 1:\n        raise RuntimeError('rank one gives up')\n"
-              "    out.copy_(x)\n    dist.all_reduce(out, group=group)\n")
-    manifest = ('schema = "cacheon.bundle/2"\n\n[[ops]]\nslot = "collective.all_reduce"\n'
-                'entry = "kernel:all_reduce"\ndtypes = ["float32"]\n')
+    kernel = (
+        "import torch\nimport torch.distributed as dist\n\n\ndef all_reduce(x, out, group):\n"
+        "    if dist.get_rank(group) == 1:\n        raise RuntimeError('rank one gives up')\n"
+        "    out.copy_(x)\n    dist.all_reduce(out, group=group)\n"
+    )
+    manifest = (
+        'schema = "cacheon.bundle/2"\n\n[[ops]]\nslot = "collective.all_reduce"\n'
+        'entry = "kernel:all_reduce"\ndtypes = ["float32"]\n'
+    )
     root = make_bundle({"manifest.toml": manifest, "kernel.py": kernel})
     report = verify_bundle(load_bundle(root), VerifyOptions(device="cpu", max_cases=1, call_timeout_s=5, world_size=2))
     f = _failure(report)
     assert (f.reason, f.rank) == ("exception", 1) and "rank one gives up" in f.detail, report.render()
 
 
-KERNEL_HEAD = ("import torch\nimport torch.distributed as dist\n\n\n"
-               "def all_reduce(x, out, group):\n    r = dist.get_rank(group)\n")
+KERNEL_HEAD = (
+    "import torch\nimport torch.distributed as dist\n\n\ndef all_reduce(x, out, group):\n    r = dist.get_rank(group)\n"
+)
 SUM_INTO_OUT = "    out.copy_(x)\n    dist.all_reduce(out, group=group)\n"
 RANK1_BUGS = {  # rank 0 is always right; rank 1 breaks exactly one gate
     "nan_inf": SUM_INTO_OUT + "    if r == 1:\n        out[0, 0] = float('nan')\n",
     "input_mutated": SUM_INTO_OUT + "    if r == 1:\n        x.mul_(2)\n",
     "nondeterministic": SUM_INTO_OUT + "    if r == 1:\n        out[0] += 4e-6 * torch.rand_like(out[0])\n",
-    "partial_write": ("    y = x.clone()\n    dist.all_reduce(y, group=group)\n"
-                      "    rows = out.shape[0] - int(r == 1)\n    out[:rows].copy_(y[:rows])\n"),
+    "partial_write": (
+        "    y = x.clone()\n    dist.all_reduce(y, group=group)\n"
+        "    rows = out.shape[0] - int(r == 1)\n    out[:rows].copy_(y[:rows])\n"
+    ),
 }
 
 
 @pytest.mark.parametrize("reason", sorted(RANK1_BUGS))
 def test_every_gate_runs_on_every_rank(reason: str, make_bundle) -> None:  # noqa: ANN001
     kernel = KERNEL_HEAD + RANK1_BUGS[reason]
-    manifest = ('schema = "cacheon.bundle/2"\n\n[[ops]]\nslot = "collective.all_reduce"\n'
-                'entry = "kernel:all_reduce"\ndtypes = ["float32"]\n')
+    manifest = (
+        'schema = "cacheon.bundle/2"\n\n[[ops]]\nslot = "collective.all_reduce"\n'
+        'entry = "kernel:all_reduce"\ndtypes = ["float32"]\n'
+    )
     root = make_bundle({"manifest.toml": manifest, "kernel.py": kernel})
-    report = verify_bundle(load_bundle(root), VerifyOptions(device="cpu", max_cases=1, call_timeout_s=20,
-                                                           compile_check=False, world_size=2))
+    report = verify_bundle(
+        load_bundle(root), VerifyOptions(device="cpu", max_cases=1, call_timeout_s=20, compile_check=False, world_size=2)
+    )
     f = _failure(report)
     assert (f.reason, f.rank) == (reason, 1), report.render()
 
@@ -126,13 +136,23 @@ def test_plan_usage_errors_and_defaults() -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cacheon_subnet.cli", *args], capture_output=True, text=True,
-                          timeout=300, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "cacheon_subnet.cli", *args], capture_output=True, text=True, timeout=300, cwd=REPO
+    )
 
 
 def test_cli_world_size() -> None:
-    ok = _cli("verify", str(EXAMPLES / "collective.all_reduce"), "--world-size", "2", "--max-cases", "1",
-              "--device", "cpu", "--json")
+    ok = _cli(
+        "verify",
+        str(EXAMPLES / "collective.all_reduce"),
+        "--world-size",
+        "2",
+        "--max-cases",
+        "1",
+        "--device",
+        "cpu",
+        "--json",
+    )
     assert ok.returncode == 0, ok.stdout + ok.stderr
     data = json.loads(ok.stdout)
     assert data["status"] == "PASS" and data["ops"][0]["world_size"] == 2

@@ -334,8 +334,9 @@ def test_graph_trial_sends_only_the_replays_that_fit(monkeypatch):
 
     spec = get_slot("norm.rmsnorm")
     case = spec.cases("verify")[0]
-    plan = opplan.OpPlan((PlannedCase(case, ("bfloat16",), "tier"),), (Trial("graph", 0, "bfloat16", watch=False),),
-                         {}, {0: 6}, {0: 6})
+    plan = opplan.OpPlan(
+        (PlannedCase(case, ("bfloat16",), "tier"),), (Trial("graph", 0, "bfloat16", watch=False),), {}, {0: 6}, {0: 6}
+    )
     draws = Draws(spec, "norm.rmsnorm/default", plan, secret=1, threads=0)
     one = draws.draw(case, "bfloat16", "probe")
     size = sum(v.untyped_storage().nbytes() for v in one.values())
@@ -368,5 +369,6 @@ def test_no_gpu_case_needs_a_frame_the_worker_refuses():
     planned = plan_cases(att, att.cases("gpu"), att.dtypes, random.Random(0), gpu=True, arena=long)
     sizes = {p.case.dims["B"] for p in planned if p.origin == "arena"}
     assert 256 not in sizes and 1 in sizes  # the big ones left out, the small ones kept
-    assert all(shapes.input_bytes(att, p.case, dtype_of(d)) <= shapes.GPU_MAX_CASE_INPUT_BYTES
-               for p in planned for d in p.dtypes)
+    assert all(
+        shapes.input_bytes(att, p.case, dtype_of(d)) <= shapes.GPU_MAX_CASE_INPUT_BYTES for p in planned for d in p.dtypes
+    )

@@ -20,9 +20,14 @@ def test_round_trip_preserves_views_and_sharing():
     assert t["q"].untyped_storage().data_ptr() == t["k"].untyped_storage().data_ptr()
 
 
-@pytest.mark.parametrize("payload", [
-    b"\x00\x00", b"\x00\x00\x00\x05{bad}", b"\x00\x00\x00\x02[]",
-])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"\x00\x00",
+        b"\x00\x00\x00\x05{bad}",
+        b"\x00\x00\x00\x02[]",
+    ],
+)
 def test_malformed_frames(payload):
     with pytest.raises(wire.WireError):
         wire.decode(payload)

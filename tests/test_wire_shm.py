@@ -18,8 +18,11 @@ from cacheon_subnet.verify import shm, wire
 
 def _inputs() -> dict[str, torch.Tensor]:
     qkv = torch.randn(64, 32 * 128).bfloat16()
-    return {"q": qkv[:, : 16 * 128].view(64, 16, 128), "k_buffer": torch.randn(4096, 8, 128).bfloat16(),
-            "kv_indices": torch.arange(100)}
+    return {
+        "q": qkv[:, : 16 * 128].view(64, 16, 128),
+        "k_buffer": torch.randn(4096, 8, 128).bfloat16(),
+        "kv_indices": torch.arange(100),
+    }
 
 
 def _send_recv(frame, allow_shm: bool):
@@ -69,9 +72,12 @@ def test_the_sealed_file_refuses_every_change():
     parcel = shm.Parcel(_inputs())
     fd = parcel.sealed.fd
     assert fcntl.fcntl(fd, fcntl.F_GET_SEALS) & shm.SEALS == shm.SEALS
-    for change in (lambda: os.pwrite(fd, b"x", 0), lambda: os.ftruncate(fd, 1),
-                   lambda: os.ftruncate(fd, parcel.sealed.size * 2),
-                   lambda: fcntl.fcntl(fd, fcntl.F_ADD_SEALS, 0)):  # F_SEAL_SEAL: not even the seals
+    for change in (
+        lambda: os.pwrite(fd, b"x", 0),
+        lambda: os.ftruncate(fd, 1),
+        lambda: os.ftruncate(fd, parcel.sealed.size * 2),
+        lambda: fcntl.fcntl(fd, fcntl.F_ADD_SEALS, 0),
+    ):  # F_SEAL_SEAL: not even the seals
         with pytest.raises(PermissionError):
             change()
     import mmap

@@ -6,6 +6,17 @@ from cacheon_subnet.bundle.limits import DEFAULT_LIMITS, Limits
 from cacheon_subnet.bundle.manifest import Manifest, OpEntry, parse_manifest
 
 __all__ = [
-    "Bundle", "DEFAULT_LIMITS", "Limits", "Manifest", "OpEntry", "Scratch", "bundle_from_files",
-    "content_digest", "hotkey_bound_digest", "is_digest", "load_bundle", "pack", "parse_manifest",
+    "DEFAULT_LIMITS",
+    "Bundle",
+    "Limits",
+    "Manifest",
+    "OpEntry",
+    "Scratch",
+    "bundle_from_files",
+    "content_digest",
+    "hotkey_bound_digest",
+    "is_digest",
+    "load_bundle",
+    "pack",
+    "parse_manifest",
 ]

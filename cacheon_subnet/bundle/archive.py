@@ -17,10 +17,10 @@ import shutil
 import stat
 import tarfile
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
 
 from cacheon_subnet.bundle.digest import content_digest
 from cacheon_subnet.bundle.limits import (
@@ -184,20 +184,25 @@ def _read_archive(path: Path, limits: Limits) -> dict[str, bytes]:
             raise  # this host ran out of fds/memory/disk: not the archive's fault (cacheon_subnet/resources.py)
         raise BundleError(path.name, "archive-corrupt", f"cannot read as .tar.gz: {e}") from None
     if seen != len(layout):
-        raise BundleError(path.name, "archive-parse-mismatch", f"tarfile read {seen} entries, the "
-                          f"bounded scan {len(layout)}: the archive parses two ways")
+        raise BundleError(
+            path.name,
+            "archive-parse-mismatch",
+            f"tarfile read {seen} entries, the bounded scan {len(layout)}: the archive parses two ways",
+        )
     return files
 
 
-def _same_layout(archive: str, name: str, layout: list[Entry], i: int, member: tarfile.TarInfo,
-                 next_offset: int) -> None:
+def _same_layout(archive: str, name: str, layout: list[Entry], i: int, member: tarfile.TarInfo, next_offset: int) -> None:
     """tarfile must walk exactly the headers the bounded scan walked: otherwise the next header
     it reads may be one the scan took for data (a PAX header of any size, read whole)."""
     got = Entry(member.offset, member.size, next_offset)
     want = layout[i] if i < len(layout) else None
     if got != want:
-        raise BundleError(name, "archive-parse-mismatch", f"{archive}: entry {i + 1} is {got} to "
-                          f"tarfile but {want} to the bounded scan: the archive parses two ways")
+        raise BundleError(
+            name,
+            "archive-parse-mismatch",
+            f"{archive}: entry {i + 1} is {got} to tarfile but {want} to the bounded scan: the archive parses two ways",
+        )
 
 
 def _read_capped(fobj: io.BufferedReader, rel: str, limits: Limits) -> bytes:
@@ -248,7 +253,7 @@ class Scratch:
 
     def cleanup(self) -> None:
         if self.path.exists():
-            for d, dirs, fs in os.walk(self.path):
+            for d, _dirs, fs in os.walk(self.path):
                 os.chmod(d, 0o755)
                 for f in fs:
                     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 

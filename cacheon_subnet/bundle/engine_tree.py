@@ -17,9 +17,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from cacheon_subnet.bundle.archive import Bundle
 from cacheon_subnet.bundle.digest import content_digest
@@ -62,11 +63,30 @@ ROLES = ("challenger", "incumbent")
 
 
 def _op_json(pkg: str, digest: str, op: OpEntry, role: str = "challenger") -> dict[str, Any]:
-    cons = {c.dim: {k: v for k, v in (("min", c.min), ("max", c.max), ("multiple_of", c.multiple_of),
-                                      ("in", list(c.one_of) if c.one_of else None)) if v is not None}
-            for c in op.constraints}
-    return {"package": pkg, "digest": digest, "slot": op.slot, "variant": op.variant, "module": op.module,
-            "attr": op.attr, "dtypes": list(op.dtypes), "constraints": cons, "role": role}
+    cons = {
+        c.dim: {
+            k: v
+            for k, v in (
+                ("min", c.min),
+                ("max", c.max),
+                ("multiple_of", c.multiple_of),
+                ("in", list(c.one_of) if c.one_of else None),
+            )
+            if v is not None
+        }
+        for c in op.constraints
+    }
+    return {
+        "package": pkg,
+        "digest": digest,
+        "slot": op.slot,
+        "variant": op.variant,
+        "module": op.module,
+        "attr": op.attr,
+        "dtypes": list(op.dtypes),
+        "constraints": cons,
+        "role": role,
+    }
 
 
 def canonical(doc: dict[str, Any]) -> bytes:
@@ -81,16 +101,27 @@ def policy_gate(package: str, files: dict[str, bytes]) -> None:
     # (the one CPython imports), so the sibling was sealed unscanned (red team 2026-12-04)
     shadowed = sorted(p for p in files if p.endswith(".py") and p[:-3] + "/__init__.py" in files)
     if shadowed:
-        raise BundleError(package, "policy", f"{shadowed[0]}: module shadowed by package "
-                          f"{shadowed[0][:-3]}/__init__.py (one source per module name)")
+        raise BundleError(
+            package,
+            "policy",
+            f"{shadowed[0]}: module shadowed by package {shadowed[0][:-3]}/__init__.py (one source per module name)",
+        )
     findings = scan_files(files)
     if findings:
-        raise BundleError(package, "policy", "; ".join(str(f) for f in findings[:8])
-                          + (f" (+{len(findings) - 8} more)" if len(findings) > 8 else ""))
+        raise BundleError(
+            package,
+            "policy",
+            "; ".join(str(f) for f in findings[:8]) + (f" (+{len(findings) - 8} more)" if len(findings) > 8 else ""),
+        )
 
 
-def build_tree(root: Path, selections: Sequence[tuple[Bundle, Sequence[OpEntry]]],
-               incumbents: Sequence[tuple[Bundle, Sequence[OpEntry]]] = (), *, scan_policy: bool = True) -> SealedTree:
+def build_tree(
+    root: Path,
+    selections: Sequence[tuple[Bundle, Sequence[OpEntry]]],
+    incumbents: Sequence[tuple[Bundle, Sequence[OpEntry]]] = (),
+    *,
+    scan_policy: bool = True,
+) -> SealedTree:
     """Write the sealed tree for `selections` (bundle, the ops of it to activate) into `root`;
     `incumbents` are the crowned ops the arena's baseline (B) windows run instead of stock.
     scan_policy=False is for the seam tests' instrumented stand-in kernels only (a Python
@@ -106,7 +137,11 @@ def build_tree(root: Path, selections: Sequence[tuple[Bundle, Sequence[OpEntry]]
             if not (root / pkg).exists():
                 bundle.write_to(root / pkg, read_only=True)
             ops += [_op_json(pkg, bundle.digest, op, role) for op in chosen]
-    doc = {"version": TREE_VERSION, "policy_scanned": scan_policy, "ops": sorted(ops, key=lambda o: (o["slot"], o["role"], o["variant"], o["package"]))}
+    doc = {
+        "version": TREE_VERSION,
+        "policy_scanned": scan_policy,
+        "ops": sorted(ops, key=lambda o: (o["slot"], o["role"], o["variant"], o["package"])),
+    }
     data = canonical(doc)
     (root / TREE_FILE).write_bytes(data)
     os.chmod(root / TREE_FILE, 0o444)
@@ -130,8 +165,11 @@ def open_tree(root: Path, expected_digest: str) -> SealedTree:
         if pkg != package_for(o["digest"]):
             raise BundleError(TREE_FILE, "tree-package", f"package {pkg} does not match digest {o['digest'][:16]}…")
         if pkg not in checked:
-            files = {p.relative_to(root / pkg).as_posix(): p.read_bytes() for p in (root / pkg).rglob("*")
-                     if p.is_file() and "__pycache__" not in p.parts}
+            files = {
+                p.relative_to(root / pkg).as_posix(): p.read_bytes()
+                for p in (root / pkg).rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts
+            }
             got = content_digest(files)
             if got != o["digest"]:
                 raise BundleError(pkg, "tree-content", f"content digest {got[:16]}… != sealed {o['digest'][:16]}…")
@@ -141,6 +179,17 @@ def open_tree(root: Path, expected_digest: str) -> SealedTree:
         role = o.get("role", "challenger")
         if role not in ROLES:
             raise BundleError(TREE_FILE, "tree-role", f"op {o['slot']}: unknown role {role!r}")
-        ops.append(TreeOp(pkg, o["digest"], o["slot"], o["variant"], o["module"], o["attr"], tuple(o["dtypes"]),
-                          tuple(sorted((k, v) for k, v in o["constraints"].items())), role))
+        ops.append(
+            TreeOp(
+                pkg,
+                o["digest"],
+                o["slot"],
+                o["variant"],
+                o["module"],
+                o["attr"],
+                tuple(o["dtypes"]),
+                tuple(sorted((k, v) for k, v in o["constraints"].items())),
+                role,
+            )
+        )
     return SealedTree(root, digest, tuple(ops))

@@ -34,8 +34,9 @@ import hashlib
 import json
 import sys
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from cacheon_subnet.bundle.archive import Bundle
 from cacheon_subnet.bundle.identity_rules import manifest_doc, reserved_param
@@ -218,8 +219,12 @@ class _Program:
                     f = node.func.value if isinstance(node.func, ast.Subscript) else node.func
                     callees.add(id(f))
             for node in ast.walk(tree):
-                if isinstance(node, ast.Name) and node.id in origins and isinstance(node.ctx, ast.Load) \
-                        and id(node) not in callees:
+                if (
+                    isinstance(node, ast.Name)
+                    and node.id in origins
+                    and isinstance(node.ctx, ast.Load)
+                    and id(node) not in callees
+                ):
                     fixed.add(origins[node.id])
         return fixed
 
@@ -231,20 +236,25 @@ class _Program:
                 if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) and (m, st.name) not in self.fixed_params:
                     a = st.args
                     allp = [*a.posonlyargs, *a.args, *a.kwonlyargs]
-                    params[(m, st.name)] = {p.arg: f"a0#{i}" for i, p in enumerate(allp)
-                                             if not self._keep(p.arg) and not reserved_param(p.arg)}
+                    params[(m, st.name)] = {
+                        p.arg: f"a0#{i}" for i, p in enumerate(allp) if not self._keep(p.arg) and not reserved_param(p.arg)
+                    }
         out = {}
         for m in self.order:
             tree = _Renamer(self, m, mods, params).visit(self.mods[m].tree)
             out[mods[m]] = ast.dump(tree, annotate_fields=False, include_attributes=False)
         packages = {mods[m]: [mods[a] for a in self._ancestors(m)] for m in self.order if self._ancestors(m)}
-        return {"modules": out, "packages": packages, "entries": [[mods.get(mod, mod), self.gmaps.get(mod, {}).get(attr, attr)]
-                                            for mod, attr in self.entries]}
+        return {
+            "modules": out,
+            "packages": packages,
+            "entries": [[mods.get(mod, mod), self.gmaps.get(mod, {}).get(attr, attr)] for mod, attr in self.entries],
+        }
 
 
 class _Renamer(ast.NodeTransformer):
-    def __init__(self, prog: _Program, mod: str, mods: dict[str, str],
-                 params: dict[tuple[str, str], dict[str, str]]) -> None:
+    def __init__(
+        self, prog: _Program, mod: str, mods: dict[str, str], params: dict[tuple[str, str], dict[str, str]]
+    ) -> None:
         self.p, self.mod, self.mods, self.params = prog, mod, mods, params
         self.g = prog.gmaps[mod]
         self.scopes: list[dict[str, str]] = []
@@ -263,9 +273,15 @@ class _Renamer(ast.NodeTransformer):
         return ast.copy_location(ast.Name(self._name(node.id), node.ctx), node)
 
     def visit_Import(self, node: ast.Import) -> ast.AST:
-        names = [ast.alias(a.name, self._name(a.asname) if a.asname else
-                           (self._name(a.name) if "." not in a.name and self._name(a.name) != a.name else None))
-                 for a in node.names]
+        names = [
+            ast.alias(
+                a.name,
+                self._name(a.asname)
+                if a.asname
+                else (self._name(a.name) if "." not in a.name and self._name(a.name) != a.name else None),
+            )
+            for a in node.names
+        ]
         return ast.Import(names)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST:
@@ -329,8 +345,15 @@ class _Renamer(ast.NodeTransformer):
         self.scopes.pop()
         self.in_class = outer
         cls = type(node)
-        return cls(name=name, args=args, body=body, decorator_list=decorators, returns=returns, type_comment=None,
-                   **({"type_params": []} if sys.version_info >= (3, 12) else {}))
+        return cls(
+            name=name,
+            args=args,
+            body=body,
+            decorator_list=decorators,
+            returns=returns,
+            type_comment=None,
+            **({"type_params": []} if sys.version_info >= (3, 12) else {}),
+        )
 
     visit_FunctionDef = _function
     visit_AsyncFunctionDef = _function
@@ -399,12 +422,14 @@ def _bound(n: ast.AST) -> list[str]:
 def other_files(files: Mapping[str, bytes]) -> dict[str, str]:
     """Path -> sha256 of every member that is neither Python nor the manifest: they count by path
     and bytes (the bounded child gets these hashes, never the bytes: verify/policy_bound.py)."""
-    return {p: hashlib.sha256(d).hexdigest() for p, d in sorted(files.items())
-            if not p.endswith(".py") and p != "manifest.toml"}
+    return {
+        p: hashlib.sha256(d).hexdigest() for p, d in sorted(files.items()) if not p.endswith(".py") and p != "manifest.toml"
+    }
 
 
-def normalized_document(bundle: Bundle, other: Mapping[str, str] | None = None,
-                        parsed: Mapping[str, ast.Module] | None = None) -> dict[str, Any] | None:
+def normalized_document(
+    bundle: Bundle, other: Mapping[str, str] | None = None, parsed: Mapping[str, ast.Module] | None = None
+) -> dict[str, Any] | None:
     """What the identity hashes (for tests and for explaining a match); None: it does not parse.
     `other`: other_files(bundle.files), when the caller holds it and not those bytes; `parsed`:
     path -> ast.parse(source, filename=path) already made (policy.scan_files'), consumed here."""
@@ -413,12 +438,18 @@ def normalized_document(bundle: Bundle, other: Mapping[str, str] | None = None,
         ident = prog.identity()
     except (SyntaxError, UnicodeDecodeError, ValueError, RecursionError):
         return None
-    return {"schema": SCHEMA, "ops": manifest_doc(bundle, ident["entries"]), "modules": ident["modules"],
-            "packages": ident["packages"], "files": dict(other) if other is not None else other_files(bundle.files)}
+    return {
+        "schema": SCHEMA,
+        "ops": manifest_doc(bundle, ident["entries"]),
+        "modules": ident["modules"],
+        "packages": ident["packages"],
+        "files": dict(other) if other is not None else other_files(bundle.files),
+    }
 
 
-def normalized_identity(bundle: Bundle, other: Mapping[str, str] | None = None,
-                        parsed: Mapping[str, ast.Module] | None = None) -> str | None:
+def normalized_identity(
+    bundle: Bundle, other: Mapping[str, str] | None = None, parsed: Mapping[str, ast.Module] | None = None
+) -> str | None:
     """sha256 over normalized_document, or None when the sources do not parse."""
     doc = normalized_document(bundle, other, parsed)
     if doc is None:

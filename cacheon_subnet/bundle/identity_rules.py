@@ -17,19 +17,59 @@ from cacheon_subnet.bundle.archive import Bundle
 # HIPOptions) is claimed by a keyword of that name. A kernel parameter spelled like one of these
 # behaves differently from the same kernel with it renamed (`debug` passed by position: "got
 # multiple values for argument 'debug'"), so these parameters keep their spelling.
-TRITON_RESERVED = frozenset({
-    "grid", "warmup", "debug", "instrumentation_mode", "options", "params", "specialization",
-    "specialize_impl", "backend", "JITCallable", "dynamic_func", "self", "args", "kwargs", "nargs",
-    "device", "stream", "device_type",
-    # CUDAOptions / HIPOptions fields (triton 3.6)
-    "allowed_dot_input_precisions", "arch", "backend_name", "default_dot_input_precision",
-    "deprecated_fp8_dot_operand_dtypes", "enable_fp_fusion", "enable_reflect_ftz", "extern_libs",
-    "ir_override", "launch_cooperative_grid", "launch_pdl", "max_num_imprecise_acc_default", "maxnreg",
-    "num_ctas", "num_stages", "num_warps", "ptx_options", "ptx_version", "sanitize_overflow",
-    "supported_fp8_dtypes", "warp_size", "allow_flush_denorm", "kpack", "matrix_instr_nonkdim",
-    "schedule_hint", "waves_per_eu", "num_buffers_warp_spec", "num_consumer_groups",
-    "reg_dec_producer", "reg_inc_consumer",
-})
+TRITON_RESERVED = frozenset(
+    {
+        "grid",
+        "warmup",
+        "debug",
+        "instrumentation_mode",
+        "options",
+        "params",
+        "specialization",
+        "specialize_impl",
+        "backend",
+        "JITCallable",
+        "dynamic_func",
+        "self",
+        "args",
+        "kwargs",
+        "nargs",
+        "device",
+        "stream",
+        "device_type",
+        # CUDAOptions / HIPOptions fields (triton 3.6)
+        "allowed_dot_input_precisions",
+        "arch",
+        "backend_name",
+        "default_dot_input_precision",
+        "deprecated_fp8_dot_operand_dtypes",
+        "enable_fp_fusion",
+        "enable_reflect_ftz",
+        "extern_libs",
+        "ir_override",
+        "launch_cooperative_grid",
+        "launch_pdl",
+        "max_num_imprecise_acc_default",
+        "maxnreg",
+        "num_ctas",
+        "num_stages",
+        "num_warps",
+        "ptx_options",
+        "ptx_version",
+        "sanitize_overflow",
+        "supported_fp8_dtypes",
+        "warp_size",
+        "allow_flush_denorm",
+        "kpack",
+        "matrix_instr_nonkdim",
+        "schedule_hint",
+        "waves_per_eu",
+        "num_buffers_warp_spec",
+        "num_consumer_groups",
+        "reg_dec_producer",
+        "reg_inc_consumer",
+    }
+)
 
 
 def reserved_param(name: str) -> bool:
@@ -49,9 +89,18 @@ def manifest_doc(bundle: Bundle, entries: list[list[str]]) -> list[dict[str, Any
     for i, (o, e) in enumerate(zip(doc, entries)):
         same = [p for p in doc if p["slot"] == o["slot"]]
         variants = sorted({p["variant"] for p in same})
-        out.append({"slot": o["slot"], "slot_version": o["slot_version"], "dtypes": sorted(o["dtypes"]),
-                    "constraints": o["constraints"], "entry": e,
-                    "nth": [p["slot"] for p in doc[:i]].count(o["slot"]),
-                    "variant_rank": variants.index(o["variant"]), "tag_clash": [p["variant"].replace("-", "_") for p in doc[:i] if p["slot"] == o["slot"]]
-                    .count(o["variant"].replace("-", "_"))})
+        out.append(
+            {
+                "slot": o["slot"],
+                "slot_version": o["slot_version"],
+                "dtypes": sorted(o["dtypes"]),
+                "constraints": o["constraints"],
+                "entry": e,
+                "nth": [p["slot"] for p in doc[:i]].count(o["slot"]),
+                "variant_rank": variants.index(o["variant"]),
+                "tag_clash": [p["variant"].replace("-", "_") for p in doc[:i] if p["slot"] == o["slot"]].count(
+                    o["variant"].replace("-", "_")
+                ),
+            }
+        )
     return sorted(out, key=lambda d: json.dumps(d, sort_keys=True))

@@ -25,7 +25,7 @@ import ast
 import builtins
 import copy
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 _PURE_IMPORTS = frozenset({"torch", "triton", "math", "triton.language", "torch.distributed"})
 _DEF = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -54,7 +54,13 @@ def _import_time(st: ast.stmt) -> list[ast.AST]:
     if isinstance(st, _DEF):
         a = st.args
         anns = [x.annotation for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if x and x.annotation]
-        return [*st.decorator_list, *a.defaults, *[d for d in a.kw_defaults if d], *anns, *([st.returns] if st.returns else [])]
+        return [
+            *st.decorator_list,
+            *a.defaults,
+            *[d for d in a.kw_defaults if d],
+            *anns,
+            *([st.returns] if st.returns else []),
+        ]
     if isinstance(st, ast.Assign):
         return [st.value]
     return []
@@ -66,10 +72,12 @@ def _kind(st: ast.stmt) -> int | None:
         return 0
     if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) and _literal(st.value):
         return 1
-    if isinstance(st, _DEF) and all(ast.unparse(d) == "triton.jit" for d in st.decorator_list) \
-            and all(_literal(d) for d in [*st.args.defaults, *st.args.kw_defaults] if d is not None) \
-            and all(_chain(e) for e in _import_time(st)[len(st.decorator_list):]
-                    if not _literal(e)):
+    if (
+        isinstance(st, _DEF)
+        and all(ast.unparse(d) == "triton.jit" for d in st.decorator_list)
+        and all(_literal(d) for d in [*st.args.defaults, *st.args.kw_defaults] if d is not None)
+        and all(_chain(e) for e in _import_time(st)[len(st.decorator_list) :] if not _literal(e))
+    ):
         return 2
     return None
 
@@ -96,8 +104,11 @@ def _strip_noops(tree: ast.AST) -> None:
         for field in ("body", "orelse", "finalbody"):
             body = getattr(node, field, None)
             if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
-                kept = [s for s in body if not (isinstance(s, ast.Pass) or isinstance(s, ast.Expr)
-                                                and isinstance(s.value, ast.Constant))]
+                kept = [
+                    s
+                    for s in body
+                    if not (isinstance(s, ast.Pass) or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)))
+                ]
                 setattr(node, field, kept or [ast.Pass()])
 
 
@@ -122,8 +133,12 @@ def _drop_unused(mods: dict[str, ast.Module], entries: set[tuple[str, str]]) -> 
         before = set(_BUILTINS)  # names bound before the statement (what it may read at import)
         for st in tree.body:
             names = _binds(st)
-            if _kind(st) is not None and names and _reads(_import_time(st)) <= before and not any(
-                    (m, n) in entries or n.startswith("__") for n in names):
+            if (
+                _kind(st) is not None
+                and names
+                and _reads(_import_time(st)) <= before
+                and not any((m, n) in entries or n.startswith("__") for n in names)
+            ):
                 for n in names:
                     by_load.setdefault((m, n), []).append((m, st))
                     by_name.setdefault(n, []).append((m, st))
@@ -146,8 +161,9 @@ def _drop_unused(mods: dict[str, ast.Module], entries: set[tuple[str, str]]) -> 
     return {s for s, n in strings.items() if n}
 
 
-def _account(node: ast.AST, loads: Counter[str], imported: Counter[str], strings: Counter[str],
-             step: int) -> list[tuple[str, str]]:
+def _account(
+    node: ast.AST, loads: Counter[str], imported: Counter[str], strings: Counter[str], step: int
+) -> list[tuple[str, str]]:
     """Add `step` to the counts of every name load, relative-import name and string in `node`;
     returns the (kind, key) counts that reached zero."""
     zero: list[tuple[str, str]] = []

@@ -35,9 +35,7 @@ class Limits:
 
 DEFAULT_LIMITS = Limits()
 
-ALLOWED_SUFFIXES = frozenset(
-    {".py", ".toml", ".md", ".txt", ".json", ".rst", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".c"}
-)
+ALLOWED_SUFFIXES = frozenset({".py", ".toml", ".md", ".txt", ".json", ".rst", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".c"})
 ALLOWED_BARE_NAMES = frozenset({"LICENSE", "NOTICE", "README", "AUTHORS"})
 # Names Python or pytest would execute on their own: a bundle never gets to plant them.
 FORBIDDEN_NAMES = frozenset({"sitecustomize.py", "usercustomize.py", "conftest.py", "__main__.py"})

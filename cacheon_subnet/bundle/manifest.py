@@ -1,24 +1,25 @@
 """manifest.toml: what a bundle contributes, checked strictly (unknown keys are errors).
 
-    schema = "cacheon.bundle/2"     # 2: every .py source conforms to the allowlist policy v2
-    [bundle]                      # optional metadata
-    name = "fast-rmsnorm"
-    [[ops]]
-    slot = "norm.rmsnorm"
-    entry = "rmsnorm_kernel:rmsnorm"   # module path inside the bundle : callable
-    variant = "default"                # optional, unique per slot
-    dtypes = ["bfloat16", "float16"]   # optional, default: every dtype of the slot
-    slot_version = 1                   # optional, must equal the catalog's version
-    [ops.constraints]                  # optional eligibility on symbolic dims
-    H = { multiple_of = 8 }
+schema = "cacheon.bundle/2"     # 2: every .py source conforms to the allowlist policy v2
+[bundle]                      # optional metadata
+name = "fast-rmsnorm"
+[[ops]]
+slot = "norm.rmsnorm"
+entry = "rmsnorm_kernel:rmsnorm"   # module path inside the bundle : callable
+variant = "default"                # optional, unique per slot
+dtypes = ["bfloat16", "float16"]   # optional, default: every dtype of the slot
+slot_version = 1                   # optional, must equal the catalog's version
+[ops.constraints]                  # optional eligibility on symbolic dims
+H = { multiple_of = 8 }
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from cacheon_subnet.errors import ManifestError, SlotError
 from cacheon_subnet.slots import get_slot
@@ -26,8 +27,8 @@ from cacheon_subnet.slots import get_slot
 SCHEMA = "cacheon.bundle/2"  # = sources conform to the static allowlist policy v2 (verify/policy.py)
 RETIRED_SCHEMAS = {
     "cacheon.bundle/1": "schema 1 bundles were checked by a blocklist; port to 2: run `cacheon verify <dir>` "
-                        "(it reports every line the allowlist refuses), fix those, then set "
-                        'schema = "cacheon.bundle/2"',
+    "(it reports every line the allowlist refuses), fix those, then set "
+    'schema = "cacheon.bundle/2"',
 }
 _TOP_KEYS = {"schema", "bundle", "ops"}
 _BUNDLE_KEYS = {"name", "description", "author", "license", "homepage"}
@@ -93,12 +94,26 @@ class Manifest:
             "schema": self.schema,
             "name": self.name,
             "ops": [
-                {"slot": o.slot, "slot_version": o.slot_version, "entry": o.entry, "variant": o.variant,
-                 "dtypes": list(o.dtypes),
-                 "constraints": {c.dim: {k: v for k, v in (("min", c.min), ("max", c.max),
-                                                           ("multiple_of", c.multiple_of),
-                                                           ("in", list(c.one_of) if c.one_of else None)) if v is not None}
-                                 for c in o.constraints}}
+                {
+                    "slot": o.slot,
+                    "slot_version": o.slot_version,
+                    "entry": o.entry,
+                    "variant": o.variant,
+                    "dtypes": list(o.dtypes),
+                    "constraints": {
+                        c.dim: {
+                            k: v
+                            for k, v in (
+                                ("min", c.min),
+                                ("max", c.max),
+                                ("multiple_of", c.multiple_of),
+                                ("in", list(c.one_of) if c.one_of else None),
+                            )
+                            if v is not None
+                        }
+                        for c in o.constraints
+                    },
+                }
                 for o in self.ops
             ],
         }
@@ -169,7 +184,9 @@ def _parse_op(i: int, o: Any, files: frozenset[str] | None) -> OpEntry:
         raise ManifestError(f"{where}.entry", f"module {module!r} must live inside the bundle")
     op = OpEntry(slot_id, spec.version, module, attr, "default", spec.dtypes)
     if files is not None and not any(p in files for p in op.module_paths()):
-        raise ManifestError(f"{where}.entry", f"module {module!r} not found in bundle (expected {' or '.join(op.module_paths())})")
+        raise ManifestError(
+            f"{where}.entry", f"module {module!r} not found in bundle (expected {' or '.join(op.module_paths())})"
+        )
     variant = o.get("variant", "default")
     if not isinstance(variant, str) or not _VARIANT.fullmatch(variant):
         raise ManifestError(f"{where}.variant", f"must match {_VARIANT.pattern}, got {variant!r}")
@@ -204,7 +221,11 @@ def _parse_constraints(where: str, raw: Any, spec) -> tuple[DimConstraint, ...]:
                 raise ManifestError(f"{field}.{k}", "must be a non-negative integer (multiple_of >= 1)")
             vals[k] = v
         one_of = rule.get("in")
-        if one_of is not None and (not isinstance(one_of, list) or not one_of or not all(isinstance(x, int) and not isinstance(x, bool) for x in one_of)):
+        if one_of is not None and (
+            not isinstance(one_of, list)
+            or not one_of
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in one_of)
+        ):
             raise ManifestError(f"{field}.in", "must be a non-empty list of integers")
         out.append(DimConstraint(dim, vals["min"], vals["max"], vals["multiple_of"], tuple(one_of) if one_of else None))
     return tuple(out)

@@ -78,9 +78,13 @@ class _Inflater:
         if self.out > lim.stream_bytes:
             raise BundleError(self.name, "unpacked-too-large", f"tar stream over {lim.stream_bytes} bytes")
         if self.out > lim.ratio_floor_bytes and self.out > lim.max_ratio * max(1, self.compressed):
-            raise BundleError(self.name, "archive-ratio", f"decompresses to over {lim.max_ratio}x its "
-                              f"compressed size ({self.out} bytes from {self.compressed}): a bomb")
-        self.buf, self.pos = self.buf[self.pos:] + piece, 0
+            raise BundleError(
+                self.name,
+                "archive-ratio",
+                f"decompresses to over {lim.max_ratio}x its "
+                f"compressed size ({self.out} bytes from {self.compressed}): a bomb",
+            )
+        self.buf, self.pos = self.buf[self.pos :] + piece, 0
 
     @property
     def offset(self) -> int:
@@ -91,7 +95,7 @@ class _Inflater:
         """Exactly n bytes (n is small: one block or one bounded payload)."""
         while len(self.buf) - self.pos < n:
             self._more()
-        out = self.buf[self.pos:self.pos + n]
+        out = self.buf[self.pos : self.pos + n]
         self.pos += n
         return out
 
@@ -126,7 +130,7 @@ def _checksum_ok(header: bytes) -> bool:
 def _pax_size(payload: bytes, name: str) -> int | None:
     """The `size` record of a PAX header, if any (it overrides the next header's size field)."""
     size, pos = None, 0
-    while pos < len(payload) and payload[pos:pos + 1] != b"\x00":
+    while pos < len(payload) and payload[pos : pos + 1] != b"\x00":
         sp = payload.find(b" ", pos)
         try:
             length = int(payload[pos:sp])
@@ -134,7 +138,7 @@ def _pax_size(payload: bytes, name: str) -> int | None:
             raise BundleError(name, "archive-corrupt", "malformed PAX record") from None
         if sp < 0 or length <= 0 or pos + length > len(payload):
             raise BundleError(name, "archive-corrupt", "malformed PAX record")
-        key, _, value = payload[sp + 1:pos + length - 1].partition(b"=")
+        key, _, value = payload[sp + 1 : pos + length - 1].partition(b"=")
         if key.startswith(b"GNU.sparse"):
             raise BundleError(name, "special-file", "sparse members are not allowed")
         if key == b"size":
@@ -151,9 +155,13 @@ def _gzip_flags(f: BinaryIO, name: str) -> None:
     head = f.read(4)
     f.seek(0)
     if len(head) == 4 and head[:3] == b"\x1f\x8b\x08" and head[3] & _GZIP_TWO_VIEWS:
-        raise BundleError(name, "archive-gzip-header", f"gzip header flags 0x{head[3]:02x}: FEXTRA "
-                          "(tarfile inflates the extra field as the archive) and reserved flags are "
-                          "not allowed; write the archive with `cacheon pack`")
+        raise BundleError(
+            name,
+            "archive-gzip-header",
+            f"gzip header flags 0x{head[3]:02x}: FEXTRA "
+            "(tarfile inflates the extra field as the archive) and reserved flags are "
+            "not allowed; write the archive with `cacheon pack`",
+        )
 
 
 def prescan(path: Path, limits: Limits) -> list[Entry]:
@@ -184,17 +192,25 @@ def prescan(path: Path, limits: Limits) -> list[Entry]:
             first = start if first is None else first
             if kind in _META:
                 if kind in chain:
-                    raise BundleError(name, "archive-header-chain", f"two {kind.decode()!r} metadata "
-                                      f"headers before one member (entry {entries}): tarfile and a scan "
-                                      "disagree on which one applies")
+                    raise BundleError(
+                        name,
+                        "archive-header-chain",
+                        f"two {kind.decode()!r} metadata "
+                        f"headers before one member (entry {entries}): tarfile and a scan "
+                        "disagree on which one applies",
+                    )
                 chain.add(kind)
                 if size > limits.header_bytes:
-                    raise BundleError(name, "archive-header-too-large", f"a {kind.decode()!r} metadata header "
-                                      f"of {size} bytes > {limits.header_bytes} (PAX / GNU long name)")
+                    raise BundleError(
+                        name,
+                        "archive-header-too-large",
+                        f"a {kind.decode()!r} metadata header of {size} bytes > {limits.header_bytes} (PAX / GNU long name)",
+                    )
                 meta += size
                 if meta > limits.meta_bytes:
-                    raise BundleError(name, "archive-header-too-large", f"metadata headers total over "
-                                      f"{limits.meta_bytes} bytes")
+                    raise BundleError(
+                        name, "archive-header-too-large", f"metadata headers total over {limits.meta_bytes} bytes"
+                    )
                 payload = inf.take(size)
                 inf.skip(-size % _BLOCK)
                 if kind == b"x":
@@ -207,8 +223,11 @@ def prescan(path: Path, limits: Limits) -> list[Entry]:
             chain.clear()
             if kind == b"\x00" and header[:100].split(b"\x00", 1)[0].endswith(b"/"):
                 if size:  # tarfile's frombuf: a V7 directory, and directories have no data blocks
-                    raise BundleError(name, "archive-corrupt", f"a type-NUL entry named like a directory "
-                                      f"claims {size} bytes of data (entry {entries})")
+                    raise BundleError(
+                        name,
+                        "archive-corrupt",
+                        f"a type-NUL entry named like a directory claims {size} bytes of data (entry {entries})",
+                    )
                 kind = b"5"
             if kind in _NO_DATA:
                 layout.append(Entry(first, size, inf.offset))

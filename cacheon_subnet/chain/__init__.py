@@ -38,8 +38,7 @@ def make_backend(kind: Literal["local", "bittensor"], **kw: Any) -> ChainBackend
         if kw.pop("create", False):
             return LocalChain.create(path, **kw)
         if kw:
-            raise ChainError(f"make_backend('local'): unexpected {sorted(kw)} without create=True",
-                             "usage")
+            raise ChainError(f"make_backend('local'): unexpected {sorted(kw)} without create=True", "usage")
         return LocalChain.open(path)
     if kind == "bittensor":
         return BittensorChain(**kw)
@@ -47,8 +46,25 @@ def make_backend(kind: Literal["local", "bittensor"], **kw: Any) -> ChainBackend
 
 
 __all__ = [
-    "BittensorChain", "ChainBackend", "ChainError", "ChainUnavailable", "Commitment",
-    "CommitmentError", "CompatReport", "LocalChain", "Metagraph", "Neuron", "NotRegistered",
-    "Payload", "RateLimited", "SDK_PIN", "VersionKeyTooLow", "WeightsReceipt", "check_sdk",
-    "encode", "make_backend", "parse", "render",
+    "SDK_PIN",
+    "BittensorChain",
+    "ChainBackend",
+    "ChainError",
+    "ChainUnavailable",
+    "Commitment",
+    "CommitmentError",
+    "CompatReport",
+    "LocalChain",
+    "Metagraph",
+    "Neuron",
+    "NotRegistered",
+    "Payload",
+    "RateLimited",
+    "VersionKeyTooLow",
+    "WeightsReceipt",
+    "check_sdk",
+    "encode",
+    "make_backend",
+    "parse",
+    "render",
 ]

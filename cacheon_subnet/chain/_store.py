@@ -11,9 +11,9 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from cacheon_subnet.chain.backend import ChainError, ChainUnavailable, NotRegistered
 
@@ -21,9 +21,11 @@ SCHEMA_VERSION = 1
 
 # Served endpoints (subtensor's Axons map). Added after schema 1 shipped, so it is created on
 # first use in older files too (serve_axon) and read as empty where it is absent.
-AXONS = ("CREATE TABLE IF NOT EXISTS axons(netuid INTEGER NOT NULL, hotkey TEXT NOT NULL,"
-         " ip TEXT NOT NULL, port INTEGER NOT NULL, protocol INTEGER NOT NULL, version INTEGER NOT NULL,"
-         " block INTEGER NOT NULL, PRIMARY KEY(netuid, hotkey))")
+AXONS = (
+    "CREATE TABLE IF NOT EXISTS axons(netuid INTEGER NOT NULL, hotkey TEXT NOT NULL,"
+    " ip TEXT NOT NULL, port INTEGER NOT NULL, protocol INTEGER NOT NULL, version INTEGER NOT NULL,"
+    " block INTEGER NOT NULL, PRIMARY KEY(netuid, hotkey))"
+)
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -49,8 +51,7 @@ SCHEMA = (
 def connect(path: Path) -> sqlite3.Connection:
     """Autocommit connection (we issue BEGIN/COMMIT ourselves) with a 30 s busy wait."""
     try:
-        con = sqlite3.connect(str(path), timeout=30.0, isolation_level=None,
-                              check_same_thread=False)
+        con = sqlite3.connect(str(path), timeout=30.0, isolation_level=None, check_same_thread=False)
         con.row_factory = sqlite3.Row
         con.execute("PRAGMA busy_timeout=30000")
         con.execute("PRAGMA journal_mode=WAL")
@@ -100,7 +101,9 @@ def init_file(path: Path, default_netuid: int, seconds_per_block: float, exist_o
 
 def read_meta(path: Path) -> dict[str, str]:
     if not path.is_file():
-        raise ChainUnavailable(f"{path}: no local chain file (create it with `cacheon chain local create --local-chain {path}`)")
+        raise ChainUnavailable(
+            f"{path}: no local chain file (create it with `cacheon chain local create --local-chain {path}`)"
+        )
     try:
         con = connect(path)
         try:
@@ -110,8 +113,7 @@ def read_meta(path: Path) -> dict[str, str]:
     except sqlite3.DatabaseError as exc:
         raise ChainUnavailable(f"{path}: not a local chain database ({exc})") from exc
     if meta.get("schema") != str(SCHEMA_VERSION):
-        raise ChainUnavailable(
-            f"{path}: schema {meta.get('schema')!r}, this code reads schema {SCHEMA_VERSION}")
+        raise ChainUnavailable(f"{path}: schema {meta.get('schema')!r}, this code reads schema {SCHEMA_VERSION}")
     return meta
 
 
@@ -153,8 +155,7 @@ class Store:
     def _subnet(self, con: sqlite3.Connection, netuid: int) -> sqlite3.Row:
         row = con.execute("SELECT * FROM subnets WHERE netuid=?", (netuid,)).fetchone()
         if row is None:
-            raise ChainError(f"netuid {netuid} does not exist on {self.path.name}",
-                             "subnet_missing")
+            raise ChainError(f"netuid {netuid} does not exist on {self.path.name}", "subnet_missing")
         return row
 
     def _subnet_exists(self, netuid: int) -> bool:
@@ -163,8 +164,7 @@ class Store:
             return row is not None
 
     def _neuron(self, con: sqlite3.Connection, netuid: int, hotkey: str) -> sqlite3.Row:
-        row = con.execute("SELECT * FROM neurons WHERE netuid=? AND hotkey=?",
-                          (netuid, hotkey)).fetchone()
+        row = con.execute("SELECT * FROM neurons WHERE netuid=? AND hotkey=?", (netuid, hotkey)).fetchone()
         if row is None:
             raise NotRegistered(f"hotkey {hotkey!r} is not registered on netuid {netuid}")
         return row

@@ -7,26 +7,53 @@ demo and mainnet run the same validator code.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from cacheon_subnet.errors import CacheonError
 
-
 # Refusals that the same call cannot turn into a success by waiting: retrying them only burns
 # fees and rate-limit windows (a missing validator permit was once retried 36 times in 12 passes).
-DEFINITIVE_REASONS = frozenset({
-    "not_registered", "no_validator_permit", "version_key", "wallet", "wallet_mismatch", "usage",
-    "hotkey", "netuid", "subnet_missing", "commitment_empty", "commitment_too_large", "commitment_type",
-    "reveal_delay", "owner_unregistered", "schema", "encoding", "space_limit",
-})
+DEFINITIVE_REASONS = frozenset(
+    {
+        "not_registered",
+        "no_validator_permit",
+        "version_key",
+        "wallet",
+        "wallet_mismatch",
+        "usage",
+        "hotkey",
+        "netuid",
+        "subnet_missing",
+        "commitment_empty",
+        "commitment_too_large",
+        "commitment_type",
+        "reveal_delay",
+        "owner_unregistered",
+        "schema",
+        "encoding",
+        "space_limit",
+    }
+)
 # Subtensor error names (bittensor SDK ChainError.name) with the same meaning.
-DEFINITIVE_SDK_NAMES = frozenset({
-    "NeuronNoValidatorPermit", "HotKeyNotRegisteredInSubNet", "HotKeyNotRegisteredInNetwork",
-    "NotEnoughStakeToSetWeights", "SubNetworkDoesNotExist", "IncorrectWeightVersionKey",
-    "WeightVecLengthIsLow", "UidsLengthExceedUidsInSubNet", "UidVecContainInvalidOne",
-    "DuplicateUids", "InvalidUid", "CommitRevealEnabled", "NonAssociatedColdKey",
-})
+DEFINITIVE_SDK_NAMES = frozenset(
+    {
+        "NeuronNoValidatorPermit",
+        "HotKeyNotRegisteredInSubNet",
+        "HotKeyNotRegisteredInNetwork",
+        "NotEnoughStakeToSetWeights",
+        "SubNetworkDoesNotExist",
+        "IncorrectWeightVersionKey",
+        "WeightVecLengthIsLow",
+        "UidsLengthExceedUidsInSubNet",
+        "UidVecContainInvalidOne",
+        "DuplicateUids",
+        "InvalidUid",
+        "CommitRevealEnabled",
+        "NonAssociatedColdKey",
+    }
+)
 
 
 class ChainError(CacheonError):
@@ -43,7 +70,7 @@ class ChainError(CacheonError):
 
 
 def classify(exc: BaseException) -> str:
-    """"wait" (rate limited: the chain's normal not-yet), "definitive" (refused for a reason a
+    """ "wait" (rate limited: the chain's normal not-yet), "definitive" (refused for a reason a
     retry cannot fix: stop and say so) or "transient" (unreachable, timeouts, unknown: back off)."""
     if isinstance(exc, RateLimited):
         return "wait"
@@ -174,7 +201,6 @@ class ChainBackend(Protocol):
 
     def owner_uid(self, netuid: int) -> int: ...
 
-    def serve_axon(self, hotkey: str, netuid: int, ip: str, port: int, protocol: int = 4,
-                   version: int = 1) -> None:
+    def serve_axon(self, hotkey: str, netuid: int, ip: str, port: int, protocol: int = 4, version: int = 1) -> None:
         """Publish hotkey's endpoint (the chain's axon info; Neuron.axon reads it back)."""
         ...

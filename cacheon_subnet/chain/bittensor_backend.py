@@ -16,8 +16,9 @@ plain or commit-reveal weights; on commit-reveal subnets get_weights shows them 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from cacheon_subnet.chain.backend import (
     ChainError,
@@ -42,8 +43,11 @@ def install_sdk_hooks(bittensor: Any) -> None:
     entry fails only its own row (the two names are in compat.SURFACE)."""
     from cacheon_subnet.chain import sdk_hooks
 
-    sdk_hooks.install(resolve(bittensor, "metagraph"), sdk(bittensor, "metagraph._revealed_entry"),
-                      sdk(bittensor, "metagraph._decode_fields"))
+    sdk_hooks.install(
+        resolve(bittensor, "metagraph"),
+        sdk(bittensor, "metagraph._revealed_entry"),
+        sdk(bittensor, "metagraph._decode_fields"),
+    )
 
 
 def scale_str(data: str) -> bytes:
@@ -102,8 +106,7 @@ class BittensorChain:
             try:
                 import bittensor
             except ImportError as exc:
-                raise ChainUnavailable(
-                    f"bittensor SDK not importable ({exc}); pip install bittensor=={PIN}") from exc
+                raise ChainUnavailable(f"bittensor SDK not importable ({exc}); pip install bittensor=={PIN}") from exc
             from cacheon_subnet import log
 
             log.adopt("bittensor")  # the SDK installs its own handlers: route it through structlog
@@ -133,8 +136,11 @@ class BittensorChain:
 
     def _own(self, hotkey: str) -> None:
         if hotkey != self.hotkey:
-            raise ChainError(f"hotkey {hotkey!r} is not this wallet's hotkey {self.hotkey!r}; "
-                             "the SDK can only sign with the loaded wallet", "wallet_mismatch")
+            raise ChainError(
+                f"hotkey {hotkey!r} is not this wallet's hotkey {self.hotkey!r}; "
+                "the SDK can only sign with the loaded wallet",
+                "wallet_mismatch",
+            )
 
     # -- error mapping -----------------------------------------------------------------------
 
@@ -143,8 +149,7 @@ class BittensorChain:
         bt = self.bt
         if isinstance(exc, ChainError):
             return exc
-        if isinstance(exc, (sdk(bt, "RpcConnectionError"), sdk(bt, "ConnectionNotReady"),
-                            ConnectionError, TimeoutError)):
+        if isinstance(exc, (sdk(bt, "RpcConnectionError"), sdk(bt, "ConnectionNotReady"), ConnectionError, TimeoutError)):
             return ChainUnavailable(f"chain {self.network!r} unreachable: {exc}")
         if isinstance(exc, sdk(bt, "ChainError")):
             name, code = field(exc, "ChainError.name"), field(exc, "ChainError.code")
@@ -155,8 +160,9 @@ class BittensorChain:
                 return RateLimited(f"rate limited: {exc}", int(m.group(1)) if m else None)
             if code == sdk(bt, "ErrorCode.NOT_REGISTERED"):
                 return NotRegistered(f"not registered: {exc}")
-            return ChainError(f"chain error {name or getattr(code, 'value', code)}: {exc}",
-                              f"sdk:{name or getattr(code, 'value', code)}")
+            return ChainError(
+                f"chain error {name or getattr(code, 'value', code)}: {exc}", f"sdk:{name or getattr(code, 'value', code)}"
+            )
         if isinstance(exc, sdk(bt, "BittensorError")):
             return ChainError(f"bittensor SDK error: {exc}", "sdk")
         return None
@@ -198,8 +204,7 @@ class BittensorChain:
             subnets = field(self.client, "client.subnets")
             mg = invoke(subnets, "subnets.metagraph", netuid, commitments=False)
             if mg is None:
-                raise ChainError(f"netuid {netuid} does not exist on {self.network}",
-                                 "subnet_missing")
+                raise ChainError(f"netuid {netuid} does not exist on {self.network}", "subnet_missing")
             neurons = tuple(
                 Neuron(
                     uid=int(field(n, "MetagraphNeuron.uid")),
@@ -209,9 +214,9 @@ class BittensorChain:
                     validator_permit=bool(field(n, "MetagraphNeuron.validator_permit")),
                     axon=_axon(field(n, "MetagraphNeuron.axon")),
                 )
-                for n in field(mg, "Metagraph.neurons"))
-            return Metagraph(netuid=netuid, block=int(field(mg, "Metagraph.block")),
-                             neurons=neurons)
+                for n in field(mg, "Metagraph.neurons")
+            )
+            return Metagraph(netuid=netuid, block=int(field(mg, "Metagraph.block")), neurons=neurons)
 
     def revealed_commitments(self, netuid: int) -> list[Commitment]:
         with self._sdk_errors():
@@ -221,8 +226,7 @@ class BittensorChain:
         for hotkey, c in entries.items():
             block = int(field(c, "NeuronCommitment.block"))
             live = bool(field(c, "NeuronCommitment.fields"))  # storage entry still there
-            history = sorted((int(rb), str(text)) for rb, text in
-                             field(c, "NeuronCommitment.revealed"))
+            history = sorted((int(rb), str(text)) for rb, text in field(c, "NeuronCommitment.revealed"))
             uid = field(c, "NeuronCommitment.uid")
             if not history or uid is None:
                 continue
@@ -237,11 +241,12 @@ class BittensorChain:
     def commit(self, hotkey: str, netuid: int, data: str, reveal_after_blocks: int) -> int:
         size = len(data.encode("utf-8"))
         if not 0 < size <= MAX_COMMITMENT_BYTES:
-            raise ChainError(f"commit: data is {size} bytes; must be 1..{MAX_COMMITMENT_BYTES}",
-                             "commitment_too_large" if size else "commitment_empty")
+            raise ChainError(
+                f"commit: data is {size} bytes; must be 1..{MAX_COMMITMENT_BYTES}",
+                "commitment_too_large" if size else "commitment_empty",
+            )
         if int(reveal_after_blocks) < 1:
-            raise ChainError(f"commit: reveal_after_blocks={reveal_after_blocks}; must be >= 1",
-                             "reveal_delay")
+            raise ChainError(f"commit: reveal_after_blocks={reveal_after_blocks}; must be >= 1", "reveal_delay")
         self._own(hotkey)
         bt, client = self.bt, self.client
         with self._sdk_errors():
@@ -249,13 +254,16 @@ class BittensorChain:
             sealed = sdk_call(bt, "timelock.encrypt", scale_str(data), reveal_in=seconds)
             encrypted = bytes(field(sealed, "Timelocked.encrypted"))
             if len(encrypted) > MAX_COMMITMENT_BYTES:
-                raise ChainError(f"commit: ciphertext is {len(encrypted)} bytes; the chain "
-                                 f"holds at most {MAX_COMMITMENT_BYTES}", "commitment_too_large")
+                raise ChainError(
+                    f"commit: ciphertext is {len(encrypted)} bytes; the chain holds at most {MAX_COMMITMENT_BYTES}",
+                    "commitment_too_large",
+                )
             round_ = int(field(sealed, "Timelocked.reveal_round"))
             call, errors = None, []
             for nested in (False, True):
-                candidate = sdk_call(bt, "calls.set_commitment", netuid=netuid,
-                                     info=commitment_info(encrypted, round_, nested))
+                candidate = sdk_call(
+                    bt, "calls.set_commitment", netuid=netuid, info=commitment_info(encrypted, round_, nested)
+                )
                 try:
                     invoke(client, "client.compose", candidate)  # encodes only; nothing sent
                 except Exception as exc:  # an encoding error tries the other shape
@@ -266,8 +274,9 @@ class BittensorChain:
                 call = candidate
                 break
             if call is None:
-                raise ChainError("commit: the runtime encodes neither CommitmentInfo shape ("
-                                 + "; ".join(errors) + ")", "encoding")
+                raise ChainError(
+                    "commit: the runtime encodes neither CommitmentInfo shape (" + "; ".join(errors) + ")", "encoding"
+                )
             result = invoke(client, "client.submit_call", call, self.wallet, signer="hotkey")
             invoke(result, "ExtrinsicResult.raise_for_failure")
             block = self._block_of(result)
@@ -291,29 +300,40 @@ class BittensorChain:
         value = int(last[uid]) if uid < len(last) else 0
         return value or None
 
-    def set_weights(self, hotkey: str, netuid: int, uids: Sequence[int],
-                    weights: Sequence[float], version_key: int) -> WeightsReceipt:
+    def set_weights(
+        self, hotkey: str, netuid: int, uids: Sequence[int], weights: Sequence[float], version_key: int
+    ) -> WeightsReceipt:
         if len(uids) != len(weights):
-            raise ChainError(f"set_weights: {len(uids)} uids but {len(weights)} weights",
-                             "weights_length")
+            raise ChainError(f"set_weights: {len(uids)} uids but {len(weights)} weights", "weights_length")
         self._own(hotkey)
         required = self.weights_version_key(netuid)
         if int(version_key) < required:  # the chain would drop them; say so before sending
             raise VersionKeyTooLow(
-                f"set_weights: version_key {version_key} < WeightsVersionKey {required} on "
-                f"netuid {netuid}", sent=int(version_key), required=required)
+                f"set_weights: version_key {version_key} < WeightsVersionKey {required} on netuid {netuid}",
+                sent=int(version_key),
+                required=required,
+            )
         with self._sdk_errors():
-            intent = sdk_call(self.bt, "SetWeights", netuid=netuid, uids=[int(u) for u in uids],
-                              weights=[float(w) for w in weights], version_key=int(version_key))
+            intent = sdk_call(
+                self.bt,
+                "SetWeights",
+                netuid=netuid,
+                uids=[int(u) for u in uids],
+                weights=[float(w) for w in weights],
+                version_key=int(version_key),
+            )
             result = invoke(self.client, "client.execute", intent, self.wallet)
             invoke(result, "ExtrinsicResult.raise_for_failure")
             block = self._block_of(result)
         stored = quantize([float(w) for w in weights])
         pairs = [(int(u), v) for u, v in zip(uids, stored, strict=True) if v]
         total = sum(v for _, v in pairs) or 1
-        return WeightsReceipt(block=block if block is not None else self.current_block(),
-                              version_key=int(version_key), uids=tuple(u for u, _ in pairs),
-                              weights=tuple(v / total for _, v in pairs))
+        return WeightsReceipt(
+            block=block if block is not None else self.current_block(),
+            version_key=int(version_key),
+            uids=tuple(u for u, _ in pairs),
+            weights=tuple(v / total for _, v in pairs),
+        )
 
     def get_weights(self, netuid: int, hotkey: str) -> dict[int, float]:
         with self._sdk_errors():
@@ -323,14 +343,14 @@ class BittensorChain:
             rows = invoke(field(self.client, "client.weights"), "weights.weights", netuid)
         return {int(k): float(v) for k, v in (rows.get(uid) or {}).items()}
 
-    def serve_axon(self, hotkey: str, netuid: int, ip: str, port: int, protocol: int = 4,
-                   version: int = 1) -> None:
+    def serve_axon(self, hotkey: str, netuid: int, ip: str, port: int, protocol: int = 4, version: int = 1) -> None:
         """The SDK's ServeAxon intent (chain data only; v11 has no axon server): signed by the
         hotkey, which must be registered; the chain's ServingRateLimit applies."""
         self._own(hotkey)
         with self._sdk_errors():
-            intent = sdk_call(self.bt, "ServeAxon", netuid=netuid, ip=str(ip), port=int(port),
-                              protocol=int(protocol), version=int(version))
+            intent = sdk_call(
+                self.bt, "ServeAxon", netuid=netuid, ip=str(ip), port=int(port), protocol=int(protocol), version=int(version)
+            )
             result = invoke(self.client, "client.execute", intent, self.wallet)
             invoke(result, "ExtrinsicResult.raise_for_failure")
 
@@ -339,6 +359,5 @@ class BittensorChain:
             owner = self._query("storage.SubnetOwnerHotkey", [netuid])
             uid = self._uid(netuid, str(owner)) if owner else None
         if uid is None:
-            raise ChainError(f"netuid {netuid}: owner hotkey {owner!r} holds no uid",
-                             "owner_unregistered")
+            raise ChainError(f"netuid {netuid}: owner hotkey {owner!r} holds no uid", "owner_unregistered")
         return uid

@@ -52,15 +52,24 @@ def cmd_create(args: argparse.Namespace) -> int:
     if path.exists():
         raise UsageError(f"{path}: already exists; `cacheon chain local show --local-chain {path}` reads it")
     try:
-        chain = LocalChain.create(path, args.netuid, owner_hotkey=args.owner, tempo=args.tempo,
-                                  weights_version_key=args.version_key, weights_rate_limit=args.weights_rate_limit,
-                                  seconds_per_block=args.seconds_per_block)
+        chain = LocalChain.create(
+            path,
+            args.netuid,
+            owner_hotkey=args.owner,
+            tempo=args.tempo,
+            weights_version_key=args.version_key,
+            weights_rate_limit=args.weights_rate_limit,
+            seconds_per_block=args.seconds_per_block,
+        )
     except ChainError as exc:
         raise UsageError(f"{path}: {exc}") from None
     block = chain.current_block()
-    _print(args, {"chain": str(path), "netuid": args.netuid, "owner": args.owner, "block": block},
-           f"created local chain {path}: netuid {args.netuid}, owner {args.owner!r} is uid 0, block {block}\n"
-           f"next: cacheon chain local register HOTKEY --local-chain {path}")
+    _print(
+        args,
+        {"chain": str(path), "netuid": args.netuid, "owner": args.owner, "block": block},
+        f"created local chain {path}: netuid {args.netuid}, owner {args.owner!r} is uid 0, block {block}\n"
+        f"next: cacheon chain local register HOTKEY --local-chain {path}",
+    )
     return 0
 
 
@@ -70,13 +79,21 @@ def cmd_register(args: argparse.Namespace) -> int:
     chain = _open(args)
     netuid = chain.default_netuid if args.netuid is None else args.netuid
     try:
-        uid = chain.register(args.hotkey, args.coldkey or f"{args.hotkey}-cold", stake=args.stake,
-                             validator_permit=args.validator, netuid=netuid)
+        uid = chain.register(
+            args.hotkey,
+            args.coldkey or f"{args.hotkey}-cold",
+            stake=args.stake,
+            validator_permit=args.validator,
+            netuid=netuid,
+        )
     except ChainError as exc:
         raise UsageError(f"register {args.hotkey}: {exc}") from None
     role = f"validator (stake {args.stake:g})" if args.validator else "miner"
-    _print(args, {"hotkey": args.hotkey, "uid": uid, "netuid": netuid, "validator": args.validator, "stake": args.stake},
-           f"registered {args.hotkey!r} as uid {uid} on netuid {netuid}: {role}")
+    _print(
+        args,
+        {"hotkey": args.hotkey, "uid": uid, "netuid": netuid, "validator": args.validator, "stake": args.stake},
+        f"registered {args.hotkey!r} as uid {uid} on netuid {netuid}: {role}",
+    )
     return 0
 
 
@@ -95,18 +112,39 @@ def cmd_show(args: argparse.Namespace) -> int:
     commits = chain.revealed_commitments(netuid)
     weights = {n.hotkey: chain.get_weights(netuid, n.hotkey) for n in meta.neurons}
     payload = {
-        "chain": str(chain.path) if hasattr(chain, "path") else args.local_chain, "netuid": netuid, "block": meta.block,
-        "tempo": chain.tempo(netuid), "weights_version_key": chain.weights_version_key(netuid),
+        "chain": str(chain.path) if hasattr(chain, "path") else args.local_chain,
+        "netuid": netuid,
+        "block": meta.block,
+        "tempo": chain.tempo(netuid),
+        "weights_version_key": chain.weights_version_key(netuid),
         "weights_rate_limit": chain.weights_rate_limit(netuid),
-        "neurons": [{"uid": n.uid, "hotkey": n.hotkey, "coldkey": n.coldkey, "stake": n.stake,
-                     "validator_permit": n.validator_permit} for n in meta.neurons],
-        "revealed_commitments": [{"hotkey": c.hotkey, "uid": c.uid, "commit_block": c.commit_block,
-                                  "reveal_block": c.reveal_block, "data": c.data} for c in commits],
+        "neurons": [
+            {
+                "uid": n.uid,
+                "hotkey": n.hotkey,
+                "coldkey": n.coldkey,
+                "stake": n.stake,
+                "validator_permit": n.validator_permit,
+            }
+            for n in meta.neurons
+        ],
+        "revealed_commitments": [
+            {
+                "hotkey": c.hotkey,
+                "uid": c.uid,
+                "commit_block": c.commit_block,
+                "reveal_block": c.reveal_block,
+                "data": c.data,
+            }
+            for c in commits
+        ],
         "weights": {hk: {str(u): w for u, w in row.items()} for hk, row in weights.items() if row},
     }
-    lines = [f"local chain {args.local_chain}: netuid {netuid}, block {meta.block} (tempo {payload['tempo']}, "
-             f"weights version key {payload['weights_version_key']}, rate limit {payload['weights_rate_limit']} blocks)",
-             "neurons:"]
+    lines = [
+        f"local chain {args.local_chain}: netuid {netuid}, block {meta.block} (tempo {payload['tempo']}, "
+        f"weights version key {payload['weights_version_key']}, rate limit {payload['weights_rate_limit']} blocks)",
+        "neurons:",
+    ]
     name = {n.uid: n.hotkey for n in meta.neurons}
     for n in meta.neurons:
         role = f"validator, stake {n.stake:g}" if n.validator_permit else ("owner" if n.uid == 0 else "miner")
@@ -124,8 +162,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--local-chain", default=os.environ.get(LOCAL_CHAIN_ENV),
-                   help=f"the chain's SQLite file (env {LOCAL_CHAIN_ENV})")
+    p.add_argument(
+        "--local-chain", default=os.environ.get(LOCAL_CHAIN_ENV), help=f"the chain's SQLite file (env {LOCAL_CHAIN_ENV})"
+    )
     p.add_argument("--json", action="store_true")
 
 
@@ -133,8 +172,12 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     """cli.EXTENSIONS hook: `cacheon chain local ...`."""
     chain = sub.add_parser("chain", help="chain tools (a local chain for trying the whole flow on one machine)")
     kinds = chain.add_subparsers(dest="chain_cmd", required=True)
-    local = kinds.add_parser("local", help="the embedded SQLite chain: create, register, advance, show",
-                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    local = kinds.add_parser(
+        "local",
+        help="the embedded SQLite chain: create, register, advance, show",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     verbs = local.add_subparsers(dest="local_cmd", required=True)
 
     s = verbs.add_parser("create", help="a new chain file with one subnet (owner = uid 0)")
@@ -144,8 +187,12 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     s.add_argument("--tempo", type=int, default=360)
     s.add_argument("--version-key", type=int, default=0, help="WeightsVersionKey")
     s.add_argument("--weights-rate-limit", type=int, default=1, help="blocks between weight sets (subtensor: 100)")
-    s.add_argument("--seconds-per-block", type=float, default=0.0,
-                   help="0 (default): blocks move only with `advance`; 12 follows wall time like subtensor")
+    s.add_argument(
+        "--seconds-per-block",
+        type=float,
+        default=0.0,
+        help="0 (default): blocks move only with `advance`; 12 follows wall time like subtensor",
+    )
     s.set_defaults(handler=cmd_create)
 
     s = verbs.add_parser("register", help="register a hotkey (next uid); --validator for a validator permit")

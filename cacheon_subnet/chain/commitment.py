@@ -28,10 +28,28 @@ KEYS = ("v", "d", "b", "u")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 REASONS = (
-    "type", "too_large", "not_json", "not_object", "duplicate_key", "missing_key", "unknown_key",
-    "version", "digest", "bound_digest", "bound_mismatch", "url_type", "url_too_long",
-    "url_chars", "url_scheme", "url_http_not_loopback", "url_credentials", "url_host",
-    "url_port", "not_canonical", "encoding", "url_address",
+    "type",
+    "too_large",
+    "not_json",
+    "not_object",
+    "duplicate_key",
+    "missing_key",
+    "unknown_key",
+    "version",
+    "digest",
+    "bound_digest",
+    "bound_mismatch",
+    "url_type",
+    "url_too_long",
+    "url_chars",
+    "url_scheme",
+    "url_http_not_loopback",
+    "url_credentials",
+    "url_host",
+    "url_port",
+    "not_canonical",
+    "encoding",
+    "url_address",
 )
 
 
@@ -82,8 +100,7 @@ def encode(digest: str, hotkey: str, url: str, urls: UrlPolicy = STRICT) -> str:
     obj = {"v": VERSION, "d": digest, "b": _bound(digest, hotkey), "u": url}
     data = json.dumps(obj, separators=(",", ":"), ensure_ascii=True)
     if len(data.encode("utf-8")) > MAX_PAYLOAD_BYTES:
-        raise CommitmentError("too_large", f"payload would be {len(data)} bytes; "
-                              f"at most {MAX_PAYLOAD_BYTES}")
+        raise CommitmentError("too_large", f"payload would be {len(data)} bytes; at most {MAX_PAYLOAD_BYTES}")
     return data
 
 
@@ -131,11 +148,11 @@ def parse(data: Any, hotkey: str, urls: UrlPolicy = STRICT) -> Payload:
         raise CommitmentError("bound_mismatch", "no hotkey to bind the digest to")
     expected = _bound(digest, hotkey)
     if bound != expected:
-        raise CommitmentError("bound_mismatch",
-                              f"b does not bind d to hotkey {hotkey!r} (copied commitment?)")
-    canonical = json.dumps({"v": v, "d": digest, "b": bound, "u": url}, separators=(",", ":"),
-                           ensure_ascii=True)
+        raise CommitmentError("bound_mismatch", f"b does not bind d to hotkey {hotkey!r} (copied commitment?)")
+    canonical = json.dumps({"v": v, "d": digest, "b": bound, "u": url}, separators=(",", ":"), ensure_ascii=True)
     if data != canonical:
-        raise CommitmentError("not_canonical", "payload is valid but not in canonical form "
-                              "(key order v,d,b,u; no spaces); build it with encode()")
+        raise CommitmentError(
+            "not_canonical",
+            "payload is valid but not in canonical form (key order v,d,b,u; no spaces); build it with encode()",
+        )
     return Payload(digest=digest, bound=bound, url=url, version=v)

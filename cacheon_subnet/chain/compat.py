@@ -16,9 +16,10 @@ import enum
 import importlib
 import importlib.metadata
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Mapping
+from typing import Any
 
 PIN = "11.3.0"
 DIST = "bittensor"
@@ -37,8 +38,15 @@ class Use:
     forward: str = ""  # where **kwargs of this call land (checked for our kw names)
 
 
-def _u(key: str, owner: str, attr: str, kind: str = "attr", pos: tuple[str, ...] = (),
-       kw: tuple[str, ...] = (), forward: str = "") -> Use:
+def _u(
+    key: str,
+    owner: str,
+    attr: str,
+    kind: str = "attr",
+    pos: tuple[str, ...] = (),
+    kw: tuple[str, ...] = (),
+    forward: str = "",
+) -> Use:
     return Use(key, owner, attr, kind, pos, kw, forward)
 
 
@@ -54,20 +62,24 @@ SURFACE: tuple[Use, ...] = (
     _u("client.query", "SyncClient", "query", "call", pos=("item", "params")),
     _u("client.compose", "SyncClient", "compose", "call", pos=("call",)),
     _u("client.execute", "SyncClient", "execute", "call", pos=("intent", "wallet")),
-    _u("client.submit_call", "SyncClient", "submit_call", "call", pos=("call", "wallet"),
-       kw=("signer",), forward="executor.Executor"),
-    _u("subnets.metagraph", "namespaces.Subnets", "metagraph", "call", pos=("netuid",),
-       kw=("commitments",)),
+    _u(
+        "client.submit_call",
+        "SyncClient",
+        "submit_call",
+        "call",
+        pos=("call", "wallet"),
+        kw=("signer",),
+        forward="executor.Executor",
+    ),
+    _u("subnets.metagraph", "namespaces.Subnets", "metagraph", "call", pos=("netuid",), kw=("commitments",)),
     _u("subnets.commitments", "namespaces.Subnets", "commitments", "call", pos=("netuid",)),
     _u("weights.weights", "reads.base.REGISTRY", "weights", "read", pos=("netuid",)),
-    _u("SetWeights", "", "SetWeights", "call",
-       kw=("netuid", "uids", "weights", "version_key")),
+    _u("SetWeights", "", "SetWeights", "call", kw=("netuid", "uids", "weights", "version_key")),
     _u("ServeAxon", "", "ServeAxon", "call", kw=("netuid", "ip", "port", "protocol", "version")),
     _u("timelock.encrypt", "timelock", "encrypt", "call", pos=("data",), kw=("reveal_in",)),
     _u("Timelocked.encrypted", "Timelocked", "encrypted"),
     _u("Timelocked.reveal_round", "Timelocked", "reveal_round"),
-    _u("calls.set_commitment", "calls.Commitments", "set_commitment", "call",
-       kw=("netuid", "info")),
+    _u("calls.set_commitment", "calls.Commitments", "set_commitment", "call", kw=("netuid", "info")),
     _u("storage.WeightsVersionKey", "storage.SubtensorModule", "WeightsVersionKey"),
     _u("storage.WeightsSetRateLimit", "storage.SubtensorModule", "WeightsSetRateLimit"),
     _u("storage.LastUpdate", "storage.SubtensorModule", "LastUpdate"),
@@ -105,6 +117,7 @@ BY_KEY: Mapping[str, Use] = {u.key: u for u in SURFACE}
 
 # -- the only doors from bittensor_backend.py into the SDK -----------------------------------
 
+
 def _use(key: str, kinds: tuple[str, ...]) -> Use:
     use = BY_KEY.get(key)
     if use is None or use.kind not in kinds:
@@ -122,8 +135,10 @@ def invoke(target: Any, key: str, *args: Any, **kwargs: Any) -> Any:
     """Call `target.<attr>` exactly as SURFACE[key] declares (else RuntimeError: fix SURFACE)."""
     use = _use(key, ("call", "read"))
     if len(args) != len(use.pos) or not set(kwargs) <= set(use.kw):
-        raise RuntimeError(f"{key}: called with {len(args)} positional and {sorted(kwargs)} "
-                           f"keywords; SURFACE declares pos={use.pos} kw={use.kw}")
+        raise RuntimeError(
+            f"{key}: called with {len(args)} positional and {sorted(kwargs)} "
+            f"keywords; SURFACE declares pos={use.pos} kw={use.kw}"
+        )
     return getattr(target, use.attr)(*args, **kwargs)
 
 
@@ -155,6 +170,7 @@ def _get(obj: Any, name: str) -> Any:
 
 
 # -- the check --------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Row:
@@ -189,11 +205,9 @@ def _check_args(use: Use, params: list[inspect.Parameter], forward: list | None)
     for i, name in enumerate(use.pos):
         if i >= len(positional):
             if not var_pos:
-                problems.append(f"takes {len(positional)} positional args; we pass {name!r} "
-                                f"as #{i + 1}")
+                problems.append(f"takes {len(positional)} positional args; we pass {name!r} as #{i + 1}")
         elif positional[i].name != name:
-            problems.append(f"positional #{i + 1} is {positional[i].name!r}; we pass {name!r} "
-                            "there (renamed or reordered)")
+            problems.append(f"positional #{i + 1} is {positional[i].name!r}; we pass {name!r} there (renamed or reordered)")
     for name in use.kw:
         p = by_name.get(name)
         if p is None and var_kw and forward is not None:
@@ -202,13 +216,12 @@ def _check_args(use: Use, params: list[inspect.Parameter], forward: list | None)
         else:
             where = ""
         if p is None or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            have = ", ".join(q.name for q in params if q.kind not in (q.VAR_POSITIONAL,
-                                                                     q.VAR_KEYWORD))
+            have = ", ".join(q.name for q in params if q.kind not in (q.VAR_POSITIONAL, q.VAR_KEYWORD))
             problems.append(f"no keyword parameter {name!r}{where}; has ({have})")
         elif p.kind is p.POSITIONAL_ONLY:
             problems.append(f"parameter {name!r} became positional-only")
     supplied = set(use.pos) | set(use.kw)
-    for p in positional[len(use.pos):] + [p for p in params if p.kind is p.KEYWORD_ONLY]:
+    for p in positional[len(use.pos) :] + [p for p in params if p.kind is p.KEYWORD_ONLY]:
         if p.default is p.empty and p.name not in supplied:
             problems.append(f"new required parameter {p.name!r}")
     return problems
@@ -242,8 +255,9 @@ def _check_one(root: Any, use: Use) -> Row:
         return Row(use.key, "FAIL", f"{where} is missing ({exc})")
     if use.kind == "attr":
         ok = _has_attr(owner, use.attr)
-        return Row(use.key, "OK" if ok else "FAIL",
-                   f"{where}.{use.attr}" if ok else f"{where} has no field/attribute {use.attr!r}")
+        return Row(
+            use.key, "OK" if ok else "FAIL", f"{where}.{use.attr}" if ok else f"{where} has no field/attribute {use.attr!r}"
+        )
     try:
         target = _get(owner, use.attr)
     except (AttributeError, KeyError, ImportError):
@@ -251,8 +265,7 @@ def _check_one(root: Any, use: Use) -> Row:
     if use.kind == "read":
         target, skip = getattr(target, "fetch", None), True  # fetch(view, ...)
     else:
-        skip = _is_method(owner, use.attr) and inspect.isfunction(
-            inspect.getattr_static(owner, use.attr, None))
+        skip = _is_method(owner, use.attr) and inspect.isfunction(inspect.getattr_static(owner, use.attr, None))
     if not callable(target):
         return Row(use.key, "FAIL", f"{where}.{use.attr} is not callable")
     try:
@@ -281,13 +294,14 @@ def check_sdk(module: Any = None, version: str | None = None) -> CompatReport:
         try:
             module = importlib.import_module("bittensor")
         except Exception as exc:  # absent, or broken dependencies
-            missing = Row("bittensor", "FAIL", f"cannot import bittensor: {exc}; "
-                          f"install with: pip install {DIST}=={PIN}")
+            missing = Row("bittensor", "FAIL", f"cannot import bittensor: {exc}; install with: pip install {DIST}=={PIN}")
             return CompatReport(version, PIN, (missing,), 2)
     pin_ok = version == PIN
-    pin_row = Row(f"{DIST} version", "OK" if pin_ok else "FAIL",
-                  f"installed {version}, pin {PIN}" if version else
-                  f"{DIST} is not installed (pip install {DIST}=={PIN})")
+    pin_row = Row(
+        f"{DIST} version",
+        "OK" if pin_ok else "FAIL",
+        f"installed {version}, pin {PIN}" if version else f"{DIST} is not installed (pip install {DIST}=={PIN})",
+    )
     rows = (pin_row, *(_check_one(module, use) for use in SURFACE))
     code = 2 if not pin_ok else (1 if any(r.status != "OK" for r in rows) else 0)
     return CompatReport(version, PIN, rows, code)
@@ -295,7 +309,9 @@ def check_sdk(module: Any = None, version: str | None = None) -> CompatReport:
 
 def render(report: CompatReport) -> str:
     width = max(len(r.name) for r in report.rows)
-    lines = [f"bittensor SDK compatibility (installed {report.version or 'none'}, pin "
-             f"{report.pin}): {len(report.failures)} problem(s), exit {report.exit_code}"]
+    lines = [
+        f"bittensor SDK compatibility (installed {report.version or 'none'}, pin "
+        f"{report.pin}): {len(report.failures)} problem(s), exit {report.exit_code}"
+    ]
     lines += [f"  {r.status:<4}  {r.name:<{width}}  {r.detail}" for r in report.rows]
     return "\n".join(lines)

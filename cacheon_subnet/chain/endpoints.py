@@ -45,12 +45,14 @@ def announce(backend: ChainBackend, netuid: int, hotkey: str, ip: str, port: int
         raise NotRegistered(f"cannot announce the leaderboard: hotkey {hotkey!r} is not registered on netuid {netuid}")
     if mg.by_uid(uid).axon == want:
         return False
-    backend.serve_axon(hotkey, netuid, str(ipaddress.ip_address(ip)), int(port), protocol=PROTOCOL,
-                       version=API_VERSION)
+    backend.serve_axon(hotkey, netuid, str(ipaddress.ip_address(ip)), int(port), protocol=PROTOCOL, version=API_VERSION)
     return True
 
 
 def validator_endpoints(mg: Metagraph) -> tuple[ValidatorEndpoint, ...]:
     """Every validator-permit neuron and the leaderboard URL its axon announces (if any)."""
-    return tuple(ValidatorEndpoint(n.uid, n.hotkey, n.stake, f"http://{n.axon}" if n.axon else None)
-                 for n in mg.neurons if n.validator_permit)
+    return tuple(
+        ValidatorEndpoint(n.uid, n.hotkey, n.stake, f"http://{n.axon}" if n.axon else None)
+        for n in mg.neurons
+        if n.validator_permit
+    )

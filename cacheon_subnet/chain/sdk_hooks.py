@@ -13,8 +13,8 @@ says when a new SDK moves them (and this file must be reviewed with every SDK pi
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
+from collections.abc import Callable
+from typing import Any
 
 UNDECODABLE = "\x00cacheon: undecodable commitment"
 _MARK = "_cacheon_tolerant"
@@ -42,7 +42,9 @@ def _reveal_fallback(entry: Any) -> tuple[int, str]:
 def install(metagraph: Any, revealed_entry: Any, decode_fields: Any) -> None:
     """Idempotent: wrap the two decoders in bittensor.metagraph, the module whose bulk read calls
     them by global name (bittensor_backend.install_sdk_hooks passes them in through compat.sdk)."""
-    for attr, fn, fallback in (("_revealed_entry", revealed_entry, _reveal_fallback),
-                               ("_decode_fields", decode_fields, lambda fields: UNDECODABLE)):
+    for attr, fn, fallback in (
+        ("_revealed_entry", revealed_entry, _reveal_fallback),
+        ("_decode_fields", decode_fields, lambda fields: UNDECODABLE),
+    ):
         if not getattr(fn, _MARK, None):
             setattr(metagraph, attr, _wrap(fn, fallback))

@@ -34,20 +34,24 @@ class ChainContext:
 def add_chain_args(p: argparse.ArgumentParser) -> None:
     """The conventional chain/wallet flags (shared with neurons/miner.py)."""
     g = p.add_argument_group("chain")
-    g.add_argument("--chain", choices=["local", "bittensor"], default=None,
-                   help="local SQLite chain or the real one (default: local if --local-chain)")
-    g.add_argument("--local-chain", default=os.environ.get(LOCAL_CHAIN_ENV),
-                   help=f"local chain file (env {LOCAL_CHAIN_ENV})")
-    g.add_argument("--netuid", type=int, default=None,
-                   help="subnet uid (local default: the chain file's default netuid)")
-    g.add_argument("--subtensor.network", dest="network", default="finney",
-                   help="finney | test | local | ws://... (bittensor)")
+    g.add_argument(
+        "--chain",
+        choices=["local", "bittensor"],
+        default=None,
+        help="local SQLite chain or the real one (default: local if --local-chain)",
+    )
+    g.add_argument(
+        "--local-chain", default=os.environ.get(LOCAL_CHAIN_ENV), help=f"local chain file (env {LOCAL_CHAIN_ENV})"
+    )
+    g.add_argument("--netuid", type=int, default=None, help="subnet uid (local default: the chain file's default netuid)")
+    g.add_argument(
+        "--subtensor.network", dest="network", default="finney", help="finney | test | local | ws://... (bittensor)"
+    )
     g.add_argument("--wallet.name", dest="wallet_name", default="default")
     g.add_argument("--wallet.hotkey", dest="wallet_hotkey", default="default")
     g.add_argument("--wallet.path", dest="wallet_path", default=None)
     g.add_argument("--hotkey", default=None, help="local chain: the hotkey name to act as")
-    g.add_argument("--state-dir", default=None,
-                   help="miner state dir (env CACHEON_MINER_STATE, default ~/.cacheon/miner)")
+    g.add_argument("--state-dir", default=None, help="miner state dir (env CACHEON_MINER_STATE, default ~/.cacheon/miner)")
 
 
 def open_chain(args: argparse.Namespace) -> ChainContext:
@@ -65,13 +69,16 @@ def open_chain(args: argparse.Namespace) -> ChainContext:
     else:
         if args.netuid is None:
             raise UsageError("--netuid is required with --chain bittensor")
-        backend = BittensorChain(network=args.network, wallet_name=args.wallet_name,
-                                 wallet_hotkey=args.wallet_hotkey, wallet_path=args.wallet_path)
+        backend = BittensorChain(
+            network=args.network,
+            wallet_name=args.wallet_name,
+            wallet_hotkey=args.wallet_hotkey,
+            wallet_path=args.wallet_path,
+        )
         netuid = args.netuid
         hotkey = backend.hotkey
         if args.hotkey and args.hotkey != hotkey:
-            raise UsageError(f"--hotkey {args.hotkey} is not wallet "
-                             f"{args.wallet_name}/{args.wallet_hotkey} ({hotkey})")
+            raise UsageError(f"--hotkey {args.hotkey} is not wallet {args.wallet_name}/{args.wallet_hotkey} ({hotkey})")
     return ChainContext(backend, int(netuid), hotkey, chain_label(backend))
 
 
@@ -97,15 +104,28 @@ def cmd_submit(args: argparse.Namespace) -> int:
     ctx = open_chain(args)
     opts = VerifyOptions(device=args.verify_device, max_cases=args.max_cases)
     try:
-        result = submit(args.bundle, backend=ctx.backend, netuid=ctx.netuid, hotkey=ctx.hotkey,
-                        url=args.url, serve_dir=args.serve_dir,
-                        base_url=args.base_url or DEFAULT_BASE_URL,
-                        reveal_after_blocks=(DEFAULT_REVEAL_BLOCKS if args.reveal_blocks is None
-                                             else args.reveal_blocks), verify_options=opts,
-                        check_url=args.check_url, state_dir=args.state_dir, force=args.force)
+        result = submit(
+            args.bundle,
+            backend=ctx.backend,
+            netuid=ctx.netuid,
+            hotkey=ctx.hotkey,
+            url=args.url,
+            serve_dir=args.serve_dir,
+            base_url=args.base_url or DEFAULT_BASE_URL,
+            reveal_after_blocks=(DEFAULT_REVEAL_BLOCKS if args.reveal_blocks is None else args.reveal_blocks),
+            verify_options=opts,
+            check_url=args.check_url,
+            state_dir=args.state_dir,
+            force=args.force,
+        )
     except SubmitError as exc:
-        payload = {"status": "refused", "reason": exc.reason, "detail": exc.detail,
-                   "reasons": list(exc.reasons), "codes": list(exc.codes)}
+        payload = {
+            "status": "refused",
+            "reason": exc.reason,
+            "detail": exc.detail,
+            "reasons": list(exc.reasons),
+            "codes": list(exc.codes),
+        }
         _emit(args, payload, str(exc))
         return EXIT_USAGE if exc.reason == "usage" else EXIT_FAIL
     _emit(args, result.to_json(), result.render())
@@ -116,9 +136,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     from cacheon_subnet.miner.status import miner_status
 
     ctx = open_chain(args)
-    st = miner_status(ctx.backend, ctx.netuid, ctx.hotkey, state_dir=args.state_dir,
-                      chain=ctx.label, fetch=not args.no_fetch, timeout_s=args.timeout,
-                      verdicts=not args.no_verdicts, verdict_timeout_s=args.verdict_timeout)
+    st = miner_status(
+        ctx.backend,
+        ctx.netuid,
+        ctx.hotkey,
+        state_dir=args.state_dir,
+        chain=ctx.label,
+        fetch=not args.no_fetch,
+        timeout_s=args.timeout,
+        verdicts=not args.no_verdicts,
+        verdict_timeout_s=args.verdict_timeout,
+    )
     _emit(args, st.to_json(), st.render())
     healthy = st.registered and all(p.ok for p in st.probes) and st.state != "invalid"
     return EXIT_OK if healthy else EXIT_FAIL
@@ -128,8 +156,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from cacheon_subnet.miner.serve import DEFAULT_HOST, DEFAULT_PORT, serve_forever
 
     os.makedirs(args.dir, exist_ok=True)
-    serve_forever(args.dir, args.host or DEFAULT_HOST,
-                  DEFAULT_PORT if args.port is None else args.port)
+    serve_forever(args.dir, args.host or DEFAULT_HOST, DEFAULT_PORT if args.port is None else args.port)
     return EXIT_OK
 
 
@@ -146,17 +173,19 @@ def register(sub: argparse._SubParsersAction, groups: dict[str, Any]) -> None:
     where = s.add_mutually_exclusive_group(required=True)
     where.add_argument("--url", help="https URL where you host <digest>.tar.gz yourself")
     where.add_argument("--serve-dir", help="self-host: pack into DIR for `cacheon miner serve`")
-    s.add_argument("--base-url", default=None,
-                   help="with --serve-dir: public base URL of that dir, https except loopback "
-                   "(default http://127.0.0.1:8787, what `miner serve` binds)")
-    s.add_argument("--reveal-blocks", type=int, default=None,
-                   help="blocks the commitment stays sealed (default 20)")
+    s.add_argument(
+        "--base-url",
+        default=None,
+        help="with --serve-dir: public base URL of that dir, https except loopback "
+        "(default http://127.0.0.1:8787, what `miner serve` binds)",
+    )
+    s.add_argument("--reveal-blocks", type=int, default=None, help="blocks the commitment stays sealed (default 20)")
     s.add_argument("--verify-device", default="cpu", choices=["cpu", "cuda"])
     s.add_argument("--max-cases", type=int, default=None, help="verify fewer shapes (faster)")
-    s.add_argument("--check-url", action="store_true",
-                   help="fetch the URL first and require it to serve this bundle")
-    s.add_argument("--force", action="store_true",
-                   help="re-commit an already committed digest+url (resets the commit block)")
+    s.add_argument("--check-url", action="store_true", help="fetch the URL first and require it to serve this bundle")
+    s.add_argument(
+        "--force", action="store_true", help="re-commit an already committed digest+url (resets the commit block)"
+    )
     s.add_argument("--json", action="store_true")
     add_chain_args(s)
     s.set_defaults(handler=cmd_submit)
@@ -164,10 +193,12 @@ def register(sub: argparse._SubParsersAction, groups: dict[str, Any]) -> None:
     s = m.add_parser("status", help="registration, commitment, URL health, weights and every validator's verdicts")
     s.add_argument("--no-fetch", action="store_true", help="do not fetch the committed URLs")
     s.add_argument("--timeout", type=float, default=60.0, help="seconds per URL fetch")
-    s.add_argument("--no-verdicts", action="store_true",
-                   help="do not fetch each validator's verdicts from its announced leaderboard")
-    s.add_argument("--verdict-timeout", type=float, default=10.0,
-                   help="seconds per validator leaderboard fetch (default 10)")
+    s.add_argument(
+        "--no-verdicts", action="store_true", help="do not fetch each validator's verdicts from its announced leaderboard"
+    )
+    s.add_argument(
+        "--verdict-timeout", type=float, default=10.0, help="seconds per validator leaderboard fetch (default 10)"
+    )
     s.add_argument("--json", action="store_true")
     add_chain_args(s)
     s.set_defaults(handler=cmd_status)

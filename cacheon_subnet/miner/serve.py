@@ -43,8 +43,9 @@ DEFAULT_PORT = 8787
 CHUNK = 256 * 1024
 ARCHIVE_NAME = re.compile(r"[0-9a-f]{64}\.tar\.gz")
 CONTENT_TYPE = "application/gzip"
-LIMITS = Limits(max_conns=256, max_conns_per_ip=16, header_timeout_s=10.0, max_conn_s=120.0, sndbuf=512 << 10,
-                max_buffered=128 << 20)
+LIMITS = Limits(
+    max_conns=256, max_conns_per_ip=16, header_timeout_s=10.0, max_conn_s=120.0, sndbuf=512 << 10, max_buffered=128 << 20
+)
 ENV_PREFIX = "CACHEON_SERVE_"
 SENT_LOG_EVERY_S = 10.0  # `serve.sent` at most once per this many seconds, with the count since
 
@@ -103,11 +104,14 @@ def make_app(directory: str | os.PathLike[str]) -> web.Application:
             return _plain(404, "not found")
         fd, size = opened
         with os.fdopen(fd, "rb") as f:
-            resp = web.StreamResponse(status=200, headers={
-                hdrs.CONTENT_TYPE: CONTENT_TYPE,
-                hdrs.CACHE_CONTROL: "no-cache",
-                "X-Content-Type-Options": "nosniff",
-            })
+            resp = web.StreamResponse(
+                status=200,
+                headers={
+                    hdrs.CONTENT_TYPE: CONTENT_TYPE,
+                    hdrs.CACHE_CONTROL: "no-cache",
+                    "X-Content-Type-Options": "nosniff",
+                },
+            )
             resp.content_length = size
             await resp.prepare(request)
             sent = 0
@@ -142,8 +146,13 @@ def _plain(status: int, text: str, headers: dict[str, str] | None = None) -> web
 class BundleServer:
     """An aiohttp site bound to host:port (port 0 picks a free one) serving `directory`."""
 
-    def __init__(self, directory: str | os.PathLike[str], host: str = DEFAULT_HOST,
-                 port: int = DEFAULT_PORT, limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        limits: Limits | None = None,
+    ) -> None:
         self.directory = Path(directory)
         self.host = host
         self.port = port  # the real port once started
@@ -161,8 +170,13 @@ class BundleServer:
         except OSError as exc:
             raise ServeError(f"cannot listen on {self.host}:{self.port}: {exc}") from exc
         self.port = self._site.port
-        log.info("serve.start", dir=str(self.directory), url=self.base_url, max_conns=limits.max_conns,
-                 max_conns_per_ip=limits.max_conns_per_ip)
+        log.info(
+            "serve.start",
+            dir=str(self.directory),
+            url=self.base_url,
+            max_conns=limits.max_conns,
+            max_conns_per_ip=limits.max_conns_per_ip,
+        )
         return self.base_url
 
     async def stop(self) -> None:
@@ -178,7 +192,7 @@ class BundleServer:
     def url_for(self, digest: str) -> str:
         return f"{self.base_url}/{archive_name(digest)}"
 
-    async def __aenter__(self) -> "BundleServer":
+    async def __aenter__(self) -> BundleServer:
         await self.start()
         return self
 
@@ -189,12 +203,11 @@ class BundleServer:
 class ThreadedServer:
     """A BundleServer running on its own event loop in a daemon thread (for sync callers)."""
 
-    def __init__(self, directory: str | os.PathLike[str], host: str = DEFAULT_HOST,
-                 port: int = 0) -> None:
+    def __init__(self, directory: str | os.PathLike[str], host: str = DEFAULT_HOST, port: int = 0) -> None:
         self.server = BundleServer(Path(directory), host, port)
         self._thread = httpsite.LoopThread("cacheon-serve", self.server.start, self.server.stop)
 
-    def start(self) -> "ThreadedServer":
+    def start(self) -> ThreadedServer:
         """Start once (idempotent: `with start_in_thread(d) as srv:` works too)."""
         try:
             self._thread.run()
@@ -212,21 +225,19 @@ class ThreadedServer:
     def url_for(self, digest: str) -> str:
         return self.server.url_for(digest)
 
-    def __enter__(self) -> "ThreadedServer":
+    def __enter__(self) -> ThreadedServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
 
-def start_in_thread(directory: str | os.PathLike[str], host: str = DEFAULT_HOST,
-                    port: int = 0) -> ThreadedServer:
+def start_in_thread(directory: str | os.PathLike[str], host: str = DEFAULT_HOST, port: int = 0) -> ThreadedServer:
     """Serve `directory` from a background thread; call `.stop()` when done."""
     return ThreadedServer(directory, host, port).start()
 
 
-def serve_forever(directory: str | os.PathLike[str], host: str = DEFAULT_HOST,
-                  port: int = DEFAULT_PORT) -> None:
+def serve_forever(directory: str | os.PathLike[str], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
     """Block serving `directory` until SIGINT/SIGTERM (the soft fd limit raised to the hard one first)."""
     from cacheon_subnet import fdbudget
 
@@ -237,11 +248,29 @@ def serve_forever(directory: str | os.PathLike[str], host: str = DEFAULT_HOST,
 
 # -- client side: what a validator would get from a URL --------------------------------------
 
-PROBE_REASONS = ("ok", "url", "unreachable", "timeout", "redirect", "http_status", "content_encoding",
-                 "too_large", "not_bundle", "digest_mismatch")
-_PROBE_REASON = {"url": "url", "url_address": "url", "redirects": "redirect", "http_status": "http_status",
-                 "content_encoding": "content_encoding", "too_large": "too_large", "timeout": "timeout",
-                 "connect": "unreachable", "io": "unreachable"}
+PROBE_REASONS = (
+    "ok",
+    "url",
+    "unreachable",
+    "timeout",
+    "redirect",
+    "http_status",
+    "content_encoding",
+    "too_large",
+    "not_bundle",
+    "digest_mismatch",
+)
+_PROBE_REASON = {
+    "url": "url",
+    "url_address": "url",
+    "redirects": "redirect",
+    "http_status": "http_status",
+    "content_encoding": "content_encoding",
+    "too_large": "too_large",
+    "timeout": "timeout",
+    "connect": "unreachable",
+    "io": "unreachable",
+}
 
 
 @dataclass(frozen=True)
@@ -258,8 +287,14 @@ class Probe:
     digest: str | None = None
 
 
-async def aprobe(url: str, expected_digest: str | None = None, *, timeout_s: float = 60.0,
-                 max_bytes: int | None = None, urls: UrlPolicy = STRICT) -> Probe:
+async def aprobe(
+    url: str,
+    expected_digest: str | None = None,
+    *,
+    timeout_s: float = 60.0,
+    max_bytes: int | None = None,
+    urls: UrlPolicy = STRICT,
+) -> Probe:
     """Fetch `url` with the validator's own download (cacheon_subnet.netfetch: same URL and
     address policy, same redirect budget, no Content-Encoding) and digest what arrives."""
     import hashlib
@@ -269,8 +304,7 @@ async def aprobe(url: str, expected_digest: str | None = None, *, timeout_s: flo
     from cacheon_subnet.errors import BundleError
     from cacheon_subnet.netfetch import FetchError, FetchPolicy, download
 
-    policy = FetchPolicy(total_timeout_s=timeout_s, urls=urls,
-                         **({} if max_bytes is None else {"max_bytes": max_bytes}))
+    policy = FetchPolicy(total_timeout_s=timeout_s, urls=urls, **({} if max_bytes is None else {"max_bytes": max_bytes}))
 
     def fail(reason: str, detail: str, **kw: Any) -> Probe:
         return Probe(url, False, reason, detail, **kw)
@@ -286,16 +320,29 @@ async def aprobe(url: str, expected_digest: str | None = None, *, timeout_s: flo
         try:
             digest = load_bundle(path).digest
         except BundleError as exc:
-            return fail("not_bundle", f"served bytes are not a valid bundle archive: {exc}",
-                        http_status=200, size=size, sha256=sha)
+            return fail(
+                "not_bundle", f"served bytes are not a valid bundle archive: {exc}", http_status=200, size=size, sha256=sha
+            )
     if expected_digest is not None and digest != expected_digest:
-        return fail("digest_mismatch", f"serves content digest {digest}, expected "
-                    f"{expected_digest}", http_status=200, size=size, sha256=sha, digest=digest)
+        return fail(
+            "digest_mismatch",
+            f"serves content digest {digest}, expected {expected_digest}",
+            http_status=200,
+            size=size,
+            sha256=sha,
+            digest=digest,
+        )
     return Probe(url, True, "ok", f"{size} bytes, content digest {digest}", 200, size, sha, digest)
 
 
-def probe(url: str, expected_digest: str | None = None, *, timeout_s: float = 60.0,
-          max_bytes: int | None = None, urls: UrlPolicy = STRICT) -> Probe:
+def probe(
+    url: str,
+    expected_digest: str | None = None,
+    *,
+    timeout_s: float = 60.0,
+    max_bytes: int | None = None,
+    urls: UrlPolicy = STRICT,
+) -> Probe:
     """Blocking `aprobe`; safe to call from a thread that already runs an event loop."""
     coro_args = (url, expected_digest)
     kw = {"timeout_s": timeout_s, "max_bytes": max_bytes, "urls": urls}

@@ -19,8 +19,8 @@ from cacheon_subnet.chain.backend import ChainBackend, ChainError
 from cacheon_subnet.chain.endpoints import validator_endpoints
 from cacheon_subnet.miner import verdicts as verdicts_mod
 from cacheon_subnet.miner.serve import Probe, probe
-from cacheon_subnet.netpolicy import policy_for_backend
 from cacheon_subnet.miner.submit import SubmissionRecord, chain_label, chain_view
+from cacheon_subnet.netpolicy import policy_for_backend
 
 
 @dataclass(frozen=True)
@@ -93,31 +93,30 @@ class MinerStatus:
         return out
 
     def render(self) -> str:
-        lines = [f"cacheon miner status  {self.chain}  netuid {self.netuid}  block {self.block}",
-                 f"  hotkey   {self.hotkey}  "
-                 + (f"uid {self.uid}" if self.registered else "NOT REGISTERED")]
+        lines = [
+            f"cacheon miner status  {self.chain}  netuid {self.netuid}  block {self.block}",
+            f"  hotkey   {self.hotkey}  " + (f"uid {self.uid}" if self.registered else "NOT REGISTERED"),
+        ]
         p, r = self.pending, self.revealed
         if p is not None:
-            lines.append(f"  pending  until block {p.reveal_block} ({p.blocks_left} blocks), "
-                         f"committed at {p.commit_block}: {p.digest} {p.url}")
+            lines.append(
+                f"  pending  until block {p.reveal_block} ({p.blocks_left} blocks), "
+                f"committed at {p.commit_block}: {p.digest} {p.url}"
+            )
         if r is None:
             lines.append("  revealed none")
         elif r.valid:
-            lines.append(f"  revealed at block {r.reveal_block} (committed at {r.commit_block}): "
-                         f"{r.digest} {r.url}")
+            lines.append(f"  revealed at block {r.reveal_block} (committed at {r.commit_block}): {r.digest} {r.url}")
         else:
-            lines.append(f"  revealed at block {r.reveal_block} but INVALID for validators: "
-                         f"{r.error}")
+            lines.append(f"  revealed at block {r.reveal_block} but INVALID for validators: {r.error}")
         for pr in self.probes:
             mark = "serves " if pr.ok else f"BROKEN [{pr.reason}] "
             lines.append(f"  url      {mark}{pr.url}: {pr.detail}")
         if not self.weights:
             lines.append("  weights  no validator-permit hotkeys on this subnet")
         for w in self.weights:
-            what = (f"error: {w.error}" if w.error else f"{w.weight:.6f}" if w.has_row
-                    else "no weights set")
-            lines.append(f"  weight   uid {w.uid:<4} {w.hotkey:<20} stake {w.stake:<12.2f} "
-                         f"{what}")
+            what = f"error: {w.error}" if w.error else f"{w.weight:.6f}" if w.has_row else "no weights set"
+            lines.append(f"  weight   uid {w.uid:<4} {w.hotkey:<20} stake {w.stake:<12.2f} {what}")
         lines += verdicts_mod.render(self.verdicts)
         return "\n".join(lines)
 
@@ -146,11 +145,9 @@ def miner_status(
     if revealed_c is not None:
         try:
             pl = commitment.parse(revealed_c.data, hotkey, urls)
-            revealed = RevealedView(revealed_c.commit_block, revealed_c.reveal_block, pl.digest,
-                                    pl.url)
+            revealed = RevealedView(revealed_c.commit_block, revealed_c.reveal_block, pl.digest, pl.url)
         except commitment.CommitmentError as exc:
-            revealed = RevealedView(revealed_c.commit_block, revealed_c.reveal_block, None,
-                                    None, str(exc))
+            revealed = RevealedView(revealed_c.commit_block, revealed_c.reveal_block, None, None, str(exc))
     pending = _pending(rec, block)
     targets: list[tuple[str, str]] = []
     for view in (pending, revealed):
@@ -158,16 +155,14 @@ def miner_status(
             targets.append((view.url, view.digest))
     probes = tuple(probe(u, d, timeout_s=timeout_s, urls=urls) for u, d in targets) if fetch else ()
     weights = _weights(backend, netuid, uid, mg) if uid is not None else ()
-    report = verdicts_mod.fetch_verdicts(validator_endpoints(mg), hotkey, timeout_s=verdict_timeout_s) \
-        if verdicts else ()
+    report = verdicts_mod.fetch_verdicts(validator_endpoints(mg), hotkey, timeout_s=verdict_timeout_s) if verdicts else ()
     return MinerStatus(label, netuid, block, hotkey, uid, revealed, pending, probes, weights, report)
 
 
 def _pending(rec: SubmissionRecord | None, block: int) -> PendingView | None:
     if rec is None:
         return None
-    return PendingView(rec.digest, rec.url, rec.commit_block, rec.reveal_block,
-                       rec.reveal_block - block)
+    return PendingView(rec.digest, rec.url, rec.commit_block, rec.reveal_block, rec.reveal_block - block)
 
 
 def _weights(backend: ChainBackend, netuid: int, uid: int, mg: Any) -> tuple[ValidatorWeight, ...]:
@@ -180,6 +175,5 @@ def _weights(backend: ChainBackend, netuid: int, uid: int, mg: Any) -> tuple[Val
         except ChainError as exc:
             out.append(ValidatorWeight(n.uid, n.hotkey, n.stake, 0.0, False, str(exc)))
             continue
-        out.append(ValidatorWeight(n.uid, n.hotkey, n.stake, float(row.get(uid, 0.0)),
-                                   bool(row)))
+        out.append(ValidatorWeight(n.uid, n.hotkey, n.stake, float(row.get(uid, 0.0)), bool(row)))
     return tuple(out)

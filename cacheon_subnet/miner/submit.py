@@ -41,8 +41,15 @@ log = get_logger("cacheon.miner.submit")
 class SubmitError(CacheonError):
     """Submission refused. `reason` is a stable id; `reasons` lists e.g. the verify failures."""
 
-    def __init__(self, reason: str, detail: str, reasons: tuple[str, ...] = (),
-                 report: Any = None, codes: tuple[str, ...] = (), sent: bool = False) -> None:
+    def __init__(
+        self,
+        reason: str,
+        detail: str,
+        reasons: tuple[str, ...] = (),
+        report: Any = None,
+        codes: tuple[str, ...] = (),
+        sent: bool = False,
+    ) -> None:
         self.reason = reason
         self.sent = sent  # the commit extrinsic went out: it may have landed, never re-send blindly
         self.detail = detail
@@ -80,7 +87,7 @@ class SubmissionRecord:
     ops: tuple[str, ...]
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> "SubmissionRecord":
+    def from_json(cls, obj: dict[str, Any]) -> SubmissionRecord:
         names = {f.name for f in fields(cls)}
         missing = names - set(obj)
         if missing:
@@ -113,14 +120,11 @@ def load_records(state_dir: Path | None = None) -> list[SubmissionRecord]:
         obj = json.loads(path.read_text(encoding="utf-8"))
         return [SubmissionRecord.from_json(r) for r in obj["records"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise MinerStateError(f"{path}: unreadable submission records ({exc}); move it aside "
-                              "to start fresh") from exc
+        raise MinerStateError(f"{path}: unreadable submission records ({exc}); move it aside to start fresh") from exc
 
 
-def latest_record(state_dir: Path | None, chain: str, netuid: int,
-                  hotkey: str) -> SubmissionRecord | None:
-    mine = [r for r in load_records(state_dir)
-            if r.chain == chain and r.netuid == netuid and r.hotkey == hotkey]
+def latest_record(state_dir: Path | None, chain: str, netuid: int, hotkey: str) -> SubmissionRecord | None:
+    mine = [r for r in load_records(state_dir) if r.chain == chain and r.netuid == netuid and r.hotkey == hotkey]
     return mine[-1] if mine else None
 
 
@@ -142,8 +146,9 @@ def _append_record(state_dir: Path | None, record: SubmissionRecord) -> Path:
 # -- what the chain currently holds ---------------------------------------------------------
 
 
-def chain_view(backend: ChainBackend, netuid: int, hotkey: str, state_dir: Path | None = None,
-               chain: str | None = None) -> tuple[int, Commitment | None, SubmissionRecord | None]:
+def chain_view(
+    backend: ChainBackend, netuid: int, hotkey: str, state_dir: Path | None = None, chain: str | None = None
+) -> tuple[int, Commitment | None, SubmissionRecord | None]:
     """(block, the hotkey's revealed commitment, our still-sealed submission if any).
 
     A record counts as pending while commit_block <= block < reveal_block; a record from a
@@ -156,13 +161,18 @@ def chain_view(backend: ChainBackend, netuid: int, hotkey: str, state_dir: Path 
     return block, revealed, pending
 
 
-def _already(revealed: Commitment | None, pending: SubmissionRecord | None, hotkey: str,
-             digest: str, url: str, urls: UrlPolicy = STRICT) -> str | None:
+def _already(
+    revealed: Commitment | None,
+    pending: SubmissionRecord | None,
+    hotkey: str,
+    digest: str,
+    url: str,
+    urls: UrlPolicy = STRICT,
+) -> str | None:
     """Why committing digest+url again would be pointless (None: it would not be)."""
     if pending is not None:
         if (pending.digest, pending.url) == (digest, url):
-            return (f"pending until block {pending.reveal_block} "
-                    f"(committed at {pending.commit_block})")
+            return f"pending until block {pending.reveal_block} (committed at {pending.commit_block})"
         return None  # a different submission is sealed; this one replaces it
     if revealed is not None:
         try:
@@ -170,8 +180,7 @@ def _already(revealed: Commitment | None, pending: SubmissionRecord | None, hotk
         except commitment.CommitmentError:
             return None
         if (p.digest, p.url) == (digest, url):
-            return (f"revealed at block {revealed.reveal_block} "
-                    f"(committed at {revealed.commit_block})")
+            return f"revealed at block {revealed.reveal_block} (committed at {revealed.commit_block})"
     return None
 
 
@@ -200,11 +209,13 @@ class SubmitResult:
 
     def render(self) -> str:
         head = {"committed": "committed", "already_committed": "already committed"}[self.status]
-        lines = [f"cacheon miner submit: {head}  contribution {self.bound}",
-                 f"  (the contribution id validators show = sha256(bundle digest + hotkey); bundle digest "
-                 f"{self.digest} is the content alone)",
-                 f"  hotkey {self.hotkey} (uid {self.uid}, netuid {self.netuid})",
-                 f"  url    {self.url}"]
+        lines = [
+            f"cacheon miner submit: {head}  contribution {self.bound}",
+            f"  (the contribution id validators show = sha256(bundle digest + hotkey); bundle digest "
+            f"{self.digest} is the content alone)",
+            f"  hotkey {self.hotkey} (uid {self.uid}, netuid {self.netuid})",
+            f"  url    {self.url}",
+        ]
         if self.archive:
             lines.append(f"  archive {self.archive}")
         lines.append(f"  {self.note}")
@@ -235,8 +246,7 @@ def submit(
     """
     state = Path(state_dir) if state_dir is not None else None
     if (url is None) == (serve_dir is None):
-        raise SubmitError("usage", "give exactly one of url= (you host the archive) or "
-                          "serve_dir= (self-hosted)")
+        raise SubmitError("usage", "give exactly one of url= (you host the archive) or serve_dir= (self-hosted)")
     if int(reveal_after_blocks) < 1:
         raise SubmitError("usage", f"reveal_after_blocks={reveal_after_blocks}; must be >= 1")
     bundle = _load(bundle_dir)
@@ -263,11 +273,20 @@ def submit(
         cb = pending.commit_block if pending else revealed.commit_block  # type: ignore[union-attr]
         rb = pending.reveal_block if pending else revealed.reveal_block  # type: ignore[union-attr]
         log.info("submit.already_committed", digest=digest, url=url, detail=already)
-        return SubmitResult("already_committed", digest, hotkey_bound_digest(digest, hotkey),
-                            hotkey, uid, netuid, url, str(archive),
-                            commitment.encode(digest, hotkey, url, urls), cb, rb,
-                            f"already committed: {already}; nothing sent (force re-commits and "
-                            "resets the commit block, losing priority)")
+        return SubmitResult(
+            "already_committed",
+            digest,
+            hotkey_bound_digest(digest, hotkey),
+            hotkey,
+            uid,
+            netuid,
+            url,
+            str(archive),
+            commitment.encode(digest, hotkey, url, urls),
+            cb,
+            rb,
+            f"already committed: {already}; nothing sent (force re-commits and resets the commit block, losing priority)",
+        )
 
     if check_url and serve_dir is None:  # cheap refusal before the slow verify
         _pack(bundle_dir, archive, digest)
@@ -286,24 +305,50 @@ def submit(
     except ChainError as exc:
         # Sent: it may have landed. Never re-sent blindly (neurons/miner.py does not retry this);
         # `cacheon miner status` reads the chain back.
-        raise SubmitError(f"chain:{exc.reason}", f"commit failed: {exc}; it may still have landed: "
-                          "check `cacheon miner status` before submitting again", sent=True) from exc
+        raise SubmitError(
+            f"chain:{exc.reason}",
+            f"commit failed: {exc}; it may still have landed: check `cacheon miner status` before submitting again",
+            sent=True,
+        ) from exc
     reveal_block = commit_block + int(reveal_after_blocks)
     record = SubmissionRecord(
-        chain=label, netuid=netuid, hotkey=hotkey, digest=digest,
-        bound=hotkey_bound_digest(digest, hotkey), url=url, archive=str(archive),
-        commit_block=commit_block, reveal_block=reveal_block,
-        reveal_after_blocks=int(reveal_after_blocks), submitted_at=time.time(),
-        source=str(Path(bundle_dir).resolve()), ops=tuple(o.key for o in bundle.manifest.ops))
+        chain=label,
+        netuid=netuid,
+        hotkey=hotkey,
+        digest=digest,
+        bound=hotkey_bound_digest(digest, hotkey),
+        url=url,
+        archive=str(archive),
+        commit_block=commit_block,
+        reveal_block=reveal_block,
+        reveal_after_blocks=int(reveal_after_blocks),
+        submitted_at=time.time(),
+        source=str(Path(bundle_dir).resolve()),
+        ops=tuple(o.key for o in bundle.manifest.ops),
+    )
     record_path = _append_record(state, record)
-    log.info("submit.committed", digest=digest, url=url, commit_block=commit_block,
-             reveal_block=reveal_block, uid=uid)
-    hosting = ("serve it: cacheon miner serve --dir " + str(Path(archive).parent)
-               if serve_dir is not None else f"keep {archive} uploaded at the url")
-    return SubmitResult("committed", digest, record.bound, hotkey, uid, netuid, url,
-                        str(archive), payload, commit_block, reveal_block,
-                        f"sealed until block {reveal_block}; {hosting}", seconds,
-                        str(record_path))
+    log.info("submit.committed", digest=digest, url=url, commit_block=commit_block, reveal_block=reveal_block, uid=uid)
+    hosting = (
+        "serve it: cacheon miner serve --dir " + str(Path(archive).parent)
+        if serve_dir is not None
+        else f"keep {archive} uploaded at the url"
+    )
+    return SubmitResult(
+        "committed",
+        digest,
+        record.bound,
+        hotkey,
+        uid,
+        netuid,
+        url,
+        str(archive),
+        payload,
+        commit_block,
+        reveal_block,
+        f"sealed until block {reveal_block}; {hosting}",
+        seconds,
+        str(record_path),
+    )
 
 
 def _load(bundle_dir: str | os.PathLike[str]) -> Any:
@@ -324,8 +369,10 @@ def _registered_uid(backend: ChainBackend, netuid: int, hotkey: str) -> int:
     except ChainError as exc:
         raise SubmitError(f"chain:{exc.reason}", f"cannot read netuid {netuid}: {exc}") from exc
     if uid is None:
-        raise SubmitError("not_registered", f"hotkey {hotkey!r} has no uid on netuid {netuid}; "
-                          "register it first (validators only read registered hotkeys)")
+        raise SubmitError(
+            "not_registered",
+            f"hotkey {hotkey!r} has no uid on netuid {netuid}; register it first (validators only read registered hotkeys)",
+        )
     return uid
 
 
@@ -345,15 +392,17 @@ def _pack(bundle_dir: Any, archive: Path, digest: str) -> None:
         raise SubmitError("bundle", f"{bundle_dir}: {exc}") from exc
     if packed.digest != digest:
         archive.unlink(missing_ok=True)
-        raise SubmitError("changed", f"{bundle_dir} changed while submitting (digest {digest} "
-                          f"-> {packed.digest}); run submit again")
+        raise SubmitError(
+            "changed", f"{bundle_dir} changed while submitting (digest {digest} -> {packed.digest}); run submit again"
+        )
 
 
 def _check_served(url: str, digest: str, archive: Path, urls: UrlPolicy = STRICT) -> None:
     pr = probe(url, digest, urls=urls)
     if not pr.ok:
-        raise SubmitError("url_mismatch", f"{url} does not serve bundle {digest}: "
-                          f"[{pr.reason}] {pr.detail}; upload {archive} there first")
+        raise SubmitError(
+            "url_mismatch", f"{url} does not serve bundle {digest}: [{pr.reason}] {pr.detail}; upload {archive} there first"
+        )
 
 
 def _verify(bundle: Any, device: str, options: Any) -> float:
@@ -366,12 +415,17 @@ def _verify(bundle: Any, device: str, options: Any) -> float:
         if not torch.cuda.is_available():
             raise SubmitError("usage", "verify device cuda requested but no CUDA device is visible")
     report = verify_bundle(bundle, opts)
-    log.info("submit.verify", digest=bundle.digest, status=report.status,
-             seconds=round(report.duration_s, 2))
+    log.info("submit.verify", digest=bundle.digest, status=report.status, seconds=round(report.duration_s, 2))
     if not report.passed:
         reasons = tuple(report.reasons) + tuple(f"policy {f}" for f in report.findings)
-        codes = (("policy",) if report.findings else
-                 tuple(dict.fromkeys(op.failure.reason for op in report.ops if op.failure)))
-        raise SubmitError("verify", f"{bundle.source} FAILS verify on {opts.device}; validators "
-                          "would reject it, nothing was committed", reasons, report, codes)
+        codes = (
+            ("policy",) if report.findings else tuple(dict.fromkeys(op.failure.reason for op in report.ops if op.failure))
+        )
+        raise SubmitError(
+            "verify",
+            f"{bundle.source} FAILS verify on {opts.device}; validators would reject it, nothing was committed",
+            reasons,
+            report,
+            codes,
+        )
     return report.duration_s

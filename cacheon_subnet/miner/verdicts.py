@@ -13,8 +13,9 @@ import asyncio
 import json
 import textwrap
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
@@ -24,7 +25,7 @@ from cacheon_subnet.webapi import MAX_PAGE, PATH_CONTRIBUTIONS, ApiShapeError, c
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_BYTES = 4 << 20
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0, 9), *range(11, 32), *range(127, 160))}
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(9), *range(11, 32), *range(127, 160))}
 
 
 @dataclass(frozen=True)
@@ -52,17 +53,19 @@ async def _fetch(session: aiohttp.ClientSession, ep: ValidatorEndpoint, hotkey: 
             if resp.status != 200:
                 return ValidatorVerdicts(ep.uid, ep.hotkey, ep.url, f"HTTP {resp.status} from {url}")
             if resp.content_type != "application/json":
-                return ValidatorVerdicts(ep.uid, ep.hotkey, ep.url, f"content type {resp.content_type!r}, "
-                                         "expected application/json")
+                return ValidatorVerdicts(
+                    ep.uid, ep.hotkey, ep.url, f"content type {resp.content_type!r}, expected application/json"
+                )
             if (resp.content_length or 0) > max_bytes:
-                return ValidatorVerdicts(ep.uid, ep.hotkey, ep.url, f"response of {resp.content_length} bytes "
-                                         f"exceeds the {max_bytes}-byte limit")
+                return ValidatorVerdicts(
+                    ep.uid, ep.hotkey, ep.url, f"response of {resp.content_length} bytes exceeds the {max_bytes}-byte limit"
+                )
             body = bytearray()
             async for chunk in resp.content.iter_chunked(64 << 10):
                 body += chunk
                 if len(body) > max_bytes:
                     return ValidatorVerdicts(ep.uid, ep.hotkey, ep.url, f"response exceeds the {max_bytes}-byte limit")
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return ValidatorVerdicts(ep.uid, ep.hotkey, ep.url, f"timed out fetching {url}")
     except (aiohttp.ClientError, OSError, ValueError) as exc:
         return ValidatorVerdicts(ep.uid, ep.hotkey, ep.url, f"cannot fetch {url}: {type(exc).__name__}: {exc}")
@@ -76,8 +79,13 @@ async def _fetch(session: aiohttp.ClientSession, ep: ValidatorEndpoint, hotkey: 
     return ValidatorVerdicts(ep.uid, ep.hotkey, ep.url, None, mine, total, len(rows) - len(mine))
 
 
-async def afetch_verdicts(endpoints: Sequence[ValidatorEndpoint], hotkey: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                          max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[ValidatorVerdicts, ...]:
+async def afetch_verdicts(
+    endpoints: Sequence[ValidatorEndpoint],
+    hotkey: str,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> tuple[ValidatorVerdicts, ...]:
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with aiohttp.ClientSession(timeout=timeout, headers={"Accept": "application/json"}) as session:
         return tuple(await asyncio.gather(*(_fetch(session, ep, hotkey, max_bytes) for ep in endpoints)))
@@ -98,8 +106,9 @@ def fetch_verdicts(endpoints: Sequence[ValidatorEndpoint], hotkey: str, **kw: An
 
 def _wrap(text: str, indent: str) -> list[str]:
     """Every character of a reason, wrapped (never cut)."""
-    return textwrap.wrap(safe(text), 100, initial_indent=indent, subsequent_indent=indent, break_long_words=True,
-                         break_on_hyphens=False) or [indent]
+    return textwrap.wrap(
+        safe(text), 100, initial_indent=indent, subsequent_indent=indent, break_long_words=True, break_on_hyphens=False
+    ) or [indent]
 
 
 def render(report: Sequence[ValidatorVerdicts]) -> list[str]:

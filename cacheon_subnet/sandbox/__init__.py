@@ -44,9 +44,24 @@ from cacheon_subnet.sandbox.policy import (
 )
 from cacheon_subnet.sandbox.probe import Isolation, probe_isolation
 
-__all__ = ["DEFAULT_UID", "NOBODY", "Isolation", "SandboxError", "SandboxPolicy", "WallConfig", "can_drop_privileges",
-           "child_env", "launch", "live_members", "members", "probe_isolation", "remove_tree", "stop", "wall_config",
-           "weak_requested"]
+__all__ = [
+    "DEFAULT_UID",
+    "NOBODY",
+    "Isolation",
+    "SandboxError",
+    "SandboxPolicy",
+    "WallConfig",
+    "can_drop_privileges",
+    "child_env",
+    "launch",
+    "live_members",
+    "members",
+    "probe_isolation",
+    "remove_tree",
+    "stop",
+    "wall_config",
+    "weak_requested",
+]
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
@@ -54,9 +69,22 @@ PR_SET_PDEATHSIG = 1
 
 # Environment passed through to the child (everything else is dropped).
 _ENV_KEEP = (
-    "PATH", "LANG", "LC_ALL", "PYTHONPATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "LD_LIBRARY_PATH",
-    "TRITON_INTERPRET", "TRITON_PTXAS_PATH", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
-    "NVSHMEM_DISABLE_NVLS", "CACHEON_LOG_LEVEL", "VIRTUAL_ENV", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "PYTHONPATH",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_HOME",
+    "LD_LIBRARY_PATH",
+    "TRITON_INTERPRET",
+    "TRITON_PTXAS_PATH",
+    "NCCL_NVLS_ENABLE",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+    "NVSHMEM_DISABLE_NVLS",
+    "CACHEON_LOG_LEVEL",
+    "VIRTUAL_ENV",
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
     "MKL_NUM_THREADS",
 )
 # Engine/JIT settings the operator chose (cache dirs, feature switches) pass through by prefix.
@@ -71,13 +99,23 @@ def child_env(scratch: Path, policy: SandboxPolicy, weak: bool = False, tmpdir: 
     home, cache = scratch / "home", scratch / "cache"
     tmp = "/tmp" if not weak else str(tmpdir or scratch / "tmp")
     env.update(
-        HOME=str(home), TMPDIR=tmp, XDG_CACHE_HOME=str(cache),
-        TRITON_CACHE_DIR=str(cache / "triton"), TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
-        TORCHINDUCTOR_COMPILE_THREADS="1", PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
-        PYTHONNOUSERSITE="1", CACHEON_SANDBOX_SCRATCH=str(scratch),
+        HOME=str(home),
+        TMPDIR=tmp,
+        XDG_CACHE_HOME=str(cache),
+        TRITON_CACHE_DIR=str(cache / "triton"),
+        TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
+        TORCHINDUCTOR_COMPILE_THREADS="1",
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONUNBUFFERED="1",
+        PYTHONNOUSERSITE="1",
+        CACHEON_SANDBOX_SCRATCH=str(scratch),
         # the leased uid has no passwd entry: getpass.getuser() (Triton, Inductor) reads these first
-        USER="cacheon-sandbox", LOGNAME="cacheon-sandbox", CACHEON_SANDBOX_MODE="weak" if weak else "wall",
-        NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
+        USER="cacheon-sandbox",
+        LOGNAME="cacheon-sandbox",
+        CACHEON_SANDBOX_MODE="weak" if weak else "wall",
+        NCCL_NVLS_ENABLE="0",
+        TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
+        NVSHMEM_DISABLE_NVLS="1",
     )
     # The child must import this package even when it is not installed (source checkouts).
     here = str(Path(__file__).resolve().parent.parent.parent)
@@ -150,8 +188,10 @@ def launch(
 
 
 def _warn_weak(why: str) -> None:
-    msg = (f"cacheon sandbox: WEAK MODE ({why}): contribution code runs as uid {os.getuid()} with no dedicated "
-           "user, filesystem view or seccomp filter. NEVER use this on a validator.")
+    msg = (
+        f"cacheon sandbox: WEAK MODE ({why}): contribution code runs as uid {os.getuid()} with no dedicated "
+        "user, filesystem view or seccomp filter. NEVER use this on a validator."
+    )
     print(msg, file=sys.stderr, flush=True)
     from cacheon_subnet.log import get_logger
 
@@ -161,8 +201,16 @@ def _warn_weak(why: str) -> None:
         pass
 
 
-def _launch_weak(argv: Sequence[str], scratch: Path, policy: SandboxPolicy, pass_fds: Sequence[int],
-                 stdout: int | None, stderr: int | None, cwd: Path | None, why: str) -> subprocess.Popen[bytes]:
+def _launch_weak(
+    argv: Sequence[str],
+    scratch: Path,
+    policy: SandboxPolicy,
+    pass_fds: Sequence[int],
+    stdout: int | None,
+    stderr: int | None,
+    cwd: Path | None,
+    why: str,
+) -> subprocess.Popen[bytes]:
     """Development/miner-side only, and loud: own session, a net namespace if allowed, rlimits."""
     _warn_weak(why)
     for d in ("home", "cache"):
@@ -188,9 +236,18 @@ def _launch_weak(argv: Sequence[str], scratch: Path, policy: SandboxPolicy, pass
         os.umask(0o077)
 
     try:
-        proc = subprocess.Popen(list(argv), cwd=str(cwd or scratch), env=env, stdin=subprocess.DEVNULL, stdout=stdout,
-                                stderr=stderr, pass_fds=tuple(pass_fds), close_fds=True, start_new_session=True,
-                                preexec_fn=pre)  # noqa: PLW1509 - weak mode only (development)
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=str(cwd or scratch),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            pass_fds=tuple(pass_fds),
+            close_fds=True,
+            start_new_session=True,
+            preexec_fn=pre,
+        )  # noqa: PLW1509 - weak mode only (development)
     except OSError as e:
         remove_tree(tmp)
         raise SandboxError(f"cannot start sandboxed child {argv[:2]}: {e}") from e
@@ -241,7 +298,7 @@ def namespace_members(ns: str) -> list[int]:
 
 def _state(pid: str) -> str:
     stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2:].split()[0]
+    return stat[stat.rindex(")") + 2 :].split()[0]
 
 
 def stop(proc: subprocess.Popen[bytes], grace_s: float = 2.0) -> None:
@@ -307,7 +364,7 @@ def live_members(pgid: int) -> list[int]:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
             out.append(int(entry))
     return out

@@ -54,8 +54,26 @@ def secret_paths() -> tuple[str, ...]:
 
 def broad_paths() -> tuple[str, ...]:
     """Never bound as a whole (a venv or pyenv prefix inside one may be bound on its own)."""
-    return tuple(sorted({os.path.realpath(p) for p in (os.path.expanduser("~"), "/root", "/home", "/var/lib",
-                                                        "/var", "/srv", "/mnt", "/media", "/opt", "/work", "/")}))
+    return tuple(
+        sorted(
+            {
+                os.path.realpath(p)
+                for p in (
+                    os.path.expanduser("~"),
+                    "/root",
+                    "/home",
+                    "/var/lib",
+                    "/var",
+                    "/srv",
+                    "/mnt",
+                    "/media",
+                    "/opt",
+                    "/work",
+                    "/",
+                )
+            }
+        )
+    )
 
 
 # Shared dirs (other runs' temp files, host sockets): a sys.path entry equal to one is dropped, not
@@ -89,8 +107,14 @@ def python_paths() -> list[str]:
     """What the child interpreter needs: prefixes, stdlib, every existing sys.path entry."""
     import sysconfig
 
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(os.path.abspath(sys.executable))}
+    paths = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+        os.path.dirname(os.path.abspath(sys.executable)),
+    }
     paths.update(v for k, v in sysconfig.get_paths().items() if v)
     paths.update(p for p in sys.path if p)
     return sorted(p for p in {os.path.realpath(p) for p in paths} if os.path.isdir(p))
@@ -140,6 +164,7 @@ def gpu_present() -> bool:
 
 
 # -- readability checks (fail closed before launching) ------------------------------------------
+
 
 def _allows(st: os.stat_result, uid: int, gid: int, bits: int) -> bool:
     """Plain permission bits for `uid` (no groups: the sandbox runs with --clear-groups)."""
@@ -213,8 +238,10 @@ def stage_copy(src: str, base: str | None = None) -> str:
     if os.path.isfile(src):
         total = os.path.getsize(src)
     if total > STAGE_LIMIT:
-        raise OSError(f"{src}: {total >> 20} MiB is too large to stage (limit {STAGE_LIMIT >> 20} MiB); "
-                      "make its parent dirs searchable by the sandbox uid instead")
+        raise OSError(
+            f"{src}: {total >> 20} MiB is too large to stage (limit {STAGE_LIMIT >> 20} MiB); "
+            "make its parent dirs searchable by the sandbox uid instead"
+        )
     root = tempfile.mkdtemp(prefix="cacheon-ro-", dir=base or os.environ.get("CACHEON_SANDBOX_STAGE"))
     os.chmod(root, 0o755)
     dst = os.path.join(root, "x")
@@ -222,7 +249,7 @@ def stage_copy(src: str, base: str | None = None) -> str:
         shutil.copytree(src, dst, symlinks=True)
     else:
         shutil.copy2(src, dst)
-    for d, dirs, files in os.walk(root):
+    for d, _dirs, files in os.walk(root):
         os.chmod(d, 0o755)
         for f in files:
             if not os.path.islink(os.path.join(d, f)):
@@ -249,6 +276,7 @@ def interpreter_files() -> list[str]:
 
 
 # -- scratch --------------------------------------------------------------------------------------
+
 
 def chown_tree(path: Path, uid: int, gid: int) -> None:
     """Hand a host-made tree to the sandbox user without following any link in it."""
@@ -350,8 +378,14 @@ def _coreutils(*argv: str) -> None:
     import subprocess
 
     try:
-        subprocess.run([shutil.which(argv[0]) or f"/usr/bin/{argv[0]}", *argv[1:]], stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300, check=False)
+        subprocess.run(
+            [shutil.which(argv[0]) or f"/usr/bin/{argv[0]}", *argv[1:]],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=300,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         pass
 

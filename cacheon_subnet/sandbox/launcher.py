@@ -39,13 +39,22 @@ class Command:
     staged: tuple[str, ...] = ()  # copies of unreachable read-only inputs; removed by sandbox.stop()
 
 
-_PRLIMIT_NAMES = {resource.RLIMIT_CORE: "core", resource.RLIMIT_FSIZE: "fsize", resource.RLIMIT_NOFILE: "nofile",
-                  resource.RLIMIT_NPROC: "nproc", resource.RLIMIT_CPU: "cpu", resource.RLIMIT_AS: "as"}
+_PRLIMIT_NAMES = {
+    resource.RLIMIT_CORE: "core",
+    resource.RLIMIT_FSIZE: "fsize",
+    resource.RLIMIT_NOFILE: "nofile",
+    resource.RLIMIT_NPROC: "nproc",
+    resource.RLIMIT_CPU: "cpu",
+    resource.RLIMIT_AS: "as",
+}
 
 
 def rlimits(policy: SandboxPolicy, nproc: bool) -> list[tuple[int, int]]:
-    out = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, policy.file_bytes),
-           (resource.RLIMIT_NOFILE, policy.open_files)]
+    out = [
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_FSIZE, policy.file_bytes),
+        (resource.RLIMIT_NOFILE, policy.open_files),
+    ]
     if nproc:
         out.append((resource.RLIMIT_NPROC, policy.max_processes))
     if policy.cpu_seconds:
@@ -77,17 +86,34 @@ def _open(path: str) -> int:
     return os.open(path, os.O_PATH | os.O_CLOEXEC)
 
 
-def build(argv: Sequence[str], scratch: Path, policy: SandboxPolicy, cfg: WallConfig, cwd: Path | None,
-          env: dict[str, str], fs_root: str | None = None) -> Command:
+def build(
+    argv: Sequence[str],
+    scratch: Path,
+    policy: SandboxPolicy,
+    cfg: WallConfig,
+    cwd: Path | None,
+    env: dict[str, str],
+    fs_root: str | None = None,
+) -> Command:
     """The full command and the fds it needs. Binds are sorted so parents come before children.
     fs_root: the host-mounted, inode-bounded tmpfs (tmpfs.py) whose subdirs become scratch, /tmp
     and /dev/shm; None: bwrap's own tmpfs mounts (bytes bounded, inodes not)."""
-    limits = [f"--{_PRLIMIT_NAMES[res]}={v}:{v}" for res, val in rlimits(policy, nproc=True) if (v := _capped(res, val)) >= 0]
+    limits = [
+        f"--{_PRLIMIT_NAMES[res]}={v}:{v}" for res, val in rlimits(policy, nproc=True) if (v := _capped(res, val)) >= 0
+    ]
     return _build([cfg.prlimit, *limits, "--"], argv, scratch, policy, cfg, cwd, env, fs_root)
 
 
-def _build(head: list[str], argv: Sequence[str], scratch: Path, policy: SandboxPolicy, cfg: WallConfig,
-           cwd: Path | None, env: dict[str, str], fs_root: str | None = None) -> Command:
+def _build(
+    head: list[str],
+    argv: Sequence[str],
+    scratch: Path,
+    policy: SandboxPolicy,
+    cfg: WallConfig,
+    cwd: Path | None,
+    env: dict[str, str],
+    fs_root: str | None = None,
+) -> Command:
     fds: list[int] = []
     staged: list[str] = []
 
@@ -102,10 +128,26 @@ def _build(head: list[str], argv: Sequence[str], scratch: Path, policy: SandboxP
         fds.append(_open(path))
         return str(fds[-1])
 
-    out = [*head, cfg.setpriv, f"--reuid={cfg.uid}", f"--regid={cfg.gid}", "--clear-groups", "--no-new-privs",
-           "--inh-caps=-all", "--bounding-set=-all", cfg.bwrap,
-           "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
-           "--cap-drop", "ALL", "--hostname", "sandbox"]
+    out = [
+        *head,
+        cfg.setpriv,
+        f"--reuid={cfg.uid}",
+        f"--regid={cfg.gid}",
+        "--clear-groups",
+        "--no-new-privs",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        cfg.bwrap,
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--hostname",
+        "sandbox",
+    ]
     if not policy.isolate_network:
         out.append("--share-net")
     try:
@@ -120,14 +162,29 @@ def _build(head: list[str], argv: Sequence[str], scratch: Path, policy: SandboxP
             if b.mode == "dev":
                 out += ["--dev-bind", b.src, b.dest]  # device nodes: path bind (mode 0666 on hosts)
         if fs_root:
-            out += ["--bind-fd", fd(os.path.join(fs_root, "tmp")), "/tmp", "--bind-fd", fd(os.path.join(fs_root, "shm")),
-                    "/dev/shm"]
+            out += [
+                "--bind-fd",
+                fd(os.path.join(fs_root, "tmp")),
+                "/tmp",
+                "--bind-fd",
+                fd(os.path.join(fs_root, "shm")),
+                "/dev/shm",
+            ]
         else:
-            out += ["--size", str(policy.tmp_bytes), "--tmpfs", "/tmp", "--size", str(policy.tmp_bytes), "--tmpfs",
-                    "/dev/shm"]
+            out += [
+                "--size",
+                str(policy.tmp_bytes),
+                "--tmpfs",
+                "/tmp",
+                "--size",
+                str(policy.tmp_bytes),
+                "--tmpfs",
+                "/dev/shm",
+            ]
         extra_ro = list(policy.ro_paths) + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        mounts: list[tuple[str, list[str]]] = [(b.dest, ["--ro-bind-fd", fd(ro_source(b.src)), b.dest])
-                                               for b in fsview.read_binds(extra_ro)]
+        mounts: list[tuple[str, list[str]]] = [
+            (b.dest, ["--ro-bind-fd", fd(ro_source(b.src)), b.dest]) for b in fsview.read_binds(extra_ro)
+        ]
         sdest = os.path.abspath(scratch)
         if fs_root:  # home, tmp, cache made by tmpfs.mount_bounded
             scratch_ops = ["--bind-fd", fd(os.path.join(fs_root, "scratch")), sdest]
@@ -143,8 +200,10 @@ def _build(head: list[str], argv: Sequence[str], scratch: Path, policy: SandboxP
                 try:
                     staged.append(fsview.stage_link(p, cfg.uid, cfg.gid))
                 except OSError as e:
-                    raise SandboxError(f"sandbox: rw path {p} is out of the sandbox uid's reach: {why} ({e}); put it "
-                                       "under a dir others can search (e.g. CACHEON_SCRATCH=/var/tmp/cacheon)") from None
+                    raise SandboxError(
+                        f"sandbox: rw path {p} is out of the sandbox uid's reach: {why} ({e}); put it "
+                        "under a dir others can search (e.g. CACHEON_SCRATCH=/var/tmp/cacheon)"
+                    ) from None
                 src = os.path.join(staged[-1], "x")
             mounts.append((os.path.abspath(dest), ["--bind-fd", fd(src), os.path.abspath(dest)]))
         for _, ops in sorted(mounts, key=lambda m: (m[0].count(os.sep), m[0])):
@@ -168,12 +227,21 @@ def _seccomp(fds: list[int], bounded_memory: bool = False) -> int:
     return fds[-1]
 
 
-def popen(cmd: Command, env: dict[str, str], pass_fds: Sequence[int], stdout: int | None,
-          stderr: int | None) -> subprocess.Popen[bytes]:
+def popen(
+    cmd: Command, env: dict[str, str], pass_fds: Sequence[int], stdout: int | None, stderr: int | None
+) -> subprocess.Popen[bytes]:
     try:
         proc = subprocess.Popen(
-            list(cmd.argv), cwd="/", env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-            pass_fds=tuple(pass_fds) + cmd.fds, close_fds=True, start_new_session=True)
+            list(cmd.argv),
+            cwd="/",
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            pass_fds=tuple(pass_fds) + cmd.fds,
+            close_fds=True,
+            start_new_session=True,
+        )
         proc.cacheon_staged = cmd.staged  # type: ignore[attr-defined]
         return proc
     except (OSError, subprocess.SubprocessError) as e:
@@ -193,25 +261,30 @@ def preflight() -> WallConfig:
             f"sandbox: the validator runs as uid {os.geteuid()}, not root, so it cannot start contribution code "
             "under a dedicated uid (a shared uid is no boundary: same-uid processes can ptrace and signal it). "
             "Run the validator as root (container default); CACHEON_SANDBOX=weak is for local development only "
-            "(a validator off a local chain refuses it)")
+            "(a validator off a local chain refuses it)"
+        )
     cfg = wall_config()
     tool = fsview.unreachable_by(cfg.uid, cfg.gid, cfg.bwrap)
     if tool:
-        raise SandboxError(f"sandbox: setpriv runs bwrap as uid {cfg.uid}, which cannot reach it: {tool}; put the "
-                           "binary (CACHEON_BWRAP) under a dir others can search, mode 0755")
+        raise SandboxError(
+            f"sandbox: setpriv runs bwrap as uid {cfg.uid}, which cannot reach it: {tool}; put the "
+            "binary (CACHEON_BWRAP) under a dir others can search, mode 0755"
+        )
     bad = fsview.unreadable_by(cfg.uid, cfg.gid, fsview.interpreter_files())
     if bad:
         raise SandboxError(
             f"sandbox: uid {cfg.uid} cannot read the interpreter / packages the child needs: {', '.join(bad[:5])}. "
             "Use a world-readable interpreter and venv (e.g. `make` builds .venv from /usr/bin/python3.11; "
-            "chmod -R o+rX the venv), or pick CACHEON_SANDBOX_UID accordingly")
+            "chmod -R o+rX the venv), or pick CACHEON_SANDBOX_UID accordingly"
+        )
     policy = SandboxPolicy(cpu_seconds=30, max_processes=64)
     scratch = Path("/tmp/cacheon-preflight-scratch")
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
     leased, lease = lease_uid(cfg)
     try:
-        cmd = build([sys.executable, "-I", "-S", "-c", "import os; print(os.getuid())"], scratch, policy, leased,
-                    Path("/"), env)
+        cmd = build(
+            [sys.executable, "-I", "-S", "-c", "import os; print(os.getuid())"], scratch, policy, leased, Path("/"), env
+        )
         proc = popen(cmd, env, (), subprocess.PIPE, subprocess.STDOUT)
         out, _ = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
@@ -224,9 +297,12 @@ def preflight() -> WallConfig:
     if proc.returncode != 0 or text.splitlines()[-1:] != [str(leased.uid)]:
         hint = ""
         if "namespace" in text or "uid map" in text or "Operation not permitted" in text:
-            hint = (" User namespaces look unavailable: check `sysctl user.max_user_namespaces` (> 0), "
-                    "kernel.unprivileged_userns_clone=1 (Debian), kernel.apparmor_restrict_unprivileged_userns=0 "
-                    "(Ubuntu 23.10+) or an AppArmor profile for this bwrap, and that the container allows unshare.")
-        raise SandboxError(f"sandbox: the wall does not start on this machine (rc {proc.returncode}): "
-                           f"{text[-600:]!r}.{hint}")
+            hint = (
+                " User namespaces look unavailable: check `sysctl user.max_user_namespaces` (> 0), "
+                "kernel.unprivileged_userns_clone=1 (Debian), kernel.apparmor_restrict_unprivileged_userns=0 "
+                "(Ubuntu 23.10+) or an AppArmor profile for this bwrap, and that the container allows unshare."
+            )
+        raise SandboxError(
+            f"sandbox: the wall does not start on this machine (rc {proc.returncode}): {text[-600:]!r}.{hint}"
+        )
     return cfg

@@ -56,7 +56,7 @@ class LogSink:
             self.dropped += max(0, len(chunk) - room)
             self._tail += chunk
             if len(self._tail) > 2 * self.keep:
-                del self._tail[:-self.keep]
+                del self._tail[: -self.keep]
 
     def close(self, timeout_s: float = 10.0) -> None:
         """After the child (and every process of its sandbox) is gone: the file gets the tail."""
@@ -65,9 +65,12 @@ class LogSink:
         if self._file.closed:
             return
         if self.dropped:
-            tail = bytes(self._tail[-min(self.keep, self.dropped):])
-            self._file.write(b"\n[cacheon: %d bytes of output past the %d-byte log cap dropped; its last %d follow]\n"
-                             % (self.dropped - len(tail), self.cap, len(tail)) + tail)
+            tail = bytes(self._tail[-min(self.keep, self.dropped) :])
+            self._file.write(
+                b"\n[cacheon: %d bytes of output past the %d-byte log cap dropped; its last %d follow]\n"
+                % (self.dropped - len(tail), self.cap, len(tail))
+                + tail
+            )
         self._file.close()
         if not self._thread.is_alive():
             os.close(self._r)

@@ -73,24 +73,29 @@ def wall_config() -> WallConfig:
         raise SandboxError(f"CACHEON_SANDBOX_UID/GID/UIDS must be integers, got {raw!r}") from None
     span = range(uid, uid + max(count, 1))
     if 0 in span or NOBODY in span or os.getuid() in span or gid in (0, NOBODY) or uid < 1000 or count < 1:
-        raise SandboxError(f"CACHEON_SANDBOX_UID={uid} (gid {gid}, {count} uids) is not a dedicated unprivileged uid "
-                           f"range: it must be >= 1000 and hold neither root, nobody ({NOBODY}) nor the validator's "
-                           f"uid ({os.getuid()}); default {DEFAULT_UID}..{DEFAULT_UID + DEFAULT_UIDS - 1}")
+        raise SandboxError(
+            f"CACHEON_SANDBOX_UID={uid} (gid {gid}, {count} uids) is not a dedicated unprivileged uid "
+            f"range: it must be >= 1000 and hold neither root, nobody ({NOBODY}) nor the validator's "
+            f"uid ({os.getuid()}); default {DEFAULT_UID}..{DEFAULT_UID + DEFAULT_UIDS - 1}"
+        )
     tools = {}
     for name, env in (("bwrap", "CACHEON_BWRAP"), ("setpriv", "CACHEON_SETPRIV"), ("prlimit", "CACHEON_PRLIMIT")):
         path = os.environ.get(env) or shutil.which(name) or ""
         if not (path and os.path.isfile(path) and os.access(path, os.X_OK)):
             pkg = "bubblewrap" if name == "bwrap" else "util-linux"
-            raise SandboxError(f"sandbox: `{name}` not found ({env}={os.environ.get(env, '')!r}, PATH has none): "
-                               f"install it (apt-get install {pkg}) or point {env} at the binary")
+            raise SandboxError(
+                f"sandbox: `{name}` not found ({env}={os.environ.get(env, '')!r}, PATH has none): "
+                f"install it (apt-get install {pkg}) or point {env} at the binary"
+            )
         tools[name] = os.path.realpath(path)
     return WallConfig(uid, gid, tools["bwrap"], tools["setpriv"], tools["prlimit"], count)
 
 
 def lock_dir() -> str:
     """Where uid leases live: root-only (0700), one per host."""
-    d = os.environ.get("CACHEON_SANDBOX_LOCKS") or ("/run/cacheon-sandbox" if os.access("/run", os.W_OK)
-                                                   else "/tmp/cacheon-sandbox-locks")
+    d = os.environ.get("CACHEON_SANDBOX_LOCKS") or (
+        "/run/cacheon-sandbox" if os.access("/run", os.W_OK) else "/tmp/cacheon-sandbox-locks"
+    )
     os.makedirs(d, mode=0o700, exist_ok=True)
     st = os.lstat(d)
     if st.st_uid != os.geteuid() or st.st_mode & 0o077 or not os.path.isdir(d) or os.path.islink(d):
@@ -113,5 +118,7 @@ def lease_uid(cfg: WallConfig) -> tuple[WallConfig, int]:
             os.close(fd)
             continue
         return dataclasses.replace(cfg, uid=cfg.uid + n, gid=cfg.gid + n), fd
-    raise SandboxError(f"sandbox: all {cfg.count} sandbox uids from {cfg.uid} are in use by running children; "
-                       "raise CACHEON_SANDBOX_UIDS or run fewer at once")
+    raise SandboxError(
+        f"sandbox: all {cfg.count} sandbox uids from {cfg.uid} are in use by running children; "
+        "raise CACHEON_SANDBOX_UIDS or run fewer at once"
+    )

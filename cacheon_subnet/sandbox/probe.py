@@ -21,7 +21,7 @@ from cacheon_subnet.sandbox.policy import SandboxPolicy
 
 NAMESPACES = ("pid", "net", "mnt", "user", "ipc", "uts")
 
-PROBE_CODE = textwrap.dedent(r'''
+PROBE_CODE = textwrap.dedent(r"""
     import ctypes, json, os, resource, socket, sys
     arg = json.loads(sys.argv[1])
     out = {"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(), "pid": os.getpid()}
@@ -67,7 +67,7 @@ PROBE_CODE = textwrap.dedent(r'''
     out["fds"] = sorted(int(x) for x in os.listdir("/proc/self/fd"))
     out["inodes"] = {p: os.statvfs(p).f_files for p in (os.environ.get("CACHEON_SANDBOX_SCRATCH", "/tmp"), "/tmp", "/dev/shm")}
     print("CACHEON-PROBE " + json.dumps(out), flush=True)
-''')
+""")
 
 
 @dataclass(frozen=True)
@@ -101,12 +101,15 @@ def run_probe(policy: SandboxPolicy, secret: list[str] | None = None) -> tuple[d
     """Launch the probe under `policy`; returns what it saw and the start-to-exit time (s)."""
     from cacheon_subnet import sandbox
 
-    arg = {"ns": list(NAMESPACES), "secret": _secret_paths(secret or []), "host_pid": os.getpid(),
-           "ro": ["/", "/usr", "/etc", str(Path(__file__).resolve().parent)]}
+    arg = {
+        "ns": list(NAMESPACES),
+        "secret": _secret_paths(secret or []),
+        "host_pid": os.getpid(),
+        "ro": ["/", "/usr", "/etc", str(Path(__file__).resolve().parent)],
+    }
     with tempfile.TemporaryDirectory(prefix="cacheon-probe-") as tmp:
         t0 = time.perf_counter()
-        proc = sandbox.launch([sys.executable, "-c", PROBE_CODE, json.dumps(arg)], scratch=Path(tmp) / "work",
-                              policy=policy)
+        proc = sandbox.launch([sys.executable, "-c", PROBE_CODE, json.dumps(arg)], scratch=Path(tmp) / "work", policy=policy)
         try:
             out, _ = proc.communicate(timeout=60)
         finally:
@@ -115,7 +118,7 @@ def run_probe(policy: SandboxPolicy, secret: list[str] | None = None) -> tuple[d
     text = out.decode(errors="replace")
     for line in text.splitlines():
         if line.startswith("CACHEON-PROBE "):
-            return json.loads(line[len("CACHEON-PROBE "):]), wall
+            return json.loads(line[len("CACHEON-PROBE ") :]), wall
     raise SandboxError(f"sandbox probe printed no report (rc {proc.returncode}): {text[-800:]!r}")
 
 
@@ -129,34 +132,65 @@ def layers(seen: dict[str, Any], policy: SandboxPolicy, want_gpu: bool) -> tuple
     fresh = [n for n in NAMESPACES if seen["ns"][n] != host_ns[n]]
     r = seen["rlimits"]
     out = [
-        Layer("uid", uid <= seen["uid"] < uid + cfg.count and seen["gid"] != 0 and seen["uid"] != os.getuid()
-              and not seen["groups"],
-              f"uid {seen['uid']} gid {seen['gid']} groups {seen['groups']} (dedicated range {uid}..{uid + cfg.count - 1}, "
-              f"host uid {os.getuid()})"),
+        Layer(
+            "uid",
+            uid <= seen["uid"] < uid + cfg.count and seen["gid"] != 0 and seen["uid"] != os.getuid() and not seen["groups"],
+            f"uid {seen['uid']} gid {seen['gid']} groups {seen['groups']} (dedicated range {uid}..{uid + cfg.count - 1}, "
+            f"host uid {os.getuid()})",
+        ),
         Layer("no_new_privs", seen["no_new_privs"] == "1", f"NoNewPrivs {seen['no_new_privs']}"),
         Layer("capabilities", int(seen["cap_eff"] or "0", 16) == 0, f"CapEff {seen['cap_eff']}"),
-        Layer("seccomp", seen["seccomp"] == "2" and not seen["unshare_user"] and not seen["ptrace_traceme"],
-              f"Seccomp mode {seen['seccomp']} (2 = filter); unshare(USER) "
-              f"{'ALLOWED' if seen['unshare_user'] else 'refused'}; ptrace {'ALLOWED' if seen['ptrace_traceme'] else 'refused'}"),
-        Layer("namespaces", set(fresh) == set(NAMESPACES), "fresh: " + ", ".join(fresh) +
-              ("; shared: " + ", ".join(n for n in NAMESPACES if n not in fresh) if len(fresh) < len(NAMESPACES) else "")),
-        Layer("network", not seen["outside_net"] and set(seen["interfaces"]) <= {"lo"},
-              f"interfaces {seen['interfaces']}; outside {'REACHABLE' if seen['outside_net'] else 'unreachable'}"),
-        Layer("host_pids", not seen["host_pid_signal"], f"host pid {os.getpid()} "
-              f"{'SIGNALLABLE' if seen['host_pid_signal'] else 'not visible'}; child sees itself as pid {seen['pid']}"),
-        Layer("rlimits", r["NPROC"][0] == policy.max_processes and r["CORE"][0] == 0 and r["FSIZE"][0] == policy.file_bytes
-              and (policy.cpu_seconds is None or r["CPU"][0] == policy.cpu_seconds)
-              and (policy.address_space_bytes is None or r["AS"][0] == policy.address_space_bytes),
-              " ".join(f"{k}={v[0]}" for k, v in r.items())),
-        Layer("secrets_unreadable", not any(seen["readable"].values()),
-              ", ".join(f"{p}: {'READABLE' if v else 'hidden'}" for p, v in seen["readable"].items())),
-        Layer("read_only_view", not any(seen["writable"].values()) and seen["scratch_writable"],
-              ", ".join(f"{p}: {'WRITABLE' if v else 'ro'}" for p, v in seen["writable"].items())
-              + f"; scratch {'writable' if seen['scratch_writable'] else 'NOT WRITABLE'}"),
+        Layer(
+            "seccomp",
+            seen["seccomp"] == "2" and not seen["unshare_user"] and not seen["ptrace_traceme"],
+            f"Seccomp mode {seen['seccomp']} (2 = filter); unshare(USER) "
+            f"{'ALLOWED' if seen['unshare_user'] else 'refused'}; ptrace {'ALLOWED' if seen['ptrace_traceme'] else 'refused'}",
+        ),
+        Layer(
+            "namespaces",
+            set(fresh) == set(NAMESPACES),
+            "fresh: "
+            + ", ".join(fresh)
+            + ("; shared: " + ", ".join(n for n in NAMESPACES if n not in fresh) if len(fresh) < len(NAMESPACES) else ""),
+        ),
+        Layer(
+            "network",
+            not seen["outside_net"] and set(seen["interfaces"]) <= {"lo"},
+            f"interfaces {seen['interfaces']}; outside {'REACHABLE' if seen['outside_net'] else 'unreachable'}",
+        ),
+        Layer(
+            "host_pids",
+            not seen["host_pid_signal"],
+            f"host pid {os.getpid()} "
+            f"{'SIGNALLABLE' if seen['host_pid_signal'] else 'not visible'}; child sees itself as pid {seen['pid']}",
+        ),
+        Layer(
+            "rlimits",
+            r["NPROC"][0] == policy.max_processes
+            and r["CORE"][0] == 0
+            and r["FSIZE"][0] == policy.file_bytes
+            and (policy.cpu_seconds is None or r["CPU"][0] == policy.cpu_seconds)
+            and (policy.address_space_bytes is None or r["AS"][0] == policy.address_space_bytes),
+            " ".join(f"{k}={v[0]}" for k, v in r.items()),
+        ),
+        Layer(
+            "secrets_unreadable",
+            not any(seen["readable"].values()),
+            ", ".join(f"{p}: {'READABLE' if v else 'hidden'}" for p, v in seen["readable"].items()),
+        ),
+        Layer(
+            "read_only_view",
+            not any(seen["writable"].values()) and seen["scratch_writable"],
+            ", ".join(f"{p}: {'WRITABLE' if v else 'ro'}" for p, v in seen["writable"].items())
+            + f"; scratch {'writable' if seen['scratch_writable'] else 'NOT WRITABLE'}",
+        ),
         Layer("inherited_fds", set(seen["fds"]) <= {0, 1, 2, 3}, f"open fds {seen['fds']}"),
-        Layer("tmpfs_inodes", all(0 < n <= policy.inodes for n in seen["inodes"].values()),
-              f"inodes {seen['inodes']} (bound {policy.inodes}; above it: the host could not mount the bounded tmpfs, "
-              "see the launch's warning)"),
+        Layer(
+            "tmpfs_inodes",
+            all(0 < n <= policy.inodes for n in seen["inodes"].values()),
+            f"inodes {seen['inodes']} (bound {policy.inodes}; above it: the host could not mount the bounded tmpfs, "
+            "see the launch's warning)",
+        ),
     ]
     if want_gpu:
         out.append(Layer("gpu_devices", any(d[6:].isdigit() for d in seen["gpu_devices"]), f"/dev: {seen['gpu_devices']}"))
@@ -167,8 +201,11 @@ def probe_isolation(policy: SandboxPolicy | None = None, want_gpu: bool = False)
     policy = policy or SandboxPolicy()
     seen, _ = run_probe(policy)
     ls = layers(seen, policy, want_gpu)
-    return Isolation(network_namespace=not seen["outside_net"] and set(seen["interfaces"]) <= {"lo"},
-                     dropped_to_uid=seen["uid"] if seen["uid"] != os.getuid() else None, layers=ls)
+    return Isolation(
+        network_namespace=not seen["outside_net"] and set(seen["interfaces"]) <= {"lo"},
+        dropped_to_uid=seen["uid"] if seen["uid"] != os.getuid() else None,
+        layers=ls,
+    )
 
 
 def doctor(as_json: bool, gpu: bool) -> int:
@@ -180,8 +217,12 @@ def doctor(as_json: bool, gpu: bool) -> int:
     try:
         seen, wall = run_probe(policy)
         ls = layers(seen, policy, gpu)
-        report.update(ok=all(x.ok for x in ls) and not report["weak"], startup_ms=round(wall * 1000, 1),
-                      layers=[x.__dict__ for x in ls], seen=seen)
+        report.update(
+            ok=all(x.ok for x in ls) and not report["weak"],
+            startup_ms=round(wall * 1000, 1),
+            layers=[x.__dict__ for x in ls],
+            seen=seen,
+        )
     except SandboxError as e:
         report.update(ok=False, error=str(e), layers=[])
     if as_json:

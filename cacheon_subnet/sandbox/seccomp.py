@@ -35,14 +35,58 @@ import tempfile
 from cacheon_subnet.errors import SandboxError
 
 DENIED = (
-    "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "pidfd_getfd", "kcmp",
-    "setns", "unshare", "mount", "umount2", "pivot_root", "chroot", "move_mount", "fsopen", "fsconfig",
-    "fsmount", "fspick", "open_tree", "mount_setattr", "kexec_load", "kexec_file_load", "bpf",
-    "perf_event_open", "keyctl", "add_key", "request_key", "init_module", "finit_module", "delete_module",
-    "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "open_by_handle_at",
-    "name_to_handle_at", "swapon", "swapoff", "reboot", "syslog", "acct", "settimeofday", "clock_settime",
-    "clock_adjtime", "adjtimex", "iopl", "ioperm", "quotactl", "vhangup", "lookup_dcookie", "quotactl_fd",
-    "fanotify_init", "landlock_create_ruleset",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "process_madvise",
+    "pidfd_getfd",
+    "kcmp",
+    "setns",
+    "unshare",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "move_mount",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "open_tree",
+    "mount_setattr",
+    "kexec_load",
+    "kexec_file_load",
+    "bpf",
+    "perf_event_open",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "syslog",
+    "acct",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "iopl",
+    "ioperm",
+    "quotactl",
+    "vhangup",
+    "lookup_dcookie",
+    "quotactl_fd",
+    "fanotify_init",
+    "landlock_create_ruleset",
 )
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
 SOCKET_FAMILIES = (AF_UNIX, AF_INET, AF_INET6, AF_NETLINK)
@@ -65,8 +109,10 @@ def program(bounded_memory: bool = False) -> bytes:
     try:
         import pyseccomp as sc
     except (ImportError, OSError) as e:  # the module, or libseccomp.so.2 under it
-        raise SandboxError(f"seccomp: cannot load libseccomp through pyseccomp ({e}); "
-                           "`pip install pyseccomp` and install libseccomp2 (apt) / libseccomp (rpm)") from e
+        raise SandboxError(
+            f"seccomp: cannot load libseccomp through pyseccomp ({e}); "
+            "`pip install pyseccomp` and install libseccomp2 (apt) / libseccomp (rpm)"
+        ) from e
     f = sc.SyscallFilter(sc.ALLOW)
     eperm = sc.ERRNO(errno.EPERM)
     for name in DENIED + (UNMAPPED_MEMORY + PINNED_CPUS if bounded_memory else ()):

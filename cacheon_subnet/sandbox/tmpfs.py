@@ -35,8 +35,9 @@ def _libc() -> ctypes.CDLL:
 def base_dir() -> str:
     """Where the mounts live: root-owned, 0711 (bwrap, running as the sandbox uid, resolves a bind
     source's path, so the uid must search it; it cannot list it and sees no other uid's subdirs)."""
-    d = os.environ.get("CACHEON_SANDBOX_FS") or ("/run/cacheon-sandbox-fs" if os.access("/run", os.W_OK)
-                                                 else "/tmp/cacheon-sandbox-fs")
+    d = os.environ.get("CACHEON_SANDBOX_FS") or (
+        "/run/cacheon-sandbox-fs" if os.access("/run", os.W_OK) else "/tmp/cacheon-sandbox-fs"
+    )
     os.makedirs(d, mode=0o711, exist_ok=True)
     st = os.lstat(d)
     if st.st_uid != os.geteuid() or not os.path.isdir(d) or os.path.islink(d) or st.st_mode & 0o7777 != 0o711:
@@ -100,8 +101,10 @@ def warn_unbounded(why: str) -> None:
     if why in _warned:
         return
     _warned.append(why)
-    msg = (f"cacheon sandbox: tmpfs INODES UNBOUNDED ({why}): a child can fill kernel memory with empty files; "
-           "run the validator with CAP_SYS_ADMIN (root on the host or a privileged container)")
+    msg = (
+        f"cacheon sandbox: tmpfs INODES UNBOUNDED ({why}): a child can fill kernel memory with empty files; "
+        "run the validator with CAP_SYS_ADMIN (root on the host or a privileged container)"
+    )
     print(msg, file=sys.stderr, flush=True)
     from cacheon_subnet.log import get_logger
 

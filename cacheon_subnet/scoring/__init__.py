@@ -27,8 +27,8 @@ from cacheon_subnet.scoring.weights import (
 
 __all__ = [
     "OUTCOMES",
-    "VERDICTS",
     "U16_MAX",
+    "VERDICTS",
     "Crown",
     "Decision",
     "Evidence",

@@ -51,8 +51,9 @@ contribution_id). Earlier-commit priority above is the second line of defence.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 from cacheon_subnet.errors import CacheonError
 
@@ -180,8 +181,19 @@ class _Candidate:
 
 
 def _canonical(rows: Sequence[Evidence]) -> list[Evidence]:
-    return sorted(rows, key=lambda e: (e.commit_block, e.contribution_id, e.evaluated_block, e.arena_id,
-                                       e.verdict, e.quality_ok, repr(e.speedup), repr(e.noise)))
+    return sorted(
+        rows,
+        key=lambda e: (
+            e.commit_block,
+            e.contribution_id,
+            e.evaluated_block,
+            e.arena_id,
+            e.verdict,
+            e.quality_ok,
+            repr(e.speedup),
+            repr(e.noise),
+        ),
+    )
 
 
 def _group(target: str, evidence: Sequence[Evidence], block: int) -> dict[str, list[Evidence]]:
@@ -190,8 +202,10 @@ def _group(target: str, evidence: Sequence[Evidence], block: int) -> dict[str, l
         if e.target != target:
             raise ScoringError(f"Evidence.target: {e.contribution_id} is for {e.target!r}, settling {target!r}")
         if e.evaluated_block > block:
-            raise ScoringError(f"Evidence.evaluated_block: {e.contribution_id} evaluated at {e.evaluated_block}, "
-                               f"after the settlement block {block}")
+            raise ScoringError(
+                f"Evidence.evaluated_block: {e.contribution_id} evaluated at {e.evaluated_block}, "
+                f"after the settlement block {block}"
+            )
         rows = groups.setdefault(e.contribution_id, [])
         if rows and (rows[0].hotkey, rows[0].commit_block) != (e.hotkey, e.commit_block):
             raise ScoringError(f"Evidence: passes of {e.contribution_id} disagree on hotkey/commit_block")
@@ -216,11 +230,12 @@ def _unusable_reason(e: Evidence, incumbent: Crown | None, arena: str | None, po
     if e.baseline != UNCHECKED and e.baseline != holder:
         # C/B is a ratio against the B it ran: a pool of arenas can return a ratio against stock
         # after a crown was settled meanwhile (red team: 1.10x over stock dethroned a 1.50x crown)
-        return (f"measured against {e.baseline or 'stock'}, not the current holder {holder or 'stock'}; "
-                f"re-measure")
+        return f"measured against {e.baseline or 'stock'}, not the current holder {holder or 'stock'}; re-measure"
     if incumbent is not None and e.evaluated_block <= incumbent.crowned_block:
-        return (f"evaluated at block {e.evaluated_block}, not after the incumbent's crown at block "
-                f"{incumbent.crowned_block}: measured against an older stack; re-measure")
+        return (
+            f"evaluated at block {e.evaluated_block}, not after the incumbent's crown at block "
+            f"{incumbent.crowned_block}: measured against an older stack; re-measure"
+        )
     if not (_finite(e.speedup) and e.speedup > 0):
         return f"speedup {e.speedup!r} is not a finite positive number"
     if not (_finite(e.noise) and e.noise >= 0):
@@ -234,8 +249,9 @@ def _unusable_reason(e: Evidence, incumbent: Crown | None, arena: str | None, po
     return None
 
 
-def _assess(cid: str, rows: list[Evidence], incumbent: Crown | None, arena: str | None,
-            policy: SpeedPolicy) -> _Candidate | Decision:
+def _assess(
+    cid: str, rows: list[Evidence], incumbent: Crown | None, arena: str | None, policy: SpeedPolicy
+) -> _Candidate | Decision:
     """Merge the passes of one contribution into a candidate, or decide it outright."""
     if incumbent is not None and cid == incumbent.contribution_id:
         return Decision(cid, "no_decision", "is the incumbent itself; nothing to settle")
@@ -260,12 +276,19 @@ def _assess(cid: str, rows: list[Evidence], incumbent: Crown | None, arena: str 
     if len(usable) < policy.min_passes:
         detail = f"{len(usable)} usable PASS of {policy.min_passes} required ({n} pass(es), {undecided} NO_DECISION)"
         return Decision(cid, "no_decision", "; ".join([detail, *problems]))
-    return _Candidate(cid, rows[0].hotkey, rows[0].commit_block,
-                      speedup=min(e.speedup for e in usable), noise=max(e.noise for e in usable), passes=len(usable))
+    return _Candidate(
+        cid,
+        rows[0].hotkey,
+        rows[0].commit_block,
+        speedup=min(e.speedup for e in usable),
+        noise=max(e.noise for e in usable),
+        passes=len(usable),
+    )
 
 
-def settle_target(target: str, incumbent: Crown | None, evidence: Sequence[Evidence],
-                  policy: SpeedPolicy, block: int) -> Settlement:
+def settle_target(
+    target: str, incumbent: Crown | None, evidence: Sequence[Evidence], policy: SpeedPolicy, block: int
+) -> Settlement:
     """Settle one target at `block`: who holds the crown, and why each contribution won or lost."""
     if incumbent is not None and incumbent.target != target:
         raise ScoringError(f"Crown.target: incumbent is for {incumbent.target!r}, settling {target!r}")
@@ -284,8 +307,12 @@ def settle_target(target: str, incumbent: Crown | None, evidence: Sequence[Evide
         c = assessed
         bar = policy.bar(c.noise)
         if not c.speedup > bar:
-            decisions[cid] = Decision(cid, "below_bar", f"speedup {c.speedup:.4f} over {holder} does not exceed "
-                                                        f"bar {policy.bar_text(c.noise)} ({c.passes} pass(es))")
+            decisions[cid] = Decision(
+                cid,
+                "below_bar",
+                f"speedup {c.speedup:.4f} over {holder} does not exceed "
+                f"bar {policy.bar_text(c.noise)} ({c.passes} pass(es))",
+            )
             continue
         cleared = f"speedup {c.speedup:.4f} over {holder} > bar {policy.bar_text(c.noise)}"
         if best is None:
@@ -294,13 +321,17 @@ def settle_target(target: str, incumbent: Crown | None, evidence: Sequence[Evide
             continue
         noise = max(c.noise, best.noise)
         need = best.speedup * policy.bar(noise)
-        vs = (f"earlier {best.contribution_id} (commit {best.commit_block}): needs {best.speedup:.4f} "
-              f"x bar {policy.bar_text(noise)} = {need:.4f}, has {c.speedup:.4f}")
+        vs = (
+            f"earlier {best.contribution_id} (commit {best.commit_block}): needs {best.speedup:.4f} "
+            f"x bar {policy.bar_text(noise)} = {need:.4f}, has {c.speedup:.4f}"
+        )
         if c.speedup > need:
             decisions[best.contribution_id] = Decision(
-                best.contribution_id, "superseded",
+                best.contribution_id,
+                "superseded",
                 decisions[best.contribution_id].reason + f"; superseded by later {cid} (commit {c.commit_block}) "
-                f"at {c.speedup:.4f} > {need:.4f}")
+                f"at {c.speedup:.4f} > {need:.4f}",
+            )
             decisions[cid] = Decision(cid, "crowned", f"{cleared}; beats {vs}")
             best = c
         else:
@@ -309,11 +340,21 @@ def settle_target(target: str, incumbent: Crown | None, evidence: Sequence[Evide
     if best is not None:
         base = incumbent.speedup_vs_stock if incumbent is not None else 1.0
         assert arena is not None  # a candidate exists only if some PASS row matched the arena
-        crown = Crown(target=target, hotkey=best.hotkey, contribution_id=best.contribution_id,
-                      commit_block=best.commit_block, crowned_block=block, measured_speedup=best.speedup,
-                      speedup_vs_stock=base * best.speedup, arena_id=arena)
+        crown = Crown(
+            target=target,
+            hotkey=best.hotkey,
+            contribution_id=best.contribution_id,
+            commit_block=best.commit_block,
+            crowned_block=block,
+            measured_speedup=best.speedup,
+            speedup_vs_stock=base * best.speedup,
+            arena_id=arena,
+        )
         won = decisions[best.contribution_id]
         decisions[best.contribution_id] = Decision(
-            won.contribution_id, "crowned", won.reason + f"; speedup_vs_stock {base:.4f}*{best.speedup:.4f}="
-            f"{crown.speedup_vs_stock:.4f} in arena {arena!r} at block {block}")
+            won.contribution_id,
+            "crowned",
+            won.reason + f"; speedup_vs_stock {base:.4f}*{best.speedup:.4f}="
+            f"{crown.speedup_vs_stock:.4f} in arena {arena!r} at block {block}",
+        )
     return Settlement(crown=crown, decisions=tuple(decisions.values()))

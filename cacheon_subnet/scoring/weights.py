@@ -36,8 +36,8 @@ to nearest, drop zeros, uids ascending.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from cacheon_subnet.scoring.settle import Crown, ScoringError
 
@@ -97,8 +97,9 @@ class TargetPayout:
     reason: str
 
 
-def payout_table(crowns: Sequence[Crown], targets: Sequence[str], hotkey_to_uid: Mapping[str, int],
-                 block: int, policy: WeightPolicy) -> tuple[TargetPayout, ...]:
+def payout_table(
+    crowns: Sequence[Crown], targets: Sequence[str], hotkey_to_uid: Mapping[str, int], block: int, policy: WeightPolicy
+) -> tuple[TargetPayout, ...]:
     """Per-target breakdown (sorted by target) behind compute_weights; handy for logs and audits."""
     names = sorted(set(targets))
     by_target: dict[str, Crown] = {}
@@ -119,22 +120,49 @@ def payout_table(crowns: Sequence[Crown], targets: Sequence[str], hotkey_to_uid:
             continue
         uid = hotkey_to_uid.get(crown.hotkey)
         if uid is None:
-            lines.append(TargetPayout(target, None, crown.hotkey, share, 0.0, 0.0, 0.0, share,
-                                      f"holder {crown.hotkey} not registered: share burns"))
+            lines.append(
+                TargetPayout(
+                    target,
+                    None,
+                    crown.hotkey,
+                    share,
+                    0.0,
+                    0.0,
+                    0.0,
+                    share,
+                    f"holder {crown.hotkey} not registered: share burns",
+                )
+            )
             continue
         age = block - crown.crowned_block
         credit = policy.credit(target, crown.speedup_vs_stock)
         decay = policy.decay(age)
         paid = share * credit * decay
-        lines.append(TargetPayout(
-            target, uid, crown.hotkey, share, credit, decay, paid, share - paid,
-            f"speedup_vs_stock {crown.speedup_vs_stock:.4f} -> credit {credit:.4f} "
-            f"(full at {policy.full_credit_for(target)} ppm), age {age} blocks -> decay {decay:.4f}"))
+        lines.append(
+            TargetPayout(
+                target,
+                uid,
+                crown.hotkey,
+                share,
+                credit,
+                decay,
+                paid,
+                share - paid,
+                f"speedup_vs_stock {crown.speedup_vs_stock:.4f} -> credit {credit:.4f} "
+                f"(full at {policy.full_credit_for(target)} ppm), age {age} blocks -> decay {decay:.4f}",
+            )
+        )
     return tuple(lines)
 
 
-def compute_weights(crowns: Sequence[Crown], targets: Sequence[str], hotkey_to_uid: Mapping[str, int],
-                    owner_uid: int, block: int, policy: WeightPolicy) -> dict[int, float]:
+def compute_weights(
+    crowns: Sequence[Crown],
+    targets: Sequence[str],
+    hotkey_to_uid: Mapping[str, int],
+    owner_uid: int,
+    block: int,
+    policy: WeightPolicy,
+) -> dict[int, float]:
     """The normalised weight per uid (non-negative, sums to 1, uids ascending); the rest burns to owner_uid."""
     if not (isinstance(owner_uid, int) and 0 <= owner_uid <= U16_MAX):
         raise ScoringError(f"owner_uid: must be an int in 0..{U16_MAX}, got {owner_uid!r}")

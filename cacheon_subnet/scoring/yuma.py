@@ -33,8 +33,8 @@ rounding, commit-reveal delay, the emission split itself.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -87,8 +87,11 @@ def _normalise_columns(m: np.ndarray) -> np.ndarray:
     return np.divide(m, sums, out=np.zeros_like(m), where=sums > 0)
 
 
-def _inputs(weights: Sequence[Sequence[float]] | np.ndarray, stakes: Sequence[float] | np.ndarray,
-            prev_bonds: np.ndarray | Sequence[Sequence[float]] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _inputs(
+    weights: Sequence[Sequence[float]] | np.ndarray,
+    stakes: Sequence[float] | np.ndarray,
+    prev_bonds: np.ndarray | Sequence[Sequence[float]] | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     w = np.asarray(weights, dtype=np.float64)
     s = np.asarray(stakes, dtype=np.float64)
     if w.ndim != 2 or s.ndim != 1 or w.shape[0] != s.shape[0]:
@@ -121,9 +124,12 @@ def kappa_median(weights: np.ndarray, stakes: np.ndarray, kappa: float) -> np.nd
     return out
 
 
-def yuma_epoch(weights: Sequence[Sequence[float]] | np.ndarray, stakes: Sequence[float] | np.ndarray,
-               prev_bonds: np.ndarray | Sequence[Sequence[float]] | None = None,
-               params: YumaParams = YumaParams()) -> YumaResult:
+def yuma_epoch(
+    weights: Sequence[Sequence[float]] | np.ndarray,
+    stakes: Sequence[float] | np.ndarray,
+    prev_bonds: np.ndarray | Sequence[Sequence[float]] | None = None,
+    params: YumaParams = YumaParams(),
+) -> YumaResult:
     """Run one Yuma epoch over validators x miners weights (see the module docstring for each step)."""
     w, s, prev = _inputs(weights, stakes, prev_bonds)  # step 1
     consensus = kappa_median(w, s, params.kappa)  # step 2
@@ -135,14 +141,24 @@ def yuma_epoch(weights: Sequence[Sequence[float]] | np.ndarray, stakes: Sequence
     instant = _normalise_columns(s[:, None] * bond_weights)  # step 6
     bonds = _normalise_columns(params.bond_alpha * instant + (1.0 - params.bond_alpha) * prev)  # step 7
     dividends = _normalise(bonds @ incentive)  # step 8
-    return YumaResult(consensus=_frozen(consensus), incentive=_frozen(incentive), dividends=_frozen(dividends),
-                      bonds=_frozen(bonds), clipped_weights=_frozen(clipped), ranks=_frozen(ranks),
-                      validator_trust=_frozen(trust))
+    return YumaResult(
+        consensus=_frozen(consensus),
+        incentive=_frozen(incentive),
+        dividends=_frozen(dividends),
+        bonds=_frozen(bonds),
+        clipped_weights=_frozen(clipped),
+        ranks=_frozen(ranks),
+        validator_trust=_frozen(trust),
+    )
 
 
-def yuma_epochs(weights: Sequence[Sequence[float]] | np.ndarray, stakes: Sequence[float] | np.ndarray,
-                epochs: int, params: YumaParams = YumaParams(),
-                prev_bonds: np.ndarray | Sequence[Sequence[float]] | None = None) -> YumaResult:
+def yuma_epochs(
+    weights: Sequence[Sequence[float]] | np.ndarray,
+    stakes: Sequence[float] | np.ndarray,
+    epochs: int,
+    params: YumaParams = YumaParams(),
+    prev_bonds: np.ndarray | Sequence[Sequence[float]] | None = None,
+) -> YumaResult:
     """Repeat the same weights for `epochs` epochs, carrying bonds; returns the last epoch."""
     if not (isinstance(epochs, int) and epochs >= 1):
         raise ScoringError(f"yuma_epochs: epochs must be an int >= 1, got {epochs!r}")

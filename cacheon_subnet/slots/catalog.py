@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Mapping
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Mapping
 
 from cacheon_subnet.errors import SlotError
 from cacheon_subnet.slots.spec import SlotSpec

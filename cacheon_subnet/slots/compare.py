@@ -30,8 +30,16 @@ def nonfinite_count(t: torch.Tensor) -> int:
 def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> Comparison:
     """Element-wise tolerance, matched fraction and relative L2 error. NaN/Inf never pass."""
     if tuple(out.shape) != tuple(ref.shape):
-        return Comparison(False, 0.0, float("inf"), float("inf"), out.numel(), out.numel(), None,
-                          f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
+        return Comparison(
+            False,
+            0.0,
+            float("inf"),
+            float("inf"),
+            out.numel(),
+            out.numel(),
+            None,
+            f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}",
+        )
     total = max(1, out.numel())
     if tol.exact or not ref.is_floating_point():
         eq = out.to(torch.int64) == ref.to(torch.int64)
@@ -39,8 +47,9 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> Comparison:
         first = _first(~eq)
         matched = 1.0 - bad / total
         ok = matched >= tol.min_matched
-        return Comparison(ok, matched, float(bad > 0), 0.0, bad, total, first,
-                          f"{bad}/{total} elements differ" if bad else "exact")
+        return Comparison(
+            ok, matched, float(bad > 0), 0.0, bad, total, first, f"{bad}/{total} elements differ" if bad else "exact"
+        )
     o = out.detach().to("cpu", torch.float64)
     r = ref.detach().to("cpu", torch.float64)
     finite = torch.isfinite(o)

@@ -13,7 +13,8 @@ its name, the op carries the name and the body hands the kernel the resolved gro
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -64,7 +65,9 @@ def register_slot_op(spec: SlotSpec, fn: Callable[..., Any], namespace: str, tag
             kw[GROUP_ARG] = resolve_group(kw[GROUP_ARG])
         result = fn(**kw)
         if result is not None:
-            raise TypeError(f"{spec.id} kernels write into their out/inout args and return None, got {type(result).__name__}")
+            raise TypeError(
+                f"{spec.id} kernels write into their out/inout args and return None, got {type(result).__name__}"
+            )
 
     def fake(*args: Any) -> None:
         return None

@@ -9,7 +9,8 @@ seam registered (SGLang's `GroupCoordinator.unique_name` -> its `device_group`).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Resolver = Callable[[str], Any]
 _RESOLVERS: dict[str, Resolver] = {}
@@ -36,7 +37,7 @@ def resolve_group(name: str) -> Any:
     """The ProcessGroup behind `name`; raises (never guesses) when it is unknown."""
     for prefix, resolve in _RESOLVERS.items():
         if name.startswith(prefix):
-            group = resolve(name[len(prefix):])
+            group = resolve(name[len(prefix) :])
             if group is None:
                 raise LookupError(f"process group {name!r} is not known (or was destroyed)")
             return group

@@ -7,9 +7,9 @@ chunks), not on shapes a miner picked.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
 
 
 @dataclass(frozen=True)
@@ -45,23 +45,43 @@ class ModelProfile:
 
 
 _REGISTRY: dict[str, ModelProfile] = {
-        p.name: p
-        for p in (
-            # Qwen3-0.6B (config.json of the public checkpoint).
-            ModelProfile("qwen3-0.6b", 1024, 3072, 16, 8, 128, 28, 151936, 1e-6, 1e6, 40960),
-            # Qwen3-8B.
-            ModelProfile("qwen3-8b", 4096, 12288, 32, 8, 128, 36, 151936, 1e-6, 1e6, 40960),
-            # Qwen3-30B-A3B: the smallest public Qwen3-MoE.
-            ModelProfile(
-                "qwen3-30b-a3b", 2048, 6144, 32, 4, 128, 48, 151936, 1e-6, 1e6, 40960,
-                moe=MoEProfile(n_experts=128, top_k=8, moe_intermediate=768, norm_topk_prob=True),
-            ),
-            # The synthetic MoE the arena builds locally (small enough for one H200 in minutes).
-            ModelProfile(
-                "qwen3-moe-mini", 1024, 3072, 16, 4, 128, 4, 32000, 1e-6, 1e6, 4096,
-                moe=MoEProfile(n_experts=16, top_k=4, moe_intermediate=512, norm_topk_prob=True),
-            ),
-        )
+    p.name: p
+    for p in (
+        # Qwen3-0.6B (config.json of the public checkpoint).
+        ModelProfile("qwen3-0.6b", 1024, 3072, 16, 8, 128, 28, 151936, 1e-6, 1e6, 40960),
+        # Qwen3-8B.
+        ModelProfile("qwen3-8b", 4096, 12288, 32, 8, 128, 36, 151936, 1e-6, 1e6, 40960),
+        # Qwen3-30B-A3B: the smallest public Qwen3-MoE.
+        ModelProfile(
+            "qwen3-30b-a3b",
+            2048,
+            6144,
+            32,
+            4,
+            128,
+            48,
+            151936,
+            1e-6,
+            1e6,
+            40960,
+            moe=MoEProfile(n_experts=128, top_k=8, moe_intermediate=768, norm_topk_prob=True),
+        ),
+        # The synthetic MoE the arena builds locally (small enough for one H200 in minutes).
+        ModelProfile(
+            "qwen3-moe-mini",
+            1024,
+            3072,
+            16,
+            4,
+            128,
+            4,
+            32000,
+            1e-6,
+            1e6,
+            4096,
+            moe=MoEProfile(n_experts=16, top_k=4, moe_intermediate=512, norm_topk_prob=True),
+        ),
+    )
 }
 PROFILES: Mapping[str, ModelProfile] = MappingProxyType(_REGISTRY)  # built-ins + register()ed checkpoints
 
@@ -125,13 +145,23 @@ def from_hf_config(doc: Mapping[str, object], name: str) -> ModelProfile:
     if model_type in _MOE_KEYS:
         ek, kk, ik, rk = _MOE_KEYS[model_type]
         renorm = rk if isinstance(rk, bool) else bool(doc.get(rk, False))
-        moe = MoEProfile(n_experts=int(num(ek)), top_k=int(num(kk)), moe_intermediate=int(num(ik)),
-                         norm_topk_prob=renorm)
+        moe = MoEProfile(n_experts=int(num(ek)), top_k=int(num(kk)), moe_intermediate=int(num(ik)), norm_topk_prob=renorm)
         if moe.top_k > moe.n_experts:
             raise ValueError(f"config.json {kk} {moe.top_k} exceeds {ek} {moe.n_experts}")
-    return ModelProfile(name, hidden, int(num("intermediate_size")), heads, kv, int(head_dim),
-                        int(num("num_hidden_layers")), int(num("vocab_size")), float(num("rms_norm_eps", float)),
-                        float(num("rope_theta", float, 10000.0)), int(num("max_position_embeddings")), moe)
+    return ModelProfile(
+        name,
+        hidden,
+        int(num("intermediate_size")),
+        heads,
+        kv,
+        int(head_dim),
+        int(num("num_hidden_layers")),
+        int(num("vocab_size")),
+        float(num("rms_norm_eps", float)),
+        float(num("rope_theta", float, 10000.0)),
+        int(num("max_position_embeddings")),
+        moe,
+    )
 
 
 def token_counts(tier: str) -> tuple[tuple[str, int], ...]:

@@ -28,7 +28,7 @@ def _dims(family: str, c: ShapeCase, p: ModelProfile) -> tuple[dict[str, int], d
         d["D"] = p.intermediate
     elif family == "attention":
         d.update(HQ=p.n_heads, HK=p.n_kv_heads, D=p.head_dim)
-        params["sm_scale"] = p.head_dim ** -0.5
+        params["sm_scale"] = p.head_dim**-0.5
     elif family == "rope":
         d.update(HQ=p.n_heads, HK=p.n_kv_heads, D=p.head_dim, P=min(d["P"], p.max_position))
         consts["rope_theta"] = p.rope_theta
@@ -55,8 +55,7 @@ def for_profile(spec: SlotSpec, c: ShapeCase, p: ModelProfile) -> ShapeCase | No
         return None
     dims, params, consts = got
     tail = c.label.split("/", 1)[-1]
-    return dataclasses.replace(c, label=f"{p.name}/{tail}", profile=p.name, dims=dims, params=params,
-                               constants=consts)
+    return dataclasses.replace(c, label=f"{p.name}/{tail}", profile=p.name, dims=dims, params=params, constants=consts)
 
 
 def profile_cases(spec: SlotSpec, cases: Sequence[ShapeCase], p: ModelProfile) -> list[ShapeCase]:

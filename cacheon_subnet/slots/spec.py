@@ -11,9 +11,10 @@ that every element was written.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from cacheon_subnet.errors import SlotError
 
@@ -75,7 +76,7 @@ class DimExpr:
     add: int = 0
 
     @classmethod
-    def parse(cls, text: str) -> "DimExpr":
+    def parse(cls, text: str) -> DimExpr:
         m = _DIM_RE.fullmatch(text.replace(" ", ""))
         if not m:
             raise SlotError(f"bad symbolic dim {text!r}: use NAME, k*NAME or NAME+k")
@@ -301,8 +302,9 @@ class SlotSpec:
             lay = "" if a.layout == "contiguous" else " rows"
             dyn = " dyn" if a.graph_dynamic else ""
             parts.append(f"{a.name}: {a.role} {dt}[{','.join(a.shape)}]{lay}{dyn}")
-        params = ", ".join([f"{p.name}: {p.kind}" for p in self.params]
-                           + ([f"{GROUP_ARG}: ProcessGroup"] if self.collective else []))
+        params = ", ".join(
+            [f"{p.name}: {p.kind}" for p in self.params] + ([f"{GROUP_ARG}: ProcessGroup"] if self.collective else [])
+        )
         return f"{self.key}({', '.join(parts)}{'; ' + params if params else ''})"
 
     # -- binding live tensors ------------------------------------------------------------
@@ -321,9 +323,7 @@ class SlotSpec:
                     raise SlotError(f"{self.id}: {a.name} axis {axis} = {extent} cannot be {expr}")
                 prev = dims.setdefault(expr.name, value)
                 if prev != value:
-                    raise SlotError(
-                        f"{self.id}: {a.name} axis {axis} gives {expr.name}={value} but another arg gave {prev}"
-                    )
+                    raise SlotError(f"{self.id}: {a.name} axis {axis} gives {expr.name}={value} but another arg gave {prev}")
         return dims
 
     def check_tensors(self, tensors: Tensors, act: torch.dtype) -> dict[str, int]:
@@ -340,7 +340,9 @@ class SlotSpec:
                 raise SlotError(f"{self.id}: {a.name} must have a contiguous last dim")
         return dims
 
-    def allocate(self, role: str, dims: Mapping[str, int], act: torch.dtype, device: str | torch.device) -> dict[str, torch.Tensor]:
+    def allocate(
+        self, role: str, dims: Mapping[str, int], act: torch.dtype, device: str | torch.device
+    ) -> dict[str, torch.Tensor]:
         """Fresh contiguous tensors for every argument with `role` (out / scratch)."""
         import torch
 

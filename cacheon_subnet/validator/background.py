@@ -19,11 +19,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from cacheon_subnet.bundle import Bundle
 from cacheon_subnet.resources import describe, is_resource_error
@@ -112,13 +112,20 @@ class JobThreads(Generic[J, R]):
     time, `wake` set whenever one finishes (so the loop collects it at once, not at its next
     interval), `poll` never blocks. The screens and the validator's own arenas both use it."""
 
-    def __init__(self, run: Callable[[J], R], workers: int, name: str, cpus: frozenset[int] | None = None,
-                 wake: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        run: Callable[[J], R],
+        workers: int,
+        name: str,
+        cpus: frozenset[int] | None = None,
+        wake: threading.Event | None = None,
+    ) -> None:
         if workers < 1:
             raise ValueError(f"{name}: workers must be >= 1, got {workers}")
         self.workers, self.wake, self._run = workers, wake or threading.Event(), run
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name,
-                                        initializer=pin_this_thread, initargs=(cpus,))
+        self._pool = ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix=name, initializer=pin_this_thread, initargs=(cpus,)
+        )
         self._futures: dict[str, Future[R]] = {}
         self._lock = threading.Lock()
 
@@ -153,8 +160,9 @@ class JobThreads(Generic[J, R]):
 class ScreenPool:
     """`workers` screens at once (validator/verify_stage.py), one per contribution at a time."""
 
-    def __init__(self, screener: Screener, workers: int = 1, cpus: frozenset[int] | None = None,
-                 wake: threading.Event | None = None) -> None:
+    def __init__(
+        self, screener: Screener, workers: int = 1, cpus: frozenset[int] | None = None, wake: threading.Event | None = None
+    ) -> None:
         self.screener = screener
         self._jobs: JobThreads[ScreenJob, ScreenOutcome] = JobThreads(self._run, workers, "screen", cpus, wake)
         self.wake = self._jobs.wake

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from cacheon_subnet.scoring.settle import Crown
 
@@ -40,9 +41,12 @@ def incumbent_blamed(rows: Sequence[sqlite3.Row], incumbent: Crown) -> tuple[lis
     ids: list[str] = []
     first: str | None = None
     for r in rows:
-        if (r["verdict"] != "NO_DECISION" or r["incumbent_id"] != incumbent.contribution_id
-                or r["evaluated_block"] <= incumbent.crowned_block
-                or not str(r["reason"] or "").startswith(NO_BASELINE)):
+        if (
+            r["verdict"] != "NO_DECISION"
+            or r["incumbent_id"] != incumbent.contribution_id
+            or r["evaluated_block"] <= incumbent.crowned_block
+            or not str(r["reason"] or "").startswith(NO_BASELINE)
+        ):
             continue
         hits = [p for p in _problems(r["detail"]) if INCUMBENT_WROTE in p]
         if hits:

@@ -15,7 +15,8 @@ Whatever the backend raises is written to the state DB's chain error log, classi
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from cacheon_subnet.chain.backend import ChainBackend, RateLimited, classify
 from cacheon_subnet.errors import CacheonError
@@ -44,8 +45,14 @@ class GuardedChain:
     """Wraps a ChainBackend; same methods. A failing call is logged to `db` (and `on_error`),
     transient reads are retried in place (`retries` more times from `retry_s`), then ChainDown."""
 
-    def __init__(self, backend: ChainBackend, db: StateDB, retries: int = 2, retry_s: float = 0.5,
-                 on_error: Callable[[str, BaseException, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        backend: ChainBackend,
+        db: StateDB,
+        retries: int = 2,
+        retry_s: float = 0.5,
+        on_error: Callable[[str, BaseException, str], None] | None = None,
+    ) -> None:
         self.backend = backend
         self.db = db
         self.retries = retries
@@ -67,8 +74,13 @@ class GuardedChain:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             try:
-                return call_with_retries(lambda: fn(*args, **kwargs), attempts=attempts, base_s=self.retry_s,
-                                         retry_if=lambda exc: classify(exc) == "transient", on_error=logged)
+                return call_with_retries(
+                    lambda: fn(*args, **kwargs),
+                    attempts=attempts,
+                    base_s=self.retry_s,
+                    retry_if=lambda exc: classify(exc) == "transient",
+                    on_error=logged,
+                )
             except RateLimited:
                 raise
             except Exception as exc:  # noqa: BLE001 - any backend failure is a chain failure

@@ -17,8 +17,21 @@ from typing import Any
 from cacheon_subnet.errors import CacheonError, UsageError
 from cacheon_subnet.validator.startup import CPU_OPT_IN_LABEL
 
-CPU_ARENA_KEYS = {"kind", "name", "tier", "cases", "budget_s", "hard_budget_factor", "target_rel_err", "max_noise", "call_timeout_s",
-                  "max_case_bytes", "min_iters", "noise_floor", "bias_allowance"}
+CPU_ARENA_KEYS = {
+    "kind",
+    "name",
+    "tier",
+    "cases",
+    "budget_s",
+    "hard_budget_factor",
+    "target_rel_err",
+    "max_noise",
+    "call_timeout_s",
+    "max_case_bytes",
+    "min_iters",
+    "noise_floor",
+    "bias_allowance",
+}
 
 
 def load_qualifier(spec: str) -> Any:
@@ -42,7 +55,7 @@ def load_qualifier(spec: str) -> Any:
     if kind == "cpu":
         unknown = set(conf) - CPU_ARENA_KEYS
         if unknown:
-            raise UsageError(f"--arena {path}: unknown keys {sorted(unknown)} for kind = \"cpu\"")
+            raise UsageError(f'--arena {path}: unknown keys {sorted(unknown)} for kind = "cpu"')
         opts = {k: v for k, v in conf.items() if k not in ("kind", "name")}
         return CpuQualifier(**opts)
     if kind == "gpu":
@@ -55,69 +68,154 @@ def load_qualifier(spec: str) -> Any:
         factory = getattr(arena, "qualifier_from_config", None) if arena is not None else None
         if factory is None:
             raise UsageError(
-                f"--arena {path}: kind = \"gpu\" needs the GPU arena package `arena` "
+                f'--arena {path}: kind = "gpu" needs the GPU arena package `arena` '
                 f"(entry point arena.qualifier_from_config(path)), which is not built in this checkout "
-                f"({why}). Not falling back to CPU timing; pass --arena cpu to run CPU-only slot timing.")
+                f"({why}). Not falling back to CPU timing; pass --arena cpu to run CPU-only slot timing."
+            )
         try:
             return factory(path)
         except (CacheonError, RuntimeError) as exc:  # a bad arena config, or no SGLang / GPU here
             raise UsageError(f"--arena {path}: {exc}") from None
-    raise UsageError(f"--arena {path}: kind = {kind!r}; expected \"gpu\" or \"cpu\"")
+    raise UsageError(f'--arena {path}: kind = {kind!r}; expected "gpu" or "cpu"')
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
     """The validator flags, in the conventions Bittensor operators expect."""
     p.add_argument("--netuid", type=int, required=True)
-    p.add_argument("--subtensor.network", dest="subtensor_network", default="finney",
-                   help="finney | test | local | ws://... (bittensor chain only)")
+    p.add_argument(
+        "--subtensor.network",
+        dest="subtensor_network",
+        default="finney",
+        help="finney | test | local | ws://... (bittensor chain only)",
+    )
     p.add_argument("--wallet.name", dest="wallet_name", default="default")
-    p.add_argument("--wallet.hotkey", dest="wallet_hotkey", default="default",
-                   help="wallet hotkey name; on --chain local it is the hotkey itself")
+    p.add_argument(
+        "--wallet.hotkey",
+        dest="wallet_hotkey",
+        default="default",
+        help="wallet hotkey name; on --chain local it is the hotkey itself",
+    )
     p.add_argument("--wallet.path", dest="wallet_path", default=None)
     p.add_argument("--chain", choices=("local", "bittensor"), default="bittensor")
-    p.add_argument("--local-chain", dest="local_chain", default=os.environ.get("CACHEON_LOCAL_CHAIN"),
-                   help="LocalChain SQLite file (--chain local; env CACHEON_LOCAL_CHAIN)")
-    p.add_argument("--state-dir", dest="state_dir", default=None,
-                   help="default $CACHEON_HOME/validator/<network>/<netuid>/<hotkey> (CACHEON_HOME: ~/.cacheon)")
-    p.add_argument("--arena", default=None, help='configs/arena/<name>.toml (kind = "gpu"; required on a '
-                   'non-local chain) or "cpu" (the default on a local chain)')
-    p.add_argument("--allow-cpu-timing", dest="allow_cpu_timing", action="store_true",
-                   help="on a non-local chain, publish weights from CPU timing (host-timed slot calls, advisory, "
-                        f"not engine measurements); every record is labelled {CPU_OPT_IN_LABEL!r}")
+    p.add_argument(
+        "--local-chain",
+        dest="local_chain",
+        default=os.environ.get("CACHEON_LOCAL_CHAIN"),
+        help="LocalChain SQLite file (--chain local; env CACHEON_LOCAL_CHAIN)",
+    )
+    p.add_argument(
+        "--state-dir",
+        dest="state_dir",
+        default=None,
+        help="default $CACHEON_HOME/validator/<network>/<netuid>/<hotkey> (CACHEON_HOME: ~/.cacheon)",
+    )
+    p.add_argument(
+        "--arena",
+        default=None,
+        help='configs/arena/<name>.toml (kind = "gpu"; required on a '
+        'non-local chain) or "cpu" (the default on a local chain)',
+    )
+    p.add_argument(
+        "--allow-cpu-timing",
+        dest="allow_cpu_timing",
+        action="store_true",
+        help="on a non-local chain, publish weights from CPU timing (host-timed slot calls, advisory, "
+        f"not engine measurements); every record is labelled {CPU_OPT_IN_LABEL!r}",
+    )
     p.add_argument("--screen-device", dest="screen_device", default="cpu")
     p.add_argument("--interval", type=float, default=60.0, help="seconds between passes")
-    p.add_argument("--once", action="store_true",
-                   help="one pass, print its summary as JSON, exit 0 if it did its job, 1 if it failed "
-                   "(chain error, weights refused/failed, or every item a stage tried ended in an error)")
-    p.add_argument("--dry-run", dest="dry_run", action="store_true",
-                   help="everything (checks, sync, fetch, verify, arena, settle) but set_weights: the vector is logged")
-    p.add_argument("--no-warm", dest="no_warm", action="store_true",
-                   help="skip the start-up warm of the engines' JIT seed caches (done only when they are empty: "
-                        "one pristine engine, ~2 min on the H200; see `cacheon arena warm`)")
-    p.add_argument("--arena-gpus", dest="arena_gpus", default=None,
-                   help="GPUs of this host, one arena each: 0,1,2,3 (or TP groups 0+1,2+3); default: one arena")
-    p.add_argument("--arena-workers", dest="arena_workers", default=None,
-                   help="qualify on a Ray cluster: ray://HOST:PORT or auto (optional extra `ray`)")
-    p.add_argument("--metrics-port", dest="metrics_port", type=int, default=None, metavar="PORT",
-                   help="serve Prometheus metrics on PORT (off by default; see docs/observability.md)")
-    p.add_argument("--metrics-addr", dest="metrics_addr", default="127.0.0.1",
-                   help="address the metrics endpoint binds (default 127.0.0.1)")
-    p.add_argument("--verify-max-cases", dest="verify_max_cases", type=int, default=None,
-                   help="screen with at most N shapes per dtype (a quick local trial; default: all)")
-    p.add_argument("--screen-workers", dest="screen_workers", type=int, default=1, metavar="N",
-                   help="screens run at once beside the arena, each a sandboxed worker (default 1)")
-    p.add_argument("--screen-cpu-share", dest="screen_cpu_share", type=float, default=0.25, metavar="F",
-                   help="share of this host's cores pinned to screening; the arena keeps the rest (default 0.25; "
-                        "0: no pinning; hosts under 4 cores are never split)")
-    p.add_argument("--no-overlap", dest="overlap", action="store_false", default=None,
-                   help="screen and judge one after the other in the loop's thread (default: screens overlap a GPU "
-                        "arena; always serial with CPU timing, whose windows a CPU screen would disturb)")
-    p.add_argument("--leaderboard", metavar="HOST:PORT", default=None,
-                   help="serve the read-only leaderboard page and JSON API on HOST:PORT and announce it on "
-                        "chain as this hotkey's axon (off by default)")
-    p.add_argument("--leaderboard-announce", dest="leaderboard_announce", metavar="IP:PORT", default=None,
-                   help="the public address to announce (default: the --leaderboard address; required when that "
-                        "is 0.0.0.0/::/a host name); 'none' serves without announcing")
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="one pass, print its summary as JSON, exit 0 if it did its job, 1 if it failed "
+        "(chain error, weights refused/failed, or every item a stage tried ended in an error)",
+    )
+    p.add_argument(
+        "--dry-run",
+        dest="dry_run",
+        action="store_true",
+        help="everything (checks, sync, fetch, verify, arena, settle) but set_weights: the vector is logged",
+    )
+    p.add_argument(
+        "--no-warm",
+        dest="no_warm",
+        action="store_true",
+        help="skip the start-up warm of the engines' JIT seed caches (done only when they are empty: "
+        "one pristine engine, ~2 min on the H200; see `cacheon arena warm`)",
+    )
+    p.add_argument(
+        "--arena-gpus",
+        dest="arena_gpus",
+        default=None,
+        help="GPUs of this host, one arena each: 0,1,2,3 (or TP groups 0+1,2+3); default: one arena",
+    )
+    p.add_argument(
+        "--arena-workers",
+        dest="arena_workers",
+        default=None,
+        help="qualify on a Ray cluster: ray://HOST:PORT or auto (optional extra `ray`)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        dest="metrics_port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics on PORT (off by default; see docs/observability.md)",
+    )
+    p.add_argument(
+        "--metrics-addr",
+        dest="metrics_addr",
+        default="127.0.0.1",
+        help="address the metrics endpoint binds (default 127.0.0.1)",
+    )
+    p.add_argument(
+        "--verify-max-cases",
+        dest="verify_max_cases",
+        type=int,
+        default=None,
+        help="screen with at most N shapes per dtype (a quick local trial; default: all)",
+    )
+    p.add_argument(
+        "--screen-workers",
+        dest="screen_workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="screens run at once beside the arena, each a sandboxed worker (default 1)",
+    )
+    p.add_argument(
+        "--screen-cpu-share",
+        dest="screen_cpu_share",
+        type=float,
+        default=0.25,
+        metavar="F",
+        help="share of this host's cores pinned to screening; the arena keeps the rest (default 0.25; "
+        "0: no pinning; hosts under 4 cores are never split)",
+    )
+    p.add_argument(
+        "--no-overlap",
+        dest="overlap",
+        action="store_false",
+        default=None,
+        help="screen and judge one after the other in the loop's thread (default: screens overlap a GPU "
+        "arena; always serial with CPU timing, whose windows a CPU screen would disturb)",
+    )
+    p.add_argument(
+        "--leaderboard",
+        metavar="HOST:PORT",
+        default=None,
+        help="serve the read-only leaderboard page and JSON API on HOST:PORT and announce it on "
+        "chain as this hotkey's axon (off by default)",
+    )
+    p.add_argument(
+        "--leaderboard-announce",
+        dest="leaderboard_announce",
+        metavar="IP:PORT",
+        default=None,
+        help="the public address to announce (default: the --leaderboard address; required when that "
+        "is 0.0.0.0/::/a host name); 'none' serves without announcing",
+    )
 
 
 def fan_out(qualifier: Any, gpus: str | None, workers: str | None) -> Any:
@@ -167,8 +265,13 @@ def run_from_args(args: argparse.Namespace) -> int:
             backend: Any = LocalChain.open(args.local_chain)
             hotkey = args.wallet_hotkey
         else:
-            backend = make_backend("bittensor", network=args.subtensor_network, wallet_name=args.wallet_name,
-                                   wallet_hotkey=args.wallet_hotkey, wallet_path=args.wallet_path)
+            backend = make_backend(
+                "bittensor",
+                network=args.subtensor_network,
+                wallet_name=args.wallet_name,
+                wallet_hotkey=args.wallet_hotkey,
+                wallet_path=args.wallet_path,
+            )
             hotkey = backend.hotkey
         gpu_arena = not str(getattr(qualifier, "label", "")).startswith("cpu-timing")
         arena_config = getattr(qualifier, "config", None) if gpu_arena else None
@@ -185,23 +288,45 @@ def run_from_args(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir) if args.state_dir else startup.default_state_dir(net, args.netuid, hotkey)
     startup.deny_to_children(state_dir, args.wallet_path)
     try:
-        config = ValidatorConfig(netuid=args.netuid, hotkey=hotkey, state_dir=state_dir,
-                                 interval_s=args.interval, screen_device=args.screen_device,
-                                 verify_max_cases=getattr(args, "verify_max_cases", None),
-                                 overlap=getattr(args, "overlap", None),
-                                 screen_workers=getattr(args, "screen_workers", 1),
-                                 screen_cpu_share=getattr(args, "screen_cpu_share", 0.25))
+        config = ValidatorConfig(
+            netuid=args.netuid,
+            hotkey=hotkey,
+            state_dir=state_dir,
+            interval_s=args.interval,
+            screen_device=args.screen_device,
+            verify_max_cases=getattr(args, "verify_max_cases", None),
+            overlap=getattr(args, "overlap", None),
+            screen_workers=getattr(args, "screen_workers", 1),
+            screen_cpu_share=getattr(args, "screen_cpu_share", 0.25),
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.dry_run:
         config = replace(config, publish=replace(config.publish, dry_run=True))
     from cacheon_subnet import __spec_version__
 
-    log.info("validator.config", chain=args.chain, network=args.subtensor_network, local=local, netuid=args.netuid,
-             hotkey=hotkey, uid=reg["uid"], stake=reg["stake"], state_dir=str(state_dir), arena=arena,
-             arena_id=getattr(qualifier, "arena_id", "?"), label=getattr(qualifier, "label", "?"),
-             allow_cpu_timing=args.allow_cpu_timing, screen_device=args.screen_device, interval_s=args.interval,
-             once=args.once, dry_run=args.dry_run, spec_version=__spec_version__, chain_version_key=floor, **compat)
+    log.info(
+        "validator.config",
+        chain=args.chain,
+        network=args.subtensor_network,
+        local=local,
+        netuid=args.netuid,
+        hotkey=hotkey,
+        uid=reg["uid"],
+        stake=reg["stake"],
+        state_dir=str(state_dir),
+        arena=arena,
+        arena_id=getattr(qualifier, "arena_id", "?"),
+        label=getattr(qualifier, "label", "?"),
+        allow_cpu_timing=args.allow_cpu_timing,
+        screen_device=args.screen_device,
+        interval_s=args.interval,
+        once=args.once,
+        dry_run=args.dry_run,
+        spec_version=__spec_version__,
+        chain_version_key=floor,
+        **compat,
+    )
     stop = threading.Event()
     install_signal_handlers(stop)
     # The run lock, then a crashed run's leftovers reaped (Validator.__init__): before any engine,
@@ -223,8 +348,11 @@ def run_from_args(args: argparse.Namespace) -> int:
                 board = _start_leaderboard(args, backend, hotkey)
         if args.once:
             summary = validator.run_once()
-            print(json.dumps({**summary.__dict__, "idle": summary.idle, "ok": summary.ok}, indent=2,
-                             sort_keys=True, default=str))
+            print(
+                json.dumps(
+                    {**summary.__dict__, "idle": summary.idle, "ok": summary.ok}, indent=2, sort_keys=True, default=str
+                )
+            )
             if not summary.ok:
                 print("pass failed: " + "; ".join(summary.problems), file=sys.stderr)
             return 0 if summary.ok else 1
@@ -255,8 +383,12 @@ def _warm_seeds(arena_config: Any, log: Any) -> str:
     if res is None:
         return "skipped"
     event = log.info if res.ok else log.warning
-    event("arena.warmed" if res.ok else "arena.warm_failed", wall_s=round(res.wall_s, 1),
-          new_files=res.files_after - res.files_before, error=res.error)
+    event(
+        "arena.warmed" if res.ok else "arena.warm_failed",
+        wall_s=round(res.wall_s, 1),
+        new_files=res.files_after - res.files_before,
+        error=res.error,
+    )
     return "warmed" if res.ok else "failed"
 
 
@@ -291,11 +423,15 @@ def _announce_address(args: argparse.Namespace, bound_port: int | None = None) -
         if not args.leaderboard_announce and bound_port:
             port = bound_port
     except (LeaderboardError, ValueError):
-        raise UsageError(f"--leaderboard-announce {text!r}: expected IP:PORT with a literal IPv4/IPv6 address "
-                         "(the chain stores an IP, not a host name), or 'none'") from None
+        raise UsageError(
+            f"--leaderboard-announce {text!r}: expected IP:PORT with a literal IPv4/IPv6 address "
+            "(the chain stores an IP, not a host name), or 'none'"
+        ) from None
     if addr.is_unspecified or port == 0:
-        raise UsageError(f"--leaderboard {args.leaderboard}: cannot announce {text!r} (a wildcard address or port "
-                         "0); pass --leaderboard-announce PUBLIC_IP:PORT, or 'none'")
+        raise UsageError(
+            f"--leaderboard {args.leaderboard}: cannot announce {text!r} (a wildcard address or port "
+            "0); pass --leaderboard-announce PUBLIC_IP:PORT, or 'none'"
+        )
     return str(addr), port
 
 
@@ -394,16 +530,29 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _status_args(s: argparse.ArgumentParser) -> None:
     from cacheon_subnet.validator.status import DEFAULT_MAX_PASS_AGE_MIN
 
-    s.add_argument("--state-dir", dest="state_dir", default=None,
-                   help="default: the one dir under $CACHEON_HOME/validator/<network>/<netuid>/<hotkey>")
+    s.add_argument(
+        "--state-dir",
+        dest="state_dir",
+        default=None,
+        help="default: the one dir under $CACHEON_HOME/validator/<network>/<netuid>/<hotkey>",
+    )
     s.add_argument("--json", action="store_true")
-    s.add_argument("--check", action="store_true",
-                   help="health check: exit 1 with the reasons when the validator is unhealthy "
-                   "(no completed pass for --max-pass-age minutes, last pass failed, set_weights "
-                   "refused or failing, repeated chain errors); exit 0 when healthy")
-    s.add_argument("--max-pass-age", dest="max_pass_age", type=float, default=DEFAULT_MAX_PASS_AGE_MIN,
-                   metavar="MIN", help=f"with --check: minutes without a completed pass that count as "
-                   f"unhealthy (default {DEFAULT_MAX_PASS_AGE_MIN:g})")
+    s.add_argument(
+        "--check",
+        action="store_true",
+        help="health check: exit 1 with the reasons when the validator is unhealthy "
+        "(no completed pass for --max-pass-age minutes, last pass failed, set_weights "
+        "refused or failing, repeated chain errors); exit 0 when healthy",
+    )
+    s.add_argument(
+        "--max-pass-age",
+        dest="max_pass_age",
+        type=float,
+        default=DEFAULT_MAX_PASS_AGE_MIN,
+        metavar="MIN",
+        help=f"with --check: minutes without a completed pass that count as "
+        f"unhealthy (default {DEFAULT_MAX_PASS_AGE_MIN:g})",
+    )
 
 
 def _status_dir(given: str | None) -> str:
@@ -418,8 +567,9 @@ def _status_dir(given: str | None) -> str:
     root = cacheon_home() / "validator"
     if not found:
         raise UsageError(f"no validator state dir under {root}; pass --state-dir DIR")
-    raise UsageError(f"{len(found)} validator state dirs under {root}; pick one with --state-dir: "
-                     + ", ".join(str(f) for f in found))
+    raise UsageError(
+        f"{len(found)} validator state dirs under {root}; pick one with --state-dir: " + ", ".join(str(f) for f in found)
+    )
 
 
 def register(sub: Any, groups: dict[str, Any]) -> None:
@@ -436,8 +586,12 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     s.set_defaults(handler=cmd_status)
     groups["validator"] = v
     s = sub.add_parser("leaderboard", help="serve a validator state dir's leaderboard page and JSON API (read-only)")
-    s.add_argument("--state-dir", dest="state_dir", default=None,
-                   help="default: the one dir under $CACHEON_HOME/validator/<network>/<netuid>/<hotkey>")
+    s.add_argument(
+        "--state-dir",
+        dest="state_dir",
+        default=None,
+        help="default: the one dir under $CACHEON_HOME/validator/<network>/<netuid>/<hotkey>",
+    )
     s.add_argument("--listen", default="127.0.0.1:8090", metavar="HOST:PORT", help="bind address (default 127.0.0.1:8090)")
     s.set_defaults(handler=cmd_leaderboard)
 

@@ -32,14 +32,18 @@ def settle_copy(db: StateDB, con: sqlite3.Connection, c: Contribution, bundle: B
     db.update(con, c.id, {"norm_id": nid})
     claim = con.execute(
         "SELECT * FROM contributions WHERE norm_id=? AND id!=? AND (rule IS NULL OR rule='superseded')"
-        " ORDER BY commit_block, id LIMIT 1", (nid, c.id)).fetchone()
+        " ORDER BY commit_block, id LIMIT 1",
+        (nid, c.id),
+    ).fetchone()
     if claim is None:
         return None
     other = Contribution.from_row(claim)
     if (other.commit_block, other.id) < (c.commit_block, c.id):
-        reason = (f"duplicate of {other.id} (committed earlier at block {other.commit_block}): the same code up to "
-                  f"names, comments and formatting ({nid[:17]}); settled from its verdict, not re-timed "
-                  f"(it is {other.state}{': ' + other.reason[:200] if other.reason else ''})")
+        reason = (
+            f"duplicate of {other.id} (committed earlier at block {other.commit_block}): the same code up to "
+            f"names, comments and formatting ({nid[:17]}); settled from its verdict, not re-timed "
+            f"(it is {other.state}{': ' + other.reason[:200] if other.reason else ''})"
+        )
         db.move(con, c.id, "failed", reason[:2000], rule="duplicate", duplicate_of=other.id)
         return IntakeEvent(c.id, c.hotkey, "duplicate", reason)
     return _swap(db, con, other, c.id, c.commit_block)

@@ -75,15 +75,21 @@ def off_cpu_failure(off_cpu: dict[str, float], max_off_cpu: float, busy: float) 
     if off_cpu["candidate"] <= max_off_cpu * off_cpu["baseline"] + 0.25:
         return None
     if off_cpu["baseline"] > busy:
-        return TimingFailure(f"box too busy to judge off-CPU time: the baseline spent {off_cpu['baseline']:.2f}x "
-                             f"its CPU time in wall time, the candidate {off_cpu['candidate']:.2f}x", "box")
-    return TimingFailure(f"candidate spent {off_cpu['candidate']:.2f}x its CPU time in wall time, the baseline "
-                         f"{off_cpu['baseline']:.2f}x: work done off its CPU clock (outside its process?)")
+        return TimingFailure(
+            f"box too busy to judge off-CPU time: the baseline spent {off_cpu['baseline']:.2f}x "
+            f"its CPU time in wall time, the candidate {off_cpu['candidate']:.2f}x",
+            "box",
+        )
+    return TimingFailure(
+        f"candidate spent {off_cpu['candidate']:.2f}x its CPU time in wall time, the baseline "
+        f"{off_cpu['baseline']:.2f}x: work done off its CPU clock (outside its process?)"
+    )
 
 
 class CaseTimer:
-    def __init__(self, q: Any, spec: SlotSpec, op: Any, case: ShapeCase, dtype: str,
-                 base: WorkerClient, cand: WorkerClient) -> None:
+    def __init__(
+        self, q: Any, spec: SlotSpec, op: Any, case: ShapeCase, dtype: str, base: WorkerClient, cand: WorkerClient
+    ) -> None:
         self.q, self.spec, self.op, self.case, self.dtype = q, spec, op, case, dtype
         self.act = dtype_of(dtype)
         self.params = dict(case.params)
@@ -113,7 +119,9 @@ class CaseTimer:
         leak = other.idle_cpu()
         self.frozen_cpu_ns += leak
         if leak > FROZEN_CPU_SLACK_NS:
-            raise TimingFailure(f"{other.name} used {leak / 1e6:.2f} ms CPU while frozen during {side.name}'s batch", other.name)
+            raise TimingFailure(
+                f"{other.name} used {leak / 1e6:.2f} ms CPU while frozen during {side.name}'s batch", other.name
+            )
         self.batches += 1
         # The candidate's warm-up batch gets the full verify judgement, then one call in a random
         # batch of eight (it cannot tell which); every other call (and all of B's, the validator's
@@ -123,8 +131,11 @@ class CaseTimer:
             whole = i == full or (not self.counting and side.name == "candidate")
             f = judge_call(self.spec, self.dtype, side.arena, i, inputs, ref, whole, self.gen)
             if f:
-                raise TimingFailure(f"{side.name}: timed call {i + 1} of {len(sets)} in batch {self.batches} "
-                                    f"({self.case.label}): {f.reason}: {f.detail}", side.name)
+                raise TimingFailure(
+                    f"{side.name}: timed call {i + 1} of {len(sets)} in batch {self.batches} "
+                    f"({self.case.label}): {f.reason}: {f.detail}",
+                    side.name,
+                )
         if self.counting:
             self.wall_ns[side.name] += wall
             self.cpu_ns[side.name] += cpu
@@ -175,7 +186,11 @@ class CaseTimer:
                 noise, spent = paired_figures(bs, b2s, cs)[1], time.monotonic() - t_start
                 # Past the budget only while the band is still too wide to decide on (a noisy box
                 # buys more rounds, up to the hard budget, rather than a NO_DECISION retry later).
-                if noise < q.target_rel_err or spent > q.hard_budget_factor * q.budget_s or (spent > q.budget_s and noise < q.max_noise / 2):
+                if (
+                    noise < q.target_rel_err
+                    or spent > q.hard_budget_factor * q.budget_s
+                    or (spent > q.budget_s and noise < q.max_noise / 2)
+                ):
                     break
         empty = sorted(b.run_batch(0, q.call_timeout_s) for _ in range(3))[1]  # fixed cost of one batch
         leak = b.snapshot() + c.snapshot()  # the full scan of both groups, once more
@@ -188,10 +203,20 @@ class CaseTimer:
         sb, sb2, sc = _stats(bs), _stats(b2s), _stats(cs)
         mb = (sb["median_us"] + sb2["median_us"]) / 2
         speedup, noise = paired_figures(bs, b2s, cs)
-        return {"case": self.case.label, "baseline_us": sb["median_us"], "baseline2_us": sb2["median_us"],
-                "candidate_us": sc["median_us"], "speedup": speedup, "noise": noise, "calls_per_batch": k, "rounds": rounds,
-                "batches_judged": self.batches, "ipc_overhead_frac": empty[1] / 1e3 / (mb * k),
-                "ipc_overhead_wall_frac": empty[0] / 1e3 / (self.wall_ns["baseline"] / 1e3 / (2 * rounds)),
-                "wall_over_cpu": off_cpu,
-                "frozen_cpu_ns": self.frozen_cpu_ns, "clock": "host",
-                "series_us": {k: [round(x, 1) for x in v] for k, v in (("B", bs), ("B2", b2s), ("C", cs))}}
+        return {
+            "case": self.case.label,
+            "baseline_us": sb["median_us"],
+            "baseline2_us": sb2["median_us"],
+            "candidate_us": sc["median_us"],
+            "speedup": speedup,
+            "noise": noise,
+            "calls_per_batch": k,
+            "rounds": rounds,
+            "batches_judged": self.batches,
+            "ipc_overhead_frac": empty[1] / 1e3 / (mb * k),
+            "ipc_overhead_wall_frac": empty[0] / 1e3 / (self.wall_ns["baseline"] / 1e3 / (2 * rounds)),
+            "wall_over_cpu": off_cpu,
+            "frozen_cpu_ns": self.frozen_cpu_ns,
+            "clock": "host",
+            "series_us": {k: [round(x, 1) for x in v] for k, v in (("B", bs), ("B2", b2s), ("C", cs))},
+        }

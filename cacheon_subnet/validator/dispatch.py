@@ -15,8 +15,9 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 from cacheon_subnet.bundle import OpEntry, bundle_from_files
 from cacheon_subnet.scoring.settle import Crown
@@ -82,11 +83,21 @@ def run_job(qualifier: Any, job: QualifyJob, worker: str = "") -> JobResult:
             raise TypeError(f"qualifier returned {type(result).__name__}, not a QualifyResult")
         if result.target != job.target:
             result = replace(result, target=job.target)
-        return JobResult(job.key, job.contribution_id, job.target, job.start_block, result, None, worker,
-                         time.monotonic() - t0, inc_id)
+        return JobResult(
+            job.key, job.contribution_id, job.target, job.start_block, result, None, worker, time.monotonic() - t0, inc_id
+        )
     except Exception as exc:  # noqa: BLE001 - typed back to the validator, which decides
-        return JobResult(job.key, job.contribution_id, job.target, job.start_block, None,
-                         f"{type(exc).__name__}: {exc}"[:2000], worker, time.monotonic() - t0, inc_id)
+        return JobResult(
+            job.key,
+            job.contribution_id,
+            job.target,
+            job.start_block,
+            None,
+            f"{type(exc).__name__}: {exc}"[:2000],
+            worker,
+            time.monotonic() - t0,
+            inc_id,
+        )
 
 
 def bind_result(job: QualifyJob, res: object, worker: str = "") -> JobResult:
@@ -99,8 +110,17 @@ def bind_result(job: QualifyJob, res: object, worker: str = "") -> JobResult:
     inc_id = job.incumbent.contribution_id if job.incumbent else None
 
     def refused(why: str) -> JobResult:
-        return JobResult(job.key, job.contribution_id, job.target, job.start_block, None,
-                         f"worker answer refused: {why}"[:2000], worker, 0.0, inc_id)
+        return JobResult(
+            job.key,
+            job.contribution_id,
+            job.target,
+            job.start_block,
+            None,
+            f"worker answer refused: {why}"[:2000],
+            worker,
+            0.0,
+            inc_id,
+        )
 
     if not isinstance(res, JobResult):
         return refused(f"a {type(res).__name__}, not a JobResult")
@@ -165,8 +185,7 @@ class BackgroundArena(_ThreadedArenas):
     """The validator's one arena (no --arena-gpus / --arena-workers) in a background thread, so
     the loop keeps fetching and screening the queue while it judges (issue 30 item 3)."""
 
-    def __init__(self, qualifier: Any, cpus: frozenset[int] | None = None,
-                 wake: threading.Event | None = None) -> None:
+    def __init__(self, qualifier: Any, cpus: frozenset[int] | None = None, wake: threading.Event | None = None) -> None:
         super().__init__(1, cpus, wake)
         self.qualifier = qualifier
         self.arena_id, self.label = qualifier.arena_id, qualifier.label
@@ -186,8 +205,10 @@ class LocalPool(_ThreadedArenas):
         gpus = [g.strip() for d in devices for g in d.split(",")]
         if not all(g.isdigit() for g in gpus) or len({int(g) for g in gpus}) != len(gpus):
             # "0+1,1+2" or "0,00" passed the string check: two arenas on one GPU at once (red team)
-            raise ValueError(f"LocalPool: every GPU may serve one arena only, got {devices} "
-                             f"(GPU indices {sorted(int(g) for g in gpus if g.isdigit())})")
+            raise ValueError(
+                f"LocalPool: every GPU may serve one arena only, got {devices} "
+                f"(GPU indices {sorted(int(g) for g in gpus if g.isdigit())})"
+            )
         if not hasattr(qualifier, "on_devices"):
             raise ValueError(f"{type(qualifier).__name__} cannot be bound to a GPU (no on_devices)")
         super().__init__(len(devices), None, wake)

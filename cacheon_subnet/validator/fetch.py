@@ -21,8 +21,16 @@ from cacheon_subnet.bundle import Bundle, load_bundle
 from cacheon_subnet.errors import BundleError
 from cacheon_subnet.netfetch import FetchError, FetchPolicy, download, guarded_session
 
-__all__ = ["FetchError", "FetchPolicy", "cache_path", "clear_partials", "download", "fetch_bundle",
-           "guarded_session", "load_cached"]
+__all__ = [
+    "FetchError",
+    "FetchPolicy",
+    "cache_path",
+    "clear_partials",
+    "download",
+    "fetch_bundle",
+    "guarded_session",
+    "load_cached",
+]
 
 
 def cache_path(cache_dir: Path, digest: str) -> Path:
@@ -45,10 +53,11 @@ def load_cached(cache_dir: Path, digest: str) -> Bundle | None:
     return bundle
 
 
-async def fetch_bundle(url: str, digest: str, cache_dir: Path, policy: FetchPolicy = FetchPolicy(),
-                       session: aiohttp.ClientSession | None = None) -> Path:
+async def fetch_bundle(
+    url: str, digest: str, cache_dir: Path, policy: FetchPolicy = FetchPolicy(), session: aiohttp.ClientSession | None = None
+) -> Path:
     """Ensure bundles/<digest>.tar.gz exists and holds the committed content; returns its path."""
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    cache_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 -- one mkdir before any I/O starts
     final = cache_path(cache_dir, digest)
     if load_cached(cache_dir, digest) is not None:
         return final
@@ -65,8 +74,9 @@ async def fetch_bundle(url: str, digest: str, cache_dir: Path, policy: FetchPoli
         except BundleError as exc:
             raise FetchError("bundle_invalid", str(exc), transient=False) from None
         if bundle.digest != digest:
-            raise FetchError("digest_mismatch", f"{url} holds content {bundle.digest}, the commitment "
-                             f"says {digest}", transient=False)
+            raise FetchError(
+                "digest_mismatch", f"{url} holds content {bundle.digest}, the commitment says {digest}", transient=False
+            )
         os.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)

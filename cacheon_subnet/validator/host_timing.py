@@ -118,7 +118,14 @@ def plan_layout(spec: SlotSpec, case: ShapeCase, act: torch.dtype, sample: Mappi
             stride = tuple(int(x) for x in torch.empty(shape, dtype=dt, device="meta").stride())
             views[a.name] = View(pos, tuple(shape), stride, dtype_name(dt))
             pos = _align(pos + n * torch.empty(0, dtype=dt).element_size())
-    return Layout(calls, (pos + PAGE - 1) // PAGE * PAGE, tuple(storages), views, storage_of, tuple(a.name for a in spec.args if a.written))
+    return Layout(
+        calls,
+        (pos + PAGE - 1) // PAGE * PAGE,
+        tuple(storages),
+        views,
+        storage_of,
+        tuple(a.name for a in spec.args if a.written),
+    )
 
 
 class Arena:
@@ -151,11 +158,15 @@ class Arena:
             v = lay.views[name]
             off, nbytes = lay.storages[sidx]
             st = t.untyped_storage()
-            if (tuple(t.shape), tuple(t.stride()), dtype_name(t.dtype)) != (v.shape, v.stride, v.dtype) or st.nbytes() != nbytes:
+            if (tuple(t.shape), tuple(t.stride()), dtype_name(t.dtype)) != (
+                v.shape,
+                v.stride,
+                v.dtype,
+            ) or st.nbytes() != nbytes:
                 raise TimingFailure(f"input generator changed layout of {name} between calls")
             if sidx not in done:
                 raw = torch.empty(0, dtype=torch.uint8).set_(st)
-                self.bytes[base + off: base + off + nbytes].copy_(raw)
+                self.bytes[base + off : base + off + nbytes].copy_(raw)
                 done.add(sidx)
         for a in spec.args:
             if a.role in ("out", "scratch"):
@@ -182,7 +193,7 @@ def _proc_stats():  # noqa: ANN202 - yields (pid, the /proc/<pid>/stat fields af
             stat = _read(f"/proc/{entry}/stat")
         except OSError:
             continue
-        yield int(entry), stat[stat.rindex(")") + 2:].split()
+        yield int(entry), stat[stat.rindex(")") + 2 :].split()
 
 
 def _group_tasks(pgid: int) -> tuple[dict[int, list[str]], list[int]]:
@@ -201,8 +212,7 @@ def _group_tasks(pgid: int) -> tuple[dict[int, list[str]], list[int]]:
 def _task_states(pid: int | str) -> list[str]:
     """The state letter of every task (thread) of `pid`; [] when it is gone."""
     try:
-        return [(s := _read(f"/proc/{pid}/task/{tid}/stat"))[s.rindex(")") + 2]
-                for tid in os.listdir(f"/proc/{pid}/task")]
+        return [(s := _read(f"/proc/{pid}/task/{tid}/stat"))[s.rindex(")") + 2] for tid in os.listdir(f"/proc/{pid}/task")]
     except OSError:
         return []
 
@@ -240,7 +250,7 @@ def _children_ticks(pid: int) -> int:
         s = _read(f"/proc/{pid}/stat")
     except OSError:
         return -1
-    f = s[s.rindex(")") + 2:].split()
+    f = s[s.rindex(")") + 2 :].split()
     return int(f[13]) + int(f[14])
 
 
@@ -270,14 +280,22 @@ class Side:
 
     def setup(self, spec: SlotSpec, params: Mapping[str, Any], timeout_s: float) -> None:
         lay = self.arena.layout
-        msg = {"type": "timed_setup", "op": self.target, "slot": spec.id, "call_bytes": lay.call_bytes,
-               "calls": [lay.call_json() for _ in range(lay.calls)], "params": dict(params)}
+        msg = {
+            "type": "timed_setup",
+            "op": self.target,
+            "slot": spec.id,
+            "call_bytes": lay.call_bytes,
+            "calls": [lay.call_json() for _ in range(lay.calls)],
+            "params": dict(params),
+        }
         fd = self.client.sock.fileno()
         wire.send(fd, msg, None, time.monotonic() + timeout_s)
         socket.send_fds(self.client.sock, [b"M"], [self.arena.fd])
         reply, _ = wire.recv(fd, deadline=time.monotonic() + timeout_s)
         if not reply.get("ok"):
-            raise TimingFailure(f"{self.name}: timing setup failed: {reply.get('reason')}: {str(reply.get('error', ''))[-300:]}", self.name)
+            raise TimingFailure(
+                f"{self.name}: timing setup failed: {reply.get('reason')}: {str(reply.get('error', ''))[-300:]}", self.name
+            )
         self.freeze()
         self.snapshot()
 
@@ -319,8 +337,11 @@ class Side:
                         os.kill(pid, signal.SIGKILL)
                     except ProcessLookupError:
                         pass
-                raise TimingFailure(f"{self.name}: worker process(es) {escaped} left its process group "
-                                    "(setsid): they would run unfrozen and off its clock", self.name)
+                raise TimingFailure(
+                    f"{self.name}: worker process(es) {escaped} left its process group "
+                    "(setsid): they would run unfrozen and off its clock",
+                    self.name,
+                )
             running = {p: s for p, s in tasks.items() if any(x not in ("T", "t", "Z", "X") for x in s)}
             if not running:
                 break
@@ -328,11 +349,16 @@ class Side:
                 raise TimingFailure(f"{self.name}: worker processes {sorted(running)} kept running while frozen", self.name)
             time.sleep(0.001)
         if self.members and set(tasks) != set(self.members):
-            raise TimingFailure(f"{self.name}: worker started or lost processes during timing "
-                                f"({sorted(self.members)} -> {sorted(tasks)}); the CPU arena times one process", self.name)
+            raise TimingFailure(
+                f"{self.name}: worker started or lost processes during timing "
+                f"({sorted(self.members)} -> {sorted(tasks)}); the CPU arena times one process",
+                self.name,
+            )
         children = sum(_children_ticks(p) for p in tasks) if self.ns is not None else _children_ticks(self.pgid)
         if self.members and children != self.children:
-            raise TimingFailure(f"{self.name}: worker ran child processes during timing (their CPU is off its clock)", self.name)
+            raise TimingFailure(
+                f"{self.name}: worker ran child processes during timing (their CPU is off its clock)", self.name
+            )
         now = {p: _cpu_ns(p) for p in tasks}
         used = sum(max(0, c - self.members.get(p, 0)) for p, c in now.items() if c >= 0)
         self.members = now
@@ -360,7 +386,9 @@ class Side:
         t1 = time.perf_counter_ns()
         cpu = self.snapshot()
         if not reply.get("ok"):
-            raise TimingFailure(f"{self.name}: timed run failed: {reply.get('reason')}: {str(reply.get('error', ''))[-300:]}", self.name)
+            raise TimingFailure(
+                f"{self.name}: timed run failed: {reply.get('reason')}: {str(reply.get('error', ''))[-300:]}", self.name
+            )
         return t1 - t0, cpu
 
     def release(self) -> None:
@@ -384,8 +412,16 @@ def _state(pid: int) -> str:
 SAMPLE = 4096  # elements per written output checked on every call (full check: one call per batch)
 
 
-def judge_call(spec: SlotSpec, act: str, arena: Arena, i: int, inputs: Mapping[str, torch.Tensor],
-               ref: Mapping[str, torch.Tensor], full: bool, gen: torch.Generator) -> Failure | None:
+def judge_call(
+    spec: SlotSpec,
+    act: str,
+    arena: Arena,
+    i: int,
+    inputs: Mapping[str, torch.Tensor],
+    ref: Mapping[str, torch.Tensor],
+    full: bool,
+    gen: torch.Generator,
+) -> Failure | None:
     """Call i's outputs (read from the frozen side's memory) against the host's reference.
 
     `full`: the verify judgement (every element, inputs untouched). Otherwise: finiteness
@@ -413,7 +449,9 @@ def judge_call(spec: SlotSpec, act: str, arena: Arena, i: int, inputs: Mapping[s
             o64, r64 = o.to(torch.float64), r.to(torch.float64)
             bad = int(((o64 - r64).abs() > tol.atol + tol.rtol * r64.abs()).sum())
         allowed = (1.0 - tol.min_matched) * len(idx)
-        if bad > allowed + 4.0 * (allowed ** 0.5) + (1 if allowed else 0):
-            return Failure("mismatch", f"{name}: {bad} of {len(idx)} sampled elements outside tolerance "
-                                       f"(atol {tol.atol}, rtol {tol.rtol})")
+        if bad > allowed + 4.0 * (allowed**0.5) + (1 if allowed else 0):
+            return Failure(
+                "mismatch",
+                f"{name}: {bad} of {len(idx)} sampled elements outside tolerance (atol {tol.atol}, rtol {tol.rtol})",
+            )
     return None

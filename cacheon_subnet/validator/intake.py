@@ -18,8 +18,8 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from cacheon_subnet.chain.backend import Commitment
 from cacheon_subnet.chain.commitment import CommitmentError, parse
@@ -62,14 +62,26 @@ def _malformed(db: StateDB, c: Commitment, block: int, why: str) -> list[IntakeE
         return []
     why = storable(why)[:2000]
     with db.tx() as con:
-        db.insert(con, cid=cid, hotkey=storable(c.hotkey), uid=c.uid, commit_block=c.commit_block,
-                  reveal_block=c.reveal_block, url=None, digest=None, state="failed",
-                  reason=f"malformed commitment: {why}", rule="malformed", seen_block=block)
+        db.insert(
+            con,
+            cid=cid,
+            hotkey=storable(c.hotkey),
+            uid=c.uid,
+            commit_block=c.commit_block,
+            reveal_block=c.reveal_block,
+            url=None,
+            digest=None,
+            state="failed",
+            reason=f"malformed commitment: {why}",
+            rule="malformed",
+            seen_block=block,
+        )
     return [IntakeEvent(cid, c.hotkey, "malformed", why)]
 
 
-def intake(db: StateDB, commitments: Sequence[Commitment], policy: IntakePolicy,
-           block: int, urls: UrlPolicy = STRICT) -> list[IntakeEvent]:
+def intake(
+    db: StateDB, commitments: Sequence[Commitment], policy: IntakePolicy, block: int, urls: UrlPolicy = STRICT
+) -> list[IntakeEvent]:
     """Record every commitment not seen before; returns one event per new row. `urls`: which
     fetch URLs a commitment may name (loopback only on a local chain)."""
     events: list[IntakeEvent] = []
@@ -89,23 +101,38 @@ def intake(db: StateDB, commitments: Sequence[Commitment], policy: IntakePolicy,
     return events
 
 
-def _admit(db: StateDB, con: sqlite3.Connection, c: Commitment, cid: str, digest: str, url: str,
-           policy: IntakePolicy, block: int) -> list[IntakeEvent]:
-    row = dict(cid=cid, hotkey=c.hotkey, uid=c.uid, commit_block=c.commit_block,
-               reveal_block=c.reveal_block, url=url, digest=digest, seen_block=block)
+def _admit(
+    db: StateDB, con: sqlite3.Connection, c: Commitment, cid: str, digest: str, url: str, policy: IntakePolicy, block: int
+) -> list[IntakeEvent]:
+    row = dict(
+        cid=cid,
+        hotkey=c.hotkey,
+        uid=c.uid,
+        commit_block=c.commit_block,
+        reveal_block=c.reveal_block,
+        url=url,
+        digest=digest,
+        seen_block=block,
+    )
     lo = c.commit_block - policy.window_blocks
     used = con.execute(
         "SELECT COUNT(*) FROM contributions WHERE hotkey=? AND commit_block>? AND commit_block<=?"
-        " AND (rule IS NULL OR rule!='rate_limited')", (c.hotkey, lo, c.commit_block)).fetchone()[0]
+        " AND (rule IS NULL OR rule!='rate_limited')",
+        (c.hotkey, lo, c.commit_block),
+    ).fetchone()[0]
     if used >= policy.max_per_window:
-        reason = (f"rate_limited: hotkey already has {used} contributions committed in blocks "
-                  f"({lo}, {c.commit_block}]; at most {policy.max_per_window} per "
-                  f"{policy.window_blocks} blocks")
+        reason = (
+            f"rate_limited: hotkey already has {used} contributions committed in blocks "
+            f"({lo}, {c.commit_block}]; at most {policy.max_per_window} per "
+            f"{policy.window_blocks} blocks"
+        )
         db.insert(con, state="failed", reason=reason, rule="rate_limited", **row)
         return [IntakeEvent(cid, c.hotkey, "rate_limited", reason)]
     claim = con.execute(
         "SELECT * FROM contributions WHERE digest=? AND id!=? AND (rule IS NULL OR"
-        " rule='superseded') ORDER BY commit_block, id LIMIT 1", (digest, cid)).fetchone()
+        " rule='superseded') ORDER BY commit_block, id LIMIT 1",
+        (digest, cid),
+    ).fetchone()
     if claim is not None and (claim["commit_block"], claim["id"]) < (c.commit_block, cid):
         reason = f"duplicate of {claim['id']} (committed earlier at block {claim['commit_block']})"
         db.insert(con, state="failed", reason=reason, rule="duplicate", duplicate_of=claim["id"], **row)
@@ -113,11 +140,12 @@ def _admit(db: StateDB, con: sqlite3.Connection, c: Commitment, cid: str, digest
     events: list[IntakeEvent] = []
     newer = con.execute(
         "SELECT id, commit_block FROM contributions WHERE hotkey=? AND commit_block>? AND rule IS NULL"
-        " ORDER BY commit_block DESC LIMIT 1", (c.hotkey, c.commit_block)).fetchone()
+        " ORDER BY commit_block DESC LIMIT 1",
+        (c.hotkey, c.commit_block),
+    ).fetchone()
     if newer is not None:  # arrived out of order: already replaced by the hotkey's newer commit
         reason = f"superseded by {newer['id']} (committed at block {newer['commit_block']})"
-        db.insert(con, state="no_decision", reason=reason, rule="superseded",
-                  superseded_by=newer["id"], **row)
+        db.insert(con, state="no_decision", reason=reason, rule="superseded", superseded_by=newer["id"], **row)
         events.append(IntakeEvent(cid, c.hotkey, "superseded", reason))
     else:
         db.insert(con, state="queued", reason="", **row)
@@ -132,7 +160,8 @@ def _supersede_older(db: StateDB, con: sqlite3.Connection, c: Commitment, cid: s
     marks = ",".join("?" * len(ACTIVE))
     older = con.execute(
         f"SELECT id FROM contributions WHERE hotkey=? AND commit_block<? AND state IN ({marks})",
-        (c.hotkey, c.commit_block, *ACTIVE)).fetchall()
+        (c.hotkey, c.commit_block, *ACTIVE),
+    ).fetchall()
     out = []
     for r in older:
         reason = f"superseded by {cid} (committed at block {c.commit_block})"
@@ -145,22 +174,36 @@ def _swap(db: StateDB, con: sqlite3.Connection, old: Contribution, cid: str, blo
     """`cid` committed the same content before `old`: old becomes the duplicate."""
     reason = f"duplicate of {cid} (committed earlier at block {block})"
     if old.state == "failed":  # failed on its own already: keep the state, record the rule
-        db.update(con, old.id, {"rule": "duplicate", "duplicate_of": cid,
-                              "reason": f"{reason}; was: {old.reason}"})
+        db.update(con, old.id, {"rule": "duplicate", "duplicate_of": cid, "reason": f"{reason}; was: {old.reason}"})
     else:
         db.move(con, old.id, "failed", reason, rule="duplicate", duplicate_of=cid)
-    con.execute("UPDATE evidence SET settled=1, outcome='voided', outcome_reason=? WHERE"
-                " contribution_id=? AND settled=0", (reason, old.id))
+    con.execute(
+        "UPDATE evidence SET settled=1, outcome='voided', outcome_reason=? WHERE contribution_id=? AND settled=0",
+        (reason, old.id),
+    )
     new = db.contribution(cid, con)
     now = time.time()
     for crown in con.execute("SELECT * FROM crowns WHERE contribution_id=?", (old.id,)).fetchall():
-        con.execute("UPDATE crowns SET hotkey=?, contribution_id=?, commit_block=?, updated_at=?"
-                    " WHERE target=?", (new.hotkey, cid, new.commit_block, now, crown["target"]))
+        con.execute(
+            "UPDATE crowns SET hotkey=?, contribution_id=?, commit_block=?, updated_at=? WHERE target=?",
+            (new.hotkey, cid, new.commit_block, now, crown["target"]),
+        )
         con.execute(
             "INSERT INTO crown_history(target, hotkey, contribution_id, commit_block, crowned_block,"
             " measured_speedup, speedup_vs_stock, arena_id, settlement_id, reason, at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (crown["target"], new.hotkey, cid, new.commit_block, crown["crowned_block"],
-             crown["measured_speedup"], crown["speedup_vs_stock"], crown["arena_id"],
-             crown["settlement_id"], f"transferred from {old.id}: same content committed earlier", now))
+            (
+                crown["target"],
+                new.hotkey,
+                cid,
+                new.commit_block,
+                crown["crowned_block"],
+                crown["measured_speedup"],
+                crown["speedup_vs_stock"],
+                crown["arena_id"],
+                crown["settlement_id"],
+                f"transferred from {old.id}: same content committed earlier",
+                now,
+            ),
+        )
     return IntakeEvent(old.id, old.hotkey, "swapped", reason)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from cacheon_subnet.scoring.settle import Crown, Decision, Evidence, SpeedPolicy, settle_target
 from cacheon_subnet.validator.blame import incumbent_blamed
@@ -48,26 +49,50 @@ class WeightsRow:
 
     @classmethod
     def from_row(cls, r: sqlite3.Row) -> WeightsRow:
-        return cls(r["id"], r["state"], r["created_block"], r["block"], r["version_key"],
-                   tuple(json.loads(r["uids"])), tuple(json.loads(r["vals"])), r["attempts"],
-                   r["reason"], json.loads(r["readback"]) if r["readback"] else None)
+        return cls(
+            r["id"],
+            r["state"],
+            r["created_block"],
+            r["block"],
+            r["version_key"],
+            tuple(json.loads(r["uids"])),
+            tuple(json.loads(r["vals"])),
+            r["attempts"],
+            r["reason"],
+            json.loads(r["readback"]) if r["readback"] else None,
+        )
 
 
 # -- evidence -------------------------------------------------------------------------------
 
-def record_evidence(con: sqlite3.Connection, cid: str, result: QualifyResult, evaluated_block: int,
-                    incumbent_id: str | None) -> int:
+
+def record_evidence(
+    con: sqlite3.Connection, cid: str, result: QualifyResult, evaluated_block: int, incumbent_id: str | None
+) -> int:
     """Insert one measurement of (contribution, target); round = earlier rows for the pair."""
-    n = con.execute("SELECT COUNT(*) FROM evidence WHERE contribution_id=? AND target=?",
-                    (cid, result.target)).fetchone()[0]
+    n = con.execute("SELECT COUNT(*) FROM evidence WHERE contribution_id=? AND target=?", (cid, result.target)).fetchone()[0]
     cur = con.execute(
         "INSERT INTO evidence(contribution_id, target, round, verdict, quality_ok, speedup,"
         " speedup_vs_stock, noise, arena_id, label, evaluated_block, incumbent_id, reason, detail,"
         " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (cid, result.target, n, result.verdict, int(result.quality_ok), float(result.speedup),
-         float(result.speedup_vs_stock), float(result.noise), result.arena_id, result.label,
-         int(evaluated_block), incumbent_id, result.reason,
-         json.dumps(result.detail, sort_keys=True, default=str), time.time()))
+        (
+            cid,
+            result.target,
+            n,
+            result.verdict,
+            int(result.quality_ok),
+            float(result.speedup),
+            float(result.speedup_vs_stock),
+            float(result.noise),
+            result.arena_id,
+            result.label,
+            int(evaluated_block),
+            incumbent_id,
+            result.reason,
+            json.dumps(result.detail, sort_keys=True, default=str),
+            time.time(),
+        ),
+    )
     return int(cur.lastrowid or 0)
 
 
@@ -85,9 +110,18 @@ def unsettled_targets(db: StateDB) -> list[str]:
 
 # -- crowns ---------------------------------------------------------------------------------
 
+
 def _crown(r: sqlite3.Row) -> Crown:
-    return Crown(r["target"], r["hotkey"], r["contribution_id"], r["commit_block"],
-                 r["crowned_block"], r["measured_speedup"], r["speedup_vs_stock"], r["arena_id"])
+    return Crown(
+        r["target"],
+        r["hotkey"],
+        r["contribution_id"],
+        r["commit_block"],
+        r["crowned_block"],
+        r["measured_speedup"],
+        r["speedup_vs_stock"],
+        r["arena_id"],
+    )
 
 
 def crown_of(db: StateDB, target: str, con: sqlite3.Connection | None = None) -> Crown | None:
@@ -99,15 +133,16 @@ def crowns(db: StateDB) -> list[Crown]:
     return [_crown(r) for r in db.con.execute("SELECT * FROM crowns ORDER BY target")]
 
 
-def _holders(con: sqlite3.Connection, target: str, max_commit: int, block: int,
-             hold_blocks: int) -> list[str]:
+def _holders(con: sqlite3.Connection, target: str, max_commit: int, block: int, hold_blocks: int) -> list[str]:
     """In-progress contributions that may still bring evidence for `target` and committed no
     later than the evidence being settled: settling now would deny them earlier-commit priority.
     Waiting is bounded: a contribution holds for at most hold_blocks after intake, and the caller
     stops waiting hold_blocks after its oldest unsettled row was measured."""
     marks = ",".join("?" * len(ACTIVE))
-    rows = con.execute(f"SELECT id, state, todo, seen_block FROM contributions WHERE state IN ({marks})"
-                       " AND commit_block<=?", (*ACTIVE, max_commit)).fetchall()
+    rows = con.execute(
+        f"SELECT id, state, todo, seen_block FROM contributions WHERE state IN ({marks}) AND commit_block<=?",
+        (*ACTIVE, max_commit),
+    ).fetchall()
     out = []
     for r in rows:
         if r["state"] == "verified" and target not in json.loads(r["todo"]):
@@ -127,41 +162,67 @@ def _baseline(con: sqlite3.Connection, cid: str | None) -> str | None:
     return r["duplicate_of"] if r is not None and r["rule"] == "duplicate" and r["duplicate_of"] else cid
 
 
-def settle(db: StateDB, target: str, policy: SpeedPolicy, block: int, *, hold_blocks: int = 300,
-           max_remeasure: int = 1) -> SettleOutcome | list[str] | None:
+def settle(
+    db: StateDB, target: str, policy: SpeedPolicy, block: int, *, hold_blocks: int = 300, max_remeasure: int = 1
+) -> SettleOutcome | list[str] | None:
     """Settle `target`'s unsettled evidence at `block`. Returns None (nothing to settle), the
     ids holding settlement back, or the outcome."""
     with db.tx() as con:
         rows = con.execute(
             "SELECT e.*, c.hotkey, c.commit_block FROM evidence e JOIN contributions c ON"
-            " c.id=e.contribution_id WHERE e.settled=0 AND e.target=? ORDER BY e.id", (target,)).fetchall()
+            " c.id=e.contribution_id WHERE e.settled=0 AND e.target=? ORDER BY e.id",
+            (target,),
+        ).fetchall()
         if not rows:
             return None
         # the wait is bounded per row too: each contribution holds for hold_blocks after its intake,
         # but fresh evidence raises the commit horizon for the next holder, so alternating Sybils
         # (or busy honest traffic) chained holds forever (red team); the oldest row waits no longer
         waited = block - min(int(r["evaluated_block"]) for r in rows)
-        held = _holders(con, target, max(r["commit_block"] for r in rows), block, hold_blocks) \
-            if waited < hold_blocks else []
+        held = (
+            _holders(con, target, max(r["commit_block"] for r in rows), block, hold_blocks) if waited < hold_blocks else []
+        )
         if held:
             return held
         incumbent = crown_of(db, target, con)
         at = max([block, *(r["evaluated_block"] for r in rows)])
-        evidence = [Evidence(r["contribution_id"], target, r["hotkey"], r["commit_block"], r["verdict"],
-                             bool(r["quality_ok"]), r["speedup"], r["noise"], r["arena_id"],
-                             r["evaluated_block"], _baseline(con, r["incumbent_id"])) for r in rows]
+        evidence = [
+            Evidence(
+                r["contribution_id"],
+                target,
+                r["hotkey"],
+                r["commit_block"],
+                r["verdict"],
+                bool(r["quality_ok"]),
+                r["speedup"],
+                r["noise"],
+                r["arena_id"],
+                r["evaluated_block"],
+                _baseline(con, r["incumbent_id"]),
+            )
+            for r in rows
+        ]
         result = settle_target(target, incumbent, evidence, policy, at)
         new = result.crown
-        cur = con.execute("INSERT INTO settlements(target, block, incumbent_id, crown_id, evidence_count,"
-                          " at) VALUES (?, ?, ?, ?, ?, ?)",
-                          (target, at, incumbent.contribution_id if incumbent else None,
-                           new.contribution_id if new else None, len(rows), time.time()))
+        cur = con.execute(
+            "INSERT INTO settlements(target, block, incumbent_id, crown_id, evidence_count, at) VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                target,
+                at,
+                incumbent.contribution_id if incumbent else None,
+                new.contribution_id if new else None,
+                len(rows),
+                time.time(),
+            ),
+        )
         sid = int(cur.lastrowid or 0)
         by_cid = {d.contribution_id: d for d in result.decisions}
         for r in rows:
             d = by_cid[r["contribution_id"]]
-            done = con.execute("UPDATE evidence SET settled=1, settlement_id=?, outcome=?, outcome_reason=?"
-                               " WHERE id=? AND settled=0", (sid, d.outcome, d.reason, r["id"]))
+            done = con.execute(
+                "UPDATE evidence SET settled=1, settlement_id=?, outcome=?, outcome_reason=? WHERE id=? AND settled=0",
+                (sid, d.outcome, d.reason, r["id"]),
+            )
             if done.rowcount != 1:
                 raise StateError(f"evidence {r['id']} of {r['contribution_id']} was settled twice")
         changed = new is not None and new != incumbent
@@ -171,22 +232,42 @@ def settle(db: StateDB, target: str, policy: SpeedPolicy, block: int, *, hold_bl
         blamed, problem = incumbent_blamed(rows, incumbent) if incumbent is not None and not changed else ([], None)
         if incumbent is not None and blamed:
             crown_row = con.execute("SELECT * FROM crowns WHERE target=?", (target,)).fetchone()
-            _retire(db, con, crown_row, f"crown retired: measured against it, {blamed[0]} could not be judged "
-                    f"because {problem}; the holder is measured again against stock")
+            _retire(
+                db,
+                con,
+                crown_row,
+                f"crown retired: measured against it, {blamed[0]} could not be judged "
+                f"because {problem}; the holder is measured again against stock",
+            )
             _requeue(db, con, target, blamed, "the incumbent it was measured against was retired")
         again = _remeasure(db, con, target, result.decisions, rows, incumbent, policy, max_remeasure)
         return SettleOutcome(target, sid, at, new, changed, result.decisions, again)
 
 
 def _write_crown(con: sqlite3.Connection, c: Crown, sid: int, reason: str) -> None:
-    values = (c.target, c.hotkey, c.contribution_id, c.commit_block, c.crowned_block,
-              c.measured_speedup, c.speedup_vs_stock, c.arena_id, sid)
-    con.execute("INSERT OR REPLACE INTO crowns(target, hotkey, contribution_id, commit_block,"
-                " crowned_block, measured_speedup, speedup_vs_stock, arena_id, settlement_id,"
-                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (*values, time.time()))
-    con.execute("INSERT INTO crown_history(target, hotkey, contribution_id, commit_block, crowned_block,"
-                " measured_speedup, speedup_vs_stock, arena_id, settlement_id, reason, at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (*values, reason, time.time()))
+    values = (
+        c.target,
+        c.hotkey,
+        c.contribution_id,
+        c.commit_block,
+        c.crowned_block,
+        c.measured_speedup,
+        c.speedup_vs_stock,
+        c.arena_id,
+        sid,
+    )
+    con.execute(
+        "INSERT OR REPLACE INTO crowns(target, hotkey, contribution_id, commit_block,"
+        " crowned_block, measured_speedup, speedup_vs_stock, arena_id, settlement_id,"
+        " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (*values, time.time()),
+    )
+    con.execute(
+        "INSERT INTO crown_history(target, hotkey, contribution_id, commit_block, crowned_block,"
+        " measured_speedup, speedup_vs_stock, arena_id, settlement_id, reason, at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (*values, reason, time.time()),
+    )
 
 
 def retire_foreign_crowns(db: StateDB, arena_id: str) -> list[tuple[str, str]]:
@@ -199,8 +280,10 @@ def retire_foreign_crowns(db: StateDB, arena_id: str) -> list[tuple[str, str]]:
     out = []
     with db.tx() as con:
         for r in con.execute("SELECT * FROM crowns WHERE arena_id!=?", (arena_id,)).fetchall():
-            why = (f"crown retired: measured in arena {r['arena_id']!r}, this validator now runs {arena_id!r}; "
-                   "the holder is measured again here")
+            why = (
+                f"crown retired: measured in arena {r['arena_id']!r}, this validator now runs {arena_id!r}; "
+                "the holder is measured again here"
+            )
             out.append((r["target"], _retire(db, con, r, why)))
     return out
 
@@ -209,12 +292,24 @@ def _retire(db: StateDB, con: sqlite3.Connection, r: sqlite3.Row, why: str) -> s
     """Remove crown row `r` (history says why) and send its holder back to be verified and
     measured again like any challenger. Returns the holder's contribution id."""
     con.execute("DELETE FROM crowns WHERE target=?", (r["target"],))
-    con.execute("INSERT INTO crown_history(target, hotkey, contribution_id, commit_block, crowned_block,"
-                " measured_speedup, speedup_vs_stock, arena_id, settlement_id, reason, at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (r["target"], r["hotkey"], r["contribution_id"], r["commit_block"], r["crowned_block"],
-                 r["measured_speedup"], r["speedup_vs_stock"], r["arena_id"], r["settlement_id"], why,
-                 time.time()))
+    con.execute(
+        "INSERT INTO crown_history(target, hotkey, contribution_id, commit_block, crowned_block,"
+        " measured_speedup, speedup_vs_stock, arena_id, settlement_id, reason, at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            r["target"],
+            r["hotkey"],
+            r["contribution_id"],
+            r["commit_block"],
+            r["crowned_block"],
+            r["measured_speedup"],
+            r["speedup_vs_stock"],
+            r["arena_id"],
+            r["settlement_id"],
+            why,
+            time.time(),
+        ),
+    )
     c = db.contribution(r["contribution_id"], con)
     if c.state == "qualified" and c.rule is None:  # verified again under the new pins and shapes, then
         # measured (remeasures+1: a fresh job key, dispatch.job_key)
@@ -237,9 +332,16 @@ def _requeue(db: StateDB, con: sqlite3.Connection, target: str, ids: Sequence[st
             db.move(con, c.id, "verified", f"re-measure {target}: {why}", todo=todo, remeasures=c.remeasures + 1)
 
 
-def _remeasure(db: StateDB, con: sqlite3.Connection, target: str, decisions: Sequence[Decision],
-               rows: Sequence[sqlite3.Row], incumbent: Crown | None, policy: SpeedPolicy,
-               limit: int) -> tuple[str, ...]:
+def _remeasure(
+    db: StateDB,
+    con: sqlite3.Connection,
+    target: str,
+    decisions: Sequence[Decision],
+    rows: Sequence[sqlite3.Row],
+    incumbent: Crown | None,
+    policy: SpeedPolicy,
+    limit: int,
+) -> tuple[str, ...]:
     """no_decision that a new measurement can fix (stale stack, other arena, noisy box): queue
     the target again for that contribution, at most `limit` times. Implausible speedups are
     flagged, not re-measured."""
@@ -265,10 +367,12 @@ def _remeasure(db: StateDB, con: sqlite3.Connection, target: str, decisions: Seq
 
 # -- weight publications --------------------------------------------------------------------
 
+
 def last_weights(db: StateDB, states: Sequence[str] = WEIGHT_STATES) -> WeightsRow | None:
     marks = ",".join("?" * len(states))
-    row = db.con.execute(f"SELECT * FROM weights WHERE state IN ({marks}) ORDER BY id DESC LIMIT 1",
-                         tuple(states)).fetchone()
+    row = db.con.execute(
+        f"SELECT * FROM weights WHERE state IN ({marks}) ORDER BY id DESC LIMIT 1", tuple(states)
+    ).fetchone()
     return WeightsRow.from_row(row) if row else None
 
 
@@ -276,28 +380,45 @@ def weights_rows(db: StateDB) -> list[WeightsRow]:
     return [WeightsRow.from_row(r) for r in db.con.execute("SELECT * FROM weights ORDER BY id")]
 
 
-def open_weights(db: StateDB, created_block: int, version_key: int, uids: Sequence[int],
-                 vals: Sequence[int]) -> WeightsRow:
+def open_weights(db: StateDB, created_block: int, version_key: int, uids: Sequence[int], vals: Sequence[int]) -> WeightsRow:
     """A `pending` publication, written before set_weights so a crash can be resolved later."""
     now = time.time()
     with db.tx() as con:
-        cur = con.execute("INSERT INTO weights(state, created_block, version_key, uids, vals, attempts,"
-                          " created_at, updated_at) VALUES ('pending', ?, ?, ?, ?, 1, ?, ?)",
-                          (created_block, version_key, json.dumps(list(uids)), json.dumps(list(vals)),
-                           now, now))
+        cur = con.execute(
+            "INSERT INTO weights(state, created_block, version_key, uids, vals, attempts,"
+            " created_at, updated_at) VALUES ('pending', ?, ?, ?, ?, 1, ?, ?)",
+            (created_block, version_key, json.dumps(list(uids)), json.dumps(list(vals)), now, now),
+        )
         row = con.execute("SELECT * FROM weights WHERE id=?", (cur.lastrowid,)).fetchone()
     return WeightsRow.from_row(row)
 
 
-def update_weights(db: StateDB, wid: int, state: str, reason: str = "", *, block: int | None = None,
-                   version_key: int | None = None, readback: dict[str, Any] | None = None,
-                   attempt: bool = False) -> None:
+def update_weights(
+    db: StateDB,
+    wid: int,
+    state: str,
+    reason: str = "",
+    *,
+    block: int | None = None,
+    version_key: int | None = None,
+    readback: dict[str, Any] | None = None,
+    attempt: bool = False,
+) -> None:
     if state not in WEIGHT_STATES:
         raise StateError(f"weights {wid}: unknown state {state!r}")
     with db.tx() as con:
-        con.execute("UPDATE weights SET state=?, reason=?, block=COALESCE(?, block),"
-                    " version_key=COALESCE(?, version_key), readback=COALESCE(?, readback),"
-                    " attempts=attempts+?, updated_at=? WHERE id=?",
-                    (state, reason, block, version_key,
-                     json.dumps(readback, sort_keys=True) if readback is not None else None,
-                     int(attempt), time.time(), wid))
+        con.execute(
+            "UPDATE weights SET state=?, reason=?, block=COALESCE(?, block),"
+            " version_key=COALESCE(?, version_key), readback=COALESCE(?, readback),"
+            " attempts=attempts+?, updated_at=? WHERE id=?",
+            (
+                state,
+                reason,
+                block,
+                version_key,
+                json.dumps(readback, sort_keys=True) if readback is not None else None,
+                int(attempt),
+                time.time(),
+                wid,
+            ),
+        )

@@ -26,11 +26,11 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import aiohttp
 
@@ -59,8 +59,8 @@ from cacheon_subnet.validator.fetch import (
 from cacheon_subnet.validator.intake import IntakePolicy, intake
 from cacheon_subnet.validator.metrics import Metrics
 from cacheon_subnet.validator.publish import Publisher, PublishPolicy
-from cacheon_subnet.validator.qualify_stage import QualifyStages
 from cacheon_subnet.validator.qualify_result import Qualifier
+from cacheon_subnet.validator.qualify_stage import QualifyStages
 from cacheon_subnet.validator.screen import Screener, VerifyScreener, static_screen
 from cacheon_subnet.validator.state import Contribution, StateDB, acquire_run_lock
 from cacheon_subnet.validator.storable import storable
@@ -109,8 +109,10 @@ class ValidatorConfig:
         if self.max_attempts < 1 or self.interval_s < 0 or self.max_items_per_pass < 1:
             raise ValueError("ValidatorConfig: max_attempts and max_items_per_pass >= 1, interval_s >= 0")
         if self.screen_workers < 1 or not 0 <= self.screen_cpu_share < 1 or self.busy_poll_s <= 0:
-            raise ValueError(f"ValidatorConfig: screen_workers >= 1 ({self.screen_workers}), screen_cpu_share in "
-                             f"[0, 1) ({self.screen_cpu_share}), busy_poll_s > 0 ({self.busy_poll_s})")
+            raise ValueError(
+                f"ValidatorConfig: screen_workers >= 1 ({self.screen_workers}), screen_cpu_share in "
+                f"[0, 1) ({self.screen_cpu_share}), busy_poll_s > 0 ({self.busy_poll_s})"
+            )
 
     @property
     def cache_dir(self) -> Path:
@@ -145,17 +147,25 @@ class PassSummary:
 
 
 class Validator(VerifyStages, QualifyStages):
-    def __init__(self, config: ValidatorConfig, backend: ChainBackend, qualifier: Qualifier, *,
-                 screener: Screener | None = None, fetcher: Fetcher | None = None,
-                 metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        config: ValidatorConfig,
+        backend: ChainBackend,
+        qualifier: Qualifier,
+        *,
+        screener: Screener | None = None,
+        fetcher: Fetcher | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.cfg = config
         self._lock_fd = acquire_run_lock(config.state_dir)
         lifecycle.set_lease_dir(config.state_dir / "children")  # what we hold, for the next start's reaping
         reaped = lifecycle.reap_leftovers(config.state_dir / "children")  # a crashed run's engines: before the GPU
         self.db = StateDB(config.state_dir)
         self.metrics = metrics or Metrics()
-        self.chain = GuardedChain(backend, self.db, config.chain_call_retries, config.chain_call_retry_s,
-                                  on_error=self.metrics.chain_error)
+        self.chain = GuardedChain(
+            backend, self.db, config.chain_call_retries, config.chain_call_retry_s, on_error=self.metrics.chain_error
+        )
         self.urls = config.url_policy or policy_for_backend(backend)  # loopback only on a local chain
         self.fetch_policy = replace(config.fetch, urls=self.urls)
         self.qualifier = qualifier
@@ -170,17 +180,25 @@ class Validator(VerifyStages, QualifyStages):
 
             targets = tuple(s.id for s in all_slots())
         self.targets = targets
-        self.publisher = Publisher(self.db, self.chain, config.netuid, config.hotkey, targets,
-                                   config.weights, config.publish)
+        self.publisher = Publisher(
+            self.db, self.chain, config.netuid, config.hotkey, targets, config.weights, config.publish
+        )
         self._start_background(qualifier)
         removed = clear_partials(config.cache_dir)
         arena = getattr(qualifier, "arena_id", None)
         retired = ledger.retire_foreign_crowns(self.db, arena) if isinstance(arena, str) and arena else []
-        self.log.info("validator.start", state=str(self.db.path), hotkey=config.hotkey,
-                      arena=getattr(qualifier, "arena_id", "?"), partials_removed=removed,
-                      url_policy=self.urls.label, overlap=self.screens is not None,
-                      reaped=[r["killed"] for r in reaped], crowns_retired=retired,
-                      **self.db.counts())
+        self.log.info(
+            "validator.start",
+            state=str(self.db.path),
+            hotkey=config.hotkey,
+            arena=getattr(qualifier, "arena_id", "?"),
+            partials_removed=removed,
+            url_policy=self.urls.label,
+            overlap=self.screens is not None,
+            reaped=[r["killed"] for r in reaped],
+            crowns_retired=retired,
+            **self.db.counts(),
+        )
 
     def _start_background(self, qualifier: Qualifier) -> None:
         """Screens and the arena in background threads, pinned to their own cores, unless the
@@ -211,13 +229,15 @@ class Validator(VerifyStages, QualifyStages):
 
     def _in_flight(self) -> int:
         return (len(self.screens.in_flight()) if self.screens is not None else 0) + (
-            len(self._pool.in_flight()) if self._pool is not None else 0)
+            len(self._pool.in_flight()) if self._pool is not None else 0
+        )
 
     def _own_in_flight(self) -> int:
         """What a draining pass waits for: its own screens and arena, not a pool handed in
         (--arena-gpus / --arena-workers passes never waited for those)."""
         return (len(self.screens.in_flight()) if self.screens is not None else 0) + (
-            len(self._own_pool.in_flight()) if self._own_pool is not None else 0)
+            len(self._own_pool.in_flight()) if self._own_pool is not None else 0
+        )
 
     def close(self) -> None:
         for pool in (self.screens, self._own_pool):
@@ -242,11 +262,28 @@ class Validator(VerifyStages, QualifyStages):
         `drain`: wait for the screens and arena jobs this pass started (and start what they
         free) before settling; run_forever passes do not wait."""
         self.wake.clear()  # a job finishing from here on wakes the next pass
-        self._s = {"moved": {}, "settled": [], "crowns": [], "intake": 0, "block": None, "weights": None,
-                   "failed": {}, "tried": {}, "t0": time.monotonic(), "exhausted": [], "drain": drain}
+        self._s = {
+            "moved": {},
+            "settled": [],
+            "crowns": [],
+            "intake": 0,
+            "block": None,
+            "weights": None,
+            "failed": {},
+            "tried": {},
+            "t0": time.monotonic(),
+            "exhausted": [],
+            "drain": drain,
+        }
         errors: list[ChainDown] = []
-        for stage in (self._sync, self._fetch_stage, self._screen_stage, self._pipeline,
-                      self._settle_stage, self._publish_stage):
+        for stage in (
+            self._sync,
+            self._fetch_stage,
+            self._screen_stage,
+            self._pipeline,
+            self._settle_stage,
+            self._publish_stage,
+        ):
             if lifecycle.SHUTDOWN.is_set():
                 break  # a shutdown: what is in flight is left due, retried after the restart
             try:
@@ -332,9 +369,15 @@ class Validator(VerifyStages, QualifyStages):
             self.db.put("last_pass_problems", json.dumps(list(summary.problems)), con)
             self.db.put("chain_failures_consecutive", self._chain_failures, con)
         verified = ledger.last_weights(self.db, ("verified",))
-        self.metrics.observe_pass(ok=summary.ok, duration_s=summary.duration_s, at=now, counts=counts,
-                                  weights=summary.weights, block=summary.block,
-                                  verified_block=verified.block if verified else None)
+        self.metrics.observe_pass(
+            ok=summary.ok,
+            duration_s=summary.duration_s,
+            at=now,
+            counts=counts,
+            weights=summary.weights,
+            block=summary.block,
+            verified_block=verified.block if verified else None,
+        )
 
     def _record_crash(self, error: str) -> None:
         self.metrics.crashed()
@@ -374,24 +417,39 @@ class Validator(VerifyStages, QualifyStages):
         if error is not None:
             self._chain_failures += 1
             delay = self._backoff()
-            self.log.warning("chain.error", op=error.op, kind=error.kind, error=str(error.cause)[:300],
-                             consecutive=self._chain_failures, retry_in_s=round(delay, 2))
+            self.log.warning(
+                "chain.error",
+                op=error.op,
+                kind=error.kind,
+                error=str(error.cause)[:300],
+                consecutive=self._chain_failures,
+                retry_in_s=round(delay, 2),
+            )
         else:
             self._chain_failures = 0
             delay = self.cfg.interval_s
         counts = self.db.counts()
         s = self._s
         summary = PassSummary(
-            block=s["block"], intake=s["intake"], moved=dict(s["moved"]), settled=tuple(s["settled"]),
-            crowns_changed=tuple(s["crowns"]), weights=s["weights"],
+            block=s["block"],
+            intake=s["intake"],
+            moved=dict(s["moved"]),
+            settled=tuple(s["settled"]),
+            crowns_changed=tuple(s["crowns"]),
+            weights=s["weights"],
             chain_error=None if error is None else str(error),
             active=sum(counts[k] for k in ("queued", "fetched", "screened", "verified")),
-            unsettled=len(ledger.unsettled_targets(self.db)), next_delay_s=delay, failed=dict(s["failed"]),
-            problems=self._problems(error), duration_s=round(time.monotonic() - s["t0"], 3),
-            in_flight=self._in_flight())
+            unsettled=len(ledger.unsettled_targets(self.db)),
+            next_delay_s=delay,
+            failed=dict(s["failed"]),
+            problems=self._problems(error),
+            duration_s=round(time.monotonic() - s["t0"], 3),
+            in_flight=self._in_flight(),
+        )
         self._record_pass(summary, counts)
-        self.log.info("pass.done", **{k: v for k, v in summary.__dict__.items() if k not in ("moved", "failed")},
-                      **summary.moved)
+        self.log.info(
+            "pass.done", **{k: v for k, v in summary.__dict__.items() if k not in ("moved", "failed")}, **summary.moved
+        )
         return summary
 
     def _backoff(self) -> float:
@@ -418,8 +476,7 @@ class Validator(VerifyStages, QualifyStages):
         commitments = self.chain.revealed_commitments(self.cfg.netuid)
         events = intake(self.db, commitments, self.cfg.intake, block, self.urls)
         for e in events:
-            self.log.info("intake." + e.outcome, contribution=e.contribution_id, hotkey=e.hotkey,
-                          reason=e.reason[:300])
+            self.log.info("intake." + e.outcome, contribution=e.contribution_id, hotkey=e.hotkey, reason=e.reason[:300])
         self._s["intake"] = len(events)
         with self.db.tx() as con:
             self.db.put("last_sync_block", block, con)
@@ -446,12 +503,14 @@ class Validator(VerifyStages, QualifyStages):
     async def _fetch_all(self, items: list[Contribution]) -> None:
         sem = asyncio.Semaphore(self.cfg.fetch_concurrency)
         async with guarded_session(self.fetch_policy) as session:
+
             async def one(c: Contribution) -> None:
                 async with sem:
                     self.log.info("fetch.start", contribution=c.id, url=c.url)
                     try:
-                        path = await self.fetcher(c.url or "", c.digest or "", self.cfg.cache_dir,
-                                                  self.fetch_policy, session)
+                        path = await self.fetcher(
+                            c.url or "", c.digest or "", self.cfg.cache_dir, self.fetch_policy, session
+                        )
                     except FetchError as exc:
                         self._tried("fetch", failed=True)
                         if exc.transient:  # the miner's server, or our own disk ("io": never the miner's fault)
@@ -462,13 +521,17 @@ class Validator(VerifyStages, QualifyStages):
                         return
                     except Exception as exc:  # noqa: BLE001 - our side (disk, fds, a bug): not the miner's fault
                         self._tried("fetch", failed=True)
-                        why = (f"resource exhausted on this validator: {describe(exc)}" if is_resource_error(exc)
-                               else f"{type(exc).__name__}: {exc}")
+                        why = (
+                            f"resource exhausted on this validator: {describe(exc)}"
+                            if is_resource_error(exc)
+                            else f"{type(exc).__name__}: {exc}"
+                        )
                         self._transient(c, "fetch", why, "no_decision")
                         return
                     self._tried("fetch")
-                    self.db.transition(c.id, "fetched", "archive cached, content digest matches",
-                                       detail={**c.detail, "archive": path.name})
+                    self.db.transition(
+                        c.id, "fetched", "archive cached, content digest matches", detail={**c.detail, "archive": path.name}
+                    )
                     self._moved("fetched")
                     self.log.info("fetch.ok", contribution=c.id, archive=path.name)
 
@@ -507,8 +570,7 @@ class Validator(VerifyStages, QualifyStages):
             if copy is None or copy.contribution_id != c.id:
                 self.db.move(con, c.id, "screened", "static screen clean")
         if copy is not None:
-            self.log.info("screen.copy", contribution=copy.contribution_id, outcome=copy.outcome,
-                          reason=copy.reason[:300])
+            self.log.info("screen.copy", contribution=copy.contribution_id, outcome=copy.outcome, reason=copy.reason[:300])
         if copy is not None and copy.contribution_id == c.id:
             return
         self._moved("screened")
@@ -521,8 +583,14 @@ class Validator(VerifyStages, QualifyStages):
         block = self.chain.current_block()
         for target in targets:
             try:
-                out = ledger.settle(self.db, target, self.cfg.speed, block, hold_blocks=self.cfg.settle_hold_blocks,
-                                    max_remeasure=self.cfg.max_remeasure)
+                out = ledger.settle(
+                    self.db,
+                    target,
+                    self.cfg.speed,
+                    block,
+                    hold_blocks=self.cfg.settle_hold_blocks,
+                    max_remeasure=self.cfg.max_remeasure,
+                )
             except ScoringError as exc:  # rolled back; one bad target must not stop the others or weights
                 self.log.error("settle.error", target=target, error=str(exc)[:500])
                 continue
@@ -533,13 +601,23 @@ class Validator(VerifyStages, QualifyStages):
                 continue
             self._s["settled"].append(target)
             for d in out.decisions:
-                self.log.info("settle.decision", target=target, contribution=d.contribution_id,
-                              outcome=d.outcome, reason=d.reason[:300])
+                self.log.info(
+                    "settle.decision",
+                    target=target,
+                    contribution=d.contribution_id,
+                    outcome=d.outcome,
+                    reason=d.reason[:300],
+                )
             if out.changed and out.crown is not None:
                 self._s["crowns"].append(target)
-                self.log.info("settle.crown", target=target, contribution=out.crown.contribution_id,
-                              hotkey=out.crown.hotkey, speedup_vs_stock=round(out.crown.speedup_vs_stock, 4),
-                              block=out.block)
+                self.log.info(
+                    "settle.crown",
+                    target=target,
+                    contribution=out.crown.contribution_id,
+                    hotkey=out.crown.hotkey,
+                    speedup_vs_stock=round(out.crown.speedup_vs_stock, 4),
+                    block=out.block,
+                )
             for cid in out.remeasure:
                 self.log.info("settle.remeasure", target=target, contribution=cid)
 

@@ -19,7 +19,8 @@ nothing else in the process leaks into it.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -31,18 +32,20 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.passes = Counter("cacheon_validator_passes", "Validator passes by result", ["result"], registry=r)
-        self.pass_seconds = Histogram("cacheon_validator_pass_duration_seconds", "Wall time of one pass",
-                                      buckets=_PASS_BUCKETS, registry=r)
-        self.last_pass = Gauge("cacheon_validator_last_pass_timestamp_seconds",
-                               "Unix time the last pass completed", registry=r)
+        self.pass_seconds = Histogram(
+            "cacheon_validator_pass_duration_seconds", "Wall time of one pass", buckets=_PASS_BUCKETS, registry=r
+        )
+        self.last_pass = Gauge(
+            "cacheon_validator_last_pass_timestamp_seconds", "Unix time the last pass completed", registry=r
+        )
         self.last_ok = Gauge("cacheon_validator_last_pass_ok", "1 if the last pass had no problem", registry=r)
         self.queue = Gauge("cacheon_validator_queue", "Contributions per state", ["state"], registry=r)
         self.verdicts = Counter("cacheon_validator_verdicts", "Qualifier verdicts", ["verdict"], registry=r)
         self.weights = Counter("cacheon_validator_weights", "Publisher outcomes", ["action"], registry=r)
-        self.weights_block = Gauge("cacheon_validator_weights_verified_block",
-                                   "Block of the last read-back-verified weights", registry=r)
-        self.chain_errors = Counter("cacheon_validator_chain_errors", "Failed chain calls", ["op", "kind"],
-                                    registry=r)
+        self.weights_block = Gauge(
+            "cacheon_validator_weights_verified_block", "Block of the last read-back-verified weights", registry=r
+        )
+        self.chain_errors = Counter("cacheon_validator_chain_errors", "Failed chain calls", ["op", "kind"], registry=r)
         self.chain_block = Gauge("cacheon_validator_chain_block", "Last block seen by sync", registry=r)
         self._server: Any = None
 
@@ -52,8 +55,17 @@ class Metrics:
     def verdict(self, verdict: str) -> None:
         self.verdicts.labels(verdict=verdict).inc()
 
-    def observe_pass(self, *, ok: bool, duration_s: float, at: float, counts: Mapping[str, int],
-                     weights: str | None, block: int | None, verified_block: int | None) -> None:
+    def observe_pass(
+        self,
+        *,
+        ok: bool,
+        duration_s: float,
+        at: float,
+        counts: Mapping[str, int],
+        weights: str | None,
+        block: int | None,
+        verified_block: int | None,
+    ) -> None:
         self.passes.labels(result="ok" if ok else "failed").inc()
         self.pass_seconds.observe(duration_s)
         self.last_pass.set(at)

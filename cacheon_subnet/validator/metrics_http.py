@@ -32,8 +32,17 @@ PATHS = ("/metrics", "/")
 class MetricsServer:
     """GET/HEAD /metrics from a registry, in a daemon thread; `start()` returns the bound port."""
 
-    def __init__(self, registry: CollectorRegistry, addr: str, port: int, *, max_conns: int = 4,
-                 head_timeout_s: float = 5.0, log: Any = None, log_every_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        addr: str,
+        port: int,
+        *,
+        max_conns: int = 4,
+        head_timeout_s: float = 5.0,
+        log: Any = None,
+        log_every_s: float = 60.0,
+    ) -> None:
         self.registry, self.addr, self.port = registry, addr, port
         self.max_conns, self.head_timeout_s = max_conns, head_timeout_s
         self._slots = threading.BoundedSemaphore(max_conns)
@@ -118,7 +127,7 @@ def _read_head(conn: socket.socket, deadline: float) -> bytes | None:
         conn.settimeout(left)
         try:
             chunk = conn.recv(4096)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             return None
         if not chunk:
             return None
@@ -128,5 +137,7 @@ def _read_head(conn: socket.socket, deadline: float) -> bytes | None:
 
 def _reply(status: int, ctype: bytes, body: bytes, head_only: bool) -> bytes:
     reason = {200: b"OK", 404: b"Not Found", 405: b"Method Not Allowed"}[status]
-    return (b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
-            % (status, reason, ctype, len(body))) + (b"" if head_only else body)
+    return (
+        b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+        % (status, reason, ctype, len(body))
+    ) + (b"" if head_only else body)

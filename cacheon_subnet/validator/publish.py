@@ -23,8 +23,9 @@ Rules, and why:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from cacheon_subnet import __spec_version__
 from cacheon_subnet.chain.backend import RateLimited
@@ -58,10 +59,15 @@ def readback_check(uids: Sequence[int], vals: Sequence[int], got: Mapping[int, f
     chain = {int(u): int(round(float(v) / top * U16_MAX)) for u, v in got.items()} if top > 0 else {}
     chain = {u: v for u, v in chain.items() if v > 0}
     sent = {int(u): int(v) for u, v in zip(uids, vals, strict=True) if v > 0}
-    diffs = {u: (sent.get(u, 0), chain.get(u, 0)) for u in sorted(set(sent) | set(chain))
-             if abs(sent.get(u, 0) - chain.get(u, 0)) > 1}
-    detail = {"chain": {str(u): v for u, v in sorted(chain.items())},
-              "mismatch": {str(u): list(p) for u, p in diffs.items()}}
+    diffs = {
+        u: (sent.get(u, 0), chain.get(u, 0))
+        for u in sorted(set(sent) | set(chain))
+        if abs(sent.get(u, 0) - chain.get(u, 0)) > 1
+    }
+    detail = {
+        "chain": {str(u): v for u, v in sorted(chain.items())},
+        "mismatch": {str(u): list(p) for u, p in diffs.items()},
+    }
     return not diffs, detail
 
 
@@ -70,16 +76,25 @@ def same_vector(a: WeightsRow, uids: Sequence[int], vals: Sequence[int], toleran
 
 
 class Publisher:
-    def __init__(self, db: StateDB, chain: GuardedChain, netuid: int, hotkey: str,
-                 targets: Sequence[str], weights: WeightPolicy, policy: PublishPolicy) -> None:
+    def __init__(
+        self,
+        db: StateDB,
+        chain: GuardedChain,
+        netuid: int,
+        hotkey: str,
+        targets: Sequence[str],
+        weights: WeightPolicy,
+        policy: PublishPolicy,
+    ) -> None:
         self.db, self.chain, self.netuid, self.hotkey = db, chain, netuid, hotkey
         self.targets, self.weights, self.policy = tuple(targets), weights, policy
 
     def desired(self, block: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         mg = self.chain.metagraph(self.netuid)
         owner = self.chain.owner_uid(self.netuid)
-        vector = compute_weights(ledger.crowns(self.db), self.targets,
-                                 {n.hotkey: n.uid for n in mg.neurons}, owner, block, self.weights)
+        vector = compute_weights(
+            ledger.crowns(self.db), self.targets, {n.hotkey: n.uid for n in mg.neurons}, owner, block, self.weights
+        )
         return to_u16(vector)
 
     def step(self) -> PublishResult:
@@ -92,26 +107,39 @@ class Publisher:
             return held
         uids, vals = self.desired(block)
         landed = ledger.last_weights(self.db, ("published", "verified", "failed"))
-        if (carry is None and landed is not None and landed.state != "failed" and landed.block is not None
-                and same_vector(landed, uids, vals, self.policy.min_change_u16) and block - landed.block < self.policy.interval_blocks):
+        if (
+            carry is None
+            and landed is not None
+            and landed.state != "failed"
+            and landed.block is not None
+            and same_vector(landed, uids, vals, self.policy.min_change_u16)
+            and block - landed.block < self.policy.interval_blocks
+        ):
             return PublishResult("unchanged", landed.id, f"same vector sent at block {landed.block}")
         last = self.chain.last_weights_block(self.netuid, self.hotkey)
         limit = self.chain.weights_rate_limit(self.netuid)
         if last is not None and block - last < limit:
-            return PublishResult("rate_limited", None, f"last update {last}, limit {limit}: retry in "
-                                 f"{limit - (block - last)} blocks")
+            return PublishResult(
+                "rate_limited", None, f"last update {last}, limit {limit}: retry in {limit - (block - last)} blocks"
+            )
         required = self.chain.weights_version_key(self.netuid)  # the owner's floor (hyperparameter)
         version_key = self.policy.version_key if self.policy.version_key is not None else __spec_version__
         if version_key < required:  # definitive: sending would be dropped; only an upgrade helps
-            return PublishResult("outdated", None, f"spec version {version_key} < the subnet's weights_version_key "
-                                 f"{required}: this validator is retired; upgrade (docs/operators.md, Upgrades)")
+            return PublishResult(
+                "outdated",
+                None,
+                f"spec version {version_key} < the subnet's weights_version_key "
+                f"{required}: this validator is retired; upgrade (docs/operators.md, Upgrades)",
+            )
         if self.policy.dry_run:
-            return PublishResult("dry_run", None, f"--dry-run: not sent: uids {list(uids)} weights {list(vals)} "
-                                 f"version_key {version_key}")
+            return PublishResult(
+                "dry_run", None, f"--dry-run: not sent: uids {list(uids)} weights {list(vals)} version_key {version_key}"
+            )
         if carry is not None and carry.uids == tuple(uids) and carry.vals == tuple(vals):
             row = carry
-            ledger.update_weights(self.db, row.id, "pending", "re-sending after restart",
-                                  version_key=version_key, attempt=True)
+            ledger.update_weights(
+                self.db, row.id, "pending", "re-sending after restart", version_key=version_key, attempt=True
+            )
         else:
             if carry is not None:
                 ledger.update_weights(self.db, carry.id, "deferred", "never landed; replaced by a newer vector")
@@ -120,8 +148,7 @@ class Publisher:
 
     def _send(self, row: WeightsRow, uids: Sequence[int], vals: Sequence[int], version_key: int) -> PublishResult:
         try:
-            receipt = self.chain.set_weights(self.hotkey, self.netuid, list(uids),
-                                             [float(v) for v in vals], version_key)
+            receipt = self.chain.set_weights(self.hotkey, self.netuid, list(uids), [float(v) for v in vals], version_key)
         except RateLimited as exc:
             ledger.update_weights(self.db, row.id, "deferred", f"rate limited: {exc}")
             return PublishResult("deferred", row.id, str(exc))
@@ -132,10 +159,15 @@ class Publisher:
             why = f"refused, definitive ({reason}): {exc.cause}"
             ledger.update_weights(self.db, row.id, "failed", why)
             block = self.chain.current_block()
-            self.db.put("weights_blocked", json.dumps({"reason": reason, "detail": str(exc.cause)[:500],
-                                                       "block": block, "weights_id": row.id}))
-            return PublishResult("refused", row.id, f"{why}; not sent again for "
-                                 f"{self.policy.refusal_hold_blocks} blocks (or until the cause is gone)")
+            self.db.put(
+                "weights_blocked",
+                json.dumps({"reason": reason, "detail": str(exc.cause)[:500], "block": block, "weights_id": row.id}),
+            )
+            return PublishResult(
+                "refused",
+                row.id,
+                f"{why}; not sent again for {self.policy.refusal_hold_blocks} blocks (or until the cause is gone)",
+            )
         self.db.put("weights_blocked", "")
         ledger.update_weights(self.db, row.id, "published", "accepted", block=receipt.block)
         return self._readback(row.id, uids, vals, receipt.block, receipt.block)
@@ -155,20 +187,24 @@ class Publisher:
             me = next((n for n in mg.neurons if n.hotkey == self.hotkey), None)
             if me is not None and me.validator_permit:
                 return None
-        return PublishResult("blocked", info.get("weights_id"), f"set_weights refused at block {info['block']} "
-                             f"({info['reason']}: {info['detail'][:200]}); next try in "
-                             f"{self.policy.refusal_hold_blocks - waited} blocks")
+        return PublishResult(
+            "blocked",
+            info.get("weights_id"),
+            f"set_weights refused at block {info['block']} "
+            f"({info['reason']}: {info['detail'][:200]}); next try in "
+            f"{self.policy.refusal_hold_blocks - waited} blocks",
+        )
 
-    def _readback(self, wid: int, uids: Sequence[int], vals: Sequence[int], sent_block: int,
-                  now: int) -> PublishResult:
+    def _readback(self, wid: int, uids: Sequence[int], vals: Sequence[int], sent_block: int, now: int) -> PublishResult:
         ok, detail = readback_check(uids, vals, self.chain.get_weights(self.netuid, self.hotkey))
         if ok:
             ledger.update_weights(self.db, wid, "verified", "read-back matches", readback=detail)
             return PublishResult("verified", wid, f"published at block {sent_block}, read-back matches")
         waited = now - sent_block
         if waited < self.policy.readback_grace_blocks:
-            ledger.update_weights(self.db, wid, "published", f"read-back not matching yet ({waited} blocks)",
-                                  readback=detail)
+            ledger.update_weights(
+                self.db, wid, "published", f"read-back not matching yet ({waited} blocks)", readback=detail
+            )
             return PublishResult("published", wid, "waiting for the chain to show the weights")
         why = f"read-back mismatch {waited} blocks after sending: chain dropped or altered the weights"
         ledger.update_weights(self.db, wid, "failed", why, readback=detail)

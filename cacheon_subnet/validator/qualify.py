@@ -74,8 +74,10 @@ class CpuQualifier:
 
     @property
     def arena_id(self) -> str:
-        ident = (f"cpu-slot-timing/v4-host-clock-paired/{self.tier}/{self.cases}/{self.max_case_bytes}"
-                 f"/floor{self.noise_floor:g}/bias{self.bias_allowance:g}")
+        ident = (
+            f"cpu-slot-timing/v4-host-clock-paired/{self.tier}/{self.cases}/{self.max_case_bytes}"
+            f"/floor{self.noise_floor:g}/bias{self.bias_allowance:g}"
+        )
         return "cpu-" + hashlib.sha256(ident.encode()).hexdigest()[:12]
 
     def qualify(self, bundle: Bundle, op: OpEntry, incumbent: Crown | None) -> QualifyResult:
@@ -115,8 +117,9 @@ class CpuQualifier:
             return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, e.reason, rows)
         except (WorkerTimeout, WorkerDied, TimeoutError, EOFError, OSError, wire.WireError) as e:
             if not base.alive:  # the validator's own reference worker broke (alone or with the box): no verdict
-                return self._result(op, "NO_DECISION", True, 1.0, 1.0, 0.0,
-                                    f"baseline worker: {type(e).__name__}: {e}", rows)
+                return self._result(
+                    op, "NO_DECISION", True, 1.0, 1.0, 0.0, f"baseline worker: {type(e).__name__}: {e}", rows
+                )
             return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, f"worker: {type(e).__name__}: {e}", rows)
         finally:
             base.cleanup()
@@ -127,12 +130,28 @@ class CpuQualifier:
         vs_incumbent = vs_stock / incumbent.speedup_vs_stock if incumbent else vs_stock
         if noise > self.max_noise and vs_incumbent * (1 + 2 * noise) >= 1.0:
             # The noise band reaches above parity: we cannot tell. (Clearly slower is a verdict.)
-            return self._result(op, "NO_DECISION", True, vs_incumbent, vs_stock, noise,
-                                f"too noisy: {noise:.3%} > {self.max_noise:.0%}", rows)
-        return self._result(op, "PASS", True, vs_incumbent, vs_stock, noise,
-                            f"{speed_words(vs_stock, 'the fp32 reference')} ({vs_stock:.3f}x: {measured:.3f}x measured, net of "
-                            f"the {self.bias_allowance:.0%} cross-process bias allowance) over {len(rows)} shapes, host clock, "
-                            f"every timed output checked (noise {noise:.2%})", rows)
+            return self._result(
+                op,
+                "NO_DECISION",
+                True,
+                vs_incumbent,
+                vs_stock,
+                noise,
+                f"too noisy: {noise:.3%} > {self.max_noise:.0%}",
+                rows,
+            )
+        return self._result(
+            op,
+            "PASS",
+            True,
+            vs_incumbent,
+            vs_stock,
+            noise,
+            f"{speed_words(vs_stock, 'the fp32 reference')} ({vs_stock:.3f}x: {measured:.3f}x measured, net of "
+            f"the {self.bias_allowance:.0%} cross-process bias allowance) over {len(rows)} shapes, host clock, "
+            f"every timed output checked (noise {noise:.2%})",
+            rows,
+        )
 
     def pick_cases(self, spec, op: OpEntry, dtype: str) -> list:
         """The largest eligible shapes that fit the CPU budget (largest first)."""
@@ -145,6 +164,7 @@ class CpuQualifier:
                 return sorted(fit, key=lambda c: (-spec.default_bytes(c, act), c.label))[: self.cases]
         return []
 
-    def _result(self, op: OpEntry, verdict: str, ok: bool, sp: float, vs: float, noise: float, reason: str,
-                rows: list | None = None) -> QualifyResult:
+    def _result(
+        self, op: OpEntry, verdict: str, ok: bool, sp: float, vs: float, noise: float, reason: str, rows: list | None = None
+    ) -> QualifyResult:
         return QualifyResult(op.slot, verdict, ok, sp, vs, noise, self.arena_id, self.label, reason, {"cases": rows or []})

@@ -52,14 +52,19 @@ class QualifyStages:
             if incumbent is not None and start <= incumbent.crowned_block:
                 self.log.info("qualify.wait_block", contribution=c.id, target=target)
                 return  # measured in the crown's own block it would be stale; next pass
-            self.log.info("qualify.start", contribution=c.id, target=target,
-                          incumbent=incumbent.contribution_id if incumbent else "stock")
+            self.log.info(
+                "qualify.start",
+                contribution=c.id,
+                target=target,
+                incumbent=incumbent.contribution_id if incumbent else "stock",
+            )
             try:
                 if op is None:
                     raise LookupError(f"bundle has no op for target {target}")
                 if incumbent is not None and getattr(self.qualifier, "head_to_head", False):
-                    result = self.qualifier.qualify(bundle, op, incumbent,
-                                                    incumbent_bundle=self._incumbent_bundle(incumbent))
+                    result = self.qualifier.qualify(
+                        bundle, op, incumbent, incumbent_bundle=self._incumbent_bundle(incumbent)
+                    )
                 else:
                     result = self.qualifier.qualify(bundle, op, incumbent)
                 if lifecycle.SHUTDOWN.is_set():  # its engines were killed under it: not the bundle's verdict
@@ -80,8 +85,9 @@ class QualifyStages:
             self._record(c, target, result, start, incumbent.contribution_id if incumbent else None)
         self._moved("qualified")
 
-    def _record(self, c: Contribution, target: str, result: Any, start: int, incumbent_id: str | None,
-                key: str | None = None) -> None:
+    def _record(
+        self, c: Contribution, target: str, result: Any, start: int, incumbent_id: str | None, key: str | None = None
+    ) -> None:
         """One op's evidence, in one transaction (with the job's idempotency key, if any).
         A pool job that started no later than the target's current crown was measured before that
         crown: it keeps its start block, so settlement reads it as stale. Filed at the block it came
@@ -105,9 +111,17 @@ class QualifyStages:
                 self.db.update(con, c.id, {"todo": todo, "attempts": 0})
             else:
                 self._finish(con, c)
-        self.log.info("qualify.op", contribution=c.id, target=target, verdict=result.verdict,
-                      speedup=round(result.speedup, 4), vs_stock=round(result.speedup_vs_stock, 4),
-                      noise=round(result.noise, 4), arena=result.arena_id, label=result.label)
+        self.log.info(
+            "qualify.op",
+            contribution=c.id,
+            target=target,
+            verdict=result.verdict,
+            speedup=round(result.speedup, 4),
+            vs_stock=round(result.speedup_vs_stock, 4),
+            noise=round(result.noise, 4),
+            arena=result.arena_id,
+            label=result.label,
+        )
 
     def _dispatch_stage(self) -> None:
         """A pool of arenas: collect what finished (this thread alone writes the DB), then keep
@@ -121,7 +135,7 @@ class QualifyStages:
                 self._held = results[i:]
                 raise
             except BaseException:
-                self._held = results[i + 1:]
+                self._held = results[i + 1 :]
                 raise
         if self._gpu_screens_running():
             return  # a screen on the GPU has its turn: no timed window beside it (verify_stage)
@@ -155,11 +169,19 @@ class QualifyStages:
             if incumbent is not None and start <= incumbent.crowned_block:
                 continue  # measured in the crown's own block it would be stale; next pass
             inc = self._incumbent_bundle(incumbent) if incumbent is not None and pool.head_to_head else None
-            pool.submit(QualifyJob(key, c.id, target, dict(bundle.files), op, incumbent,
-                                   dict(inc.files) if inc is not None else None, start))
+            pool.submit(
+                QualifyJob(
+                    key, c.id, target, dict(bundle.files), op, incumbent, dict(inc.files) if inc is not None else None, start
+                )
+            )
             running.add((c.id, target))
-            self.log.info("qualify.dispatch", contribution=c.id, target=target, key=key,
-                          incumbent=incumbent.contribution_id if incumbent else "stock")
+            self.log.info(
+                "qualify.dispatch",
+                contribution=c.id,
+                target=target,
+                key=key,
+                incumbent=incumbent.contribution_id if incumbent else "stock",
+            )
 
     def _collect(self, r: JobResult) -> None:
         """One finished job into the DB, once: a key already recorded (a retried or twice-delivered
@@ -215,11 +237,14 @@ class QualifyStages:
         return why
 
     def _finish(self, con: Any, c: Contribution) -> None:
-        rows = con.execute("SELECT target, verdict, reason FROM evidence WHERE contribution_id=? AND id IN"
-                           " (SELECT MAX(id) FROM evidence WHERE contribution_id=? GROUP BY target)",
-                           (c.id, c.id)).fetchall()
-        text = "; ".join(f"{r['target']} {VERDICT_WORDS.get(r['verdict'], r['verdict'])}: {r['reason']}"
-                         for r in rows)[:2000]
+        rows = con.execute(
+            "SELECT target, verdict, reason FROM evidence WHERE contribution_id=? AND id IN"
+            " (SELECT MAX(id) FROM evidence WHERE contribution_id=? GROUP BY target)",
+            (c.id, c.id),
+        ).fetchall()
+        text = "; ".join(f"{r['target']} {VERDICT_WORDS.get(r['verdict'], r['verdict'])}: {r['reason']}" for r in rows)[
+            :2000
+        ]
         if rows and all(r["verdict"] == "FAIL" for r in rows):
             self.db.move(con, c.id, "failed", "qualify: " + text, todo=())
         else:

@@ -30,25 +30,40 @@ def _task(qualifier: Any, job: QualifyJob) -> JobResult:
 
 
 class RayPool:
-    def __init__(self, qualifier: Any, address: str, *, slots: int | None = None, num_gpus: float = 1.0,
-                 resources: dict[str, float] | None = None, max_retries: int = 3,
-                 runtime_env: dict[str, Any] | None = None, init: bool = True) -> None:
+    def __init__(
+        self,
+        qualifier: Any,
+        address: str,
+        *,
+        slots: int | None = None,
+        num_gpus: float = 1.0,
+        resources: dict[str, float] | None = None,
+        max_retries: int = 3,
+        runtime_env: dict[str, Any] | None = None,
+        init: bool = True,
+    ) -> None:
         if not (address == "auto" or address.startswith("ray://") or address == "local"):
             raise ValueError(f"--arena-workers {address!r}: expected ray://HOST:PORT, auto, or local")
         try:
             import ray
         except ImportError:
-            raise RayUnavailable("--arena-workers needs Ray on this host and every worker: "
-                                 "pip install 'cacheon-subnet[ray]'") from None
+            raise RayUnavailable(
+                "--arena-workers needs Ray on this host and every worker: pip install 'cacheon-subnet[ray]'"
+            ) from None
         self._ray = ray
         if init and not ray.is_initialized():
-            ray.init(address=None if address == "local" else address, runtime_env=runtime_env,
-                     log_to_driver=False, ignore_reinit_error=True)
+            ray.init(
+                address=None if address == "local" else address,
+                runtime_env=runtime_env,
+                log_to_driver=False,
+                ignore_reinit_error=True,
+            )
         self.qualifier = qualifier
         self.arena_id, self.label = qualifier.arena_id, qualifier.label
         self.head_to_head = getattr(qualifier, "head_to_head", False)
-        self._fn = ray.remote(_task).options(num_gpus=num_gpus, resources=resources or {}, max_retries=max_retries,
-                                            retry_exceptions=False)
+        self._fn = ray.remote(_task).options(
+            num_gpus=num_gpus, resources=resources or {}, max_retries=max_retries, retry_exceptions=False
+        )
         self._slots, self._per_job, self._resources = slots, num_gpus, resources or {}
         self._refs: dict[str, Any] = {}
         self._jobs: dict[str, QualifyJob] = {}
@@ -81,14 +96,28 @@ class RayPool:
             try:
                 res = bind_result(job, self._ray.get(ref), "ray")
             except self._ray.exceptions.RayError as e:  # retries spent: the workers, not the miner
-                res = JobResult(key, job.contribution_id, job.target, job.start_block, None,
-                                f"ray worker lost ({type(e).__name__}): {str(e)[:500]}", "ray",
-                                incumbent_id=job.incumbent.contribution_id if job.incumbent else None)
+                res = JobResult(
+                    key,
+                    job.contribution_id,
+                    job.target,
+                    job.start_block,
+                    None,
+                    f"ray worker lost ({type(e).__name__}): {str(e)[:500]}",
+                    "ray",
+                    incumbent_id=job.incumbent.contribution_id if job.incumbent else None,
+                )
             if res.result is not None and res.result.arena_id != self.arena_id:
-                res = JobResult(key, job.contribution_id, job.target, job.start_block, None,
-                                f"worker {res.worker} measured arena {res.result.arena_id}, this validator runs "
-                                f"{self.arena_id} (other code or pins on that host): not comparable", res.worker,
-                                incumbent_id=res.incumbent_id)
+                res = JobResult(
+                    key,
+                    job.contribution_id,
+                    job.target,
+                    job.start_block,
+                    None,
+                    f"worker {res.worker} measured arena {res.result.arena_id}, this validator runs "
+                    f"{self.arena_id} (other code or pins on that host): not comparable",
+                    res.worker,
+                    incumbent_id=res.incumbent_id,
+                )
             out.append(res)
         return out
 

@@ -45,8 +45,9 @@ def static_screen(bundle: Bundle) -> ScreenResult:
             reasons.append(f"{op.key}: unknown slot {op.slot!r} ({exc})")
     static = policy_bound.static_check(bundle, identity=True)
     reasons += [f"policy: {f}" for f in static.findings]
-    return ScreenResult(not reasons, tuple(reasons), {"ops": [o.key for o in bundle.manifest.ops],
-                                                      "scan_cpu_s": round(static.cpu_s, 3)})
+    return ScreenResult(
+        not reasons, tuple(reasons), {"ops": [o.key for o in bundle.manifest.ops], "scan_cpu_s": round(static.cpu_s, 3)}
+    )
 
 
 @dataclass(frozen=True)
@@ -66,11 +67,20 @@ class VerifyScreener:
         from cacheon_subnet.verify import VerifyOptions, verify_bundle
 
         deadline = self.deadline_s if self.deadline_s is not None else (900.0 if self.device.startswith("cuda") else 3600.0)
-        opts = VerifyOptions(device=self.device, call_timeout_s=self.call_timeout_s,
-                             import_timeout_s=self.import_timeout_s, max_cases=self.max_cases, arena=self.arena,
-                             deadline_s=deadline)
+        opts = VerifyOptions(
+            device=self.device,
+            call_timeout_s=self.call_timeout_s,
+            import_timeout_s=self.import_timeout_s,
+            max_cases=self.max_cases,
+            arena=self.arena,
+            deadline_s=deadline,
+        )
         report = verify_bundle(bundle, opts)
-        detail = {"status": report.status, "device": report.device, "tier": report.tier,
-                  "duration_s": round(report.duration_s, 3),
-                  "ops": [{"key": o.key, "status": o.status, "cases": o.cases} for o in report.ops]}
+        detail = {
+            "status": report.status,
+            "device": report.device,
+            "tier": report.tier,
+            "duration_s": round(report.duration_s, 3),
+            "ops": [{"key": o.key, "status": o.status, "cases": o.cases} for o in report.ops],
+        }
         return ScreenResult(report.passed, tuple(report.reasons), detail)

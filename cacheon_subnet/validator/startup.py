@@ -50,8 +50,9 @@ def is_local(chain: str, network: str) -> bool:
     """The embedded LocalChain, or a subtensor on this machine (`local`, ws://127.0.0.1:..., localhost)."""
     if chain == "local":
         return True
-    return network in LOCAL_NETWORKS or bool(re.fullmatch(r"^wss?://(127\.\d+\.\d+\.\d+|localhost|\[::1\])(:\d+)?/?$",
-                                                      network))
+    return network in LOCAL_NETWORKS or bool(
+        re.fullmatch(r"^wss?://(127\.\d+\.\d+\.\d+|localhost|\[::1\])(:\d+)?/?$", network)
+    )
 
 
 def network_key(chain: str, network: str, local_chain: str | None) -> str:
@@ -89,15 +90,19 @@ def check_sandbox(local: bool, log: Any = None) -> str:
             log.warning("validator.sandbox_weak", reason=weak, uid=os.getuid())
         return weak or "unchecked"
     if weak:
-        raise StartupError(f"the sandbox is in WEAK MODE ({weak}): contribution code would run as uid {os.getuid()} "
-                           "with no dedicated user, filesystem view or seccomp filter (the wallet and the state DB in "
-                           "reach). Weak mode is for local chains only: unset CACHEON_SANDBOX and check `cacheon "
-                           "doctor --gpu`")
+        raise StartupError(
+            f"the sandbox is in WEAK MODE ({weak}): contribution code would run as uid {os.getuid()} "
+            "with no dedicated user, filesystem view or seccomp filter (the wallet and the state DB in "
+            "reach). Weak mode is for local chains only: unset CACHEON_SANDBOX and check `cacheon "
+            "doctor --gpu`"
+        )
     try:
         launcher.preflight()
     except SandboxError as exc:
-        raise StartupError(f"the sandbox wall does not hold on this host: {exc}. `cacheon doctor --gpu` shows every "
-                           "layer; a validator off a local chain never runs without it") from None
+        raise StartupError(
+            f"the sandbox wall does not hold on this host: {exc}. `cacheon doctor --gpu` shows every "
+            "layer; a validator off a local chain never runs without it"
+        ) from None
     return "wall"
 
 
@@ -107,8 +112,10 @@ def arena_spec(arena: str | None, local: bool, network: str) -> str:
         return arena
     if local:
         return "cpu"
-    raise StartupError(f"--arena configs/arena/<name>.toml is required on network {network!r}: weights there must "
-                       "come from the GPU arena. (CPU timing is advisory: opt in with --arena cpu --allow-cpu-timing.)")
+    raise StartupError(
+        f"--arena configs/arena/<name>.toml is required on network {network!r}: weights there must "
+        "come from the GPU arena. (CPU timing is advisory: opt in with --arena cpu --allow-cpu-timing.)"
+    )
 
 
 def check_timing(qualifier: Any, local: bool, allow_cpu_timing: bool, network: str) -> Any:
@@ -121,10 +128,12 @@ def check_timing(qualifier: Any, local: bool, allow_cpu_timing: bool, network: s
     if local:
         return qualifier
     if not allow_cpu_timing:
-        raise StartupError(f"--arena is CPU timing on network {network!r}: host-timed slot calls are advisory and can "
-                           "crown the wrong kernels (a faithful Triton kernel scored 0.001x there). Use a GPU arena "
-                           "config (configs/arena/dense.toml), or --allow-cpu-timing to publish CPU-timed weights "
-                           f"knowingly (every record is then labelled {CPU_OPT_IN_LABEL!r}).")
+        raise StartupError(
+            f"--arena is CPU timing on network {network!r}: host-timed slot calls are advisory and can "
+            "crown the wrong kernels (a faithful Triton kernel scored 0.001x there). Use a GPU arena "
+            "config (configs/arena/dense.toml), or --allow-cpu-timing to publish CPU-timed weights "
+            f"knowingly (every record is then labelled {CPU_OPT_IN_LABEL!r})."
+        )
     return replace(qualifier, label=CPU_OPT_IN_LABEL)
 
 
@@ -134,20 +143,26 @@ def check_registration(backend: Any, netuid: int, hotkey: str) -> dict[str, Any]
     mg = backend.metagraph(netuid)
     uid = mg.uid_of(hotkey)
     if uid is None:
-        raise StartupError(f"hotkey {hotkey} is not registered on netuid {netuid} ({len(mg.neurons)} neurons): "
-                           f"register it first (btcli subnets register --netuid {netuid}) or check --wallet.hotkey")
+        raise StartupError(
+            f"hotkey {hotkey} is not registered on netuid {netuid} ({len(mg.neurons)} neurons): "
+            f"register it first (btcli subnets register --netuid {netuid}) or check --wallet.hotkey"
+        )
     n = mg.by_uid(uid)
     if not n.validator_permit:
-        raise StartupError(f"hotkey {hotkey} (uid {uid} on netuid {netuid}, stake {n.stake:g}) has no validator "
-                           "permit: the chain refuses its weights. Add stake until it holds a permit, then restart")
+        raise StartupError(
+            f"hotkey {hotkey} (uid {uid} on netuid {netuid}, stake {n.stake:g}) has no validator "
+            "permit: the chain refuses its weights. Add stake until it holds a permit, then restart"
+        )
     return {"uid": uid, "stake": n.stake}
 
 
 def check_version_key(backend: Any, netuid: int, spec: int = __spec_version__) -> int:
     required = int(backend.weights_version_key(netuid))
     if spec < required:
-        raise StartupError(f"this code's spec version {spec} ({__version__}) is below the subnet's weights_version_key "
-                           f"{required}: the owner has retired it. Upgrade (docs/operators.md, Upgrades)")
+        raise StartupError(
+            f"this code's spec version {spec} ({__version__}) is below the subnet's weights_version_key "
+            f"{required}: the owner has retired it. Upgrade (docs/operators.md, Upgrades)"
+        )
     return required
 
 
@@ -160,8 +175,10 @@ def check_compat(chain: str, gpu_arena: bool) -> dict[str, int]:
         rep = check_sdk()
         out["chain_compat"] = rep.exit_code
         if rep.exit_code != 0:
-            raise StartupError(f"chain-compat failed (exit {rep.exit_code}): the installed bittensor SDK is not the "
-                               f"pinned one or lost a call we use; run `cacheon chain-compat`.\n{render(rep)[-1500:]}")
+            raise StartupError(
+                f"chain-compat failed (exit {rep.exit_code}): the installed bittensor SDK is not the "
+                f"pinned one or lost a call we use; run `cacheon chain-compat`.\n{render(rep)[-1500:]}"
+            )
     if gpu_arena:
         from seams.compat import render as render_seams
         from seams.compat import runtime_check
@@ -169,15 +186,16 @@ def check_compat(chain: str, gpu_arena: bool) -> dict[str, int]:
         srep = runtime_check()
         out["compat"] = srep.exit_code
         if srep.exit_code != 0:
-            raise StartupError(f"compat failed (exit {srep.exit_code}): the installed SGLang is not the pinned one or "
-                               f"a seam moved; run `cacheon compat`.\n{render_seams(srep)[-1500:]}")
+            raise StartupError(
+                f"compat failed (exit {srep.exit_code}): the installed SGLang is not the pinned one or "
+                f"a seam moved; run `cacheon compat`.\n{render_seams(srep)[-1500:]}"
+            )
     return out
 
 
 def identity() -> dict[str, Any]:
     """What this validator runs on, for the log (and for operators comparing numbers)."""
-    ident: dict[str, Any] = {"cacheon": __version__, "spec_version": __spec_version__,
-                             "python": sys.version.split()[0]}
+    ident: dict[str, Any] = {"cacheon": __version__, "spec_version": __spec_version__, "python": sys.version.split()[0]}
     for dist in ("torch", "sglang", "bittensor", "triton"):
         try:
             ident[dist] = importlib.metadata.version(dist)
@@ -185,8 +203,12 @@ def identity() -> dict[str, Any]:
             ident[dist] = None
     if shutil.which("nvidia-smi"):
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=30).stdout
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout
             ident["gpus"] = [line.strip() for line in out.splitlines() if line.strip()]
         except (OSError, subprocess.SubprocessError) as e:
             ident["gpus"] = f"nvidia-smi failed: {e}"

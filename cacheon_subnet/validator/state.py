@@ -23,10 +23,11 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from cacheon_subnet.errors import CacheonError
 
@@ -134,11 +135,27 @@ class Contribution:
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Contribution:
-        return cls(row["id"], row["hotkey"], row["uid"], row["commit_block"], row["reveal_block"],
-                   row["url"], row["digest"], row["state"], row["reason"], row["rule"],
-                   row["attempts"], row["next_try_at"], tuple(json.loads(row["todo"])),
-                   row["remeasures"], row["duplicate_of"], row["superseded_by"], row["seen_block"],
-                   json.loads(row["detail"]), row["norm_id"] if "norm_id" in row.keys() else None)
+        return cls(
+            row["id"],
+            row["hotkey"],
+            row["uid"],
+            row["commit_block"],
+            row["reveal_block"],
+            row["url"],
+            row["digest"],
+            row["state"],
+            row["reason"],
+            row["rule"],
+            row["attempts"],
+            row["next_try_at"],
+            tuple(json.loads(row["todo"])),
+            row["remeasures"],
+            row["duplicate_of"],
+            row["superseded_by"],
+            row["seen_block"],
+            json.loads(row["detail"]),
+            row["norm_id"] if "norm_id" in row.keys() else None,
+        )
 
 
 def acquire_run_lock(state_dir: Path) -> int:
@@ -191,8 +208,13 @@ class StateDB:
         if readonly:
             if not self.path.is_file():
                 raise StateError(f"{self.path}: no validator state here (run the validator first)")
-            self.con = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0,
-                                       isolation_level=None, check_same_thread=False)
+            self.con = sqlite3.connect(
+                f"{self.path.resolve().as_uri()}?mode=ro",
+                uri=True,
+                timeout=30.0,
+                isolation_level=None,
+                check_same_thread=False,
+            )
             self.con.row_factory = sqlite3.Row
             self._check_version(migrate=False)
             return
@@ -218,15 +240,16 @@ class StateDB:
     def _check_version(self, migrate: bool) -> None:
         have = self.schema_version()
         if have > SCHEMA_VERSION:
-            raise StateError(f"{self.path}: schema version {have} is newer than this code "
-                             f"({SCHEMA_VERSION}); upgrade cacheon-subnet")
+            raise StateError(
+                f"{self.path}: schema version {have} is newer than this code ({SCHEMA_VERSION}); upgrade cacheon-subnet"
+            )
         if have < SCHEMA_VERSION and not migrate:
-            raise StateError(f"{self.path}: schema version {have} < {SCHEMA_VERSION}; "
-                             "start the validator once to migrate")
+            raise StateError(f"{self.path}: schema version {have} < {SCHEMA_VERSION}; start the validator once to migrate")
         for version in range(have + 1, SCHEMA_VERSION + 1):
             with self.tx() as con:
-                con.execute("CREATE TABLE IF NOT EXISTS schema_version(version INTEGER PRIMARY KEY,"
-                            " applied_at REAL NOT NULL)")
+                con.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_version(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
+                )
                 if con.execute("SELECT 1 FROM schema_version WHERE version=?", (version,)).fetchone():
                     continue  # another process migrated between our check and BEGIN
                 for stmt in MIGRATIONS[version - 1]:
@@ -234,8 +257,7 @@ class StateDB:
                 con.execute("INSERT INTO schema_version VALUES (?, ?)", (version, time.time()))
 
     def schema_version(self) -> int:
-        exists = self.con.execute(
-            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_version'").fetchone()
+        exists = self.con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_version'").fetchone()
         if not exists:
             return 0
         row = self.con.execute("SELECT MAX(version) FROM schema_version").fetchone()
@@ -256,8 +278,10 @@ class StateDB:
 
     def log_chain_error(self, op: str, exc: BaseException) -> None:
         with self.tx() as con:
-            con.execute("INSERT INTO chain_errors(op, error_type, message, at) VALUES (?, ?, ?, ?)",
-                        (op, type(exc).__name__, str(exc)[:2000], time.time()))
+            con.execute(
+                "INSERT INTO chain_errors(op, error_type, message, at) VALUES (?, ?, ?, ?)",
+                (op, type(exc).__name__, str(exc)[:2000], time.time()),
+            )
 
     # -- contributions ----------------------------------------------------------------------
 
@@ -273,15 +297,17 @@ class StateDB:
 
     def contributions(self, states: tuple[str, ...] = STATES) -> list[Contribution]:
         marks = ",".join("?" * len(states))
-        rows = self.con.execute(f"SELECT * FROM contributions WHERE state IN ({marks})"
-                                " ORDER BY commit_block, id", states).fetchall()
+        rows = self.con.execute(
+            f"SELECT * FROM contributions WHERE state IN ({marks}) ORDER BY commit_block, id", states
+        ).fetchall()
         return [Contribution.from_row(r) for r in rows]
 
     def due(self, state: str, now: float | None = None) -> list[Contribution]:
         """Contributions in `state` whose backoff has expired, oldest commit first."""
         now = time.time() if now is None else now
-        rows = self.con.execute("SELECT * FROM contributions WHERE state=? AND next_try_at<=?"
-                                " ORDER BY commit_block, id", (state, now)).fetchall()
+        rows = self.con.execute(
+            "SELECT * FROM contributions WHERE state=? AND next_try_at<=? ORDER BY commit_block, id", (state, now)
+        ).fetchall()
         return [Contribution.from_row(r) for r in rows]
 
     def counts(self) -> dict[str, int]:
@@ -289,10 +315,23 @@ class StateDB:
         got = {r[0]: int(r[1]) for r in rows}
         return {s: got.get(s, 0) for s in STATES}
 
-    def insert(self, con: sqlite3.Connection, *, cid: str, hotkey: str, uid: int | None,
-               commit_block: int, reveal_block: int | None, url: str | None, digest: str | None,
-               state: str, reason: str = "", rule: str | None = None, seen_block: int | None = None,
-               **extra: Any) -> None:
+    def insert(
+        self,
+        con: sqlite3.Connection,
+        *,
+        cid: str,
+        hotkey: str,
+        uid: int | None,
+        commit_block: int,
+        reveal_block: int | None,
+        url: str | None,
+        digest: str | None,
+        state: str,
+        reason: str = "",
+        rule: str | None = None,
+        seen_block: int | None = None,
+        **extra: Any,
+    ) -> None:
         if state not in STATES or (rule is not None and rule not in RULES):
             raise StateError(f"insert {cid}: bad state {state!r} or rule {rule!r}")
         now = time.time()
@@ -300,25 +339,29 @@ class StateDB:
             "INSERT INTO contributions(id, hotkey, uid, commit_block, reveal_block, url, digest,"
             " state, reason, rule, seen_block, created_at, updated_at) VALUES"
             " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (cid, hotkey, uid, commit_block, reveal_block, url, digest, state, reason, rule,
-             seen_block, now, now))
+            (cid, hotkey, uid, commit_block, reveal_block, url, digest, state, reason, rule, seen_block, now, now),
+        )
         if extra:
             self.update(con, cid, extra)
-        con.execute("INSERT INTO transitions(contribution_id, from_state, to_state, reason, at)"
-                    " VALUES (?, NULL, ?, ?, ?)", (cid, state, reason or "intake", now))
+        con.execute(
+            "INSERT INTO transitions(contribution_id, from_state, to_state, reason, at) VALUES (?, NULL, ?, ?, ?)",
+            (cid, state, reason or "intake", now),
+        )
 
-    def move(self, con: sqlite3.Connection, cid: str, to: str, reason: str = "",
-             **fields: Any) -> Contribution:
+    def move(self, con: sqlite3.Connection, cid: str, to: str, reason: str = "", **fields: Any) -> Contribution:
         """Transition inside the caller's transaction; attempts/backoff reset unless given."""
         cur = self.contribution(cid, con)
         if to not in TRANSITIONS.get(cur.state, frozenset()):
-            raise StateError(f"{cid}: transition {cur.state} -> {to} is not allowed "
-                             f"(allowed: {sorted(TRANSITIONS[cur.state])})")
+            raise StateError(
+                f"{cid}: transition {cur.state} -> {to} is not allowed (allowed: {sorted(TRANSITIONS[cur.state])})"
+            )
         fields.setdefault("attempts", 0)
         fields.setdefault("next_try_at", 0.0)
         self.update(con, cid, {"state": to, "reason": reason, **fields})
-        con.execute("INSERT INTO transitions(contribution_id, from_state, to_state, reason, at)"
-                    " VALUES (?, ?, ?, ?, ?)", (cid, cur.state, to, reason, time.time()))
+        con.execute(
+            "INSERT INTO transitions(contribution_id, from_state, to_state, reason, at) VALUES (?, ?, ?, ?, ?)",
+            (cid, cur.state, to, reason, time.time()),
+        )
         return self.contribution(cid, con)
 
     def transition(self, cid: str, to: str, reason: str = "", **fields: Any) -> Contribution:
@@ -330,19 +373,33 @@ class StateDB:
         """Count a transient failure and back off; the state does not change."""
         with self.tx() as con:
             cur = self.contribution(cid, con)
-            self.update(con, cid, {"attempts": cur.attempts + 1, "reason": reason,
-                                 "next_try_at": time.time() + delay_s})
+            self.update(con, cid, {"attempts": cur.attempts + 1, "reason": reason, "next_try_at": time.time() + delay_s})
             return self.contribution(cid, con)
 
     def update(self, con: sqlite3.Connection, cid: str, fields: Mapping[str, Any]) -> None:
         """Set columns of one row inside the caller's transaction (no state check: use move)."""
-        allowed = {"state", "reason", "rule", "attempts", "next_try_at", "todo",
-                   "remeasures", "duplicate_of", "superseded_by", "detail", "uid", "url", "norm_id"}
+        allowed = {
+            "state",
+            "reason",
+            "rule",
+            "attempts",
+            "next_try_at",
+            "todo",
+            "remeasures",
+            "duplicate_of",
+            "superseded_by",
+            "detail",
+            "uid",
+            "url",
+            "norm_id",
+        }
         bad = set(fields) - allowed
         if bad:
             raise StateError(f"{cid}: cannot set {sorted(bad)}")
-        values = {k: (json.dumps(list(v)) if k == "todo" else json.dumps(v, sort_keys=True)
-                      if k == "detail" else v) for k, v in fields.items()}
+        values = {
+            k: (json.dumps(list(v)) if k == "todo" else json.dumps(v, sort_keys=True) if k == "detail" else v)
+            for k, v in fields.items()
+        }
         values["updated_at"] = time.time()
         sets = ", ".join(f"{k}=?" for k in values)
         cur = con.execute(f"UPDATE contributions SET {sets} WHERE id=?", (*values.values(), cid))

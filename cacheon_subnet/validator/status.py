@@ -24,17 +24,30 @@ def collect(state_dir: str | Path) -> dict[str, Any]:
     try:
         con = db.con
         evidence: dict[str, list[dict[str, Any]]] = {}
-        for r in con.execute("SELECT contribution_id, target, round, verdict, speedup, speedup_vs_stock, noise,"
-                             " arena_id, label, evaluated_block, settled, outcome, outcome_reason, reason"
-                             " FROM evidence ORDER BY id"):
+        for r in con.execute(
+            "SELECT contribution_id, target, round, verdict, speedup, speedup_vs_stock, noise,"
+            " arena_id, label, evaluated_block, settled, outcome, outcome_reason, reason"
+            " FROM evidence ORDER BY id"
+        ):
             evidence.setdefault(r["contribution_id"], []).append(dict(r))
         contributions = []
         for r in con.execute("SELECT * FROM contributions ORDER BY commit_block, id"):
-            contributions.append({
-                "id": r["id"], "hotkey": r["hotkey"], "uid": r["uid"], "commit_block": r["commit_block"],
-                "state": r["state"], "rule": r["rule"], "reason": r["reason"], "attempts": r["attempts"],
-                "url": r["url"], "digest": r["digest"], "todo": json.loads(r["todo"]),
-                "evidence": evidence.get(r["id"], [])})
+            contributions.append(
+                {
+                    "id": r["id"],
+                    "hotkey": r["hotkey"],
+                    "uid": r["uid"],
+                    "commit_block": r["commit_block"],
+                    "state": r["state"],
+                    "rule": r["rule"],
+                    "reason": r["reason"],
+                    "attempts": r["attempts"],
+                    "url": r["url"],
+                    "digest": r["digest"],
+                    "todo": json.loads(r["todo"]),
+                    "evidence": evidence.get(r["id"], []),
+                }
+            )
         crowns = [dict(r) for r in con.execute("SELECT * FROM crowns ORDER BY target")]
         weights = [dict(r) for r in con.execute("SELECT * FROM weights ORDER BY id DESC LIMIT 5")]
         for w in weights:
@@ -44,10 +57,15 @@ def collect(state_dir: str | Path) -> dict[str, Any]:
         n_err = con.execute("SELECT COUNT(*) FROM chain_errors").fetchone()[0]
         kv = {r["key"]: r["value"] for r in con.execute("SELECT key, value FROM kv")}
         return {
-            "state_dir": str(db.dir), "schema_version": db.schema_version(), "counts": db.counts(),
-            "contributions": contributions, "crowns": crowns,
-            "weights": weights[0] if weights else None, "recent_weights": weights,
-            "chain_errors": n_err, "last_chain_error": dict(err) if err else None,
+            "state_dir": str(db.dir),
+            "schema_version": db.schema_version(),
+            "counts": db.counts(),
+            "contributions": contributions,
+            "crowns": crowns,
+            "weights": weights[0] if weights else None,
+            "recent_weights": weights,
+            "chain_errors": n_err,
+            "last_chain_error": dict(err) if err else None,
             "last_sync_block": int(kv["last_sync_block"]) if "last_sync_block" in kv else None,
             "last_sync_at": float(kv["last_sync_at"]) if "last_sync_at" in kv else None,
             "last_pass_at": float(kv["last_pass_at"]) if "last_pass_at" in kv else None,
@@ -64,8 +82,9 @@ DEFAULT_MAX_PASS_AGE_MIN = 30.0
 CHAIN_FAILURES_UNHEALTHY = 3
 
 
-def health(report: dict[str, Any], max_pass_age_min: float = DEFAULT_MAX_PASS_AGE_MIN,
-           now: float | None = None) -> list[str]:
+def health(
+    report: dict[str, Any], max_pass_age_min: float = DEFAULT_MAX_PASS_AGE_MIN, now: float | None = None
+) -> list[str]:
     """Why the validator is unhealthy (empty: healthy). Rules, each a reason an operator acts on:
     no completed pass within `max_pass_age_min`; the last pass failed (its problems); set_weights
     refused or the latest weights failed read-back; `CHAIN_FAILURES_UNHEALTHY` passes in a row
@@ -82,16 +101,20 @@ def health(report: dict[str, Any], max_pass_age_min: float = DEFAULT_MAX_PASS_AG
         out.append(f"last pass failed: {problems}")
     blocked = report.get("weights_blocked")
     if blocked:
-        out.append(f"set_weights refused (definitive, not retried until block "
-                   f"{blocked['block']} + hold): {blocked['reason']}: {blocked['detail']}")
+        out.append(
+            f"set_weights refused (definitive, not retried until block "
+            f"{blocked['block']} + hold): {blocked['reason']}: {blocked['detail']}"
+        )
     w = report.get("weights")
     if w is not None and w["state"] == "failed" and not blocked:
         out.append(f"set_weights failing: weights #{w['id']} {w['reason']}")
     n = report.get("chain_failures_consecutive") or 0
     if n >= CHAIN_FAILURES_UNHEALTHY:
         err = report.get("last_chain_error") or {}
-        out.append(f"chain errors: {n} passes in a row failed on the chain (last: {err.get('op')} "
-                   f"{err.get('error_type')}: {str(err.get('message'))[:160]})")
+        out.append(
+            f"chain errors: {n} passes in a row failed on the chain (last: {err.get('op')} "
+            f"{err.get('error_type')}: {str(err.get('message'))[:160]})"
+        )
     return out
 
 
@@ -103,28 +126,38 @@ def _ago(ts: float | None) -> str:
 
 
 def render(report: dict[str, Any]) -> str:
-    out = [f"cacheon validator state: {report['state_dir']} (schema v{report['schema_version']})",
-           f"last sync: block {report['last_sync_block']} ({_ago(report['last_sync_at'])})",
-           f"last pass: {_ago(report.get('last_pass_at'))}"
-           + ("" if report.get("last_pass_ok") is not False else
-              "  FAILED: " + "; ".join(report.get("last_pass_problems") or [])), "",
-           "queue: " + "  ".join(f"{s} {report['counts'][s]}" for s in STATES), ""]
+    out = [
+        f"cacheon validator state: {report['state_dir']} (schema v{report['schema_version']})",
+        f"last sync: block {report['last_sync_block']} ({_ago(report['last_sync_at'])})",
+        f"last pass: {_ago(report.get('last_pass_at'))}"
+        + (
+            ""
+            if report.get("last_pass_ok") is not False
+            else "  FAILED: " + "; ".join(report.get("last_pass_problems") or [])
+        ),
+        "",
+        "queue: " + "  ".join(f"{s} {report['counts'][s]}" for s in STATES),
+        "",
+    ]
     out.append(f"contributions ({len(report['contributions'])}):")
     out += block("  ", f"({ID_NOTE})")
     for c in report["contributions"]:
-        head = (f"  {_short(c['id']):14} {printable(c['hotkey'])[:16]:16} block {c['commit_block']:<8} "
-                f"{c['state']:11} ")
+        head = f"  {_short(c['id']):14} {printable(c['hotkey'])[:16]:16} block {c['commit_block']:<8} {c['state']:11} "
         out += block(head, c["reason"])
         for e in c["evidence"]:
             pre = f"      {e['target']:24} "
-            text = (f"{evidence_words(e)} (x{e['speedup']:.4f} vs the current crown holder, "
-                    f"noise {e['noise']:.2%}, {e['label']} @{e['evaluated_block']})")
+            text = (
+                f"{evidence_words(e)} (x{e['speedup']:.4f} vs the current crown holder, "
+                f"noise {e['noise']:.2%}, {e['label']} @{e['evaluated_block']})"
+            )
             out += block(pre, text)
     out += ["", f"crowns ({len(report['crowns'])}):"]
     for c in report["crowns"] or []:
         speed = speed_words(c["speedup_vs_stock"], baseline_name(c["arena_id"]))
-        out.append(f"  {c['target']:26} {printable(c['hotkey'])[:16]:16} {_short(c['contribution_id']):14} "
-                   f"{speed}  crowned @{c['crowned_block']} ({c['arena_id']})")
+        out.append(
+            f"  {c['target']:26} {printable(c['hotkey'])[:16]:16} {_short(c['contribution_id']):14} "
+            f"{speed}  crowned @{c['crowned_block']} ({c['arena_id']})"
+        )
     if not report["crowns"]:
         out.append("  none: every target's share burns to the owner")
     w = report["weights"]
@@ -133,16 +166,23 @@ def render(report: dict[str, Any]) -> str:
         out.append("  never published")
     else:
         pairs = ", ".join(f"uid {u}: {f:.3f}" for u, f in zip(w["uids"], fractions(w["vals"])))
-        out.append(f"  #{w['id']} {w['state']} at block {w['block'] if w['block'] is not None else '-'} "
-                   f"(version key {w['version_key']}, attempts {w['attempts']}): {w['reason']}")
+        out.append(
+            f"  #{w['id']} {w['state']} at block {w['block'] if w['block'] is not None else '-'} "
+            f"(version key {w['version_key']}, attempts {w['attempts']}): {w['reason']}"
+        )
         out.append(f"  fractions {pairs}")
     if report.get("weights_blocked"):
         b = report["weights_blocked"]
-        out.append(f"  BLOCKED: refused at block {b['block']} ({b['reason']}): not sent again until the hold "
-                   "expires or the cause is gone")
+        out.append(
+            f"  BLOCKED: refused at block {b['block']} ({b['reason']}): not sent again until the hold "
+            "expires or the cause is gone"
+        )
     err = report["last_chain_error"]
-    out += ["", f"chain errors: {report['chain_errors']} (consecutive failing passes: "
-            f"{report.get('chain_failures_consecutive', 0)})"]
+    out += [
+        "",
+        f"chain errors: {report['chain_errors']} (consecutive failing passes: "
+        f"{report.get('chain_failures_consecutive', 0)})",
+    ]
     if err:
         out += block("  last: ", f"{err['op']} {err['error_type']} ({_ago(err['at'])}): {err['message']}")
     return "\n".join(out)

@@ -102,8 +102,7 @@ class VerifyStages:
         return self.cfg.screen_device.startswith("cuda") and pool is not None and bool(pool.in_flight())
 
     def _gpu_screens_running(self) -> bool:
-        return (self.screens is not None and self.cfg.screen_device.startswith("cuda")
-                and bool(self.screens.in_flight()))
+        return self.screens is not None and self.cfg.screen_device.startswith("cuda") and bool(self.screens.in_flight())
 
     def _arena_pool(self) -> Any:
         raise NotImplementedError

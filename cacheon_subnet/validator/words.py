@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import textwrap
 
-ID_NOTE = ("contribution id = sha256(bundle digest + hotkey), what validators key verdicts and crowns on; "
-           "the bundle digest (`cacheon digest`) hashes the content alone, so a copy has the same digest "
-           "but a different contribution id")
+ID_NOTE = (
+    "contribution id = sha256(bundle digest + hotkey), what validators key verdicts and crowns on; "
+    "the bundle digest (`cacheon digest`) hashes the content alone, so a copy has the same digest "
+    "but a different contribution id"
+)
 SAME_SPEED = 0.005  # |ratio - 1| below this reads "as fast as"
 
 OUTCOME_WORDS = {
@@ -75,8 +77,14 @@ def wrap(text: str, indent: int, width: int = 120) -> list[str]:
     a head `indent` columns wide, the rest carry that indent themselves. Line breaks and tabs become
     spaces, everything else not printable is escaped (`printable`)."""
     pad = " " * indent
-    lines = textwrap.wrap(printable((text or "").translate(_WHITESPACE)), width=max(indent + 40, width), initial_indent=pad, subsequent_indent=pad,
-                          break_long_words=True, break_on_hyphens=False)
+    lines = textwrap.wrap(
+        printable((text or "").translate(_WHITESPACE)),
+        width=max(indent + 40, width),
+        initial_indent=pad,
+        subsequent_indent=pad,
+        break_long_words=True,
+        break_on_hyphens=False,
+    )
     return [lines[0][indent:], *lines[1:]] if lines else [""]
 
 

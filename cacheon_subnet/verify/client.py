@@ -8,9 +8,10 @@ import os
 import socket
 import sys
 import time
-from pathlib import Path
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -89,7 +90,7 @@ class WorkerClient:
         self.log_path = self.scratch.path / "worker.log"
         self._log: LogSink | None = None
 
-    def __enter__(self) -> "WorkerClient":
+    def __enter__(self) -> WorkerClient:
         self.start()
         return self
 
@@ -107,13 +108,33 @@ class WorkerClient:
         self._log = log = LogSink(self.log_path)
         try:
             self.proc = sandbox.launch(
-                [sys.executable, "-m", "cacheon_subnet.verify.worker", "--fd", str(child_sock.fileno()),
-                 "--bundle-root", str(ns), "--package", pkg, "--device", self.config.device,
-                 *(["--preload-stock", ",".join(self.config.preload_stock)] if self.config.preload_stock else []),
-                 *(["--preload-cases", json.dumps([{"slot": s, "dtype": d, "case": c}
-                                                   for s, d, c in self.config.preload_cases])]
-                   if self.config.preload_cases else [])],
-                scratch=work, policy=policy, pass_fds=[child_sock.fileno()], stdout=log.fileno(), stderr=log.fileno(),
+                [
+                    sys.executable,
+                    "-m",
+                    "cacheon_subnet.verify.worker",
+                    "--fd",
+                    str(child_sock.fileno()),
+                    "--bundle-root",
+                    str(ns),
+                    "--package",
+                    pkg,
+                    "--device",
+                    self.config.device,
+                    *(["--preload-stock", ",".join(self.config.preload_stock)] if self.config.preload_stock else []),
+                    *(
+                        [
+                            "--preload-cases",
+                            json.dumps([{"slot": s, "dtype": d, "case": c} for s, d, c in self.config.preload_cases]),
+                        ]
+                        if self.config.preload_cases
+                        else []
+                    ),
+                ],
+                scratch=work,
+                policy=policy,
+                pass_fds=[child_sock.fileno()],
+                stdout=log.fileno(),
+                stderr=log.fileno(),
             )
         except BaseException:
             log.close()
@@ -123,9 +144,13 @@ class WorkerClient:
         child_sock.close()
         self.sock = host_sock
 
-    def request(self, msg: dict[str, Any], tensors: dict[str, torch.Tensor] | None, timeout_s: float,
-                on_progress: Callable[[dict[str, Any]], None] | None = None
-                ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    def request(
+        self,
+        msg: dict[str, Any],
+        tensors: dict[str, torch.Tensor] | None,
+        timeout_s: float,
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         """Send one message, return its reply. `on_progress`: frames of type "progress" before the
         reply (bench's stock warm-up) go to it, within the same deadline; without it they are the reply."""
         assert self.sock is not None

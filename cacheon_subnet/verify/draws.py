@@ -100,8 +100,17 @@ class Draws:
     """Makes op `op_key`'s inputs for `plan` ahead of the trials (see module doc). get(n) blocks
     until trial n's are ready; done(n) frees them. `threads`: jobs run at once (0: inline)."""
 
-    def __init__(self, spec: SlotSpec, op_key: str, plan: OpPlan, secret: int, threads: int = 2,
-                 ahead: int = AHEAD, budget: int = BUDGET, device: str | None = None) -> None:
+    def __init__(
+        self,
+        spec: SlotSpec,
+        op_key: str,
+        plan: OpPlan,
+        secret: int,
+        threads: int = 2,
+        ahead: int = AHEAD,
+        budget: int = BUDGET,
+        device: str | None = None,
+    ) -> None:
         self.spec, self.op_key, self.plan, self.secret = spec, op_key, plan, secret
         self.device = device  # where the large normals are drawn (slots/gen.draw_device); None: host threads
         self.ahead, self.budget = ahead, budget
@@ -109,7 +118,7 @@ class Draws:
         self.futures: dict[int, Future] = {}
         self.sources: dict[tuple[int, str], Future] = {}
         self.users: dict[tuple[int, str], list[int]] = {}  # a source's pair trials (its frame) and all its trials
-        for n, t in enumerate(plan.trials):
+        for t in plan.trials:
             if t.kind in ("pair", "twin"):
                 self.users.setdefault((t.case, t.dtype), [0, 0])
                 self.users[(t.case, t.dtype)][0] += t.kind == "pair"
@@ -170,8 +179,9 @@ class Draws:
     # -- ahead of it ------------------------------------------------------------------------
     def _fill(self, n: int) -> None:
         trials = self.plan.trials
-        while self.next < len(trials) and (self.next <= n or (
-                self.next - n <= self.ahead and self.inflight + self._cost(self.next) <= self.budget)):
+        while self.next < len(trials) and (
+            self.next <= n or (self.next - n <= self.ahead and self.inflight + self._cost(self.next) <= self.budget)
+        ):
             self._submit(self.next)
             self.next += 1
 
@@ -241,8 +251,11 @@ class Draws:
     def _digests(self, inputs: Tensors) -> dict[str, str]:
         """Digests of the read-only inputs the worker answers with a digest (judge.BIG_INPUT)."""
         t0 = time.perf_counter()
-        out = {a.name: tensor_digest(inputs[a.name]) for a in self.spec.by_role("in")
-               if inputs[a.name].numel() * inputs[a.name].element_size() > BIG_INPUT}
+        out = {
+            a.name: tensor_digest(inputs[a.name])
+            for a in self.spec.by_role("in")
+            if inputs[a.name].numel() * inputs[a.name].element_size() > BIG_INPUT
+        }
         self._add("digest", time.perf_counter() - t0)
         return out
 

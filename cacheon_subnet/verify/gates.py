@@ -5,15 +5,24 @@ the interleaved, secret schedule of trials.py instead (op_trials.py)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from cacheon_subnet.verify.report import Failure
 
 Trial = Callable[[Any, Any], "Failure | None"]
 
 
-def run_gates(dtypes: Sequence[Any], cases: Sequence[Any], *, compile_check: bool, graph_check: bool,
-              eager: Trial, compile_trial: Trial, graph_trial: Trial) -> Failure | None:
+def run_gates(
+    dtypes: Sequence[Any],
+    cases: Sequence[Any],
+    *,
+    compile_check: bool,
+    graph_check: bool,
+    eager: Trial,
+    compile_trial: Trial,
+    graph_trial: Trial,
+) -> Failure | None:
     """The first failure, or None when every gate passed."""
     for act in dtypes:
         for c in cases:

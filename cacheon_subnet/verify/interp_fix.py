@@ -104,8 +104,10 @@ def check(ptrs: np.ndarray, mask: np.ndarray | None, itemsize: int) -> None:
         inside |= (flat >= np.uint64(a)) & (flat + np.uint64(itemsize) <= np.uint64(b))
     bad = alive & ~inside
     if bad.any():
-        raise OutOfBounds(f"a load/store at {int(flat[bad][0]):#x} lies outside every tensor the launch was handed "
-                          f"({int(bad.sum())} lanes; the interpreter's bound, cacheon_subnet/verify/interp_fix.py)")
+        raise OutOfBounds(
+            f"a load/store at {int(flat[bad][0]):#x} lies outside every tensor the launch was handed "
+            f"({int(bad.sum())} lanes; the interpreter's bound, cacheon_subnet/verify/interp_fix.py)"
+        )
 
 
 def _itemsize(ptrs) -> int:  # noqa: ANN001

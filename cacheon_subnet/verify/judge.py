@@ -77,7 +77,9 @@ def check_reply(reply: Any) -> Failure | None:
         reason = reply.get("reason", "exception")
         detail = str(reply.get("error", ""))[-900:]
         if ok is not False or reason not in WORKER_REASONS:
-            return Failure("protocol", f"malformed reply (ok={str(ok)[:20]!r}, reason={str(reason)[:40]!r}): {detail[-400:]}")
+            return Failure(
+                "protocol", f"malformed reply (ok={str(ok)[:20]!r}, reason={str(reason)[:40]!r}): {detail[-400:]}"
+            )
         return Failure(reason, detail)
     for key in _FLAG_LISTS:
         v = reply.get(key)
@@ -87,7 +89,9 @@ def check_reply(reply: Any) -> Failure | None:
     if returned is not None and not isinstance(returned, str):
         return Failure("protocol", "reply field 'returned' is not a string")
     if reply.get("mutated_inputs"):
-        return Failure("input_mutated", f"{reply['mutated_inputs']} changed (digest differs) but the slot declares them read-only")
+        return Failure(
+            "input_mutated", f"{reply['mutated_inputs']} changed (digest differs) but the slot declares them read-only"
+        )
     if returned:
         return Failure("return_value", f"kernel returned {returned}; write into out/inout args and return None")
     if reply.get("host_sync"):
@@ -97,8 +101,9 @@ def check_reply(reply: Any) -> Failure | None:
     return None
 
 
-def check_returned(msg: Mapping[str, Any], sent: Mapping[str, torch.Tensor], got: Mapping[str, torch.Tensor]
-                   ) -> Failure | None:
+def check_returned(
+    msg: Mapping[str, Any], sent: Mapping[str, torch.Tensor], got: Mapping[str, torch.Tensor]
+) -> Failure | None:
     """Every tensor of a reply has the name, shape and dtype the host sent or allocated (a graph
     reply's `r<i>.<arg>` those of `<arg>`), checked before anything reads it: the wire keeps views,
     so a stride-0 tensor of any logical size costs the worker a few bytes and would cost the host
@@ -112,8 +117,9 @@ def check_returned(msg: Mapping[str, Any], sent: Mapping[str, torch.Tensor], got
         if w is None:
             return Failure("protocol", f"reply tensor {name[:40]!r} answers nothing the host sent or allocated")
         if (tuple(t.shape), t.dtype) != w:
-            return Failure("protocol", f"{name[:40]} came back as {t.dtype}{tuple(t.shape)} (shape and dtype), "
-                                       f"expected {w[1]}{w[0]}")
+            return Failure(
+                "protocol", f"{name[:40]} came back as {t.dtype}{tuple(t.shape)} (shape and dtype), expected {w[1]}{w[0]}"
+            )
     return None
 
 
@@ -126,8 +132,9 @@ def check_graph_keys(spec: SlotSpec, out: Mapping[str, torch.Tensor], replays: i
     return None
 
 
-def check_graph_inputs(spec: SlotSpec, reply: Any, expected: Mapping[str, torch.Tensor],
-                       known: Mapping[str, str] | None = None) -> Failure | None:
+def check_graph_inputs(
+    spec: SlotSpec, reply: Any, expected: Mapping[str, torch.Tensor], known: Mapping[str, str] | None = None
+) -> Failure | None:
     """After the last replay every read-only input must hold what the host put there (the
     capture's values, or the last replay's for graph-dynamic ones): writes recorded only while
     capturing never show in an eager trial, so the graph trial checks them itself. `known`: the
@@ -153,11 +160,15 @@ def check_shapes(spec: SlotSpec, sent: Mapping[str, torch.Tensor], got: Mapping[
             return Failure("protocol", f"worker did not return argument {a.name!r}")
         ref = sent.get(a.name)
         if ref is not None and (t.shape != ref.shape or t.dtype != ref.dtype):
-            return Failure("protocol", f"{a.name} came back as {t.dtype}{tuple(t.shape)}, sent {ref.dtype}{tuple(ref.shape)}")
+            return Failure(
+                "protocol", f"{a.name} came back as {t.dtype}{tuple(t.shape)}, sent {ref.dtype}{tuple(ref.shape)}"
+            )
     return None
 
 
-def check_inputs_untouched(spec: SlotSpec, sent: Mapping[str, torch.Tensor], got: Mapping[str, torch.Tensor]) -> Failure | None:
+def check_inputs_untouched(
+    spec: SlotSpec, sent: Mapping[str, torch.Tensor], got: Mapping[str, torch.Tensor]
+) -> Failure | None:
     f = check_shapes(spec, sent, got)
     if f:
         return f
@@ -187,8 +198,14 @@ def still_poisoned(spec: SlotSpec, got: Mapping[str, torch.Tensor]) -> str | Non
     return None
 
 
-def check_pair(spec: SlotSpec, act: str, sent: Mapping[str, torch.Tensor], r1: Mapping[str, torch.Tensor],
-               r2: Mapping[str, torch.Tensor], ref: Mapping[str, torch.Tensor]) -> Failure | None:
+def check_pair(
+    spec: SlotSpec,
+    act: str,
+    sent: Mapping[str, torch.Tensor],
+    r1: Mapping[str, torch.Tensor],
+    r2: Mapping[str, torch.Tensor],
+    ref: Mapping[str, torch.Tensor],
+) -> Failure | None:
     """Two runs on identical inputs with different poisons: writes, NaN, determinism, accuracy."""
     for got in (r1, r2):
         f = check_inputs_untouched(spec, sent, got)
@@ -209,7 +226,9 @@ def check_pair(spec: SlotSpec, act: str, sent: Mapping[str, torch.Tensor], r1: M
     return None
 
 
-def check_outputs(spec: SlotSpec, act: str, got: Mapping[str, torch.Tensor], ref: Mapping[str, torch.Tensor]) -> Failure | None:
+def check_outputs(
+    spec: SlotSpec, act: str, got: Mapping[str, torch.Tensor], ref: Mapping[str, torch.Tensor]
+) -> Failure | None:
     """NaN/Inf never passes; then the slot's tolerance against the reference."""
     missing = [a.name for a in spec.args if a.written and a.name not in got]
     if missing:
@@ -243,8 +262,9 @@ def check_digests(spec: SlotSpec, reply: Any) -> Failure | None:
     if digests is None:
         return None
     names = {a.name for a in spec.by_role("in")}
-    if not isinstance(digests, dict) or not all(isinstance(k, str) and k in names and isinstance(v, str)
-                                                for k, v in digests.items()):
+    if not isinstance(digests, dict) or not all(
+        isinstance(k, str) and k in names and isinstance(v, str) for k, v in digests.items()
+    ):
         return Failure("protocol", "reply digests name something other than a read-only input")
     return None
 
@@ -270,8 +290,13 @@ def sent_digest(t: torch.Tensor, cache: DigestCache | None = None) -> str:
     return digest
 
 
-def merge_digests(reply: dict[str, Any], tensors: dict[str, torch.Tensor], sent: Mapping[str, torch.Tensor],
-                  cache: DigestCache | None = None, known: Mapping[str, str] | None = None) -> None:
+def merge_digests(
+    reply: dict[str, Any],
+    tensors: dict[str, torch.Tensor],
+    sent: Mapping[str, torch.Tensor],
+    cache: DigestCache | None = None,
+    known: Mapping[str, str] | None = None,
+) -> None:
     """A large read-only input came back as a digest: unchanged -> reuse what was sent; changed ->
     recorded in reply["mutated_inputs"] (check_reply turns that into input_mutated). `known`: the
     host's digests of `sent`, made when it drew them (verify/draws.py)."""
@@ -292,6 +317,10 @@ def check_replicated(spec: SlotSpec, per_rank: list[Mapping[str, torch.Tensor]])
             other = per_rank[r][name]
             if not bit_equal(other, base):
                 n = int((other != base).sum()) if other.shape == base.shape else other.numel()
-                return Failure("rank_divergence", f"{name}: rank {r} differs from rank 0 in {n} of {base.numel()} "
-                                                  "elements; every rank must hold the same result", rank=r)
+                return Failure(
+                    "rank_divergence",
+                    f"{name}: rank {r} differs from rank 0 in {n} of {base.numel()} "
+                    "elements; every rank must hold the same result",
+                    rank=r,
+                )
     return None

@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import random
 import secrets
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -49,12 +50,15 @@ def plan_ranks(ops: Sequence[OpEntry], world_size: int | None, device: str = "cp
         return plan
     single = sorted({op.slot for op in ops if op not in collective})
     if single:
-        raise UsageError(f"--world-size is for collective slots only; {', '.join(single)} run(s) on one rank "
-                         "(drop --world-size)")
+        raise UsageError(
+            f"--world-size is for collective slots only; {', '.join(single)} run(s) on one rank (drop --world-size)"
+        )
     if world_size < 2 or world_size > MAX_WORLD:
         declared = sorted({ws for op in collective for ws in get_slot(op.slot).world_sizes})
-        raise UsageError(f"--world-size {world_size}: collective slot(s) {', '.join(sorted({o.slot for o in collective}))} "
-                         f"need 2..{MAX_WORLD} ranks (they declare {declared})")
+        raise UsageError(
+            f"--world-size {world_size}: collective slot(s) {', '.join(sorted({o.slot for o in collective}))} "
+            f"need 2..{MAX_WORLD} ranks (they declare {declared})"
+        )
     if device.startswith("cuda"):
         have = torch.cuda.device_count()
         if world_size > have:
@@ -62,14 +66,18 @@ def plan_ranks(ops: Sequence[OpEntry], world_size: int | None, device: str = "cp
     return {world_size: list(collective)}
 
 
-def verify_collective(bundle: Bundle, ops: Sequence[OpEntry], opts: Any, seed: int, world_size: int
-                      ) -> tuple[list[OpResult], dict[str, Any]]:
+def verify_collective(
+    bundle: Bundle, ops: Sequence[OpEntry], opts: Any, seed: int, world_size: int
+) -> tuple[list[OpResult], dict[str, Any]]:
     """Check `ops` on `world_size` ranks (opts: runner.VerifyOptions). Too few GPUs for a slot's
     declared world size fails closed (not_run), it never shrinks the world."""
     have = torch.cuda.device_count() if opts.device.startswith("cuda") else world_size
     if have < world_size:
-        f = Failure("not_run", f"needs {world_size} GPUs (one per rank), {have} visible; "
-                               "verify on --device cpu (gloo) or on a host with enough GPUs")
+        f = Failure(
+            "not_run",
+            f"needs {world_size} GPUs (one per rank), {have} visible; "
+            "verify on --device cpu (gloo) or on a host with enough GPUs",
+        )
         return [OpResult(op.key, op.slot, op.entry, op.dtypes, "FAIL", 0, 0, f, world_size) for op in ops], {}
     run = _RankRun(bundle, ops, opts, seed, world_size)
     try:
@@ -110,8 +118,7 @@ class _RankRun:
 
     def execute(self) -> tuple[list[OpResult], dict[str, Any]]:
         self.group.start()
-        msg = {"type": "load", "ops": [{"key": o.key, "slot": o.slot, "module": o.module, "attr": o.attr}
-                                       for o in self.ops]}
+        msg = {"type": "load", "ops": [{"key": o.key, "slot": o.slot, "module": o.module, "attr": o.attr} for o in self.ops]}
         try:
             replies = self.group.request_all([msg] * self.world, [None] * self.world, self.opts.import_timeout_s)
         except RankTimeout as e:
@@ -121,11 +128,14 @@ class _RankRun:
             return [self.result(o, "FAIL", 0, 0, Failure("crashed", str(e)[-900:], rank=e.rank)) for o in self.ops], {}
         results = []
         for op in self.ops:
-            bad = next(((r, rep["results"][op.key]) for r, (rep, _) in enumerate(replies)
-                        if not rep["results"][op.key]["ok"]), None)
+            bad = next(
+                ((r, rep["results"][op.key]) for r, (rep, _) in enumerate(replies) if not rep["results"][op.key]["ok"]), None
+            )
             if bad is not None:
                 r, loaded = bad
-                results.append(self.result(op, "FAIL", 0, 0, Failure(loaded["reason"], f"rank {r}: {loaded['error']}", rank=r)))
+                results.append(
+                    self.result(op, "FAIL", 0, 0, Failure(loaded["reason"], f"rank {r}: {loaded['error']}", rank=r))
+                )
             elif not self.group.alive:
                 results.append(self.result(op, "FAIL", 0, 0, Failure("not_run", "ranks stopped after an earlier failure")))
             else:
@@ -143,8 +153,19 @@ class _RankRun:
         # repeated a random number of times (runner.py runs the full shuffled schedule)
         self.rng = random.Random(f"{self.seed}:{op.key}:{self.world}")
         pool = [c for c in spec.cases(tier) if op.eligible(c.dims)]
-        cases = [p.case for p in plan_cases(spec, cases, op.dtypes, self.rng, gpu=self.opts.device.startswith("cuda"),
-                                            arena=self.opts.arena, eligible=op.eligible, pool=pool)]
+        cases = [
+            p.case
+            for p in plan_cases(
+                spec,
+                cases,
+                op.dtypes,
+                self.rng,
+                gpu=self.opts.device.startswith("cuda"),
+                arena=self.opts.arena,
+                eligible=op.eligible,
+                pool=pool,
+            )
+        ]
         self.rng.shuffle(cases)
         start = self.calls
         log.info("verify.op", op=op.key, cases=len(cases), dtypes=list(op.dtypes), world_size=self.world)
@@ -157,11 +178,15 @@ class _RankRun:
         return self.result(op, "FAIL" if failure else "PASS", self.calls - start, len(cases), failure)
 
     def _check_all(self, op: OpEntry, spec: SlotSpec, cases: list[ShapeCase]) -> Failure | None:
-        return run_gates(op.dtypes, cases, compile_check=self.opts.compile_check,
-                         graph_check=graph_enabled(self.opts.graph_check, self.opts.device),
-                         eager=lambda act, c: self._eager_repeated(op, spec, act, c),
-                         compile_trial=lambda act, c: self._compile(op, spec, act, c),
-                         graph_trial=lambda act, c: self._graph(op, spec, act, c))
+        return run_gates(
+            op.dtypes,
+            cases,
+            compile_check=self.opts.compile_check,
+            graph_check=graph_enabled(self.opts.graph_check, self.opts.device),
+            eager=lambda act, c: self._eager_repeated(op, spec, act, c),
+            compile_trial=lambda act, c: self._compile(op, spec, act, c),
+            graph_trial=lambda act, c: self._graph(op, spec, act, c),
+        )
 
     # -- plumbing ---------------------------------------------------------------------------
     def _inputs(self, spec: SlotSpec, case: ShapeCase, act: torch.dtype) -> PerRank:
@@ -176,13 +201,31 @@ class _RankRun:
         return spec.rank_reference(inputs, case.params)
 
     def _alloc(self, spec: SlotSpec, act: torch.dtype, case: ShapeCase, poison: int) -> dict[str, Any]:
-        return {a.name: {"dtype": dtype_name(a.torch_dtype(act)), "shape": list(a.concrete_shape(case.dims)),
-                         "poison": poison} for a in spec.args if a.role in ("out", "scratch")}
+        return {
+            a.name: {"dtype": dtype_name(a.torch_dtype(act)), "shape": list(a.concrete_shape(case.dims)), "poison": poison}
+            for a in spec.args
+            if a.role in ("out", "scratch")
+        }
 
-    def _call(self, op: OpEntry, spec: SlotSpec, act: torch.dtype, case: ShapeCase, inputs: PerRank, poison: int,
-              watch_sync: bool, mode: str = "eager") -> list[Reply]:
-        msg = {"type": "call", "op": op.key, "params": dict(case.params), "alloc": self._alloc(spec, act, case, poison),
-               "watch_sync": watch_sync, "mode": mode}
+    def _call(
+        self,
+        op: OpEntry,
+        spec: SlotSpec,
+        act: torch.dtype,
+        case: ShapeCase,
+        inputs: PerRank,
+        poison: int,
+        watch_sync: bool,
+        mode: str = "eager",
+    ) -> list[Reply]:
+        msg = {
+            "type": "call",
+            "op": op.key,
+            "params": dict(case.params),
+            "alloc": self._alloc(spec, act, case, poison),
+            "watch_sync": watch_sync,
+            "mode": mode,
+        }
         self.calls += 1
         replies = self._request({**msg, "nonce": secrets.token_hex(16)}, [rebase(i) for i in inputs])
         for (reply, tensors), sent in zip(replies, inputs):
@@ -199,8 +242,9 @@ class _RankRun:
         out = []
         for (reply, got), sent in zip(replies, tensors):
             bad = judge.check_nonce(reply, msg["nonce"]) or judge.check_returned(msg, sent, got)
-            out.append(({"type": "result", "ok": False, "reason": "protocol", "error": bad.detail}, {}) if bad
-                       else (reply, got))
+            out.append(
+                ({"type": "result", "ok": False, "reason": "protocol", "error": bad.detail}, {}) if bad else (reply, got)
+            )
         return out
 
     # -- trials -----------------------------------------------------------------------------
@@ -225,17 +269,22 @@ class _RankRun:
             if f:
                 return _at(f, stage="eager", **where)
             got.append([t for _, t in replies])
-        f = _each(self.world, lambda r: judge.check_pair(spec, act_name, inputs[r], got[0][r], got[1][r], refs[r])) \
-            or judge.check_replicated(spec, got[1])
+        f = _each(
+            self.world, lambda r: judge.check_pair(spec, act_name, inputs[r], got[0][r], got[1][r], refs[r])
+        ) or judge.check_replicated(spec, got[1])
         if f:
             return _at(f, stage="eager", **where)
         fresh = self._inputs(spec, case, act)
         fresh_refs = self._refs(spec, fresh, case)
         replies = self._call(op, spec, act, case, fresh, 0, True)
-        f = _each(self.world, lambda r: judge.check_reply(replies[r][0])
-                  or judge.check_inputs_untouched(spec, fresh[r], replies[r][1])
-                  or judge.check_outputs(spec, act_name, replies[r][1], fresh_refs[r])) \
-            or judge.check_replicated(spec, [t for _, t in replies])
+        f = _each(
+            self.world,
+            lambda r: (
+                judge.check_reply(replies[r][0])
+                or judge.check_inputs_untouched(spec, fresh[r], replies[r][1])
+                or judge.check_outputs(spec, act_name, replies[r][1], fresh_refs[r])
+            ),
+        ) or judge.check_replicated(spec, [t for _, t in replies])
         return _at(f, stage="eager-fresh", **where) if f else None
 
     def _compile(self, op: OpEntry, spec: SlotSpec, act_name: str, case: ShapeCase) -> Failure | None:
@@ -270,23 +319,35 @@ class _RankRun:
             for r in range(self.world):
                 for k, v in rebase({k: fresh[r][k] for k in sorted(dynamic & set(fresh[r]))}).items():
                     sent[r][f"r{i}.{k}"] = v
-        msg = {"type": "graph", "op": op.key, "params": dict(case.params), "alloc": self._alloc(spec, act, case, 0),
-               "replays": len(replays)}
+        msg = {
+            "type": "graph",
+            "op": op.key,
+            "params": dict(case.params),
+            "alloc": self._alloc(spec, act, case, 0),
+            "replays": len(replays),
+        }
         self.calls += 1 + len(replays)
         replies = self._request({**msg, "nonce": secrets.token_hex(16)}, sent)
         last = replays[-1] if replays else capture
-        f = _each(self.world, lambda r: judge.check_reply(replies[r][0])
-                  or judge.check_graph_inputs(spec, replies[r][0], last[r]))
+        f = _each(
+            self.world, lambda r: judge.check_reply(replies[r][0]) or judge.check_graph_inputs(spec, replies[r][0], last[r])
+        )
         if f:
             return _at(f, stage="graph", case=case.label, dtype=act_name)
         for i, merged in enumerate(replays):
             refs = self._refs(spec, merged, case)
             outs = [_replay(replies[r][1], i) for r in range(self.world)]
-            f = (_each(self.world, lambda r: judge.check_outputs(spec, act_name, outs[r], refs[r]))  # noqa: B023
-                 or judge.check_replicated(spec, outs))
+            f = (
+                _each(self.world, lambda r: judge.check_outputs(spec, act_name, outs[r], refs[r]))  # noqa: B023
+                or judge.check_replicated(spec, outs)
+            )
             if f:
-                return _at(dataclasses.replace(f, reason="graph_replay", detail=f"replay {i}: {f.detail}"),
-                           stage="graph", case=case.label, dtype=act_name)
+                return _at(
+                    dataclasses.replace(f, reason="graph_replay", detail=f"replay {i}: {f.detail}"),
+                    stage="graph",
+                    case=case.label,
+                    dtype=act_name,
+                )
         return None
 
 

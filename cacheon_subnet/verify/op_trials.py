@@ -45,8 +45,17 @@ class OpTrials:
                 prepared = self.draws.get(n)
                 f = getattr(self, f"_{t.kind}")(t, case, dtype_of(t.dtype), prepared)
                 self.draws.done(n)
-                log.debug("verify.trial", op=self.op.key, n=n, of=len(self.plan.trials), kind=t.kind, dtype=t.dtype,
-                          case=case.label, s=round(time.perf_counter() - t0, 3), failed=bool(f))
+                log.debug(
+                    "verify.trial",
+                    op=self.op.key,
+                    n=n,
+                    of=len(self.plan.trials),
+                    kind=t.kind,
+                    dtype=t.dtype,
+                    case=case.label,
+                    s=round(time.perf_counter() - t0, 3),
+                    failed=bool(f),
+                )
                 if f:
                     return f
         return None
@@ -54,10 +63,22 @@ class OpTrials:
     def _where(self, f: Failure, stage: str, t: Trial, case: ShapeCase) -> Failure:
         return Failure(f.reason, f.detail, case=case.label, dtype=t.dtype, stage=stage)
 
-    def _call(self, case: ShapeCase, act: torch.dtype, p: Prepared, poison: int, watch: bool, mode: str = "eager",
-              noise: int = 0) -> tuple[dict[str, Any], Tensors]:
-        return self.run_.call(self.op, self.spec, act, case, p.inputs, poison, watch, mode=mode, noise=noise,
-                              frame=p.parcel.frame(), digests=p.digests)
+    def _call(
+        self, case: ShapeCase, act: torch.dtype, p: Prepared, poison: int, watch: bool, mode: str = "eager", noise: int = 0
+    ) -> tuple[dict[str, Any], Tensors]:
+        return self.run_.call(
+            self.op,
+            self.spec,
+            act,
+            case,
+            p.inputs,
+            poison,
+            watch,
+            mode=mode,
+            noise=noise,
+            frame=p.parcel.frame(),
+            digests=p.digests,
+        )
 
     # -- trials -----------------------------------------------------------------------------
     def _pair(self, t: Trial, case: ShapeCase, act: torch.dtype, p: Prepared) -> Failure | None:
@@ -76,8 +97,11 @@ class OpTrials:
 
     def _fresh(self, t: Trial, case: ShapeCase, act: torch.dtype, p: Prepared, stage: str = "eager-fresh") -> Failure | None:
         reply, tensors = self._call(case, act, p, t.poison, t.watch, noise=secrets.randbits(31))
-        f = judge.check_reply(reply) or judge.check_inputs_untouched(self.spec, p.inputs, tensors) \
+        f = (
+            judge.check_reply(reply)
+            or judge.check_inputs_untouched(self.spec, p.inputs, tensors)
             or judge.check_outputs(self.spec, t.dtype, tensors, p.ref)
+        )
         if f and f.reason in ("mismatch", "nan_inf"):
             f = self._diagnose(f, case, act, p)
         return self._where(f, stage, t, case) if f else None
@@ -105,8 +129,9 @@ class OpTrials:
                 eager, _ = self.run_.call(self.op, self.spec, act, case, inputs, 0, False)
                 e = judge.check_reply(eager)
                 if e is not None and e.reason == "exception":
-                    return Failure("exception", e.detail, stage="eager (after a failed compile trial)",
-                                   case=case.label, dtype=t.dtype)
+                    return Failure(
+                        "exception", e.detail, stage="eager (after a failed compile trial)", case=case.label, dtype=t.dtype
+                    )
                 reason = "compile"
             return Failure(reason, f.detail, stage="compile", case=case.label, dtype=t.dtype)
         f = judge.check_outputs(self.spec, t.dtype, tensors, p.ref)
@@ -120,19 +145,28 @@ class OpTrials:
         against its own reference."""
         spec = self.spec
         if not g.replays:  # the frame would pass the wire's limit and the worker would die on it: not the kernel's doing
-            log.warning("verify.graph_skipped", op=self.op.key, case=case.label, dtype=t.dtype,
-                        why=f"the capture alone exceeds {GRAPH_FRAME_BYTES} bytes")
+            log.warning(
+                "verify.graph_skipped",
+                op=self.op.key,
+                case=case.label,
+                dtype=t.dtype,
+                why=f"the capture alone exceeds {GRAPH_FRAME_BYTES} bytes",
+            )
             return None
-        alloc = {a.name: {"dtype": dtype_name(a.torch_dtype(act)), "shape": list(a.concrete_shape(case.dims)), "poison": 0}
-                 for a in spec.args if a.role in ("out", "scratch")}
+        alloc = {
+            a.name: {"dtype": dtype_name(a.torch_dtype(act)), "shape": list(a.concrete_shape(case.dims)), "poison": 0}
+            for a in spec.args
+            if a.role in ("out", "scratch")
+        }
         msg = {"type": "graph", "op": self.op.key, "params": dict(case.params), "alloc": alloc, "replays": len(g.replays)}
         self.run_.calls += 1 + len(g.replays)
         reply, out, bad = self.run_.request(msg, g.parcel.frame())
         f = bad or judge.check_reply(reply)
         if f:
             return self._where(f, "graph", t, case)
-        f = judge.check_graph_keys(spec, out, len(g.replays)) or \
-            judge.check_graph_inputs(spec, reply, g.replays[-1], known=g.final)
+        f = judge.check_graph_keys(spec, out, len(g.replays)) or judge.check_graph_inputs(
+            spec, reply, g.replays[-1], known=g.final
+        )
         if f:
             return self._where(f, "graph", t, case)
         for i, ref in enumerate(g.refs):

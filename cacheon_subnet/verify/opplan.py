@@ -25,8 +25,9 @@ from cacheon_subnet.verify.trials import Budget, Rows, Trial, graph_picks, sched
 GRAPH_FRAME_BYTES = 2 << 30
 
 
-def trial_plan(planned: Sequence[PlannedCase], rng: random.Random, budget: Budget, *, graphs: bool,
-               compile_check: bool) -> list[Trial]:
+def trial_plan(
+    planned: Sequence[PlannedCase], rng: random.Random, budget: Budget, *, graphs: bool, compile_check: bool
+) -> list[Trial]:
     """One op's shuffled trials over its planned cases. The CPU tier's largest case gets only its
     identical-input pair, a heavy GPU case the pair and at random one twin; every light decode
     case gets a CUDA-graph trial (the engine captures each). A heavy case gets none: its frame
@@ -36,16 +37,26 @@ def trial_plan(planned: Sequence[PlannedCase], rng: random.Random, budget: Budge
     decode = [i for i, p in enumerate(planned) if p.kind == "decode" and not p.heavy]
     picks = graph_picks(len(planned), decode, rng, budget, skip=heavy) if graphs else []
     pair_only = [i for i, p in enumerate(planned) if p.origin == "largest"]
-    return schedule([(i, p.dtypes) for i, p in enumerate(planned)], rng, budget, compile_check=compile_check,
-                    graph_cases=picks, pair_only=pair_only, short=heavy)
+    return schedule(
+        [(i, p.dtypes) for i, p in enumerate(planned)],
+        rng,
+        budget,
+        compile_check=compile_check,
+        graph_cases=picks,
+        pair_only=pair_only,
+        short=heavy,
+    )
 
 
 def arg_rows(spec: SlotSpec, case: ShapeCase, dtype: str) -> list[tuple[str, Rows]]:
     """The read inputs (in, inout) in argument order, as the slot's generators make them (order,
     shape, floating: tests/test_verify_draws.py checks every slot), for drawing a twin's rows."""
     act = dtype_of(dtype)
-    return [(a.name, (a.concrete_shape(case.dims), a.torch_dtype(act).is_floating_point))
-            for a in spec.args if a.role in ("in", "inout")]
+    return [
+        (a.name, (a.concrete_shape(case.dims), a.torch_dtype(act).is_floating_point))
+        for a in spec.args
+        if a.role in ("in", "inout")
+    ]
 
 
 def frame_fit(spec: SlotSpec, case: ShapeCase, dtype: str) -> int:
@@ -53,8 +64,15 @@ def frame_fit(spec: SlotSpec, case: ShapeCase, dtype: str) -> int:
     extents, such as the engine's strided q, sends its storage: draws.py caps again on the real
     storages with `replays_that_fit`)."""
     act = dtype_of(dtype)
-    return _fit({a.name: math.prod(a.concrete_shape(case.dims)) * a.torch_dtype(act).itemsize
-                 for a in spec.args if a.role in ("in", "inout")}, dynamic_args(spec), None)
+    return _fit(
+        {
+            a.name: math.prod(a.concrete_shape(case.dims)) * a.torch_dtype(act).itemsize
+            for a in spec.args
+            if a.role in ("in", "inout")
+        },
+        dynamic_args(spec),
+        None,
+    )
 
 
 def replays_that_fit(capture: Mapping[str, Any], dynamic: set[str], budget: int | None = None) -> int:
@@ -103,11 +121,13 @@ def op_plan(spec: SlotSpec, op: Any, opts: Any, seed: int) -> OpPlan:
     if not base:
         return OpPlan((), (), {}, {}, {})
     pool = [c for c in spec.cases(tier) if op.eligible(c.dims)]
-    planned = plan_cases(spec, base, op.dtypes, rng, gpu=opts.device.startswith("cuda"), arena=opts.arena,
-                         eligible=op.eligible, pool=pool)
+    planned = plan_cases(
+        spec, base, op.dtypes, rng, gpu=opts.device.startswith("cuda"), arena=opts.arena, eligible=op.eligible, pool=pool
+    )
     budget = opts.budget or Budget.for_device(opts.device)
-    trials = trial_plan(planned, rng, budget, graphs=graph_enabled(opts.graph_check, opts.device),
-                        compile_check=opts.compile_check)
+    trials = trial_plan(
+        planned, rng, budget, graphs=graph_enabled(opts.graph_check, opts.device), compile_check=opts.compile_check
+    )
     rows: dict[int, Mapping[str, int] | None] = {}
     wanted: dict[int, int] = {}
     replays: dict[int, int] = {}

@@ -42,10 +42,38 @@ RULES = A.RULES
 _ALL_BUILTINS = frozenset(dir(builtins))
 _TRITON_INTERNAL = frozenset({"_semantic", "_builder", "_generator"})  # Triton passes its internals by these names
 _CANON = {"torch": "torch", "triton": "triton", "math": "math", "tl": "triton.language", "dist": "torch.distributed"}
-_EXPRS = (ast.BinOp, ast.BoolOp, ast.Compare, ast.UnaryOp, ast.IfExp, ast.Tuple, ast.List, ast.Set, ast.Dict,
-          ast.Subscript, ast.Slice, ast.JoinedStr, ast.FormattedValue, ast.Starred)
-_FN_STMTS = (ast.Expr, ast.Return, ast.Pass, ast.Break, ast.Continue, ast.If, ast.While, ast.For, ast.Assign,
-             ast.AugAssign, ast.AnnAssign, ast.Assert, ast.Raise, ast.FunctionDef)
+_EXPRS = (
+    ast.BinOp,
+    ast.BoolOp,
+    ast.Compare,
+    ast.UnaryOp,
+    ast.IfExp,
+    ast.Tuple,
+    ast.List,
+    ast.Set,
+    ast.Dict,
+    ast.Subscript,
+    ast.Slice,
+    ast.JoinedStr,
+    ast.FormattedValue,
+    ast.Starred,
+)
+_FN_STMTS = (
+    ast.Expr,
+    ast.Return,
+    ast.Pass,
+    ast.Break,
+    ast.Continue,
+    ast.If,
+    ast.While,
+    ast.For,
+    ast.Assign,
+    ast.AugAssign,
+    ast.AnnAssign,
+    ast.Assert,
+    ast.Raise,
+    ast.FunctionDef,
+)
 
 
 @dataclass(frozen=True)
@@ -68,8 +96,11 @@ def oversized(files: Mapping[str, bytes]) -> Finding | None:
     return None
 
 
-def scan_files(files: Mapping[str, bytes], progress: Callable[[str, str], None] | None = None,
-               parsed: dict[str, ast.Module] | None = None) -> list[Finding]:
+def scan_files(
+    files: Mapping[str, bytes],
+    progress: Callable[[str, str], None] | None = None,
+    parsed: dict[str, ast.Module] | None = None,
+) -> list[Finding]:
     """Every .py member of a bundle, checked together (relative imports resolve inside it).
     `progress(step, path)` is told each step as it starts (policy_child.py: which file a scan that
     ran out of its budget was at); `parsed` gets path -> tree of every module indexed (the child
@@ -101,14 +132,25 @@ def scan_files(files: Mapping[str, bytes], progress: Callable[[str, str], None] 
             continue
         key = module_key(path)
         if key in mods:  # `x.py` beside `x/__init__.py`: one would go unchecked (and the sealed tree refuses it)
-            out.append(Finding(path, 1, "P021", f"module {key!r} has two sources ({mods[key].path} and {path}): "
-                                                "one source per module name"))
+            out.append(
+                Finding(
+                    path,
+                    1,
+                    "P021",
+                    f"module {key!r} has two sources ({mods[key].path} and {path}): one source per module name",
+                )
+            )
             continue
         mods[key] = index(path, tree, text)
         if parsed is not None:
             parsed[path] = tree
-    params = frozenset(a.arg for m in mods.values() for d in m.defs.values() if d.decorator_list
-                       for a in d.args.posonlyargs + d.args.args + d.args.kwonlyargs)
+    params = frozenset(
+        a.arg
+        for m in mods.values()
+        for d in m.defs.values()
+        if d.decorator_list
+        for a in d.args.posonlyargs + d.args.args + d.args.kwonlyargs
+    )
     step("resolving process groups", "")
     groups = group_params(mods)
     names, dirs = frozenset(files), directories(files)
@@ -123,9 +165,16 @@ def scan_source(path: str, text: str) -> list[Finding]:
 
 
 class _Checker(ModuleRules, TritonRules):
-    def __init__(self, mod: ModuleIndex, mods: Mapping[str, ModuleIndex], files: frozenset[str], params: frozenset[str],
-                 key: str = "", groups: Mapping[tuple[str, str], frozenset[str]] | None = None,
-                 dirs: frozenset[str] | None = None):
+    def __init__(
+        self,
+        mod: ModuleIndex,
+        mods: Mapping[str, ModuleIndex],
+        files: frozenset[str],
+        params: frozenset[str],
+        key: str = "",
+        groups: Mapping[tuple[str, str], frozenset[str]] | None = None,
+        dirs: frozenset[str] | None = None,
+    ):
         self.m, self.mods, self.files, self.kernel_params = mod, mods, files, params
         self.key, self.groups = key, groups or {}
         self.dirs = directories(files) if dirs is None else dirs
@@ -178,8 +227,12 @@ class _Checker(ModuleRules, TritonRules):
             self.triton_source(fn)
             for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs:
                 if a.arg in A.TRITON_RESERVED_PARAMS or a.arg.startswith("default_"):
-                    self.add(a, "P018", f"kernel parameter {a.arg!r} is a name Triton's launcher binds itself (a "
-                                        "compile option or a binder name)")
+                    self.add(
+                        a,
+                        "P018",
+                        f"kernel parameter {a.arg!r} is a name Triton's launcher binds itself (a "
+                        "compile option or a binder name)",
+                    )
         self.arguments(fn.args)
         if fn.returns is not None:
             self.annotation(fn.returns)
@@ -205,8 +258,12 @@ class _Checker(ModuleRules, TritonRules):
         if not isinstance(st, _FN_STMTS):
             for item in getattr(st, "items", []):  # with open(...): say what it would have opened too
                 self.expr(item.context_expr)
-            self.add(st, "P015", f"{type(st).__name__} statement (allowed in functions: expressions, assignments, "
-                                 "if/for/while, return, raise, assert, nested def)")
+            self.add(
+                st,
+                "P015",
+                f"{type(st).__name__} statement (allowed in functions: expressions, assignments, "
+                "if/for/while, return, raise, assert, nested def)",
+            )
             return
         if isinstance(st, ast.FunctionDef):
             self.function(st, top=False)
@@ -302,13 +359,19 @@ class _Checker(ModuleRules, TritonRules):
         if node.id.startswith("__"):
             self.add(node, A.NAME_CODES.get(node.id, "P013"), f"name {node.id!r}: dunder names are not allowed")
         elif kind is None:
-            self.add(node, A.NAME_CODES.get(node.id, "P011"), f"name {node.id!r} is not a parameter, local, bundle "
-                                                              "definition or allowlisted builtin")
+            self.add(
+                node,
+                A.NAME_CODES.get(node.id, "P011"),
+                f"name {node.id!r} is not a parameter, local, bundle definition or allowlisted builtin",
+            )
         elif kind == "module":
             self.add(node, "P016", f"module {node.id!r} used as a value: only {node.id}.<allowlisted attribute>")
         elif kind == "bundle" and pos != "call" and self.groups.get(callee(self.mods, self.key, node.id) or ("", "")):
-            self.add(node, "P016", f"{node.id!r} takes a process group: call it by name (an alias would hide where "
-                                   "its group comes from)")
+            self.add(
+                node,
+                "P016",
+                f"{node.id!r} takes a process group: call it by name (an alias would hide where its group comes from)",
+            )
         elif kind == "typing" and pos != "annotation":
             self.add(node, "P016", f"typing name {node.id!r} outside an annotation")
         elif pos == "annotation" and kind == "builtin" and node.id not in A.ANNOTATION_BUILTINS:
@@ -318,8 +381,11 @@ class _Checker(ModuleRules, TritonRules):
         full = self.chain_of(node)
         if full is not None:
             if node.attr.startswith("_"):
-                self.add(node, A.ATTR_CODES.get(node.attr, "P013"), f"attribute .{node.attr}: private and dunder "
-                                                                    "attributes are never allowed")
+                self.add(
+                    node,
+                    A.ATTR_CODES.get(node.attr, "P013"),
+                    f"attribute .{node.attr}: private and dunder attributes are never allowed",
+                )
                 return
             kind = A.MODULE_ATTRS.get(full)
             if kind is None:
@@ -331,14 +397,20 @@ class _Checker(ModuleRules, TritonRules):
         # either. Walked in a loop, outermost first (re-deriving the chain per level was quadratic).
         while True:
             if node.attr.startswith("_"):
-                self.add(node, A.ATTR_CODES.get(node.attr, "P013"), f"attribute .{node.attr}: private and dunder "
-                                                                    "attributes are never allowed")
+                self.add(
+                    node,
+                    A.ATTR_CODES.get(node.attr, "P013"),
+                    f"attribute .{node.attr}: private and dunder attributes are never allowed",
+                )
             elif pos == "annotation" or node.attr not in A.VALUE_ATTRS:
-                self.add(node, A.ATTR_CODES.get(node.attr, "P012"), f".{node.attr} is not an allowed attribute of a "
-                                                                    "value")
+                self.add(node, A.ATTR_CODES.get(node.attr, "P012"), f".{node.attr} is not an allowed attribute of a value")
             elif pos != "call" and node.attr not in A.VALUE_DATA:
-                self.add(node, "P012", f".{node.attr} is a method here: only .{node.attr}(...) (read as a value it can "
-                                       "be a decorator object's shared list or dict)")
+                self.add(
+                    node,
+                    "P012",
+                    f".{node.attr} is a method here: only .{node.attr}(...) (read as a value it can "
+                    "be a decorator object's shared list or dict)",
+                )
             if not isinstance(node.value, ast.Attribute):
                 self.expr(node.value)
                 return
@@ -349,10 +421,16 @@ class _Checker(ModuleRules, TritonRules):
         if isinstance(f, ast.Subscript):  # kernel launch k[grid](...): kernel arguments + a few launch options
             self.expr(f)
             for k in node.keywords:
-                if k.arg is not None and k.arg not in A.LAUNCH_OPTIONS and (
-                        k.arg not in self.kernel_params or k.arg in A.TRITON_OPTIONS):
-                    self.add(k, "P019", f"launch option {k.arg}= (allowed: kernel arguments, "
-                                        f"{', '.join(sorted(A.LAUNCH_OPTIONS))})")
+                if (
+                    k.arg is not None
+                    and k.arg not in A.LAUNCH_OPTIONS
+                    and (k.arg not in self.kernel_params or k.arg in A.TRITON_OPTIONS)
+                ):
+                    self.add(
+                        k,
+                        "P019",
+                        f"launch option {k.arg}= (allowed: kernel arguments, {', '.join(sorted(A.LAUNCH_OPTIONS))})",
+                    )
         else:
             self.expr(f, "call" if isinstance(f, (ast.Name, ast.Attribute)) else "value")
             full = self.chain_of(f) or ""
@@ -361,12 +439,20 @@ class _Checker(ModuleRules, TritonRules):
             elif isinstance(f, ast.Name) and self.resolve(f.id) == "bundle":
                 self.group_pass(node, f.id)
         if isinstance(f, ast.Attribute) and any(k.arg == "out" for k in node.keywords):
-            self.add(node, "P019", f".{f.attr}(out=...) resizes or re-points its target in place: write into a "
-                                   "tensor with .copy_() or a kernel instead")
+            self.add(
+                node,
+                "P019",
+                f".{f.attr}(out=...) resizes or re-points its target in place: write into a "
+                "tensor with .copy_() or a kernel instead",
+            )
         if any(k.arg == "requires_grad" for k in node.keywords):  # kw-only on every factory
-            self.add(node, "P019", "requires_grad=: a tensor that records autograd shows, in str(), whether the "
-                                   "caller runs under grad mode, no_grad / a custom op, or inference_mode (verify "
-                                   "from the engine)")
+            self.add(
+                node,
+                "P019",
+                "requires_grad=: a tensor that records autograd shows, in str(), whether the "
+                "caller runs under grad mode, no_grad / a custom op, or inference_mode (verify "
+                "from the engine)",
+            )
         for a in node.args:
             self.expr(a)
         for k in node.keywords:
@@ -380,12 +466,20 @@ class _Checker(ModuleRules, TritonRules):
         """Collectives name their group: a parameter every caller must pass, never rebound (the
         default group spans every rank of the engine, not the ranks the kernel was handed)."""
         if not self.own_group(group_argument(node, pos)):
-            self.add(node, "P019", f"{full} needs group=<a parameter without default>: without it the default "
-                                   "(world) group runs the collective")
+            self.add(
+                node,
+                "P019",
+                f"{full} needs group=<a parameter without default>: without it the default "
+                "(world) group runs the collective",
+            )
         if len(node.args) > pos + 1 or any(k.arg == "async_op" for k in node.keywords):
-            self.add(node, "P019", f"{full}: async_op (or any argument after the group): the call would return with the "
-                                   "collective still writing, a Work handle nothing may wait on; verify's device-wide "
-                                   "synchronize hides that race, the engine's next kernel does not")
+            self.add(
+                node,
+                "P019",
+                f"{full}: async_op (or any argument after the group): the call would return with the "
+                "collective still writing, a Work handle nothing may wait on; verify's device-wide "
+                "synchronize hides that race, the engine's next kernel does not",
+            )
 
     def own_group(self, g: ast.expr | None) -> bool:
         """`g` is a required, never-rebound parameter of the innermost function that binds it, and
@@ -405,14 +499,19 @@ class _Checker(ModuleRules, TritonRules):
         bound = bound_args(node, self.mods[target[0]].defs[target[1]])  # type: ignore[index]
         for p in sorted(wanted):
             if not self.own_group(bound.get(p)):
-                self.add(node, "P019", f"{name}() takes a process group as {p!r}: pass your own group parameter "
-                                       "(one without default), never None or a computed value")
+                self.add(
+                    node,
+                    "P019",
+                    f"{name}() takes a process group as {p!r}: pass your own group parameter "
+                    "(one without default), never None or a computed value",
+                )
 
     def annotation(self, node: ast.expr) -> None:
         if isinstance(node, ast.Constant):
             if node.value is not None and node.value is not Ellipsis:
-                self.add(node, "P015", "string annotation (annotations are expressions here; Triton and typing "
-                                       "may evaluate them)")
+                self.add(
+                    node, "P015", "string annotation (annotations are expressions here; Triton and typing may evaluate them)"
+                )
         elif isinstance(node, (ast.Name, ast.Attribute)):
             self.expr(node, "annotation")
         elif isinstance(node, (ast.Subscript, ast.Tuple, ast.List, ast.BinOp)):

@@ -96,8 +96,9 @@ def forget() -> None:
         _CACHE.clear()
 
 
-def static_check(bundle: Bundle, *, identity: bool = False, budget: ScanBudget | None = None,
-                 walled: bool = True) -> StaticResult:
+def static_check(
+    bundle: Bundle, *, identity: bool = False, budget: ScanBudget | None = None, walled: bool = True
+) -> StaticResult:
     """The policy findings of `bundle` (and its normalized identity when `identity`), computed in
     a bounded child, or remembered from an earlier call for the same digest. walled=False: a
     plain child with the same rlimits (`cacheon pack` on a miner's machine, which may have no
@@ -144,16 +145,28 @@ def _payload(bundle: Bundle, identity: bool) -> bytes:
 
     py = sorted(p for p in bundle.files if p.endswith(".py"))
     manifest = bundle.files.get("manifest.toml") if identity else None
-    head = {"paths": sorted(bundle.files), "py": [[p, len(bundle.files[p])] for p in py],
-            "manifest": None if manifest is None else len(manifest), "identity": identity,
-            "other": other_files(bundle.files) if identity else {}}
+    head = {
+        "paths": sorted(bundle.files),
+        "py": [[p, len(bundle.files[p])] for p in py],
+        "manifest": None if manifest is None else len(manifest),
+        "identity": identity,
+        "other": other_files(bundle.files) if identity else {},
+    }
     return b"".join([json.dumps(head).encode() + b"\n", *(bundle.files[p] for p in py), manifest or b""])
 
 
 def _policy(budget: ScanBudget) -> sandbox.SandboxPolicy:
-    return sandbox.SandboxPolicy(wall_timeout_s=budget.wall_s, cpu_seconds=budget.cpu_s,
-                                 address_space_bytes=budget.memory_bytes, file_bytes=1 << 20, open_files=64,
-                                 max_processes=16, scratch_bytes=4 << 20, tmp_bytes=4 << 20, inodes=1024)
+    return sandbox.SandboxPolicy(
+        wall_timeout_s=budget.wall_s,
+        cpu_seconds=budget.cpu_s,
+        address_space_bytes=budget.memory_bytes,
+        file_bytes=1 << 20,
+        open_files=64,
+        max_processes=16,
+        scratch_bytes=4 << 20,
+        tmp_bytes=4 << 20,
+        inodes=1024,
+    )
 
 
 def _argv(fd: int) -> list[str]:
@@ -186,16 +199,22 @@ def _run(bundle: Bundle, identity: bool, budget: ScanBudget, walled: bool) -> St
         scratch.cleanup()
     docs, text = _frames(out)
     if not docs:
-        raise _NoStart(f"{'walled' if walled else 'plain'} child, exit {rc}{_signame(rc)} after {wall:.1f} s"
-                       f"{': ' + text if text else ''}")
+        raise _NoStart(
+            f"{'walled' if walled else 'plain'} child, exit {rc}{_signame(rc)} after {wall:.1f} s"
+            f"{': ' + text if text else ''}"
+        )
     return _judge(bundle, identity, budget, docs, text, why, rc, wall)
 
 
 def _launch(fd: int, work: Path, budget: ScanBudget, walled: bool) -> subprocess.Popen[bytes]:
     if walled:
         return sandbox.launch(_argv(fd), scratch=work, policy=_policy(budget), pass_fds=[fd])
-    limits = [(resource.RLIMIT_CPU, budget.cpu_s), (resource.RLIMIT_AS, budget.memory_bytes),
-              (resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, 1 << 20)]
+    limits = [
+        (resource.RLIMIT_CPU, budget.cpu_s),
+        (resource.RLIMIT_AS, budget.memory_bytes),
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_FSIZE, 1 << 20),
+    ]
 
     def pre() -> None:
         for res, val in limits:
@@ -204,12 +223,23 @@ def _launch(fd: int, work: Path, budget: ScanBudget, walled: bool) -> subprocess
             resource.setrlimit(res, (val, val))
 
     here = str(Path(__file__).resolve().parent.parent.parent)
-    env = {**os.environ, "PYTHONPATH": here + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH")
-                                                else ""), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": here + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     work.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(_argv(fd), cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, pass_fds=[fd], start_new_session=True,
-                            preexec_fn=pre)  # noqa: PLW1509 - rlimits before exec; no bundle code runs there
+    proc = subprocess.Popen(
+        _argv(fd),
+        cwd=work,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        pass_fds=[fd],
+        start_new_session=True,
+        preexec_fn=pre,
+    )  # noqa: PLW1509 - rlimits before exec; no bundle code runs there
     return proc
 
 
@@ -273,7 +303,7 @@ def _frames(out: bytes) -> tuple[list[dict[str, object]], str]:
     for line in out.split(b"\n"):
         if line.startswith(head):
             try:
-                doc = json.loads(line[len(head):])
+                doc = json.loads(line[len(head) :])
             except ValueError:
                 doc = None
             if isinstance(doc, dict):
@@ -287,8 +317,16 @@ def _frames(out: bytes) -> tuple[list[dict[str, object]], str]:
 _KILLED = (-signal.SIGKILL, -signal.SIGXCPU, 128 + signal.SIGKILL, 128 + signal.SIGXCPU)  # direct / via bwrap
 
 
-def _judge(bundle: Bundle, identity: bool, budget: ScanBudget, docs: list[dict[str, object]], text: str,
-           why: str | None, rc: int | None, wall: float) -> StaticResult:
+def _judge(
+    bundle: Bundle,
+    identity: bool,
+    budget: ScanBudget,
+    docs: list[dict[str, object]],
+    text: str,
+    why: str | None,
+    rc: int | None,
+    wall: float,
+) -> StaticResult:
     """The child's answer, or a P022 finding saying which budget ran out (how much was used, at
     which file) or how it died. Fail closed: anything but a complete answer is a finding."""
     at = [d["at"] for d in docs if isinstance(d.get("at"), list) and len(d["at"]) == 2]
@@ -296,8 +334,9 @@ def _judge(bundle: Bundle, identity: bool, budget: ScanBudget, docs: list[dict[s
     found = [d["findings"] for d in docs if "findings" in d]
     ids = [d["identity"] for d in docs if "identity" in d]
     crash = next((str(d["crash"]) for d in docs if "crash" in d), None)
-    findings = found[0] if len(found) == 1 and isinstance(found[0], list) and all(isinstance(f, str) for f in found[0]) \
-        else None
+    findings = (
+        found[0] if len(found) == 1 and isinstance(found[0], list) and all(isinstance(f, str) for f in found[0]) else None
+    )
     nid = ids[0] if len(ids) == 1 and (ids[0] is None or isinstance(ids[0], str)) else False
     done = any(d.get("done") is True for d in docs)
     if why is None and rc == 0 and done and findings is not None and (not identity or findings or nid is not False):
@@ -306,8 +345,10 @@ def _judge(bundle: Bundle, identity: bool, budget: ScanBudget, docs: list[dict[s
     what = "the normalized identity" if step.startswith("computing the normalized identity") else "the static scan"
     where = f"while {step}{' ' + path if path else ''}"
     if why == "wall":
-        msg = (f"{what} ran past its wall budget: no result after {wall:.1f} s (limit {budget.wall_s:g} s; "
-               f"{cpu:.1f} s CPU reported) {where}")
+        msg = (
+            f"{what} ran past its wall budget: no result after {wall:.1f} s (limit {budget.wall_s:g} s; "
+            f"{cpu:.1f} s CPU reported) {where}"
+        )
     elif why == "output":
         msg = f"{what} answered more than {MAX_ANSWER_BYTES >> 20} MiB {where}"
     elif crash is not None and crash.startswith("MemoryError"):
@@ -315,8 +356,10 @@ def _judge(bundle: Bundle, identity: bool, budget: ScanBudget, docs: list[dict[s
     elif crash is not None:
         msg = f"{what} crashed {where}: {crash[:300]}"
     elif rc in _KILLED and wall >= budget.cpu_s * 0.9:  # one thread: its CPU time cannot pass its wall time
-        msg = (f"{what} ran out of its CPU budget: killed at {budget.cpu_s} s CPU (RLIMIT_CPU; {wall:.1f} s wall, "
-               f"{cpu:.2f} s CPU when its last step began) {where}; honest bundles take well under a second")
+        msg = (
+            f"{what} ran out of its CPU budget: killed at {budget.cpu_s} s CPU (RLIMIT_CPU; {wall:.1f} s wall, "
+            f"{cpu:.2f} s CPU when its last step began) {where}; honest bundles take well under a second"
+        )
     else:
         msg = f"{what} ended without a result (exit {rc}{_signame(rc)}, {wall:.1f} s) {where}{': ' + text if text else ''}"
     first = min((p for p in bundle.files if p.endswith(".py")), default="manifest.toml")

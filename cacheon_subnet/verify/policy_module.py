@@ -29,8 +29,13 @@ class ModuleRules:
         if isinstance(st, ast.Import):
             for a in st.names:
                 if (a.name, a.asname) not in A.IMPORTS:
-                    self.add(st, A.module_code(a.name), f"import of {a.name!r}" + (f" as {a.asname!r}" if a.asname else "")
-                             + " (allowed: import torch / triton / math, triton.language as tl, torch.distributed as dist)")
+                    self.add(
+                        st,
+                        A.module_code(a.name),
+                        f"import of {a.name!r}"
+                        + (f" as {a.asname!r}" if a.asname else "")
+                        + " (allowed: import torch / triton / math, triton.language as tl, torch.distributed as dist)",
+                    )
         elif isinstance(st, ast.ImportFrom):
             self.import_from(st)
         elif isinstance(st, (ast.Assign, ast.AnnAssign)):
@@ -59,16 +64,22 @@ class ModuleRules:
         else:
             if isinstance(st, ast.Expr):
                 self.expr(st.value)
-            self.add(st, "P015" if A.never_statement(st) else "P014", f"{type(st).__name__} at module level (allowed: docstring, "
-                                                            "imports, constants, def, raise)")
+            self.add(
+                st,
+                "P015" if A.never_statement(st) else "P014",
+                f"{type(st).__name__} at module level (allowed: docstring, imports, constants, def, raise)",
+            )
 
     def module_name(self, node: ast.AST, name: str) -> None:
         self.check_binding(node, name, "module-level name")
         if self.m.path.endswith("__init__.py"):
             pkg = self.m.path[: -len("__init__.py")]
             if f"{pkg}{name}.py" in self.files or f"{pkg}{name}" in self.dirs:
-                self.add(node, "P017", f"{name!r} is also a submodule of this package (importing it rebinds the name "
-                                       "to a module object)")
+                self.add(
+                    node,
+                    "P017",
+                    f"{name!r} is also a submodule of this package (importing it rebinds the name to a module object)",
+                )
 
     def import_from(self, st: ast.ImportFrom) -> None:
         if st.level == 0:
@@ -77,9 +88,12 @@ class ModuleRules:
                 return
             if mod == "typing" and all(n in A.TYPING_NAMES for n in names) and all(a.asname is None for a in st.names):
                 return
-            self.add(st, A.module_code(f"{mod}.{names[0]}" if names else mod),
-                     f"from {mod} import {', '.join(names)} (allowed: from typing import <annotations>, "
-                     "from __future__ import annotations, relative imports of bundle definitions)")
+            self.add(
+                st,
+                A.module_code(f"{mod}.{names[0]}" if names else mod),
+                f"from {mod} import {', '.join(names)} (allowed: from typing import <annotations>, "
+                "from __future__ import annotations, relative imports of bundle definitions)",
+            )
             return
         for a in st.names:
             if a.name == "*":
@@ -127,8 +141,9 @@ class ModuleRules:
             return
         if isinstance(node, ast.Call) and not node.keywords:
             f = node.func
-            if isinstance(f, ast.Name) and f.id in _CONST_CALLS and self.resolve(f.id) == "builtin" or (
-                    self.chain_of(f) or "").startswith("math."):
+            if (isinstance(f, ast.Name) and f.id in _CONST_CALLS and self.resolve(f.id) == "builtin") or (
+                self.chain_of(f) or ""
+            ).startswith("math."):
                 self.expr(f, "call")
                 for a in node.args:
                     self.const(a)
@@ -138,6 +153,9 @@ class ModuleRules:
                 if isinstance(c, ast.expr):
                     self.const(c)
             return
-        self.add(node, "P014", f"{type(node).__name__} where a constant is required (literals, tuples, arithmetic, "
-                               "other constants)")
+        self.add(
+            node,
+            "P014",
+            f"{type(node).__name__} where a constant is required (literals, tuples, arithmetic, other constants)",
+        )
         self.expr(node)  # and say what inside it is refused

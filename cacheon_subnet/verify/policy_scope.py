@@ -216,7 +216,7 @@ def index(path: str, tree: ast.Module, text: str) -> ModuleIndex:
         elif isinstance(st, ast.FunctionDef):
             defs[st.name] = st
         elif isinstance(st, (ast.Assign, ast.AnnAssign)):
-            for t in (st.targets if isinstance(st, ast.Assign) else [st.target]):
+            for t in st.targets if isinstance(st, ast.Assign) else [st.target]:
                 consts.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
     return ModuleIndex(path, tree, source_lines(text), imports, frozenset(typing), defs, frozenset(consts), rel)
 

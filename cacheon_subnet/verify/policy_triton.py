@@ -28,25 +28,36 @@ class TritonRules:
         first = min(d.lineno for d in fn.decorator_list)
         own = self.m.lines[fn.lineno - 1] if fn.lineno - 1 < len(self.m.lines) else ""
         if not _KERNEL_DEF.match(own):  # `def\t_k(`: the interpreter finds no 'def ' and runs the block's last line
-            self.add(fn, "P018", f"kernel {fn.name}: its def line must start 'def {fn.name}(' (one space, column 0), the "
-                                 "line Triton's interpreter and compiler both take for the kernel's source")
+            self.add(
+                fn,
+                "P018",
+                f"kernel {fn.name}: its def line must start 'def {fn.name}(' (one space, column 0), the "
+                "line Triton's interpreter and compiler both take for the kernel's source",
+            )
         for no in range(first, (fn.end_lineno or fn.lineno) + 1):
             if no != fn.lineno and no - 1 < len(self.m.lines) and _DEF_LINE.match(self.m.lines[no - 1]):
-                self.add(ast.Pass(lineno=no), "P018", f"line {no} of kernel {fn.name} starts with 'def': Triton would take it for the "
-                                     "kernel's source")
+                self.add(
+                    ast.Pass(lineno=no),
+                    "P018",
+                    f"line {no} of kernel {fn.name} starts with 'def': Triton would take it for the kernel's source",
+                )
         for n in ast.walk(fn):
             if n is not fn and isinstance(n, ast.FunctionDef):
                 self.add(n, "P018", f"nested def inside kernel {fn.name}")
 
     def decorator(self, d: ast.expr) -> None:
         for n in ast.walk(d):
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and not _IDENT.fullmatch(n.value):  # `$` alone lets "name\n" through
+            if (
+                isinstance(n, ast.Constant) and isinstance(n.value, str) and not _IDENT.fullmatch(n.value)
+            ):  # `$` alone lets "name\n" through
                 self.add(n, "P018", f"string {n.value[:40]!r} in a decorator: only identifiers (kernel argument names)")
         chain = self.chain_of(d.func if isinstance(d, ast.Call) else d)
         if chain == "triton.jit" and not isinstance(d, ast.Call):
             return
         if not isinstance(d, ast.Call) or chain not in ("triton.jit", "triton.autotune", "triton.heuristics"):
-            self.add(d, "P018", f"decorator {ast.unparse(d)[:60]!r} (allowed: triton.jit, triton.autotune, triton.heuristics)")
+            self.add(
+                d, "P018", f"decorator {ast.unparse(d)[:60]!r} (allowed: triton.jit, triton.autotune, triton.heuristics)"
+            )
             return
         allowed = {"triton.jit": A.JIT_OPTIONS, "triton.autotune": A.AUTOTUNE_OPTIONS, "triton.heuristics": frozenset()}
         self.options(d, allowed[chain], 0 if chain == "triton.jit" else (2 if chain == "triton.autotune" else 1))
@@ -74,8 +85,12 @@ class TritonRules:
             self.add(call, "P018", f"at most {max_args} positional argument(s)")
         for k in call.keywords:
             if k.arg not in allowed:
-                self.add(k, "P018", f"option {k.arg or '**'}= (allowed: {', '.join(sorted(allowed)) or 'none'}; "
-                                    "no hooks, callables or files)")
+                self.add(
+                    k,
+                    "P018",
+                    f"option {k.arg or '**'}= (allowed: {', '.join(sorted(allowed)) or 'none'}; "
+                    "no hooks, callables or files)",
+                )
 
     def config(self, c: ast.expr) -> None:
         if not isinstance(c, ast.Call):
@@ -92,7 +107,9 @@ class TritonRules:
         """A Config / heuristics key becomes a launch keyword: a string literal (a constant's name
         would hide which), never a compile option's name."""
         if not (isinstance(k, ast.Constant) and isinstance(k.value, str)):
-            self.add(k or ast.Pass(lineno=0), "P018", "Config / heuristics keys are string literals (kernel parameter names)")
+            self.add(
+                k or ast.Pass(lineno=0), "P018", "Config / heuristics keys are string literals (kernel parameter names)"
+            )
         elif k.value in A.TRITON_OPTIONS - A.LAUNCH_OPTIONS:
             self.add(k, "P018", f"key {k.value!r} is a Triton compile option (it would reach backend.parse_options)")
 

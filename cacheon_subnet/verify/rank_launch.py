@@ -23,9 +23,14 @@ def rank_env(base: dict[str, str], rank_dir: Path) -> dict[str, str]:
     Triton's cache between ranks; the audit guard lets each write only under its own dir)."""
     env = dict(base)
     cache = rank_dir / "cache"
-    env.update(HOME=str(rank_dir / "home"), TMPDIR=str(rank_dir / "tmp"), XDG_CACHE_HOME=str(cache),
-               TRITON_CACHE_DIR=str(cache / "triton"), TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
-               CACHEON_SANDBOX_SCRATCH=str(rank_dir))
+    env.update(
+        HOME=str(rank_dir / "home"),
+        TMPDIR=str(rank_dir / "tmp"),
+        XDG_CACHE_HOME=str(cache),
+        TRITON_CACHE_DIR=str(cache / "triton"),
+        TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
+        CACHEON_SANDBOX_SCRATCH=str(rank_dir),
+    )
     return env
 
 
@@ -44,12 +49,33 @@ def main(argv: list[str] | None = None) -> int:
         rank_dir = work / f"rank{rank}"
         for d in ("home", "tmp", "cache"):
             (rank_dir / d).mkdir(parents=True, exist_ok=True)
-        argv_r = [sys.executable, "-m", "cacheon_subnet.verify.worker", "--fd", str(fd), *extra,
-                  "--rank", str(rank), "--world-size", str(world), "--init-file", str(work / "rendezvous")]
+        argv_r = [
+            sys.executable,
+            "-m",
+            "cacheon_subnet.verify.worker",
+            "--fd",
+            str(fd),
+            *extra,
+            "--rank",
+            str(rank),
+            "--world-size",
+            str(world),
+            "--init-file",
+            str(work / "rendezvous"),
+        ]
         with open(rank_dir / "worker.log", "wb") as log:
-            procs.append(subprocess.Popen(argv_r, cwd=str(rank_dir), env=rank_env(dict(os.environ), rank_dir),
-                                          stdin=subprocess.DEVNULL, stdout=log.fileno(), stderr=log.fileno(),
-                                          pass_fds=(fd,), close_fds=True))
+            procs.append(
+                subprocess.Popen(
+                    argv_r,
+                    cwd=str(rank_dir),
+                    env=rank_env(dict(os.environ), rank_dir),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log.fileno(),
+                    stderr=log.fileno(),
+                    pass_fds=(fd,),
+                    close_fds=True,
+                )
+            )
         os.close(fd)
     codes = [p.wait() for p in procs]
     return max(codes, key=abs)

@@ -16,7 +16,8 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -71,23 +72,42 @@ class RankGroup:
             logs[-1].touch()
         pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(self.world_size)]
         env = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo", **self.config.policy.extra_env}
-        policy = worker_policy(WorkerConfig(self.config.device, sandbox.SandboxPolicy(
-            **{**self.config.policy.__dict__, "extra_env": env})), loopback=True)
+        policy = worker_policy(
+            WorkerConfig(self.config.device, sandbox.SandboxPolicy(**{**self.config.policy.__dict__, "extra_env": env})),
+            loopback=True,
+        )
         policy = dataclasses.replace(policy, ro_paths=(str(ns),), rw_paths=tuple(map(str, logs)))
         child_fds = [child.fileno() for _, child in pairs]
-        argv = [sys.executable, "-m", "cacheon_subnet.verify.rank_launch", "--fds", ",".join(map(str, child_fds)),
-                "--work", str(self.work), "--", "--bundle-root", str(ns), "--package", pkg,
-                "--device", self.config.device, "--pg-timeout", str(self.pg_timeout_s)]
+        argv = [
+            sys.executable,
+            "-m",
+            "cacheon_subnet.verify.rank_launch",
+            "--fds",
+            ",".join(map(str, child_fds)),
+            "--work",
+            str(self.work),
+            "--",
+            "--bundle-root",
+            str(ns),
+            "--package",
+            pkg,
+            "--device",
+            self.config.device,
+            "--pg-timeout",
+            str(self.pg_timeout_s),
+        ]
         with open(base / "launcher.log", "wb") as log:
-            self.proc = sandbox.launch(argv, scratch=self.work, policy=policy, pass_fds=child_fds,
-                                       stdout=log.fileno(), stderr=log.fileno())
+            self.proc = sandbox.launch(
+                argv, scratch=self.work, policy=policy, pass_fds=child_fds, stdout=log.fileno(), stderr=log.fileno()
+            )
         for host, child in pairs:
             child.close()
             self.socks.append(host)
 
     # -- requests ---------------------------------------------------------------------------
-    def request_all(self, msgs: Sequence[dict[str, Any]], tensors: Sequence[dict[str, torch.Tensor] | None],
-                    timeout_s: float) -> list[Reply]:
+    def request_all(
+        self, msgs: Sequence[dict[str, Any]], tensors: Sequence[dict[str, torch.Tensor] | None], timeout_s: float
+    ) -> list[Reply]:
         """Send msgs[r] to rank r for every rank, then collect every answer (one deadline)."""
         deadline = time.monotonic() + timeout_s
         rank = 0
@@ -112,12 +132,18 @@ class RankGroup:
             self.close()
             raise RankTimeout(
                 f"rank(s) {late} gave no answer within {timeout_s:.0f} s"
-                + (f" while rank(s) {done} did: a rank is stuck (e.g. in a collective another rank skipped)"
-                   if done else "") + f"; all {self.world_size} rank processes were killed", late, replies) from None
+                + (f" while rank(s) {done} did: a rank is stuck (e.g. in a collective another rank skipped)" if done else "")
+                + f"; all {self.world_size} rank processes were killed",
+                late,
+                replies,
+            ) from None
         except (EOFError, OSError, wire.WireError) as e:
             self.close()
-            raise RankDied(f"rank {rank} exited or broke the protocol: {e}; all {self.world_size} rank processes "
-                           f"were killed; rank {rank} log tail: {self.log_tail(rank)}", rank) from None
+            raise RankDied(
+                f"rank {rank} exited or broke the protocol: {e}; all {self.world_size} rank processes "
+                f"were killed; rank {rank} log tail: {self.log_tail(rank)}",
+                rank,
+            ) from None
 
     def log_tail(self, rank: int, limit: int = 1200) -> str:
         return tail_of(self.work / f"rank{rank}" / "worker.log", limit)

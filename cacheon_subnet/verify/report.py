@@ -44,8 +44,9 @@ class Failure:
     rank: int | None = None  # collective runs: the rank the failure was seen on
 
     def __str__(self) -> str:
-        where = " ".join(x for x in (self.stage, self.dtype, self.case,
-                                     "" if self.rank is None else f"rank {self.rank}") if x)
+        where = " ".join(
+            x for x in (self.stage, self.dtype, self.case, "" if self.rank is None else f"rank {self.rank}") if x
+        )
         return f"{self.reason}{' [' + where + ']' if where else ''}: {self.detail}"
 
 

@@ -110,19 +110,29 @@ def verify_bundle(bundle: Bundle, opts: VerifyOptions = VerifyOptions()) -> Veri
     findings = policy_bound.static_check(bundle).findings  # a bounded child; the screen's result when cached
     base = dict(source=bundle.source, digest=bundle.digest, device=opts.device, tier=opts.resolved_tier, seed=seed)
     if findings:
-        ops = tuple(_op_result(op, "FAIL", 0, 0, Failure("not_run", "static policy scan failed; code was not executed"))
-                    for op in bundle.manifest.ops)
-        return VerifyReport(status="FAIL", reasons=(f"policy: {len(findings)} finding(s)",), findings=findings, ops=ops,
-                            duration_s=time.monotonic() - t0, **base)
+        ops = tuple(
+            _op_result(op, "FAIL", 0, 0, Failure("not_run", "static policy scan failed; code was not executed"))
+            for op in bundle.manifest.ops
+        )
+        return VerifyReport(
+            status="FAIL",
+            reasons=(f"policy: {len(findings)} finding(s)",),
+            findings=findings,
+            ops=ops,
+            duration_s=time.monotonic() - t0,
+            **base,
+        )
     results, env = _run_all(bundle, opts, seed, plan)
     reasons = tuple(f"{r.key}: {r.failure}" for r in results if r.failure)
     status = "PASS" if results and not reasons else "FAIL"
-    return VerifyReport(status=status, reasons=reasons, findings=(), ops=tuple(results), env=env,
-                        duration_s=time.monotonic() - t0, **base)
+    return VerifyReport(
+        status=status, reasons=reasons, findings=(), ops=tuple(results), env=env, duration_s=time.monotonic() - t0, **base
+    )
 
 
-def _run_all(bundle: Bundle, opts: VerifyOptions, seed: int, plan: dict[int, list[OpEntry]]
-             ) -> tuple[list[OpResult], dict[str, Any]]:
+def _run_all(
+    bundle: Bundle, opts: VerifyOptions, seed: int, plan: dict[int, list[OpEntry]]
+) -> tuple[list[OpResult], dict[str, Any]]:
     """Single-rank ops in one worker, collective ops per world size in rank groups; results in
     manifest order (an op checked at several world sizes reports its first failure)."""
     single = [op for op in bundle.manifest.ops if not get_slot(op.slot).collective]
@@ -212,8 +222,14 @@ class _Run:
         if not plan.planned:
             return _op_result(op, "FAIL", 0, 0, Failure("no_cases", f"constraints {op.constraints} exclude every shape"))
         start_calls = self.calls
-        log.info("verify.op", op=op.key, cases=len(plan.planned), dtypes=list(op.dtypes), trials=len(plan.trials),
-                 heavy=[p.case.label for p in plan.planned if p.heavy])  # one dtype, pair + maybe a twin, no graph
+        log.info(
+            "verify.op",
+            op=op.key,
+            cases=len(plan.planned),
+            dtypes=list(op.dtypes),
+            trials=len(plan.trials),
+            heavy=[p.case.label for p in plan.planned if p.heavy],
+        )  # one dtype, pair + maybe a twin, no graph
         failure = None
         draws = Draws(spec, op.key, plan, self.seed, threads=self.opts.draw_threads, device=self.opts.draw_device)
         try:
@@ -228,12 +244,18 @@ class _Run:
                 key = k if k in ("draw", "reference") else f"draw_{k}"
                 self.timing[key] = self.timing.get(key, 0.0) + v
         status = "FAIL" if failure else "PASS"
-        log.info("verify.timing", op=op.key, status=status, calls=self.calls - start_calls,
-                 **{f"{k}_s": round(v, 2) for k, v in self.timing.items()})  # where a slow verify spends its time
+        log.info(
+            "verify.timing",
+            op=op.key,
+            status=status,
+            calls=self.calls - start_calls,
+            **{f"{k}_s": round(v, 2) for k, v in self.timing.items()},
+        )  # where a slow verify spends its time
         return _op_result(op, status, self.calls - start_calls, len(plan.planned), failure)
 
-    def request(self, msg: dict[str, Any], tensors: dict[str, torch.Tensor] | None
-                ) -> tuple[dict[str, Any], dict[str, torch.Tensor], Failure | None]:
+    def request(
+        self, msg: dict[str, Any], tensors: dict[str, torch.Tensor] | None
+    ) -> tuple[dict[str, Any], dict[str, torch.Tensor], Failure | None]:
         """One call with a fresh nonce; a reply that does not carry it answers some other request
         (replayed, queued ahead or pre-computed) and fails closed as a protocol violation."""
         nonce = secrets.token_hex(16)
@@ -245,15 +267,41 @@ class _Run:
         self.timing["worker"] += time.perf_counter() - t0  # the wire both ways and the worker's own time
         return reply, out, judge.check_nonce(reply, nonce) or judge.check_returned(msg, tensors or {}, out)
 
-    def call(self, op: OpEntry, spec: SlotSpec, act: torch.dtype, case: ShapeCase, inputs: dict[str, torch.Tensor],
-             poison: int, watch_sync: bool, mode: str = "eager", noise: int = 0, frame: Frame | None = None,
-             digests: dict[str, str] | None = None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    def call(
+        self,
+        op: OpEntry,
+        spec: SlotSpec,
+        act: torch.dtype,
+        case: ShapeCase,
+        inputs: dict[str, torch.Tensor],
+        poison: int,
+        watch_sync: bool,
+        mode: str = "eager",
+        noise: int = 0,
+        frame: Frame | None = None,
+        digests: dict[str, str] | None = None,
+    ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         """One call on `inputs` (the host's tensors, judged with): the worker gets `frame`, their
         sealed copy (made here when not given), and answers large read-only inputs with digests
         the host checks against `digests` (its own, made when it drew them) or its cache."""
-        alloc = {a.name: {"dtype": dtype_name(a.torch_dtype(act)), "shape": list(a.concrete_shape(case.dims)),
-                          "poison": poison, "noise_seed": noise} for a in spec.args if a.role in ("out", "scratch")}
-        msg = {"type": "call", "op": op.key, "params": dict(case.params), "alloc": alloc, "watch_sync": watch_sync, "mode": mode}
+        alloc = {
+            a.name: {
+                "dtype": dtype_name(a.torch_dtype(act)),
+                "shape": list(a.concrete_shape(case.dims)),
+                "poison": poison,
+                "noise_seed": noise,
+            }
+            for a in spec.args
+            if a.role in ("out", "scratch")
+        }
+        msg = {
+            "type": "call",
+            "op": op.key,
+            "params": dict(case.params),
+            "alloc": alloc,
+            "watch_sync": watch_sync,
+            "mode": mode,
+        }
         self.calls += 1
         parcel = Parcel(inputs) if frame is None else None
         try:

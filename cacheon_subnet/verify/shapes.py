@@ -86,14 +86,17 @@ class ArenaShapes:
         for field_name in ("decode_batches", "prefill_tokens"):
             values = tuple(getattr(self, field_name))
             if not values or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in values):
-                raise UsageError(f"arena shapes {self.name or self.profile}: {field_name} must be positive integers, "
-                                 f"got {values!r}")
+                raise UsageError(
+                    f"arena shapes {self.name or self.profile}: {field_name} must be positive integers, got {values!r}"
+                )
             object.__setattr__(self, field_name, tuple(sorted(set(values))))
         if any(w not in self.sizes() for w in self.window):
             raise UsageError(f"arena shapes {self.name or self.profile}: window sizes {self.window} not among its sizes")
         if not isinstance(self.decode_context, int) or isinstance(self.decode_context, bool) or self.decode_context < 0:
-            raise UsageError(f"arena shapes {self.name or self.profile}: decode_context must be a non-negative integer, "
-                             f"got {self.decode_context!r}")
+            raise UsageError(
+                f"arena shapes {self.name or self.profile}: decode_context must be a non-negative integer, "
+                f"got {self.decode_context!r}"
+            )
 
     @property
     def largest(self) -> tuple[str, int]:
@@ -124,9 +127,16 @@ def from_arena_config(cfg: Any) -> ArenaShapes:
     running = min(w.prompts_per_window, e.max_running_requests)
     padded = next((b for b in sorted(decode) if b >= running), None) if e.cuda_graph else running
     window = ((("decode", padded),) if padded in decode else ()) + (("prefill", top),)
-    return ArenaShapes(profile=model.name if model else cfg.model.profile, decode_batches=decode,
-                       prefill_tokens=tuple(prefill), name=getattr(cfg, "name", ""), model=model, window=window,
-                       decode_context=w.input_len + w.output_len // 2, dtype=str(getattr(cfg.model, "dtype", "") or ""))
+    return ArenaShapes(
+        profile=model.name if model else cfg.model.profile,
+        decode_batches=decode,
+        prefill_tokens=tuple(prefill),
+        name=getattr(cfg, "name", ""),
+        model=model,
+        window=window,
+        decode_context=w.input_len + w.output_len // 2,
+        dtype=str(getattr(cfg.model, "dtype", "") or ""),
+    )
 
 
 def arena_cases(spec: SlotSpec, cases: Sequence[ShapeCase], arena: ArenaShapes) -> list[tuple[ShapeCase, str]]:
@@ -175,8 +185,9 @@ def resize(spec: SlotSpec, case: ShapeCase, kind: str, n: int, context: int = 0)
     return dataclasses.replace(case, label=f"{case.profile}/{tag}{name}", dims={**case.dims, "T": n})
 
 
-def templates(spec: SlotSpec, cases: Sequence[ShapeCase], profile: str | None,
-              model: ModelProfile | None = None) -> list[ShapeCase]:
+def templates(
+    spec: SlotSpec, cases: Sequence[ShapeCase], profile: str | None, model: ModelProfile | None = None
+) -> list[ShapeCase]:
     """Cases of `profile` that resize (all resizable cases when the slot has none of it); with a
     checkpoint's `model`, the resizable cases re-targeted to its shapes (none when the slot does
     not apply to it, e.g. an MoE slot on a dense model)."""
@@ -196,14 +207,22 @@ class PlannedCase:
     heavy: bool = False  # GPU tier, over GPU_HEAVY_CASE_BYTES: one dtype, its pair and maybe a twin, no graph
 
 
-def plan_cases(spec: SlotSpec, base: Sequence[ShapeCase], dtypes: Sequence[str], rng: random.Random, *,
-               gpu: bool, arena: ArenaShapes | None, eligible: Any = None, pool: Sequence[ShapeCase] = (),
-               cpu_max_bytes: int = CPU_MAX_CASE_BYTES) -> list[PlannedCase]:
+def plan_cases(
+    spec: SlotSpec,
+    base: Sequence[ShapeCase],
+    dtypes: Sequence[str],
+    rng: random.Random,
+    *,
+    gpu: bool,
+    arena: ArenaShapes | None,
+    eligible: Any = None,
+    pool: Sequence[ShapeCase] = (),
+    cpu_max_bytes: int = CPU_MAX_CASE_BYTES,
+) -> list[PlannedCase]:
     """Tier cases in every dtype, then the arena / odd sizes (see module doc). `pool`: the cases
     templates are drawn from (default `base`); `eligible(dims)`: the op's constraints."""
     out = [PlannedCase(c, tuple(dtypes), "tier") for c in base]
-    temps = templates(spec, list(pool) or list(base), arena.profile if arena else None,
-                      arena.model if arena else None)
+    temps = templates(spec, list(pool) or list(base), arena.profile if arena else None, arena.model if arena else None)
     if not temps:
         return out
     seen = {(c.label, tuple(sorted(c.dims.items()))) for c in base}
@@ -224,8 +243,11 @@ def plan_cases(spec: SlotSpec, base: Sequence[ShapeCase], dtypes: Sequence[str],
         c = resize(spec, rng.choice(temps), kind, n, ctx)
         if c is None or (eligible is not None and not eligible(c.dims)):
             continue
-        fits = [d for d in dtypes if spec.default_bytes(c, dtype_of(d)) <= cpu_max_bytes] if not gpu else \
-            [d for d in dtypes if input_bytes(spec, c, dtype_of(d)) <= GPU_MAX_CASE_INPUT_BYTES]
+        fits = (
+            [d for d in dtypes if spec.default_bytes(c, dtype_of(d)) <= cpu_max_bytes]
+            if not gpu
+            else [d for d in dtypes if input_bytes(spec, c, dtype_of(d)) <= GPU_MAX_CASE_INPUT_BYTES]
+        )
         if not fits:
             continue  # the interpreter would take minutes per call: the GPU tier covers this size
         dts = tuple(dtypes) if gpu else (rng.choice(fits),)
@@ -240,8 +262,9 @@ def plan_cases(spec: SlotSpec, base: Sequence[ShapeCase], dtypes: Sequence[str],
 
 def input_bytes(spec: SlotSpec, case: ShapeCase, act: Any) -> int:
     """Bytes the host draws for one call of `case` (its in/inout arguments, allocated extents)."""
-    return sum(math.prod(a.concrete_shape(case.dims)) * a.torch_dtype(act).itemsize
-               for a in spec.args if a.role in ("in", "inout"))
+    return sum(
+        math.prod(a.concrete_shape(case.dims)) * a.torch_dtype(act).itemsize for a in spec.args if a.role in ("in", "inout")
+    )
 
 
 def _weigh(spec: SlotSpec, p: PlannedCase, arena: ArenaShapes | None) -> PlannedCase:

@@ -109,8 +109,11 @@ class Parcel:
         storages, self._of = distinct_storages(tensors)
         total = sum(int(s.numel()) for s in storages)
         on_host = all(s.device.type == "cpu" for s in storages)
-        self.sealed = SealedFrame(storages) if storages and on_host and total >= (
-            SHM_MIN_BYTES if min_bytes is None else min_bytes) else None
+        self.sealed = (
+            SealedFrame(storages)
+            if storages and on_host and total >= (SHM_MIN_BYTES if min_bytes is None else min_bytes)
+            else None
+        )
 
     def frame(self) -> Frame:
         if self.sealed is None:
@@ -119,10 +122,18 @@ class Parcel:
         if sealed.fd is None:
             raise ValueError("parcel already closed")
         mm = mmap.mmap(sealed.fd, sealed.size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        stores = [torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=o).untyped_storage() if n
-                  else torch.empty(0, dtype=torch.uint8).untyped_storage() for o, n in zip(sealed.offsets, sealed.sizes)]
-        frame = Frame({name: torch.empty(0, dtype=t.dtype).set_(stores[self._of[name]], t.storage_offset(), t.shape, t.stride())
-                       for name, t in self.tensors.items()})
+        stores = [
+            torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=o).untyped_storage()
+            if n
+            else torch.empty(0, dtype=torch.uint8).untyped_storage()
+            for o, n in zip(sealed.offsets, sealed.sizes)
+        ]
+        frame = Frame(
+            {
+                name: torch.empty(0, dtype=t.dtype).set_(stores[self._of[name]], t.storage_offset(), t.shape, t.stride())
+                for name, t in self.tensors.items()
+            }
+        )
         frame.sealed = sealed
         return frame
 
@@ -142,8 +153,11 @@ def map_storages(fd: int, layout: Mapping[str, Any], sizes: Sequence[int]) -> li
         raise ValueError("shared frame: not a regular file of the declared size")
     if fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS != SEALS:
         raise ValueError("shared frame: not sealed against writes")
-    if not isinstance(offsets, list) or len(offsets) != len(sizes) or not all(
-            isinstance(o, int) and 0 <= o and o + n <= size for o, n in zip(offsets, sizes)):
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != len(sizes)
+        or not all(isinstance(o, int) and 0 <= o and o + n <= size for o, n in zip(offsets, sizes))
+    ):
         raise ValueError("shared frame: storage table out of bounds")
     mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ)
     stores = []

@@ -74,9 +74,16 @@ class Trial:
     mode: str = "prefix"  # twins: share the leading ("prefix") or trailing ("suffix") rows
 
 
-def schedule(cases: Sequence[tuple[int, Sequence[str]]], rng: random.Random, budget: Budget, *,
-             compile_check: bool, graph_cases: Sequence[int] = (), pair_only: Sequence[int] = (),
-             short: Sequence[int] = ()) -> list[Trial]:
+def schedule(
+    cases: Sequence[tuple[int, Sequence[str]]],
+    rng: random.Random,
+    budget: Budget,
+    *,
+    compile_check: bool,
+    graph_cases: Sequence[int] = (),
+    pair_only: Sequence[int] = (),
+    short: Sequence[int] = (),
+) -> list[Trial]:
     """Every trial of one op, shuffled. cases: (case index, dtypes to run it in); graph_cases: case
     indices that get a CUDA-graph trial in each of their dtypes; pair_only: indices that get only
     the identical-input pair (the CPU tier's largest size: its cost is the whole budget); short:
@@ -101,11 +108,12 @@ def schedule(cases: Sequence[tuple[int, Sequence[str]]], rng: random.Random, bud
         extra = []
         for k in range(n - 2):
             kind = "twin" if k == 0 or rng.random() < 0.4 else "fresh"
-            extra.append(Trial(kind, i, d, poison=rng.randint(1, 2), watch=rng.random() < 0.75,
-                               mode=rng.choice(("prefix", "suffix"))))
+            extra.append(
+                Trial(kind, i, d, poison=rng.randint(1, 2), watch=rng.random() < 0.75, mode=rng.choice(("prefix", "suffix")))
+            )
         if (i, d) == soak:
             run = extra[: len(extra) // 2]  # half the soak back to back: the engine calls one shape in long runs
-            soak_run, extra = run, extra[len(run):]
+            soak_run, extra = run, extra[len(run) :]
         trials.extend(extra)
     if compile_check:
         by_dtype: dict[str, list[int]] = {}
@@ -126,8 +134,9 @@ def budget_compile(budget: Budget) -> int:
     return max(0, budget.compile_per_dtype)
 
 
-def graph_picks(n_cases: int, decode_cases: Sequence[int], rng: random.Random, budget: Budget,
-                skip: Sequence[int] = ()) -> list[int]:
+def graph_picks(
+    n_cases: int, decode_cases: Sequence[int], rng: random.Random, budget: Budget, skip: Sequence[int] = ()
+) -> list[int]:
     """Every arena decode case (the engine captures each) plus `graph_cases` random others, none
     of them from `skip` (heavy cases: every replay draws their inputs again)."""
     rest = [i for i in range(n_cases) if i not in decode_cases and i not in skip]
@@ -156,8 +165,9 @@ def twin_rows(inputs: Sequence[tuple[str, Rows]], rng: random.Random) -> dict[st
     return rows if rows or singles > 1 else None
 
 
-def mix(source: Mapping[str, torch.Tensor], fresh: Mapping[str, torch.Tensor], rows: Mapping[str, int],
-        mode: str = "prefix") -> dict[str, torch.Tensor]:
+def mix(
+    source: Mapping[str, torch.Tensor], fresh: Mapping[str, torch.Tensor], rows: Mapping[str, int], mode: str = "prefix"
+) -> dict[str, torch.Tensor]:
     """A copy of `fresh` (views kept) that equals `source` on `rows[name]` leading ("prefix") or
     trailing ("suffix") rows of each named floating tensor; integer/bool tensors (index sets,
     positions, lengths) whole from `source`, so index structure stays valid; of the single-row
@@ -189,8 +199,9 @@ def input_rows(source: Mapping[str, torch.Tensor]) -> list[tuple[str, Rows]]:
     return [(k, (tuple(v.shape), v.is_floating_point())) for k, v in source.items()]
 
 
-def twin(source: Mapping[str, torch.Tensor], fresh: Mapping[str, torch.Tensor], rng: random.Random,
-         mode: str = "prefix") -> dict[str, torch.Tensor] | None:
+def twin(
+    source: Mapping[str, torch.Tensor], fresh: Mapping[str, torch.Tensor], rng: random.Random, mode: str = "prefix"
+) -> dict[str, torch.Tensor] | None:
     """A copy of `fresh` (views kept) that equals `source` on a random block of leading ("prefix")
     or trailing ("suffix") rows along dim 0 (tokens, requests, pool slots) of every floating
     tensor with at least two rows, and on its integer tensors and first single-row floating

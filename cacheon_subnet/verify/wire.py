@@ -38,15 +38,24 @@ class WireError(Exception):
     """Malformed frame or tensor description (a protocol violation by the peer)."""
 
 
-def _frame_parts(msg: dict[str, Any], tensors: dict[str, torch.Tensor] | None,
-                 sealed: shm.SealedFrame | None = None) -> tuple[bytes, list[torch.Tensor]]:
+def _frame_parts(
+    msg: dict[str, Any], tensors: dict[str, torch.Tensor] | None, sealed: shm.SealedFrame | None = None
+) -> tuple[bytes, list[torch.Tensor]]:
     """The length-prefixed JSON header and the distinct storages (uint8 views, no copy) of a frame."""
     for name, t in (tensors or {}).items():
         if t.device.type != "cpu":
             raise WireError(f"tensor {name} must be on CPU to cross the wire")
     storages, of = shm.distinct_storages(tensors or {})
-    descs = {name: {"storage": of[name], "offset": t.storage_offset(), "shape": list(t.shape),
-                    "stride": list(t.stride()), "dtype": dtype_name(t.dtype)} for name, t in (tensors or {}).items()}
+    descs = {
+        name: {
+            "storage": of[name],
+            "offset": t.storage_offset(),
+            "shape": list(t.shape),
+            "stride": list(t.stride()),
+            "dtype": dtype_name(t.dtype),
+        }
+        for name, t in (tensors or {}).items()
+    }
     header = dict(msg)
     header["_tensors"] = descs
     header["_storages"] = [int(s.numel()) for s in storages]
@@ -89,7 +98,9 @@ def _tensors(descs: dict[str, Any], stores: list[Any]) -> dict[str, torch.Tensor
         try:
             dt = torch_dtypes()[d["dtype"]]
             st = stores[d["storage"]]
-            t = torch.empty(0, dtype=dt).set_(st, int(d["offset"]), [int(s) for s in d["shape"]], [int(s) for s in d["stride"]])
+            t = torch.empty(0, dtype=dt).set_(
+                st, int(d["offset"]), [int(s) for s in d["shape"]], [int(s) for s in d["stride"]]
+            )
         except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:
             raise WireError(f"bad tensor description for {name!r}: {e}") from None
         tensors[name] = t
@@ -120,8 +131,9 @@ def decode(payload: bytes) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     return header, _tensors(descs, stores)
 
 
-def send(fd: int, msg: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None,
-         deadline: float | None = None) -> None:
+def send(
+    fd: int, msg: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None, deadline: float | None = None
+) -> None:
     """One frame, the storages written straight from the tensors' memory (a 1.4 GB K/V pool was
     copied three times before it reached the pipe), or, for a shm.Frame with a sealed copy, the
     header alone and then the copy's fd (SCM_RIGHTS, one byte)."""
@@ -141,8 +153,9 @@ def send(fd: int, msg: dict[str, Any], tensors: dict[str, torch.Tensor] | None =
             _write_all(fd, memoryview(s.numpy()), deadline)
 
 
-def recv(fd: int, max_bytes: int = MAX_MESSAGE, deadline: float | None = None,
-         allow_shm: bool = False) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def recv(
+    fd: int, max_bytes: int = MAX_MESSAGE, deadline: float | None = None, allow_shm: bool = False
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """Read one frame, each storage straight into a buffer of its own. `deadline`
     (time.monotonic()) raises TimeoutError when passed. A malformed frame raises WireError after
     its bytes are read off (the stream stays at a frame boundary, as when frames were read whole).

@@ -20,7 +20,8 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -32,8 +33,9 @@ from cacheon_subnet.tensor_views import rebase, tensor_digest
 from cacheon_subnet.verify import wire
 from cacheon_subnet.verify.judge import BIG_INPUT
 
-_SYNC_METHODS = frozenset({"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__",
-                           "nonzero", "synchronize"})
+_SYNC_METHODS = frozenset(
+    {"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__", "nonzero", "synchronize"}
+)
 
 
 def _to_host(name: str, args: tuple, kwargs: dict) -> bool:
@@ -104,8 +106,11 @@ class Worker:
                 module = importlib.import_module(f"{self.package}.{op['module']}")
                 fn = getattr(module, op["attr"], None)
                 if fn is None:
-                    results[op["key"]] = {"ok": False, "reason": "entry_missing",
-                                          "error": f"{op['module']} has no attribute {op['attr']!r}"}
+                    results[op["key"]] = {
+                        "ok": False,
+                        "reason": "entry_missing",
+                        "error": f"{op['module']} has no attribute {op['attr']!r}",
+                    }
                     continue
                 if not callable(fn):
                     results[op["key"]] = {"ok": False, "reason": "entry_missing", "error": f"{op['attr']} is not callable"}
@@ -130,7 +135,9 @@ class Worker:
         if not reply["ok"]:
             self._send(msg, reply)
             return
-        big = {a.name for a in spec.args if a.role == "in" and args[a.name].numel() * args[a.name].element_size() > BIG_INPUT}
+        big = {
+            a.name for a in spec.args if a.role == "in" and args[a.name].numel() * args[a.name].element_size() > BIG_INPUT
+        }
         reply["digests"] = {k: tensor_digest(args[k]) for k in sorted(big)}
         back = {k: v.detach().cpu() for k, v in args.items() if k not in big}
         # where the worker's share of a call went (informational, worker-reported: no verdict reads it)
@@ -160,7 +167,7 @@ class Worker:
                 for k, v in tensors.items():
                     if k.startswith(f"r{i}."):
                         args[k.split(".", 1)[1]].copy_(v.to(self.device))
-                for name, a in ((a.name, a) for a in spec.args if a.role == "out"):
+                for name in (a.name for a in spec.args if a.role == "out"):
                     args[name].fill_(_poison(args[name].dtype, 0))
                 graph.replay()
                 torch.cuda.synchronize()
@@ -237,8 +244,9 @@ class Worker:
             args[name] = _noise(t, int(a.get("noise_seed", 0))) if which == 2 else t.fill_(_poison(t.dtype, which))
         return args
 
-    def _invoke(self, spec: SlotSpec, fn: Callable[..., Any], args: dict[str, torch.Tensor],
-                params: dict[str, Any], watch_sync: bool) -> dict[str, Any]:
+    def _invoke(
+        self, spec: SlotSpec, fn: Callable[..., Any], args: dict[str, torch.Tensor], params: dict[str, Any], watch_sync: bool
+    ) -> dict[str, Any]:
         before = {k: (v.data_ptr(), v.untyped_storage().data_ptr()) for k, v in args.items()}
         watch = HostSyncWatch(self.root)
         cuda = self.device.type == "cuda"
@@ -271,8 +279,13 @@ class Worker:
                 aliases.append(f"{k} was re-pointed to other storage")
             elif spec.arg(k).role == "out" and v.untyped_storage().data_ptr() in input_storages:
                 aliases.append(f"{k} shares storage with an input")
-        return {"type": "result", "ok": True, "returned": None if result is None else type(result).__name__,
-                "host_sync": watch.hits, "aliases": aliases}
+        return {
+            "type": "result",
+            "ok": True,
+            "returned": None if result is None else type(result).__name__,
+            "host_sync": watch.hits,
+            "aliases": aliases,
+        }
 
     def _compiled(self, key: str, spec: SlotSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
         """The dispatch path SGLang's piecewise graphs trace: custom op + Dynamo fullgraph."""
@@ -336,7 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--init-file", help="file:// rendezvous of the rank group (world size > 1)")
     ap.add_argument("--pg-timeout", type=float, default=600.0)
     ap.add_argument("--preload-stock", default="", help="bench: slots whose stock kernels load before the guard")
-    ap.add_argument("--preload-cases", default="", help="bench: JSON [{slot, dtype, case}] each stock kernel runs once before the guard")
+    ap.add_argument(
+        "--preload-cases", default="", help="bench: JSON [{slot, dtype, case}] each stock kernel runs once before the guard"
+    )
     a = ap.parse_args(argv)
     device = a.device
     if device == "cuda" and a.world_size > 1:
@@ -360,7 +375,10 @@ def main(argv: list[str] | None = None) -> int:
         from cacheon_subnet.bench_timing import warm_stock
 
         calls = json.loads(a.preload_cases)  # a frame per call done: the host shows it (a first call may build minutes)
-        done = (lambda i: wire.send(a.fd, {"type": "progress", "phase": "warm", "done": i, "total": len(calls)}))
+
+        def done(i: int) -> None:
+            wire.send(a.fd, {"type": "progress", "phase": "warm", "done": i, "total": len(calls)})
+
         for why in warm_stock(calls, torch.device(device), on_done=done):
             print(f"bench: stock warm-up: {why}", file=sys.stderr, flush=True)
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -400,8 +418,9 @@ def _join_group(a: argparse.Namespace, device: str) -> Any:
         raise SystemExit("--init-file is required when --world-size > 1")
     backend = "nccl" if device.startswith("cuda") else "gloo"
     timeout = datetime.timedelta(seconds=a.pg_timeout)
-    dist.init_process_group(backend, init_method=f"file://{a.init_file}", rank=a.rank, world_size=a.world_size,
-                            timeout=timeout)
+    dist.init_process_group(
+        backend, init_method=f"file://{a.init_file}", rank=a.rank, world_size=a.world_size, timeout=timeout
+    )
     return dist.new_group(ranks=list(range(a.world_size)), backend=backend, timeout=timeout)
 
 

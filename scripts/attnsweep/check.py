@@ -27,6 +27,9 @@ def check(fn: Any, ref: Any, stock_out: Any, tol: Any, device: Any) -> tuple[str
         return "error", "the example did not consult _launch_config: the sweep cannot set its config", {}
     out = fn.out.detach().float().cpu()
     c = compare(out, ref, tol)
-    nums = {"max_abs_vs_ref": c.max_abs, "rel_l2_vs_ref": c.rel_l2,
-            "max_abs_vs_stock": (float((out - stock_out).abs().max()) if stock_out is not None else None)}
+    nums = {
+        "max_abs_vs_ref": c.max_abs,
+        "rel_l2_vs_ref": c.rel_l2,
+        "max_abs_vs_stock": (float((out - stock_out).abs().max()) if stock_out is not None else None),
+    }
     return ("ok" if c.ok else "wrong"), ("" if c.ok else c.detail), nums

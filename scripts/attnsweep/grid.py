@@ -29,7 +29,7 @@ class Config:
         return f"bn{self.block_n}-w{self.warps}-s{self.stages}-" + ("hint" if self.splits <= 0 else f"sp{self.splits}")
 
     @classmethod
-    def parse(cls, text: str) -> "Config":
+    def parse(cls, text: str) -> Config:
         """bn32-w4-s3-hint / bn64-w8-s2-sp2"""
         try:
             bn, w, s, sp = text.strip().split("-")
@@ -79,8 +79,13 @@ def grid_configs(args: argparse.Namespace) -> list[Config]:
     if args.configs:
         return [Config.parse(x) for x in args.configs.split(",") if x.strip()]
     ints = lambda text: tuple(int(x) for x in text.split(","))  # noqa: E731
-    out = [Config(bn, w, s, sp) for bn in ints(args.block_n) for w in ints(args.warps) for s in ints(args.stages)
-           for sp in ints(args.splits)]
+    out = [
+        Config(bn, w, s, sp)
+        for bn in ints(args.block_n)
+        for w in ints(args.warps)
+        for s in ints(args.stages)
+        for sp in ints(args.splits)
+    ]
     return out
 
 

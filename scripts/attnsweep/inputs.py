@@ -25,8 +25,7 @@ def sglang_split_hint(lens: Any, num_head: int, num_kv_head: int, max_kv_splits:
     return backend_split_hint(lens, num_head, num_kv_head, max_kv_splits, cores)
 
 
-def check_hint_against_sglang(lens: Any, hint: Any, num_head: int, num_kv_head: int, max_kv_splits: int,
-                              cores: int) -> str:
+def check_hint_against_sglang(lens: Any, hint: Any, num_head: int, num_kv_head: int, max_kv_splits: int, cores: int) -> str:
     """SGLang's get_num_kv_splits_triton launched exactly as get_num_kv_splits does (num_group 1,
     MAX_NUM_SEQ = 256 below 256 sequences, else next_power_of_2): '' when it agrees, else why not."""
     import torch
@@ -38,8 +37,17 @@ def check_hint_against_sglang(lens: Any, hint: Any, num_head: int, num_kv_head: 
         return f"not checked ({type(e).__name__}: {e})"
     n = lens.numel()
     out = torch.empty(n, dtype=torch.int32, device="cuda")
-    get_num_kv_splits_triton[(1,)](out, lens.to("cuda", torch.int32), n, 1, num_head, num_kv_head, max_kv_splits,
-                                   cores, MAX_NUM_SEQ=256 if n < 256 else triton.next_power_of_2(n))
+    get_num_kv_splits_triton[(1,)](
+        out,
+        lens.to("cuda", torch.int32),
+        n,
+        1,
+        num_head,
+        num_kv_head,
+        max_kv_splits,
+        cores,
+        MAX_NUM_SEQ=256 if n < 256 else triton.next_power_of_2(n),
+    )
     got = out.cpu()
     if torch.equal(got, hint.cpu().to(torch.int32)):
         return ""
@@ -47,8 +55,9 @@ def check_hint_against_sglang(lens: Any, hint: Any, num_head: int, num_kv_head: 
 
 
 # -- inputs -------------------------------------------------------------------------------------
-def make_pool(spec: Any, profile: str, shapes: list[Shape], max_splits: int, act: Any, seed: int, device: Any
-              ) -> dict[str, Any]:
+def make_pool(
+    spec: Any, profile: str, shapes: list[Shape], max_splits: int, act: Any, seed: int, device: Any
+) -> dict[str, Any]:
     """The slot generator's inputs at the largest batch and context (q, K/V pool, params)."""
     from cacheon_subnet.bench_timing import build_args
     from cacheon_subnet.verify.shapes import resize, templates
@@ -57,12 +66,18 @@ def make_pool(spec: Any, profile: str, shapes: list[Shape], max_splits: int, act
     big = resize(spec, temps[0], "decode", max(s.batch for s in shapes), max(s.ctx for s in shapes))
     big = dataclasses.replace(big, dims={**big.dims, "MAXS": max_splits})
     args = build_args(spec, big, act, seed, device)
-    return {"q": args["q"], "k_buffer": args["k_buffer"], "v_buffer": args["v_buffer"], "case": big,
-            "sm_scale": float(big.params["sm_scale"])}
+    return {
+        "q": args["q"],
+        "k_buffer": args["k_buffer"],
+        "v_buffer": args["v_buffer"],
+        "case": big,
+        "sm_scale": float(big.params["sm_scale"]),
+    }
 
 
-def shape_inputs(pool: dict[str, Any], shape: Shape, max_splits: int, cores: int, lengths: str, layout: str,
-                 seed: int) -> dict[str, Any]:
+def shape_inputs(
+    pool: dict[str, Any], shape: Shape, max_splits: int, cores: int, lengths: str, layout: str, seed: int
+) -> dict[str, Any]:
     """The pool paged for `shape` as the arena's engine pages it (see the module doc)."""
     import torch
 
@@ -75,19 +90,30 @@ def shape_inputs(pool: dict[str, Any], shape: Shape, max_splits: int, cores: int
     S, HK, _ = pool["k_buffer"].shape
     if shape.batch > B:
         raise SystemExit(f"{shape.label}: the pool holds {B} requests")
-    lens = (attention.seq_lens(shape.batch, shape.ctx, g) if lengths == "slot"
-            else torch.full((shape.batch,), shape.ctx, dtype=torch.int64))
+    lens = (
+        attention.seq_lens(shape.batch, shape.ctx, g)
+        if lengths == "slot"
+        else torch.full((shape.batch,), shape.ctx, dtype=torch.int64)
+    )
     total = int(lens.sum())
     if total > S - 1:
         raise SystemExit(f"{shape.label}: {total} tokens do not fit the pool's {S - 1} slots")
     indptr = torch.zeros(shape.batch + 1, dtype=torch.int32)
     indptr[1:] = torch.cumsum(lens, 0)
-    indices = (torch.randperm(S - 1, generator=g)[:total] + 1 if layout == "permuted"
-               else torch.arange(1, total + 1)).to(torch.int64)
+    indices = (torch.randperm(S - 1, generator=g)[:total] + 1 if layout == "permuted" else torch.arange(1, total + 1)).to(
+        torch.int64
+    )
     hint = sglang_split_hint(lens, HQ, HK, max_splits, cores)
-    return {"q": pool["q"][: shape.batch].contiguous(), "k_buffer": pool["k_buffer"], "v_buffer": pool["v_buffer"],
-            "kv_indptr": indptr.to(dev), "kv_indices": indices.to(dev), "num_kv_splits": hint.to(dev),
-            "lens": lens, "max_splits": max_splits}
+    return {
+        "q": pool["q"][: shape.batch].contiguous(),
+        "k_buffer": pool["k_buffer"],
+        "v_buffer": pool["v_buffer"],
+        "kv_indptr": indptr.to(dev),
+        "kv_indices": indices.to(dev),
+        "num_kv_splits": hint.to(dev),
+        "lens": lens,
+        "max_splits": max_splits,
+    }
 
 
 def scratch(t: dict[str, Any]) -> dict[str, Any]:
@@ -97,9 +123,11 @@ def scratch(t: dict[str, Any]) -> dict[str, Any]:
     B, HQ, D = t["q"].shape
     dev = t["q"].device
     nan = float("nan")
-    return {"o": torch.full((B, HQ, D), nan, dtype=t["q"].dtype, device=dev),
-            "attn_logits": torch.full((B, HQ, t["max_splits"], D), nan, dtype=torch.float32, device=dev),
-            "attn_lse": torch.full((B, HQ, t["max_splits"]), nan, dtype=torch.float32, device=dev)}
+    return {
+        "o": torch.full((B, HQ, D), nan, dtype=t["q"].dtype, device=dev),
+        "attn_logits": torch.full((B, HQ, t["max_splits"], D), nan, dtype=torch.float32, device=dev),
+        "attn_lse": torch.full((B, HQ, t["max_splits"]), nan, dtype=torch.float32, device=dev),
+    }
 
 
 def kv_bytes(t: dict[str, Any]) -> int:
@@ -107,8 +135,9 @@ def kv_bytes(t: dict[str, Any]) -> int:
     q, kb = t["q"], t["k_buffer"]
     tokens = int(t["lens"].sum())
     es = q.element_size()
-    return (tokens * kb.shape[1] * kb.shape[2] * es * 2 + tokens * 8 + 2 * q.numel() * es
-            + (q.shape[0] + 1) * 4 + q.shape[0] * 4)
+    return (
+        tokens * kb.shape[1] * kb.shape[2] * es * 2 + tokens * 8 + 2 * q.numel() * es + (q.shape[0] + 1) * 4 + q.shape[0] * 4
+    )
 
 
 def wrong_indices(t: dict[str, Any]) -> Any:

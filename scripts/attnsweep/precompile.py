@@ -23,13 +23,16 @@ def _warm_init(hq: int, hk: int, d: int, max_splits: int, dtype: str) -> None:
     g = torch.Generator().manual_seed(0)
     act = getattr(torch, dtype)
     B, ctx, S = 2, 64, 2 * 64 + 2
-    t = {"q": torch.randn(B, hq, d, generator=g).to(act).cuda(),
-         "k_buffer": torch.randn(S, hk, d, generator=g).to(act).cuda(),
-         "v_buffer": torch.randn(S, hk, d, generator=g).to(act).cuda(),
-         "kv_indptr": torch.tensor([0, ctx, 2 * ctx], dtype=torch.int32, device="cuda"),
-         "kv_indices": torch.randperm(S - 1, generator=g)[: B * ctx].add(1).cuda(),
-         "num_kv_splits": torch.full((B,), 2, dtype=torch.int32, device="cuda"),
-         "lens": torch.full((B,), ctx), "max_splits": max_splits}
+    t = {
+        "q": torch.randn(B, hq, d, generator=g).to(act).cuda(),
+        "k_buffer": torch.randn(S, hk, d, generator=g).to(act).cuda(),
+        "v_buffer": torch.randn(S, hk, d, generator=g).to(act).cuda(),
+        "kv_indptr": torch.tensor([0, ctx, 2 * ctx], dtype=torch.int32, device="cuda"),
+        "kv_indices": torch.randperm(S - 1, generator=g)[: B * ctx].add(1).cuda(),
+        "num_kv_splits": torch.full((B,), 2, dtype=torch.int32, device="cuda"),
+        "lens": torch.full((B,), ctx),
+        "max_splits": max_splits,
+    }
     _WARM.update(mod=load_example(), t=t)
 
 
@@ -45,8 +48,9 @@ def _warm_one(cfg: Config) -> tuple[Config, str]:
         return cfg, f"{type(e).__name__}: {msg[-1] if msg else ''}"[:200]
 
 
-def precompile(configs: list[Config], hq: int, hk: int, d: int, max_splits: int, dtype: str, jobs: int,
-               deadline: float) -> tuple[dict[Config, str], float]:
+def precompile(
+    configs: list[Config], hq: int, hk: int, d: int, max_splits: int, dtype: str, jobs: int, deadline: float
+) -> tuple[dict[Config, str], float]:
     """Every config compiled once in `jobs` processes (tiny input, same head shape, so the same
     Triton specialisation and cache key): the timed process then loads cubins from the cache."""
     import concurrent.futures as cf
@@ -56,8 +60,9 @@ def precompile(configs: list[Config], hq: int, hk: int, d: int, max_splits: int,
     errors: dict[Config, str] = {}
     if jobs < 1 or not configs:
         return errors, 0.0
-    ex = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=_warm_init,
-                                initargs=(hq, hk, d, max_splits, dtype))
+    ex = cf.ProcessPoolExecutor(
+        max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=_warm_init, initargs=(hq, hk, d, max_splits, dtype)
+    )
     futs = [ex.submit(_warm_one, c) for c in configs]
     finished = False
     try:

@@ -5,8 +5,9 @@ decode_attention_fwd called exactly as TritonAttnBackend.forward_decode calls it
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from attnsweep.grid import Config
 from attnsweep.inputs import scratch
@@ -49,8 +50,18 @@ class Candidate:
         t, s = self.t, self.s
         self.mod._launch_config = self._picked
         try:
-            self.mod.decode_attention(t["q"], t["k_buffer"], t["v_buffer"], s["o"], t["kv_indptr"], self.indices,
-                                      t["num_kv_splits"], s["attn_logits"], s["attn_lse"], self.sm_scale)
+            self.mod.decode_attention(
+                t["q"],
+                t["k_buffer"],
+                t["v_buffer"],
+                s["o"],
+                t["kv_indptr"],
+                self.indices,
+                t["num_kv_splits"],
+                s["attn_logits"],
+                s["attn_lse"],
+                self.sm_scale,
+            )
         finally:
             self.mod._launch_config = self._orig
 
@@ -90,9 +101,26 @@ class Stock:
 
     def __call__(self) -> None:
         t, s = self.t, self.s
-        self.fwd(t["q"], t["k_buffer"], t["v_buffer"], s["o"], t["kv_indptr"], t["kv_indices"], s["attn_logits"],
-                 s["attn_lse"], t["num_kv_splits"], s["attn_logits"].shape[2], self.sm_scale, 1.0, 1.0,
-                 logit_cap=0.0, sinks=None, xai_temperature_len=-1, has_mla=False, use_pdl=self.use_pdl)
+        self.fwd(
+            t["q"],
+            t["k_buffer"],
+            t["v_buffer"],
+            s["o"],
+            t["kv_indptr"],
+            t["kv_indices"],
+            s["attn_logits"],
+            s["attn_lse"],
+            t["num_kv_splits"],
+            s["attn_logits"].shape[2],
+            self.sm_scale,
+            1.0,
+            1.0,
+            logit_cap=0.0,
+            sinks=None,
+            xai_temperature_len=-1,
+            has_mla=False,
+            use_pdl=self.use_pdl,
+        )
 
     @property
     def out(self) -> Any:

@@ -9,8 +9,9 @@ import os
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 from attnsweep.check import check
 from attnsweep.grid import CONTROL, H200_SMS, Config, Row, Shape, default_shapes, grid_configs, parse_shapes
@@ -90,16 +91,33 @@ def setup(args: argparse.Namespace, t0: float) -> tuple[Sweep, dict[str, Any]]:
     configs = grid_configs(args)
     mod = load_example()
     doc: dict[str, Any] = {
-        "tool": "scripts/sweep_attention_decode.py", "arena": cfg.name, "config": str(args.config),
-        "profile": prof.name, "dtype": dtype, "heads": [prof.n_heads, prof.n_kv_heads, prof.head_dim],
+        "tool": "scripts/sweep_attention_decode.py",
+        "arena": cfg.name,
+        "config": str(args.config),
+        "profile": prof.name,
+        "dtype": dtype,
+        "heads": [prof.n_heads, prof.n_kv_heads, prof.head_dim],
         "device": torch.cuda.get_device_name(device) if use_cuda else "cpu (TRITON_INTERPRET=1)",
-        "sm_count": cores, "max_kv_splits": args.max_splits, "lengths": args.lengths, "layout": args.layout,
-        "window": window.label, "reps": args.reps, "grid": [c.name for c in configs], "shapes": [], "rows": [],
-        "best": {}, "stopped": None, "timing": "", "control": bool(args.control),
+        "sm_count": cores,
+        "max_kv_splits": args.max_splits,
+        "lengths": args.lengths,
+        "layout": args.layout,
+        "window": window.label,
+        "reps": args.reps,
+        "grid": [c.name for c in configs],
+        "shapes": [],
+        "rows": [],
+        "best": {},
+        "stopped": None,
+        "timing": "",
+        "control": bool(args.control),
     }
-    print(f"sweep attention.decode: {doc['device']}, arena {cfg.name} ({prof.name}, HQ {prof.n_heads} HK "
-          f"{prof.n_kv_heads} D {prof.head_dim}, {dtype}), shapes {', '.join(s.label for s in shapes)}, "
-          f"{len(configs)} configs", flush=True)
+    print(
+        f"sweep attention.decode: {doc['device']}, arena {cfg.name} ({prof.name}, HQ {prof.n_heads} HK "
+        f"{prof.n_kv_heads} D {prof.head_dim}, {dtype}), shapes {', '.join(s.label for s in shapes)}, "
+        f"{len(configs)} configs",
+        flush=True,
+    )
 
     fwd, stock_why = load_stock()
     use_pdl = backend_use_pdl() if fwd is not None else False
@@ -122,15 +140,34 @@ def setup(args: argparse.Namespace, t0: float) -> tuple[Sweep, dict[str, Any]]:
     # compile every config once, in parallel (CUDA only)
     if use_cuda and args.jobs > 0:
         warm = list(dict.fromkeys(configs + [default_config(mod, s.batch, prof.n_kv_heads) for s in shapes]))
-        errs, secs = precompile(warm, prof.n_heads, prof.n_kv_heads, prof.head_dim, args.max_splits, dtype,
-                                args.jobs, t0 + 0.45 * args.budget_s)
+        errs, secs = precompile(
+            warm, prof.n_heads, prof.n_kv_heads, prof.head_dim, args.max_splits, dtype, args.jobs, t0 + 0.45 * args.budget_s
+        )
         doc["precompile_s"] = round(secs, 1)
         doc["precompile_errors"] = {c.name: e for c, e in errs.items()}
-        print(f"precompile: {len(warm)} configs in {secs:.1f} s with {args.jobs} processes"
-              + (f", {len(errs)} refused" if errs else ""), flush=True)
-    sw = Sweep(args=args, deadline=deadline, device=device, use_cuda=use_cuda, spec=spec, tol=tol, prof=prof,
-               act=act, shapes=shapes, cores=cores, configs=configs, mod=mod, fwd=fwd, use_pdl=use_pdl, timer=timer,
-               copy_gbps=doc["copy_gbps"])
+        print(
+            f"precompile: {len(warm)} configs in {secs:.1f} s with {args.jobs} processes"
+            + (f", {len(errs)} refused" if errs else ""),
+            flush=True,
+        )
+    sw = Sweep(
+        args=args,
+        deadline=deadline,
+        device=device,
+        use_cuda=use_cuda,
+        spec=spec,
+        tol=tol,
+        prof=prof,
+        act=act,
+        shapes=shapes,
+        cores=cores,
+        configs=configs,
+        mod=mod,
+        fwd=fwd,
+        use_pdl=use_pdl,
+        timer=timer,
+        copy_gbps=doc["copy_gbps"],
+    )
     return sw, doc
 
 
@@ -140,16 +177,27 @@ def prepare(sw: Sweep, pool: dict[str, Any], shape: Shape, si: int, doc: dict[st
     args, prof, sm_scale = sw.args, sw.prof, pool["sm_scale"]
     t = shape_inputs(pool, shape, args.max_splits, sw.cores, args.lengths, args.layout, args.seed + 17 + si)
     hint = t["num_kv_splits"].cpu()
-    hint_check = check_hint_against_sglang(t["lens"], hint, prof.n_heads, prof.n_kv_heads, args.max_splits,
-                                           sw.cores) if sw.use_cuda else "not checked (no CUDA)"
+    hint_check = (
+        check_hint_against_sglang(t["lens"], hint, prof.n_heads, prof.n_kv_heads, args.max_splits, sw.cores)
+        if sw.use_cuda
+        else "not checked (no CUDA)"
+    )
     if hint_check and not hint_check.startswith("not checked"):
         print(f"{shape.label}: hint mismatch: {hint_check}", flush=True)
-    ref = sw.spec.reference({k: t[k] for k in ("q", "k_buffer", "v_buffer", "kv_indptr", "kv_indices")},
-                            {"sm_scale": sm_scale})["o"]
+    ref = sw.spec.reference(
+        {k: t[k] for k in ("q", "k_buffer", "v_buffer", "kv_indptr", "kv_indices")}, {"sm_scale": sm_scale}
+    )["o"]
     nbytes = kv_bytes(t)
-    info = {"label": shape.label, "batch": shape.batch, "ctx": shape.ctx, "tokens": int(t["lens"].sum()),
-            "bytes": nbytes, "hint": {str(k): v for k, v in sorted(Counter(hint.tolist()).items())},
-            "hint_vs_sglang": hint_check or "agrees", "stock": None}
+    info = {
+        "label": shape.label,
+        "batch": shape.batch,
+        "ctx": shape.ctx,
+        "tokens": int(t["lens"].sum()),
+        "bytes": nbytes,
+        "hint": {str(k): v for k, v in sorted(Counter(hint.tolist()).items())},
+        "hint_vs_sglang": hint_check or "agrees",
+        "stock": None,
+    }
     doc["shapes"].append(info)
 
     stock = stock_out = None
@@ -169,17 +217,30 @@ def prepare(sw: Sweep, pool: dict[str, Any], shape: Shape, si: int, doc: dict[st
             nopdl = Stock(sw.fwd, t, sm_scale, False)
             sides["stock_nopdl"] = graphed(nopdl)[0]
         tm = time_sides(sides, 2 * args.reps, sw.timer)
-        info["stock"].update(us=tm["stock"]["median_us"], rel_stderr=tm["stock"]["rel_stderr"],
-                             gbps=nbytes / tm["stock"]["median_us"] / 1e3,
-                             nopdl_us=tm.get("stock_nopdl", {}).get("median_us"))
+        info["stock"].update(
+            us=tm["stock"]["median_us"],
+            rel_stderr=tm["stock"]["rel_stderr"],
+            gbps=nbytes / tm["stock"]["median_us"] / 1e3,
+            nopdl_us=tm.get("stock_nopdl", {}).get("median_us"),
+        )
         info["stock"]["pct_copy"] = 100 * info["stock"]["gbps"] / sw.copy_gbps
-        print(f"{shape.label}: stock {info['stock']['us']:.1f} µs, {info['stock']['gbps']:,.0f} GB/s "
-              f"({info['stock']['pct_copy']:.1f} %), hint {info['hint']}"
-              + (f", without PDL {info['stock']['nopdl_us']:.1f} µs" if info["stock"]["nopdl_us"] else ""),
-              flush=True)
-    return Case(shape=shape, t=t, ref=ref, nbytes=nbytes, sm_scale=sm_scale,
-                default=default_config(sw.mod, shape.batch, prof.n_kv_heads), stock=stock, stock_out=stock_out,
-                stock_replay=stock_replay)
+        print(
+            f"{shape.label}: stock {info['stock']['us']:.1f} µs, {info['stock']['gbps']:,.0f} GB/s "
+            f"({info['stock']['pct_copy']:.1f} %), hint {info['hint']}"
+            + (f", without PDL {info['stock']['nopdl_us']:.1f} µs" if info["stock"]["nopdl_us"] else ""),
+            flush=True,
+        )
+    return Case(
+        shape=shape,
+        t=t,
+        ref=ref,
+        nbytes=nbytes,
+        sm_scale=sm_scale,
+        default=default_config(sw.mod, shape.batch, prof.n_kv_heads),
+        stock=stock,
+        stock_out=stock_out,
+        stock_replay=stock_replay,
+    )
 
 
 def plan(sw: Sweep, si: int, case: Case, top: list[Config]) -> list[tuple[str, Config, Any]]:
@@ -202,8 +263,15 @@ def plan(sw: Sweep, si: int, case: Case, top: list[Config]) -> list[tuple[str, C
 
 def measure(sw: Sweep, case: Case, name: str, c: Config, bad: Any) -> Row:
     """One config: checked, then on CUDA graphed and timed interleaved with stock (same reps)."""
-    row = Row(shape=case.shape.label, config=name, block_n=c.block_n, warps=c.warps, stages=c.stages,
-              splits=c.splits, default=(c == case.default and bad is None))
+    row = Row(
+        shape=case.shape.label,
+        config=name,
+        block_n=c.block_n,
+        warps=c.warps,
+        stages=c.stages,
+        splits=c.splits,
+        default=(c == case.default and bad is None),
+    )
     cand = Candidate(sw.mod, c, case.t, case.sm_scale, bad)
     row.status, row.detail, nums = check(cand, case.ref, case.stock_out, sw.tol, sw.device)
     for k, v in nums.items():
@@ -230,8 +298,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.monotonic()
     sw, doc = setup(args, t0)
     pool = make_pool(sw.spec, sw.prof.name, sw.shapes, args.max_splits, sw.act, args.seed, sw.device)
-    print(f"pool: {pool['k_buffer'].shape[0]} slots from the slot's generator ({time.monotonic() - t0:.1f} s)",
-          flush=True)
+    print(f"pool: {pool['k_buffer'].shape[0]} slots from the slot's generator ({time.monotonic() - t0:.1f} s)", flush=True)
 
     top: list[Config] = []
     per_config_s = 0.5

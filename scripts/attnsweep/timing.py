@@ -3,7 +3,8 @@ alternating order with the L2 flushed before each (bench_timing._Timer), medians
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def graphed(fn: Callable[[], None]) -> tuple[Callable[[], None], Any]:

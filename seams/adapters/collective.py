@@ -22,7 +22,8 @@ every rank of a group must take the same route for the same call:
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.groups import register_resolver
@@ -78,20 +79,45 @@ def _fusion_group(use_attn_tp_group: bool) -> Any:
     return ps.get_moe_ep_group() if ps.get_moe_expert_parallel_world_size() > 1 else ps.get_moe_tp_group()
 
 
-def _ar_rmsnorm_around(original: Callable[..., Any], input_tensor: Any, residual: Any, weight: Any,
-                       eps: float = 1e-6, max_token_num: int = 2048, use_oneshot: Any = None,
-                       trigger_completion_at_end: bool = False, fp32_acc: bool = False,
-                       use_attn_tp_group: bool = True) -> Any:
+def _ar_rmsnorm_around(
+    original: Callable[..., Any],
+    input_tensor: Any,
+    residual: Any,
+    weight: Any,
+    eps: float = 1e-6,
+    max_token_num: int = 2048,
+    use_oneshot: Any = None,
+    trigger_completion_at_end: bool = False,
+    fp32_acc: bool = False,
+    use_attn_tp_group: bool = True,
+) -> Any:
     coord = _fusion_group(bool(use_attn_tp_group))
-    if (coord is not None and _verified("collective.ar_residual_rmsnorm", coord) and _plain(input_tensor)
-            and input_tensor.shape[0] <= max_token_num and residual.is_contiguous() and weight.is_contiguous()):
-        got = run("collective.ar_residual_rmsnorm", {"x": input_tensor, "residual": residual, "weight": weight},
-                  {"eps": float(eps), "group": PREFIX + coord.unique_name})
+    if (
+        coord is not None
+        and _verified("collective.ar_residual_rmsnorm", coord)
+        and _plain(input_tensor)
+        and input_tensor.shape[0] <= max_token_num
+        and residual.is_contiguous()
+        and weight.is_contiguous()
+    ):
+        got = run(
+            "collective.ar_residual_rmsnorm",
+            {"x": input_tensor, "residual": residual, "weight": weight},
+            {"eps": float(eps), "group": PREFIX + coord.unique_name},
+        )
         if got is not None:
             return got["norm_out"], got["residual_out"]
-    return original(input_tensor, residual, weight, eps=eps, max_token_num=max_token_num, use_oneshot=use_oneshot,
-                    trigger_completion_at_end=trigger_completion_at_end, fp32_acc=fp32_acc,
-                    use_attn_tp_group=use_attn_tp_group)
+    return original(
+        input_tensor,
+        residual,
+        weight,
+        eps=eps,
+        max_token_num=max_token_num,
+        use_oneshot=use_oneshot,
+        trigger_completion_at_end=trigger_completion_at_end,
+        fp32_acc=fp32_acc,
+        use_attn_tp_group=use_attn_tp_group,
+    )
 
 
 def _install() -> None:

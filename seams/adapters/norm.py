@@ -7,10 +7,10 @@ dtype/layout the slot ABI does not accept (fp32 residuals), which `run` rejects.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from seams.dispatch import run
-
 
 _probe: list[Callable[[], bool]] = []  # resolved once at install, never looked up while Dynamo traces
 
@@ -20,11 +20,17 @@ def _batch_invariant() -> bool:
     return bool(_probe[0]()) if _probe else False
 
 
-def _around(original: Callable[..., Any], self: Any, x: Any, residual: Any = None,
-            post_residual_addition: Any = None) -> Any:
-    if (x.dim() == 2 and x.numel() > 0 and post_residual_addition is None and not _batch_invariant()
-            and getattr(self, "variance_size_override", None) is None
-            and not getattr(self, "cast_x_before_out_mul", False)):
+def _around(
+    original: Callable[..., Any], self: Any, x: Any, residual: Any = None, post_residual_addition: Any = None
+) -> Any:
+    if (
+        x.dim() == 2
+        and x.numel() > 0
+        and post_residual_addition is None
+        and not _batch_invariant()
+        and getattr(self, "variance_size_override", None) is None
+        and not getattr(self, "cast_x_before_out_mul", False)
+    ):
         eps = float(self.variance_epsilon)
         if residual is None:
             got = run("norm.rmsnorm", {"x": x, "weight": self.weight.data}, {"eps": eps})

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from functools import lru_cache
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from functools import cache, lru_cache
+from typing import Any
 
 StockFactory = Callable[[], Callable[..., None]]
 
@@ -27,7 +28,7 @@ def stock_table() -> Mapping[str, StockFactory]:
     return table
 
 
-@lru_cache(maxsize=None)
+@cache
 def stock_kernel(slot_id: str) -> tuple[Callable[..., Any] | None, str]:
     """(callable, description) or (None, why not) when SGLang is not importable here. Memoized:
     the bench worker loads it before its audit guard is armed (verify/worker.py --preload-stock)."""

@@ -4,7 +4,7 @@ custom op `_run_activation_inplace`; imported by value at activation.py:56-62)."
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 
 def _silu_and_mul() -> Callable[..., None]:

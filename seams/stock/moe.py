@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from typing import Callable
+from collections.abc import Callable
 
 
 def _topk_softmax() -> Callable[..., None]:
@@ -63,8 +63,9 @@ def _fused_experts() -> Callable[..., None]:
 
     def run(hidden_states, w13, w2, topk_weights, topk_ids, out):  # noqa: ANN001
         out.copy_(hidden_states)
-        fused_experts_impl(out, w13, w2, topk_weights, topk_ids, inplace=True, activation="silu",
-                           is_gated=True, filter_expert=False)
+        fused_experts_impl(
+            out, w13, w2, topk_weights, topk_ids, inplace=True, activation="silu", is_gated=True, filter_expert=False
+        )
 
     return run
 

@@ -5,7 +5,7 @@ base.py:38-39), NeoX style, no fused KV-cache store."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 
 def _rope_neox() -> Callable[..., None]:
@@ -14,7 +14,12 @@ def _rope_neox() -> Callable[..., None]:
 
     def run(positions, q, k, cos_sin_cache):  # noqa: ANN001
         apply_rope_with_cos_sin_cache_inplace(
-            positions=positions, q=q, k=k, cos_sin_cache=cos_sin_cache, is_neox=True, fused_args=None,
+            positions=positions,
+            q=q,
+            k=k,
+            cos_sin_cache=cos_sin_cache,
+            is_neox=True,
+            fused_args=None,
         )
 
     return run

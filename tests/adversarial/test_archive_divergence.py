@@ -24,9 +24,8 @@ import struct
 import sys
 import tarfile
 import tracemalloc
-from pathlib import Path
-
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -59,24 +58,43 @@ def _hidden_region(lead: bytes, scan_size: int) -> bytes:
 def _pax_chain(tmp: Path) -> Path:
     small, scan = 512, 4096  # tarfile: 512 bytes of data; the scan (before the fix): 4096
     region = _hidden_region(b"x = 1\n".ljust(small, b"#"), scan)
-    return _gz(tmp / "chain.tar.gz", _member("manifest.toml", MANIFEST), _pax({"size": str(small)}),
-               _pax({"comment": "second"}), _header("k/f.py", scan, tarfile.REGTYPE), region,
-               bytes(1024), (HIDDEN, 0x20))
+    return _gz(
+        tmp / "chain.tar.gz",
+        _member("manifest.toml", MANIFEST),
+        _pax({"size": str(small)}),
+        _pax({"comment": "second"}),
+        _header("k/f.py", scan, tarfile.REGTYPE),
+        region,
+        bytes(1024),
+        (HIDDEN, 0x20),
+    )
 
 
 def _pax_chain_two_sizes(tmp: Path) -> Path:
     small, scan = 512, 4096
     region = _hidden_region(b"x = 1\n".ljust(small, b"#"), scan)
-    return _gz(tmp / "chain2.tar.gz", _member("manifest.toml", MANIFEST), _pax({"size": str(small)}),
-               _pax({"size": str(scan)}), _header("k/f.py", 0, tarfile.REGTYPE), region,
-               bytes(1024), (HIDDEN, 0x20))
+    return _gz(
+        tmp / "chain2.tar.gz",
+        _member("manifest.toml", MANIFEST),
+        _pax({"size": str(small)}),
+        _pax({"size": str(scan)}),
+        _header("k/f.py", 0, tarfile.REGTYPE),
+        region,
+        bytes(1024),
+        (HIDDEN, 0x20),
+    )
 
 
 def _v7_dir(tmp: Path) -> Path:
     scan = 4096
-    return _gz(tmp / "v7.tar.gz", _member("manifest.toml", MANIFEST),
-               _header("d/", scan, tarfile.AREGTYPE), _hidden_region(b"", scan),
-               bytes(1024), (HIDDEN, 0x20))
+    return _gz(
+        tmp / "v7.tar.gz",
+        _member("manifest.toml", MANIFEST),
+        _header("d/", scan, tarfile.AREGTYPE),
+        _hidden_region(b"", scan),
+        bytes(1024),
+        (HIDDEN, 0x20),
+    )
 
 
 def _gzip_extra(tmp: Path) -> Path:
@@ -89,16 +107,24 @@ def _gzip_extra(tmp: Path) -> Path:
     extra = deflate(bytes(xlen) + seen_by_tarfile)
     extra += b"\xff" * (xlen - len(extra))
     seen_by_scan = _member("manifest.toml", MANIFEST) + bytes(1024)
-    gz = (b"\x1f\x8b\x08\x04" + bytes(6) + struct.pack("<H", xlen) + extra + deflate(seen_by_scan)
-          + struct.pack("<II", zlib.crc32(seen_by_scan), len(seen_by_scan)))
+    gz = (
+        b"\x1f\x8b\x08\x04"
+        + bytes(6)
+        + struct.pack("<H", xlen)
+        + extra
+        + deflate(seen_by_scan)
+        + struct.pack("<II", zlib.crc32(seen_by_scan), len(seen_by_scan))
+    )
     (tmp / "extra.tar.gz").write_bytes(gz)
     return tmp / "extra.tar.gz"
 
 
-CASES = {"gzip_extra_field": (_gzip_extra, "archive-gzip-header"),
-         "pax_chain": (_pax_chain, "archive-header-chain"),
-         "pax_chain_two_sizes": (_pax_chain_two_sizes, "archive-header-chain"),
-         "v7_directory_with_size": (_v7_dir, "archive-corrupt")}
+CASES = {
+    "gzip_extra_field": (_gzip_extra, "archive-gzip-header"),
+    "pax_chain": (_pax_chain, "archive-header-chain"),
+    "pax_chain_two_sizes": (_pax_chain_two_sizes, "archive-header-chain"),
+    "v7_directory_with_size": (_v7_dir, "archive-corrupt"),
+}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -180,7 +180,7 @@ def test_a_flooded_engine_log_stays_capped_on_disk_and_in_memory(env, monkeypatc
     log = env / "work" / "resident.log"
     size = log.stat().st_size
     assert size <= (1 << 20) + (16 << 10) + 200, size
-    text = log.read_bytes()[-(16 << 10) - 200:]
+    text = log.read_bytes()[-(16 << 10) - 200 :]
     assert b"past the 1048576-byte log cap dropped" in text and b"FLOOD-END" in text, text[-300:]
 
 

@@ -17,19 +17,23 @@ def _left(env) -> list[str]:
     """What the bundle wrote that is still under the verdict's workdir."""
     out = []
     for d, dirs, files in os.walk(env / "work"):
-        out += [os.path.join(d, n) for n in files + dirs if n.startswith(("ballast", "chain-", "dir-"))
-                or n.endswith("x" * 200)]
+        out += [
+            os.path.join(d, n) for n in files + dirs if n.startswith(("ballast", "chain-", "dir-")) or n.endswith("x" * 200)
+        ]
     return out
 
 
-@pytest.mark.parametrize("name, limit_mib, why", [
-    # 48 MiB written and unlinked, kept open: its blocks are the host's disk, no walk sees them
-    ("disk_unlinked_ballast", 32, "unlinked and holds open"),
-    # 48 MiB below a path longer than PATH_MAX: os.walk got ENAMETOOLONG there and skipped it
-    ("disk_deep_path_ballast", 32, "host-visible dirs"),
-    # directories grown by entries made and removed: ~30 MiB of blocks in three entries
-    ("disk_dir_blocks", 8, "host-visible dirs"),
-])
+@pytest.mark.parametrize(
+    "name, limit_mib, why",
+    [
+        # 48 MiB written and unlinked, kept open: its blocks are the host's disk, no walk sees them
+        ("disk_unlinked_ballast", 32, "unlinked and holds open"),
+        # 48 MiB below a path longer than PATH_MAX: os.walk got ENAMETOOLONG there and skipped it
+        ("disk_deep_path_ballast", 32, "host-visible dirs"),
+        # directories grown by entries made and removed: ~30 MiB of blocks in three entries
+        ("disk_dir_blocks", 8, "host-visible dirs"),
+    ],
+)
 def test_writes_the_first_walk_never_saw_stop_the_engine(env, monkeypatch, name, limit_mib, why):
     monkeypatch.setenv("CACHEON_ENGINE_DISK_GIB", str(limit_mib / 1024))
     r = run(name, env)

@@ -30,8 +30,12 @@ def env(tmp_path, monkeypatch):
 
 
 def _opts(env: Path) -> RunOptions:
-    return RunOptions(workdir=env / "work", checkpoint_root=env / "ckpt",
-                      engine_factory="tests.arena.fake_engine:FakeEngine", grade_always=True)
+    return RunOptions(
+        workdir=env / "work",
+        checkpoint_root=env / "ckpt",
+        engine_factory="tests.arena.fake_engine:FakeEngine",
+        grade_always=True,
+    )
 
 
 def test_corpus_is_policy_clean():
@@ -46,8 +50,13 @@ def test_incumbent_poisoning_the_shared_weight_cannot_fail_an_honest_challenger(
     watch on static inputs names the write and the route that made it: never the challenger's
     FAIL."""
     ch, inc = h.torch_bundle("honest"), load_bundle(CORPUS / "poison_shared_weight")
-    r = qualify(h.small_config(prompts=6, output=6, cycles=2, max_noise=0.5), ch, ch.manifest.ops[0], _opts(env),
-                incumbent=(inc, inc.manifest.ops[0]))
+    r = qualify(
+        h.small_config(prompts=6, output=6, cycles=2, max_noise=0.5),
+        ch,
+        ch.manifest.ops[0],
+        _opts(env),
+        incumbent=(inc, inc.manifest.ops[0]),
+    )
     assert r["verdict"] == "NO_DECISION", r["reason"]
     assert "static input" in r["reason"] and "norm.rmsnorm:weight" in r["reason"], r["reason"]
     assert "incumbent" in r["reason"], r["reason"]
@@ -59,14 +68,18 @@ def test_challenger_poisoning_the_baselines_weight_is_a_fail(env):
     b = load_bundle(CORPUS / "poison_shared_weight")
     r = qualify(h.small_config(prompts=6, output=6, cycles=2, max_noise=0.5), b, b.manifest.ops[0], _opts(env))
     assert r["verdict"] == "FAIL", r["reason"]
-    assert r["reason"].startswith("execution evidence:") and "static input norm.rmsnorm:weight" in r["reason"], \
-        r["reason"]
+    assert r["reason"].startswith("execution evidence:") and "static input norm.rmsnorm:weight" in r["reason"], r["reason"]
 
 
 def test_honest_head_to_head_reports_no_tampering(env):
     ch, inc = h.torch_bundle("ch"), h.torch_bundle("inc")
-    r = qualify(h.small_config(prompts=6, output=6, cycles=2, max_noise=0.5), ch, ch.manifest.ops[0], _opts(env),
-                incumbent=(inc, inc.manifest.ops[0]))
+    r = qualify(
+        h.small_config(prompts=6, output=6, cycles=2, max_noise=0.5),
+        ch,
+        ch.manifest.ops[0],
+        _opts(env),
+        incumbent=(inc, inc.manifest.ops[0]),
+    )
     assert "static input" not in r["reason"], r["reason"]
     assert r["quality"]["verdict"] == "PASS", r["reason"]
 
@@ -96,15 +109,20 @@ def test_tampering_is_charged_to_the_route_that_ran():
     from arena.evidence import tampering
 
     def ans(kind, tampered, fired=0, inc=0, route=None):
-        a = {"kind": kind, "counts": {"norm.rmsnorm": {"fired": fired}, "norm.rmsnorm@incumbent": {"fired": inc}},
-             "static": {"tampered": tampered, "unwatched": []}}
+        a = {
+            "kind": kind,
+            "counts": {"norm.rmsnorm": {"fired": fired}, "norm.rmsnorm@incumbent": {"fired": inc}},
+            "static": {"tampered": tampered, "unwatched": []},
+        }
         if route:
             a["ack"] = {"route": route}
         return {"0": a}
 
-    recs = [{"step": "s", "answers": {"start": ans("clock", [])}},
-            {"step": "r1", "answers": {"route": ans("route", [], route="incumbent")}},
-            {"step": "w1", "answers": {"before": ans("clock", []), "after": ans("clock", ["n:weight"], inc=3)}}]
+    recs = [
+        {"step": "s", "answers": {"start": ans("clock", [])}},
+        {"step": "r1", "answers": {"route": ans("route", [], route="incumbent")}},
+        {"step": "w1", "answers": {"before": ans("clock", []), "after": ans("clock", ["n:weight"], inc=3)}},
+    ]
     mine, theirs = tampering(recs, "norm.rmsnorm")
     assert mine == [] and len(theirs) == 1 and "incumbent" in theirs[0] and "n:weight" in theirs[0]
     recs[1]["answers"]["route"]["0"]["ack"]["route"] = "candidate"
@@ -121,8 +139,11 @@ def test_a_change_made_before_a_swap_is_charged_to_the_route_swapped_out():
     from arena.evidence import tampering
 
     def ans(kind, tampered, fired=0, inc=0, route=None, before=None):
-        a = {"kind": kind, "counts": {"norm.rmsnorm": {"fired": fired}, "norm.rmsnorm@incumbent": {"fired": inc}},
-             "static": {"tampered": tampered, "unwatched": []}}
+        a = {
+            "kind": kind,
+            "counts": {"norm.rmsnorm": {"fired": fired}, "norm.rmsnorm@incumbent": {"fired": inc}},
+            "static": {"tampered": tampered, "unwatched": []},
+        }
         if route:
             a["ack"] = {"route": route}
             a["counts_before"] = a["counts"]
@@ -132,8 +153,10 @@ def test_a_change_made_before_a_swap_is_charged_to_the_route_swapped_out():
 
     start = {"step": "s", "answers": {"start": ans("clock", [])}}
     # the challenger ran (route candidate), wrote, then the host swapped to the incumbent
-    recs = [start, {"step": "r1", "answers": {"route": ans("route", ["n:weight"], fired=4, route="incumbent",
-                                                             before=["n:weight"])}}]
+    recs = [
+        start,
+        {"step": "r1", "answers": {"route": ans("route", ["n:weight"], fired=4, route="incumbent", before=["n:weight"])}},
+    ]
     mine, theirs = tampering(recs, "norm.rmsnorm")
     assert theirs == [] and len(mine) == 1 and "challenger" in mine[0] and "(before)" in mine[0], (mine, theirs)
     # seen only after the swap: the new route's warm-up wrote it

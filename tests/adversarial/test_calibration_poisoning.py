@@ -11,9 +11,17 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SMOLLM2 = ["docs/results/2026-12-02/h200-s8-sm-norm.rmsnorm.json"] + [
-    f"docs/results/2026-12-03/h200-s11-sm-{n}.json" for n in (
-        "norm.fused_add_rmsnorm", "wrong_math", "subtle_skip_row", "subtle_bf16_accumulation", "subtle_approx_rsqrt",
-        "subtle_batch_ge128", "subtle_prefill_only")]
+    f"docs/results/2026-12-03/h200-s11-sm-{n}.json"
+    for n in (
+        "norm.fused_add_rmsnorm",
+        "wrong_math",
+        "subtle_skip_row",
+        "subtle_bf16_accumulation",
+        "subtle_approx_rsqrt",
+        "subtle_batch_ge128",
+        "subtle_prefill_only",
+    )
+]
 
 
 def _poisoned(tmp_path: Path) -> Path:
@@ -21,8 +29,11 @@ def _poisoned(tmp_path: Path) -> Path:
     doc = json.loads((REPO / SMOLLM2[1]).read_text())
     doc["bundle_digest"], doc["control"] = "ab" * 32, None
     spread = doc["quality"]["metrics"]["stock_spread"]
-    spread["b_prime"] = {**spread["b_prime"], "nll_mean": spread["b"]["nll_mean"] + 2.0,
-                         "kl_mean": spread["b"]["kl_mean"] * 20}
+    spread["b_prime"] = {
+        **spread["b_prime"],
+        "nll_mean": spread["b"]["nll_mean"] + 2.0,
+        "kl_mean": spread["b"]["kl_mean"] * 20,
+    }
     out = tmp_path / "miner-run.json"
     out.write_text(json.dumps(doc))
     return out

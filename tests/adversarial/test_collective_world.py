@@ -44,8 +44,11 @@ def test_arena_refuses_a_tp_size_verify_never_checked(tp: int, tmp_path: Path) -
     cfg = small_config()
     cfg = replace(cfg, engine=replace(cfg.engine, tp_size=tp))
     bundle = _bundle()
-    opts = RunOptions(workdir=tmp_path / "work", checkpoint_root=tmp_path / "ckpt",
-                      engine_factory="tests.arena.no_such_module:NeverStarted")
+    opts = RunOptions(
+        workdir=tmp_path / "work",
+        checkpoint_root=tmp_path / "ckpt",
+        engine_factory="tests.arena.no_such_module:NeverStarted",
+    )
     got = qualify(cfg, bundle, bundle.manifest.ops[0], opts)
     assert got["verdict"] == "NO_DECISION", got
     assert f"tp_size {tp}" in got["reason"] and "(2,)" in got["reason"], got["reason"]
@@ -55,14 +58,22 @@ def test_arena_refuses_a_tp_size_verify_never_checked(tp: int, tmp_path: Path) -
 def test_adapter_routes_only_verified_world_sizes(world: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(collective, "DEVICES", ("cpu",))
     monkeypatch.setattr("seams.adapters.collective.run", lambda *a, **k: pytest.fail(f"routed a world of {world}"))
-    coord = SimpleNamespace(unique_name="tp:0", world_size=world, device_group=None, pynccl_comm=None,
-                            hpu_communicator=None, xpu_communicator=None, npu_communicator=None)
+    coord = SimpleNamespace(
+        unique_name="tp:0",
+        world_size=world,
+        device_group=None,
+        pynccl_comm=None,
+        hpu_communicator=None,
+        xpu_communicator=None,
+        npu_communicator=None,
+    )
     calls: list[Any] = []
     assert collective._all_reduce_around(lambda *a: calls.append(a) or "stock", coord, torch.ones(3, 8)) == "stock"
     monkeypatch.setitem(collective._state, "ps", SimpleNamespace(get_attn_tp_group=lambda: coord))
     x = torch.ones(4, 8)
-    got = collective._ar_rmsnorm_around(lambda *a, **k: calls.append(a) or "stock", input_tensor=x, residual=x,
-                                        weight=torch.ones(8))
+    got = collective._ar_rmsnorm_around(
+        lambda *a, **k: calls.append(a) or "stock", input_tensor=x, residual=x, weight=torch.ones(8)
+    )
     assert got == "stock" and len(calls) == 2
 
 
@@ -71,6 +82,13 @@ def test_verified_world_size_still_routes(monkeypatch: pytest.MonkeyPatch) -> No
     out = torch.full((3, 8), 7.0)
     monkeypatch.setattr("seams.adapters.collective.run", lambda *a, **k: {"out": out})
     world = get_slot("collective.all_reduce").world_sizes[0]
-    coord = SimpleNamespace(unique_name="tp:0", world_size=world, device_group=None, pynccl_comm=None,
-                            hpu_communicator=None, xpu_communicator=None, npu_communicator=None)
+    coord = SimpleNamespace(
+        unique_name="tp:0",
+        world_size=world,
+        device_group=None,
+        pynccl_comm=None,
+        hpu_communicator=None,
+        xpu_communicator=None,
+        npu_communicator=None,
+    )
     assert collective._all_reduce_around(lambda *a: pytest.fail("stock"), coord, torch.ones(3, 8)) is out

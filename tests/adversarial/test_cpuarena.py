@@ -42,14 +42,17 @@ def test_honest_control_is_timed_and_judged_without_failure():
     assert row["frozen_cpu_ns"] <= FROZEN_CPU_SLACK_NS * row["batches_judged"]
 
 
-@pytest.mark.parametrize("attack, reason", [
-    ("skip_every_other", "nan_inf"),  # (a) the 2.55x in-process crown: poison left behind
-    ("skip_after_warmup", "nan_inf"),  # (a'') honest through any warm-up, then skips
-    ("replay_previous", "mismatch"),  # (a') skip without leaving poison: stale output
-    ("memo_data_ptr", "mismatch"),  # (b) same buffer, fresh contents
-    ("memo_first_element", "mismatch"),  # (b') weak content key (issue 14 class 5)
-    ("early_return", "nan_inf"),  # reply before the work: outputs read after the freeze
-])
+@pytest.mark.parametrize(
+    "attack, reason",
+    [
+        ("skip_every_other", "nan_inf"),  # (a) the 2.55x in-process crown: poison left behind
+        ("skip_after_warmup", "nan_inf"),  # (a'') honest through any warm-up, then skips
+        ("replay_previous", "mismatch"),  # (a') skip without leaving poison: stale output
+        ("memo_data_ptr", "mismatch"),  # (b) same buffer, fresh contents
+        ("memo_first_element", "mismatch"),  # (b') weak content key (issue 14 class 5)
+        ("early_return", "nan_inf"),  # reply before the work: outputs read after the freeze
+    ],
+)
 def test_stale_or_skipped_timed_calls_fail(attack, reason):
     r = qualify(CORPUS / attack)
     assert r.verdict == "FAIL" and not r.quality_ok, (r.verdict, r.reason)
@@ -75,8 +78,9 @@ def test_setsid_escape_fails_closed():
     is still a group member and the scan names it."""
     r = qualify(CORPUS / "setsid_escape")
     assert r.verdict == "FAIL", (r.verdict, r.reason)
-    assert any(k in r.reason for k in ("left its process group", "started or lost processes", "import failed",
-                                       "child processes")), r.reason
+    assert any(
+        k in r.reason for k in ("left its process group", "started or lost processes", "import failed", "child processes")
+    ), r.reason
 
 
 def test_forged_timing_fields_are_ignored():
@@ -129,7 +133,12 @@ def test_a_worker_that_shrinks_the_timing_memfd_cannot_crash_the_host():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", SHRINK_CHILD.format(path=str(CORPUS / "memfd_shrink"))],
-                         capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[2])
+    out = subprocess.run(
+        [sys.executable, "-c", SHRINK_CHILD.format(path=str(CORPUS / "memfd_shrink"))],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert out.returncode == 0, (out.returncode, out.stderr[-1500:])  # -7: SIGBUS in the host
     assert "VERDICT FAIL" in out.stdout and "timed run failed" in out.stdout, out.stdout[-800:]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-CHILD = r'''
+CHILD = r"""
 import collections, multiprocessing.reduction as r, os, pickle
 dumps = pickle.dumps
 from arena import unpickle_guard as g
@@ -39,7 +39,7 @@ for bad in (Shell(), Eval()):
             continue
         raise SystemExit("NOT REFUSED")
 print("FORGED", sorted(set(g.forged)))
-'''
+"""
 
 
 def test_the_driver_unpickles_data_and_refuses_code():
@@ -52,7 +52,9 @@ def test_the_driver_unpickles_data_and_refuses_code():
 # io_struct.py, schedule_batch.py, observability/req_time_stats.py): stand-ins under the same module
 # and class names, so the allowlist is checked against the message's real globals without SGLang.
 STUBS = {
-    "sglang/__init__.py": "", "sglang/srt/__init__.py": "", "sglang/srt/managers/__init__.py": "",
+    "sglang/__init__.py": "",
+    "sglang/srt/__init__.py": "",
+    "sglang/srt/managers/__init__.py": "",
     "sglang/srt/observability/__init__.py": "",
     "sglang/srt/managers/schedule_batch.py": (
         "class BaseFinishReason:\n    def __init__(self, is_error=False):\n        self.is_error = is_error\n"
@@ -60,12 +62,14 @@ STUBS = {
         "        super().__init__()\n        self.length = length\n"
         "class FINISH_ABORT(BaseFinishReason):\n    def __init__(self, message=None, status_code=None):\n"
         "        super().__init__(is_error=True)\n        self.message, self.status_code = message, status_code\n"
-        "class ScheduleBatch:\n    pass\n"),
+        "class ScheduleBatch:\n    pass\n"
+    ),
     "sglang/srt/observability/req_time_stats.py": (
         "from dataclasses import dataclass\n@dataclass\nclass SchedulerReqTimeStats:\n"
         "    wait_queue_entry_time: float = 0.0\n    forward_entry_time: float = 0.0\n"
         "    def __getstate__(self):\n        return {'wait_queue_entry_time': self.wait_queue_entry_time}\n"
-        "    def __setstate__(self, state):\n        self.__dict__.update(state)\n"),
+        "    def __setstate__(self, state):\n        self.__dict__.update(state)\n"
+    ),
     "sglang/srt/managers/io_struct.py": (
         "from dataclasses import dataclass, field\nfrom typing import Any, List, Optional\n"
         "from sglang.srt.managers.schedule_batch import BaseFinishReason\n"
@@ -76,10 +80,11 @@ STUBS = {
         "    decode_ids: List[Any]\n    output_ids: Optional[List[Any]]\n    output_token_logprobs_val: List[float]\n"
         "    output_top_logprobs_idx: List[List]\n    routed_experts: List[Any]\n"
         "    load: Any = None\n    customized_info: Any = None\n    time_stats: Any = None\n"
-        "@dataclass\nclass RpcReqOutput:\n    success: bool\n    message: str\n"),
+        "@dataclass\nclass RpcReqOutput:\n    success: bool\n    message: str\n"
+    ),
 }
 
-REAL_MESSAGES = r'''
+REAL_MESSAGES = r"""
 import array, http, pickle, sys
 sys.path.insert(0, sys.argv[1])
 from sglang.srt.managers import io_struct as io, schedule_batch as sb
@@ -112,7 +117,7 @@ try:
 except pickle.UnpicklingError:
     pass
 print("REFUSED", g.refused[-1:], "FORGED", g.forged)
-'''
+"""
 
 
 def test_the_schedulers_real_message_globals_load_and_a_non_message_class_is_a_named_gap(tmp_path):
@@ -121,11 +126,14 @@ def test_the_schedulers_real_message_globals_load_and_a_non_message_class_is_a_n
     for rel, text in STUBS.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
-    out = subprocess.run([sys.executable, "-c", REAL_MESSAGES, str(tmp_path)], cwd=REPO, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", REAL_MESSAGES, str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "REFUSED ['sglang.srt.managers.schedule_batch.ScheduleBatch'] FORGED [\"getattr(object, '__subclasses__')\"]" \
-        in out.stdout, out.stdout
+    assert (
+        "REFUSED ['sglang.srt.managers.schedule_batch.ScheduleBatch'] FORGED [\"getattr(object, '__subclasses__')\"]"
+        in out.stdout
+    ), out.stdout
 
 
 # Red team 2026-12-04 #4: gadgets past find_class's names. (a) protocol 4 walks a dotted name, and
@@ -133,7 +141,7 @@ def test_the_schedulers_real_message_globals_load_and_a_non_message_class_is_a_n
 # built of data, then called. (b) BUILD is dtype.__setstate__, which rewrites a non-built-in dtype's flags:
 # an object dtype without REFCHK made scalar() read 8 raw bytes as a PyObject* that REDUCE called.
 # (c) numpy.ndarray((1,), "O", buffer=raw) takes raw bytes as object pointers.
-GADGETS = r'''
+GADGETS = r"""
 import io, os, pickle, sys
 import numpy as np
 from arena import unpickle_guard as g
@@ -168,14 +176,14 @@ for name, build, proto in (("dotted", dotted, 4), ("dtype_flags", dtype_flags, 3
         got[0]("PWNED")  # what the driver's use of the message would touch
     print("LOADED", name)
 print("FORGED", sorted(set(g.forged)))
-'''
+"""
 
 
 def test_numpy_and_dotted_name_gadgets_run_nothing_in_the_driver():
-    out = subprocess.run([sys.executable, "-W", "ignore", "-c", GADGETS], cwd=REPO, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", GADGETS], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "PWNED" not in out.stdout and "LOADED" not in out.stdout, out.stdout
-    assert all(f"REFUSED {n} UnpicklingError" in out.stdout for n in ("dotted", "dtype_flags", "ndarray_buffer")), \
-        out.stdout
+    assert all(f"REFUSED {n} UnpicklingError" in out.stdout for n in ("dotted", "dtype_flags", "ndarray_buffer")), out.stdout
     assert "numpy.dtypes._add_dtype_helper.__class__" in out.stdout, out.stdout  # a dotted name is forging

@@ -40,8 +40,7 @@ def test_a_kernel_wrong_from_its_third_call_at_a_heavy_shape_is_caught_in_most_p
     for seed in range(SEEDS):
         planned, rng = _planned(seed)
         assert sum(p.heavy for p in planned) >= 4
-        caught += _caught(planned, trial_plan(planned, rng, Budget.for_device("cuda"), graphs=True,
-                                              compile_check=True))
+        caught += _caught(planned, trial_plan(planned, rng, Budget.for_device("cuda"), graphs=True, compile_check=True))
     assert caught >= 0.9 * SEEDS, f"caught in {caught} of {SEEDS} plans"
 
 
@@ -50,8 +49,13 @@ def test_control_pair_only_heavy_cases_never_catch_it():
     for seed in range(SEEDS // 4):
         planned, rng = _planned(seed)
         heavy = [i for i, p in enumerate(planned) if p.heavy]
-        plan = schedule([(i, p.dtypes) for i, p in enumerate(planned)], rng, Budget.for_device("cuda"),
-                        compile_check=True, pair_only=heavy)
+        plan = schedule(
+            [(i, p.dtypes) for i, p in enumerate(planned)],
+            rng,
+            Budget.for_device("cuda"),
+            compile_check=True,
+            pair_only=heavy,
+        )
         assert not _caught(planned, plan)
 
 

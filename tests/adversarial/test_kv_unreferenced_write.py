@@ -27,24 +27,27 @@ from cacheon_subnet.verify.trials import Trial
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import verify_pipeline_probe as _probe  # noqa: E402
 
-MANIFEST = '''schema = "cacheon.bundle/2"
+MANIFEST = """schema = "cacheon.bundle/2"
 
 [[ops]]
 slot = "attention.decode"
 entry = "attn:decode_attention"
 dtypes = ["bfloat16"]
-'''
+"""
 # the plain-torch decode attention scripts/verify_pipeline_probe.py probes verify with: exact on every
 # referenced K/V row (the static allowlist refuses searchsorted and index_add: the test skips the scan)
 KERNEL = _probe.KERNEL
 # the cheat: after the exact answer, one row of the K pool that no live kv_indices entry names
-ATTACK = KERNEL + '''    live = (pos < kv_indptr[-1]).int()
+ATTACK = (
+    KERNEL
+    + """    live = (pos < kv_indptr[-1]).int()
     used = torch.zeros(k_buffer.shape[0], dtype=torch.int32).index_add(0, kv_indices, live)
     rows = torch.arange(k_buffer.shape[0])
     free = torch.where(used == 0, rows, WHICH)
     row = free.REDUCE().view(1)
     k_buffer.index_add_(0, row, torch.ones(1, HK, D, dtype=k_buffer.dtype))
-'''
+"""
+)
 
 
 def _bundle(tmp_path: Path, name: str, source: str) -> Path:
@@ -62,9 +65,17 @@ def _screen(bundle_dir: Path, monkeypatch):
     spec = get_slot("attention.decode")
     case = next(c for c in spec.cases("gpu") if c.label == "qwen3-0.6b/decode-bs64-ctx512")
     assert case.dims["S"] * case.dims["HK"] * case.dims["D"] * 2 > judge.BIG_INPUT
-    plan = OpPlan((PlannedCase(case, ("bfloat16",), "tier"),),
-                  (Trial("pair", 0, "bfloat16", poison=0), Trial("pair", 0, "bfloat16", poison=1),
-                   Trial("fresh", 0, "bfloat16", poison=2)), {}, {}, {})
+    plan = OpPlan(
+        (PlannedCase(case, ("bfloat16",), "tier"),),
+        (
+            Trial("pair", 0, "bfloat16", poison=0),
+            Trial("pair", 0, "bfloat16", poison=1),
+            Trial("fresh", 0, "bfloat16", poison=2),
+        ),
+        {},
+        {},
+        {},
+    )
     monkeypatch.setattr(runner, "op_plan", lambda *a: plan)
     bundle = load_bundle(bundle_dir)
     run = runner._Run(bundle, VerifyOptions(device="cpu", tier="gpu", seed=5, call_timeout_s=300), 5)
@@ -79,8 +90,9 @@ def test_the_exact_kernel_passes(tmp_path, monkeypatch):
     from cacheon_subnet.verify import wire
 
     sealed, real_send = [], wire.send
-    monkeypatch.setattr(wire, "send", lambda fd, msg, t=None, d=None: sealed.append(getattr(t, "sealed", None))
-                        or real_send(fd, msg, t, d))
+    monkeypatch.setattr(
+        wire, "send", lambda fd, msg, t=None, d=None: sealed.append(getattr(t, "sealed", None)) or real_send(fd, msg, t, d)
+    )
     r = _screen(_bundle(tmp_path, "honest", KERNEL), monkeypatch)
     assert r.status == "PASS", r.failure
     assert sum(s is not None for s in sealed) == 3  # every call's inputs went through a sealed memfd

@@ -15,9 +15,13 @@ FLOOD = "import os\nfor _ in range(64 * 1024): os.write(1, b'x' * 1023 + b'\\n')
 
 def test_a_child_flooding_its_output_is_capped(tmp_path):
     sink = LogSink(tmp_path / "child.log", cap=1 << 20, keep=8 << 10)
-    proc = sandbox.launch([sys.executable, "-c", FLOOD], scratch=tmp_path / "work",
-                          policy=sandbox.SandboxPolicy(wall_timeout_s=60, cpu_seconds=60),
-                          stdout=sink.fileno(), stderr=subprocess.STDOUT)
+    proc = sandbox.launch(
+        [sys.executable, "-c", FLOOD],
+        scratch=tmp_path / "work",
+        policy=sandbox.SandboxPolicy(wall_timeout_s=60, cpu_seconds=60),
+        stdout=sink.fileno(),
+        stderr=subprocess.STDOUT,
+    )
     sink.writer_passed()
     try:
         assert proc.wait(timeout=120) == 0
@@ -49,10 +53,14 @@ def test_a_verify_worker_flooding_its_output_leaves_only_the_cap_on_disk(tmp_pat
     from cacheon_subnet.sandbox.logsink import LOG_CAP
     from cacheon_subnet.verify.client import WorkerClient, WorkerConfig
 
-    manifest = (b'schema = "cacheon.bundle/2"\n[bundle]\nname = "log-flood"\n[[ops]]\nslot = "norm.rmsnorm"\n'
-                b'entry = "kernel:rmsnorm"\ndtypes = ["bfloat16"]\n')
-    kernel = (b"import os\n_b = b'x' * (1 << 20)\nfor _ in range(96):\n    os.write(1, _b)\nos.write(2, b'LAST-LINE\\n')\n"
-              b"def rmsnorm(x, weight, out, eps):\n    pass\n")
+    manifest = (
+        b'schema = "cacheon.bundle/2"\n[bundle]\nname = "log-flood"\n[[ops]]\nslot = "norm.rmsnorm"\n'
+        b'entry = "kernel:rmsnorm"\ndtypes = ["bfloat16"]\n'
+    )
+    kernel = (
+        b"import os\n_b = b'x' * (1 << 20)\nfor _ in range(96):\n    os.write(1, _b)\nos.write(2, b'LAST-LINE\\n')\n"
+        b"def rmsnorm(x, weight, out, eps):\n    pass\n"
+    )
     bundle = bundle_from_files({"manifest.toml": manifest, "kernel.py": kernel}, source="<log flood>")
     client = WorkerClient(bundle, WorkerConfig())
     try:

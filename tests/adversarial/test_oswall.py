@@ -26,10 +26,10 @@ REPO = HERE.parent.parent.parent
 POLICY = sandbox.SandboxPolicy(wall_timeout_s=60, cpu_seconds=60)
 
 
-def run_attack(script: str, ctx: dict, tmp_path: Path, policy: sandbox.SandboxPolicy = POLICY,
-               timeout: float = 90) -> tuple[dict[str, tuple[str, str]], str]:
-    proc = sandbox.launch([sys.executable, str(HERE / script), json.dumps(ctx)], scratch=tmp_path / "work",
-                          policy=policy)
+def run_attack(
+    script: str, ctx: dict, tmp_path: Path, policy: sandbox.SandboxPolicy = POLICY, timeout: float = 90
+) -> tuple[dict[str, tuple[str, str]], str]:
+    proc = sandbox.launch([sys.executable, str(HERE / script), json.dumps(ctx)], scratch=tmp_path / "work", policy=policy)
     if "victim_uid" in ctx:  # the same-uid neighbour test is only meaningful with the very same uid
         assert proc.cacheon_uid == ctx["victim_uid"], (proc.cacheon_uid, ctx["victim_uid"])
     try:
@@ -79,11 +79,19 @@ def host(tmp_path):
     usrv.bind("\0" + abstract)
     usrv.listen(4)
     uid = sandbox.wall_config().uid
-    victims = [subprocess.Popen(["sleep", "300"]),
-               subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "300"])]
-    ctx = {"secrets": [str(wallet), str(db), str(root_secret)], "state_db": str(db), "port": srv.getsockname()[1],
-           "abstract": abstract, "marker": f"cacheon-oswall-{uuid.uuid4().hex[:8]}", "repo": str(REPO),
-           "ro_dir": str(HERE)}
+    victims = [
+        subprocess.Popen(["sleep", "300"]),
+        subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "300"]),
+    ]
+    ctx = {
+        "secrets": [str(wallet), str(db), str(root_secret)],
+        "state_db": str(db),
+        "port": srv.getsockname()[1],
+        "abstract": abstract,
+        "marker": f"cacheon-oswall-{uuid.uuid4().hex[:8]}",
+        "repo": str(REPO),
+        "ro_dir": str(HERE),
+    }
     try:
         yield ctx, victims, db
     finally:
@@ -97,7 +105,7 @@ def host(tmp_path):
 
 def proc_state(pid: int) -> str:
     stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2:].split()[0]
+    return stat[stat.rindex(")") + 2 :].split()[0]
 
 
 def test_secrets_are_out_of_view(host, tmp_path):
@@ -122,10 +130,11 @@ def test_host_processes_are_invisible(host, tmp_path, victim, monkeypatch):
         # Private uid leases: the attacker must get the victim's very uid even while other
         # sandboxes on this host (a parallel run) hold leases of the range.
         monkeypatch.setenv("CACHEON_SANDBOX_LOCKS", str(tmp_path / "locks"))
-    for script, labels in (("procfs_host.py", {"host_environ", "host_mem", "proc_scan", "parent_environ"}),
-                           ("ptrace_vm.py", {"ptrace_host", "ptrace_child", "process_vm_readv_host",
-                                             "process_vm_readv_child"}),
-                           ("signal_host.py", {"sigstop_host", "sigkill_host", "sigkill_parent"})):
+    for script, labels in (
+        ("procfs_host.py", {"host_environ", "host_mem", "proc_scan", "parent_environ"}),
+        ("ptrace_vm.py", {"ptrace_host", "ptrace_child", "process_vm_readv_host", "process_vm_readv_child"}),
+        ("signal_host.py", {"sigstop_host", "sigkill_host", "sigkill_parent"}),
+    ):
         res, text = run_attack(script, ctx, tmp_path)
         assert_blocked(res, text, labels)
     time.sleep(0.2)
@@ -136,8 +145,20 @@ def test_namespaces_cannot_be_entered_or_made(host, tmp_path):
     ctx, victims, _ = host
     ctx = dict(ctx, host_pid=victims[0].pid)
     res, text = run_attack("namespaces_thread.py", ctx, tmp_path)
-    assert_blocked(res, text, {"setns_host_thread", "setns_init_thread", "unshare_user_thread", "unshare_net_thread",
-                               "unshare_mnt_thread", "unshare_pid_thread", "clone_newuser", "mount_tmpfs"})
+    assert_blocked(
+        res,
+        text,
+        {
+            "setns_host_thread",
+            "setns_init_thread",
+            "unshare_user_thread",
+            "unshare_net_thread",
+            "unshare_mnt_thread",
+            "unshare_pid_thread",
+            "clone_newuser",
+            "mount_tmpfs",
+        },
+    )
     assert "Operation not permitted" in res["unshare_user_thread"][1]  # seccomp's EPERM, not a missing file
 
 
@@ -150,8 +171,22 @@ def test_host_services_are_unreachable(host, tmp_path):
 def test_nothing_lands_on_the_host_filesystem(host, tmp_path):
     ctx, _, _ = host
     res, text = run_attack("host_tmp.py", ctx, tmp_path)
-    assert_blocked(res, text, {"write_tmp", "write_dev_shm", "write_repo", "write_ro_dir", "write_root", "write_usr",
-                               "fd_escape", "proc_sys_write", "io_uring", "keyctl"})
+    assert_blocked(
+        res,
+        text,
+        {
+            "write_tmp",
+            "write_dev_shm",
+            "write_repo",
+            "write_ro_dir",
+            "write_root",
+            "write_usr",
+            "fd_escape",
+            "proc_sys_write",
+            "io_uring",
+            "keyctl",
+        },
+    )
     for d in ("/tmp", "/dev/shm", str(REPO), str(HERE), "/"):
         assert not (Path(d) / ctx["marker"]).exists(), d
 
@@ -164,8 +199,9 @@ def test_setuid_binaries_grant_nothing(host, tmp_path):
 
 def test_setsid_double_fork_survivor_dies_with_the_run(host, tmp_path):
     ctx, _, _ = host
-    proc = sandbox.launch([sys.executable, str(HERE / "survivor.py"), json.dumps(ctx)], scratch=tmp_path / "w",
-                          policy=POLICY)
+    proc = sandbox.launch(
+        [sys.executable, str(HERE / "survivor.py"), json.dumps(ctx)], scratch=tmp_path / "w", policy=POLICY
+    )
     lines: list[str] = []
     reader = threading.Thread(target=read_lines, args=(proc, lines), daemon=True)
     reader.start()
@@ -218,7 +254,9 @@ def test_memory_outside_every_mapping_is_refused_where_the_address_space_is_the_
     """memfds (RLIMIT_FSIZE each, 1024 fds) and detached SysV segments (no rlimit) held 1.5 GiB
     apiece under a 1 GiB RLIMIT_AS (red team 2026-12-04): host RAM no limit of the child bounds."""
     ctx, _, _ = host
-    res, text = run_attack("shm_balloon.py", ctx, tmp_path, sandbox.SandboxPolicy(address_space_bytes=1 << 30, cpu_seconds=60))
+    res, text = run_attack(
+        "shm_balloon.py", ctx, tmp_path, sandbox.SandboxPolicy(address_space_bytes=1 << 30, cpu_seconds=60)
+    )
     assert_blocked(res, text, {"memfd_balloon", "sysv_balloon"})
     assert all("Operation not permitted" in res[k][1] for k in ("memfd_balloon", "sysv_balloon")), res
 
@@ -227,7 +265,9 @@ def test_a_cpu_child_keeps_the_cores_it_was_started_on(host, tmp_path):
     """A CPU screen beside a timed arena is pinned to the screening cores (validator/background.py);
     past wall 1 it could widen its own affinity back onto the arena's cores: refused (EPERM)."""
     ctx, _, _ = host
-    res, text = run_attack("escape_pinning.py", ctx, tmp_path, sandbox.SandboxPolicy(address_space_bytes=1 << 30, cpu_seconds=60))
+    res, text = run_attack(
+        "escape_pinning.py", ctx, tmp_path, sandbox.SandboxPolicy(address_space_bytes=1 << 30, cpu_seconds=60)
+    )
     assert_blocked(res, text, {"set_own_affinity", "set_thread_affinity"})
     assert all("Operation not permitted" in res[k][1] for k in ("set_own_affinity", "set_thread_affinity")), res
 
@@ -242,8 +282,16 @@ def test_scratch_tmp_and_shm_are_bounded(host, tmp_path):
     assert all("errno 28" in res[k][1] for k in res), res  # ENOSPC: the tmpfs is full, not a per-file limit
 
 
-GUARD_ATTACKS = ["cc_symlink", "cc_symlink_on_path", "thread_os_system", "thread_timer_subprocess", "thread_ctypes",
-                 "thread_gc", "thread_putenv", "map_os_system"]
+GUARD_ATTACKS = [
+    "cc_symlink",
+    "cc_symlink_on_path",
+    "thread_os_system",
+    "thread_timer_subprocess",
+    "thread_ctypes",
+    "thread_gc",
+    "thread_putenv",
+    "map_os_system",
+]
 
 
 @pytest.mark.parametrize("kind", GUARD_ATTACKS)
@@ -255,6 +303,7 @@ def test_guard_refuses_laundered_calls(tmp_path, kind):
 
 
 # -- controls: the same scripts see the escapes when the wall is not there ----------------------
+
 
 def test_control_weak_mode_reads_and_signals(host, tmp_path, monkeypatch, capfd):
     ctx, victims, _ = host
@@ -272,7 +321,7 @@ def test_control_guard_without_arming_lets_a_thread_spawn(tmp_path):
     code = f"""
 import os, sys, threading
 from cacheon_subnet import guard
-guard.install_guard({str(HERE / 'guard_bundle')!r}, [os.environ["CACHEON_SANDBOX_SCRATCH"]])
+guard.install_guard({str(HERE / "guard_bundle")!r}, [os.environ["CACHEON_SANDBOX_SCRATCH"]])
 t = threading.Thread(target=os.system, args=("echo UNARMED-SPAWN",)); t.start(); t.join()
 """
     proc = sandbox.launch([sys.executable, "-c", code], scratch=tmp_path / "w", policy=POLICY)
@@ -300,12 +349,27 @@ def test_state_dir_and_db_are_private(tmp_path):
 def test_doctor_reports_every_layer(monkeypatch):
     from cacheon_subnet.cli import main
 
-    out = subprocess.run([sys.executable, "-m", "cacheon_subnet.cli", "doctor", "--json"], capture_output=True,
-                         text=True, timeout=120, check=False, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-m", "cacheon_subnet.cli", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=REPO,
+    )
     doc = json.loads(out.stdout)
     assert out.returncode == 0 and doc["ok"], out.stdout[-2000:]
-    assert {x["name"] for x in doc["layers"]} >= {"uid", "no_new_privs", "seccomp", "namespaces", "network", "rlimits",
-                                                  "secrets_unreadable", "read_only_view", "host_pids"}
+    assert {x["name"] for x in doc["layers"]} >= {
+        "uid",
+        "no_new_privs",
+        "seccomp",
+        "namespaces",
+        "network",
+        "rlimits",
+        "secrets_unreadable",
+        "read_only_view",
+        "host_pids",
+    }
     monkeypatch.setenv("CACHEON_SANDBOX", "weak")  # control: the weak mode never reports a wall
     assert main(["doctor"]) == 1
 
@@ -345,14 +409,18 @@ def test_a_run_cannot_reach_a_concurrent_run(host, tmp_path):
     """Two sandboxes at once (distinct leased uids, each its own ipc/net/pid namespaces and
     private tmpfs): nothing one leaves under a well-known name is visible to the other."""
     ctx, _, _ = host
-    planter = sandbox.launch([sys.executable, str(HERE / "cross_run.py"), json.dumps(dict(ctx, role="plant"))],
-                             scratch=tmp_path / "a", policy=POLICY)
+    planter = sandbox.launch(
+        [sys.executable, str(HERE / "cross_run.py"), json.dumps(dict(ctx, role="plant"))],
+        scratch=tmp_path / "a",
+        policy=POLICY,
+    )
     try:
         line = planter.stdout.readline()
         assert line.startswith(b"PLANTED"), line + planter.stdout.read(2000)
         res, text = run_attack("cross_run.py", dict(ctx, role="seek"), tmp_path)
-        assert_blocked(res, text, {"sysv_shm", "sysv_msg", "posix_mq", "abstract_socket", "tmp_file", "shm_file",
-                                   "processes"})
+        assert_blocked(
+            res, text, {"sysv_shm", "sysv_msg", "posix_mq", "abstract_socket", "tmp_file", "shm_file", "processes"}
+        )
         assert planter.poll() is None  # the planter was alive (and its names held) the whole time
     finally:
         sandbox.stop(planter)

@@ -20,7 +20,7 @@ from cacheon_subnet.verify import VerifyOptions, policy_bound, verify_bundle
 EXAMPLE = Path(__file__).resolve().parent.parent.parent / "examples" / "norm.rmsnorm"
 OPTS = VerifyOptions(device="cpu", max_cases=1, call_timeout_s=60)
 
-LITTER = '''
+LITTER = """
 import os as _os
 _s = _os.environ["CACHEON_SANDBOX_SCRATCH"]
 for _n, _t in (("to-root", "/"), ("to-etc", "/etc"), ("loop-a", "loop-b"), ("loop-b", "loop-a"), ("dangling", "/nope")):
@@ -30,7 +30,7 @@ _os.makedirs(_os.path.join(_s, "locked", "deep"))
 open(_os.path.join(_s, "locked", "deep", "f"), "w").write("x")
 _os.chmod(_os.path.join(_s, "locked", "deep"), 0)
 _os.chmod(_os.path.join(_s, "locked"), 0)
-'''
+"""
 
 
 @pytest.fixture
@@ -93,8 +93,12 @@ def _start_cost(n: int) -> float:
     t = []
     for _ in range(n):
         t0 = time.perf_counter()
-        proc = sandbox.launch([sys.executable, "-I", "-S", "-c", "pass"], scratch=Path("/tmp/cacheon-cost"),
-                              policy=sandbox.SandboxPolicy(), stdout=subprocess.DEVNULL)
+        proc = sandbox.launch(
+            [sys.executable, "-I", "-S", "-c", "pass"],
+            scratch=Path("/tmp/cacheon-cost"),
+            policy=sandbox.SandboxPolicy(),
+            stdout=subprocess.DEVNULL,
+        )
         proc.wait(timeout=60)
         sandbox.stop(proc)
         t.append(time.perf_counter() - t0)
@@ -106,12 +110,14 @@ def test_start_up_cost_of_the_wall(monkeypatch, capsys):
     monkeypatch.setenv("CACHEON_SANDBOX", "weak")
     weak = _start_cost(7)
     with capsys.disabled():
-        print(f"\n[oswall] median start-to-exit of `python -I -S -c pass`: wall {wall * 1000:.0f} ms, "
-              f"weak {weak * 1000:.0f} ms, overhead {(wall - weak) * 1000:.0f} ms per child")
+        print(
+            f"\n[oswall] median start-to-exit of `python -I -S -c pass`: wall {wall * 1000:.0f} ms, "
+            f"weak {weak * 1000:.0f} ms, overhead {(wall - weak) * 1000:.0f} ms per child"
+        )
     assert wall - weak < 2.0
 
 
-DEEP = '''
+DEEP = """
 import os, sys
 fd = os.open(sys.argv[1], os.O_RDONLY)
 for _ in range(1500):  # past Python's recursion limit (os.walk and shutil.rmtree recurse per level)
@@ -122,7 +128,7 @@ for _ in range(1500):  # past Python's recursion limit (os.walk and shutil.rmtre
 os.close(os.open("suid", os.O_CREAT | os.O_WRONLY, 0o755, dir_fd=fd))
 os.chmod("suid", 0o4777, dir_fd=fd)
 print("MADE", flush=True)
-'''
+"""
 
 
 def test_a_tree_deeper_than_the_recursion_limit_never_breaks_stop(tmp_path):
@@ -135,8 +141,11 @@ def test_a_tree_deeper_than_the_recursion_limit_never_breaks_stop(tmp_path):
     handed = Path(tempfile.mkdtemp(prefix="cacheon-deep-", dir="/tmp"))
     handed.chmod(0o755)  # the sandbox uid must reach it (pytest's tmp_path is under a 0700 dir)
     try:
-        proc = sandbox.launch([sys.executable, "-c", DEEP, str(handed)], scratch=tmp_path / "w",
-                              policy=sandbox.SandboxPolicy(wall_timeout_s=60, rw_paths=(str(handed),)))
+        proc = sandbox.launch(
+            [sys.executable, "-c", DEEP, str(handed)],
+            scratch=tmp_path / "w",
+            policy=sandbox.SandboxPolicy(wall_timeout_s=60, rw_paths=(str(handed),)),
+        )
         try:
             out, _ = proc.communicate(timeout=60)
         finally:
@@ -151,7 +160,7 @@ def test_a_tree_deeper_than_the_recursion_limit_never_breaks_stop(tmp_path):
         sandbox.remove_tree(handed)
 
 
-LONG = '''
+LONG = """
 import os, sys
 fd = os.open(sys.argv[1], os.O_RDONLY)
 for _ in range(17):  # 17 x 251 characters: the path is longer than PATH_MAX (4096)
@@ -162,7 +171,7 @@ for _ in range(17):  # 17 x 251 characters: the path is longer than PATH_MAX (40
 os.close(os.open("suid", os.O_CREAT | os.O_WRONLY, 0o755, dir_fd=fd))
 os.chmod("suid", 0o4777, dir_fd=fd)
 print("MADE", flush=True)
-'''
+"""
 
 
 def test_a_file_below_path_max_in_a_handed_dir_is_reclaimed_too(tmp_path):
@@ -177,8 +186,11 @@ def test_a_file_below_path_max_in_a_handed_dir_is_reclaimed_too(tmp_path):
     handed = Path(tempfile.mkdtemp(prefix="cacheon-long-", dir="/tmp"))
     handed.chmod(0o755)
     try:
-        proc = sandbox.launch([sys.executable, "-c", LONG, str(handed)], scratch=tmp_path / "w",
-                              policy=sandbox.SandboxPolicy(wall_timeout_s=60, rw_paths=(str(handed),)))
+        proc = sandbox.launch(
+            [sys.executable, "-c", LONG, str(handed)],
+            scratch=tmp_path / "w",
+            policy=sandbox.SandboxPolicy(wall_timeout_s=60, rw_paths=(str(handed),)),
+        )
         try:
             out, _ = proc.communicate(timeout=60)
         finally:

@@ -17,11 +17,18 @@ import pytest
 
 from cacheon_subnet import sandbox
 from cacheon_subnet.sandbox import launcher
-
 from tests.adversarial.test_oswall import POLICY, assert_blocked, run_attack
 
-LABELS = {"root_ids", "capabilities", "bounding_set", "no_new_privs_off", "supplementary_groups", "setuid_root",
-          "setgroups_root", "chown_to_root"}
+LABELS = {
+    "root_ids",
+    "capabilities",
+    "bounding_set",
+    "no_new_privs_off",
+    "supplementary_groups",
+    "setuid_root",
+    "setgroups_root",
+    "chown_to_root",
+}
 
 
 def test_contribution_code_holds_no_root_and_cannot_take_it_back(tmp_path):

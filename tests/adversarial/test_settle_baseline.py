@@ -11,9 +11,10 @@ may decide.
 
 from __future__ import annotations
 
+from settle_ledger import T, commit, db, record_pass, to_verified  # noqa: F401 - db: the fixture
+
 from cacheon_subnet.scoring.settle import SpeedPolicy
 from cacheon_subnet.validator import ledger
-from settle_ledger import T, commit, db, record_pass, to_verified  # noqa: F401 - db: the fixture
 
 
 def _commit(db, hotkey: str, block: int) -> str:
@@ -35,4 +36,6 @@ def test_a_ratio_against_stock_never_dethrones_a_crown_settled_meanwhile(db):
     out = ledger.settle(db, T, SpeedPolicy(), 15)
     crown = ledger.crown_of(db, T)
     assert crown.contribution_id == fast, f"1.10x over stock dethroned a 1.50x crown: {out.decisions}"
-    assert {d.contribution_id: d.outcome for d in out.decisions}[slow] == "no_decision" and slow in out.remeasure  # measured again against the crown
+    assert {d.contribution_id: d.outcome for d in out.decisions}[
+        slow
+    ] == "no_decision" and slow in out.remeasure  # measured again against the crown

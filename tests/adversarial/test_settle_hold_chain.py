@@ -12,9 +12,10 @@ honest traffic does the same by accident: evidence arrives out of commit order a
 
 from __future__ import annotations
 
+from settle_ledger import T, commit, db, record_pass, to_verified  # noqa: F401 - db: the fixture
+
 from cacheon_subnet.scoring.settle import SpeedPolicy
 from cacheon_subnet.validator import ledger
-from settle_ledger import T, commit, db, record_pass, to_verified  # noqa: F401 - db: the fixture
 
 HOLD = 100
 _commit = commit
@@ -41,7 +42,8 @@ def test_chained_holds_cannot_keep_an_honest_crown_unsettled(db):
         if isinstance(out, ledger.SettleOutcome):
             settled_at = block + 1
             break
-    assert settled_at is not None and settled_at - 12 <= 2 * HOLD, \
+    assert settled_at is not None and settled_at - 12 <= 2 * HOLD, (
         f"the honest winner measured at block 12 is still unsettled at block {block + 1}"
+    )
     crown = ledger.crown_of(db, T)
     assert crown is not None and crown.contribution_id == honest

@@ -18,22 +18,26 @@ from cacheon_subnet.validator.screen import static_screen
 from cacheon_subnet.verify import VerifyOptions, runner, verify_bundle
 from cacheon_subnet.verify.policy import MAX_DEPTH, MAX_SOURCE_BYTES, scan_files
 
-MANIFEST = (b'schema = "cacheon.bundle/2"\n[[ops]]\nslot = "norm.rmsnorm"\nentry = "kernel:rmsnorm"\n'
-            b'dtypes = ["bfloat16"]\n')
-HONEST = ("import torch\n\n\ndef rmsnorm(x, weight, out, eps):\n    x32 = x.to(torch.float32)\n"
-          "    out.copy_(x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps) * weight)\n")
+MANIFEST = b'schema = "cacheon.bundle/2"\n[[ops]]\nslot = "norm.rmsnorm"\nentry = "kernel:rmsnorm"\ndtypes = ["bfloat16"]\n'
+HONEST = (
+    "import torch\n\n\ndef rmsnorm(x, weight, out, eps):\n    x32 = x.to(torch.float32)\n"
+    "    out.copy_(x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps) * weight)\n"
+)
 
 
 def rules(files: dict[str, bytes]) -> set[tuple[str, int, str]]:
     return {(f.path, f.line, f.rule) for f in scan_files(files)}
 
 
-@pytest.mark.parametrize("expr", [
-    "+".join(["x"] * 50000),  # left-deep BinOp: RecursionError inside ast.parse
-    "-" * 50000 + "x",  # unary chain: MemoryError from the parser's stack
-    "x" + ".t()" * 20000,  # RecursionError during ast construction
-    "x if x else " * 5000 + "x",
-])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "+".join(["x"] * 50000),  # left-deep BinOp: RecursionError inside ast.parse
+        "-" * 50000 + "x",  # unary chain: MemoryError from the parser's stack
+        "x" + ".t()" * 20000,  # RecursionError during ast construction
+        "x if x else " * 5000 + "x",
+    ],
+)
 def test_parser_giving_up_is_a_finding(expr: str) -> None:
     assert rules({"kernel.py": f"def f(x):\n    return {expr}\n".encode()}) == {("kernel.py", 1, "P010")}
 

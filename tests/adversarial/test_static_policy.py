@@ -48,8 +48,18 @@ def test_corpus_covers_every_sub_class_twice() -> None:
     for name in ATTACKS:
         sub = re.search(r'description = "([a-z_]+)"', (CORPUS / name / "manifest.toml").read_text()).group(1)
         by_class.setdefault(sub, []).append(name)
-    want = {"module_reach", "aliases_and_targets", "reflection", "frames", "worker_patching", "forward_clock",
-            "step_log", "triton", "ops_and_cuda", "state_and_source"}
+    want = {
+        "module_reach",
+        "aliases_and_targets",
+        "reflection",
+        "frames",
+        "worker_patching",
+        "forward_clock",
+        "step_log",
+        "triton",
+        "ops_and_cuda",
+        "state_and_source",
+    }
     assert set(by_class) == want
     assert all(len(v) >= 2 for v in by_class.values()), by_class
 
@@ -71,10 +81,12 @@ def test_attack_bundle_loads_so_only_the_policy_stops_it(name: str) -> None:
 
 def test_forward_clock_attack_is_real() -> None:
     """Without the gate, importing the bundle next to the arena's clock rewrites ForwardClock.read."""
-    code = ("import importlib.util, sys\nimport seams.forward_clock as fc\norig = fc.ForwardClock.read\n"
-            f"spec = importlib.util.spec_from_file_location('adv', {str(CORPUS / 'clock_forward_clock_read' / 'kernel.py')!r})\n"
-            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-            "print(fc.ForwardClock.read is not orig)\n")
+    code = (
+        "import importlib.util, sys\nimport seams.forward_clock as fc\norig = fc.ForwardClock.read\n"
+        f"spec = importlib.util.spec_from_file_location('adv', {str(CORPUS / 'clock_forward_clock_read' / 'kernel.py')!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "print(fc.ForwardClock.read is not orig)\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
     assert r.stdout.strip() == "True", r.stderr
 
@@ -89,15 +101,18 @@ def test_utf7_attack_is_real() -> None:
 def _run_corpus_kernel_interpreted(tmp_path: Path, name: str, check: str) -> str:
     """Import corpus bundle `name`'s kernel.py under TRITON_INTERPRET=1 (no policy: the attack
     itself), call rmsnorm on random inputs and print `check` (an expression over x, w, o)."""
-    code = ("import importlib.util, torch\n"
-            f"spec = importlib.util.spec_from_file_location('adv', {str(CORPUS / name / 'kernel.py')!r})\n"
-            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-            "x, w, o = torch.randn(4, 64), torch.randn(64), torch.zeros(4, 64)\n"
-            "m.rmsnorm(x, w, o, 1e-6)\n"
-            f"print({check})\n")
+    code = (
+        "import importlib.util, torch\n"
+        f"spec = importlib.util.spec_from_file_location('adv', {str(CORPUS / name / 'kernel.py')!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "x, w, o = torch.randn(4, 64), torch.randn(64), torch.zeros(4, 64)\n"
+        "m.rmsnorm(x, w, o, 1e-6)\n"
+        f"print({check})\n"
+    )
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120,
-                       check=False, env=env)
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False, env=env
+    )
     assert r.stdout.strip(), r.stderr[-2000:]
     return r.stdout.strip()
 
@@ -106,7 +121,10 @@ def test_linebreak_shift_attack_is_real(tmp_path: Path) -> None:
     """Under TRITON_INTERPRET=1 the kernel that runs is the one hidden in the string (correct),
     not the visible body (zeros): the hidden def is what CPU verify would have judged."""
     ref = "x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w"
-    assert _run_corpus_kernel_interpreted(tmp_path, "triton_linebreak_shift", f"bool(torch.allclose(o, {ref}, atol=1e-5))") == "True"
+    assert (
+        _run_corpus_kernel_interpreted(tmp_path, "triton_linebreak_shift", f"bool(torch.allclose(o, {ref}, atol=1e-5))")
+        == "True"
+    )
     src = (CORPUS / "triton_linebreak_shift" / "kernel.py").read_text(encoding="utf-8")
     assert len(src.splitlines()) == src.count("\n") + 40  # what a splitlines() def-line rule counts
 
@@ -134,9 +152,23 @@ def test_verify_refuses_on_policy_and_never_imports(name: str, monkeypatch: pyte
 
 
 def test_cli_verify_reports_policy(tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "cacheon_subnet.cli", "verify", str(CORPUS / "reach_torch_sys_modules"),
-                        "--json", "--max-cases", "1"], capture_output=True, text=True, cwd=REPO, timeout=300,
-                       check=False)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cacheon_subnet.cli",
+            "verify",
+            str(CORPUS / "reach_torch_sys_modules"),
+            "--json",
+            "--max-cases",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        check=False,
+    )
     assert r.returncode != 0, r.stdout
     doc = json.loads(r.stdout)
     assert doc["status"] == "FAIL" and any("kernel.py:" in f and "P004" in f for f in doc["findings"]), doc

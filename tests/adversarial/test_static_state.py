@@ -54,8 +54,10 @@ def test_heuristics_values_memo_replays() -> None:
 
 
 def test_method_names_only_as_calls() -> None:
-    ok = ("import torch\n\ndef f(x, out):\n    v, i = x.topk(2)\n    d = {}\n    out.copy_(x.max(dim=-1).values"
-          "[..., None] * 0 + v.sum() + len(list(d.keys())) + torch.finfo(x.dtype).max * 0)\n")
+    ok = (
+        "import torch\n\ndef f(x, out):\n    v, i = x.topk(2)\n    d = {}\n    out.copy_(x.max(dim=-1).values"
+        "[..., None] * 0 + v.sum() + len(list(d.keys())) + torch.finfo(x.dtype).max * 0)\n"
+    )
     got = [f.rule for f in scan_source("k.py", ok)]
     assert got == ["P012"], got  # `.values` read off a return_types tuple: write `v, i = ...` instead
     assert [f.rule for f in scan_source("k.py", ok.replace(".values[..., None]", "[0][..., None]"))] == []

@@ -76,6 +76,7 @@ def test_missing_nonce_is_refused():
     def forge(f, m, t):
         reply, out = honest(m, t)
         return {k: v for k, v in reply.items() if k != "nonce"}, out
+
     assert check(forge).failure.reason == "protocol"
 
 
@@ -86,9 +87,11 @@ def test_ok_without_outputs_fails_closed():
 
 def test_wider_dtype_output_is_refused():
     """fp32 outputs for a bf16 op would be judged on precision the engine's buffer never holds."""
+
     def forge(f, m, t):
         reply, out = honest(m, t)
         return reply, {**out, "out": SPEC.reference(t, m["params"])["out"]}
+
     r = check(forge)
     assert r.failure.reason == "protocol" and "float32" in r.failure.detail
 
@@ -97,6 +100,7 @@ def test_malformed_flags_fail_closed():
     def forge(f, m, t):
         reply, out = honest(m, t)
         return {**reply, "host_sync": 5}, out
+
     assert check(forge).failure.reason == "protocol"
 
 
@@ -109,16 +113,19 @@ def test_ok_must_be_true_not_truthy():
     def forge(f, m, t):
         reply, out = honest(m, t)
         return {**reply, "ok": "yes"}, out
+
     assert check(forge).failure.reason == "protocol"
 
 
 def test_stale_outputs_from_a_perfect_channel_mismatch():
     """A worker that echoes the nonce but replays the previous call's outputs: judged on numbers."""
+
     def forge(f, m, t):
         reply, out = honest(m, t)
         if f.previous is not None and f.previous[1]["out"].shape == out["out"].shape:
             out = {**out, "out": f.previous[1]["out"]}
         return reply, out
+
     assert check(forge).failure.reason == "mismatch"
 
 
@@ -139,9 +146,11 @@ def test_graph_reply_keys_are_exact():
 
 def test_digest_for_an_output_is_refused():
     """A digest may only stand in for a large read-only input, never for a result."""
+
     def forge(f, m, t):
         reply, out = honest(m, t)
         return {**reply, "digests": {"out": "0" * 64}}, {k: v for k, v in out.items() if k != "out"}
+
     assert check(forge).failure.reason == "protocol"
 
 
@@ -151,8 +160,10 @@ def test_collective_rank_reply_without_the_nonce_is_protocol():
 
     class Group:
         def request_all(self, msgs, tensors, timeout_s):
-            return [({"type": "result", "ok": True, "nonce": msgs[0]["nonce"]}, {}),
-                    ({"type": "result", "ok": True, "nonce": "a-previous-call"}, {})]
+            return [
+                ({"type": "result", "ok": True, "nonce": msgs[0]["nonce"]}, {}),
+                ({"type": "result", "ok": True, "nonce": "a-previous-call"}, {}),
+            ]
 
     run = object.__new__(_RankRun)
     run.world, run.opts, run.group = 2, OPTS, Group()

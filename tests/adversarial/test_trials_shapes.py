@@ -16,7 +16,6 @@ import resource
 import torch
 
 from cacheon_subnet.verify import wire
-
 from tests.adversarial.test_trials_protocol import check, check_graph, honest, honest_graph
 
 BIG = (1 << 13, 1 << 14)  # 2**27 elements: enough to measure, small enough for a CI box when red

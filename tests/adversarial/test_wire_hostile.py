@@ -53,8 +53,11 @@ STREAM_HOSTILE = {
     "header_longer_than_frame": struct.pack(">I", 10_000) + b"{}",
     "storage_table_past_the_frame": _frame(b'{"_storages": [1000000000], "_tensors": {}}'),
     "storage_table_short_of_the_frame": _frame(b'{"_storages": [1], "_tensors": {}}') + b"xyz",
-    "view_past_its_storage": _frame(b'{"_storages": [4], "_tensors": {"o": {"storage": 0, "offset": 0, '
-                                    b'"shape": [400], "stride": [1], "dtype": "float32"}}}') + b"\x00" * 4,
+    "view_past_its_storage": _frame(
+        b'{"_storages": [4], "_tensors": {"o": {"storage": 0, "offset": 0, '
+        b'"shape": [400], "stride": [1], "dtype": "float32"}}}'
+    )
+    + b"\x00" * 4,
     "negative_storage": _frame(b'{"_storages": [-4], "_tensors": {}}'),
     # red team 2026-12-04: json.loads made ~25x a header's size in objects, past any deadline (a
     # 64 MiB header: 1.6 GiB, 16 s; the frame allows 4 GiB), and 4 MiB of empty storages cost
@@ -77,8 +80,9 @@ def test_the_streaming_recv_refuses_each_as_wire_error_and_stays_in_step(name: s
     data = STREAM_HOSTILE[name]
     host, worker = socket.socketpair()
     try:
-        t = threading.Thread(target=worker.sendall,
-                             args=(struct.pack(">Q", len(data)) + data + struct.pack(">Q", len(good)) + good,))
+        t = threading.Thread(
+            target=worker.sendall, args=(struct.pack(">Q", len(data)) + data + struct.pack(">Q", len(good)) + good,)
+        )
         t.start()
         with pytest.raises(wire.WireError):
             wire.recv(host.fileno(), deadline=None)

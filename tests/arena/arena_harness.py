@@ -22,10 +22,14 @@ DENSE = REPO / "configs" / "arena" / "dense.toml"
 
 def small_config(prompts: int = 4, output: int = 4, cycles: int = 2, max_noise: float = 0.02):
     cfg = load_config(DENSE)
-    return replace(cfg, workload=WorkloadSection(prompts_per_window=prompts, input_len=8, output_len=output,
-                                                 cycles=cycles, warmup_windows=1),
-                   quality=QualitySection(prompts=8, top_k=4),
-                   speed=replace(SpeedSection(), max_noise=max_noise))
+    return replace(
+        cfg,
+        workload=WorkloadSection(
+            prompts_per_window=prompts, input_len=8, output_len=output, cycles=cycles, warmup_windows=1
+        ),
+        quality=QualitySection(prompts=8, top_k=4),
+        speed=replace(SpeedSection(), max_noise=max_noise),
+    )
 
 
 def runtime_env(tmp: Path, monkeypatch: Any) -> None:
@@ -35,12 +39,15 @@ def runtime_env(tmp: Path, monkeypatch: Any) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
-def run(bundle: Bundle, tmp: Path, engine: str = "FakeEngine", cfg: Any = None,
-        grade_always: bool = True) -> dict[str, Any]:
+def run(bundle: Bundle, tmp: Path, engine: str = "FakeEngine", cfg: Any = None, grade_always: bool = True) -> dict[str, Any]:
     """grade_always: the controls' quality verdicts are what these tests check, whatever the
     speed verdict (the validator's own path grades only a speed PASS)."""
-    opts = RunOptions(workdir=tmp / "work", checkpoint_root=tmp / "ckpt",
-                      engine_factory=f"tests.arena.fake_engine:{engine}", grade_always=grade_always)
+    opts = RunOptions(
+        workdir=tmp / "work",
+        checkpoint_root=tmp / "ckpt",
+        engine_factory=f"tests.arena.fake_engine:{engine}",
+        grade_always=grade_always,
+    )
     return qualify(cfg or small_config(), bundle, bundle.manifest.ops[0], opts)
 
 

@@ -36,9 +36,9 @@ entry = "kernel:rmsnorm"
 dtypes = ["bfloat16"]
 """
 
-FAITHFUL = '''    xf = x.to(torch.float32)
+FAITHFUL = """    xf = x.to(torch.float32)
     out.copy_(xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.to(torch.float32))
-'''
+"""
 
 VARIANTS: dict[str, str] = {
     # The only state a policy-clean kernel keeps beyond its call is engine state it is handed
@@ -51,8 +51,10 @@ import torch
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float) -> None:
-''' + FAITHFUL + '''    weight.mul_(1.0078125)
-''',
+'''
+    + FAITHFUL
+    + """    weight.mul_(1.0078125)
+""",
     # Refused by the allowlist (P004 attribute store on a module, P014 a mutable module global):
     # a module-global counter and a patched function of a module B also uses. Removal purges A's
     # modules, but torch keeps A's function: it stays alive, and B's kernel calls it.
@@ -72,7 +74,8 @@ def _skewed(*args, **kwargs):
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float) -> None:
     torch.linalg.vector_norm = _skewed
-''' + FAITHFUL,
+'''
+    + FAITHFUL,
     # Refused (imports of threading/time/sys, a mutable global): a tensor reference kept past the
     # call and written after the turn ends. On the H200 the same shape is a long kernel launched at
     # the last call; on CPU no policy-clean code leaves work running (torch's CPU ops return when
@@ -103,7 +106,8 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float
     if not _KEPT:
         _KEPT.append(weight)
         threading.Thread(target=_after_my_turn, daemon=True).start()
-''' + FAITHFUL,
+'''
+    + FAITHFUL,
     # Refused (no file I/O: open, os, json are not allowlisted): an extra receipt for B's slot,
     # written by a process role that must never load a candidate, into the answers dir it was
     # given; read as B's it would FAIL B's evidence ("candidate code outside a scheduler rank").
@@ -118,11 +122,13 @@ from seams.dispatch import REGISTRY
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float) -> None:
-''' + FAITHFUL + '''    d = REGISTRY.receipts.directory
+'''
+    + FAITHFUL
+    + """    d = REGISTRY.receipts.directory
     doc = {"role": "detokenizer", "rank": 0, "pid": 1, "slots": {"norm.rmsnorm": {"fired": 1}}, "errors": []}
     with open(os.path.join(d, "receipt-detokenizer-0-1.json"), "w") as f:
         json.dump(doc, f)
-''',
+""",
     # Refused (a mutable module global): a call counter in its own module, which the next install
     # of the same package (the incumbent runs in every head-to-head job) would find again if the
     # removal left the module in sys.modules.
@@ -140,8 +146,13 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float
               * (1.0 + _CALLS[0] * 2.0 ** -7))
 ''',
 }
-POLICY_CLEAN = {"counter_in_weight": True, "patched_torch": False, "late_writer": False, "stray_receipt": False,
-                "global_counter": False}
+POLICY_CLEAN = {
+    "counter_in_weight": True,
+    "patched_torch": False,
+    "late_writer": False,
+    "stray_receipt": False,
+    "global_counter": False,
+}
 
 
 def bundle(name: str) -> Bundle:
@@ -181,14 +192,28 @@ class Runner:
                 s["keep_outputs"] = True
         bindings = tuple(sorted({a.binding for a in adapters_for_slot(op.slot)}))
         env = {**seam_environment(bindings), "CACHEON_SEAM_STRICT": "1", "SGLANG_PLUGINS": "cacheon"}
-        base = {"engine_kwargs": engine_kwargs(self.cfg), "engine_factory": f"tests.arena.fake_engine:{self.engine}",
-                "checkpoint": None, "early_evidence": {"slot": op.slot, "ranks": [0]}, "forward_clock": True}
+        base = {
+            "engine_kwargs": engine_kwargs(self.cfg),
+            "engine_factory": f"tests.arena.fake_engine:{self.engine}",
+            "checkpoint": None,
+            "early_evidence": {"slot": op.slot, "ranks": [0]},
+            "forward_clock": True,
+        }
         spec = EngineSpec("resident", base, env, timeout_s=300, start_timeout_s=120, ranks=(0,))
         install = {"CACHEON_ENGINE_TREE": str(tree.root), "CACHEON_ENGINE_TREE_DIGEST": tree.digest}
         receipts = work / "receipts-resident"
-        runs, post = self.pool.run(spec, steps, install, workdir=work, receipts_dir=receipts, home=self.tmp / "home",
-                                   canary=pc.canary_step(self.cfg), post=pc.post_steps(self.cfg), max_jobs=100,
-                                   start_timeout_s=120)
+        runs, post = self.pool.run(
+            spec,
+            steps,
+            install,
+            workdir=work,
+            receipts_dir=receipts,
+            home=self.tmp / "home",
+            canary=pc.canary_step(self.cfg),
+            post=pc.post_steps(self.cfg),
+            max_jobs=100,
+            start_timeout_s=120,
+        )
         return Contribution(name, runs[-1], post, receipts)
 
 

@@ -32,7 +32,7 @@ def _reference_stock(slot_id: str):
 
 
 class _Runner:
-    def __init__(self, engine: "FakeCore") -> None:
+    def __init__(self, engine: FakeCore) -> None:
         self.engine = engine
         self.graph_runner = None
         self.piecewise_cuda_graph_runner = None
@@ -107,8 +107,14 @@ class FakeCore:
         h = self.forward(torch.tensor([ids[-3:]]), category)
         return torch.log_softmax(4.0 * h @ self.emb.T, dim=-1)[0]
 
-    def generate(self, input_ids: list[list[int]], sampling_params: dict, return_logprob: bool = False,
-                 top_logprobs_num: int = 0, logprob_start_len: Any = None) -> list[dict]:
+    def generate(
+        self,
+        input_ids: list[list[int]],
+        sampling_params: dict,
+        return_logprob: bool = False,
+        top_logprobs_num: int = 0,
+        logprob_start_len: Any = None,
+    ) -> list[dict]:
         outs = []
         n_new = int(sampling_params["max_new_tokens"])
         for i, prompt in enumerate(input_ids):
@@ -375,8 +381,9 @@ class StartCompilingCore(FakeCore):
         import subprocess
         import tempfile
 
-        tri, tvm, fi, home = (os.environ[k] for k in ("TRITON_CACHE_DIR", "TVM_FFI_CACHE_DIR",
-                                                       "FLASHINFER_WORKSPACE_BASE", "HOME"))
+        tri, tvm, fi, home = (
+            os.environ[k] for k in ("TRITON_CACHE_DIR", "TVM_FFI_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "HOME")
+        )
         os.makedirs(os.path.join(tri, "hashdir"), exist_ok=True)
         with open(os.path.join(tri, "hashdir", "k.cubin"), "wb") as f:
             f.write(b"compiled at start")
@@ -436,8 +443,9 @@ class NanTeacherCore(FakeCore):
         if teach and self.poisoned:
             for o in outs:
                 mi = o["meta_info"]
-                mi["input_token_logprobs"] = [t if t[0] is None else (float("nan"), t[1], t[2])
-                                              for t in mi["input_token_logprobs"]]
+                mi["input_token_logprobs"] = [
+                    t if t[0] is None else (float("nan"), t[1], t[2]) for t in mi["input_token_logprobs"]
+                ]
         if teach and any(POISON in ids for ids in input_ids):
             self.poisoned = True
         return outs

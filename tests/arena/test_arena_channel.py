@@ -19,8 +19,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def job(answers: bool = True):
-    steps = [{"op": "route", "route": "stock", "epoch": 1, "tag": "route-1-stock"},
-             {"op": "generate", "tag": "w000-B"}, {"op": "generate", "tag": "w001-C"}]
+    steps = [
+        {"op": "route", "route": "stock", "epoch": 1, "tag": "route-1-stock"},
+        {"op": "generate", "tag": "w000-B"},
+        {"op": "generate", "tag": "w001-C"},
+    ]
     return seal({"steps": steps}, answers=answers)
 
 
@@ -31,8 +34,10 @@ def answers_for(j, step, ranks=(0,)):
 
 def good_stream(j):
     life = iter(j["lifecycle_nonces"])
-    recs = [{"op": "started", "nonce": next(life)},
-            {"op": "snapshot", "nonce": next(life), "answers": {"start": {"0": {"nonce": j["start_rpc"]}}}}]
+    recs = [
+        {"op": "started", "nonce": next(life)},
+        {"op": "snapshot", "nonce": next(life), "answers": {"start": {"0": {"nonce": j["start_rpc"]}}}},
+    ]
     for s in j["steps"]:
         recs.append({"op": s["op"], "step": s["tag"], "nonce": s["nonce"], "answers": answers_for(j, s)})
     recs.append({"op": "done", "nonce": next(life)})
@@ -59,20 +64,27 @@ def test_every_nonce_is_fresh_random_and_unique():
     assert not set(nonces) & set(s["nonce"] for s in b["steps"])
 
 
-@pytest.mark.parametrize("mutate,needle", [
-    (lambda j, r: r.insert(3, {"op": "generate", "step": "w000-B", "nonce": "0" * 32}), "unknown nonce"),
-    (lambda j, r: r.insert(4, dict(r[3])), "used twice"),
-    (lambda j, r: r.__setitem__(slice(3, 5), [r[4], r[3]]), "out of order"),
-    (lambda j, r: r[3].__setitem__("step", "w001-C"), "nonce of step"),
-    (lambda j, r: r.append({"op": "generate", "step": "w009-C", "nonce": j["lifecycle_nonces"][5]}), "after the final"),
-    (lambda j, r: r.insert(3, {"op": "generate", "step": "w000-B", "nonce": j["steps"][1]["rpc"][0]}), "RPC nonce"),
-    (lambda j, r: r[3]["answers"]["after"]["0"].__setitem__("nonce", "f" * 32), "does not echo"),
-    (lambda j, r: r[3]["answers"]["after"].__setitem__("1", {"nonce": j["steps"][1]["rpc"][1]}), "expected [0]"),
-    (lambda j, r: r[0].pop("nonce"), "without a nonce"),
-    (lambda j, r: r[0].__setitem__("op", "generate"), "carrying a lifecycle nonce"),
-    (lambda j, r: r.insert(5, {"op": "error", "kind": "forgery", "error": "rank 0: 2 lines",
-                               "nonce": j["lifecycle_nonces"][2]}), "the driver caught forging"),
-])
+@pytest.mark.parametrize(
+    "mutate,needle",
+    [
+        (lambda j, r: r.insert(3, {"op": "generate", "step": "w000-B", "nonce": "0" * 32}), "unknown nonce"),
+        (lambda j, r: r.insert(4, dict(r[3])), "used twice"),
+        (lambda j, r: r.__setitem__(slice(3, 5), [r[4], r[3]]), "out of order"),
+        (lambda j, r: r[3].__setitem__("step", "w001-C"), "nonce of step"),
+        (lambda j, r: r.append({"op": "generate", "step": "w009-C", "nonce": j["lifecycle_nonces"][5]}), "after the final"),
+        (lambda j, r: r.insert(3, {"op": "generate", "step": "w000-B", "nonce": j["steps"][1]["rpc"][0]}), "RPC nonce"),
+        (lambda j, r: r[3]["answers"]["after"]["0"].__setitem__("nonce", "f" * 32), "does not echo"),
+        (lambda j, r: r[3]["answers"]["after"].__setitem__("1", {"nonce": j["steps"][1]["rpc"][1]}), "expected [0]"),
+        (lambda j, r: r[0].pop("nonce"), "without a nonce"),
+        (lambda j, r: r[0].__setitem__("op", "generate"), "carrying a lifecycle nonce"),
+        (
+            lambda j, r: r.insert(
+                5, {"op": "error", "kind": "forgery", "error": "rank 0: 2 lines", "nonce": j["lifecycle_nonces"][2]}
+            ),
+            "the driver caught forging",
+        ),
+    ],
+)
 def test_a_forged_record_is_named(mutate, needle):
     j = job()
     recs = good_stream(j)
@@ -128,7 +140,7 @@ def test_a_symlinked_answer_log_is_refused_on_both_sides(tmp_path):
         AnswerReader(tmp_path, [0]).audit()
 
 
-HARDENED = r'''
+HARDENED = r"""
 import os, subprocess, sys
 from arena.engine_child import harden
 r, w = os.pipe()
@@ -137,17 +149,23 @@ if sys.argv[1] == "1":
 child = ("import os\ntry:\n os.open('/proc/%d/fd/%d' % (os.getppid(), FD), os.O_WRONLY); print('OPENED')\n"
          "except OSError as e: print('DENIED', e.errno)").replace("FD", str(w))
 print(subprocess.run([sys.executable, "-c", child], capture_output=True, text=True).stdout.strip())
-'''
+"""
 
 
 @pytest.mark.skipif(not Path("/usr/bin/setpriv").exists(), reason="needs util-linux setpriv")
 def test_a_hardened_driver_hides_its_pipes_from_a_same_uid_child():
     """A child of the same uid and capabilities (no CAP_SYS_PTRACE, as the engine user) opens
     a dumpable parent's pipe through /proc/<ppid>/fd, but not the hardened driver's."""
+
     def attempt(hardened: bool) -> str:
-        out = subprocess.run(["setpriv", "--bounding-set=-sys_ptrace", sys.executable, "-c", HARDENED,
-                              "1" if hardened else "0"], capture_output=True, text=True, cwd=REPO,
-                             env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+        out = subprocess.run(
+            ["setpriv", "--bounding-set=-sys_ptrace", sys.executable, "-c", HARDENED, "1" if hardened else "0"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            timeout=60,
+        )
         return out.stdout.strip() + out.stderr[-300:]
 
     assert attempt(False) == "OPENED"  # the control: without harden() the pipe is reachable
@@ -157,10 +175,28 @@ def test_a_hardened_driver_hides_its_pipes_from_a_same_uid_child():
 def test_host_run_accepts_the_drivers_records_and_persists_them(tmp_path):
     from arena.host import EngineSpec, run_engine
 
-    steps = [{"op": "generate", "tag": "g", "prompts": {"seed": 1, "n": 1, "len": 4, "low": 10, "high": 500},
-              "max_new_tokens": 2, "top_k": 0}]
-    run = run_engine(EngineSpec("s", {"engine_kwargs": {}, "engine_factory": "tests.arena.fake_engine:FakeEngine",
-                                      "checkpoint": None, "steps": steps}, timeout_s=120), tmp_path)
+    steps = [
+        {
+            "op": "generate",
+            "tag": "g",
+            "prompts": {"seed": 1, "n": 1, "len": 4, "low": 10, "high": 500},
+            "max_new_tokens": 2,
+            "top_k": 0,
+        }
+    ]
+    run = run_engine(
+        EngineSpec(
+            "s",
+            {
+                "engine_kwargs": {},
+                "engine_factory": "tests.arena.fake_engine:FakeEngine",
+                "checkpoint": None,
+                "steps": steps,
+            },
+            timeout_s=120,
+        ),
+        tmp_path,
+    )
     assert run.error is None and run.forgery is None
     lines = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert [x["op"] for x in lines] == ["started", "generate", "done"] and lines[1]["step"] == "g"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import arena_harness as h
 import pytest
 
-import arena_harness as h
 from arena.config import ArenaConfigError, load_config
 
 CONFIGS = h.REPO / "configs" / "arena"
@@ -53,8 +53,12 @@ def _dense_text(**subs: str) -> str:
 
 def test_any_identity_key_changes_the_id(tmp_path):
     base = load_config(CONFIGS / "dense.toml").arena_id
-    for old, new in [("output_len = 128", "output_len = 64"), ("seed = 0", "seed = 1"),
-                     ("page_size = 1", "page_size = 16"), ("margin = 0.005", "margin = 0.02")]:
+    for old, new in [
+        ("output_len = 128", "output_len = 64"),
+        ("seed = 0", "seed = 1"),
+        ("page_size = 1", "page_size = 16"),
+        ("margin = 0.005", "margin = 0.02"),
+    ]:
         assert load_config(_write(tmp_path, _dense_text(**{old: new}))).arena_id != base, old
 
 
@@ -63,26 +67,32 @@ def test_name_and_path_are_not_identity(tmp_path):
     assert load_config(p).arena_id == load_config(CONFIGS / "dense.toml").arena_id
 
 
-@pytest.mark.parametrize("old,new,needle", [
-    ("page_size = 1", "page_size = 1\nbogus = 3", "[engine] unknown key(s) ['bogus']"),
-    ("cycles = 8 ", "cycles = 1 ", "[workload] cycles"),
-    ("page_size = 1", 'page_size = "one"', "[engine] page_size = 'one': expected int"),
-    ('kind = "gpu"', 'kind = "cpu"', "kind must be \"gpu\""),
-    ('profile = "qwen3-0.6b"', 'profile = "llama"', "[model] profile"),
-    ("[limits]", "[limitz]", "unknown table(s) ['limitz']"),
-    ("max_nll_mean_delta = 0.234", "max_nll_mean_deltaa = 0.234", "[quality.policy]"),
-    ("top_k = 8", "top_k = 8\nseed = 777", "seed"),  # schema 1's quality windows are gone
-    ("mem_fraction_static = 0.6", "mem_fraction_static = 2.0", "mem_fraction_static"),
-    ("piecewise_cuda_graph = false", "piecewise_cuda_graph = true", "piecewise_cuda_graph"),
-    ('metric = "decode_gpu_tokens_per_s"', 'metric = "decode_gpu_tokens_per_s"\nconfirm_cycles = 1', "confirm_cycles"),
-    ("windows_per_role = 1 ", "windows_per_role = 0 ", "[workload] windows_per_role"),
-    ("cuda_graph_bs = [1, 2, 4, 8, 16, 32, 64, 128, 192, 256]", "cuda_graph_bs = [8, 1, 256]", "[engine] cuda_graph_bs"),
-    ("cuda_graph_bs = [1, 2, 4, 8, 16, 32, 64, 128, 192, 256]", "cuda_graph_bs = [1, 8, 128]",
-     "ending at cuda_graph_max_bs"),
-    ("cuda_graph_bs = [1, 2, 4, 8, 16, 32, 64, 128, 192, 256]", "cuda_graph_bs = 8", "expected a list of integers"),
-    ('metric = "decode_gpu_tokens_per_s"', 'metric = "gpu_seconds"', "[speed] metric"),
-    ("settle_windows = 1 ", "settle_windows = -1 ", "[workload] settle_windows"),
-])
+@pytest.mark.parametrize(
+    "old,new,needle",
+    [
+        ("page_size = 1", "page_size = 1\nbogus = 3", "[engine] unknown key(s) ['bogus']"),
+        ("cycles = 8 ", "cycles = 1 ", "[workload] cycles"),
+        ("page_size = 1", 'page_size = "one"', "[engine] page_size = 'one': expected int"),
+        ('kind = "gpu"', 'kind = "cpu"', 'kind must be "gpu"'),
+        ('profile = "qwen3-0.6b"', 'profile = "llama"', "[model] profile"),
+        ("[limits]", "[limitz]", "unknown table(s) ['limitz']"),
+        ("max_nll_mean_delta = 0.234", "max_nll_mean_deltaa = 0.234", "[quality.policy]"),
+        ("top_k = 8", "top_k = 8\nseed = 777", "seed"),  # schema 1's quality windows are gone
+        ("mem_fraction_static = 0.6", "mem_fraction_static = 2.0", "mem_fraction_static"),
+        ("piecewise_cuda_graph = false", "piecewise_cuda_graph = true", "piecewise_cuda_graph"),
+        ('metric = "decode_gpu_tokens_per_s"', 'metric = "decode_gpu_tokens_per_s"\nconfirm_cycles = 1', "confirm_cycles"),
+        ("windows_per_role = 1 ", "windows_per_role = 0 ", "[workload] windows_per_role"),
+        ("cuda_graph_bs = [1, 2, 4, 8, 16, 32, 64, 128, 192, 256]", "cuda_graph_bs = [8, 1, 256]", "[engine] cuda_graph_bs"),
+        (
+            "cuda_graph_bs = [1, 2, 4, 8, 16, 32, 64, 128, 192, 256]",
+            "cuda_graph_bs = [1, 8, 128]",
+            "ending at cuda_graph_max_bs",
+        ),
+        ("cuda_graph_bs = [1, 2, 4, 8, 16, 32, 64, 128, 192, 256]", "cuda_graph_bs = 8", "expected a list of integers"),
+        ('metric = "decode_gpu_tokens_per_s"', 'metric = "gpu_seconds"', "[speed] metric"),
+        ("settle_windows = 1 ", "settle_windows = -1 ", "[workload] settle_windows"),
+    ],
+)
 def test_bad_config_names_file_table_and_key(tmp_path, old, new, needle):
     p = _write(tmp_path, _dense_text(**{old: new}))
     with pytest.raises(ArenaConfigError) as e:
@@ -109,7 +119,10 @@ def test_cli_arena_id_and_usage_errors(tmp_path, capsys):
 
     assert main(["arena", "id", "--config", str(CONFIGS / "moe.toml")]) == 0
     assert capsys.readouterr().out.strip() == load_config(CONFIGS / "moe.toml").arena_id
-    assert main(["arena", "run", "--config", str(tmp_path / "missing.toml"), "--bundle", str(h.REPO / "examples/norm.rmsnorm")]) == 2
+    assert (
+        main(["arena", "run", "--config", str(tmp_path / "missing.toml"), "--bundle", str(h.REPO / "examples/norm.rmsnorm")])
+        == 2
+    )
     assert "no such arena config" in capsys.readouterr().err
 
 
@@ -157,11 +170,14 @@ def test_trained_arena_config_and_its_prompts(tmp_path):
     assert a == b and all(len(x) == 64 and max(x) < 256 for x in a)  # held-out bytes, deterministic
 
 
-@pytest.mark.parametrize("old,new,needle", [
-    ('init = "trained"', 'init = "pretrained"', "[model] init"),
-    ("vocab = 512", "vocab = 256", "[model] vocab"),
-    ("train_steps = 600", "train_steps = 0", "[model] train_steps"),
-])
+@pytest.mark.parametrize(
+    "old,new,needle",
+    [
+        ('init = "trained"', 'init = "pretrained"', "[model] init"),
+        ("vocab = 512", "vocab = 256", "[model] vocab"),
+        ("train_steps = 600", "train_steps = 0", "[model] train_steps"),
+    ],
+)
 def test_trained_arena_bad_keys(tmp_path, old, new, needle):
     text = (CONFIGS / "dense-trained.toml").read_text().replace(old, new)
     p = _write(tmp_path, text)

@@ -11,9 +11,9 @@ import re
 import shutil
 from dataclasses import replace
 
+import arena_harness as h
 import pytest
 
-import arena_harness as h
 from cacheon_subnet.bundle import load_bundle
 
 EXAMPLES = h.REPO / "examples"
@@ -84,16 +84,18 @@ def test_stock_speed_candidate_gets_no_crown(env):
 def test_the_validators_path_sends_only_a_speed_pass_to_the_teacher(env):
     """A stock-speed kernel is not crowned whatever its quality: on the validator's path (no
     grade_always) no teacher engine starts for it, and the reason says quality was not graded."""
-    r = h.run(h.torch_bundle("plain"), env, cfg=h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5),
-              grade_always=False)
+    r = h.run(
+        h.torch_bundle("plain"), env, cfg=h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5), grade_always=False
+    )
     assert r["verdict"] in ("FAIL", "NO_DECISION"), r["reason"]
     assert "teacher" not in r["stages"] and "quality" not in r, sorted(r["stages"])
     assert "quality not graded" in r["reason"], r["reason"]
 
 
 def test_really_faster_candidate_passes(env):
-    r = h.run(h.torch_bundle(), env, engine="SlowStockEngine",
-              cfg=h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5))
+    r = h.run(
+        h.torch_bundle(), env, engine="SlowStockEngine", cfg=h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5)
+    )
     assert r["evidence"]["ok"] and r["quality"]["verdict"] == "PASS"
     assert r["speed"]["ratio"] > 1.5, r["speed"]
     assert r["verdict"] == "PASS", r["reason"]
@@ -107,8 +109,12 @@ def _decode_clock(cfg):
 
 def test_really_faster_candidate_passes_on_the_decode_step_clock(env):
     """The dense arena's verdict clock: decode steps' spans; wall and prefill clocks guard it."""
-    r = h.run(h.torch_bundle("decode"), env, engine="SlowStockEngine",
-              cfg=_decode_clock(h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5)))
+    r = h.run(
+        h.torch_bundle("decode"),
+        env,
+        engine="SlowStockEngine",
+        cfg=_decode_clock(h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5)),
+    )
     assert r["metric"] == "decode_gpu_tokens_per_s" and r["verdict"] == "PASS", r["reason"]
     timed = [w for w in r["windows"] if w["role"] != "warmup"]
     assert all(0 < w["decode_gpu_s"] < w["gpu_s"] and w["extend_gpu_s"] > 0 for w in timed)
@@ -120,8 +126,12 @@ def test_a_kernel_the_captured_graphs_never_ran_is_no_decision(env):
     x for norm.rmsnorm, contiguous by its ABI), so the candidate runs only in eager steps while
     the decode clock times the graphs. The stock path is 5 ms slower (SlowStockCore) and the
     candidate wins every eager call, yet the verdict must not stand: NO_DECISION, naming it."""
-    r = h.run(h.torch_bundle("strided"), env, engine="StridedCaptureEngine",
-              cfg=_decode_clock(h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5)))
+    r = h.run(
+        h.torch_bundle("strided"),
+        env,
+        engine="StridedCaptureEngine",
+        cfg=_decode_clock(h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5)),
+    )
     assert r["verdict"] == "NO_DECISION", r["reason"]
     assert "outside its ABI" in r["reason"] and "abi: x not contiguous" in r["reason"], r["reason"]
     assert not r["evidence"]["ok"] and r["evidence"]["arena_problems"] and not r["evidence"]["problems"]
@@ -132,16 +142,24 @@ def test_a_kernel_the_captured_graphs_never_ran_is_no_decision(env):
 def test_a_kernel_no_captured_call_could_take_is_no_decision_before_any_window(env):
     """Every captured call outside the ABI: the early check stops the engine before timing, and
     names the ABI (the arena's defect), not "the kernel never runs" (the candidate's FAIL)."""
-    r = h.run(h.torch_bundle("strided-all"), env, engine="AllStridedCaptureEngine",
-              cfg=_decode_clock(h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5)))
+    r = h.run(
+        h.torch_bundle("strided-all"),
+        env,
+        engine="AllStridedCaptureEngine",
+        cfg=_decode_clock(h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5)),
+    )
     assert r["verdict"] == "NO_DECISION", r["reason"]
     assert "never ran in the captured graphs" in r["reason"] and "abi: x not contiguous" in r["reason"], r["reason"]
     assert not [w for w in r.get("windows", []) if w["role"] != "warmup"]
 
 
 def test_a_decode_gain_bought_with_prefill_time_is_no_crown(env):
-    r = h.run(h.torch_bundle("prefill-tax"), env, engine="PrefillTaxEngine",
-              cfg=_decode_clock(h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5)))
+    r = h.run(
+        h.torch_bundle("prefill-tax"),
+        env,
+        engine="PrefillTaxEngine",
+        cfg=_decode_clock(h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5)),
+    )
     by = r["speed_by_metric"]
     assert by["decode_gpu_tokens_per_s"]["verdict"] == "PASS" and by["output_tokens_per_s"]["ratio"] > 1
     assert r["verdict"] == "FAIL" and "the prefill clock reads" in r["reason"], r["reason"]
@@ -193,8 +211,12 @@ def test_stock_as_candidate_control_measures_role_bias(env):
     kernels run in every role, so there is no teacher stage and no crown is possible."""
     from arena.run import RunOptions, qualify, stock_control_op
 
-    opts = RunOptions(workdir=env / "w", checkpoint_root=env / "c", engine_factory="tests.arena.fake_engine:FakeEngine",
-                      control="stock-as-candidate")
+    opts = RunOptions(
+        workdir=env / "w",
+        checkpoint_root=env / "c",
+        engine_factory="tests.arena.fake_engine:FakeEngine",
+        control="stock-as-candidate",
+    )
     r = qualify(h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5), None, stock_control_op("norm.rmsnorm"), opts)
     assert r["control"] == "stock-as-candidate" and r["bundle_digest"] == "stock-as-candidate"
     assert r["evidence"]["ok"] and "quality" not in r and "teacher" not in r["stages"]
@@ -207,8 +229,13 @@ def test_handicap_control_is_crowned_through_the_whole_pass_path(env):
     (quality PASS against T, speed PASS, confirmed in a fresh engine), with both routes' receipts."""
     from arena.run import RunOptions, qualify, stock_control_op
 
-    opts = RunOptions(workdir=env / "w", checkpoint_root=env / "c", engine_factory="tests.arena.fake_engine:FakeEngine",
-                      control="handicap", handicap_us=5000.0)
+    opts = RunOptions(
+        workdir=env / "w",
+        checkpoint_root=env / "c",
+        engine_factory="tests.arena.fake_engine:FakeEngine",
+        control="handicap",
+        handicap_us=5000.0,
+    )
     r = qualify(h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5), None, stock_control_op("norm.rmsnorm"), opts)
     assert r["control"] == "handicap" and r["handicap_us"] == 5000.0 and "spin" in r["baseline"]
     assert r["evidence"]["ok"] and "norm.rmsnorm@incumbent" in r["evidence"]["per_rank"]["0"]
@@ -222,8 +249,13 @@ def test_slowdown_control_is_a_clear_loser(env):
     no teacher (only a speed PASS is graded); labelled as the control in the reason."""
     from arena.run import RunOptions, qualify, stock_control_op
 
-    opts = RunOptions(workdir=env / "w", checkpoint_root=env / "c", engine_factory="tests.arena.fake_engine:FakeEngine",
-                      control="slowdown", handicap_us=5000.0)
+    opts = RunOptions(
+        workdir=env / "w",
+        checkpoint_root=env / "c",
+        engine_factory="tests.arena.fake_engine:FakeEngine",
+        control="slowdown",
+        handicap_us=5000.0,
+    )
     r = qualify(h.small_config(prompts=6, output=6, cycles=2, max_noise=0.5), None, stock_control_op("norm.rmsnorm"), opts)
     assert r["control"] == "slowdown" and "slowdown" in r["candidate_control"] and r["baseline"] == "stock"
     assert r["evidence"]["ok"] and r["speed"]["ratio"] < 0.8, r["speed"]
@@ -235,11 +267,21 @@ def test_control_options_are_checked(env):
     from arena.run import RunOptions, qualify, stock_control_op
 
     cfg, op = h.small_config(), stock_control_op("norm.rmsnorm")
-    for bad in (dict(control="handicap"), dict(control="slowdown"), dict(control="stock-as-candidate", handicap_us=5.0),
-                dict(control="bogus")):
+    for bad in (
+        dict(control="handicap"),
+        dict(control="slowdown"),
+        dict(control="stock-as-candidate", handicap_us=5.0),
+        dict(control="bogus"),
+    ):
         with pytest.raises(ValueError):
-            qualify(cfg, None, op, RunOptions(workdir=env / "w", checkpoint_root=env / "c",
-                                              engine_factory="tests.arena.fake_engine:FakeEngine", **bad))
+            qualify(
+                cfg,
+                None,
+                op,
+                RunOptions(
+                    workdir=env / "w", checkpoint_root=env / "c", engine_factory="tests.arena.fake_engine:FakeEngine", **bad
+                ),
+            )
 
 
 def test_head_to_head_against_an_incumbent(env):
@@ -247,10 +289,16 @@ def test_head_to_head_against_an_incumbent(env):
     from arena.run import RunOptions, qualify
 
     ch, inc = h.torch_bundle("challenger"), h.torch_bundle("incumbent")
-    opts = RunOptions(workdir=env / "w", checkpoint_root=env / "c", engine_factory="tests.arena.fake_engine:FakeEngine",
-                      grade_always=True)
-    r = qualify(h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5), ch, ch.manifest.ops[0], opts,
-                incumbent=(inc, inc.manifest.ops[0]))
+    opts = RunOptions(
+        workdir=env / "w", checkpoint_root=env / "c", engine_factory="tests.arena.fake_engine:FakeEngine", grade_always=True
+    )
+    r = qualify(
+        h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5),
+        ch,
+        ch.manifest.ops[0],
+        opts,
+        incumbent=(inc, inc.manifest.ops[0]),
+    )
     assert r["baseline"].startswith(f"incumbent {inc.digest}")
     assert r["evidence"]["ok"], r["evidence"]
     routes = [a["route"] for a in r["evidence"]["routes"]["0"]]
@@ -281,7 +329,11 @@ def test_human_summary_names_verdict_speed_quality_and_evidence(default_run):
 
 
 def test_a_gain_the_fresh_engine_does_not_confirm_is_no_decision(env):
-    r = h.run(h.torch_bundle("unconfirmed"), env, engine="UnconfirmedEngine",
-              cfg=h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5))
+    r = h.run(
+        h.torch_bundle("unconfirmed"),
+        env,
+        engine="UnconfirmedEngine",
+        cfg=h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5),
+    )
     assert r["speed"]["verdict"] == "PASS" and r["confirm"]["speed"]["verdict"] != "PASS"
     assert r["verdict"] == "NO_DECISION" and "not confirmed" in r["reason"]

@@ -10,10 +10,15 @@ SWAPS = [(1, "stock"), (2, "candidate"), (3, "stock")]
 
 def receipt(rank=0, role="scheduler", fired=5, routes=None, **counts):
     c = {"active": 1, "fired": fired, "completed": fired, "fallback": 0, "load_failed": 0, **counts}
-    acks = routes if routes is not None else [
-        {"epoch": 1, "route": "stock", "fired_during_capture": {SLOT: 0}},
-        {"epoch": 2, "route": "candidate", "fired_during_capture": {SLOT: 3}},
-        {"epoch": 3, "route": "stock", "fired_during_capture": {SLOT: 0}}]
+    acks = (
+        routes
+        if routes is not None
+        else [
+            {"epoch": 1, "route": "stock", "fired_during_capture": {SLOT: 0}},
+            {"epoch": 2, "route": "candidate", "fired_during_capture": {SLOT: 3}},
+            {"epoch": 3, "route": "stock", "fired_during_capture": {SLOT: 0}},
+        ]
+    )
     return {"role": role, "rank": rank, "pid": 10 + rank, "slots": {SLOT: c}, "errors": [], "routes": acks}
 
 
@@ -48,9 +53,11 @@ def test_unacknowledged_or_ineffective_swaps_fail():
 
 def head_to_head(inc_fired_in_baseline: int = 4, inc_counts: dict | None = None):
     inc = "norm.rmsnorm@incumbent"
-    acks = [{"epoch": 1, "route": "incumbent", "fired_during_capture": {SLOT: 0, inc: inc_fired_in_baseline}},
-            {"epoch": 2, "route": "candidate", "fired_during_capture": {SLOT: 3, inc: 0}},
-            {"epoch": 3, "route": "incumbent", "fired_during_capture": {SLOT: 0, inc: inc_fired_in_baseline}}]
+    acks = [
+        {"epoch": 1, "route": "incumbent", "fired_during_capture": {SLOT: 0, inc: inc_fired_in_baseline}},
+        {"epoch": 2, "route": "candidate", "fired_during_capture": {SLOT: 3, inc: 0}},
+        {"epoch": 3, "route": "incumbent", "fired_during_capture": {SLOT: 0, inc: inc_fired_in_baseline}},
+    ]
     r = receipt(routes=acks)
     r["slots"][inc] = inc_counts or {"active": 1, "fired": 5, "completed": 5, "fallback": 0, "load_failed": 0}
     return check([r], SLOT, [0], [(1, "incumbent"), (2, "candidate"), (3, "incumbent")], True, incumbent=True)
@@ -77,16 +84,18 @@ def test_calls_outside_the_slots_abi_are_the_arenas_problem_and_the_bundles_choi
     abi["declines"] = {SLOT: {"abi: x not contiguous (strides (4096, 1))": 756}}
     ev = check([abi], SLOT, [0], SWAPS, True)
     assert not ev.ok and not ev.problems and not ev.baseline_problems
-    assert ev.arena_problems == ("rank 0: the candidate took 5 call(s) and declined 756 "
-                                 "(abi: x not contiguous (strides (4096, 1)))",)
+    assert ev.arena_problems == (
+        "rank 0: the candidate took 5 call(s) and declined 756 (abi: x not contiguous (strides (4096, 1)))",
+    )
     stage = SimpleNamespace(leaks=(), evidence=ev)
     run = SimpleNamespace(forgery=None, records=[], error=None)
     verdict, reason = outcome("resident", run, [], stage, SLOT, False)
     assert verdict == "NO_DECISION" and "outside its ABI" in reason and "declined 756" in reason
 
     mine = receipt()
-    mine["declines"] = {SLOT: {"manifest: constraints exclude H=60": 3, "slot: dtype float32 outside the slot's "
-                               "bfloat16/float16": 2}}
+    mine["declines"] = {
+        SLOT: {"manifest: constraints exclude H=60": 3, "slot: dtype float32 outside the slot's bfloat16/float16": 2}
+    }
     ev = check([mine], SLOT, [0], SWAPS, True)
     assert ev.ok and not ev.arena_problems and len(ev.notes) == 2
     assert outcome("resident", run, [], SimpleNamespace(leaks=(), evidence=ev), SLOT, False) is None

@@ -9,8 +9,7 @@ from arena.host import EngineSpec, run_engine
 
 
 def job(factory: str, steps: list) -> dict:
-    return {"engine_kwargs": {}, "engine_factory": f"tests.arena.fake_engine:{factory}", "checkpoint": None,
-            "steps": steps}
+    return {"engine_kwargs": {}, "engine_factory": f"tests.arena.fake_engine:{factory}", "checkpoint": None, "steps": steps}
 
 
 def test_hung_engine_is_killed_with_its_group(tmp_path):
@@ -23,9 +22,17 @@ def test_hung_engine_is_killed_with_its_group(tmp_path):
 
 
 def test_step_records_and_errors_are_kept(tmp_path):
-    steps = [{"op": "generate", "tag": "g", "prompts": {"seed": 1, "n": 2, "len": 4, "low": 10, "high": 500},
-              "max_new_tokens": 3, "top_k": 0, "keep_outputs": True},
-             {"op": "route", "route": "stock", "epoch": 1}]  # no candidate active: the RPC must fail
+    steps = [
+        {
+            "op": "generate",
+            "tag": "g",
+            "prompts": {"seed": 1, "n": 2, "len": 4, "low": 10, "high": 500},
+            "max_new_tokens": 3,
+            "top_k": 0,
+            "keep_outputs": True,
+        },
+        {"op": "route", "route": "stock", "epoch": 1},
+    ]  # no candidate active: the RPC must fail
     run = run_engine(EngineSpec("e", job("FakeEngine", steps), timeout_s=120), tmp_path)
     g = run.step("g")
     assert g["out_tokens"] == 6 and len(g["sequences"]) == 2 and g["output_tokens_per_s"] > 0
@@ -53,8 +60,15 @@ def test_gpu_free_means_memory_back_to_the_baseline(monkeypatch):
 
 
 def test_engine_scratch_is_removed_records_and_log_stay(tmp_path):
-    steps = [{"op": "generate", "tag": "g", "prompts": {"seed": 1, "n": 1, "len": 4, "low": 10, "high": 500},
-              "max_new_tokens": 2, "top_k": 0}]
+    steps = [
+        {
+            "op": "generate",
+            "tag": "g",
+            "prompts": {"seed": 1, "n": 1, "len": 4, "low": 10, "high": 500},
+            "max_new_tokens": 2,
+            "top_k": 0,
+        }
+    ]
     run = run_engine(EngineSpec("s", job("FakeEngine", steps), timeout_s=120), tmp_path)
     assert run.error is None and run.step("g")["out_tokens"] == 2
     assert not (tmp_path / "s-scratch").exists()
@@ -85,8 +99,12 @@ def test_every_engine_gets_private_jit_caches_seeded_never_shared(tmp_path, monk
         raise RuntimeError("stop here")
 
     monkeypatch.setattr(host.sandbox, "launch", fake_launch)
-    spec = EngineSpec("e", job("FakeEngine", []), env={"TRITON_CACHE_DIR": str(op_cache),
-                                                       "FLASHINFER_WORKSPACE_BASE": str(op_home)}, timeout_s=5)
+    spec = EngineSpec(
+        "e",
+        job("FakeEngine", []),
+        env={"TRITON_CACHE_DIR": str(op_cache), "FLASHINFER_WORKSPACE_BASE": str(op_home)},
+        timeout_s=5,
+    )
     try:
         run_engine(spec, tmp_path / "w")
     except RuntimeError:
@@ -128,13 +146,20 @@ def test_only_engines_without_contribution_code_warm_the_operators_cache(tmp_pat
 
 def test_timed_steps_tick_a_progress_bar(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("CACHEON_PROGRESS", "1")  # forced: pytest's stderr is no terminal
-    steps = [{"op": "generate", "tag": f"g{i}", "prompts": {"seed": i, "n": 1, "len": 4, "low": 10, "high": 500},
-              "max_new_tokens": 2, "top_k": 0} for i in range(2)]
+    steps = [
+        {
+            "op": "generate",
+            "tag": f"g{i}",
+            "prompts": {"seed": i, "n": 1, "len": 4, "low": 10, "high": 500},
+            "max_new_tokens": 2,
+            "top_k": 0,
+        }
+        for i in range(2)
+    ]
     run = run_engine(EngineSpec("p", job("FakeEngine", steps), timeout_s=120), tmp_path)
     assert run.error is None
     err = capfd.readouterr().err
     assert "arena steps" in err and "0/2" in err and "1/2" in err  # ticks per step record (bar clears on close)
-
 
 
 def _read_through_pipe(tmp_path, payload_for):  # noqa: ANN001, ANN202

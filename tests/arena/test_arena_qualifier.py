@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import arena_harness as h  # noqa: F401 - puts tests/seams on sys.path
 import pytest
 
-import arena_harness as h  # noqa: F401 - puts tests/seams on sys.path
 from arena.qualifier import to_qualify_result
 from cacheon_subnet.bundle import load_bundle
 from cacheon_subnet.scoring.settle import Crown
 
 OP = load_bundle(h.REPO / "examples" / "norm.rmsnorm").manifest.ops[0]
-RESULT = {"verdict": "PASS", "reason": "speed: ...", "speed": {"ratio": 1.05, "noise": 0.003},
-          "quality": {"verdict": "PASS"}, "result_path": "/x/result.json"}
+RESULT = {
+    "verdict": "PASS",
+    "reason": "speed: ...",
+    "speed": {"ratio": 1.05, "noise": 0.003},
+    "quality": {"verdict": "PASS"},
+    "result_path": "/x/result.json",
+}
 CROWN = Crown("norm.rmsnorm", "hk", "cid", 1, 2, 1.2, 1.2, "arena-x")
 
 
@@ -43,14 +48,27 @@ def test_the_stored_detail_keeps_what_the_leaderboard_plots():
     from cacheon_subnet.validator.web.data import stages_of
 
     m = "decode_gpu_tokens_per_s"
-    win = [{"index": i, "cycle": i // 4, "role": r, "route": "x", m: v, "s": 1.0}
-           for i, (r, v) in enumerate([("B", 100.0), ("C", 110.0), ("C", 111.0), ("B'", 101.0)] * 2)]
-    speed = {"verdict": "PASS", "ratio": 1.09, "noise": 0.01, "bar": 1.02, "run_drift": 0.01, "reason": "r",
-             "ratios": [1.0], "drift": [0.0], "paired_ratio": 1.0}
+    win = [
+        {"index": i, "cycle": i // 4, "role": r, "route": "x", m: v, "s": 1.0}
+        for i, (r, v) in enumerate([("B", 100.0), ("C", 110.0), ("C", 111.0), ("B'", 101.0)] * 2)
+    ]
+    speed = {
+        "verdict": "PASS",
+        "ratio": 1.09,
+        "noise": 0.01,
+        "bar": 1.02,
+        "run_drift": 0.01,
+        "reason": "r",
+        "ratios": [1.0],
+        "drift": [0.0],
+        "paired_ratio": 1.0,
+    }
     result = {**RESULT, "metric": m, "windows": win, "speed": speed, "confirm": {"windows": win[:4], "speed": speed}}
     q = to_qualify_result(result, OP, None, "arena-x", "gpu-arena")
     assert q.detail["metric"] == m and q.detail["speed"]["bar"] == 1.02 and "ratios" not in q.detail["speed"]
     stages = stages_of(q.detail)
     assert [(s["name"], len(s["windows"]), s["bar"], s["noise"]) for s in stages] == [
-        ("resident", 8, 1.02, 0.01), ("confirm", 4, 1.02, 0.01)]
+        ("resident", 8, 1.02, 0.01),
+        ("confirm", 4, 1.02, 0.01),
+    ]
     assert stages_of(to_qualify_result(RESULT, OP, None, "arena-x", "gpu-arena").detail) == []  # nothing timed

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import arena_harness as h
 import pytest
 
-import arena_harness as h
 from arena.config import SequentialSection
 
 
@@ -22,8 +22,9 @@ def env(tmp_path, monkeypatch):
 def _seq(cfg, enabled=True, stop_on_pass=False):
     # CPU windows are tiny and noisy (per-cycle SD of log C/B ~10-30 % on a shared box), so the
     # test is set for a 30 % gain: the wiring is under test here, the rates in test_sequential.py
-    return replace(cfg, sequential=SequentialSection(enabled=enabled, alt_gain=0.3, sigma=0.05, min_cycles=2,
-                                                     stop_on_pass=stop_on_pass))
+    return replace(
+        cfg, sequential=SequentialSection(enabled=enabled, alt_gain=0.3, sigma=0.05, min_cycles=2, stop_on_pass=stop_on_pass)
+    )
 
 
 def test_a_clear_loser_stops_after_min_cycles_without_a_teacher(env):
@@ -59,11 +60,11 @@ def test_by_default_a_winner_runs_every_cycle_and_only_a_loser_stops_early(env):
 def test_a_record_after_the_hosts_stop_is_forging():
     from arena.channel import RecordStream, seal
 
-    job = seal({"steps": [{"op": "generate", "tag": "a", "gate": True}, {"op": "generate", "tag": "b"}]},
-               answers=False)
+    job = seal({"steps": [{"op": "generate", "tag": "a", "gate": True}, {"op": "generate", "tag": "b"}]}, answers=False)
     s = RecordStream(job)
-    assert job["steps"][0]["gate_nonce"] and s.feed(b'{"op":"generate","step":"a","nonce":"%s"}'
-                                                    % job["steps"][0]["nonce"].encode())
+    assert job["steps"][0]["gate_nonce"] and s.feed(
+        b'{"op":"generate","step":"a","nonce":"%s"}' % job["steps"][0]["nonce"].encode()
+    )
     s.stop()
     s.feed(b'{"op":"generate","step":"b","nonce":"%s"}' % job["steps"][1]["nonce"].encode())
     assert s.forgery and "after the host stopped the run" in s.forgery
@@ -82,7 +83,7 @@ def test_the_driver_takes_a_go_stop_only_with_the_hosts_gate_nonce():
     step = {"tag": "w004-B'", "gate": True, "gate_nonce": "n-123"}
     for line, want in (('{"nonce": "n-123", "go": false}\n', False), ('{"nonce": "n-123", "go": true}\n', True)):
         assert Driver({"steps": []}, -1, io.StringIO(line)).go(step) is want
-    for bad in ('{"nonce": "other", "go": false}\n', '{"go": false}\n', 'stop\n', '{"nonce": "n-123", "go": 0}\n'):
+    for bad in ('{"nonce": "other", "go": false}\n', '{"go": false}\n', "stop\n", '{"nonce": "n-123", "go": 0}\n'):
         with pytest.raises(ForgeryError):
             Driver({"steps": []}, -1, io.StringIO(bad)).go(step)
     with pytest.raises(RuntimeError, match="closed the job pipe"):

@@ -98,7 +98,7 @@ def test_settle_windows_follow_every_swap_untimed():
     steps, windows = resident_steps(cfg)
     for i, s in enumerate(steps):
         if s["op"] == "route":
-            assert [x["tag"].startswith("settle-") and not x["keep"] for x in steps[i + 1:i + 3]] == [True, True]
+            assert [x["tag"].startswith("settle-") and not x["keep"] for x in steps[i + 1 : i + 3]] == [True, True]
     kept = [s for s in steps if s.get("keep")]
     assert len(kept) == len([w for w in windows if w.role != "warmup"])  # the timed windows are the graded ones
     assert not any(s["tag"].startswith("quality-") for s in steps)  # no separate quality windows
@@ -124,11 +124,20 @@ def test_every_generate_step_reaches_the_engine_in_one_form():
     cfg = load_config("configs/arena/dense.toml")
     for confirm in (False, True):
         steps, _ = resident_steps(cfg, confirm=confirm)
-        forms = {(s["prompts"]["n"], s["prompts"]["len"], s["prompts"]["source"], s["max_new_tokens"], s["top_k"])
-                 for s in steps if s["op"] == "generate"}
+        forms = {
+            (s["prompts"]["n"], s["prompts"]["len"], s["prompts"]["source"], s["max_new_tokens"], s["top_k"])
+            for s in steps
+            if s["op"] == "generate"
+        }
         assert forms == {(256, 1024, "random", 128, cfg.quality.top_k)}
-        assert {k for s in steps if s["op"] == "generate" for k in s} == {"op", "tag", "keep", "top_k",
-                                                                          "max_new_tokens", "prompts"}
+        assert {k for s in steps if s["op"] == "generate" for k in s} == {
+            "op",
+            "tag",
+            "keep",
+            "top_k",
+            "max_new_tokens",
+            "prompts",
+        }
 
 
 def test_cycle_statistics_are_reported_but_do_not_judge():
@@ -167,10 +176,16 @@ def test_decode_clock_pass_needs_the_prefill_and_the_wall_not_to_lose():
     slow_prefill = {**ok, "extend_gpu_tokens_per_s": samples(-0.05, 0.002, seed=2)}
     lost = guard(gpu_pass, slow_prefill, "decode_gpu_tokens_per_s", POLICY)
     assert lost.verdict == "FAIL" and "the prefill clock reads C/B 0.95" in lost.reason
-    assert guard(gpu_pass, {**ok, "output_tokens_per_s": samples(-0.05, 0.002, seed=1)},
-                 "decode_gpu_tokens_per_s", POLICY).verdict == "FAIL"
-    assert guard(gpu_pass, {"output_tokens_per_s": ok["output_tokens_per_s"]}, "decode_gpu_tokens_per_s",
-                 POLICY).verdict == "FAIL"
+    assert (
+        guard(
+            gpu_pass, {**ok, "output_tokens_per_s": samples(-0.05, 0.002, seed=1)}, "decode_gpu_tokens_per_s", POLICY
+        ).verdict
+        == "FAIL"
+    )
+    assert (
+        guard(gpu_pass, {"output_tokens_per_s": ok["output_tokens_per_s"]}, "decode_gpu_tokens_per_s", POLICY).verdict
+        == "FAIL"
+    )
     assert guard(gpu_pass, slow_prefill, "gpu_tokens_per_s", POLICY).verdict == "PASS"
     assert guards_of("output_tokens_per_s") == () and guard(gpu_pass, {}, "output_tokens_per_s", POLICY) is gpu_pass
 
@@ -200,8 +215,12 @@ def test_paired_ratio_keeps_host_phases_out_where_pooled_medians_do_not():
     v = judge(_phased(7, gain=0.02), POLICY)
     assert abs(v.paired_ratio - 1.02) < 0.004 and 0 < v.paired_se < 0.004
     # the mirror across the C→B′ swap: a phase over exactly C₂ and B′ of every cycle cancels
-    across = {w.index for w in plan(8, 2) if w.cycle >= 0 and (w.role == "B'" or
-              (w.role == "C" and any(x.index == w.index + 1 and x.role == "B'" for x in plan(8, 2))))}
+    across = {
+        w.index
+        for w in plan(8, 2)
+        if w.cycle >= 0
+        and (w.role == "B'" or (w.role == "C" and any(x.index == w.index + 1 and x.role == "B'" for x in plan(8, 2))))
+    }
     v = judge(samples(0.0, 0.001, cycles=8, seed=5, dips={i: 0.12 for i in across}), POLICY)
     assert abs(v.paired_ratio - 1) < 0.002, v.paired_ratio
 

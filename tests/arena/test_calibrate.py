@@ -12,10 +12,20 @@ from arena import quality as q
 
 
 def _m(nll: float, agree: float, kl: float | None = 1e-3) -> dict:
-    return {"n_positions": 100, "n_sequences": 8, "nll_mean": nll, "nll_p99": 4 * nll, "seq_nll_max": 2 * nll,
-            "greedy_agreement": agree, "first_divergence_mean": 5.0, "logprob_delta_mean": 0.01,
-            "logprob_delta_p99": 0.05, "kl_mean": kl, "kl_p99": None if kl is None else 10 * kl,
-            "n_kl_positions": 100}
+    return {
+        "n_positions": 100,
+        "n_sequences": 8,
+        "nll_mean": nll,
+        "nll_p99": 4 * nll,
+        "seq_nll_max": 2 * nll,
+        "greedy_agreement": agree,
+        "first_divergence_mean": 5.0,
+        "logprob_delta_mean": 0.01,
+        "logprob_delta_p99": 0.05,
+        "kl_mean": kl,
+        "kl_p99": None if kl is None else 10 * kl,
+        "n_kl_positions": 100,
+    }
 
 
 def test_limits_follow_the_measured_spread():
@@ -45,7 +55,7 @@ def test_means_are_scaled_to_the_verdicts_sample_size_and_tails_are_not():
     wide = tight + [{"b": _m(2.0, 0.9, 1e-3), "b_prime": _m(2.2, 0.8, 4e-3)}]
     half, _ = calibrate.derive_policy(wide, k=3.0, full_sample=False)
     full, rep = calibrate.derive_policy(wide, k=3.0)
-    r = 2 ** -0.5
+    r = 2**-0.5
     assert full.max_nll_mean_delta == pytest.approx(half.max_nll_mean_delta * r)
     assert 1 - full.min_agreement_ratio == pytest.approx((1 - half.min_agreement_ratio) * r)
     assert full.kl_mean_factor - 1 == pytest.approx((half.kl_mean_factor - 1) * r)
@@ -75,10 +85,16 @@ def test_stock_spread_splits_the_baseline_by_window_role(tmp_path):
     assert calibrate.spreads_from_results([tmp_path / "r.json"]) == [s]
 
 
-H200_DENSE = [f"docs/results/{p}" for p in (
-    "2026-12-01/h200-s4-faithful.json", "2026-12-01/h200-s4-handicap.json",
-    "2026-12-02/h200-s6-fused_add_rmsnorm.json", "2026-12-02/h200-s6-silu_and_mul.json",
-    "2026-12-02/h200-s7-rope.neox.json")]
+H200_DENSE = [
+    f"docs/results/{p}"
+    for p in (
+        "2026-12-01/h200-s4-faithful.json",
+        "2026-12-01/h200-s4-handicap.json",
+        "2026-12-02/h200-s6-fused_add_rmsnorm.json",
+        "2026-12-02/h200-s6-silu_and_mul.json",
+        "2026-12-02/h200-s7-rope.neox.json",
+    )
+]
 
 
 _metrics = calibrate._metrics  # a recorded metrics dict back into QualityMetrics
@@ -109,15 +125,29 @@ def test_the_dense_arenas_unpaired_limits_cover_its_measured_stock_spread():
 
 
 H200_SMOLLM2 = ["docs/results/2026-12-02/h200-s8-sm-norm.rmsnorm.json"] + [
-    f"docs/results/2026-12-03/h200-s11-sm-{n}.json" for n in (
-        "norm.fused_add_rmsnorm", "wrong_math", "subtle_skip_row", "subtle_bf16_accumulation", "subtle_approx_rsqrt",
-        "subtle_batch_ge128", "subtle_prefill_only")]
-SMOLLM2_EXPECTED = {"norm.rmsnorm": "PASS", "norm.fused_add_rmsnorm": "PASS", "wrong_math": "FAIL",
-                    "subtle_skip_row": "FAIL", "subtle_batch_ge128": "FAIL", "subtle_prefill_only": "FAIL",
-                    # on the KL mean at 1.22x its allowance, and only with the means scaled to full samples
-                    "subtle_bf16_accumulation": "FAIL",
-                    # below what 64 sequences resolve at k = 3 (docs/arena.md): measured, not wished
-                    "subtle_approx_rsqrt": "PASS"}
+    f"docs/results/2026-12-03/h200-s11-sm-{n}.json"
+    for n in (
+        "norm.fused_add_rmsnorm",
+        "wrong_math",
+        "subtle_skip_row",
+        "subtle_bf16_accumulation",
+        "subtle_approx_rsqrt",
+        "subtle_batch_ge128",
+        "subtle_prefill_only",
+    )
+]
+SMOLLM2_EXPECTED = {
+    "norm.rmsnorm": "PASS",
+    "norm.fused_add_rmsnorm": "PASS",
+    "wrong_math": "FAIL",
+    "subtle_skip_row": "FAIL",
+    "subtle_batch_ge128": "FAIL",
+    "subtle_prefill_only": "FAIL",
+    # on the KL mean at 1.22x its allowance, and only with the means scaled to full samples
+    "subtle_bf16_accumulation": "FAIL",
+    # below what 64 sequences resolve at k = 3 (docs/arena.md): measured, not wished
+    "subtle_approx_rsqrt": "PASS",
+}
 
 
 def _smollm2() -> tuple[q.QualityPolicy, list[dict], list[str]]:

@@ -99,9 +99,14 @@ def _load(d: Path) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize(
     ("cfg", "expected"),
-    [(DENSE, _dense_expected()), (MOE, _moe_expected()),
-     ({**DENSE, "attention_bias": True, "tie_word_embeddings": False},
-      {**_dense_expected(bias=True), "lm_head.weight": (512, 64)})],
+    [
+        (DENSE, _dense_expected()),
+        (MOE, _moe_expected()),
+        (
+            {**DENSE, "attention_bias": True, "tie_word_embeddings": False},
+            {**_dense_expected(bias=True), "lm_head.weight": (512, 64)},
+        ),
+    ],
     ids=["qwen3-tied", "qwen3_moe", "qwen3-bias-untied"],
 )
 def test_exact_names_shapes_dtype(tmp_path: Path, cfg: dict, expected: dict) -> None:
@@ -142,11 +147,9 @@ def test_determinism(tmp_path: Path) -> None:
     assert a.recipe_digest == b.recipe_digest != c.recipe_digest
     assert a.weights_sha256 == b.weights_sha256 != c.weights_sha256
     ta, tc = _load(tmp_path / "a"), _load(tmp_path / "c")
-    assert not torch.equal(ta["model.layers.0.self_attn.q_proj.weight"],
-                           tc["model.layers.0.self_attn.q_proj.weight"])
+    assert not torch.equal(ta["model.layers.0.self_attn.q_proj.weight"], tc["model.layers.0.self_attn.q_proj.weight"])
     # each tensor has its own stream: two same-shaped tensors differ
-    assert not torch.equal(ta["model.layers.0.mlp.gate_proj.weight"],
-                           ta["model.layers.0.mlp.up_proj.weight"])
+    assert not torch.equal(ta["model.layers.0.mlp.gate_proj.weight"], ta["model.layers.0.mlp.up_proj.weight"])
 
 
 def test_init_statistics(tmp_path: Path) -> None:
@@ -160,8 +163,9 @@ def test_init_statistics(tmp_path: Path) -> None:
     allnorm = torch.cat([t[k] for k in norms])
     assert not torch.all(allnorm == 1.0)
     assert 0.1 < allnorm.std() < 0.3 and abs(allnorm.mean() - 1.0) < 0.05
-    plain = [k for k in t if k.endswith(".weight") and k not in norms
-             and not k.endswith(("o_proj.weight", "down_proj.weight"))]
+    plain = [
+        k for k in t if k.endswith(".weight") and k not in norms and not k.endswith(("o_proj.weight", "down_proj.weight"))
+    ]
     assert "model.layers.1.mlp.gate.weight" in plain and "lm_head.weight" in plain
     for k in plain:
         if t[k].numel() >= 2048:  # per tensor where the sample is big enough for 10 %

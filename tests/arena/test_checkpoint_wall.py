@@ -35,12 +35,20 @@ def test_a_checkpoint_made_behind_the_wall_is_readable_by_the_next_sandboxed_eng
     root.chmod(0o755)
     tmp_path.chmod(0o755)
     ck = root / "tiny"
-    job = {"engine_kwargs": {}, "engine_factory": "tests.arena.fake_engine:FakeEngine", "steps": [],
-           "checkpoint_only": True, "checkpoint": {"hf_config": DENSE, "seed": 3, "dir": str(ck), "device": "cpu"}}
+    job = {
+        "engine_kwargs": {},
+        "engine_factory": "tests.arena.fake_engine:FakeEngine",
+        "steps": [],
+        "checkpoint_only": True,
+        "checkpoint": {"hf_config": DENSE, "seed": 3, "dir": str(ck), "device": "cpu"},
+    }
     made = run_engine(EngineSpec("checkpoint", job, timeout_s=300), tmp_path / "work")
     assert made.error is None and (ck / "model.safetensors").is_file(), (made.error, made.records)
-    proc = sandbox.launch([sys.executable, "-c", READ, str(ck)], scratch=tmp_path / "reader",
-                          policy=sandbox.SandboxPolicy(wall_timeout_s=60, ro_paths=(str(ck),)))
+    proc = sandbox.launch(
+        [sys.executable, "-c", READ, str(ck)],
+        scratch=tmp_path / "reader",
+        policy=sandbox.SandboxPolicy(wall_timeout_s=60, ro_paths=(str(ck),)),
+    )
     try:
         out, _ = proc.communicate(timeout=120)
     finally:

@@ -18,19 +18,45 @@ from test_gpu_scripts import _small_config
 @pytest.mark.slow
 def test_gpu_e2e_dry_run_crowns_the_test_control_and_fails_the_broken_bundle(tmp_path):
     root = h.seam_harness.write_runtime(tmp_path / "fake-sglang")
-    env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{h.REPO}", TRITON_INTERPRET="1",
-               CACHEON_ARENA_HOME=str(tmp_path / "arena-home"), CACHEON_HOME=str(tmp_path / "home"))
+    env = dict(
+        os.environ,
+        PYTHONPATH=f"{root}{os.pathsep}{h.REPO}",
+        TRITON_INTERPRET="1",
+        CACHEON_ARENA_HOME=str(tmp_path / "arena-home"),
+        CACHEON_HOME=str(tmp_path / "home"),
+    )
     out = tmp_path / "e2e.json"
     cfg = _small_config(tmp_path)
     text = cfg.read_text()
     assert "max_noise = 0.02" in text
     cfg.write_text(text.replace("max_noise = 0.02", "max_noise = 0.5"))  # a shared 2-core box: plumbing only
-    r = subprocess.run([sys.executable, "scripts/gpu_e2e.py", "--config", str(cfg),
-                        "--crown-bundle", str(h.REPO / "examples" / "demo" / "cpu_rmsnorm"),  # fast to verify on CPU
-                        "--out", str(out), "--work", str(tmp_path / "work"), "--handicap-us", "5000",
-                        "--settle-max-noise", "1.0", "--settle-max-speedup", "1000",
-                        "--engine-factory", "tests.arena.fake_engine:FakeEngine"],
-                       capture_output=True, text=True, env=env, cwd=h.REPO, timeout=900)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "scripts/gpu_e2e.py",
+            "--config",
+            str(cfg),
+            "--crown-bundle",
+            str(h.REPO / "examples" / "demo" / "cpu_rmsnorm"),  # fast to verify on CPU
+            "--out",
+            str(out),
+            "--work",
+            str(tmp_path / "work"),
+            "--handicap-us",
+            "5000",
+            "--settle-max-noise",
+            "1.0",
+            "--settle-max-speedup",
+            "1000",
+            "--engine-factory",
+            "tests.arena.fake_engine:FakeEngine",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=h.REPO,
+        timeout=900,
+    )
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
     rec = json.loads(out.read_text())
     assert rec["mode"].startswith("fake-engine")
@@ -46,9 +72,22 @@ def test_gpu_e2e_dry_run_crowns_the_test_control_and_fails_the_broken_bundle(tmp
 
 
 def test_gpu_e2e_refuses_an_unknown_phase(tmp_path):
-    r = subprocess.run([sys.executable, "scripts/gpu_e2e.py", "--out", str(tmp_path / "o.json"),
-                        "--work", str(tmp_path / "w"), "--phases", "product,nope"],
-                       capture_output=True, text=True, cwd=h.REPO, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "scripts/gpu_e2e.py",
+            "--out",
+            str(tmp_path / "o.json"),
+            "--work",
+            str(tmp_path / "w"),
+            "--phases",
+            "product,nope",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=h.REPO,
+        timeout=120,
+    )
     assert r.returncode == 2 and "--phases" in r.stderr and not (tmp_path / "w").exists()
 
 
@@ -60,13 +99,34 @@ def test_gpu_e2e_keeps_the_validators_crash_and_exits_non_zero(tmp_path):
     (site / "sitecustomize.py").write_text(  # stands in for a missing dependency, in the validator only
         "import sys\nif sys.argv and sys.argv[0].endswith('validator.py'):\n"
         "    sys.stderr.write(\"ModuleNotFoundError: No module named 'tenacity'\\n\")\n"
-        "    raise SystemExit(1)\n")  # site.py swallows an Exception from sitecustomize, not SystemExit
-    env = dict(os.environ, PYTHONPATH=f"{site}{os.pathsep}{h.REPO}", CACHEON_HOME=str(tmp_path / "home"),
-               CACHEON_ARENA_HOME=str(tmp_path / "arena-home"))
+        "    raise SystemExit(1)\n"
+    )  # site.py swallows an Exception from sitecustomize, not SystemExit
+    env = dict(
+        os.environ,
+        PYTHONPATH=f"{site}{os.pathsep}{h.REPO}",
+        CACHEON_HOME=str(tmp_path / "home"),
+        CACHEON_ARENA_HOME=str(tmp_path / "arena-home"),
+    )
     out = tmp_path / "e2e.json"
-    r = subprocess.run([sys.executable, "scripts/gpu_e2e.py", "--phases", "product", "--out", str(out),
-                        "--work", str(tmp_path / "work"), "--engine-factory", "tests.arena.fake_engine:FakeEngine"],
-                       capture_output=True, text=True, env=env, cwd=h.REPO, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "scripts/gpu_e2e.py",
+            "--phases",
+            "product",
+            "--out",
+            str(out),
+            "--work",
+            str(tmp_path / "work"),
+            "--engine-factory",
+            "tests.arena.fake_engine:FakeEngine",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=h.REPO,
+        timeout=300,
+    )
     assert r.returncode == 1, (r.stdout[-2000:], r.stderr[-2000:])
     assert "No module named 'tenacity'" in r.stdout
     prod = json.loads(out.read_text())["phases"]["product"]
@@ -80,6 +140,7 @@ def test_the_test_phase_can_run_fewer_cycles_in_a_test_named_arena(tmp_path):
     import argparse
 
     import gpu_e2e
+
     from arena import load_config
 
     dense = h.REPO / "configs" / "arena" / "dense.toml"
@@ -97,14 +158,35 @@ def test_gpu_e2e_champion_phase_crowns_a_real_bundle_through_the_product_cli(tmp
     """The champion phase: one miner, no control, neurons/validator.py crowns what it commits
     (on the H200: examples/attention.decode; here the CPU arena and the demo's fast CPU kernel)."""
     root = h.seam_harness.write_runtime(tmp_path / "fake-sglang")
-    env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{h.REPO}", TRITON_INTERPRET="1",
-               CACHEON_ARENA_HOME=str(tmp_path / "arena-home"), CACHEON_HOME=str(tmp_path / "home"))
+    env = dict(
+        os.environ,
+        PYTHONPATH=f"{root}{os.pathsep}{h.REPO}",
+        TRITON_INTERPRET="1",
+        CACHEON_ARENA_HOME=str(tmp_path / "arena-home"),
+        CACHEON_HOME=str(tmp_path / "home"),
+    )
     out = tmp_path / "e2e.json"
-    r = subprocess.run([sys.executable, "scripts/gpu_e2e.py", "--phases", "champion",
-                        "--champion-bundle", str(h.REPO / "examples" / "demo" / "cpu_rmsnorm"),
-                        "--out", str(out), "--work", str(tmp_path / "work"),
-                        "--engine-factory", "tests.arena.fake_engine:FakeEngine"],
-                       capture_output=True, text=True, env=env, cwd=h.REPO, timeout=900)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "scripts/gpu_e2e.py",
+            "--phases",
+            "champion",
+            "--champion-bundle",
+            str(h.REPO / "examples" / "demo" / "cpu_rmsnorm"),
+            "--out",
+            str(out),
+            "--work",
+            str(tmp_path / "work"),
+            "--engine-factory",
+            "tests.arena.fake_engine:FakeEngine",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=h.REPO,
+        timeout=900,
+    )
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
     rec = json.loads(out.read_text())
     assert list(rec["phases"]) == ["champion"]

@@ -17,15 +17,25 @@ from arena.channel import RecordStream, seal
 from arena.host import EngineRun
 from seams import resident
 
-LEFT = {"modules": [], "alive": [], "frames": [], "sys_path": [], "fds": [], "watched": 0, "installed": False,
-        "registry": {"enabled": True, "route": "stock", "candidates": 0}}
+LEFT = {
+    "modules": [],
+    "alive": [],
+    "frames": [],
+    "sys_path": [],
+    "fds": [],
+    "watched": 0,
+    "installed": False,
+    "registry": {"enabled": True, "route": "stock", "candidates": 0},
+}
 CANARY = [{"cont": [5, 6], "logprobs": [[5, -0.25], [6, -1.5]], "top": [[[5, -0.25]], [[6, -1.5]]]}]
 
 
 def _run(canary=CANARY, digest="d0", left=LEFT) -> EngineRun:
-    recs = ({"op": "remove", "step": "post-remove", "answers": {"remove": {"0": {"left": left}}}},
-            {"op": "canary", "step": "post-canary", "outputs": canary},
-            {"op": "state", "step": "post-state", "answers": {"state": {"0": {"digest": digest, "left": left}}}})
+    recs = (
+        {"op": "remove", "step": "post-remove", "answers": {"remove": {"0": {"left": left}}}},
+        {"op": "canary", "step": "post-canary", "outputs": canary},
+        {"op": "state", "step": "post-state", "answers": {"state": {"0": {"digest": digest, "left": left}}}},
+    )
     return EngineRun(recs, 0, False, 1.0, "", None)
 
 
@@ -39,8 +49,9 @@ def test_a_clean_engine_passes():
 
 def test_a_canary_that_moved_by_one_ulp_fails():
     moved = copy.deepcopy(CANARY)
-    moved[0]["logprobs"][1][1] = float(torch.nextafter(torch.tensor(-1.5, dtype=torch.float64), torch.tensor(0.0,
-                                                                                                             dtype=torch.float64)))
+    moved[0]["logprobs"][1][1] = float(
+        torch.nextafter(torch.tensor(-1.5, dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64))
+    )
     assert any("canary" in w for w in pc.check(_run(canary=moved), REF, (0,)))
     other = copy.deepcopy(CANARY)
     other[0]["top"][0][0][0] = 7
@@ -53,12 +64,21 @@ def test_a_digest_that_differs_or_is_missing_fails():
     assert any("digest" in w for w in pc.check(_run(), REF, (0, 1)))  # a rank that did not answer
 
 
-@pytest.mark.parametrize("key,value", [("modules", ["cacheon_c_x.kernel"]), ("alive", ["cacheon_c_x.kernel.f"]),
-                                       ("frames", ["thread 1: cacheon_c_x.kernel.loop"]), ("sys_path", ["/t/x"]),
-                                       ("fds", ["/t/x/kernel.py"]), ("watched", 2), ("installed", True),
-                                       ("registry", {"enabled": True, "route": "candidate", "candidates": 0}),
-                                       ("registry", {"enabled": True, "route": "stock", "candidates": 1}),
-                                       ("registry", {"enabled": False, "route": "stock", "candidates": 0})])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("modules", ["cacheon_c_x.kernel"]),
+        ("alive", ["cacheon_c_x.kernel.f"]),
+        ("frames", ["thread 1: cacheon_c_x.kernel.loop"]),
+        ("sys_path", ["/t/x"]),
+        ("fds", ["/t/x/kernel.py"]),
+        ("watched", 2),
+        ("installed", True),
+        ("registry", {"enabled": True, "route": "candidate", "candidates": 0}),
+        ("registry", {"enabled": True, "route": "stock", "candidates": 1}),
+        ("registry", {"enabled": False, "route": "stock", "candidates": 0}),
+    ],
+)
 def test_anything_of_a_contribution_left_in_the_rank_fails(key, value):
     left = {**LEFT, key: value}
     assert pc.check(_run(left=left), REF, (0,)), (key, value)
@@ -91,8 +111,12 @@ def test_the_sweep_deletes_only_what_the_job_added(tmp_path):
 
 
 def test_post_steps_run_after_the_host_stopped_the_windows_and_nothing_else_does():
-    steps = [{"op": "generate", "tag": "w0", "gate": True}, {"op": "generate", "tag": "w1"},
-             {"op": "remove", "tag": "post-remove", "post": True}, {"op": "state", "tag": "post-state", "post": True}]
+    steps = [
+        {"op": "generate", "tag": "w0", "gate": True},
+        {"op": "generate", "tag": "w1"},
+        {"op": "remove", "tag": "post-remove", "post": True},
+        {"op": "state", "tag": "post-state", "post": True},
+    ]
     job = seal({"steps": steps}, answers=False)
     rec = [{"op": s["op"], "step": s["tag"], "nonce": s["nonce"]} for s in job["steps"]]
     stream = RecordStream(job)
@@ -115,6 +139,7 @@ def _line(rec: dict) -> bytes:
 
 # ---- the rank's side (seams/resident.py), in this process --------------------------------------
 
+
 def test_the_digest_sees_one_bit_of_any_parameter_or_buffer():
     m = torch.nn.Module()
     m.w = torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16), requires_grad=False)
@@ -132,8 +157,11 @@ def test_the_digest_sees_one_bit_of_any_parameter_or_buffer():
 def _rank(tmp: Path) -> resident.ResidentRank:
     for d in ("answers/start", "answers/job", "trees"):
         (tmp / d).mkdir(parents=True)
-    env = {"CACHEON_RESIDENT_TREES": str(tmp / "trees"), "CACHEON_RESIDENT_ANSWERS": str(tmp / "answers"),
-           "CACHEON_RECEIPT_DIR": str(tmp / "answers" / "start")}
+    env = {
+        "CACHEON_RESIDENT_TREES": str(tmp / "trees"),
+        "CACHEON_RESIDENT_ANSWERS": str(tmp / "answers"),
+        "CACHEON_RECEIPT_DIR": str(tmp / "answers" / "start"),
+    }
     sched = types.SimpleNamespace(tp_worker=types.SimpleNamespace(model_runner=types.SimpleNamespace()))
     from seams.dispatch import Registry
 
@@ -146,8 +174,11 @@ def test_the_rank_answers_only_into_a_job_dir_of_its_answers_root_and_opens_only
     with pytest.raises(ValueError, match="answers dir"):
         r.install({"CACHEON_STOCK_AS_CANDIDATE": "norm.rmsnorm"}, str(tmp_path / "elsewhere"), "a" * 32)
     with pytest.raises(ValueError, match="not a tree of this engine"):
-        r.install({"CACHEON_ENGINE_TREE": str(tmp_path / "elsewhere"), "CACHEON_ENGINE_TREE_DIGEST": "x"},
-                  str(tmp_path / "answers" / "job"), "b" * 32)
+        r.install(
+            {"CACHEON_ENGINE_TREE": str(tmp_path / "elsewhere"), "CACHEON_ENGINE_TREE_DIGEST": "x"},
+            str(tmp_path / "answers" / "job"),
+            "b" * 32,
+        )
     with pytest.raises(ValueError, match="nonce"):
         r.install({}, str(tmp_path / "answers" / "job"), "not-a-nonce")
     with pytest.raises(RuntimeError, match="nothing is installed"):
@@ -189,6 +220,7 @@ def test_a_resident_engines_verdicts_run_the_pristine_checkpoint_step_once_per_p
     from dataclasses import replace
 
     import arena_harness as h
+
     from arena import prepare
 
     monkeypatch.setattr(prepare, "MADE", set())

@@ -20,15 +20,22 @@ def _trace(kernels: list[tuple[str, float]], extra: list[dict] | None = None) ->
 
 
 def test_kernels_are_summed_into_their_slots_and_the_unknown_ones_are_named():
-    doc = _trace([("void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>", 30.0),
-                  ("void flashinfer::norm::RMSNormKernel<8u, __nv_bfloat16>", 10.0),
-                  ("void flashinfer::activation::act_and_mul_kernel<silu>", 20.0),
-                  ("_fwd_grouped_kernel_stage1", 20.0), ("_fwd_kernel_stage1", 5.0), ("_fwd_kernel_stage2", 5.0),
-                  ("nvjet_tst_128x256_64x4_2x1_v_bz_coopB_TNN", 100.0),
-                  ("BatchQKApplyRotaryPosIdsCosSinCache", 8.0), ("mystery_kernel", 2.0),
-                  ("void (anonymous namespace)::fused_qknorm_warp<128l, true, __nv_bfloat16>(QKNormParams)", 4.0),
-                  ("create_flashinfer_kv_indices_triton", 1.0)],
-                 extra=[{"ph": "X", "cat": "cpu_op", "name": "aten::rms_norm", "dur": 999.0}])  # CPU ops are not GPU time
+    doc = _trace(
+        [
+            ("void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>", 30.0),
+            ("void flashinfer::norm::RMSNormKernel<8u, __nv_bfloat16>", 10.0),
+            ("void flashinfer::activation::act_and_mul_kernel<silu>", 20.0),
+            ("_fwd_grouped_kernel_stage1", 20.0),
+            ("_fwd_kernel_stage1", 5.0),
+            ("_fwd_kernel_stage2", 5.0),
+            ("nvjet_tst_128x256_64x4_2x1_v_bz_coopB_TNN", 100.0),
+            ("BatchQKApplyRotaryPosIdsCosSinCache", 8.0),
+            ("mystery_kernel", 2.0),
+            ("void (anonymous namespace)::fused_qknorm_warp<128l, true, __nv_bfloat16>(QKNormParams)", 4.0),
+            ("create_flashinfer_kv_indices_triton", 1.0),
+        ],
+        extra=[{"ph": "X", "cat": "cpu_op", "name": "aten::rms_norm", "dur": 999.0}],
+    )  # CPU ops are not GPU time
     s = pd.stage_profile(doc, "DECODE", "t.json", 4)
     by = {x.category: x for x in s.shares}
     assert s.kernel_us == 205.0
@@ -45,9 +52,22 @@ def test_the_cli_reads_saved_traces_by_stage(tmp_path):
         with gzip.open(tmp_path / f"123.4-TP-0-{stage}.trace.json.gz", "wt") as f:
             json.dump(_trace(k), f)
     out = tmp_path / "p.json"
-    r = subprocess.run([sys.executable, "scripts/profile_decode.py", "--out", str(out), "--steps", "3", "--table",
-                        *sorted(str(p) for p in tmp_path.glob("*.gz"))], capture_output=True, text=True, cwd=h.REPO,
-                       timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "scripts/profile_decode.py",
+            "--out",
+            str(out),
+            "--steps",
+            "3",
+            "--table",
+            *sorted(str(p) for p in tmp_path.glob("*.gz")),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=h.REPO,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(out.read_text())
     stages = {s["stage"]: s for s in doc["stages"]}

@@ -13,10 +13,10 @@ from arena.quality import (
     Position,
     QualityPolicy,
     Sequence,
+    dumps,
     grade,
     kl_topk,
     metrics,
-    dumps,
     verdict_to_json,
 )
 

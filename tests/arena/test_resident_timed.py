@@ -11,10 +11,10 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-
 import arena_harness as h
 import contamination as c
+import pytest
+
 from arena.config import SequentialSection, load_config
 from arena.resident_timed import TimedPool
 from arena.run import RunOptions, qualify, stock_control_op
@@ -46,8 +46,13 @@ def _cfg(**kw):
 
 
 def _run(env, pool, bundle, name, engine="FakeEngine", cfg=None, **kw):
-    opts = RunOptions(workdir=env / name, checkpoint_root=env / "ckpt", engine_factory=f"tests.arena.fake_engine:{engine}",
-                      timed_engines=pool, **kw)
+    opts = RunOptions(
+        workdir=env / name,
+        checkpoint_root=env / "ckpt",
+        engine_factory=f"tests.arena.fake_engine:{engine}",
+        timed_engines=pool,
+        **kw,
+    )
     op = bundle.manifest.ops[0] if bundle is not None else stock_control_op("norm.rmsnorm")
     return qualify(cfg or _cfg(), bundle, op, opts)
 
@@ -108,8 +113,9 @@ def test_a_crown_is_confirmed_in_a_fresh_engine_and_the_resident_one_is_released
 
 
 def test_the_sequential_stop_still_runs_the_post_condition(env, pool):
-    cfg = replace(_cfg(cycles=4, max_noise=0.5), sequential=SequentialSection(enabled=True, alt_gain=0.3, sigma=0.05,
-                                                                                min_cycles=2))
+    cfg = replace(
+        _cfg(cycles=4, max_noise=0.5), sequential=SequentialSection(enabled=True, alt_gain=0.3, sigma=0.05, min_cycles=2)
+    )
     r = _run(env, pool, h.torch_bundle("loser"), "loser", engine="SlowCandidateEngine", cfg=cfg)
     assert r["verdict"] == "FAIL" and "sequential stop after 2 of 4 cycles" in r["reason"], r["reason"]
     assert len(r["windows"]) == 1 + 4 * 2 and r["resident_engine"]["ok"], r["resident_engine"]
@@ -119,8 +125,12 @@ def test_the_sequential_stop_still_runs_the_post_condition(env, pool):
 
 def test_a_head_to_head_and_the_role_bias_control_install_and_remove_cleanly(env, pool):
     ch, inc = h.torch_bundle("challenger"), h.torch_bundle("incumbent")
-    opts = RunOptions(workdir=env / "h2h", checkpoint_root=env / "ckpt", engine_factory="tests.arena.fake_engine:FakeEngine",
-                      timed_engines=pool)
+    opts = RunOptions(
+        workdir=env / "h2h",
+        checkpoint_root=env / "ckpt",
+        engine_factory="tests.arena.fake_engine:FakeEngine",
+        timed_engines=pool,
+    )
     r = qualify(_cfg(), ch, ch.manifest.ops[0], opts, incumbent=(inc, inc.manifest.ops[0]))
     assert r["evidence"]["ok"] and r["resident_engine"]["ok"], (r["evidence"], r["resident_engine"])
     assert r["evidence"]["per_rank"]["0"]["norm.rmsnorm@incumbent"]["fired"] > 0
@@ -203,9 +213,23 @@ def test_the_h200_measurement_script_runs_on_the_fake_engine(tmp_path):
     import sys
 
     out = tmp_path / "rows.json"
-    r = subprocess.run([sys.executable, "scripts/resident_timed_bench.py", "--fake", "--modes", "resident",
-                        "--sequence", "examples/demo/cpu_rmsnorm,role-bias", "--out", str(out)],
-                       cwd=h.REPO, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "scripts/resident_timed_bench.py",
+            "--fake",
+            "--modes",
+            "resident",
+            "--sequence",
+            "examples/demo/cpu_rmsnorm,role-bias",
+            "--out",
+            str(out),
+        ],
+        cwd=h.REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     rows = json.loads(out.read_text())["resident"]["rows"]
     assert [x["reused"] for x in rows] == [False, True] and all(x["post_ok"] for x in rows), rows

@@ -13,15 +13,17 @@ import math
 import random
 from dataclasses import replace
 
+import arena_harness as h
 import pytest
 
-import arena_harness as h
 from arena.sequential import SprtPolicy, early_stop, policy_of, sprt
 from arena.speed import judge, plan
 
 CFG = h.load_config(h.DENSE)
 SPEED = CFG.speed  # the dense arena's margin 0.5 %, k 3, max noise 2 %
-POLICY = replace(policy_of(CFG.sequential))  # the dense [sequential] values (sigma 0.7 %: an upper bound of the 0.1-0.7 % band)
+POLICY = replace(
+    policy_of(CFG.sequential)
+)  # the dense [sequential] values (sigma 0.7 %: an upper bound of the 0.1-0.7 % band)
 CYCLES = CFG.workload.cycles
 N = 500
 
@@ -54,10 +56,18 @@ def verdict(samples, policy: SprtPolicy = POLICY, gated: bool = True) -> tuple[s
 def rates(gain: float, sigma_w: float, n: int = N, seed: int = 7, **kw) -> tuple[float, float, float]:
     """(PASS rate, mean cycles, fraction stopped at min_cycles)."""
     rng = random.Random(seed)
-    got = [verdict(series(rng, gain, sigma_w, **{k: v for k, v in kw.items() if k in ("drift", "dip_p")}),
-                   **{k: v for k, v in kw.items() if k in ("policy", "gated")}) for _ in range(n)]
-    return (sum(v == "PASS" for v, _ in got) / n, sum(c for _, c in got) / n,
-            sum(c == POLICY.min_cycles for _, c in got) / n)
+    got = [
+        verdict(
+            series(rng, gain, sigma_w, **{k: v for k, v in kw.items() if k in ("drift", "dip_p")}),
+            **{k: v for k, v in kw.items() if k in ("policy", "gated")},
+        )
+        for _ in range(n)
+    ]
+    return (
+        sum(v == "PASS" for v, _ in got) / n,
+        sum(c for _, c in got) / n,
+        sum(c == POLICY.min_cycles for _, c in got) / n,
+    )
 
 
 def test_bounds_and_decisions():
@@ -128,8 +138,7 @@ def test_a_three_percent_loser_stops_at_min_cycles(sigma_w):
 def test_control_a_miscalibrated_test_is_caught_by_the_simulation():
     # the harness can fail: the raw SPRT (no fixed-verdict gate) set for a 0.1 % gain at alpha 0.25 crowns
     # stock against stock far more often than 1 %
-    crown, _, _ = rates(0.0, 0.003, policy=replace(POLICY, alt_gain=0.001, sigma=0.0005, alpha=0.25, beta=0.25),
-                      gated=False)
+    crown, _, _ = rates(0.0, 0.003, policy=replace(POLICY, alt_gain=0.001, sigma=0.0005, alpha=0.25, beta=0.25), gated=False)
     assert crown > 0.05, crown
 
 

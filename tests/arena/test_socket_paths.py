@@ -24,9 +24,13 @@ LONG = "/var/tmp/" + "h" * 180  # a long CACHEON_ARENA_HOME (and, below, a long 
 
 def _longest_op():
     slot = max(all_slots(), key=lambda s: len(s.id))
-    files = {"manifest.toml": (f'schema = "cacheon.bundle/2"\n[[ops]]\nslot = "{slot.id}"\nentry = "kernel:k"\n'
-                              f'variant = "{"v" * 32}"\ndtypes = ["bfloat16"]\n').encode(),  # the longest variant
-             "kernel.py": b"def k(**kw):\n    pass\n"}
+    files = {
+        "manifest.toml": (
+            f'schema = "cacheon.bundle/2"\n[[ops]]\nslot = "{slot.id}"\nentry = "kernel:k"\n'
+            f'variant = "{"v" * 32}"\ndtypes = ["bfloat16"]\n'
+        ).encode(),  # the longest variant
+        "kernel.py": b"def k(**kw):\n    pass\n",
+    }
     b = bundle_from_files(files, source="<sock test>")
     return b, b.manifest.ops[0]
 
@@ -85,8 +89,11 @@ def test_a_child_under_a_long_scratch_binds_its_ipc_socket(tmp_path, monkeypatch
         pytest.skip("the sandbox wall cannot be established here")
     scratch = tmp_path / ("s" * 120) / "resident-scratch"
     assert len(str(scratch)) > sockpath.MAX_SOCKET_PATH
-    proc = sandbox.launch([sys.executable, "-c", BIND], scratch=scratch,
-                          policy=sandbox.SandboxPolicy(wall_timeout_s=30, isolate_network=not weak))
+    proc = sandbox.launch(
+        [sys.executable, "-c", BIND],
+        scratch=scratch,
+        policy=sandbox.SandboxPolicy(wall_timeout_s=30, isolate_network=not weak),
+    )
     try:
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -114,10 +121,22 @@ def test_arena_run_without_workdir_uses_the_same_short_engine_tmpdir(tmp_path, m
 
     monkeypatch.setattr(arena.run, "qualify", fake_qualify)
     bundle_dir = REPO / "examples" / "demo" / "cpu_rmsnorm"
-    base = dict(config=str(REPO / "configs/arena/dense.toml"), bundle=None, incumbent=None, op=None, workdir=None,
-                out=None, json=False, control=None, handicap_us=None, slot=None)
-    for kw in ({"bundle": str(bundle_dir)}, {"control": "handicap", "handicap_us": 5000.0,
-                                              "slot": max(all_slots(), key=lambda s: len(s.id)).id}):
+    base = dict(
+        config=str(REPO / "configs/arena/dense.toml"),
+        bundle=None,
+        incumbent=None,
+        op=None,
+        workdir=None,
+        out=None,
+        json=False,
+        control=None,
+        handicap_us=None,
+        slot=None,
+    )
+    for kw in (
+        {"bundle": str(bundle_dir)},
+        {"control": "handicap", "handicap_us": 5000.0, "slot": max(all_slots(), key=lambda s: len(s.id)).id},
+    ):
         with pytest.raises(Exception, match="stop here"):
             cmd_arena_run(argparse.Namespace(**{**base, **kw}))
     assert len(seen) == 2 and all(str(w).startswith(str(default_home())) for w in seen)

@@ -14,10 +14,13 @@ def test_a_start_that_compiles_shows_up_in_the_started_records_diag(tmp_path):
     (seeds["TVM_FFI_CACHE_DIR"] / "mod_1234").mkdir(parents=True)
     (seeds["TVM_FFI_CACHE_DIR"] / "mod_1234" / "mod.so").write_bytes(b"seed")
     seeds["TRITON_CACHE_DIR"].mkdir(parents=True)
-    job = {"engine_kwargs": {}, "engine_factory": "tests.arena.fake_engine:StartCompilingEngine", "checkpoint": None,
-           "steps": []}
-    run = run_engine(EngineSpec("e", job, seed_caches={k: str(v) for k, v in seeds.items()}, timeout_s=120),
-                     tmp_path / "w")
+    job = {
+        "engine_kwargs": {},
+        "engine_factory": "tests.arena.fake_engine:StartCompilingEngine",
+        "checkpoint": None,
+        "steps": [],
+    }
+    run = run_engine(EngineSpec("e", job, seed_caches={k: str(v) for k, v in seeds.items()}, timeout_s=120), tmp_path / "w")
     assert run.error is None, run.error
     started = run.lifecycle("started")
     d = started["diag"]
@@ -38,8 +41,13 @@ def test_a_start_that_compiles_shows_up_in_the_started_records_diag(tmp_path):
 
 
 def test_the_diag_can_be_turned_off_and_a_broken_walk_is_no_failure(tmp_path):
-    job = {"engine_kwargs": {}, "engine_factory": "tests.arena.fake_engine:FakeEngine", "checkpoint": None,
-           "steps": [], "start_diag": False}
+    job = {
+        "engine_kwargs": {},
+        "engine_factory": "tests.arena.fake_engine:FakeEngine",
+        "checkpoint": None,
+        "steps": [],
+        "start_diag": False,
+    }
     run = run_engine(EngineSpec("e", job, timeout_s=120), tmp_path)
     assert run.error is None and "diag" not in run.lifecycle("started")
     assert snapshot(str(tmp_path / "absent")) is None
@@ -68,8 +76,12 @@ def test_the_host_times_its_own_steps_and_the_cli_line_names_what_compiled(tmp_p
     from arena.records import StageRecord
     from arena.startdiag import brief
 
-    job = {"engine_kwargs": {}, "engine_factory": "tests.arena.fake_engine:StartCompilingEngine", "checkpoint": None,
-           "steps": []}
+    job = {
+        "engine_kwargs": {},
+        "engine_factory": "tests.arena.fake_engine:StartCompilingEngine",
+        "checkpoint": None,
+        "steps": [],
+    }
     seed = tmp_path / "seed"
     (seed / "mod_1234").mkdir(parents=True)
     (seed / "mod_1234" / "mod.so").write_bytes(b"seed")
@@ -78,8 +90,18 @@ def test_the_host_times_its_own_steps_and_the_cli_line_names_what_compiled(tmp_p
     t = run.timing
     assert {"copy_in_s", "launch_s", "to_started_s", "stop_s", "gpu_free_s", "copy_back_s"} <= set(t)
     assert t["to_started_s"] >= run.lifecycle("started")["diag"]["wall_s"]  # the host's clock holds the driver's
-    rec = StageRecord("e", run.wall_s, run.rc, run.timed_out, run.gpu_free, run.error, run.forgery,
-                      (run.lifecycle("started"),), (), run.timing)
+    rec = StageRecord(
+        "e",
+        run.wall_s,
+        run.rc,
+        run.timed_out,
+        run.gpu_free,
+        run.error,
+        run.forgery,
+        (run.lifecycle("started"),),
+        (),
+        run.timing,
+    )
     line = brief(rec.to_json()["startup"], rec.to_json()["host_timing"])
     assert "to started" in line and "TVM_FFI_CACHE_DIR +0/~1 (mod_1234)" in line and "ninja x1" in line
     assert brief([], {}) == ""

@@ -24,8 +24,14 @@ def _sweep(tmp_path, *argv: str) -> tuple[subprocess.CompletedProcess, dict]:
     root = h.seam_harness.write_runtime(tmp_path / "fake-sglang")
     env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{h.REPO}", TRITON_INTERPRET="1")
     out = tmp_path / "sweep.json"
-    r = subprocess.run([sys.executable, "scripts/sweep_attention_decode.py", "--config", str(h.DENSE), "--out", str(out),
-                        *argv], capture_output=True, text=True, env=env, cwd=h.REPO, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "scripts/sweep_attention_decode.py", "--config", str(h.DENSE), "--out", str(out), *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=h.REPO,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return r, json.loads(out.read_text())
 
@@ -67,22 +73,36 @@ def test_default_shapes_come_from_the_arena_and_the_example_keeps_its_defaults()
 
     cfg = load_config(h.DENSE)
     shapes = grid.default_shapes(cfg, from_arena_config(cfg))
-    assert [s.label for s in shapes] == ["bs256-ctx1088", "bs192-ctx1088", "bs128-ctx1088", "bs64-ctx1088",
-                                         "bs256-ctx1024", "bs256-ctx1152"]
+    assert [s.label for s in shapes] == [
+        "bs256-ctx1088",
+        "bs192-ctx1088",
+        "bs128-ctx1088",
+        "bs64-ctx1088",
+        "bs256-ctx1024",
+        "bs256-ctx1152",
+    ]
     mod = sides.load_example()
     # the shipped choices: the H200 sweep's winner where bs x kv heads >= 512 (5b9e051), else the older constants
     assert sides.default_config(mod, 256, 8) == grid.Config(64, 2, 3, 1)
     assert sides.default_config(mod, 32, 8) == grid.Config(32, 4, 3, 0)
     assert sides.default_config(mod, 2, 8) == grid.Config(64, 4, 3, 0)
-    assert grid.Config.parse("bn128-w8-s4-sp2") == grid.Config(128, 8, 4, 2) and grid.Config(32, 4, 3, 0).name == "bn32-w4-s3-hint"
+    assert (
+        grid.Config.parse("bn128-w8-s4-sp2") == grid.Config(128, 8, 4, 2)
+        and grid.Config(32, 4, 3, 0).name == "bn32-w4-s3-hint"
+    )
 
 
 def test_render_json_reproduces_the_saved_h200_text():
     """--render-json re-renders a saved --out document: the H200 run's JSON gives back its .txt
     from the summary on (the lines before it are the run's progress, printed as it went)."""
-    r = subprocess.run([sys.executable, str(h.REPO / "scripts" / "sweep_attention_decode.py"), "--render-json",
-                        f"{SAVED}.json"], capture_output=True, text=True, cwd="/", timeout=60,
-                       env=dict(os.environ, PYTHONPATH=str(h.REPO)))
+    r = subprocess.run(
+        [sys.executable, str(h.REPO / "scripts" / "sweep_attention_decode.py"), "--render-json", f"{SAVED}.json"],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(h.REPO)),
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     saved = SAVED.with_suffix(".txt").read_text().splitlines()
     start = next(i for i, line in enumerate(saved) if line.startswith("attention.decode sweep:"))

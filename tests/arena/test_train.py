@@ -31,11 +31,23 @@ from arena.train import (  # noqa: E402
 )
 
 TINY = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-    "intermediate_size": 128, "vocab_size": 256, "tie_word_embeddings": True,
-    "attention_bias": False, "hidden_act": "silu", "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-    "max_position_embeddings": 512, "initializer_range": 0.02, "torch_dtype": "bfloat16",
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "intermediate_size": 128,
+    "vocab_size": 256,
+    "tie_word_embeddings": True,
+    "attention_bias": False,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "max_position_embeddings": 512,
+    "initializer_range": 0.02,
+    "torch_dtype": "bfloat16",
 }
 FAST = TrainRecipe(steps=30, batch=8, seq_len=64, lr=1e-2)
 

@@ -103,8 +103,13 @@ def test_warm_refuses_to_run_with_seeding_off(home, monkeypatch, tmp_path):
 def test_cli_warm_without_a_gpu_is_a_usage_error(tmp_path):
     import subprocess
 
-    p = subprocess.run([sys.executable, "-m", "cacheon_subnet", "arena", "warm", "--config", str(h.DENSE)],
-                       capture_output=True, text=True, cwd=h.REPO, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "cacheon_subnet", "arena", "warm", "--config", str(h.DENSE)],
+        capture_output=True,
+        text=True,
+        cwd=h.REPO,
+        timeout=120,
+    )
     assert p.returncode == 2 and "cacheon arena warm:" in p.stderr, p.stderr[-800:]
 
 

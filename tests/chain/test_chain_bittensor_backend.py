@@ -29,8 +29,12 @@ class FakeClient:
 
     def __init__(self) -> None:
         self.block = 1000
-        self.storage = {"WeightsVersionKey": 29, "WeightsSetRateLimit": 100,
-                        "LastUpdate": [0, 900, 0], "SubnetOwnerHotkey": "owner"}
+        self.storage = {
+            "WeightsVersionKey": 29,
+            "WeightsSetRateLimit": 100,
+            "LastUpdate": [0, 900, 0],
+            "SubnetOwnerHotkey": "owner",
+        }
         self.uids = {ME: 1, "owner": 0}
         self.executed: list[Any] = []
         self.submitted: list[tuple] = []
@@ -38,16 +42,16 @@ class FakeClient:
         self.result = bt.ExtrinsicResult(success=True, extrinsic_id="1234-0002")
         self.reject_flat = False
         self.commitments: dict[str, Any] = {}
-        self.subnets = types.SimpleNamespace(metagraph=self._metagraph,
-                                             commitments=lambda netuid: self.commitments)
+        self.subnets = types.SimpleNamespace(metagraph=self._metagraph, commitments=lambda netuid: self.commitments)
         self.weights = types.SimpleNamespace(weights=lambda netuid: {1: {2: 0.25, 3: 0.75}})
 
     def _metagraph(self, netuid, commitments=True):
         if netuid != 1:
             return None
         bal = types.SimpleNamespace(tao=12.5)
-        n = types.SimpleNamespace(uid=0, hotkey="owner", coldkey="ck", validator_permit=True,
-                                  total_stake=bal, axon="203.0.113.7:8090")
+        n = types.SimpleNamespace(
+            uid=0, hotkey="owner", coldkey="ck", validator_permit=True, total_stake=bal, axon="203.0.113.7:8090"
+        )
         return types.SimpleNamespace(block=self.block, neurons=[n])
 
     def query(self, item, params):
@@ -89,16 +93,19 @@ def test_protocol_and_factory(chain: BittensorChain) -> None:
     assert isinstance(lazy, BittensorChain) and lazy._client is None  # nothing connected yet
 
 
-@pytest.mark.parametrize("exc, kind", [
-    (bt.ChainError("bad key", name="IncorrectWeightVersionKey"), VersionKeyTooLow),
-    (bt.ChainError("Retry in ~7 blocks (~84s).", code=bt.ErrorCode.RATE_LIMITED), RateLimited),
-    (bt.ChainError("too fast", name="SettingWeightsTooFast"), RateLimited),
-    (bt.ChainError("who?", name="HotKeyNotRegisteredInSubNet"), NotRegistered),
-    (bt.RpcConnectionError("socket closed"), ChainUnavailable),
-    (ConnectionRefusedError("refused"), ChainUnavailable),
-    (bt.ChainError("other", name="SomethingElse"), ChainError),
-    (bt.BittensorError("sdk"), ChainError),
-])
+@pytest.mark.parametrize(
+    "exc, kind",
+    [
+        (bt.ChainError("bad key", name="IncorrectWeightVersionKey"), VersionKeyTooLow),
+        (bt.ChainError("Retry in ~7 blocks (~84s).", code=bt.ErrorCode.RATE_LIMITED), RateLimited),
+        (bt.ChainError("too fast", name="SettingWeightsTooFast"), RateLimited),
+        (bt.ChainError("who?", name="HotKeyNotRegisteredInSubNet"), NotRegistered),
+        (bt.RpcConnectionError("socket closed"), ChainUnavailable),
+        (ConnectionRefusedError("refused"), ChainUnavailable),
+        (bt.ChainError("other", name="SomethingElse"), ChainError),
+        (bt.BittensorError("sdk"), ChainError),
+    ],
+)
 def test_sdk_errors_map_to_ours(chain: BittensorChain, exc, kind) -> None:
     mapped = chain.translate(exc)
     assert type(mapped) is kind
@@ -127,8 +134,7 @@ def test_reads(chain: BittensorChain, fake: FakeClient) -> None:
     assert chain.owner_uid(1) == 0
 
 
-def test_set_weights_version_key_checked_before_sending(chain: BittensorChain,
-                                                        fake: FakeClient) -> None:
+def test_set_weights_version_key_checked_before_sending(chain: BittensorChain, fake: FakeClient) -> None:
     with pytest.raises(VersionKeyTooLow) as err:
         chain.set_weights(ME, 1, [2, 3], [1.0, 3.0], 1)
     assert (err.value.sent, err.value.required) == (1, 29)
@@ -141,8 +147,9 @@ def test_set_weights_version_key_checked_before_sending(chain: BittensorChain,
 
 
 def test_set_weights_chain_rejection_maps(chain: BittensorChain, fake: FakeClient) -> None:
-    fake.result = bt.ExtrinsicResult(success=False, message="too fast",
-                                     error=bt.ChainError("too fast", "SettingWeightsTooFast"))
+    fake.result = bt.ExtrinsicResult(
+        success=False, message="too fast", error=bt.ChainError("too fast", "SettingWeightsTooFast")
+    )
     with pytest.raises(RateLimited):
         chain.set_weights(ME, 1, [2], [1.0], 29)
     with pytest.raises(ChainError) as err:
@@ -150,8 +157,7 @@ def test_set_weights_chain_rejection_maps(chain: BittensorChain, fake: FakeClien
     assert err.value.reason == "wallet_mismatch"
 
 
-def test_commit_seals_with_timelock_and_signs_with_hotkey(chain: BittensorChain,
-                                                          fake: FakeClient) -> None:
+def test_commit_seals_with_timelock_and_signs_with_hotkey(chain: BittensorChain, fake: FakeClient) -> None:
     assert chain.commit(ME, 1, '{"v":1}', reveal_after_blocks=3) == 1234
     call, signer = fake.submitted[0]
     assert signer == "hotkey"
@@ -182,12 +188,14 @@ def test_scale_prefix_and_info_shapes() -> None:
 
 
 def _nc(block: int, revealed: list, live: bool, uid: int | None = 2):
-    return types.SimpleNamespace(uid=uid, block=block, encrypted=True, revealed=revealed,
-                                 fields=[{"TimelockEncrypted": {}}] if live else [])
+    return types.SimpleNamespace(
+        uid=uid, block=block, encrypted=True, revealed=revealed, fields=[{"TimelockEncrypted": {}}] if live else []
+    )
 
 
-def test_revealed_commitments_report_a_commit_block_never_earlier_than_truth(chain: BittensorChain,
-                                                    fake: FakeClient) -> None:
+def test_revealed_commitments_report_a_commit_block_never_earlier_than_truth(
+    chain: BittensorChain, fake: FakeClient
+) -> None:
     fake.commitments = {"m": _nc(500, [], live=True)}  # sealed, seen at its commit block
     assert chain.revealed_commitments(1) == []
     fake.commitments = {"m": _nc(530, [(530, "payload")], live=False)}  # entry dropped
@@ -198,16 +206,14 @@ def test_revealed_commitments_report_a_commit_block_never_earlier_than_truth(cha
     [c] = chain.revealed_commitments(1)
     assert (c.commit_block, c.data) == (530, "payload")
     fresh = BittensorChain("test", client=fake, wallet=chain.wallet)  # never saw it sealed
-    fake.commitments = {"m": _nc(530, [(530, "payload")], live=False),
-                        "gone": _nc(530, [(530, "x")], live=False, uid=None)}
+    fake.commitments = {"m": _nc(530, [(530, "payload")], live=False), "gone": _nc(530, [(530, "x")], live=False, uid=None)}
     [c] = fresh.revealed_commitments(1)
     assert c.commit_block == 530  # falls back to the reveal block: never earlier than truth
     fake.commitments = {"m": _nc(520, [(530, "payload")], live=True)}  # live and revealed
     assert fresh.revealed_commitments(1)[0].commit_block == 520
 
 
-def test_serve_axon_goes_through_the_sdk_intent_signed_by_our_hotkey(chain: BittensorChain,
-                                                                     fake: FakeClient) -> None:
+def test_serve_axon_goes_through_the_sdk_intent_signed_by_our_hotkey(chain: BittensorChain, fake: FakeClient) -> None:
     chain.serve_axon(ME, 1, "203.0.113.7", 8090, protocol=4, version=1)
     [intent] = fake.executed
     assert isinstance(intent, bt.ServeAxon)
@@ -220,7 +226,8 @@ def test_serve_axon_goes_through_the_sdk_intent_signed_by_our_hotkey(chain: Bitt
 
 
 def test_a_sealed_placeholder_never_lends_its_block_to_a_later_unseen_commit(
-        chain: BittensorChain, fake: FakeClient) -> None:
+    chain: BittensorChain, fake: FakeClient
+) -> None:
     """Red team: seal a placeholder at block 100 (long reveal, the validator sees it sealed),
     then, after a rival reveals content X at 210, commit a copy of X at 300 with a 1-block
     reveal between two validator polls. The validator never sees block 300 sealed; the copy

@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from cacheon_subnet.netpolicy import LOCAL
 from cacheon_subnet.chain.commitment import (
     MAX_PAYLOAD_BYTES,
     MAX_URL_LENGTH,
@@ -18,6 +17,7 @@ from cacheon_subnet.chain.commitment import (
     encode,
     parse,
 )
+from cacheon_subnet.netpolicy import LOCAL
 
 HOTKEY = "5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY"
 DIGEST = hashlib.sha256(b"cacheon golden bundle").hexdigest()
@@ -46,14 +46,17 @@ def test_golden_example() -> None:
     assert parse(GOLDEN, HOTKEY) == Payload(digest=DIGEST, bound=BOUND, url=URL, version=1)
 
 
-@pytest.mark.parametrize("url, local", [
-    (URL, False),
-    ("https://host.example:8443/a?b=c", False),
-    ("https://8.8.8.8/x", False),
-    ("http://127.0.0.1:8765/bundle.tar.gz", True),
-    ("http://localhost/x", True),
-    ("http://[::1]:9000/x", True),
-])
+@pytest.mark.parametrize(
+    "url, local",
+    [
+        (URL, False),
+        ("https://host.example:8443/a?b=c", False),
+        ("https://8.8.8.8/x", False),
+        ("http://127.0.0.1:8765/bundle.tar.gz", True),
+        ("http://localhost/x", True),
+        ("http://[::1]:9000/x", True),
+    ],
+)
 def test_round_trip(url: str, local: bool) -> None:
     urls = (LOCAL,) if local else ()
     data = encode(DIGEST, HOTKEY, url, *urls)
@@ -73,45 +76,48 @@ def _reason(data, hotkey: str = HOTKEY) -> str:
     return err.value.reason
 
 
-@pytest.mark.parametrize("data, reason", [
-    (b"bytes", "type"),
-    ("x" * (MAX_PAYLOAD_BYTES + 1), "too_large"),
-    ("{not json", "not_json"),
-    ("", "not_json"),
-    ("[1,2]", "not_object"),
-    ('{"v":1,"v":1,"d":"","b":"","u":""}', "duplicate_key"),
-    (_raw(x="extra"), "unknown_key"),
-    (_raw(u=_DROP), "missing_key"),
-    (_raw(v=2), "version"),
-    (_raw(v="1"), "version"),
-    (_raw(v=True), "version"),
-    (_raw(d="ab" * 31), "digest"),
-    (_raw(d=DIGEST.upper()), "digest"),
-    (_raw(d="g" * 64), "digest"),
-    (_raw(b="z" * 64), "bound_digest"),
-    (_raw(u=5), "url_type"),
-    (_raw(u="https://h/" + "a" * MAX_URL_LENGTH), "url_too_long"),
-    (_raw(u="https://h/a b"), "url_chars"),
-    (_raw(u="https://bücher.de/x"), "url_chars"),
-    (_raw(u="ftp://host/x"), "url_scheme"),
-    (_raw(u="file:///etc/passwd"), "url_scheme"),
-    (_raw(u="http://example.com/x"), "url_http_not_loopback"),
-    (_raw(u="http://127.0.0.2/x"), "url_http_not_loopback"),
-    (_raw(u="https://user:pw@host/x"), "url_credentials"),
-    (_raw(u="https://token@host/x"), "url_credentials"),
-    (_raw(u="https:///path-only"), "url_host"),
-    (_raw(u="https://host:99999/x"), "url_port"),
-    (_raw(u="https://host:0/x"), "url_port"),
-    (_raw(u="https://169.254.169.254/latest/meta-data"), "url_address"),
-    (_raw(u="https://10.0.0.1/x"), "url_address"),
-    (_raw(u="https://127.0.0.1/x"), "url_address"),
-    (_raw(u="https://localhost/x"), "url_address"),
-    (_raw(u="https://2130706433/x"), "url_host"),
-    (_raw(u="https://intranet/x"), "url_host"),
-    ("{\"v\":1,\"d\":\"\udcff\"}", "encoding"),
-    ('{"v":1, "d":"%s","b":"%s","u":"%s"}' % (DIGEST, BOUND, URL), "not_canonical"),
-    ('{"d":"%s","v":1,"b":"%s","u":"%s"}' % (DIGEST, BOUND, URL), "not_canonical"),
-])
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"bytes", "type"),
+        ("x" * (MAX_PAYLOAD_BYTES + 1), "too_large"),
+        ("{not json", "not_json"),
+        ("", "not_json"),
+        ("[1,2]", "not_object"),
+        ('{"v":1,"v":1,"d":"","b":"","u":""}', "duplicate_key"),
+        (_raw(x="extra"), "unknown_key"),
+        (_raw(u=_DROP), "missing_key"),
+        (_raw(v=2), "version"),
+        (_raw(v="1"), "version"),
+        (_raw(v=True), "version"),
+        (_raw(d="ab" * 31), "digest"),
+        (_raw(d=DIGEST.upper()), "digest"),
+        (_raw(d="g" * 64), "digest"),
+        (_raw(b="z" * 64), "bound_digest"),
+        (_raw(u=5), "url_type"),
+        (_raw(u="https://h/" + "a" * MAX_URL_LENGTH), "url_too_long"),
+        (_raw(u="https://h/a b"), "url_chars"),
+        (_raw(u="https://bücher.de/x"), "url_chars"),
+        (_raw(u="ftp://host/x"), "url_scheme"),
+        (_raw(u="file:///etc/passwd"), "url_scheme"),
+        (_raw(u="http://example.com/x"), "url_http_not_loopback"),
+        (_raw(u="http://127.0.0.2/x"), "url_http_not_loopback"),
+        (_raw(u="https://user:pw@host/x"), "url_credentials"),
+        (_raw(u="https://token@host/x"), "url_credentials"),
+        (_raw(u="https:///path-only"), "url_host"),
+        (_raw(u="https://host:99999/x"), "url_port"),
+        (_raw(u="https://host:0/x"), "url_port"),
+        (_raw(u="https://169.254.169.254/latest/meta-data"), "url_address"),
+        (_raw(u="https://10.0.0.1/x"), "url_address"),
+        (_raw(u="https://127.0.0.1/x"), "url_address"),
+        (_raw(u="https://localhost/x"), "url_address"),
+        (_raw(u="https://2130706433/x"), "url_host"),
+        (_raw(u="https://intranet/x"), "url_host"),
+        ('{"v":1,"d":"\udcff"}', "encoding"),
+        (f'{{"v":1, "d":"{DIGEST}","b":"{BOUND}","u":"{URL}"}}', "not_canonical"),
+        (f'{{"d":"{DIGEST}","v":1,"b":"{BOUND}","u":"{URL}"}}', "not_canonical"),
+    ],
+)
 def test_rejections(data, reason: str) -> None:
     assert _reason(data) == reason
 
@@ -125,10 +131,30 @@ def test_copied_commitment_fails_for_another_hotkey() -> None:
 
 
 def test_every_reason_is_exercised() -> None:
-    exercised = {"type", "too_large", "not_json", "not_object", "duplicate_key", "unknown_key",
-                 "missing_key", "version", "digest", "bound_digest", "url_type", "url_too_long",
-                 "url_chars", "url_scheme", "url_http_not_loopback", "url_credentials",
-                 "url_host", "url_port", "not_canonical", "bound_mismatch", "encoding", "url_address"}
+    exercised = {
+        "type",
+        "too_large",
+        "not_json",
+        "not_object",
+        "duplicate_key",
+        "unknown_key",
+        "missing_key",
+        "version",
+        "digest",
+        "bound_digest",
+        "url_type",
+        "url_too_long",
+        "url_chars",
+        "url_scheme",
+        "url_http_not_loopback",
+        "url_credentials",
+        "url_host",
+        "url_port",
+        "not_canonical",
+        "bound_mismatch",
+        "encoding",
+        "url_address",
+    }
     assert exercised == set(REASONS)
 
 

@@ -53,8 +53,7 @@ def test_installed_sdk_passes() -> None:
 
 def test_renamed_parameter_fails_and_is_named() -> None:
     class Subnets(bt.namespaces.Subnets):
-        async def metagraph(self, net_uid: int, block: int | None = None, *,
-                            commitments: bool = True):  # netuid renamed
+        async def metagraph(self, net_uid: int, block: int | None = None, *, commitments: bool = True):  # netuid renamed
             return None
 
     fake = Overlay(bt, {"namespaces.Subnets": Subnets})
@@ -69,8 +68,7 @@ def test_missing_method_fails() -> None:
     class SyncClient(bt.SyncClient):
         submit_call = None  # type: ignore[assignment]
 
-    del_sync = type("SyncClient", (), {k: v for k, v in vars(bt.SyncClient).items()
-                                        if k != "submit_call"})
+    del_sync = type("SyncClient", (), {k: v for k, v in vars(bt.SyncClient).items() if k != "submit_call"})
     for fake_cls in (SyncClient, del_sync):
         report = check_sdk(Overlay(bt, {"SyncClient": fake_cls}), version=PIN)
         assert report.exit_code == 1
@@ -160,12 +158,13 @@ def test_backend_uses_exactly_the_surface() -> None:
     src = Path(compat.__file__).with_name("bittensor_backend.py").read_text()
     used = set()
     for node in ast.walk(ast.parse(src)):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-                node.func.id in {"sdk", "sdk_call", "invoke", "field"}:
-            used.update(a.value for a in node.args
-                        if isinstance(a, ast.Constant) and isinstance(a.value, str))
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                node.func.attr == "_query":
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in {"sdk", "sdk_call", "invoke", "field"}
+        ):
+            used.update(a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "_query":
             used.update(a.value for a in node.args if isinstance(a, ast.Constant))
     assert used - set(BY_KEY) == set()
     assert set(BY_KEY) - used == set()

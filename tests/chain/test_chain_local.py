@@ -132,8 +132,7 @@ def test_sealed_commitment_replaced_before_reveal_never_reveals(chain: LocalChai
 def test_commitment_size_limits(chain: LocalChain) -> None:
     chain.register("m1", "c")
     chain.commit("m1", NET, "x" * 1024, 1)
-    for bad, reason in (("x" * 1025, "commitment_too_large"), ("é" * 513, "commitment_too_large"),
-                        ("", "commitment_empty")):
+    for bad, reason in (("x" * 1025, "commitment_too_large"), ("é" * 513, "commitment_too_large"), ("", "commitment_empty")):
         with pytest.raises(ChainError) as err:
             chain.commit("m1", NET, bad, 1)
         assert err.value.reason == reason
@@ -228,14 +227,17 @@ def test_weights_read_back_and_quantization(chain: LocalChain) -> None:
         chain.get_weights(NET, "stranger")
 
 
-@pytest.mark.parametrize("uids, weights, reason", [
-    ([1, 2], [1.0], "weights_length"),
-    ([2, 2], [1.0, 1.0], "weights_duplicate_uid"),
-    ([2, 9], [1.0, 1.0], "weights_invalid_uid"),
-    ([2], [-1.0], "weights_invalid_value"),
-    ([2], [float("nan")], "weights_invalid_value"),
-    ([2, 3], [0.0, 0.0], "weights_all_zero"),
-])
+@pytest.mark.parametrize(
+    "uids, weights, reason",
+    [
+        ([1, 2], [1.0], "weights_length"),
+        ([2, 2], [1.0, 1.0], "weights_duplicate_uid"),
+        ([2, 9], [1.0, 1.0], "weights_invalid_uid"),
+        ([2], [-1.0], "weights_invalid_value"),
+        ([2], [float("nan")], "weights_invalid_value"),
+        ([2, 3], [0.0, 0.0], "weights_all_zero"),
+    ],
+)
 def test_bad_weights_rejected(chain: LocalChain, uids, weights, reason) -> None:
     _validator(chain, at_block=0)
     with pytest.raises(ChainError) as err:

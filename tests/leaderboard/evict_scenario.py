@@ -26,8 +26,10 @@ from cacheon_subnet.validator.web.server import Leaderboard
 LIMITS = Limits(max_conns=64, max_conns_per_ip=16, header_timeout_s=8.0, max_conn_s=30.0)
 HEAD = b"GET /api/health HTTP/1.1\r\nHost: board\r\n"
 IP_FREEBIND = 15  # bind an address the route table calls local (AnyIP) before it is configured
-ADDRS = {4: ("127.0.0.1", "127.0.2.9", [f"127.0.1.{i}" for i in range(1, 9)]),
-         6: ("::1", "fd00:600d:0:1::9", [f"fd00:bad:0:{i:x}::1" for i in range(1, 9)])}
+ADDRS = {
+    4: ("127.0.0.1", "127.0.2.9", [f"127.0.1.{i}" for i in range(1, 9)]),
+    6: ("::1", "fd00:600d:0:1::9", [f"fd00:bad:0:{i:x}::1" for i in range(1, 9)]),
+}
 
 
 def connect(family: int, server: str, port: int, src: str) -> socket.socket:

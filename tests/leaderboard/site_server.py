@@ -40,7 +40,7 @@ async def main(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    loop.add_signal_handler(signal.SIGUSR1, lambda: [os.close(fd) for fd in ballast] and None or ballast.clear())
+    loop.add_signal_handler(signal.SIGUSR1, lambda: ([os.close(fd) for fd in ballast] and None) or ballast.clear())
     print(f"PORT {site.port}", flush=True)
     await stop.wait()
     await site.close()

@@ -70,8 +70,21 @@ def test_announce_calls_the_chain_only_when_the_endpoint_changed(tmp_path):
 
 def test_validator_run_serves_the_leaderboard_and_announces_it(tmp_path, capsys):
     chain = chain_at(tmp_path / "c.db", 1)
-    base = ["validator", "run", "--chain", "local", "--local-chain", str(tmp_path / "c.db"), "--netuid", "1",
-            "--wallet.hotkey", "v0", "--state-dir", str(tmp_path / "state"), "--once"]
+    base = [
+        "validator",
+        "run",
+        "--chain",
+        "local",
+        "--local-chain",
+        str(tmp_path / "c.db"),
+        "--netuid",
+        "1",
+        "--wallet.hotkey",
+        "v0",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--once",
+    ]
     assert cli_main(base + ["--leaderboard", "127.0.0.1:0"]) == 0
     axon = chain.metagraph(1).neurons[2].axon
     assert axon is not None and axon.startswith("127.0.0.1:") and not axon.endswith(":0")
@@ -84,8 +97,14 @@ def _doc(rows: list) -> dict:
     return {"schema": SCHEMA, "total": len(rows), "contributions": rows}
 
 
-ROW = {"id": "ab" * 32, "hotkey": MINER, "commit_block": 5, "state": "failed", "reason": "x\x1b[2J\x07 cleared",
-       "evidence": []}
+ROW = {
+    "id": "ab" * 32,
+    "hotkey": MINER,
+    "commit_block": 5,
+    "state": "failed",
+    "reason": "x\x1b[2J\x07 cleared",
+    "evidence": [],
+}
 
 
 async def _hostile(request: web.Request) -> web.StreamResponse:
@@ -105,8 +124,9 @@ async def _hostile(request: web.Request) -> web.StreamResponse:
     if mode == "html":
         return web.Response(text="<html>", content_type="text/html")
     if mode == "badverdict":
-        return web.json_response(_doc([{**ROW, "evidence": [{"target": "t", "verdict": "WIN", "reason": "",
-                                                             "arena_id": "a", "label": "l"}]}]))
+        return web.json_response(
+            _doc([{**ROW, "evidence": [{"target": "t", "verdict": "WIN", "reason": "", "arena_id": "a", "label": "l"}]}])
+        )
     return web.json_response(_doc([ROW, {**ROW, "hotkey": "someone-else"}]))  # "ansi"
 
 
@@ -137,6 +157,7 @@ class Hostile:
             self.loop.run_until_complete(start())
             ready.set()
             self.loop.run_forever()
+
         self.thread = threading.Thread(target=run, daemon=True)
         self.thread.start()
         ready.wait(30)
@@ -150,6 +171,7 @@ class Hostile:
             for t in rest:  # the slow handler, still asleep
                 t.cancel()
             await asyncio.gather(*rest, return_exceptions=True)
+
         asyncio.run_coroutine_threadsafe(cleanup(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
@@ -165,8 +187,24 @@ def test_miner_status_shows_every_validators_verdicts_and_survives_bad_ones(tmp_
             chain.serve_axon(f"v{i + 2}", 1, "127.0.0.1", ports[mode])
         st = miner_status(chain, 1, MINER, fetch=False, verdict_timeout_s=1.5)
         by = {v.hotkey: v for v in st.verdicts}
-        assert cli_main(["miner", "status", "--local-chain", str(tmp_path / "c.db"), "--hotkey", MINER,
-                         "--no-fetch", "--verdict-timeout", "1.5", "--state-dir", str(tmp_path / "m")]) == 0
+        assert (
+            cli_main(
+                [
+                    "miner",
+                    "status",
+                    "--local-chain",
+                    str(tmp_path / "c.db"),
+                    "--hotkey",
+                    MINER,
+                    "--no-fetch",
+                    "--verdict-timeout",
+                    "1.5",
+                    "--state-dir",
+                    str(tmp_path / "m"),
+                ]
+            )
+            == 0
+        )
         text = capsys.readouterr().out
     good = by["v0"]
     assert good.error is None and [c["id"] for c in good.contributions] == [cid("good")]

@@ -124,11 +124,14 @@ def _flood(table: ConnTable, keys: list[str]) -> list[FakeTransport]:
     return out
 
 
-@pytest.mark.parametrize("attacker", [
-    [f"2001:db8:bad:{i:x}::/64" for i in range(512) for _ in range(2)],  # one tunnel's /48, 2 per /64
-    [f"2001:db8:bad:{i:x}::/64" for i in range(64) for _ in range(16)],  # 16 per /64, the per-client cap
-    [f"198.51.100.{i}" for i in range(1, 65) for _ in range(16)],  # 64 IPv4 addresses of one /24
-])
+@pytest.mark.parametrize(
+    "attacker",
+    [
+        [f"2001:db8:bad:{i:x}::/64" for i in range(512) for _ in range(2)],  # one tunnel's /48, 2 per /64
+        [f"2001:db8:bad:{i:x}::/64" for i in range(64) for _ in range(16)],  # 16 per /64, the per-client cap
+        [f"198.51.100.{i}" for i in range(1, 65) for _ in range(16)],  # 64 IPv4 addresses of one /24
+    ],
+)
 def test_a_flood_from_one_network_evicts_itself_not_the_readers(attacker):
     """Red team: at the total cap the oldest connection was dropped, so one attacker's churn (any
     32 clients' worth: 32 IPv4 addresses or 32 /64s of one free tunnel-broker /48) aborted every

@@ -88,11 +88,14 @@ def _evict_scenario(family: int, tmp_path: Path) -> dict:
     if family == 6:  # a network namespace of its own, where two /48s are routed to loopback (AnyIP)
         if shutil.which("unshare") is None or shutil.which("ip") is None:
             pytest.skip("needs unshare and ip (util-linux, iproute2)")
-        setup = ("ip link set lo up && ip -6 route add local fd00:bad::/48 dev lo && "
-                 "ip -6 route add local fd00:600d::/48 dev lo && exec \"$@\"")
+        setup = (
+            "ip link set lo up && ip -6 route add local fd00:bad::/48 dev lo && "
+            'ip -6 route add local fd00:600d::/48 dev lo && exec "$@"'
+        )
         script = ["unshare", "--net", "sh", "-c", setup, "sh", *script]
-    proc = subprocess.run(script, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": f"{HERE.parent.parent}:{HERE}"})
+    proc = subprocess.run(
+        script, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": f"{HERE.parent.parent}:{HERE}"}
+    )
     if family == 6 and proc.returncode != 0 and "Operation not permitted" in proc.stderr:
         pytest.skip(f"no network namespace here: {proc.stderr[-300:]}")
     lines = [x for x in proc.stdout.splitlines() if x.startswith('{"reader"')]
@@ -158,13 +161,27 @@ def test_request_line_header_size_and_count_are_bounded(state):
 
 # -- alone in a process: its fds and its log -------------------------------------------------
 
+
 class Site:
     def __init__(self, tmp: Path, kind: str, directory: Path, limits: Limits, ballast: bool = False) -> None:
         self.log = tmp / f"site-{kind}.log"
-        argv = [sys.executable, str(HERE / "site_server.py"), "--kind", kind, "--dir", str(directory),
-                "--limits", json.dumps(limits.to_json())] + (["--ballast"] if ballast else [])
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=open(self.log, "wb"), text=True,
-                                     env={**os.environ, "PYTHONPATH": str(HERE.parent.parent)})
+        argv = [
+            sys.executable,
+            str(HERE / "site_server.py"),
+            "--kind",
+            kind,
+            "--dir",
+            str(directory),
+            "--limits",
+            json.dumps(limits.to_json()),
+        ] + (["--ballast"] if ballast else [])
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=open(self.log, "wb"),
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(HERE.parent.parent)},
+        )
         line = self.proc.stdout.readline()
         assert line.startswith("PORT "), (line, self.log.read_text()[-2000:])
         self.port = int(line.split()[1])
@@ -208,8 +225,18 @@ def _big_state(root: Path, rows: int = 500, reason_kb: int = 16) -> Path:
     db = StateDB(state)
     with db.tx() as con:
         for i in range(rows):
-            db.insert(con, cid=f"{i:064x}", hotkey=f"hk{i}", uid=i, commit_block=i, reveal_block=i + 1,
-                      url=None, digest=None, state="failed", reason="r" * (reason_kb << 10))
+            db.insert(
+                con,
+                cid=f"{i:064x}",
+                hotkey=f"hk{i}",
+                uid=i,
+                commit_block=i,
+                reveal_block=i + 1,
+                url=None,
+                digest=None,
+                state="failed",
+                reason="r" * (reason_kb << 10),
+            )
     db.close()
     return state
 
@@ -228,8 +255,9 @@ def _slow_readers(port: int, n: int, src: str) -> list[socket.socket]:
 
 
 def test_slow_readers_are_dropped_once_their_unsent_bytes_pass_the_budget(tmp_path):
-    site = Site(tmp_path, "board", _big_state(tmp_path),
-                Limits(max_conn_s=60.0, max_buffered=4 << 20, header_timeout_s=10.0))
+    site = Site(
+        tmp_path, "board", _big_state(tmp_path), Limits(max_conn_s=60.0, max_buffered=4 << 20, header_timeout_s=10.0)
+    )
     base = site.sockets()
     socks = _slow_readers(site.port, 8, "127.0.0.14") + _slow_readers(site.port, 8, "127.0.0.15")
     try:
@@ -246,8 +274,12 @@ def test_slow_readers_are_dropped_once_their_unsent_bytes_pass_the_budget(tmp_pa
 
 
 def test_a_connection_ends_after_its_lifetime_whatever_it_does(tmp_path):
-    site = Site(tmp_path, "board", _big_state(tmp_path, rows=100),  # ~1.6 MB: under the budget
-                Limits(max_conn_s=4.0, header_timeout_s=2.0))
+    site = Site(
+        tmp_path,
+        "board",
+        _big_state(tmp_path, rows=100),  # ~1.6 MB: under the budget
+        Limits(max_conn_s=4.0, header_timeout_s=2.0),
+    )
     base = site.sockets()
     socks = _slow_readers(site.port, 2, "127.0.0.17")
     try:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from board_fixtures import GPU_ARENA, arena_detail, XSS_HOTKEY, XSS_REASON, cid, make_state
+from board_fixtures import GPU_ARENA, XSS_HOTKEY, XSS_REASON, arena_detail, cid, make_state
 
 from cacheon_subnet.validator.state import DB_NAME, StateDB
 from cacheon_subnet.validator.web.ratelimit import TokenBuckets
@@ -25,6 +25,7 @@ def state(tmp_path_factory) -> Path:
 
 def fetch(state_dir: Path, *paths: str, method: str = "GET", buckets: TokenBuckets | None = None) -> list:
     """(status, headers, body text) for each path, in order, through one test server."""
+
     async def go() -> list:
         async with TestClient(TestServer(make_app(state_dir, buckets))) as client:
             out = []
@@ -32,12 +33,14 @@ def fetch(state_dir: Path, *paths: str, method: str = "GET", buckets: TokenBucke
                 r = await client.request(method, p)
                 out.append((r.status, r.headers, await r.text()))
             return out
+
     return asyncio.run(go())
 
 
 def strict(text: str):
     def no_constant(name: str):
         raise ValueError(f"non-standard JSON constant {name}")
+
     return json.loads(text, parse_constant=no_constant)
 
 
@@ -54,8 +57,11 @@ def test_crowns_per_slot_with_speedup_arena_and_age(state):
 
 def test_contributions_carry_every_verdict_with_the_full_reason(state):
     [(s1, _, all_), (s2, _, evil), (s3, _, page)] = fetch(
-        state, "/api/contributions", "/api/contributions?hotkey=" + XSS_HOTKEY.replace("'", "%27"),
-        "/api/contributions?limit=2&offset=1")
+        state,
+        "/api/contributions",
+        "/api/contributions?hotkey=" + XSS_HOTKEY.replace("'", "%27"),
+        "/api/contributions?limit=2&offset=1",
+    )
     assert s1 == s2 == s3 == 200
     doc = strict(all_)
     rows = check_contributions(doc)  # the miner-side schema check accepts what the server sends
@@ -70,7 +76,8 @@ def test_contributions_carry_every_verdict_with_the_full_reason(state):
 
 def test_contribution_detail_has_the_window_figures_the_plots_need(state):
     [(status, _, body), (missing, _, _), (bad_id, _, _)] = fetch(
-        state, f"/api/contributions/{cid('good')}", f"/api/contributions/{cid('nobody')}", "/api/contributions/..%2f")
+        state, f"/api/contributions/{cid('good')}", f"/api/contributions/{cid('nobody')}", "/api/contributions/..%2f"
+    )
     assert (status, missing, bad_id) == (200, 404, 404)
     c = strict(body)["contribution"]
     [e] = c["evidence"]
@@ -156,8 +163,9 @@ def test_nan_figures_come_out_as_null_not_invalid_json(tmp_path):
     con.execute("UPDATE evidence SET detail=? WHERE contribution_id=?", (json.dumps(detail), cid("good")))
     con.commit()
     con.close()
-    [(s1, _, b1), (s2, _, b2), (s3, _, _)] = fetch(state, "/api/contributions", f"/api/contributions/{cid('good')}",
-                                                   f"/contributions/{cid('good')}")
+    [(s1, _, b1), (s2, _, b2), (s3, _, _)] = fetch(
+        state, "/api/contributions", f"/api/contributions/{cid('good')}", f"/contributions/{cid('good')}"
+    )
     assert s1 == s2 == s3 == 200
     assert strict(b1)["contributions"][-1]["evidence"][0]["speedup"] is None
     res = strict(b2)["contribution"]["evidence"][0]["stages"][0]

@@ -26,16 +26,31 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SIZE = (1024, 768)
 if CHROMIUM is None and os.environ.get("CACHEON_REQUIRE_CHROMIUM"):
     raise RuntimeError("CACHEON_REQUIRE_CHROMIUM is set but no chromium is on PATH (apt-get install -y chromium)")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed here (apt-get install -y "
-                                "chromium); .ci/run installs it so this runs in CI")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium is not installed here (apt-get install -y chromium); .ci/run installs it so this runs in CI",
+)
 CROWN_ROW = re.compile(r'<tr class="crown" data-slot="([^"]+)">')
 
 
 def chromium(tmp: Path, name: str, *args: str) -> subprocess.Popen:
     profile = tmp / f"profile-{name}"  # one per process: two chromiums on one profile exit 21
-    return subprocess.Popen([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                             "--hide-scrollbars", "--disable-extensions", f"--user-data-dir={profile}", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return subprocess.Popen(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--hide-scrollbars",
+            "--disable-extensions",
+            f"--user-data-dir={profile}",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
 
 
 def png_size_and_pixels(path: Path) -> tuple[tuple[int, int], bytes]:
@@ -43,8 +58,8 @@ def png_size_and_pixels(path: Path) -> tuple[tuple[int, int], bytes]:
     assert raw[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
     pos, idat, size = 8, b"", (0, 0)
     while pos < len(raw):
-        n, kind = struct.unpack(">I4s", raw[pos:pos + 8])
-        body = raw[pos + 8:pos + 8 + n]
+        n, kind = struct.unpack(">I4s", raw[pos : pos + 8])
+        body = raw[pos + 8 : pos + 8 + n]
         if kind == b"IHDR":
             size = struct.unpack(">II", body[:8])
         elif kind == b"IDAT":

@@ -16,9 +16,17 @@ from cacheon_subnet.validator.state import DB_NAME, StateDB
 from cacheon_subnet.validator.web import snapshot
 from cacheon_subnet.validator.web.server import make_app
 
-PATHS = ("/api/health", "/api/crowns", "/api/contributions", "/api/contributions?hotkey=miner-good",
-         "/api/contributions?state=failed&limit=1&offset=1", f"/api/contributions/{cid('good')}", "/",
-         f"/contributions/{cid('good')}", f"/contributions/{cid('evil')}")
+PATHS = (
+    "/api/health",
+    "/api/crowns",
+    "/api/contributions",
+    "/api/contributions?hotkey=miner-good",
+    "/api/contributions?state=failed&limit=1&offset=1",
+    f"/api/contributions/{cid('good')}",
+    "/",
+    f"/contributions/{cid('good')}",
+    f"/contributions/{cid('evil')}",
+)
 
 
 def _fetch(root, snap: bool) -> list[tuple[int, str]]:
@@ -29,6 +37,7 @@ def _fetch(root, snap: bool) -> list[tuple[int, str]]:
                 r = await client.get(p)
                 out.append((r.status, await r.text()))
             return out
+
     return asyncio.run(go())
 
 
@@ -89,8 +98,17 @@ def test_a_new_snapshot_replaces_the_old_atomically_and_readers_cannot_write(tmp
     before = reader.execute("SELECT COUNT(*) FROM contributions").fetchone()[0]
     db = StateDB(state)
     with db.tx() as con:
-        db.insert(con, cid="ff" * 32, hotkey="late", uid=9, commit_block=99, reveal_block=100, url=None, digest=None,
-                  state="queued")
+        db.insert(
+            con,
+            cid="ff" * 32,
+            hotkey="late",
+            uid=9,
+            commit_block=99,
+            reveal_block=100,
+            url=None,
+            digest=None,
+            state="queued",
+        )
     db.close()
     snapshot.write(state, out)
     assert reader.execute("SELECT COUNT(*) FROM contributions").fetchone()[0] == before  # its own inode, whole
@@ -136,10 +154,25 @@ def test_a_full_page_sorts_within_the_web_process_file_size_limit(tmp_path):
     with db.tx() as con:
         for i in range(200):
             c = hashlib.sha256(b"%d" % i).hexdigest()
-            db.insert(con, cid=c, hotkey=f"hk{i}", uid=i + 10, commit_block=100 + i, reveal_block=101 + i,
-                      url=None, digest=c, state="qualified", reason="qualified")
-            ledger.record_evidence(con, c, QualifyResult("norm.rmsnorm", "PASS", True, 1.0, 1.0, 0.01, "a", "gpu",
-                                                         "C/B 1.0", detail), 200 + i, None)
+            db.insert(
+                con,
+                cid=c,
+                hotkey=f"hk{i}",
+                uid=i + 10,
+                commit_block=100 + i,
+                reveal_block=101 + i,
+                url=None,
+                digest=c,
+                state="qualified",
+                reason="qualified",
+            )
+            ledger.record_evidence(
+                con,
+                c,
+                QualifyResult("norm.rmsnorm", "PASS", True, 1.0, 1.0, 0.01, "a", "gpu", "C/B 1.0", detail),
+                200 + i,
+                None,
+            )
     db.close()
     out = tmp_path / "snap"
     out.mkdir()

@@ -48,10 +48,32 @@ class ValidatorRun:
         self.state = tmp / "state"
         self.port, self.metrics_port = _free_port(), _free_port()
         self.log = tmp / "validator.log"
-        argv = ["prlimit", "--nofile=1024:1024", "--", sys.executable, "-m", "cacheon_subnet.cli", "validator", "run",
-                "--chain", "local", "--local-chain", str(chain), "--netuid", "1", "--wallet.hotkey", "v0",
-                "--state-dir", str(self.state), "--interval", "1", "--leaderboard", f"127.0.0.1:{self.port}",
-                "--metrics-port", str(self.metrics_port)]
+        argv = [
+            "prlimit",
+            "--nofile=1024:1024",
+            "--",
+            sys.executable,
+            "-m",
+            "cacheon_subnet.cli",
+            "validator",
+            "run",
+            "--chain",
+            "local",
+            "--local-chain",
+            str(chain),
+            "--netuid",
+            "1",
+            "--wallet.hotkey",
+            "v0",
+            "--state-dir",
+            str(self.state),
+            "--interval",
+            "1",
+            "--leaderboard",
+            f"127.0.0.1:{self.port}",
+            "--metrics-port",
+            str(self.metrics_port),
+        ]
         env = {**os.environ, "PYTHONPATH": str(REPO), "CACHEON_WEB_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S)}
         env.pop("CACHEON_SANDBOX", None)
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(self.log, "wb"), env=env)
@@ -93,8 +115,9 @@ class ValidatorRun:
         assert len(passes) >= n, f"{what}: {len(passes)} passes completed, expected {n}"
         assert not self.events("pass.crashed"), f"{what}: a pass crashed: {self.events('pass.crashed')[-1]}"
         assert all(not p.get("problems") for p in passes), f"{what}: {[p['problems'] for p in passes]}"
-        assert any(p.get("weights") in ("verified", "published") for p in passes), \
+        assert any(p.get("weights") in ("verified", "published") for p in passes), (
             f"{what}: no weights published in {[p.get('weights') for p in passes]}"
+        )
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -188,8 +211,7 @@ def test_floods_on_the_page_and_the_metrics_port_never_reach_the_validator(run):
 
     # 6. the metrics port, inside the validator's process: a slowloris costs at most its cap
     mark = run.mark()
-    with floods.holding(floods.open_many(run.metrics_port, 300, "127.0.0.1",
-                                         first=b"GET /metrics HTTP/1.1\r\n")) as socks:
+    with floods.holding(floods.open_many(run.metrics_port, 300, "127.0.0.1", first=b"GET /metrics HTTP/1.1\r\n")) as socks:
         time.sleep(0.5)
         validator_untouched("metrics slowloris")
         run.expect_passes(mark, "metrics slowloris")
@@ -199,8 +221,11 @@ def test_floods_on_the_page_and_the_metrics_port_never_reach_the_validator(run):
     assert floods.rss_mib(child) <= child_rss + 100 and run.child() == child  # never restarted
     grown = run.log.read_text(errors="replace")[base_log:]
     assert "Traceback" not in grown and len(grown) < 256_000, f"log grew {len(grown)} bytes during the floods"
-    noisy = [e for e in run.events() if e.get("event") not in ("pass.done", "weights.unchanged", "weights.verified",
-                                                                 "weights.published", "weights.sent")]
+    noisy = [
+        e
+        for e in run.events()
+        if e.get("event") not in ("pass.done", "weights.unchanged", "weights.verified", "weights.published", "weights.sent")
+    ]
     assert len(noisy) < 60, f"{len(noisy)} log lines other than passes, e.g. {noisy[-3:]}"
 
 

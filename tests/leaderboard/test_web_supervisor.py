@@ -75,8 +75,17 @@ def test_the_page_follows_the_state_db(tmp_path):
         assert floods.get_until(sup.port, src="127.0.0.2", within_s=60) == 200
         db = StateDB(state)
         with db.tx() as con:
-            db.insert(con, cid="ee" * 32, hotkey="newcomer", uid=7, commit_block=70, reveal_block=71, url=None,
-                      digest=None, state="queued")
+            db.insert(
+                con,
+                cid="ee" * 32,
+                hotkey="newcomer",
+                uid=7,
+                commit_block=70,
+                reveal_block=71,
+                url=None,
+                digest=None,
+                state="queued",
+            )
         db.close()
         end, seen = time.monotonic() + 30, False
         while time.monotonic() < end and not seen:
@@ -121,13 +130,26 @@ def test_cacheon_leaderboard_runs_the_same_web_process_and_stops_it(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = tmp_path / "board.log"
-    proc = subprocess.Popen([sys.executable, "-m", "cacheon_subnet.cli", "leaderboard", "--state-dir", str(state),
-                             "--listen", f"127.0.0.1:{port}"], stdout=subprocess.PIPE, stderr=open(log, "wb"),
-                            text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cacheon_subnet.cli",
+            "leaderboard",
+            "--state-dir",
+            str(state),
+            "--listen",
+            f"127.0.0.1:{port}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=open(log, "wb"),
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     try:
         assert proc.stdout.readline().startswith(f"leaderboard: http://127.0.0.1:{port}/")
         assert floods.get_until(port, src="127.0.0.2", within_s=60) == 200
-        started = [json.loads(x) for x in log.read_text().splitlines() if '"web.child_started"' in x][0]
+        started = next(json.loads(x) for x in log.read_text().splitlines() if '"web.child_started"' in x)
         assert started["walled"] is True and 64000 <= started["uid"] < 64064
         child = floods.web_child(started["snapshot_dir"])
         assert child is not None and child != proc.pid
@@ -139,8 +161,9 @@ def test_cacheon_leaderboard_runs_the_same_web_process_and_stops_it(tmp_path):
     assert _port_free(port)
 
 
-@pytest.mark.parametrize("error", [SandboxError("every sandbox uid is in use"),
-                                   OSError(errno.EAGAIN, "Resource temporarily unavailable")])
+@pytest.mark.parametrize(
+    "error", [SandboxError("every sandbox uid is in use"), OSError(errno.EAGAIN, "Resource temporarily unavailable")]
+)
 def test_a_failed_restart_is_tried_again(tmp_path, monkeypatch, error):
     """Red team: an OSError from the launch (no fork, pipe or mount at that moment: EAGAIN, EMFILE,
     ENOMEM) was not a LeaderboardError, so it ended the watch thread: the page was never restarted

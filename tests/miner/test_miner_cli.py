@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from cacheon_subnet.netpolicy import LOCAL
-from cacheon_subnet.chain import LocalChain, commitment
-
 from conftest import EXAMPLES, REPO
+
+from cacheon_subnet.chain import LocalChain, commitment
+from cacheon_subnet.netpolicy import LOCAL
 
 NET = 4
 
@@ -29,8 +29,7 @@ def free_port() -> int:
 
 
 def run(args: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO,
-                          env=env, timeout=timeout)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=timeout)
 
 
 def wait_http(port: int, path: str, deadline_s: float = 60) -> int:
@@ -56,13 +55,29 @@ def test_cli_submit_status_and_neuron_round_trip(tmp_path: Path) -> None:
     shutil.copytree(EXAMPLES / "norm.rmsnorm", bundle)
     serve_dir = tmp_path / "serve"
     port = free_port()
-    env = {**os.environ, "CACHEON_MINER_STATE": str(tmp_path / "state"),
-           "CACHEON_LOCAL_CHAIN": str(chain_path)}
+    env = {**os.environ, "CACHEON_MINER_STATE": str(tmp_path / "state"), "CACHEON_LOCAL_CHAIN": str(chain_path)}
     chain_flags = ["--chain", "local", "--netuid", str(NET), "--wallet.hotkey", "m1"]
 
-    sub = run(["-m", "cacheon_subnet.cli", "miner", "submit", str(bundle), "--serve-dir",
-               str(serve_dir), "--base-url", f"http://127.0.0.1:{port}", "--reveal-blocks", "3",
-               "--max-cases", "1", "--json", *chain_flags], env)
+    sub = run(
+        [
+            "-m",
+            "cacheon_subnet.cli",
+            "miner",
+            "submit",
+            str(bundle),
+            "--serve-dir",
+            str(serve_dir),
+            "--base-url",
+            f"http://127.0.0.1:{port}",
+            "--reveal-blocks",
+            "3",
+            "--max-cases",
+            "1",
+            "--json",
+            *chain_flags,
+        ],
+        env,
+    )
     assert sub.returncode == 0, sub.stdout + sub.stderr
     res = json.loads(sub.stdout)
     assert res["status"] == "committed" and res["reveal_block"] == 3
@@ -70,8 +85,7 @@ def test_cli_submit_status_and_neuron_round_trip(tmp_path: Path) -> None:
     assert (serve_dir / f"{digest}.tar.gz").is_file()
     assert commitment.parse(res["payload"], "m1", LOCAL).url == f"http://127.0.0.1:{port}/{digest}.tar.gz"
 
-    st = run(["-m", "cacheon_subnet.cli", "miner", "status", "--json", "--no-fetch",
-              *chain_flags], env)
+    st = run(["-m", "cacheon_subnet.cli", "miner", "status", "--json", "--no-fetch", *chain_flags], env)
     assert st.returncode == 0, st.stdout + st.stderr
     data = json.loads(st.stdout)
     assert data["state"] == "pending" and data["pending"]["digest"] == digest
@@ -79,10 +93,30 @@ def test_cli_submit_status_and_neuron_round_trip(tmp_path: Path) -> None:
 
     # The neuron restarts on the same bundle: nothing re-committed, it just serves.
     neuron = subprocess.Popen(
-        [sys.executable, "neurons/miner.py", "--bundle", str(bundle), "--serve-dir",
-         str(serve_dir), "--port", str(port), "--reveal-blocks", "3", "--local-chain",
-         str(chain_path), "--netuid", str(NET), "--hotkey", "m1"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "neurons/miner.py",
+            "--bundle",
+            str(bundle),
+            "--serve-dir",
+            str(serve_dir),
+            "--port",
+            str(port),
+            "--reveal-blocks",
+            "3",
+            "--local-chain",
+            str(chain_path),
+            "--netuid",
+            str(NET),
+            "--hotkey",
+            "m1",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         assert wait_http(port, f"/{digest}.tar.gz") == 200
         chain.advance(3)
@@ -103,12 +137,38 @@ def test_cli_refuses_usage_errors(tmp_path: Path) -> None:
     chain_path = tmp_path / "chain.db"
     LocalChain.create(chain_path, netuid=NET, seconds_per_block=0)
     env = {**os.environ, "CACHEON_MINER_STATE": str(tmp_path / "state")}
-    r = run(["-m", "cacheon_subnet.cli", "miner", "submit", str(EXAMPLES / "norm.rmsnorm"),
-             "--url", "https://example.com/a.tar.gz", "--serve-dir", str(tmp_path)], env)
+    r = run(
+        [
+            "-m",
+            "cacheon_subnet.cli",
+            "miner",
+            "submit",
+            str(EXAMPLES / "norm.rmsnorm"),
+            "--url",
+            "https://example.com/a.tar.gz",
+            "--serve-dir",
+            str(tmp_path),
+        ],
+        env,
+    )
     assert r.returncode == 2 and "not allowed with" in r.stderr
     r = run(["-m", "cacheon_subnet.cli", "miner", "status", "--chain", "local"], env)
     assert r.returncode == 2 and "--local-chain" in r.stderr
-    r = run(["-m", "cacheon_subnet.cli", "miner", "submit", str(EXAMPLES / "norm.rmsnorm"),
-             "--serve-dir", str(tmp_path / "s"), "--local-chain", str(chain_path), "--hotkey",
-             "ghost", "--json"], env)
+    r = run(
+        [
+            "-m",
+            "cacheon_subnet.cli",
+            "miner",
+            "submit",
+            str(EXAMPLES / "norm.rmsnorm"),
+            "--serve-dir",
+            str(tmp_path / "s"),
+            "--local-chain",
+            str(chain_path),
+            "--hotkey",
+            "ghost",
+            "--json",
+        ],
+        env,
+    )
     assert r.returncode == 1 and json.loads(r.stdout)["reason"] == "not_registered"

@@ -12,19 +12,18 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from conftest import EXAMPLES
 
 from cacheon_subnet.bundle import pack
-from cacheon_subnet.netpolicy import LOCAL
 from cacheon_subnet.miner.serve import (
     BundleServer,
     ServeError,
-    archive_name,
     aprobe,
+    archive_name,
     probe,
     start_in_thread,
 )
-
-from conftest import EXAMPLES
+from cacheon_subnet.netpolicy import LOCAL
 
 DIGEST_LIKE = "ab" * 32
 
@@ -72,12 +71,25 @@ def test_head_gives_length_without_body(served) -> None:
     assert headers["content-length"] == str(archive.stat().st_size)
 
 
-@pytest.mark.parametrize("path", [
-    "/", "/secret.txt", "/../outside.txt", "/..%2Foutside.txt", "/%2e%2e/outside.txt",
-    "/%2e%2e%2foutside.txt", f"/{DIGEST_LIKE.upper()}.tar.gz", f"/{DIGEST_LIKE}.tgz",
-    f"/{DIGEST_LIKE}.tar.gz.part", f"/sub/{DIGEST_LIKE}.tar.gz", f"/{DIGEST_LIKE}.tar.gz/",
-    "//etc/passwd", "/%00", f"/{DIGEST_LIKE}.tar.gz",  # last: well-formed but absent
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "/secret.txt",
+        "/../outside.txt",
+        "/..%2Foutside.txt",
+        "/%2e%2e/outside.txt",
+        "/%2e%2e%2foutside.txt",
+        f"/{DIGEST_LIKE.upper()}.tar.gz",
+        f"/{DIGEST_LIKE}.tgz",
+        f"/{DIGEST_LIKE}.tar.gz.part",
+        f"/sub/{DIGEST_LIKE}.tar.gz",
+        f"/{DIGEST_LIKE}.tar.gz/",
+        "//etc/passwd",
+        "/%00",
+        f"/{DIGEST_LIKE}.tar.gz",  # last: well-formed but absent
+    ],
+)
 def test_everything_else_is_404_without_listing(served, path: str) -> None:
     srv, _, digest, _ = served
     status, _, body = request(srv, "GET", path)

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import CONTROLS, EXAMPLES
 
-from cacheon_subnet.netpolicy import LOCAL
 from cacheon_subnet.bundle import load_bundle
 from cacheon_subnet.chain import LocalChain, commitment
 from cacheon_subnet.miner.serve import archive_name, start_in_thread
@@ -21,9 +21,8 @@ from cacheon_subnet.miner.submit import (
     load_records,
     submit,
 )
+from cacheon_subnet.netpolicy import LOCAL
 from cacheon_subnet.verify import VerifyOptions
-
-from conftest import CONTROLS, EXAMPLES
 
 NET = 5
 FAST = VerifyOptions(device="cpu", max_cases=1, call_timeout_s=60)
@@ -33,8 +32,7 @@ FAST = VerifyOptions(device="cpu", max_cases=1, call_timeout_s=60)
 def world(tmp_path: Path):
     """Frozen local chain (owner uid 0, validator v1 uid 1, miners m1 uid 2, m2 uid 3),
     a serve dir with a running server, a state dir and a copy of the faithful example."""
-    chain = LocalChain.create(tmp_path / "chain.db", netuid=NET, seconds_per_block=0,
-                              weights_rate_limit=0)
+    chain = LocalChain.create(tmp_path / "chain.db", netuid=NET, seconds_per_block=0, weights_rate_limit=0)
     chain.register("v1", "cold-v", stake=1000.0, validator_permit=True)
     chain.register("m1", "cold-m1")
     chain.register("m2", "cold-m2")
@@ -43,16 +41,22 @@ def world(tmp_path: Path):
     bundle = tmp_path / "bundle"
     shutil.copytree(EXAMPLES / "norm.rmsnorm", bundle)
     srv = start_in_thread(serve_dir)
-    yield {"chain": chain, "serve": serve_dir, "srv": srv, "bundle": bundle,
-           "state": tmp_path / "state", "tmp": tmp_path}
+    yield {"chain": chain, "serve": serve_dir, "srv": srv, "bundle": bundle, "state": tmp_path / "state", "tmp": tmp_path}
     srv.stop()
     chain.close()
 
 
 def kw(w: dict, **extra) -> dict:
-    base = dict(backend=w["chain"], netuid=NET, hotkey="m1", serve_dir=w["serve"],
-                base_url=w["srv"].base_url, reveal_after_blocks=5, verify_options=FAST,
-                state_dir=w["state"])
+    base = dict(
+        backend=w["chain"],
+        netuid=NET,
+        hotkey="m1",
+        serve_dir=w["serve"],
+        base_url=w["srv"].base_url,
+        reveal_after_blocks=5,
+        verify_options=FAST,
+        state_dir=w["state"],
+    )
     base.update(extra)
     return base
 
@@ -154,8 +158,7 @@ def test_refusals_before_verify_are_specific(world, make_bundle) -> None:
     # A user URL that does not serve the bundle: refused by --check-url before any verify.
     t0 = time.monotonic()
     with pytest.raises(SubmitError) as err:
-        submit(world["bundle"], check_url=True,
-               **kw(world, serve_dir=None, url=world["srv"].url_for("ab" * 32)))
+        submit(world["bundle"], check_url=True, **kw(world, serve_dir=None, url=world["srv"].url_for("ab" * 32)))
     assert time.monotonic() - t0 < 5
     assert err.value.reason == "url_mismatch" and "http_status" in str(err.value)
     chain.advance(50)
@@ -175,8 +178,7 @@ def test_user_hosted_url_checked_then_committed(world) -> None:
     archives.mkdir(parents=True)
     digest = load_bundle(world["bundle"]).digest
     with start_in_thread(archives) as host:  # stands in for the miner's own https host
-        res = submit(world["bundle"], check_url=True,
-                     **kw(world, serve_dir=None, url=host.url_for(digest)))
+        res = submit(world["bundle"], check_url=True, **kw(world, serve_dir=None, url=host.url_for(digest)))
     assert res.status == "committed" and res.url == host.url_for(digest)
     assert Path(res.archive) == archives / archive_name(digest)
     assert list(world["serve"].iterdir()) == []
@@ -214,7 +216,9 @@ def test_a_commit_that_landed_then_raised_is_not_sent_again(world, monkeypatch) 
     from cacheon_subnet.chain import ChainUnavailable
     from cacheon_subnet.miner.commands import ChainContext
 
-    spec = importlib.util.spec_from_file_location("miner_neuron", Path(__file__).resolve().parents[2] / "neurons" / "miner.py")
+    spec = importlib.util.spec_from_file_location(
+        "miner_neuron", Path(__file__).resolve().parents[2] / "neurons" / "miner.py"
+    )
     neuron = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(neuron)
     monkeypatch.setattr("time.sleep", lambda s: None)  # a retry (the bug) would not wait here
@@ -229,10 +233,21 @@ def test_a_commit_that_landed_then_raised_is_not_sent_again(world, monkeypatch) 
             chain.commit(*a, **k)
             raise ChainUnavailable("connection reset after submit")
 
-    args = argparse.Namespace(bundle=world["bundle"], url=None, serve_dir=world["serve"], base_url=world["srv"].base_url,
-                              host="127.0.0.1", port=0, reveal_blocks=5, verify_device="cpu", max_cases=1,
-                              state_dir=world["state"])
+    args = argparse.Namespace(
+        bundle=world["bundle"],
+        url=None,
+        serve_dir=world["serve"],
+        base_url=world["srv"].base_url,
+        host="127.0.0.1",
+        port=0,
+        reveal_blocks=5,
+        verify_device="cpu",
+        max_cases=1,
+        state_dir=world["state"],
+    )
     with pytest.raises(SubmitError) as e:
-        neuron._submit_with_retries(args, ChainContext(LandsThenRaises(), NET, "m1", "local"), neuron.cacheon_log.get_logger("t"))
+        neuron._submit_with_retries(
+            args, ChainContext(LandsThenRaises(), NET, "m1", "local"), neuron.cacheon_log.get_logger("t")
+        )
     assert e.value.sent and "may still have landed" in str(e.value) and "miner status" in str(e.value)
     assert len(commits) == 1

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import floods
-
 from conftest import EXAMPLES, REPO
 
 from cacheon_subnet.bundle import pack
@@ -62,9 +61,25 @@ def test_a_flood_of_silent_connections_leaves_the_archive_server_serving(tmp_pat
     want = hashlib.sha256((serve / name).read_bytes()).hexdigest()
     port = _free_port()
     log = tmp_path / "serve.log"
-    proc = subprocess.Popen(["prlimit", "--nofile=1024:1024", "--", sys.executable, "-m", "cacheon_subnet.cli",
-                             "miner", "serve", "--dir", str(serve), "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=open(log, "wb"), env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.Popen(
+        [
+            "prlimit",
+            "--nofile=1024:1024",
+            "--",
+            sys.executable,
+            "-m",
+            "cacheon_subnet.cli",
+            "miner",
+            "serve",
+            "--dir",
+            str(serve),
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(log, "wb"),
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     try:
         assert floods.get_until(port, ok=404, src="127.0.0.2", within_s=60, path="/") == 404  # up
         base = _sockets(proc.pid)

@@ -60,13 +60,23 @@ def measure(truth: Truth, sigma: float, rng: random.Random, evaluated: int) -> E
     """One validator's pass: gaussian error on the true speedup and on its own noise estimate."""
     speedup = truth.speedup * (1.0 + rng.gauss(0.0, sigma))
     noise = max(0.0, sigma * (1.0 + rng.gauss(0.0, 0.25)))
-    return Evidence(contribution_id=truth.cid, target=truth.target, hotkey=truth.hotkey,
-                    commit_block=truth.commit_block, verdict=truth.verdict, quality_ok=truth.verdict == "PASS",
-                    speedup=speedup, noise=noise, arena_id=ARENA, evaluated_block=evaluated)
+    return Evidence(
+        contribution_id=truth.cid,
+        target=truth.target,
+        hotkey=truth.hotkey,
+        commit_block=truth.commit_block,
+        verdict=truth.verdict,
+        quality_ok=truth.verdict == "PASS",
+        speedup=speedup,
+        noise=noise,
+        arena_id=ARENA,
+        evaluated_block=evaluated,
+    )
 
 
-def validator_round(v: int, seed: int, truths, crowns: dict[str, Crown | None], settle_block: int,
-                    evaluated: int) -> tuple[dict[str, Crown | None], dict[str, str]]:
+def validator_round(
+    v: int, seed: int, truths, crowns: dict[str, Crown | None], settle_block: int, evaluated: int
+) -> tuple[dict[str, Crown | None], dict[str, str]]:
     """Validator v measures everything itself and settles every target; returns crowns and outcomes."""
     rng = random.Random(seed * 1_000 + v)
     evidence = [measure(t, SIGMAS[v], rng, evaluated + v) for t in truths]

@@ -14,17 +14,44 @@ POLICY = SpeedPolicy()
 BLOCK = 1_000
 
 
-def ev(cid: str, speedup: float, *, noise: float = 0.002, commit: int = 100, verdict: str = "PASS",
-       quality: bool = True, arena: str = "h200/sglang-0.5.13/llama", evaluated: int = 900,
-       hotkey: str | None = None, target: str = T) -> Evidence:
-    return Evidence(contribution_id=cid, target=target, hotkey=hotkey or f"hk-{cid}", commit_block=commit,
-                    verdict=verdict, quality_ok=quality, speedup=speedup, noise=noise, arena_id=arena,
-                    evaluated_block=evaluated)
+def ev(
+    cid: str,
+    speedup: float,
+    *,
+    noise: float = 0.002,
+    commit: int = 100,
+    verdict: str = "PASS",
+    quality: bool = True,
+    arena: str = "h200/sglang-0.5.13/llama",
+    evaluated: int = 900,
+    hotkey: str | None = None,
+    target: str = T,
+) -> Evidence:
+    return Evidence(
+        contribution_id=cid,
+        target=target,
+        hotkey=hotkey or f"hk-{cid}",
+        commit_block=commit,
+        verdict=verdict,
+        quality_ok=quality,
+        speedup=speedup,
+        noise=noise,
+        arena_id=arena,
+        evaluated_block=evaluated,
+    )
 
 
 def incumbent(vs_stock: float = 1.10, crowned: int = 500, arena: str = "h200/sglang-0.5.13/llama") -> Crown:
-    return Crown(target=T, hotkey="hk-inc", contribution_id="inc", commit_block=400, crowned_block=crowned,
-                 measured_speedup=vs_stock, speedup_vs_stock=vs_stock, arena_id=arena)
+    return Crown(
+        target=T,
+        hotkey="hk-inc",
+        contribution_id="inc",
+        commit_block=400,
+        crowned_block=crowned,
+        measured_speedup=vs_stock,
+        speedup_vs_stock=vs_stock,
+        arena_id=arena,
+    )
 
 
 def settle(evidence, inc=None, policy=POLICY, block=BLOCK):
@@ -32,6 +59,7 @@ def settle(evidence, inc=None, policy=POLICY, block=BLOCK):
 
 
 # --- the speed bar: 1 + max(margin, k * noise) -------------------------------------------
+
 
 def test_bar_is_the_margin_when_noise_is_small():
     assert POLICY.bar(0.002) == pytest.approx(1.0075)
@@ -74,13 +102,17 @@ def test_reasons_carry_the_numbers():
 
 # --- verdicts: only PASS with quality_ok crowns; FAIL and NO_DECISION stay distinct ------
 
-@pytest.mark.parametrize("verdict,quality,outcome", [
-    ("FAIL", True, "failed"),
-    ("FAIL", False, "failed"),
-    ("PASS", False, "failed"),
-    ("NO_DECISION", True, "no_decision"),
-    ("NO_DECISION", False, "no_decision"),
-])
+
+@pytest.mark.parametrize(
+    "verdict,quality,outcome",
+    [
+        ("FAIL", True, "failed"),
+        ("FAIL", False, "failed"),
+        ("PASS", False, "failed"),
+        ("NO_DECISION", True, "no_decision"),
+        ("NO_DECISION", False, "no_decision"),
+    ],
+)
 def test_only_pass_with_quality_crowns(verdict, quality, outcome):
     s = settle([ev("c", 1.5, verdict=verdict, quality=quality)])
     assert s.crown is None
@@ -88,8 +120,9 @@ def test_only_pass_with_quality_crowns(verdict, quality, outcome):
 
 
 def test_a_failing_contribution_does_not_block_a_later_good_one():
-    s = settle([ev("bad", 1.9, verdict="FAIL"), ev("nd", 1.8, verdict="NO_DECISION", commit=101),
-                ev("good", 1.03, commit=102)])
+    s = settle(
+        [ev("bad", 1.9, verdict="FAIL"), ev("nd", 1.8, verdict="NO_DECISION", commit=101), ev("good", 1.03, commit=102)]
+    )
     assert s.crown.contribution_id == "good"
     assert [d.outcome for d in s.decisions] == ["failed", "no_decision", "crowned"]
 
@@ -100,6 +133,7 @@ def test_unknown_verdict_is_rejected():
 
 
 # --- several challengers: commit order, earlier wins ties, later must beat by the bar ----
+
 
 def test_earlier_commit_wins_ties():
     s = settle([ev("late", 1.05, commit=101), ev("early", 1.05, commit=100)])
@@ -143,6 +177,7 @@ def test_earlier_below_bar_does_not_shield_a_later_qualifier():
 
 # --- the crown itself --------------------------------------------------------------------
 
+
 def test_speedup_vs_stock_is_chained():
     s = settle([ev("c", 1.05, evaluated=900)], inc=incumbent(vs_stock=1.10))
     crown = s.crown
@@ -165,6 +200,7 @@ def test_settlement_is_idempotent():
 
 # --- comparability: arena, staleness, sanity, reproduction -------------------------------
 
+
 def test_other_arena_is_not_comparable():
     s = settle([ev("c", 1.30, arena="b200/sglang-0.5.14/llama")], inc=incumbent())
     assert s.crown == incumbent()
@@ -173,8 +209,9 @@ def test_other_arena_is_not_comparable():
 
 
 def test_without_incumbent_the_latest_arena_is_the_reference():
-    s = settle([ev("old", 1.30, arena="old", evaluated=800, commit=100),
-                ev("new", 1.02, arena="new", evaluated=900, commit=101)])
+    s = settle(
+        [ev("old", 1.30, arena="old", evaluated=800, commit=100), ev("new", 1.02, arena="new", evaluated=900, commit=101)]
+    )
     assert s.crown.contribution_id == "new" and s.crown.arena_id == "new"
     assert s.outcome_of("old") == "no_decision"
 
@@ -190,11 +227,18 @@ def test_evidence_for_the_incumbent_itself_is_not_a_challenge():
     assert s.crown == incumbent() and s.outcome_of("inc") == "no_decision"
 
 
-@pytest.mark.parametrize("speedup,noise", [
-    (math.nan, 0.002), (math.inf, 0.002), (-1.0, 0.002), (1.05, math.nan), (1.05, -0.01),
-    (1.30, 0.06),  # box too noisy (max_noise 0.05)
-    (4.0, 0.002),  # implausible end-to-end (max_speedup 3.0)
-])
+@pytest.mark.parametrize(
+    "speedup,noise",
+    [
+        (math.nan, 0.002),
+        (math.inf, 0.002),
+        (-1.0, 0.002),
+        (1.05, math.nan),
+        (1.05, -0.01),
+        (1.30, 0.06),  # box too noisy (max_noise 0.05)
+        (4.0, 0.002),  # implausible end-to-end (max_speedup 3.0)
+    ],
+)
 def test_broken_measurements_are_no_decision(speedup, noise):
     s = settle([ev("c", speedup, noise=noise)])
     assert s.crown is None and s.outcome_of("c") == "no_decision"
@@ -217,17 +261,26 @@ def test_reproduction_passes_settle_conservatively():
     s = settle([ev("c", 1.05, evaluated=800), ev("c", 1.05, verdict="FAIL", evaluated=900)], policy=two)
     assert s.crown is None and s.outcome_of("c") == "failed"
     # a NO_DECISION pass does not count, but does not fail the contribution either
-    s = settle([ev("c", 1.05, evaluated=800), ev("c", 0, verdict="NO_DECISION", evaluated=850),
-                ev("c", 1.04, evaluated=900)], policy=two)
+    s = settle(
+        [ev("c", 1.05, evaluated=800), ev("c", 0, verdict="NO_DECISION", evaluated=850), ev("c", 1.04, evaluated=900)],
+        policy=two,
+    )
     assert s.crown.measured_speedup == pytest.approx(1.04)
 
 
 # --- determinism and input errors --------------------------------------------------------
 
+
 def test_same_evidence_in_any_order_gives_the_same_settlement():
-    evidence = [ev("a", 1.02, commit=5), ev("b", 1.06, commit=7), ev("c", 1.06, commit=7),
-                ev("d", 1.9, commit=3, verdict="FAIL"), ev("e", 1.3, commit=9, arena="x"),
-                ev("f", 1.061, commit=6, noise=0.02), ev("b", 1.07, commit=7, evaluated=950)]
+    evidence = [
+        ev("a", 1.02, commit=5),
+        ev("b", 1.06, commit=7),
+        ev("c", 1.06, commit=7),
+        ev("d", 1.9, commit=3, verdict="FAIL"),
+        ev("e", 1.3, commit=9, arena="x"),
+        ev("f", 1.061, commit=6, noise=0.02),
+        ev("b", 1.07, commit=7, evaluated=950),
+    ]
     reference = settle(evidence, inc=incumbent(vs_stock=1.01))
     rng = random.Random(7)
     for _ in range(20):

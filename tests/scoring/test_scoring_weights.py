@@ -17,8 +17,16 @@ BLOCK = 10_000
 
 
 def crown(target: str, hotkey: str, vs_stock: float, crowned: int = BLOCK) -> Crown:
-    return Crown(target=target, hotkey=hotkey, contribution_id=f"{target}:{hotkey}", commit_block=crowned - 10,
-                 crowned_block=crowned, measured_speedup=vs_stock, speedup_vs_stock=vs_stock, arena_id="a")
+    return Crown(
+        target=target,
+        hotkey=hotkey,
+        contribution_id=f"{target}:{hotkey}",
+        commit_block=crowned - 10,
+        crowned_block=crowned,
+        measured_speedup=vs_stock,
+        speedup_vs_stock=vs_stock,
+        arena_id="a",
+    )
 
 
 def weights(crowns, targets=TARGETS, uids=UIDS, block=BLOCK, policy=POLICY):
@@ -127,6 +135,7 @@ def test_malformed_input_raises():
 
 
 # --- u16 conversion ------------------------------------------------------------------------
+
 
 def test_to_u16_max_upscales_rounds_and_drops_zeros():
     uids, vals = to_u16({7: 0.25, 0: 0.5, 3: 0.0, 2: 0.25, 9: 1e-9})

@@ -35,8 +35,15 @@ def _load(path: Path, attr: str):  # noqa: ANN202
 
 def _parallel_state(group: object, world: int) -> types.ModuleType:
     ps = types.ModuleType("sglang.srt.distributed.parallel_state")
-    coord = types.SimpleNamespace(unique_name="tp:0", world_size=world, device_group=group, pynccl_comm=None,
-                                  hpu_communicator=None, xpu_communicator=None, npu_communicator=None)
+    coord = types.SimpleNamespace(
+        unique_name="tp:0",
+        world_size=world,
+        device_group=group,
+        pynccl_comm=None,
+        hpu_communicator=None,
+        xpu_communicator=None,
+        npu_communicator=None,
+    )
     ps._coord = coord
     ps._groups = {"tp:0": lambda: coord}  # SGLang keeps weakref.ref(coord) here: same call shape
     ps.get_attn_tp_group = lambda: coord
@@ -71,8 +78,9 @@ def main() -> int:
     REGISTRY.receipts = Receipts(None, "scheduler", rank)
     REGISTRY.strict = True
     register_candidate(ar, _load(EXAMPLES / "collective.all_reduce" / "allreduce.py", "all_reduce"), REGISTRY)
-    register_candidate(fused, _load(EXAMPLES / "collective.ar_residual_rmsnorm" / "ar_rmsnorm.py",
-                                    "ar_residual_rmsnorm"), REGISTRY)
+    register_candidate(
+        fused, _load(EXAMPLES / "collective.ar_residual_rmsnorm" / "ar_rmsnorm.py", "ar_residual_rmsnorm"), REGISTRY
+    )
     REGISTRY.enabled = True
     original_calls: list[str] = []
 
@@ -87,7 +95,8 @@ def main() -> int:
     saved = {"x": x.clone(), "residual": residual.clone(), "weight": weight.clone()}
     saved["out"] = collective._all_reduce_around(original, ps._coord, x)
     saved["norm_out"], saved["residual_out"] = collective._ar_rmsnorm_around(
-        original, input_tensor=x, residual=residual, weight=weight, eps=1e-6, max_token_num=2048, use_attn_tp_group=True)
+        original, input_tensor=x, residual=residual, weight=weight, eps=1e-6, max_token_num=2048, use_attn_tp_group=True
+    )
     saved["x_after"] = x
     counts = {s: dict(REGISTRY.receipts.counts[s]) for s in (ar.id, fused.id)}
 

@@ -31,8 +31,9 @@ import tempfile
 import time
 import urllib.request
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urljoin
 
 import pytest
@@ -73,8 +74,20 @@ def sglang_release(version: str) -> Path:
     wheels = CACHE / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", *WHEEL_FLAGS,
-           "--disable-pip-version-check", "-q", "-d", str(wheels), f"sglang=={version}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        *WHEEL_FLAGS,
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(wheels),
+        f"sglang=={version}",
+    ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired as e:
@@ -82,8 +95,10 @@ def sglang_release(version: str) -> Path:
     found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
     if proc.returncode != 0 or not found:
         raise FetchError(f"pip download sglang=={version} failed (rc {proc.returncode}): {proc.stderr[-600:]}")
-    _log(f"sglang=={version}: pip download {found[0].name} ({found[0].stat().st_size / 1e6:.1f} MB, "
-         f"{time.monotonic() - started:.1f} s)")
+    _log(
+        f"sglang=={version}: pip download {found[0].name} ({found[0].stat().st_size / 1e6:.1f} MB, "
+        f"{time.monotonic() - started:.1f} s)"
+    )
     tmp = Path(tempfile.mkdtemp(prefix=f".sglang-{version}-", dir=CACHE))
     with zipfile.ZipFile(found[0]) as zf:
         for name in zf.namelist():
@@ -132,8 +147,8 @@ class RangeFile(io.RawIOBase):
         while done < n:
             block = self._get((self.pos + done) // self.block)
             start = (self.pos + done) % self.block
-            chunk = block[start:start + n - done]
-            buf[done:done + len(chunk)] = chunk
+            chunk = block[start : start + n - done]
+            buf[done : done + len(chunk)] = chunk
             done += len(chunk)
         self.pos += n
         return n
@@ -173,8 +188,10 @@ def kernel_python(version: str) -> Path:
                     (tmp / name).write_bytes(data)
     except (OSError, ValueError, KeyError, StopIteration, zipfile.BadZipFile) as e:
         raise FetchError(f"sglang-kernel=={version} (range read) failed: {type(e).__name__}: {e}") from e
-    _log(f"sglang-kernel=={version}: {url} ({size / 1e6:.0f} MB wheel): {remote.fetched / 1e6:.2f} MB "
-         f"fetched by range requests, {time.monotonic() - started:.1f} s")
+    _log(
+        f"sglang-kernel=={version}: {url} ({size / 1e6:.0f} MB wheel): {remote.fetched / 1e6:.2f} MB "
+        f"fetched by range requests, {time.monotonic() - started:.1f} s"
+    )
     return _finish(tmp, dest)
 
 
@@ -231,8 +248,8 @@ def rename_param(path: Path, symbol: str, old: str, new: str) -> None:
     a = fn.args
     arg = next(x for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg == old)
     line = lines[arg.lineno - 1]
-    assert line[arg.col_offset:].startswith(old)
-    lines[arg.lineno - 1] = line[:arg.col_offset] + new + line[arg.col_offset + len(old):]
+    assert line[arg.col_offset :].startswith(old)
+    lines[arg.lineno - 1] = line[: arg.col_offset] + new + line[arg.col_offset + len(old) :]
     _rewrite(path, lines)
 
 
@@ -241,14 +258,14 @@ def replace_signature(path: Path, symbol: str, params: str) -> None:
     lines, fn = _definition(path, symbol)
     indent = lines[fn.lineno - 1][: fn.col_offset]
     head = f"{indent}{'async ' if isinstance(fn, ast.AsyncFunctionDef) else ''}def {fn.name}({params}):\n"
-    _rewrite(path, lines[: fn.lineno - 1] + [head] + lines[fn.body[0].lineno - 1:])
+    _rewrite(path, lines[: fn.lineno - 1] + [head] + lines[fn.body[0].lineno - 1 :])
 
 
 def delete_def(path: Path, symbol: str) -> None:
     """Remove `symbol`'s definition (decorators included) from the file."""
     lines, fn = _definition(path, symbol)
     start = min([fn.lineno] + [d.lineno for d in fn.decorator_list])
-    _rewrite(path, lines[: start - 1] + lines[fn.end_lineno:])  # type: ignore[operator]
+    _rewrite(path, lines[: start - 1] + lines[fn.end_lineno :])  # type: ignore[operator]
 
 
 def edit(path: Path, old: str, new: str) -> None:
@@ -266,8 +283,11 @@ def _fetch(what: str, fn: Callable[[str], Path], version: str) -> Path:
     except FetchError as e:
         if os.environ.get("CACHEON_OFFLINE") == "1":
             pytest.skip(f"CACHEON_OFFLINE=1 and {what} is not cached in {CACHE}: {e}")
-        pytest.fail(f"could not fetch {what} ({e}). These tests need the network once (then {CACHE} "
-                    f"serves them); set CACHEON_OFFLINE=1 to skip them instead.", pytrace=False)
+        pytest.fail(
+            f"could not fetch {what} ({e}). These tests need the network once (then {CACHE} "
+            f"serves them); set CACHEON_OFFLINE=1 to skip them instead.",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ from seams.table import PLUGIN_GROUP, SEAM_ADAPTERS
 
 REPO = Path(__file__).resolve().parents[2]
 
-HOOK_REGISTRY = '''import enum
+HOOK_REGISTRY = """import enum
 
 
 class HookType(enum.Enum):
@@ -46,16 +46,16 @@ class HookRegistry:
     @classmethod
     def _apply_target(cls, target, hooks):
         _propagate_patch(None, None, None)
-'''
-PLUGINS = f'''from sglang.srt.plugins.hook_registry import HookRegistry
+"""
+PLUGINS = f"""from sglang.srt.plugins.hook_registry import HookRegistry
 
 GENERAL_PLUGINS_GROUP = {PLUGIN_GROUP!r}
 
 
 def load_plugins():
     HookRegistry.apply_hooks()
-'''
-SCHEDULER = '''from sglang.srt.plugins import load_plugins
+"""
+SCHEDULER = """from sglang.srt.plugins import load_plugins
 
 
 class Scheduler:
@@ -65,8 +65,8 @@ class Scheduler:
 
 def run_scheduler_process(server_args, port_args, gpu_id, tp_rank):
     load_plugins()
-'''
-MODEL_RUNNER = '''import contextlib
+"""
+MODEL_RUNNER = """import contextlib
 
 
 class ModelRunner:
@@ -76,8 +76,8 @@ class ModelRunner:
         ctx = self.device_timer.wrap(metadata={"category": "extend"}) if self.device_timer else contextlib.nullcontext()
         with ctx:
             pass
-'''
-CUDA_GRAPH_RUNNER = '''import contextlib
+"""
+CUDA_GRAPH_RUNNER = """import contextlib
 
 
 class CudaGraphRunner:
@@ -85,7 +85,7 @@ class CudaGraphRunner:
         timer = self.model_runner.device_timer
         with timer.wrap(metadata={"category": "decode"}) if timer else contextlib.nullcontext():
             self.graphs[self.bs].replay()
-'''
+"""
 
 
 def modules(version: str = SGLANG_PIN, kernel: bool = True) -> dict[str, str]:

@@ -115,8 +115,11 @@ def ex_norm(model) -> dict:
     x, r = t["x"], t["residual"]
     before = {"x": x.clone(), "residual": r.clone(), "weight": w}
     ret = model.norm(x, r)
-    ident = [] if (isinstance(ret, tuple) and len(ret) == 2 and ret[0] is x and ret[1] is r) else \
-        [f"residual path returned {type(ret).__name__}, not (x, residual) in place"]
+    ident = (
+        []
+        if (isinstance(ret, tuple) and len(ret) == 2 and ret[0] is x and ret[1] is r)
+        else [f"residual path returned {type(ret).__name__}, not (x, residual) in place"]
+    )
     res["fused_add_rmsnorm"] = _check("norm.fused_add_rmsnorm", before, {"eps": eps}, {"x": x, "residual": r}, ident)
     return res
 
@@ -137,12 +140,16 @@ def ex_rope(model) -> dict:
     qkv = torch.randn(T, (HQ + 2 * HK) * D, generator=g).to(BF16)
     q, k, v = qkv.split([HQ * D, HK * D, HK * D], dim=-1)
     positions = torch.randint(0, 64, (T,), generator=g, dtype=torch.int64)
-    inputs = {"positions": positions, "q": q.reshape(T, HQ, D).clone(), "k": k.reshape(T, HK, D).clone(),
-              "cos_sin_cache": model.rope.cos_sin_cache}
+    inputs = {
+        "positions": positions,
+        "q": q.reshape(T, HQ, D).clone(),
+        "k": k.reshape(T, HK, D).clone(),
+        "cos_sin_cache": model.rope.cos_sin_cache,
+    }
     v0 = v.clone()
     model.rope(positions, q, k)
     extra = [] if torch.equal(v, v0) else ["rope touched the v part of the qkv buffer"]
-    got = {"q": qkv[:, : HQ * D].reshape(T, HQ, D), "k": qkv[:, HQ * D:(HQ + HK) * D].reshape(T, HK, D)}
+    got = {"q": qkv[:, : HQ * D].reshape(T, HQ, D), "k": qkv[:, HQ * D : (HQ + HK) * D].reshape(T, HK, D)}
     return {"rope": _check("rope.neox", inputs, {}, got, extra)}
 
 
@@ -157,8 +164,9 @@ def ex_attention(model) -> dict:
     logits = torch.zeros(B + pad, HQ, 4, D, dtype=torch.float32)
     lse = torch.zeros(B + pad, HQ, 4, dtype=torch.float32)
     o = torch.zeros_like(t["q"])
-    model.attn.forward_decode(t["q"], t["k_buffer"], t["v_buffer"], o, indptr, t["kv_indices"], logits, lse, splits,
-                              p["sm_scale"])
+    model.attn.forward_decode(
+        t["q"], t["k_buffer"], t["v_buffer"], o, indptr, t["kv_indices"], logits, lse, splits, p["sm_scale"]
+    )
     return {"decode": _check("attention.decode", t, p, {"o": o})}
 
 
@@ -221,8 +229,17 @@ def scenario(name: str) -> dict:
         from sglang.srt.plugins import load_plugins
 
         load_plugins()
-        sched = Scheduler(server_args=server_args(), port_args=None, gpu_id=0, tp_rank=TP_RANK, moe_ep_rank=0,
-                          pp_rank=0, attn_cp_rank=0, moe_dp_rank=0, dp_rank=None)
+        sched = Scheduler(
+            server_args=server_args(),
+            port_args=None,
+            gpu_id=0,
+            tp_rank=TP_RANK,
+            moe_ep_rank=0,
+            pp_rank=0,
+            attn_cp_rank=0,
+            moe_dp_rank=0,
+            dp_rank=None,
+        )
         result["checks"] = {**ex_norm(sched.model), **ex_activation(sched.model)}
         result["counts"] = receipts_counts()
     elif name == "failing":

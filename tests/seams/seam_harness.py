@@ -14,10 +14,12 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
+from standin_collective import FLASHINFER_COMM_FUSION, PARALLEL_STATE
 
 from cacheon_subnet.bundle.archive import Bundle, bundle_from_files
 from cacheon_subnet.bundle.engine_tree import SealedTree, build_tree
@@ -26,12 +28,18 @@ from cacheon_subnet.slots.compare import compare
 from cacheon_subnet.slots.custom_op import register_slot_op
 from cacheon_subnet.slots.spec import SlotSpec, case, dtype_name, dtype_of
 from seams.dispatch import Candidate, Registry, guarded
-from standin_collective import FLASHINFER_COMM_FUSION, PARALLEL_STATE
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-ALL_SLOTS = ("norm.rmsnorm", "norm.fused_add_rmsnorm", "activation.silu_and_mul", "rope.neox",
-             "attention.decode", "moe.topk_softmax", "moe.fused_experts")
+ALL_SLOTS = (
+    "norm.rmsnorm",
+    "norm.fused_add_rmsnorm",
+    "activation.silu_and_mul",
+    "rope.neox",
+    "attention.decode",
+    "moe.topk_softmax",
+    "moe.fused_experts",
+)
 
 
 def fn_name(slot_id: str) -> str:
@@ -85,8 +93,9 @@ def _make(slot_id):
 '''
 
 
-def bundle_files(slots: Sequence[str], salt: str = "", module: str = "kernel",
-                 op_extra: Mapping[str, str] | None = None) -> dict[str, bytes]:
+def bundle_files(
+    slots: Sequence[str], salt: str = "", module: str = "kernel", op_extra: Mapping[str, str] | None = None
+) -> dict[str, bytes]:
     """manifest.toml + one kernel module exposing one function per slot."""
     defs = "\n".join(f"{fn_name(s)} = _make({s!r})" for s in slots)
     manifest = ['schema = "cacheon.bundle/2"', "", "[bundle]", f'name = "seam-test-{salt or "x"}"']
@@ -94,8 +103,10 @@ def bundle_files(slots: Sequence[str], salt: str = "", module: str = "kernel",
         manifest += ["", "[[ops]]", f'slot = "{s}"', f'entry = "{module}:{fn_name(s)}"']
         if op_extra and s in op_extra:
             manifest.append(op_extra[s])
-    return {"manifest.toml": ("\n".join(manifest) + "\n").encode(),
-            f"{module}.py": KERNEL_MODULE.format(salt=salt, defs=defs).encode()}
+    return {
+        "manifest.toml": ("\n".join(manifest) + "\n").encode(),
+        f"{module}.py": KERNEL_MODULE.format(salt=salt, defs=defs).encode(),
+    }
 
 
 def make_bundle(slots: Sequence[str], salt: str = "", **kw: Any) -> Bundle:
@@ -124,14 +135,15 @@ SMALL_DIMS: Mapping[str, Mapping[str, int]] = {
 SMALL_PARAMS: Mapping[str, Mapping[str, Any]] = {
     "norm.rmsnorm": {"eps": 1e-6},
     "norm.fused_add_rmsnorm": {"eps": 1e-6},
-    "attention.decode": {"sm_scale": 16 ** -0.5},
+    "attention.decode": {"sm_scale": 16**-0.5},
     "moe.topk_softmax": {"renormalize": True, "topk": 2},
 }
 PROFILE = {"moe.topk_softmax": "qwen3-moe-mini", "moe.fused_experts": "qwen3-moe-mini"}
 
 
-def slot_inputs(slot_id: str, dtype: torch.dtype = torch.bfloat16, seed: int = 0,
-                dims: Mapping[str, int] | None = None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def slot_inputs(
+    slot_id: str, dtype: torch.dtype = torch.bfloat16, seed: int = 0, dims: Mapping[str, int] | None = None
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     spec = get_slot(slot_id)
     d = dict(SMALL_DIMS[slot_id], **(dims or {}))
     params = dict(SMALL_PARAMS.get(slot_id, {}))
@@ -140,8 +152,13 @@ def slot_inputs(slot_id: str, dtype: torch.dtype = torch.bfloat16, seed: int = 0
     return spec.make_inputs(c, dtype, g), params
 
 
-def check_against_reference(slot_id: str, inputs: Mapping[str, torch.Tensor], params: Mapping[str, Any],
-                            got: Mapping[str, torch.Tensor], act: torch.dtype) -> list[str]:
+def check_against_reference(
+    slot_id: str,
+    inputs: Mapping[str, torch.Tensor],
+    params: Mapping[str, Any],
+    got: Mapping[str, torch.Tensor],
+    act: torch.dtype,
+) -> list[str]:
     """Compare the written arguments in `got` with the slot reference of `inputs` (copies taken
     before the call); returns problems (empty when every output is within tolerance)."""
     spec = get_slot(slot_id)
@@ -165,15 +182,23 @@ def clone_all(t: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 _ns = itertools.count()
 
 
-def register_candidate(spec: SlotSpec, fn: Callable[..., Any], registry: Registry,
-                       stock: Callable[..., None] | None = None, dtypes: Iterable[str] | None = None,
-                       constraints: tuple = (), variant: str = "default", add: bool = True) -> Candidate:
+def register_candidate(
+    spec: SlotSpec,
+    fn: Callable[..., Any],
+    registry: Registry,
+    stock: Callable[..., None] | None = None,
+    dtypes: Iterable[str] | None = None,
+    constraints: tuple = (),
+    variant: str = "default",
+    add: bool = True,
+) -> Candidate:
     """Register `fn` the way activation does (guarded body behind a unique torch custom op);
     `add=False` binds the body to `registry` without listing the candidate there."""
     body = guarded(spec, fn, registry, stock)
     call = register_slot_op(spec, body, f"cacheon_seamtest_{os.getpid()}_{next(_ns)}", variant)
-    cand = Candidate(spec.id, variant, "cacheon_c_test", tuple(dtype_of(d) for d in (dtypes or spec.dtypes)),
-                     constraints, call)
+    cand = Candidate(
+        spec.id, variant, "cacheon_c_test", tuple(dtype_of(d) for d in (dtypes or spec.dtypes)), constraints, call
+    )
     if add:
         registry.add(spec, cand)
     return cand
@@ -289,7 +314,7 @@ def load_plugins():
     HookRegistry.apply_hooks()
 '''
 
-SCHEDULER = '''from sglang.srt.plugins import load_plugins
+SCHEDULER = """from sglang.srt.plugins import load_plugins
 # consumers holding by-value bindings, imported before hooks apply (propagation must fix them)
 import sglang.srt.layers.moe.topk  # noqa: F401
 import sglang.srt.layers.rotary_embedding.base  # noqa: F401
@@ -320,9 +345,9 @@ def run_scheduler_process(server_args, port_args, gpu_id, tp_rank, attn_cp_rank,
     load_plugins()
     return Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, attn_cp_rank,
                      moe_dp_rank, dp_rank)
-'''
+"""
 
-MULTI_PLATFORM = '''import torch
+MULTI_PLATFORM = """import torch
 
 
 class MultiPlatformOp(torch.nn.Module):
@@ -332,7 +357,7 @@ class MultiPlatformOp(torch.nn.Module):
 
     def forward(self, *args, **kwargs):
         return self._forward_method(*args, **kwargs)
-'''
+"""
 
 STOCK = '''from cacheon_subnet.slots import get_slot
 from sglang._calls import CALLS
@@ -344,7 +369,7 @@ def stock(name, slot_id, tensors, params):
     return get_slot(slot_id).reference(tensors, params)
 '''
 
-LAYERNORM = '''import torch
+LAYERNORM = """import torch
 
 from sglang._stock import stock
 from sglang.srt.layers.utils.multi_platform import MultiPlatformOp
@@ -370,9 +395,9 @@ class RMSNorm(MultiPlatformOp):
         r = stock("rmsnorm", "norm.rmsnorm", {"x": x.reshape(-1, x.shape[-1]), "weight": self.weight.data},
                   {"eps": self.variance_epsilon})
         return r["out"].to(x.dtype).reshape(x.shape)
-'''
+"""
 
-ACTIVATION = '''from sglang._stock import stock
+ACTIVATION = """from sglang._stock import stock
 from sglang.srt.layers.utils.multi_platform import MultiPlatformOp
 
 
@@ -381,9 +406,9 @@ class SiluAndMul(MultiPlatformOp):
         d = x.shape[-1] // 2
         r = stock("silu_and_mul", "activation.silu_and_mul", {"x": x.reshape(-1, 2 * d)}, {})
         return r["out"].to(x.dtype).reshape(*x.shape[:-1], d)
-'''
+"""
 
-JIT_ROPE = '''from sglang._stock import stock
+JIT_ROPE = """from sglang._stock import stock
 
 
 def apply_rope_with_cos_sin_cache_inplace(q, k, cos_sin_cache, positions, *, is_neox, rope_dim=0, fused_args=None):
@@ -391,9 +416,9 @@ def apply_rope_with_cos_sin_cache_inplace(q, k, cos_sin_cache, positions, *, is_
     r = stock("apply_rope", "rope.neox", {"positions": positions, "q": q, "k": k, "cos_sin_cache": cos_sin_cache}, {})
     q.copy_(r["q"])
     k.copy_(r["k"])
-'''
+"""
 
-ROPE_BASE = '''from sglang.jit_kernel.rope import apply_rope_with_cos_sin_cache_inplace  # by value (base.py:38-39)
+ROPE_BASE = """from sglang.jit_kernel.rope import apply_rope_with_cos_sin_cache_inplace  # by value (base.py:38-39)
 from sglang.srt.layers.utils.multi_platform import MultiPlatformOp
 
 
@@ -411,9 +436,9 @@ class RotaryEmbedding(MultiPlatformOp):
         apply_rope_with_cos_sin_cache_inplace(positions=positions, q=q_rope, k=k_rope, cos_sin_cache=self.cos_sin_cache,
                                               is_neox=self.is_neox_style, fused_args=fused_set_kv_buffer_arg)
         return query, key
-'''
+"""
 
-DECODE = '''from sglang._stock import stock
+DECODE = """from sglang._stock import stock
 
 
 def decode_attention_fwd(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, attn_logits, attn_lse, num_kv_splits,
@@ -424,9 +449,9 @@ def decode_attention_fwd(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, attn_l
               {"q": q, "k_buffer": k_buffer, "v_buffer": v_buffer, "kv_indptr": kv_indptr[: b + 1],
                "kv_indices": kv_indices}, {"sm_scale": sm_scale})
     o.copy_(r["o"])
-'''
+"""
 
-TRITON_BACKEND = '''class TritonAttnBackend:
+TRITON_BACKEND = """class TritonAttnBackend:
     def __init__(self, max_kv_splits):
         # lazy import, captured on the instance at construction (triton_backend.py:99-116)
         from sglang.srt.layers.attention.triton_ops.decode_attention import decode_attention_fwd
@@ -440,9 +465,9 @@ TRITON_BACKEND = '''class TritonAttnBackend:
                                   num_kv_splits, self.max_kv_splits, scaling, 1.0, 1.0, logit_cap=0.0, sinks=None,
                                   xai_temperature_len=-1, has_mla=False, use_pdl=False)
         return o
-'''
+"""
 
-SGL_MOE = '''from sglang._stock import stock
+SGL_MOE = """from sglang._stock import stock
 
 
 def topk_softmax(topk_weights, topk_ids, gating_output, renormalize=False, moe_softcapping=0.0, correction_bias=None):
@@ -450,9 +475,9 @@ def topk_softmax(topk_weights, topk_ids, gating_output, renormalize=False, moe_s
               {"renormalize": renormalize, "topk": topk_ids.shape[1]})
     topk_weights.copy_(r["topk_weights"])
     topk_ids.copy_(r["topk_ids"])
-'''
+"""
 
-TOPK = '''import torch
+TOPK = """import torch
 
 from sgl_kernel import topk_softmax  # by value (topk.py:177)
 
@@ -463,9 +488,9 @@ def fused_topk(hidden_states, gating_output, topk, renormalize):
     topk_ids = torch.empty(M, topk, dtype=torch.int32)
     topk_softmax(topk_weights, topk_ids, gating_output, renormalize)
     return topk_weights, topk_ids
-'''
+"""
 
-FUSED_MOE = '''from sglang._stock import stock
+FUSED_MOE = """from sglang._stock import stock
 
 
 def fused_experts(hidden_states, w1, w2, topk_output, moe_runner_config, b1=None, b2=None, use_fp8_w8a8=False,
@@ -480,9 +505,9 @@ def fused_experts(hidden_states, w1, w2, topk_output, moe_runner_config, b1=None
         hidden_states.copy_(out)
         return hidden_states
     return out
-'''
+"""
 
-MOE_RUNNER_BASE = '''from dataclasses import dataclass
+MOE_RUNNER_BASE = """from dataclasses import dataclass
 from typing import Optional
 
 
@@ -500,9 +525,9 @@ class MoeRunnerConfig:
     gemm1_alpha: Optional[float] = None
     gemm1_clamp_limit: Optional[float] = None
     swiglu_limit: Optional[float] = None
-'''
+"""
 
-MOE_TRITON = '''def fused_experts_none_to_triton(hidden_states, w13, w2, topk_output, runner_config):
+MOE_TRITON = """def fused_experts_none_to_triton(hidden_states, w13, w2, topk_output, runner_config):
     # looked up at call time, all keywords (moe_runner/triton.py:139-160)
     from sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe import fused_experts
 
@@ -510,7 +535,7 @@ MOE_TRITON = '''def fused_experts_none_to_triton(hidden_states, w13, w2, topk_ou
                          moe_runner_config=runner_config, b1=None, b2=None, use_fp8_w8a8=False, use_int8_w8a8=False,
                          use_int8_w8a16=False, use_int4_w4a16=False, per_channel_quant=False, w1_scale=None,
                          w2_scale=None, w1_zp=None, w2_zp=None, a1_scale=None, a2_scale=None, block_shape=None)
-'''
+"""
 
 
 def runtime_sources(version: str = "0.5.13.post1") -> dict[str, str]:
@@ -548,16 +573,23 @@ def write_runtime(root: Path) -> Path:
 
 def child_env(runtime: Path, extra: Mapping[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEON_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(runtime), str(REPO), str(HERE)]), PYTHONDONTWRITEBYTECODE="1",
-               OMP_NUM_THREADS="1")
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(runtime), str(REPO), str(HERE)]), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1"
+    )
     env.update(extra)
     return env
 
 
 def start_child(runtime: Path, scenario: str, env: Mapping[str, str]) -> subprocess.Popen:
     """Start `seam_child.py <scenario>` in a fresh interpreter (clean sys.modules)."""
-    return subprocess.Popen([sys.executable, str(HERE / "seam_child.py"), scenario], cwd=REPO,
-                            env=child_env(runtime, env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "seam_child.py"), scenario],
+        cwd=REPO,
+        env=child_env(runtime, env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish_child(proc: subprocess.Popen, timeout: float = 120) -> dict[str, Any]:
@@ -565,6 +597,6 @@ def finish_child(proc: subprocess.Popen, timeout: float = 120) -> dict[str, Any]
     lines = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
     if not lines:
         raise AssertionError(f"child printed no result (rc {proc.returncode})\nstdout:\n{out}\nstderr:\n{err}")
-    result = json.loads(lines[-1][len("RESULT "):])
+    result = json.loads(lines[-1][len("RESULT ") :])
     result["_rc"], result["_stderr"] = proc.returncode, err
     return result

@@ -8,7 +8,7 @@ them over a real two-rank gloo group.
 
 from __future__ import annotations
 
-PARALLEL_STATE = '''import weakref
+PARALLEL_STATE = """import weakref
 
 _groups = {}
 
@@ -47,10 +47,10 @@ def get_moe_tp_group():
 
 def get_moe_expert_parallel_world_size():
     return 1
-'''
+"""
 
-FLASHINFER_COMM_FUSION = '''def flashinfer_allreduce_residual_rmsnorm(input_tensor, residual, weight, eps=1e-6, max_token_num=2048,
+FLASHINFER_COMM_FUSION = """def flashinfer_allreduce_residual_rmsnorm(input_tensor, residual, weight, eps=1e-6, max_token_num=2048,
                                           use_oneshot=None, trigger_completion_at_end=False, fp32_acc=False,
                                           use_attn_tp_group=True):
     return None, None  # what 0.5.13.post1 returns without flashinfer or with a world of one
-'''
+"""

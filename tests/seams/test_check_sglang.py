@@ -42,8 +42,7 @@ def test_same_release_is_quiet(tmp_path: Path) -> None:
 
 
 def test_offline_pypi_warns_not_fails(tmp_path: Path) -> None:
-    proc = fake_sglang.run(_runtime(tmp_path), SCRIPT, "--pypi-url", "http://127.0.0.1:9/pypi/sglang/json",
-                           "--timeout", "3")
+    proc = fake_sglang.run(_runtime(tmp_path), SCRIPT, "--pypi-url", "http://127.0.0.1:9/pypi/sglang/json", "--timeout", "3")
     assert proc.returncode == 0
     assert "::warning title=SGLang release check::could not query" in proc.stdout
 

@@ -21,7 +21,6 @@ from arena import run as arena_run
 from seams.compat import FAIL, OK
 
 
-
 def _shadow(root: Path, value: str = "cacheon_shadow:load") -> None:
     info = root / "cacheon_shadow-0.1.dist-info"
     info.mkdir(parents=True)
@@ -33,8 +32,9 @@ def _shadow(root: Path, value: str = "cacheon_shadow:load") -> None:
 def _rows(root: Path) -> dict[str, Any]:
     import json
 
-    proc = fake_sglang.run(root, "-c", "import json; from seams.compat import runtime_check; "
-                                       "print(json.dumps(runtime_check().to_json()))")
+    proc = fake_sglang.run(
+        root, "-c", "import json; from seams.compat import runtime_check; print(json.dumps(runtime_check().to_json()))"
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     return {"exit": report["exit_code"], **{r["name"]: (r["status"], r["detail"]) for r in report["rows"]}}
@@ -68,10 +68,12 @@ class _EP:
 
 @pytest.mark.parametrize("case", ["missing", "other value", "import fails", "other object"])
 def test_entry_point_problems(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    eps = {"missing": [_EP("other", "x:y")],
-           "other value": [_EP("cacheon", "seams.plugin:loadx")],
-           "import fails": [_EP("cacheon", "seams.plugin:load", ImportError("gone"))],
-           "other object": [_EP("cacheon", "seams.plugin:load", lambda: None)]}[case]
+    eps = {
+        "missing": [_EP("other", "x:y")],
+        "other value": [_EP("cacheon", "seams.plugin:loadx")],
+        "import fails": [_EP("cacheon", "seams.plugin:load", ImportError("gone"))],
+        "other object": [_EP("cacheon", "seams.plugin:load", lambda: None)],
+    }[case]
     monkeypatch.setattr(entry, "entry_points", lambda group: eps if group == "sglang.srt.plugins" else [])
     assert entry.entry_point_problem(missing_ok=False), case
     assert (entry.entry_point_problem() is None) == (case == "missing"), case  # the engines get one
@@ -89,8 +91,9 @@ def test_arena_preflight_refuses_a_broken_install(monkeypatch: pytest.MonkeyPatc
         arena_run.preflight()
 
 
-def test_a_source_checkout_without_an_entry_point_still_runs_the_arena(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_source_checkout_without_an_entry_point_still_runs_the_arena(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The lent GPU box runs the tree from PYTHONPATH, not a wheel: the host has no entry point,
     and each engine gets exactly ours from plugin_site. Preflight must not refuse that."""
     from arena.host import plugin_site

@@ -43,8 +43,9 @@ def test_intact_runtime_exit_0_and_agrees_with_static(tmp_path: Path) -> None:
     assert [r["name"] for r in report["rows"] if r["kind"] == "seam"] == [a.binding for a in SEAM_ADAPTERS]
     static = static_check(root)  # the same tree read without importing: same verdict row by row
     # the entry-point row is the install's, not SGLang's: runtime only (test_compat_entry_point.py)
-    assert [(r.name, r.status) for r in static.rows] == [(r["name"], r["status"]) for r in report["rows"]
-                                                         if r["name"] != ENTRY_ROW]
+    assert [(r.name, r.status) for r in static.rows] == [
+        (r["name"], r["status"]) for r in report["rows"] if r["name"] != ENTRY_ROW
+    ]
     proc = fake_sglang.run(root, "-m", "cacheon_subnet.cli", "compat")
     assert proc.returncode == 0 and "ALL SEAMS INTACT" in proc.stdout, proc.stdout + proc.stderr
 
@@ -117,8 +118,13 @@ def test_hook_api_break_fails(tmp_path: Path) -> None:
 def test_sglang_absent_exit_2() -> None:
     if importlib.util.find_spec("sglang") is not None:
         pytest.skip("sglang is installed in this environment")
-    proc = subprocess.run([sys.executable, "-m", "cacheon_subnet.cli", "compat"], capture_output=True, text=True,
-                          cwd=fake_sglang.REPO, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cacheon_subnet.cli", "compat"],
+        capture_output=True,
+        text=True,
+        cwd=fake_sglang.REPO,
+        timeout=120,
+    )
     assert proc.returncode == 2
     # absent is said as absent, not as a version that "differs" (issue 18)
     assert f"pinned {SGLANG_PIN}, SGLang not installed here" in proc.stdout

@@ -7,8 +7,19 @@ import json
 from pathlib import Path
 
 import pytest
-from compat_sources import (OTHER_RELEASE, delete_def, edit, mutable_copy, other_tree, pinned_kernel,  # noqa: F401
-                            pinned_sglang, pinned_tree, pinned_tree_no_kernel, rename_param, replace_signature)
+from compat_sources import (  # noqa: F401
+    OTHER_RELEASE,
+    delete_def,
+    edit,
+    mutable_copy,
+    other_tree,
+    pinned_kernel,
+    pinned_sglang,
+    pinned_tree,
+    pinned_tree_no_kernel,
+    rename_param,
+    replace_signature,
+)
 
 from cacheon_subnet.cli import main
 from cacheon_subnet.errors import UsageError
@@ -85,15 +96,18 @@ def test_mutations_name_row_and_difference(mutant: Path, capsys: pytest.CaptureF
     assert "BROKEN: norm, attention (exit 1)" in out
 
 
-@pytest.mark.parametrize("params, broken", [
-    ("self, x, residual=0.5, post_residual_addition=1", None),  # defaults may change
-    ("self, x, residual=None, post_residual_addition=None, extra=None", None),  # new optional param
-    ("self, x, residual, post_residual_addition, extra", "new required parameter(s) extra"),
-    ("self, x, post_residual_addition=None, residual=None", "parameter 'residual' moved from position 2 to 3"),
-    ("self, x, residual=None", "parameter 'post_residual_addition' (position 3) missing"),
-    ("self, x, *args, **kwargs", "parameter 'residual' (position 2) missing"),
-    ("self, x, residual=None, /, post_residual_addition=None", "parameter 'residual' is now POSITIONAL_ONLY"),
-])
+@pytest.mark.parametrize(
+    "params, broken",
+    [
+        ("self, x, residual=0.5, post_residual_addition=1", None),  # defaults may change
+        ("self, x, residual=None, post_residual_addition=None, extra=None", None),  # new optional param
+        ("self, x, residual, post_residual_addition, extra", "new required parameter(s) extra"),
+        ("self, x, post_residual_addition=None, residual=None", "parameter 'residual' moved from position 2 to 3"),
+        ("self, x, residual=None", "parameter 'post_residual_addition' (position 3) missing"),
+        ("self, x, *args, **kwargs", "parameter 'residual' (position 2) missing"),
+        ("self, x, residual=None, /, post_residual_addition=None", "parameter 'residual' is now POSITIONAL_ONLY"),
+    ],
+)
 def test_signature_rules(mutant: Path, params: str, broken: str | None) -> None:
     replace_signature(mutant / LAYERNORM, "RMSNorm.forward_cuda", params)
     row = _rows(static_check(mutant))["norm"]
@@ -101,15 +115,22 @@ def test_signature_rules(mutant: Path, params: str, broken: str | None) -> None:
 
 
 def test_plugin_and_hook_api_breaks(mutant: Path) -> None:
-    edit(mutant / "sglang/srt/plugins/__init__.py", 'GENERAL_PLUGINS_GROUP = "sglang.srt.plugins"',
-         'GENERAL_PLUGINS_GROUP = "sglang.plugins"')
+    edit(
+        mutant / "sglang/srt/plugins/__init__.py",
+        'GENERAL_PLUGINS_GROUP = "sglang.srt.plugins"',
+        'GENERAL_PLUGINS_GROUP = "sglang.plugins"',
+    )
     edit(mutant / "sglang/srt/plugins/hook_registry.py", '    AROUND = "around"', '    WRAP = "around"')
     rename_param(mutant / "sglang/srt/managers/scheduler.py", "Scheduler.__init__", "tp_rank", "rank")
     rename_param(mutant / "sglang/srt/plugins/hook_registry.py", "HookRegistry.register", "hook_type", "kind")
     report = static_check(mutant)
     rows = _rows(report)
-    assert {r.name for r in report.failed} == {"entry-point group", "HookType", "Scheduler.__init__",
-                                               "HookRegistry.register"}
+    assert {r.name for r in report.failed} == {
+        "entry-point group",
+        "HookType",
+        "Scheduler.__init__",
+        "HookRegistry.register",
+    }
     assert "'sglang.plugins', expected 'sglang.srt.plugins'" in rows["entry-point group"].detail
     assert "missing member(s) AROUND" in rows["HookType"].detail
     assert "renamed 'tp_rank' -> 'rank'" in rows["Scheduler.__init__"].detail
@@ -146,9 +167,11 @@ def test_consumer_patch_point_broken_when_import_goes(mutant: Path, monkeypatch:
     row = dataclasses.replace(by_binding("rope"), patch_points=(point,))
     monkeypatch.setattr("seams.compat.SEAM_ADAPTERS", (row,))
     assert _rows(static_check(mutant))["rope"].status == OK
-    edit(mutant / "sglang/srt/layers/rotary_embedding/base.py",
-         "from sglang.jit_kernel.rope import apply_rope_with_cos_sin_cache_inplace",
-         "from sglang.jit_kernel.rope_v2 import apply_rope_with_cos_sin_cache_inplace")
+    edit(
+        mutant / "sglang/srt/layers/rotary_embedding/base.py",
+        "from sglang.jit_kernel.rope import apply_rope_with_cos_sin_cache_inplace",
+        "from sglang.jit_kernel.rope_v2 import apply_rope_with_cos_sin_cache_inplace",
+    )
     got = _rows(static_check(mutant))["rope"]
     assert got.status == FAIL and point in got.detail and "none reaches sglang.jit_kernel.rope" in got.detail
 

@@ -40,9 +40,13 @@ def _env(tmp_path: Path, strict: bool) -> dict[str, str]:
     tree = build_tree(tmp_path / "tree", [(good, good.manifest.ops), (bad, bad.manifest.ops)], scan_policy=False)
     assert [o.slot for o in tree.ops] == [*NORM_SLOTS, "rope.neox"]  # the failing op loads last
     (tmp_path / "receipts").mkdir()
-    return {**seam_environment(("norm", "rope")), "CACHEON_ENGINE_TREE": str(tree.root),
-            "CACHEON_ENGINE_TREE_DIGEST": tree.digest, "CACHEON_RECEIPT_DIR": str(tmp_path / "receipts"),
-            "CACHEON_SEAM_STRICT": "1" if strict else "0"}
+    return {
+        **seam_environment(("norm", "rope")),
+        "CACHEON_ENGINE_TREE": str(tree.root),
+        "CACHEON_ENGINE_TREE_DIGEST": tree.digest,
+        "CACHEON_RECEIPT_DIR": str(tmp_path / "receipts"),
+        "CACHEON_SEAM_STRICT": "1" if strict else "0",
+    }
 
 
 def _load_failed(tmp_path: Path) -> None:
@@ -90,9 +94,13 @@ def test_collective_load_failure_stops_even_in_serving_mode(tmp_path: Path, isol
     bad = bundle_from_files(files)
     tree = build_tree(tmp_path / "tree", [(bad, bad.manifest.ops)], scan_policy=False)
     (tmp_path / "receipts").mkdir()
-    env = {**seam_environment(("collective_all_reduce",)), "CACHEON_ENGINE_TREE": str(tree.root),
-           "CACHEON_ENGINE_TREE_DIGEST": tree.digest, "CACHEON_RECEIPT_DIR": str(tmp_path / "receipts"),
-           "CACHEON_SEAM_STRICT": "0"}
+    env = {
+        **seam_environment(("collective_all_reduce",)),
+        "CACHEON_ENGINE_TREE": str(tree.root),
+        "CACHEON_ENGINE_TREE_DIGEST": tree.digest,
+        "CACHEON_RECEIPT_DIR": str(tmp_path / "receipts"),
+        "CACHEON_SEAM_STRICT": "0",
+    }
     reg = Registry()
     with pytest.raises(ImportError, match="no NCCL symbols"):
         activate.activate_scheduler(1, reg, env)
@@ -101,12 +109,16 @@ def test_collective_load_failure_stops_even_in_serving_mode(tmp_path: Path, isol
 
 def test_stock_as_candidate_control(tmp_path: Path, isolated: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """The arena's role-bias control: the stock kernel itself in the candidate route, host-set only."""
-    import seams.stock as stock
     from seam_harness import reference_kernel
 
+    import seams.stock as stock
+
     (tmp_path / "receipts").mkdir()
-    env = {**seam_environment(("norm",)), "CACHEON_RECEIPT_DIR": str(tmp_path / "receipts"),
-           "CACHEON_STOCK_AS_CANDIDATE": "rope.neox"}
+    env = {
+        **seam_environment(("norm",)),
+        "CACHEON_RECEIPT_DIR": str(tmp_path / "receipts"),
+        "CACHEON_STOCK_AS_CANDIDATE": "rope.neox",
+    }
     with pytest.raises(RuntimeError, match="no armed adapter serves this slot"):
         activate.activate_scheduler(0, Registry(), env)
     monkeypatch.setattr(activate, "_state", {})
@@ -125,6 +137,7 @@ def _route_times(reg: Registry, routes: tuple[str, ...]) -> tuple[dict[str, floa
     import time
 
     from seam_harness import slot_inputs
+
     from seams.dispatch import run
 
     inputs, params = slot_inputs("norm.rmsnorm")
@@ -142,8 +155,9 @@ def test_handicap_control_slows_only_the_baseline_route(tmp_path: Path, monkeypa
     """The known-speedup control: the incumbent route runs stock + a fixed spin, the candidate
     route plain stock; malformed values fail closed."""
 
-    import seams.stock as stock
     from seam_harness import reference_kernel
+
+    import seams.stock as stock
 
     for bad in ("norm.rmsnorm", "norm.rmsnorm:abc", "norm.rmsnorm:0", ":50", "norm.rmsnorm:1e9"):
         with pytest.raises(RuntimeError, match="CACHEON_HANDICAP"):
@@ -157,7 +171,9 @@ def test_handicap_control_slows_only_the_baseline_route(tmp_path: Path, monkeypa
     reg.enabled = True
     controls.register_handicap(("norm.rmsnorm", 20_000.0), ["norm.rmsnorm"], reg)
     assert [(c.variant, c.role) for c in reg.candidates["norm.rmsnorm"]] == [
-        ("stock-control", "challenger"), ("stock-handicap", "incumbent")]
+        ("stock-control", "challenger"),
+        ("stock-handicap", "incumbent"),
+    ]
     took, outs = _route_times(reg, ("incumbent", "candidate"))
     assert all(o is not None for o in outs.values())
     assert took["incumbent"] >= 0.02 > took["candidate"]
@@ -167,8 +183,9 @@ def test_slowdown_control_slows_only_the_candidate_route(tmp_path: Path, monkeyp
     """The known-loss control (issue 19: how soon a clear loser is decided): the candidate route
     runs stock + a fixed spin, the baseline route plain stock; malformed values fail closed."""
 
-    import seams.stock as stock
     from seam_harness import reference_kernel
+
+    import seams.stock as stock
 
     for bad in ("norm.rmsnorm", "norm.rmsnorm:-5", ":50"):
         with pytest.raises(RuntimeError, match="CACHEON_SLOWDOWN"):

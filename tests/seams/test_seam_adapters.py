@@ -82,8 +82,12 @@ def test_hooks_match_table_and_bind_sglang_keywords() -> None:
 
 # ---- norm -----------------------------------------------------------------------------------------
 def _rmsnorm_layer(weight: torch.Tensor, **kw: Any) -> SimpleNamespace:
-    attrs = dict(weight=torch.nn.Parameter(weight, requires_grad=False), variance_epsilon=1e-6,
-                 variance_size_override=None, cast_x_before_out_mul=False)
+    attrs = dict(
+        weight=torch.nn.Parameter(weight, requires_grad=False),
+        variance_epsilon=1e-6,
+        variance_size_override=None,
+        cast_x_before_out_mul=False,
+    )
     attrs.update(kw)
     return SimpleNamespace(**attrs)
 
@@ -134,9 +138,19 @@ def _norm_case(case: str) -> tuple[SimpleNamespace, tuple]:
     raise AssertionError(case)
 
 
-@pytest.mark.parametrize("case", ["3-D x", "3-D x with residual", "cast_x_before_out_mul",
-                                  "cast_x_before_out_mul with residual", "post_residual_addition",
-                                  "variance_size_override", "empty x", "fp32 residual (fp32_residual=True)"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "3-D x",
+        "3-D x with residual",
+        "cast_x_before_out_mul",
+        "cast_x_before_out_mul with residual",
+        "post_residual_addition",
+        "variance_size_override",
+        "empty x",
+        "fp32 residual (fp32_residual=True)",
+    ],
+)
 def test_norm_stock_only(live: Receipts, case: str) -> None:
     layer, args = _norm_case(case)
     orig = Original()
@@ -158,9 +172,13 @@ def test_activation_restores_shape(live: Receipts, lead: tuple[int, ...]) -> Non
 
 @pytest.mark.parametrize("case", ["non-contiguous", "non-contiguous 3-D", "odd width", "1-D", "empty"])
 def test_activation_stock_only(live: Receipts, case: str) -> None:
-    x = {"non-contiguous": torch.randn(64, 6).to(BF16).t(), "odd width": torch.randn(6, 63).to(BF16),
-         "non-contiguous 3-D": torch.randn(3, 2, 64).to(BF16).transpose(0, 1),
-         "1-D": torch.randn(64).to(BF16), "empty": torch.randn(0, 64).to(BF16)}[case]
+    x = {
+        "non-contiguous": torch.randn(64, 6).to(BF16).t(),
+        "odd width": torch.randn(6, 63).to(BF16),
+        "non-contiguous 3-D": torch.randn(3, 2, 64).to(BF16).transpose(0, 1),
+        "1-D": torch.randn(64).to(BF16),
+        "empty": torch.randn(0, 64).to(BF16),
+    }[case]
     orig, layer = Original(), object()
     stayed_stock(live, orig, activation._around(orig, layer, x), (layer, x), {})
 
@@ -170,7 +188,7 @@ def _qkv(T: int = 5, HQ: int = 4, HK: int = 2, D: int = 16) -> tuple[torch.Tenso
     t, _ = slot_inputs("rope.neox", dims={"T": T, "HQ": HQ, "HK": HK, "D": D})
     qkv = torch.randn(T, (HQ + 2 * HK) * D).to(BF16)
     q = qkv[:, : HQ * D].view(T, HQ, D)  # strided views into one buffer, like qkv.split(...)
-    k = qkv[:, HQ * D:(HQ + HK) * D].view(T, HK, D)
+    k = qkv[:, HQ * D : (HQ + HK) * D].view(T, HK, D)
     kw = {"positions": t["positions"], "q": q, "k": k, "cos_sin_cache": t["cos_sin_cache"]}
     return qkv, kw, {**t, "q": q.clone(), "k": k.clone()}
 
@@ -179,14 +197,14 @@ def _qkv(T: int = 5, HQ: int = 4, HK: int = 2, D: int = 16) -> tuple[torch.Tenso
 def test_rope_in_place_on_views(live: Receipts, rope_dim: int | None) -> None:
     qkv, kw, before = _qkv()
     assert not kw["q"].is_contiguous() and kw["q"].data_ptr() == qkv.data_ptr()
-    v0 = qkv[:, 6 * 16:].clone()
+    v0 = qkv[:, 6 * 16 :].clone()
     extra = {} if rope_dim is None else {"rope_dim": rope_dim}
     orig = Original()
     assert rope._around(orig, **kw, is_neox=True, fused_args=None, **extra) is None
     assert orig.calls == []
-    got = {"q": qkv[:, : 4 * 16].view(5, 4, 16), "k": qkv[:, 4 * 16:6 * 16].view(5, 2, 16)}
+    got = {"q": qkv[:, : 4 * 16].view(5, 4, 16), "k": qkv[:, 4 * 16 : 6 * 16].view(5, 2, 16)}
     assert check_against_reference("rope.neox", before, {}, got, BF16) == []
-    assert torch.equal(qkv[:, 6 * 16:], v0), "v part of the qkv buffer touched"
+    assert torch.equal(qkv[:, 6 * 16 :], v0), "v part of the qkv buffer touched"
     routed(live, "rope.neox")
 
 
@@ -216,8 +234,21 @@ def _decode_call(pad: int, maxs: int = 4) -> tuple[dict, dict, list, dict]:
     indptr = torch.cat([t["kv_indptr"], t["kv_indptr"][-1:].repeat(pad)])
     splits = torch.cat([t["num_kv_splits"], torch.ones(pad, dtype=torch.int32)])
     o = torch.zeros_like(t["q"])
-    args = [t["q"], t["k_buffer"], t["v_buffer"], o, indptr, t["kv_indices"],
-            torch.zeros(B + pad, HQ, maxs, D), torch.zeros(B + pad, HQ, maxs), splits, maxs, p["sm_scale"], 1.0, 1.0]
+    args = [
+        t["q"],
+        t["k_buffer"],
+        t["v_buffer"],
+        o,
+        indptr,
+        t["kv_indices"],
+        torch.zeros(B + pad, HQ, maxs, D),
+        torch.zeros(B + pad, HQ, maxs),
+        splits,
+        maxs,
+        p["sm_scale"],
+        1.0,
+        1.0,
+    ]
     kw = {"logit_cap": 0.0, "sinks": None, "xai_temperature_len": -1, "has_mla": False, "use_pdl": False}
     return t, p, args, kw
 
@@ -246,8 +277,9 @@ def test_attention_takes_the_strided_q_the_engine_hands_over(live: Receipts, mon
     assert not live.declines.get("attention.decode")
 
     spec = get_slot("attention.decode")
-    v1 = dataclasses.replace(spec, args=tuple(dataclasses.replace(a, layout="contiguous") if a.name == "q" else a
-                                              for a in spec.args))
+    v1 = dataclasses.replace(
+        spec, args=tuple(dataclasses.replace(a, layout="contiguous") if a.name == "q" else a for a in spec.args)
+    )
     monkeypatch.setitem(REGISTRY.specs, "attention.decode", v1)
     CALLS.clear()
     orig = Original()
@@ -255,8 +287,18 @@ def test_attention_takes_the_strided_q_the_engine_hands_over(live: Receipts, mon
     assert list(live.declines["attention.decode"]) == [f"abi: q not contiguous (strides {tuple(q.stride())})"]
 
 
-@pytest.mark.parametrize("case", ["logit_cap", "sinks", "xai_temperature_len", "has_mla", "k_scale tensor",
-                                  "k_scale 0.5", "max_kv_splits != attn_logits splits"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "logit_cap",
+        "sinks",
+        "xai_temperature_len",
+        "has_mla",
+        "k_scale tensor",
+        "k_scale 0.5",
+        "max_kv_splits != attn_logits splits",
+    ],
+)
 def test_attention_stock_only(live: Receipts, case: str) -> None:
     _, _, args, kw = _decode_call(2)
     if case == "logit_cap":
@@ -302,23 +344,53 @@ def test_topk_stock_only(live: Receipts, case: str) -> None:
     stayed_stock(live, orig, moe._topk_around(orig, *args), args, {})
 
 
-EXPERT_KW = {"b1": None, "b2": None, "use_fp8_w8a8": False, "use_int8_w8a8": False, "use_int8_w8a16": False,
-             "use_int4_w4a16": False, "per_channel_quant": False, "w1_scale": None, "w2_scale": None, "w1_zp": None,
-             "w2_zp": None, "a1_scale": None, "a2_scale": None, "block_shape": None}
+EXPERT_KW = {
+    "b1": None,
+    "b2": None,
+    "use_fp8_w8a8": False,
+    "use_int8_w8a8": False,
+    "use_int8_w8a16": False,
+    "use_int4_w4a16": False,
+    "per_channel_quant": False,
+    "w1_scale": None,
+    "w2_scale": None,
+    "w1_zp": None,
+    "w2_zp": None,
+    "a1_scale": None,
+    "a2_scale": None,
+    "block_shape": None,
+}
 
 
 def _runner_config(**kw: Any) -> SimpleNamespace:  # MoeRunnerConfig's fields and defaults
-    cfg = dict(num_experts=4, num_local_experts=4, top_k=2, activation="silu", is_gated=True,
-               apply_router_weight_on_input=False, inplace=True, no_combine=False, routed_scaling_factor=None,
-               gemm1_alpha=None, gemm1_clamp_limit=None, swiglu_limit=None)
+    cfg = dict(
+        num_experts=4,
+        num_local_experts=4,
+        top_k=2,
+        activation="silu",
+        is_gated=True,
+        apply_router_weight_on_input=False,
+        inplace=True,
+        no_combine=False,
+        routed_scaling_factor=None,
+        gemm1_alpha=None,
+        gemm1_clamp_limit=None,
+        swiglu_limit=None,
+    )
     cfg.update(kw)
     return SimpleNamespace(**cfg)
 
 
 def _experts_kw(t: dict, cfg: SimpleNamespace, **extra: Any) -> dict:
-    return {"hidden_states": t["hidden_states"], "w1": t["w13"], "w2": t["w2"],
-            "topk_output": TopKOutput(t["topk_weights"], t["topk_ids"], None), "moe_runner_config": cfg,
-            **EXPERT_KW, **extra}
+    return {
+        "hidden_states": t["hidden_states"],
+        "w1": t["w13"],
+        "w2": t["w2"],
+        "topk_output": TopKOutput(t["topk_weights"], t["topk_ids"], None),
+        "moe_runner_config": cfg,
+        **EXPERT_KW,
+        **extra,
+    }
 
 
 @pytest.mark.parametrize("inplace", [True, False])
@@ -338,8 +410,10 @@ def test_experts_routes(live: Receipts, inplace: bool) -> None:
 
 
 EXPERT_STOCK = {
-    **{flag: ({flag: True}, {}) for flag in ("use_fp8_w8a8", "use_int8_w8a8", "use_int8_w8a16", "use_int4_w4a16",
-                                             "per_channel_quant")},
+    **{
+        flag: ({flag: True}, {})
+        for flag in ("use_fp8_w8a8", "use_int8_w8a8", "use_int8_w8a16", "use_int4_w4a16", "per_channel_quant")
+    },
     "w1_scale": ({"w1_scale": torch.ones(4)}, {}),
     "b1": ({"b1": torch.zeros(4, 32)}, {}),
     "block_shape": ({"block_shape": [128, 128]}, {}),

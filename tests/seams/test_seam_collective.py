@@ -20,15 +20,17 @@ from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.compare import compare
 from seams.activate import adapter_hooks
 from seams.adapters import collective
-from seams.compat import OK, FAIL, _judge, op_schema_params, static_check
+from seams.compat import FAIL, OK, _judge, op_schema_params, static_check
 from seams.dispatch import Registry, SeamError, guarded
 from seams.stock import stock_kernel
 from seams.table import by_binding
 
 PARALLEL_STATE = "sglang/srt/distributed/parallel_state.py"
 FUSION = "sglang/srt/layers/flashinfer_comm_fusion.py"
-ROWS = {"collective_all_reduce": ("collective.all_reduce", "GroupCoordinator.all_reduce"),
-        "collective_ar_rmsnorm": ("collective.ar_residual_rmsnorm", "flashinfer_allreduce_residual_rmsnorm")}
+ROWS = {
+    "collective_all_reduce": ("collective.all_reduce", "GroupCoordinator.all_reduce"),
+    "collective_ar_rmsnorm": ("collective.ar_residual_rmsnorm", "flashinfer_allreduce_residual_rmsnorm"),
+}
 
 
 def _rows(tree: Path) -> dict[str, Any]:
@@ -50,7 +52,8 @@ def test_static_canary_ok_on_pinned_and_previous_release(pinned_tree: Path, othe
         assert {n: r.status for n, r in rows.items()} == {n: OK for n in ROWS}, rows
     assert rows["collective_all_reduce"].detail == "GroupCoordinator.all_reduce(self, input_)"
     assert rows["collective_ar_rmsnorm"].detail.startswith(
-        "flashinfer_allreduce_residual_rmsnorm(input_tensor, residual, weight, eps=, max_token_num=")
+        "flashinfer_allreduce_residual_rmsnorm(input_tensor, residual, weight, eps=, max_token_num="
+    )
 
 
 def test_static_canary_names_broken_collective_rows(tmp_path: Path, pinned_tree: Path) -> None:
@@ -58,7 +61,10 @@ def test_static_canary_names_broken_collective_rows(tmp_path: Path, pinned_tree:
     rename_param(mutant / PARALLEL_STATE, "GroupCoordinator.all_reduce", "input_", "tensor")
     delete_def(mutant / FUSION, "flashinfer_allreduce_residual_rmsnorm")
     rows = _rows(mutant)
-    assert rows["collective_all_reduce"].status == FAIL and "renamed 'input_' -> 'tensor'" in rows["collective_all_reduce"].detail
+    assert (
+        rows["collective_all_reduce"].status == FAIL
+        and "renamed 'input_' -> 'tensor'" in rows["collective_all_reduce"].detail
+    )
     assert rows["collective_ar_rmsnorm"].status == FAIL and "not defined" in rows["collective_ar_rmsnorm"].detail
 
 
@@ -70,9 +76,11 @@ def test_runtime_canary_reads_custom_op_schemas() -> None:
 
     def define(name: str, first: str) -> Any:
         lib = torch.library.Library(ns, "FRAGMENT")
-        lib.define(f"{name}(Tensor {first}, Tensor residual, Tensor weight, float eps=1e-06, int max_token_num=2048, "
-                   "bool? use_oneshot=None, bool trigger_completion_at_end=False, bool fp32_acc=False, "
-                   "bool use_attn_tp_group=True) -> (Tensor, Tensor)")
+        lib.define(
+            f"{name}(Tensor {first}, Tensor residual, Tensor weight, float eps=1e-06, int max_token_num=2048, "
+            "bool? use_oneshot=None, bool trigger_completion_at_end=False, bool fp32_acc=False, "
+            "bool use_attn_tp_group=True) -> (Tensor, Tensor)"
+        )
         _libs.append(lib)
         return getattr(getattr(torch.ops, ns), name)
 
@@ -111,8 +119,15 @@ class _Original:
 
 
 def _coord(**kw: Any) -> SimpleNamespace:
-    base = dict(unique_name="tp:0", world_size=2, device_group=None, pynccl_comm=None, hpu_communicator=None,
-                xpu_communicator=None, npu_communicator=None)
+    base = dict(
+        unique_name="tp:0",
+        world_size=2,
+        device_group=None,
+        pynccl_comm=None,
+        hpu_communicator=None,
+        xpu_communicator=None,
+        npu_communicator=None,
+    )
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -144,21 +159,40 @@ def test_ar_rmsnorm_stock_only_cases(case: str, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr("seams.adapters.collective.run", lambda *a, **k: pytest.fail("routed a stock-only call"))
     x, r, w = torch.ones(4, 8), torch.ones(4, 8), torch.ones(8)
     orig = _Original()
-    got = collective._ar_rmsnorm_around(orig, input_tensor=x, residual=r, weight=w, eps=1e-5,
-                                        max_token_num=2 if case == "too many tokens" else 2048)
+    got = collective._ar_rmsnorm_around(
+        orig, input_tensor=x, residual=r, weight=w, eps=1e-5, max_token_num=2 if case == "too many tokens" else 2048
+    )
     assert got == "stock" and len(orig.calls) == 1
-    assert orig.calls[0][1] == dict(eps=1e-5, max_token_num=2 if case == "too many tokens" else 2048, use_oneshot=None,
-                                    trigger_completion_at_end=False, fp32_acc=False, use_attn_tp_group=True)
+    assert orig.calls[0][1] == dict(
+        eps=1e-5,
+        max_token_num=2 if case == "too many tokens" else 2048,
+        use_oneshot=None,
+        trigger_completion_at_end=False,
+        fp32_acc=False,
+        use_attn_tp_group=True,
+    )
 
 
 # ---- two real ranks ----------------------------------------------------------------------------
 def test_two_rank_gloo_route_and_all_or_none(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEON_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(REPO), str(HERE)]), TRITON_INTERPRET="1", OMP_NUM_THREADS="1",
-               PYTHONDONTWRITEBYTECODE="1")
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(REPO), str(HERE)]),
+        TRITON_INTERPRET="1",
+        OMP_NUM_THREADS="1",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
     rdv = tmp_path / "rendezvous"
-    procs = [subprocess.Popen([sys.executable, str(HERE / "collective_child.py"), str(r), "2", str(rdv), str(tmp_path)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(HERE / "collective_child.py"), str(r), "2", str(rdv), str(tmp_path)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
     try:
         outs = [p.communicate(timeout=120) for p in procs]
     finally:

@@ -3,7 +3,8 @@ fallback, and tracing by Dynamo (fullgraph) as SGLang's piecewise graphs do."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -34,8 +35,9 @@ def picky() -> tuple[Registry, list]:
     """norm.rmsnorm candidate declaring bf16 only and H % 8 == 0; rope.neox candidate (rows layout)."""
     calls: list = []
     reg = _registry()
-    register_candidate(RMS, reference_kernel(RMS.id, calls), reg, dtypes=["bfloat16"],
-                       constraints=(("H", {"multiple_of": 8}),))
+    register_candidate(
+        RMS, reference_kernel(RMS.id, calls), reg, dtypes=["bfloat16"], constraints=(("H", {"multiple_of": 8}),)
+    )
     register_candidate(ROPE, reference_kernel(ROPE.id, calls), reg)
     return reg, calls
 
@@ -71,10 +73,13 @@ def test_ineligible_runs_stock(picky: tuple[Registry, list], case: str) -> None:
     assert dict(reg.receipts.counts.get(RMS.id, {})) == before
 
 
-DECLINE_CLASS = {"weight dtype differs from x": "slot:", "dtype outside the slot": "slot:",
-                 "caller-supplied out of the wrong dtype": "slot:",
-                 "dtype the slot allows but the candidate did not declare": "manifest:",
-                 "constraint H % 8 violated": "manifest:"}  # every other case: "abi:" (rank, extent, layout)
+DECLINE_CLASS = {
+    "weight dtype differs from x": "slot:",
+    "dtype outside the slot": "slot:",
+    "caller-supplied out of the wrong dtype": "slot:",
+    "dtype the slot allows but the candidate did not declare": "manifest:",
+    "constraint H % 8 violated": "manifest:",
+}  # every other case: "abi:" (rank, extent, layout)
 
 
 @pytest.mark.parametrize("case", list(INELIGIBLE))
@@ -84,8 +89,9 @@ def test_each_declined_call_is_counted_with_its_reason(case: str) -> None:
     decode graph but bs 1, and the run read C/B 1.0000 with evidence "ok")."""
     calls: list = []
     reg = _registry()
-    register_candidate(RMS, reference_kernel(RMS.id, calls), reg, dtypes=["bfloat16"],
-                       constraints=(("H", {"multiple_of": 8}),))
+    register_candidate(
+        RMS, reference_kernel(RMS.id, calls), reg, dtypes=["bfloat16"], constraints=(("H", {"multiple_of": 8}),)
+    )
     assert run(RMS.id, INELIGIBLE[case](), {"eps": 1e-6}, reg) is None
     [(reason, n)] = reg.receipts.declines[RMS.id].items()
     assert n == 1 and reason.startswith(DECLINE_CLASS.get(case, "abi:")), reason
@@ -115,7 +121,9 @@ def test_disabled_or_unknown_slot_runs_stock(picky: tuple[Registry, list]) -> No
     calls.clear()
     off = Registry(enabled=False, specs=reg.specs, candidates=reg.candidates)
     assert run(RMS.id, _rms_args(), {"eps": 1e-6}, off) is None
-    assert run("norm.fused_add_rmsnorm", {**_rms_args(), "residual": torch.randn(4, 64).to(BF16)}, {"eps": 1e-6}, reg) is None
+    assert (
+        run("norm.fused_add_rmsnorm", {**_rms_args(), "residual": torch.randn(4, 64).to(BF16)}, {"eps": 1e-6}, reg) is None
+    )
     assert calls == []
 
 
@@ -125,7 +133,7 @@ def test_rows_layout_accepts_views_but_not_strided_last_dim(picky: tuple[Registr
     t, _ = slot_inputs(ROPE.id, dims={"T": T, "HQ": HQ, "HK": HK, "D": D})
     qkv = torch.randn(T, (HQ + 2 * HK) * D).to(BF16)
     q = qkv[:, : HQ * D].view(T, HQ, D)
-    k = qkv[:, HQ * D:(HQ + HK) * D].view(T, HK, D)
+    k = qkv[:, HQ * D : (HQ + HK) * D].view(T, HK, D)
     calls.clear()
     assert run(ROPE.id, {**t, "q": q, "k": k}, {}, reg) is not None and calls == [ROPE.id]
     calls.clear()
@@ -154,8 +162,7 @@ def _resizes(**kw: Any) -> None:
     kw["out"].resize_(kw["out"].shape[0] * kw["out"].shape[1])
 
 
-FAILURES = {"raises": _raises, "returns a value": _returns, "re-points out (set_)": _repoints,
-            "resizes out": _resizes}
+FAILURES = {"raises": _raises, "returns a value": _returns, "re-points out (set_)": _repoints, "resizes out": _resizes}
 
 
 @pytest.mark.parametrize("failure", list(FAILURES))
@@ -195,10 +202,10 @@ def test_non_strict_fallback_after_repointed_view_writes_the_real_buffer() -> No
     T, HQ, HK, D = 3, 4, 2, 16
     t, _ = slot_inputs(ROPE.id, dims={"T": T, "HQ": HQ, "HK": HK, "D": D})
     qkv = torch.randn(T, (HQ + 2 * HK) * D).to(BF16)
-    q, k = qkv[:, : HQ * D].view(T, HQ, D), qkv[:, HQ * D:(HQ + HK) * D].view(T, HK, D)
+    q, k = qkv[:, : HQ * D].view(T, HQ, D), qkv[:, HQ * D : (HQ + HK) * D].view(T, HK, D)
     before = {**t, "q": q.clone(), "k": k.clone()}
     assert run(ROPE.id, {**t, "q": q, "k": k}, {}, reg) is not None
-    got = {"q": qkv[:, : HQ * D].view(T, HQ, D), "k": qkv[:, HQ * D:(HQ + HK) * D].view(T, HK, D)}
+    got = {"q": qkv[:, : HQ * D].view(T, HQ, D), "k": qkv[:, HQ * D : (HQ + HK) * D].view(T, HK, D)}
     assert check_against_reference(ROPE.id, before, {}, got, BF16) == []
     assert _counts(reg, ROPE.id) == (1, 0, 1)
 
@@ -272,8 +279,11 @@ def test_fullgraph_compile_traces_a_declined_call() -> None:
     assert sum(reg.receipts.declines[RMS.id].values()) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (reported): non-strict fallback reruns stock on inout args the "
-                   "failed candidate already overwrote; fixing it needs a per-call snapshot of inout args")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap (reported): non-strict fallback reruns stock on inout args the "
+    "failed candidate already overwrote; fixing it needs a per-call snapshot of inout args",
+)
 def test_non_strict_fallback_after_partial_inout_write() -> None:
     reg = _registry(strict=False)
 

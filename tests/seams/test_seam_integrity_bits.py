@@ -20,7 +20,7 @@ from seams import dispatch
 from seams.dispatch import Registry, guarded
 from seams.integrity import StaticInputs
 
-COUNTER = b'''import torch
+COUNTER = b"""import torch
 
 
 def rope(positions, q, k, cos_sin_cache):
@@ -32,7 +32,7 @@ def rope(positions, q, k, cos_sin_cache):
     first = first & (first.cumsum(0) == 1)
     c.mul_(torch.where(first, -1.0, 1.0))
     q.add_(torch.where(calls >= 3, 1.0, 0.0))
-'''
+"""
 
 
 def _rope_cache(p: int = 64, d: int = 16) -> torch.Tensor:

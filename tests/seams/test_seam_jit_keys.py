@@ -101,8 +101,9 @@ print("BINARY", "own" if "f64" in ttir["challenger"] and "f64" not in ttir["incu
 
 def _child(tmp_path: Path, mode: str) -> str:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path), mode], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp_path), mode], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     return out.stdout
 

@@ -83,8 +83,10 @@ def test_rank_reported_twice(tmp_path: Path) -> None:
 
 def test_fallback(tmp_path: Path) -> None:
     receipts = _engine(tmp_path, r1={"norm.rmsnorm": (*GOOD, "fallback"), "norm.fused_add_rmsnorm": GOOD})
-    assert _problems(receipts) == ("rank 1: error recorded: norm.rmsnorm fallback: boom",
-                                   "rank 1 norm.rmsnorm: 1 'fallback'")
+    assert _problems(receipts) == (
+        "rank 1: error recorded: norm.rmsnorm fallback: boom",
+        "rank 1 norm.rmsnorm: 1 'fallback'",
+    )
 
 
 def test_load_failed(tmp_path: Path) -> None:
@@ -96,11 +98,14 @@ def test_load_failed(tmp_path: Path) -> None:
     assert not any(p.startswith("rank 1") for p in problems)
 
 
-@pytest.mark.parametrize("kinds, missing", [
-    (("active",), ("fired", "completed")),  # loaded, but the chokepoint was never reached
-    (("active", "fired"), ("completed",)),  # reached, never completed
-    (("fired", "completed"), ("active",)),
-])
+@pytest.mark.parametrize(
+    "kinds, missing",
+    [
+        (("active",), ("fired", "completed")),  # loaded, but the chokepoint was never reached
+        (("active", "fired"), ("completed",)),  # reached, never completed
+        (("fired", "completed"), ("active",)),
+    ],
+)
 def test_slot_not_exercised(tmp_path: Path, kinds: tuple[str, ...], missing: tuple[str, ...]) -> None:
     receipts = _engine(tmp_path, r1={"norm.rmsnorm": kinds, "norm.fused_add_rmsnorm": GOOD})
     assert _problems(receipts) == tuple(f"rank 1 norm.rmsnorm: no '{k}' receipt" for k in missing)

@@ -32,9 +32,14 @@ def roles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     def env(name: str, bindings: tuple[str, ...], **extra: str) -> dict[str, str]:
         (base / name).mkdir()
-        return {**seam_environment(bindings), "CACHEON_ENGINE_TREE": str(tree.root),
-                "CACHEON_ENGINE_TREE_DIGEST": tree.digest, "CACHEON_RECEIPT_DIR": str(base / name / "receipts"),
-                "CACHEON_TEST_IMPORT_LOG": str(base / name / "imports.log"), **extra}
+        return {
+            **seam_environment(bindings),
+            "CACHEON_ENGINE_TREE": str(tree.root),
+            "CACHEON_ENGINE_TREE_DIGEST": tree.digest,
+            "CACHEON_RECEIPT_DIR": str(base / name / "receipts"),
+            "CACHEON_TEST_IMPORT_LOG": str(base / name / "imports.log"),
+            **extra,
+        }
 
     plan = {
         "off": ("off", env("off", ())),
@@ -43,13 +48,17 @@ def roles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "rank1": ("scheduler", env("rank1", BINDINGS, CACHEON_TEST_TP_RANK="1")),
         "partial": ("partial", env("partial", ("norm",), CACHEON_TEST_TP_RANK="5")),
         "strict": ("failing", env("strict", ("norm", "activation"), CACHEON_ENGINE_TREE_DIGEST=elsewhere.digest)),
-        "lenient": ("failing", env("lenient", ("norm", "activation"), CACHEON_ENGINE_TREE_DIGEST=elsewhere.digest,
-                                   CACHEON_SEAM_STRICT="0")),
+        "lenient": (
+            "failing",
+            env("lenient", ("norm", "activation"), CACHEON_ENGINE_TREE_DIGEST=elsewhere.digest, CACHEON_SEAM_STRICT="0"),
+        ),
         # another plugin already hooked the chokepoint: HookRegistry skips targets it has patched
-        "contended": ("failing", env("contended", ("norm",),
-                                     CACHEON_TEST_OTHER_PLUGIN_TARGET="sglang.srt.layers.layernorm.RMSNorm.forward_cuda")),
+        "contended": (
+            "failing",
+            env("contended", ("norm",), CACHEON_TEST_OTHER_PLUGIN_TARGET="sglang.srt.layers.layernorm.RMSNorm.forward_cuda"),
+        ),
     }
-    for name, (_, e) in plan.items():
+    for _, e in plan.values():
         Path(e["CACHEON_RECEIPT_DIR"]).mkdir()
     # both scheduler ranks write into one receipt dir, like the ranks of one engine
     plan["rank1"][1]["CACHEON_RECEIPT_DIR"] = plan["rank0"][1]["CACHEON_RECEIPT_DIR"]
@@ -179,8 +188,10 @@ def test_chokepoint_hooked_by_another_plugin_fails_closed(roles: dict) -> None:
     must notice that the seam is not in place instead of reporting an active candidate."""
     r = roles["results"]["contended"]
     s = r["state"]
-    assert r["raised"] == ("RuntimeError: seam hook on sglang.srt.layers.layernorm:RMSNorm.forward_cuda was not "
-                           "applied (HookRegistry logged the reason)"), r["raised"]
+    assert r["raised"] == (
+        "RuntimeError: seam hook on sglang.srt.layers.layernorm:RMSNorm.forward_cuda was not "
+        "applied (HookRegistry logged the reason)"
+    ), r["raised"]
     assert not s["registry_enabled"] and s["candidates"] == []
     assert "checks" not in r and s["stock_calls"] == []
     [rec] = r["receipts"]

@@ -7,8 +7,8 @@ import json
 from types import SimpleNamespace
 
 import pytest
-
 import seam_harness as h
+
 from cacheon_subnet.slots import get_slot
 from seams.dispatch import Registry, run
 from seams.receipts import Receipts, read_receipts
@@ -103,10 +103,12 @@ def test_incumbent_route_runs_only_the_crowned_kernel(tmp_path):
     reg.receipts = Receipts(str(tmp_path), "scheduler", 0)
     calls: list = []
     spec = get_slot(SLOT)
-    inc = h.register_candidate(spec, lambda **kw: (calls.append("incumbent"), h.reference_kernel(SLOT)(**kw))[1],
-                               reg, variant="inc2", add=False)
-    ch = h.register_candidate(spec, lambda **kw: (calls.append("challenger"), h.reference_kernel(SLOT)(**kw))[1],
-                              reg, variant="ch", add=False)
+    inc = h.register_candidate(
+        spec, lambda **kw: (calls.append("incumbent"), h.reference_kernel(SLOT)(**kw))[1], reg, variant="inc2", add=False
+    )
+    ch = h.register_candidate(
+        spec, lambda **kw: (calls.append("challenger"), h.reference_kernel(SLOT)(**kw))[1], reg, variant="ch", add=False
+    )
     from dataclasses import replace
 
     reg.add(spec, replace(inc, role="incumbent"))
@@ -144,6 +146,7 @@ def test_tree_keeps_roles_and_rejects_unknown(tmp_path):
 
 
 # --- the pristine route (seam-overhead benchmark): hooks out, SGLang's own functions back ---
+
 
 class Layer:
     """Binds its forward at construction, like SGLang's CustomOp (_forward_method)."""

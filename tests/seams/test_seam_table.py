@@ -7,8 +7,17 @@ import re
 import pytest
 
 from cacheon_subnet.slots.catalog import catalog
-from seams.table import (BINDINGS, HOOK_TARGETS, PINNED, PLUGIN_GROUP, SEAM_ADAPTERS, adapters_for_slot, by_binding,
-                         normalize_bindings, seam_environment)
+from seams.table import (
+    BINDINGS,
+    HOOK_TARGETS,
+    PINNED,
+    PLUGIN_GROUP,
+    SEAM_ADAPTERS,
+    adapters_for_slot,
+    by_binding,
+    normalize_bindings,
+    seam_environment,
+)
 
 DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
 
@@ -46,13 +55,16 @@ def test_rows_are_checkable_by_the_canary() -> None:
     assert PLUGIN_GROUP == "sglang.srt.plugins" and PINNED == "0.5.13.post1"
 
 
-@pytest.mark.parametrize("bad, why", [
-    (["nope"], "unknown seam binding"),
-    (["norm", "norm"], "requested twice"),
-    (["Norm"], "not canonical"),
-    ([" norm"], "not canonical"),
-    (["norm "], "not canonical"),
-])
+@pytest.mark.parametrize(
+    "bad, why",
+    [
+        (["nope"], "unknown seam binding"),
+        (["norm", "norm"], "requested twice"),
+        (["Norm"], "not canonical"),
+        ([" norm"], "not canonical"),
+        (["norm "], "not canonical"),
+    ],
+)
 def test_normalize_bindings_rejects(bad: list[str], why: str) -> None:
     with pytest.raises(ValueError, match=why):
         normalize_bindings(bad)

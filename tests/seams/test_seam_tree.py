@@ -36,14 +36,19 @@ def _rewrite_tree_json(root: Path, edit) -> str:  # noqa: ANN001
 
 
 def test_one_bundle_roundtrip(tmp_path: Path) -> None:
-    b = make_bundle(NORM, salt="one", op_extra={"norm.rmsnorm": 'dtypes = ["bfloat16"]\nconstraints = { H = { multiple_of = 8, min = 16 } }'})
+    b = make_bundle(
+        NORM,
+        salt="one",
+        op_extra={"norm.rmsnorm": 'dtypes = ["bfloat16"]\nconstraints = { H = { multiple_of = 8, min = 16 } }'},
+    )
     tree = build_tree(tmp_path / "t", [(b, b.manifest.ops)], scan_policy=False)
     assert tree.digest == hashlib.sha256((tmp_path / "t" / TREE_FILE).read_bytes()).hexdigest()
     again = open_tree(tmp_path / "t", tree.digest)
     assert again == tree
     pkg = package_for(b.digest)
     assert [(o.slot, o.package, o.digest, o.module, o.attr, o.qualified_module) for o in tree.ops] == [
-        (s, pkg, b.digest, "kernel", fn_name(s), f"{pkg}.kernel") for s in sorted(NORM)]
+        (s, pkg, b.digest, "kernel", fn_name(s), f"{pkg}.kernel") for s in sorted(NORM)
+    ]
     rms = next(o for o in tree.ops if o.slot == "norm.rmsnorm")
     assert rms.dtypes == ("bfloat16",) and rms.constraints == (("H", {"min": 16, "multiple_of": 8}),)
     assert {p.name for p in (tmp_path / "t").iterdir()} == {TREE_FILE, pkg}
@@ -55,10 +60,14 @@ def test_two_bundles_subset_and_location_independent_digest(tmp_path: Path) -> N
     only_rope = [o for o in c.manifest.ops if o.slot == "rope.neox"]
     tree = build_tree(tmp_path / "t1", [(a, a.manifest.ops), (c, only_rope)], scan_policy=False)
     assert [(o.slot, o.package) for o in tree.ops] == [
-        ("norm.fused_add_rmsnorm", package_for(a.digest)), ("norm.rmsnorm", package_for(a.digest)),
-        ("rope.neox", package_for(c.digest))]  # unselected ops of a bundle are not in the tree
+        ("norm.fused_add_rmsnorm", package_for(a.digest)),
+        ("norm.rmsnorm", package_for(a.digest)),
+        ("rope.neox", package_for(c.digest)),
+    ]  # unselected ops of a bundle are not in the tree
     assert open_tree(tmp_path / "t1", tree.digest).ops == tree.ops
-    twin = build_tree(tmp_path / "t2", [(c, only_rope), (a, a.manifest.ops)], scan_policy=False)  # order of selections: irrelevant
+    twin = build_tree(
+        tmp_path / "t2", [(c, only_rope), (a, a.manifest.ops)], scan_policy=False
+    )  # order of selections: irrelevant
     assert twin.digest == tree.digest
     other = build_tree(tmp_path / "t3", [(a, a.manifest.ops)], scan_policy=False)
     assert other.digest != tree.digest
@@ -180,8 +189,10 @@ _CHEAT = b"import os\n\ndef rmsnorm(x, weight, out, eps):\n    os.system('true')
 def _cheat_bundle():  # noqa: ANN202
     from cacheon_subnet.bundle import bundle_from_files
 
-    manifest = (b'schema = "%s"\n[bundle]\nname = "cheat"\n[[ops]]\nslot = "norm.rmsnorm"\nentry = "kernel:rmsnorm"\n'
-                % make_bundle(NORM).manifest.schema.encode())
+    manifest = (
+        b'schema = "%s"\n[bundle]\nname = "cheat"\n[[ops]]\nslot = "norm.rmsnorm"\nentry = "kernel:rmsnorm"\n'
+        % make_bundle(NORM).manifest.schema.encode()
+    )
     return bundle_from_files({"manifest.toml": manifest, "kernel.py": _CHEAT}, source="<cheat>")
 
 
@@ -204,9 +215,22 @@ def test_scheduler_refuses_unscanned_package(tmp_path: Path) -> None:
     _writable(tree.root)
     b.write_to(tree.root / package_for(b.digest), read_only=True)
     op = b.manifest.ops[0]
-    digest = _rewrite_tree_json(tree.root, lambda d: d["ops"].append(
-        {"package": package_for(b.digest), "digest": b.digest, "slot": op.slot, "variant": op.variant,
-         "module": op.module, "attr": op.attr, "dtypes": list(op.dtypes), "constraints": {}, "role": "challenger"}))
+    digest = _rewrite_tree_json(
+        tree.root,
+        lambda d: d["ops"].append(
+            {
+                "package": package_for(b.digest),
+                "digest": b.digest,
+                "slot": op.slot,
+                "variant": op.variant,
+                "module": op.module,
+                "attr": op.attr,
+                "dtypes": list(op.dtypes),
+                "constraints": {},
+                "role": "challenger",
+            }
+        ),
+    )
     with pytest.raises(BundleError) as e:
         open_tree(tree.root, digest)
     assert e.value.rule == "policy" and e.value.path == package_for(b.digest)
@@ -220,8 +244,13 @@ def test_a_module_shadowed_by_a_package_is_never_sealed(tmp_path: Path) -> None:
 
     ex = Path(__file__).resolve().parents[2] / "examples" / "norm.rmsnorm"
     evil = b'import os\nos.system("id")\n'
-    b = bundle_from_files({"manifest.toml": (ex / "manifest.toml").read_bytes(),
-                           "rmsnorm/__init__.py": (ex / "rmsnorm.py").read_bytes(), "rmsnorm.py": evil})
+    b = bundle_from_files(
+        {
+            "manifest.toml": (ex / "manifest.toml").read_bytes(),
+            "rmsnorm/__init__.py": (ex / "rmsnorm.py").read_bytes(),
+            "rmsnorm.py": evil,
+        }
+    )
     with pytest.raises(BundleError) as e:
         build_tree(tmp_path / "t", [(b, b.manifest.ops)])
     assert e.value.rule == "policy" and "rmsnorm.py" in e.value.detail

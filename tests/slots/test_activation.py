@@ -80,8 +80,9 @@ def test_reference_matches_float64_formulation(dtype: str) -> None:
 # ---- (c) the example bundles pass verify --------------------------------------------------
 @pytest.mark.parametrize("example", ["activation.silu_and_mul", "norm.fused_add_rmsnorm"])
 def test_example_bundle_passes_verify(example: str) -> None:
-    report = verify_bundle(load_bundle(str(ROOT / "examples" / example)),
-                           VerifyOptions(device="cpu", max_cases=2, seed=1234))
+    report = verify_bundle(
+        load_bundle(str(ROOT / "examples" / example)), VerifyOptions(device="cpu", max_cases=2, seed=1234)
+    )
     assert report.status == "PASS", report.reasons
 
 
@@ -106,7 +107,9 @@ def _broken(tmp_path: Path, example: str, module: str, old: str, new: str) -> st
     ],
 )
 def test_broken_variant_fails_with_mismatch(tmp_path: Path, example: str, module: str, old: str, new: str) -> None:
-    report = verify_bundle(load_bundle(_broken(tmp_path, example, module, old, new)),
-                           VerifyOptions(device="cpu", max_cases=1, compile_check=False, seed=99))
+    report = verify_bundle(
+        load_bundle(_broken(tmp_path, example, module, old, new)),
+        VerifyOptions(device="cpu", max_cases=1, compile_check=False, seed=99),
+    )
     assert report.status == "FAIL"
     assert report.ops[0].failure is not None and report.ops[0].failure.reason == "mismatch", report.reasons

@@ -74,7 +74,7 @@ def _sdpa_f64(t: dict[str, torch.Tensor], scale: float) -> torch.Tensor:
     ptr = t["kv_indptr"].tolist()
     out = torch.empty(B, HQ, D, dtype=torch.float64)
     for b in range(B):
-        idx = t["kv_indices"][ptr[b]:ptr[b + 1]]
+        idx = t["kv_indices"][ptr[b] : ptr[b + 1]]
         k = kb[idx].double().repeat_interleave(rep, dim=1).transpose(0, 1)  # [HQ, L, D]
         v = vb[idx].double().repeat_interleave(rep, dim=1).transpose(0, 1)
         out[b] = F.scaled_dot_product_attention(q[b][:, None, :], k, v, scale=scale)[:, 0, :]
@@ -126,18 +126,31 @@ def _run_at_the_arenas_batch(module: Any) -> tuple[torch.Tensor, torch.Tensor]:
     from cacheon_subnet.slots.spec import case
 
     B, HQ, HK, D, ctx = 64, 16, 8, 16, 20
-    c = case("t/decode-bs64", "qwen3-0.6b", {"B": B, "HQ": HQ, "HK": HK, "D": D, "S": B * ctx + 64, "N": B * ctx,
-                                            "MAXS": 8}, sm_scale=D**-0.5)
+    c = case(
+        "t/decode-bs64",
+        "qwen3-0.6b",
+        {"B": B, "HQ": HQ, "HK": HK, "D": D, "S": B * ctx + 64, "N": B * ctx, "MAXS": 8},
+        sm_scale=D**-0.5,
+    )
     t = SPEC.make_inputs(c, torch.bfloat16, seed_generator(5))
     assert t["q"].stride(0) == (HQ + 2 * HK) * D  # the engine's strided q
     o = torch.zeros(B, HQ, D, dtype=torch.bfloat16)
-    module.decode_attention(t["q"], t["k_buffer"], t["v_buffer"], o, t["kv_indptr"], t["kv_indices"],
-                            t["num_kv_splits"], torch.zeros(B, HQ, 8, D), torch.zeros(B, HQ, 8), D**-0.5)
+    module.decode_attention(
+        t["q"],
+        t["k_buffer"],
+        t["v_buffer"],
+        o,
+        t["kv_indptr"],
+        t["kv_indices"],
+        t["num_kv_splits"],
+        torch.zeros(B, HQ, 8, D),
+        torch.zeros(B, HQ, 8),
+        D**-0.5,
+    )
     return o, _sdpa_f64(t, D**-0.5)
 
 
-def test_example_at_the_arenas_batch_size_matches_the_reference(monkeypatch: pytest.MonkeyPatch,
-                                                                tmp_path: Path) -> None:
+def test_example_at_the_arenas_batch_size_matches_the_reference(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The config the H200 crowned (C/B 1.29) is taken only at batch x kv heads >= 512, which the
     verify tiers on CPU never reach; a broken copy at the same shape is the control."""
     module = _example_module(monkeypatch)
@@ -150,8 +163,9 @@ def test_example_at_the_arenas_batch_size_matches_the_reference(monkeypatch: pyt
     assert not compare(bad, ref.float(), tol).ok
 
 
-def test_onepass_example_at_the_arenas_batch_size_matches_the_reference(monkeypatch: pytest.MonkeyPatch,
-                                                                        tmp_path: Path) -> None:
+def test_onepass_example_at_the_arenas_batch_size_matches_the_reference(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """The one-pass kernel at the arena's window config (strided q, one program per request and
     kv head); a copy that skips the newest token is the control."""
     tol = SPEC.tolerance("o", "bfloat16")
@@ -164,8 +178,10 @@ def test_onepass_example_at_the_arenas_batch_size_matches_the_reference(monkeypa
 
 @pytest.mark.parametrize("bug", ["drops_last_token", "unnormalised"])
 def test_onepass_broken_variants_fail_with_mismatch(tmp_path: Path, bug: str) -> None:
-    edits = {"drops_last_token": BROKEN["drops_last_token"],
-             "unnormalised": [("out = acc / l_i[:, None]", "out = acc")]}  # the softmax's sum left out
+    edits = {
+        "drops_last_token": BROKEN["drops_last_token"],
+        "unnormalised": [("out = acc / l_i[:, None]", "out = acc")],
+    }  # the softmax's sum left out
     report = _verify(_broken(tmp_path, edits[bug], ONEPASS), max_cases=4)
     assert report.status == "FAIL"
     (op,) = report.ops  # a length-1 request left with no token divides by zero: NaN

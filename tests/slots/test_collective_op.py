@@ -54,15 +54,18 @@ def test_custom_op_hands_the_kernel_the_resolved_group() -> None:
     assert seen == [FAKE, FAKE]
 
 
-@pytest.mark.parametrize("src, rule", [
-    ("import torch.distributed as dist\n", None),
-    ("import torch\ndef f(x, out, group):\n    torch.distributed.all_reduce(out, group=group)\n", None),
-    ("import torch.distributed as dist\ng = dist.new_group([0, 1])\n", "P002"),
-    ("import torch\ntorch.distributed.init_process_group('gloo')\n", "P002"),
-    ("import torch.distributed as dist\ns = dist.TCPStore('1.2.3.4', 1)\n", "P002"),
-    ("import torch.distributed.rpc\n", "P002"),
-    ("from torch.distributed import elastic\n", "P001"),
-])
+@pytest.mark.parametrize(
+    "src, rule",
+    [
+        ("import torch.distributed as dist\n", None),
+        ("import torch\ndef f(x, out, group):\n    torch.distributed.all_reduce(out, group=group)\n", None),
+        ("import torch.distributed as dist\ng = dist.new_group([0, 1])\n", "P002"),
+        ("import torch\ntorch.distributed.init_process_group('gloo')\n", "P002"),
+        ("import torch.distributed as dist\ns = dist.TCPStore('1.2.3.4', 1)\n", "P002"),
+        ("import torch.distributed.rpc\n", "P002"),
+        ("from torch.distributed import elastic\n", "P001"),
+    ],
+)
 def test_policy_allows_collectives_not_group_creation(src: str, rule: str | None) -> None:
     rules = {f.rule for f in scan_source("k.py", src)}
     assert (not rules) if rule is None else rule in rules, rules  # module-level calls are also P014 (policy v2)

@@ -167,8 +167,9 @@ def test_topk_without_renormalisation_fails(tmp_path: Path) -> None:
 
 
 def test_experts_ignoring_router_weights_fail(tmp_path: Path) -> None:
-    bundle = _broken(tmp_path, "moe.fused_experts", "gemm.py", "acc = acc * w[:, None]", "acc = acc + 0.0 * w[:, None]",
-                     bf16_only=True)
+    bundle = _broken(
+        tmp_path, "moe.fused_experts", "gemm.py", "acc = acc * w[:, None]", "acc = acc + 0.0 * w[:, None]", bf16_only=True
+    )
     report = verify_bundle(load_bundle(bundle), VerifyOptions(device="cpu", max_cases=1))
     assert report.status == "FAIL" and _reason(report).startswith("mismatch"), report.render()
 
@@ -203,8 +204,12 @@ def _run_and_judge(spec, kernel, c: ShapeCase, name: str) -> None:  # noqa: ANN0
     act = dtype_of(name)
     inputs = spec.make_inputs(c, act, seed_generator(23))
     args = {k: v.cuda() for k, v in inputs.items()}
-    args.update({k: v.fill_(float("nan") if v.is_floating_point() else -1)
-                 for k, v in spec.allocate("out", c.dims, act, "cuda").items()})
+    args.update(
+        {
+            k: v.fill_(float("nan") if v.is_floating_point() else -1)
+            for k, v in spec.allocate("out", c.dims, act, "cuda").items()
+        }
+    )
     kernel(**args, **c.params)
     torch.cuda.synchronize()
     got = {k: v.cpu() for k, v in args.items()}

@@ -169,8 +169,9 @@ SWAP_COS_SIN = (
     ids=["swap-cos-sin", "wrong-sign", "ignore-positions"],
 )
 def test_broken_variant_fails_with_mismatch(tmp_path: Path, old: str, new: str) -> None:
-    report = verify_bundle(load_bundle(_broken(tmp_path, old, new)),
-                           VerifyOptions(device="cpu", max_cases=1, compile_check=False, seed=77))
+    report = verify_bundle(
+        load_bundle(_broken(tmp_path, old, new)), VerifyOptions(device="cpu", max_cases=1, compile_check=False, seed=77)
+    )
     assert report.status == "FAIL"
     assert report.ops[0].failure is not None and report.ops[0].failure.reason == "mismatch", report.reasons
 

@@ -20,9 +20,17 @@ from cacheon_subnet.validator.loop import Validator, ValidatorConfig  # noqa: E4
 
 def main() -> None:
     state, chain_path, starved = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    cfg = ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=Path(state), interval_s=0,
-                          targets=("norm.rmsnorm",), retry_base_s=0.0, retry_max_s=0.0, url_policy=LOCAL,
-                          max_attempts=1000)
+    cfg = ValidatorConfig(
+        netuid=NETUID,
+        hotkey=VALIDATOR,
+        state_dir=Path(state),
+        interval_s=0,
+        targets=("norm.rmsnorm",),
+        retry_base_s=0.0,
+        retry_max_s=0.0,
+        url_policy=LOCAL,
+        max_attempts=1000,
+    )
     v = Validator(cfg, LocalChain.open(chain_path), FakeQualifier(), screener=fake_screener())
     v._screen_stage = v._pipeline = lambda: None  # type: ignore[method-assign]  # prime: intake + fetch only
     v.run_once()
@@ -37,8 +45,7 @@ def main() -> None:
     for i in range(starved):
         try:
             s = v.run_once()
-            row = {"pass": i, "starved": True, "ok": s.ok, "problems": list(s.problems),
-                   "failed": s.failed}
+            row = {"pass": i, "starved": True, "ok": s.ok, "problems": list(s.problems), "failed": s.failed}
         except Exception as exc:  # noqa: BLE001 - what the test looks for
             row = {"pass": i, "starved": True, "crashed": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(row), flush=True)
@@ -47,8 +54,20 @@ def main() -> None:
     attempts = v.db.contributions()[0].attempts
     s = v.run_once()
     c = v.db.contributions()[0]
-    print(json.dumps({"pass": starved, "starved": False, "ok": s.ok, "problems": list(s.problems),
-                      "counts": v.db.counts(), "attempts_seen": attempts, "transitions": _moves(v, c.id)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "pass": starved,
+                "starved": False,
+                "ok": s.ok,
+                "problems": list(s.problems),
+                "counts": v.db.counts(),
+                "attempts_seen": attempts,
+                "transitions": _moves(v, c.id),
+            }
+        ),
+        flush=True,
+    )
     v.close()
 
 

@@ -45,7 +45,7 @@ class FakeEngineArena:
     arena_id: str = "fake-engine-arena"
     label: str = "fake-engine"
 
-    def on_devices(self, d: str) -> "FakeEngineArena":
+    def on_devices(self, d: str) -> FakeEngineArena:
         return replace(self, devices=d)
 
     def qualify(self, bundle, op, incumbent):
@@ -64,6 +64,10 @@ class FakeEngineArena:
             n = len(list(d.glob(f"{bundle.digest[:12]}-*")))
             (d / f"{bundle.digest[:12]}-{n}").write_text(f"{os.getpid()} {work}-{n}")
             work = Path(f"{work}-{n}")
-        opts = RunOptions(workdir=work, checkpoint_root=Path(self.root) / "ckpt",
-                          engine_factory="tests.arena.fake_engine:FakeEngine", devices=self.devices)
+        opts = RunOptions(
+            workdir=work,
+            checkpoint_root=Path(self.root) / "ckpt",
+            engine_factory="tests.arena.fake_engine:FakeEngine",
+            devices=self.devices,
+        )
         return to_qualify_result(qualify(h.small_config(), bundle, op, opts), op, incumbent, self.arena_id, self.label)

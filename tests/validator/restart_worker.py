@@ -31,16 +31,29 @@ TARGETS = ("activation.silu_and_mul", "norm.rmsnorm", "rope.neox", "attention.de
 def main() -> int:
     chain_path, state_dir, min_block = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     chain = LocalChain.open(chain_path)
-    config = ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=state_dir, interval_s=0.0,
-                             targets=TARGETS, retry_base_s=0.05, retry_max_s=0.2, chain_backoff_base_s=0.05,
-                             publish=PublishPolicy(interval_blocks=10**6))
+    config = ValidatorConfig(
+        netuid=NETUID,
+        hotkey=VALIDATOR,
+        state_dir=state_dir,
+        interval_s=0.0,
+        targets=TARGETS,
+        retry_base_s=0.05,
+        retry_max_s=0.2,
+        chain_backoff_base_s=0.05,
+        publish=PublishPolicy(interval_blocks=10**6),
+    )
     validator = Validator(config, chain, FakeQualifier(delay_s=0.05), screener=fake_screener(0.05))
     print("ready", flush=True)
     for _ in range(500):
         summary = validator.run_once()
         last = ledger.last_weights(validator.db)
-        if (summary.idle and summary.weights == "unchanged" and last is not None
-                and last.state == "verified" and chain.current_block() >= min_block):
+        if (
+            summary.idle
+            and summary.weights == "unchanged"
+            and last is not None
+            and last.state == "verified"
+            and chain.current_block() >= min_block
+        ):
             print("done", flush=True)
             return 0
         chain.advance(1)

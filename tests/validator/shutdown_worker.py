@@ -40,8 +40,11 @@ class HoldingQualifier:
         self.scratch = scratch
 
     def qualify(self, bundle, op, incumbent):
-        proc = sandbox.launch([sys.executable, "-c", ENGINE], scratch=self.scratch,
-                              policy=sandbox.SandboxPolicy(wall_timeout_s=600, cpu_seconds=None))
+        proc = sandbox.launch(
+            [sys.executable, "-c", ENGINE],
+            scratch=self.scratch,
+            policy=sandbox.SandboxPolicy(wall_timeout_s=600, cpu_seconds=None),
+        )
         print("engine", proc.pid, flush=True)
         try:
             proc.wait()
@@ -52,10 +55,18 @@ class HoldingQualifier:
 
 def main() -> int:
     chain_path, state_dir, mode = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
-    config = ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=state_dir, interval_s=0.2,
-                             targets=("norm.rmsnorm",), retry_base_s=0.0, retry_max_s=0.0)
-    validator = Validator(config, LocalChain.open(chain_path), HoldingQualifier(state_dir.parent / "engine-scratch"),
-                          screener=fake_screener())
+    config = ValidatorConfig(
+        netuid=NETUID,
+        hotkey=VALIDATOR,
+        state_dir=state_dir,
+        interval_s=0.2,
+        targets=("norm.rmsnorm",),
+        retry_base_s=0.0,
+        retry_max_s=0.0,
+    )
+    validator = Validator(
+        config, LocalChain.open(chain_path), HoldingQualifier(state_dir.parent / "engine-scratch"), screener=fake_screener()
+    )
     stop = threading.Event()
     if mode == "signals":
         install_signal_handlers(stop)

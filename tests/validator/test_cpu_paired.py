@@ -26,6 +26,7 @@ def test_common_mode_load_cancels_in_the_pairs():
     assert speedup == pytest.approx(1.5, rel=0.01)
     assert noise < 0.01  # the unpaired medians of this series spread by tens of percent
     import statistics
+
     unpaired = abs(statistics.median(bs) - statistics.median(b2s)) / statistics.median(bs)
     assert unpaired > 3 * noise or statistics.pstdev(bs) / statistics.mean(bs) > 0.05
 

@@ -13,9 +13,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from validator_fakes import EXAMPLES, NETUID, VALIDATOR, FakeQualifier, FileServer, commit, fake_screener, make_archive, make_chain
-
 from ray_fakes import FakeEngineArena
+from validator_fakes import (
+    EXAMPLES,
+    NETUID,
+    VALIDATOR,
+    FakeQualifier,
+    FileServer,
+    commit,
+    fake_screener,
+    make_archive,
+    make_chain,
+)
 
 from cacheon_subnet.validator.dispatch import LocalPool, QualifyJob, job_key
 from cacheon_subnet.validator.loop import Validator, ValidatorConfig
@@ -32,7 +41,7 @@ class DeviceQualifier(FakeQualifier):
     delay_s: float = 0.4
     log: list | None = None
 
-    def on_devices(self, d: str) -> "DeviceQualifier":
+    def on_devices(self, d: str) -> DeviceQualifier:
         return replace(self, devices=d)
 
     def qualify(self, bundle, op, incumbent):
@@ -54,13 +63,22 @@ def test_pool_keeps_every_gpu_busy_and_only_the_validator_thread_writes(tmp_path
     monkeypatch.setattr(StateDB, "tx", tx)
     with FileServer() as srv:
         for i in range(6):
-            a, d = make_archive(EXAMPLES / "norm.rmsnorm", tmp_path, f"b{i}", {"speed.txt": f"1.{i + 1}", "salt.txt": str(i)})
+            a, d = make_archive(
+                EXAMPLES / "norm.rmsnorm", tmp_path, f"b{i}", {"speed.txt": f"1.{i + 1}", "salt.txt": str(i)}
+            )
             commit(chain, f"m{i}", d, srv.add(f"{tmp_path.name}-b{i}.tar.gz", a))
         chain.advance(2)
         log: list = []
         pool = LocalPool(DeviceQualifier(log=log), ("0", "1", "2"))
-        cfg = ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=tmp_path / "state", interval_s=0,
-                              targets=("norm.rmsnorm",), retry_base_s=0.0, retry_max_s=0.0)
+        cfg = ValidatorConfig(
+            netuid=NETUID,
+            hotkey=VALIDATOR,
+            state_dir=tmp_path / "state",
+            interval_s=0,
+            targets=("norm.rmsnorm",),
+            retry_base_s=0.0,
+            retry_max_s=0.0,
+        )
         v = Validator(cfg, chain, pool, screener=fake_screener())
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -111,8 +129,7 @@ def test_two_fake_gpus_run_two_real_arenas_each_on_its_own_device(tmp_path, monk
     jobs = []
     for salt in ("x", "y"):
         b = h.torch_bundle(salt)
-        jobs.append(QualifyJob(job_key(salt, "norm.rmsnorm", 0, 0), salt, "norm.rmsnorm", dict(b.files),
-                               b.manifest.ops[0]))
+        jobs.append(QualifyJob(job_key(salt, "norm.rmsnorm", 0, 0), salt, "norm.rmsnorm", dict(b.files), b.manifest.ops[0]))
         pool.submit(jobs[-1])
     got, deadline = [], time.monotonic() + 300
     while len(got) < 2 and time.monotonic() < deadline:
@@ -131,7 +148,6 @@ def test_two_fake_gpus_run_two_real_arenas_each_on_its_own_device(tmp_path, monk
 
 def test_validator_flags_build_the_pool_or_say_why_not():
     from arena import qualifier_from_config
-
     from cacheon_subnet.errors import UsageError
     from cacheon_subnet.validator.commands import fan_out
     from cacheon_subnet.validator.qualify import CpuQualifier
@@ -142,7 +158,11 @@ def test_validator_flags_build_the_pool_or_say_why_not():
     assert pool.arena_id == gpu.arena_id and pool.head_to_head
     pool.close()
     assert fan_out(gpu, None, None) is gpu
-    for args, why in (((gpu, "0", "auto"), "exclude each other"), ((CpuQualifier(), "0", None), "GPU arena"),
-                      ((gpu, "a,b", None), "GPU indices"), ((gpu, None, "http://x"), "ray://")):
+    for args, why in (
+        ((gpu, "0", "auto"), "exclude each other"),
+        ((CpuQualifier(), "0", None), "GPU arena"),
+        ((gpu, "a,b", None), "GPU indices"),
+        ((gpu, None, "http://x"), "ray://"),
+    ):
         with pytest.raises(UsageError, match=why):
             fan_out(*args)

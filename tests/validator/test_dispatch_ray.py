@@ -28,8 +28,13 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture(scope="module")
 def cluster():
     path = os.pathsep.join([str(HERE.parents[1]), str(HERE), os.environ.get("PYTHONPATH", "")])
-    ray.init(num_cpus=2, resources={"arena_gpu": 2}, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": path}})
+    ray.init(
+        num_cpus=2,
+        resources={"arena_gpu": 2},
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": path}},
+    )
     yield
     ray.shutdown()
 
@@ -50,8 +55,15 @@ def test_a_worker_killed_mid_job_is_retried_and_counted_once(cluster, tmp_path):
         chain.advance(2)
         pool = _pool(DiesOnceQualifier(marker_dir=str(markers)))
         assert pool.free_slots() == 2  # read from the cluster's resources
-        cfg = ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=tmp_path / "state", interval_s=0,
-                              targets=("norm.rmsnorm",), retry_base_s=0.0, retry_max_s=0.0)
+        cfg = ValidatorConfig(
+            netuid=NETUID,
+            hotkey=VALIDATOR,
+            state_dir=tmp_path / "state",
+            interval_s=0,
+            targets=("norm.rmsnorm",),
+            retry_base_s=0.0,
+            retry_max_s=0.0,
+        )
         v = Validator(cfg, chain, pool, screener=fake_screener())
         killed: set[str] = set()
         deadline = time.monotonic() + 120
@@ -77,8 +89,13 @@ def test_a_worker_killed_mid_job_is_retried_and_counted_once(cluster, tmp_path):
 
         from cacheon_subnet.validator.qualify import QualifyResult
 
-        dup = JobResult(job.key, c.id, "norm.rmsnorm", 0, QualifyResult("norm.rmsnorm", "PASS", True, 9.0, 9.0, 0.0,
-                                                                         "fake-arena", "fake", "dup", {}))
+        dup = JobResult(
+            job.key,
+            c.id,
+            "norm.rmsnorm",
+            0,
+            QualifyResult("norm.rmsnorm", "PASS", True, 9.0, 9.0, 0.0, "fake-arena", "fake", "dup", {}),
+        )
         v._collect(dup)
         after = v.db.con.execute("SELECT COUNT(*) FROM evidence").fetchone()[0]
         v.close()
@@ -105,8 +122,16 @@ def test_a_worker_on_another_arena_is_refused(cluster, tmp_path):
         time.sleep(0.1)
     assert got and got[0].result is None and "not comparable" in got[0].error
     # the job a worker receives carries no secret: only these fields exist
-    assert set(QualifyJob.__dataclass_fields__) == {"key", "contribution_id", "target", "files", "op", "incumbent",
-                                                    "incumbent_files", "start_block"}
+    assert set(QualifyJob.__dataclass_fields__) == {
+        "key",
+        "contribution_id",
+        "target",
+        "files",
+        "op",
+        "incumbent",
+        "incumbent_files",
+        "start_block",
+    }
     assert json.dumps(sorted(QualifyJob.__dataclass_fields__))
 
 

@@ -22,8 +22,10 @@ def two_op_bundle(tmp: Path) -> tuple[Path, str]:
     shutil.copytree(EXAMPLES / "norm.rmsnorm", work)
     shutil.copy(EXAMPLES / "norm.fused_add_rmsnorm" / "fused_add_rmsnorm.py", work)
     with open(work / "manifest.toml", "a") as f:
-        f.write('\n[[ops]]\nslot = "norm.fused_add_rmsnorm"\nentry = "fused_add_rmsnorm:fused_add_rmsnorm"\n'
-                'dtypes = ["bfloat16", "float16", "float32"]\n')
+        f.write(
+            '\n[[ops]]\nslot = "norm.fused_add_rmsnorm"\nentry = "fused_add_rmsnorm:fused_add_rmsnorm"\n'
+            'dtypes = ["bfloat16", "float16", "float32"]\n'
+        )
     archive = tmp / "two.tar.gz"
     return archive, pack(work, archive).digest
 
@@ -35,7 +37,7 @@ class FlakyFirstOp(FakeQualifier):
     marker: str = ""
     devices: str | None = None
 
-    def on_devices(self, d: str) -> "FlakyFirstOp":
+    def on_devices(self, d: str) -> FlakyFirstOp:
         return replace(self, devices=d)
 
     def qualify(self, bundle, op, incumbent):
@@ -59,8 +61,15 @@ def test_a_transient_error_on_one_op_does_not_strand_the_others(tmp_path):
         commit(chain, "m0", d, srv.add(f"{tmp_path.name}-two.tar.gz", a))
         chain.advance(2)
         pool = LocalPool(FlakyFirstOp(marker=str(tmp_path / "broke")), ("0", "1"))
-        cfg = ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=tmp_path / "state", interval_s=0,
-                              targets=TWO, retry_base_s=2.0, retry_max_s=2.0)
+        cfg = ValidatorConfig(
+            netuid=NETUID,
+            hotkey=VALIDATOR,
+            state_dir=tmp_path / "state",
+            interval_s=0,
+            targets=TWO,
+            retry_base_s=2.0,
+            retry_max_s=2.0,
+        )
         v = Validator(cfg, chain, pool, screener=fake_screener())
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -161,7 +170,7 @@ def test_no_gpu_serves_two_arenas():
     class Bound(FakeQualifier):
         devices: str | None = None
 
-        def on_devices(self, d: str) -> "Bound":
+        def on_devices(self, d: str) -> Bound:
             return replace(self, devices=d)
 
     for bad in (("0,1", "1,2"), ("0", "00"), ("0,0",), ("1", "2,01")):

@@ -10,15 +10,22 @@ import sys
 
 from conftest import REPO
 
-SCRIPT = ("import json; from cacheon_subnet import fdbudget;\n"
-          "class L:\n    def __getattr__(self, lvl): return lambda ev, **kw: print(json.dumps([lvl, ev, kw]))\n"
-          "fdbudget.log_budget(L())\n"
-          "import resource; print(json.dumps(resource.getrlimit(resource.RLIMIT_NOFILE)))")
+SCRIPT = (
+    "import json; from cacheon_subnet import fdbudget;\n"
+    "class L:\n    def __getattr__(self, lvl): return lambda ev, **kw: print(json.dumps([lvl, ev, kw]))\n"
+    "fdbudget.log_budget(L())\n"
+    "import resource; print(json.dumps(resource.getrlimit(resource.RLIMIT_NOFILE)))"
+)
 
 
 def _run(limit: str) -> tuple[list, list]:
-    out = subprocess.run(["prlimit", f"--nofile={limit}", "--", sys.executable, "-c", SCRIPT], capture_output=True,
-                         text=True, cwd=REPO, check=True).stdout.splitlines()
+    out = subprocess.run(
+        ["prlimit", f"--nofile={limit}", "--", sys.executable, "-c", SCRIPT],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    ).stdout.splitlines()
     return json.loads(out[0]), json.loads(out[1])
 
 

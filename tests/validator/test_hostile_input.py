@@ -8,8 +8,17 @@ import sqlite3
 from typing import Any
 
 import pytest
-from validator_fakes import EXAMPLES, NETUID, VALIDATOR, FakeQualifier, FileServer, commit, fake_screener
-from validator_fakes import make_archive, make_chain
+from validator_fakes import (
+    EXAMPLES,
+    NETUID,
+    VALIDATOR,
+    FakeQualifier,
+    FileServer,
+    commit,
+    fake_screener,
+    make_archive,
+    make_chain,
+)
 
 from cacheon_subnet.chain.backend import ChainError, ChainUnavailable, NotRegistered, RateLimited, classify
 from cacheon_subnet.netpolicy import LOCAL
@@ -49,13 +58,20 @@ def srv():
 def world(tmp_path, srv):
     chain = make_chain(tmp_path / "chain.db", rate_limit=5, miners=4)
     a, da = make_archive(EXAMPLES / "norm.rmsnorm", tmp_path, "a", {"speed.txt": "1.2"})
-    return {"chain": chain, "tmp": tmp_path, "archive": a, "digest": da,
-            "url": srv.add(f"{tmp_path.name}-a.tar.gz", a)}
+    return {"chain": chain, "tmp": tmp_path, "archive": a, "digest": da, "url": srv.add(f"{tmp_path.name}-a.tar.gz", a)}
 
 
 def make(world, backend=None, **cfg) -> Validator:
-    opts = {"interval_s": 0, "targets": TARGETS, "retry_base_s": 0.0, "retry_max_s": 0.0,
-            "chain_backoff_base_s": 0.01, "chain_call_retry_s": 0.0, "url_policy": LOCAL, **cfg}
+    opts = {
+        "interval_s": 0,
+        "targets": TARGETS,
+        "retry_base_s": 0.0,
+        "retry_max_s": 0.0,
+        "chain_backoff_base_s": 0.01,
+        "chain_call_retry_s": 0.0,
+        "url_policy": LOCAL,
+        **cfg,
+    }
     config = ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=world["tmp"] / "state", **opts)
     return Validator(config, backend or world["chain"], FakeQualifier(), screener=fake_screener())
 
@@ -148,6 +164,7 @@ class LandsThenRaises(Recording):
 
     def __getattr__(self, name: str) -> Any:
         if name == "set_weights":
+
             def send(*a: Any, **kw: Any) -> Any:
                 self.calls.append(name)
                 receipt = self.inner.set_weights(*a, **kw)
@@ -155,6 +172,7 @@ class LandsThenRaises(Recording):
                     self.armed = False
                     raise ChainUnavailable("connection reset after submit")
                 return receipt
+
             return send
         return super().__getattr__(name)
 
@@ -194,13 +212,13 @@ class Counting:
         raise self.exc
 
 
-@pytest.mark.parametrize("exc, calls, kind", [(ChainUnavailable("down"), 3, "transient"),
-                                              (NotRegistered("gone"), 1, "definitive")])
+@pytest.mark.parametrize(
+    "exc, calls, kind", [(ChainUnavailable("down"), 3, "transient"), (NotRegistered("gone"), 1, "definitive")]
+)
 def test_guard_retries_only_transient_reads(tmp_path, exc, calls, kind):
     backend = Counting(exc)
     seen: list[str] = []
-    guard = GuardedChain(backend, StateDB(tmp_path), retries=2, retry_s=0.0,
-                         on_error=lambda op, e, k: seen.append(k))
+    guard = GuardedChain(backend, StateDB(tmp_path), retries=2, retry_s=0.0, on_error=lambda op, e, k: seen.append(k))
     with pytest.raises(ChainDown) as e:
         guard.current_block()
     assert backend.n == calls and e.value.kind == kind and set(seen) == {kind}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -38,19 +39,35 @@ def test_stages_are_read_from_the_validators_own_events(jb):
     t0 = 1_000.0
 
     def line(event: str, at: float, cid: str = "c1") -> str:
-        from datetime import datetime, timezone
+        from datetime import datetime
 
-        ts = datetime.fromtimestamp(t0 + at, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+        ts = datetime.fromtimestamp(t0 + at, tz=UTC).isoformat().replace("+00:00", "Z")
         return json.dumps({"event": event, "contribution": cid, "timestamp": ts})
 
-    lines = [line("intake.queued", 0), line("fetch.start", 1), line("fetch.ok", 2), line("screen.ok", 3),
-             line("verify.start", 10), line("verify.pass", 40), line("qualify.dispatch", 45), line("qualify.op", 145),
-             line("verify.start", 99, "other"), "not json", json.dumps({"event": "fetch.ok"})]
+    lines = [
+        line("intake.queued", 0),
+        line("fetch.start", 1),
+        line("fetch.ok", 2),
+        line("screen.ok", 3),
+        line("verify.start", 10),
+        line("verify.pass", 40),
+        line("qualify.dispatch", 45),
+        line("qualify.op", 145),
+        line("verify.start", 99, "other"),
+        "not json",
+        json.dumps({"event": "fetch.ok"}),
+    ]
     verdicts = {"c1": jb.Verdict("m", "champion", "c1")}
     jb.parse_log(lines, verdicts, t0)
     v = verdicts["c1"]
-    assert v.stages() == {"fetch": 1.0, "static_screen": 1.0, "wait_screen": 7.0, "verify": 30.0,
-                          "wait_arena": 5.0, "arena": 100.0}
+    assert v.stages() == {
+        "fetch": 1.0,
+        "static_screen": 1.0,
+        "wait_screen": 7.0,
+        "verify": 30.0,
+        "wait_arena": 5.0,
+        "arena": 100.0,
+    }
     assert v.total() == 145.0
     v.state = "qualified"
     rep = jb.report(verdicts, 3600.0)

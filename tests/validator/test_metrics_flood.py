@@ -84,8 +84,7 @@ def test_only_get_and_head_of_the_metrics_path():
             raise AssertionError("other path answered")
         except urllib.error.HTTPError as exc:
             assert exc.code == 404
-        head = urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/metrics", method="HEAD"),
-                                      timeout=10)
+        head = urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/metrics", method="HEAD"), timeout=10)
         assert head.status == 200 and head.read() == b""
         big = socket.create_connection(("127.0.0.1", port))
         big.sendall(b"GET /metrics HTTP/1.1\r\n" + b"X: " + b"a" * 20000)  # a head past HEAD_MAX

@@ -17,8 +17,18 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
-from validator_fakes import EXAMPLES, NETUID, REPO, VALIDATOR, FakeQualifier, FileServer, commit, fake_screener
-from validator_fakes import make_archive, make_chain
+from validator_fakes import (
+    EXAMPLES,
+    NETUID,
+    REPO,
+    VALIDATOR,
+    FakeQualifier,
+    FileServer,
+    commit,
+    fake_screener,
+    make_archive,
+    make_chain,
+)
 
 from cacheon_subnet.chain.backend import ChainUnavailable
 from cacheon_subnet.netpolicy import LOCAL
@@ -38,9 +48,17 @@ def world(tmp_path):
 
 
 def make(world, backend=None, **cfg) -> Validator:
-    opts = {"interval_s": 0, "targets": TARGETS, "retry_base_s": 0.0, "retry_max_s": 0.0,
-            "chain_backoff_base_s": 0.01, "chain_call_retry_s": 0.0, "url_policy": LOCAL,
-            "state_dir": world["tmp"] / "state", **cfg}
+    opts = {
+        "interval_s": 0,
+        "targets": TARGETS,
+        "retry_base_s": 0.0,
+        "retry_max_s": 0.0,
+        "chain_backoff_base_s": 0.01,
+        "chain_call_retry_s": 0.0,
+        "url_policy": LOCAL,
+        "state_dir": world["tmp"] / "state",
+        **cfg,
+    }
     config = ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, **opts)
     return Validator(config, backend or world["chain"], FakeQualifier(), screener=fake_screener())
 
@@ -57,6 +75,7 @@ class Down:
     def __getattr__(self, name):
         def call(*a, **kw):
             raise ChainUnavailable(f"{name}: node unreachable")
+
         return call
 
 
@@ -104,7 +123,8 @@ def test_status_check_reports_weights_that_failed_read_back(world, capsys):
         def __getattr__(self, name):
             if name == "set_weights":
                 return lambda hotkey, netuid, uids, weights, version_key: WeightsReceipt(
-                    self.inner.current_block(), version_key, tuple(uids), tuple(weights))
+                    self.inner.current_block(), version_key, tuple(uids), tuple(weights)
+                )
             return getattr(self.inner, name)
 
     v = make(world, DropsWeights(world["chain"]))
@@ -121,8 +141,18 @@ def test_once_exits_nonzero_when_every_fetch_failed(world, tmp_path):
     with FileServer() as srv:
         commit(chain, "m0", digest, srv.url("status/404"))
         chain.advance(2)
-        argv = ["--netuid", str(NETUID), "--chain", "local", "--local-chain", str(chain.path),
-                "--wallet.hotkey", VALIDATOR, "--arena", "cpu"]
+        argv = [
+            "--netuid",
+            str(NETUID),
+            "--chain",
+            "local",
+            "--local-chain",
+            str(chain.path),
+            "--wallet.hotkey",
+            VALIDATOR,
+            "--arena",
+            "cpu",
+        ]
         assert validator_main(argv + ["--state-dir", str(tmp_path / "bad"), "--once"]) == 1
     from cacheon_subnet.validator import status
 
@@ -130,8 +160,21 @@ def test_once_exits_nonzero_when_every_fetch_failed(world, tmp_path):
     assert row["state"] == "failed" and row["reason"].startswith("fetch: http_status"), row  # the stage, then why
     empty = make_chain(tmp_path / "empty.db", miners=1)
     empty.advance(2)
-    ok_argv = ["--netuid", str(NETUID), "--chain", "local", "--local-chain", str(empty.path),
-               "--wallet.hotkey", VALIDATOR, "--arena", "cpu", "--state-dir", str(tmp_path / "good"), "--once"]
+    ok_argv = [
+        "--netuid",
+        str(NETUID),
+        "--chain",
+        "local",
+        "--local-chain",
+        str(empty.path),
+        "--wallet.hotkey",
+        VALIDATOR,
+        "--arena",
+        "cpu",
+        "--state-dir",
+        str(tmp_path / "good"),
+        "--once",
+    ]
     assert validator_main(ok_argv) == 0
 
 
@@ -164,12 +207,15 @@ def test_metrics_cover_passes_queue_verdicts_weights_and_chain_errors(world, tmp
 
 
 def test_stdlib_logs_come_out_as_json_lines():
-    code = ("from cacheon_subnet import log; log.configure(json=True); import logging, warnings;"
-            "logging.getLogger('bittensor').warning('sdk says %s', 'hi');"
-            "logging.getLogger('sglang.srt').error('engine'); warnings.warn('deprecated thing');"
-            "log.get_logger('cacheon.x').info('ours', k=1)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    code = (
+        "from cacheon_subnet import log; log.configure(json=True); import logging, warnings;"
+        "logging.getLogger('bittensor').warning('sdk says %s', 'hi');"
+        "logging.getLogger('sglang.srt').error('engine'); warnings.warn('deprecated thing');"
+        "log.get_logger('cacheon.x').info('ours', k=1)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
     lines = [json.loads(line) for line in r.stderr.splitlines() if line.strip()]  # every line parses
     by_event = {d["event"]: d for d in lines}
     assert by_event["sdk says hi"]["logger"] == "bittensor" and by_event["sdk says hi"]["level"] == "warning"
@@ -183,8 +229,7 @@ def test_pm2_file_resolves_every_path_from_its_own_location(tmp_path):
     cfg = REPO / "configs" / "pm2" / "ecosystem.config.js"
     js = f"console.log(JSON.stringify(require({json.dumps(str(cfg))})))"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEON_")}
-    env.update(CACHEON_ARENA="configs/arena/dense.toml", CACHEON_METRICS_PORT="9477", HOME=str(tmp_path),
-               CACHEON_NETUID="7")
+    env.update(CACHEON_ARENA="configs/arena/dense.toml", CACHEON_METRICS_PORT="9477", HOME=str(tmp_path), CACHEON_NETUID="7")
     out = subprocess.run(["node", "-e", js], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
     app = json.loads(out.stdout)["apps"][0]
     assert app["cwd"] == str(REPO) and Path(app["script"]).is_file() and Path(app["script"]).is_absolute()
@@ -200,7 +245,6 @@ def test_pm2_file_resolves_every_path_from_its_own_location(tmp_path):
     env["CACHEON_PYTHON"] = "/opt/py/bin/python"
     out = subprocess.run(["node", "-e", js], capture_output=True, text=True, timeout=60, cwd="/", env=env)
     assert json.loads(out.stdout)["apps"][0]["interpreter"] == "/opt/py/bin/python"
-
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node not installed")
@@ -231,11 +275,12 @@ def test_pm2_file_refuses_to_load_without_a_netuid(tmp_path, netuid):
     r = subprocess.run(["node", "-e", js], capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode != 0 and "export CACHEON_NETUID" in r.stderr and not r.stdout.strip()
 
+
 def test_one_backoff_rule():
     rng = random.Random(1)
     for attempt in range(12):
         d = backoff_s(attempt, 2.0, 300.0, rng)
-        assert 0.5 * min(300.0, 2.0 * 2 ** attempt) <= d <= min(300.0, 2.0 * 2 ** attempt)
+        assert 0.5 * min(300.0, 2.0 * 2**attempt) <= d <= min(300.0, 2.0 * 2**attempt)
     slept: list[float] = []
     calls = []
 
@@ -254,6 +299,11 @@ def test_no_other_backoff_formula_lives_in_the_code():
     sleep-in-a-retry-loop elsewhere in the loop, publish, chain and miner code."""
     pattern = re.compile(r"\*\s*2\s*\*\*|random\.uniform|delay\s*\*=\s*2")
     roots = [REPO / "cacheon_subnet" / d for d in ("validator", "chain", "miner")] + [REPO / "neurons"]
-    hits = [f"{p.relative_to(REPO)}:{i}" for root in roots for p in root.rglob("*.py")
-            for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    hits = [
+        f"{p.relative_to(REPO)}:{i}"
+        for root in roots
+        for p in root.rglob("*.py")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
     assert hits == [], hits

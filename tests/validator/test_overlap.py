@@ -11,7 +11,17 @@ import time
 from dataclasses import dataclass, field
 
 import pytest
-from validator_fakes import EXAMPLES, NETUID, VALIDATOR, FakeQualifier, FileServer, commit, fake_screener, make_archive, make_chain
+from validator_fakes import (
+    EXAMPLES,
+    NETUID,
+    VALIDATOR,
+    FakeQualifier,
+    FileServer,
+    commit,
+    fake_screener,
+    make_archive,
+    make_chain,
+)
 
 from cacheon_subnet.netpolicy import LOCAL
 from cacheon_subnet.validator import loop as loop_mod
@@ -44,10 +54,21 @@ def _world(tmp_path, srv, n: int):
 
 
 def _make(tmp_path, chain, qualifier, screener, **cfg) -> Validator:
-    opts = {"interval_s": 0, "targets": (T,), "retry_base_s": 0.0, "retry_max_s": 0.0, "url_policy": LOCAL,
-            "chain_backoff_base_s": 0.01, **cfg}
-    return Validator(ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=tmp_path / "state", **opts),
-                     chain, qualifier, screener=screener)
+    opts = {
+        "interval_s": 0,
+        "targets": (T,),
+        "retry_base_s": 0.0,
+        "retry_max_s": 0.0,
+        "url_policy": LOCAL,
+        "chain_backoff_base_s": 0.01,
+        **cfg,
+    }
+    return Validator(
+        ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=tmp_path / "state", **opts),
+        chain,
+        qualifier,
+        screener=screener,
+    )
 
 
 @dataclass
@@ -121,8 +142,14 @@ def test_a_gpu_screen_never_runs_beside_an_arena_job(tmp_path, srv):
     Remove either and a CUDA screen overlaps an arena's timed windows."""
     clock = Clock()
     chain = _world(tmp_path, srv, 4)
-    v = _make(tmp_path, chain, TimedArena(clock=clock, seconds=0.4), _timed_screener(clock, 0.2, 0.3),
-              screen_device="cuda", screen_workers=2)
+    v = _make(
+        tmp_path,
+        chain,
+        TimedArena(clock=clock, seconds=0.4),
+        _timed_screener(clock, 0.2, 0.3),
+        screen_device="cuda",
+        screen_workers=2,
+    )
     v.run_once()
     counts = v.db.counts()
     v.close()
@@ -138,8 +165,14 @@ def test_a_gpu_screen_waits_for_the_arena_job_in_flight(tmp_path, srv):
     archives = [make_archive(EXAMPLES / T, tmp_path, f"b{i}", {"salt.txt": str(i)}) for i in range(3)]
     commit(chain, "m0", archives[0][1], srv.add(f"{tmp_path.name}-b0.tar.gz", archives[0][0]))
     chain.advance(2)
-    v = _make(tmp_path, chain, TimedArena(clock=clock, seconds=1.5), _timed_screener(clock, 0.1),
-              screen_device="cuda", screen_workers=2)
+    v = _make(
+        tmp_path,
+        chain,
+        TimedArena(clock=clock, seconds=1.5),
+        _timed_screener(clock, 0.1),
+        screen_device="cuda",
+        screen_workers=2,
+    )
     deadline = time.monotonic() + 20
     while not v._arena_pool().in_flight() and time.monotonic() < deadline:
         v.run_once(drain=False)
@@ -262,8 +295,12 @@ def test_passes_survive_a_process_out_of_file_descriptors(tmp_path, srv):
 
     _world(tmp_path, srv, 1)
     worker = Path(__file__).resolve().parent / "fd_exhaustion_worker.py"
-    proc = subprocess.run([sys.executable, str(worker), str(tmp_path / "state"), str(tmp_path / "chain.db"), "3"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(worker), str(tmp_path / "state"), str(tmp_path / "chain.db"), "3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 0 and len(rows) == 5, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
     primed, starved, freed = rows[0], rows[1:4], rows[4]

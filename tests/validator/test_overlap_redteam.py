@@ -11,7 +11,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from validator_fakes import EXAMPLES, NETUID, VALIDATOR, FakeQualifier, FileServer, commit, fake_screener, make_archive, make_chain
+from validator_fakes import (
+    EXAMPLES,
+    NETUID,
+    VALIDATOR,
+    FakeQualifier,
+    FileServer,
+    commit,
+    fake_screener,
+    make_archive,
+    make_chain,
+)
 
 from cacheon_subnet.netpolicy import LOCAL
 from cacheon_subnet.validator.loop import Validator, ValidatorConfig
@@ -48,10 +58,22 @@ def _world(tmp_path: Path, srv: FileServer, n: int, src: Path = EXAMPLES / T) ->
 
 
 def _make(tmp_path: Path, chain, qualifier, screener, **cfg) -> Validator:
-    opts = {"interval_s": 0, "targets": (T,), "retry_base_s": 0.0, "retry_max_s": 0.0, "url_policy": LOCAL,
-            "chain_backoff_base_s": 0.01, "chain_call_retries": 0, **cfg}
-    return Validator(ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=tmp_path / "state", **opts),
-                     chain, qualifier, screener=screener)
+    opts = {
+        "interval_s": 0,
+        "targets": (T,),
+        "retry_base_s": 0.0,
+        "retry_max_s": 0.0,
+        "url_policy": LOCAL,
+        "chain_backoff_base_s": 0.01,
+        "chain_call_retries": 0,
+        **cfg,
+    }
+    return Validator(
+        ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=tmp_path / "state", **opts),
+        chain,
+        qualifier,
+        screener=screener,
+    )
 
 
 @dataclass(frozen=True)
@@ -68,8 +90,18 @@ class Scripted(FakeQualifier):
         if self.delay_s:
             time.sleep(self.delay_s)
         self.finished.append(self.calls[-1])
-        return QualifyResult(op.slot, self.verdict, self.verdict == "PASS", 0.5, 0.5, 0.01, self.arena_id,
-                             self.label, self.reason, {"fake": True})  # type: ignore[arg-type]
+        return QualifyResult(
+            op.slot,
+            self.verdict,
+            self.verdict == "PASS",
+            0.5,
+            0.5,
+            0.01,
+            self.arena_id,
+            self.label,
+            self.reason,
+            {"fake": True},
+        )  # type: ignore[arg-type]
 
 
 def test_a_verify_fail_worded_with_a_lone_surrogate_stays_a_fail(tmp_path, srv):

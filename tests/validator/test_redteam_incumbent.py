@@ -21,8 +21,10 @@ from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.loop import Validator
 from cacheon_subnet.validator.qualify import QualifyResult
 
-BLAME = ("rank 0, between decode-3 and decode-4 (route incumbent): static input model.norm.weight changed: "
-         "the incumbent wrote into engine state every kernel reads")
+BLAME = (
+    "rank 0, between decode-3 and decode-4 (route incumbent): static input model.norm.weight changed: "
+    "the incumbent wrote into engine state every kernel reads"
+)
 
 
 @dataclass(frozen=True)
@@ -34,15 +36,35 @@ class TamperingIncumbent(FakeQualifier):
         evil = bundle.files.get("speed.txt", b"").strip() == b"1.2"
         if incumbent is not None and not evil:
             ev = {"ok": False, "problems": [], "baseline_problems": [BLAME]}
-            return QualifyResult(op.slot, "NO_DECISION", True, 1.0, 1.0, 0.0, self.arena_id, self.label,
-                                 "the incumbent baseline could not be established: " + BLAME, {"evidence": ev})
+            return QualifyResult(
+                op.slot,
+                "NO_DECISION",
+                True,
+                1.0,
+                1.0,
+                0.0,
+                self.arena_id,
+                self.label,
+                "the incumbent baseline could not be established: " + BLAME,
+                {"evidence": ev},
+            )
         if evil and getattr(self, "_crowned", None) is None and incumbent is None:
             object.__setattr__(self, "_crowned", True)  # first measurement: behaves
             return super().qualify(bundle, op, incumbent)
         if evil:
             ev = {"ok": False, "problems": [BLAME.replace("incumbent", "challenger")], "baseline_problems": []}
-            return QualifyResult(op.slot, "FAIL", True, 1.0, 1.0, 0.0, self.arena_id, self.label,
-                                 "execution evidence: wrote engine state", {"evidence": ev})
+            return QualifyResult(
+                op.slot,
+                "FAIL",
+                True,
+                1.0,
+                1.0,
+                0.0,
+                self.arena_id,
+                self.label,
+                "execution evidence: wrote engine state",
+                {"evidence": ev},
+            )
         return super().qualify(bundle, op, incumbent)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import shutil
 from dataclasses import dataclass
+from typing import ClassVar
 
 import pytest
 from validator_fakes import EXAMPLES, NETUID, VALIDATOR, FakeQualifier, FileServer, commit, fake_screener, make_chain
@@ -52,14 +53,23 @@ def archive(tmp, name: str, src: str, speed: str):
 
 
 def config(tmp, **kw) -> ValidatorConfig:
-    opts = {"interval_s": 0, "targets": ("norm.rmsnorm",), "retry_base_s": 0.0, "retry_max_s": 0.0,
-            "chain_backoff_base_s": 0.01, "chain_call_retry_s": 0.0, "url_policy": LOCAL, **kw}
+    opts = {
+        "interval_s": 0,
+        "targets": ("norm.rmsnorm",),
+        "retry_base_s": 0.0,
+        "retry_max_s": 0.0,
+        "chain_backoff_base_s": 0.01,
+        "chain_call_retry_s": 0.0,
+        "url_policy": LOCAL,
+        **kw,
+    }
     return ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=tmp / "state", **opts)
 
 
 def outcomes(v: Validator) -> dict[str, list[str]]:
-    rows = v.db.con.execute("SELECT c.hotkey, e.outcome FROM evidence e JOIN contributions c ON"
-                            " c.id=e.contribution_id ORDER BY e.id").fetchall()
+    rows = v.db.con.execute(
+        "SELECT c.hotkey, e.outcome FROM evidence e JOIN contributions c ON c.id=e.contribution_id ORDER BY e.id"
+    ).fetchall()
     out: dict[str, list[str]] = {}
     for r in rows:
         out.setdefault(r["hotkey"], []).append(r["outcome"])
@@ -238,8 +248,18 @@ def test_status_prints_miner_text_with_escapes_spelled_out(tmp_path):
 
     db = StateDB(tmp_path / "state")
     with db.tx() as con:
-        db.insert(con, cid="c" * 64, hotkey="hk\x1b[1m", uid=2, commit_block=1, reveal_block=2, url=None,
-                  digest=None, state="failed", reason=f"verify: import failed: RuntimeError: {HOSTILE}")
+        db.insert(
+            con,
+            cid="c" * 64,
+            hotkey="hk\x1b[1m",
+            uid=2,
+            commit_block=1,
+            reveal_block=2,
+            url=None,
+            digest=None,
+            state="failed",
+            reason=f"verify: import failed: RuntimeError: {HOSTILE}",
+        )
     db.close()
     text = status.render(status.collect(tmp_path / "state"))
     assert not any(ch in text for ch in "\x1b\x07\r\u202e")
@@ -247,7 +267,7 @@ def test_status_prints_miner_text_with_escapes_spelled_out(tmp_path):
 
 
 class FakeWorker:
-    started: list[str] = []
+    started: ClassVar[list[str]] = []
 
     def __init__(self, bundle, config) -> None:
         self.alive = False

@@ -76,8 +76,13 @@ def _worker(chain: Path, state: Path, min_block: int) -> subprocess.Popen:
     """Logs (warnings and up) go to a file beside the state dir, so no pipe can fill and block."""
     env = {**os.environ, "CACHEON_LOG_LEVEL": "warning"}
     with open(f"{state}.log", "a") as err:
-        return subprocess.Popen([sys.executable, str(WORKER), str(chain), str(state), str(min_block)],
-                                stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+        return subprocess.Popen(
+            [sys.executable, str(WORKER), str(chain), str(state), str(min_block)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=env,
+        )
 
 
 def _log_tail(state: Path) -> str:
@@ -112,8 +117,10 @@ def _check_invariants(state: Path, chain_path: Path) -> None:
     for s in con.execute("SELECT id, evidence_count FROM settlements"):
         n = con.execute("SELECT COUNT(*) FROM evidence WHERE settlement_id=?", (s["id"],)).fetchone()[0]
         assert n == s["evidence_count"], f"settlement {s['id']} counted {s['evidence_count']}, owns {n}"
-    assert con.execute("SELECT COUNT(*) FROM evidence WHERE settlement_id IS NULL AND outcome IS NOT 'voided'"
-                       ).fetchone()[0] == 0
+    assert (
+        con.execute("SELECT COUNT(*) FROM evidence WHERE settlement_id IS NULL AND outcome IS NOT 'voided'").fetchone()[0]
+        == 0
+    )
     # one crown per target, and it is in the history
     crowns = con.execute("SELECT target, contribution_id FROM crowns").fetchall()
     assert len({c["target"] for c in crowns}) == len(crowns)
@@ -155,8 +162,9 @@ def test_sigkill_at_random_points_converges_to_the_uninterrupted_result(tmp_path
                 trace.append(_progress(tmp_path / "killed"))
                 continue
             out, _ = p.communicate(timeout=10)
-            assert p.returncode == 0 and "done" in out, \
+            assert p.returncode == 0 and "done" in out, (
                 f"seed {seed}: worker crashed rc {p.returncode}\n{_log_tail(tmp_path / 'killed')}"
+            )
             finished = True
             break
         if not finished:
@@ -177,7 +185,10 @@ def test_sigkill_at_random_points_converges_to_the_uninterrupted_result(tmp_path
         (why,) = db.con.execute("SELECT reason FROM contributions WHERE hotkey='m8'").fetchone()
         assert why.startswith("fetch: digest_mismatch"), why
     assert {t: c[1] for t, c in want["crowns"].items()} == {
-        "norm.rmsnorm": "m1", "activation.silu_and_mul": "m4", "rope.neox": "m5"}
+        "norm.rmsnorm": "m1",
+        "activation.silu_and_mul": "m4",
+        "rope.neox": "m5",
+    }
     clean.close()
     killed.close()
     for state, chain in ((tmp_path / "clean", clean_chain), (tmp_path / "killed", killed_chain)):

@@ -13,20 +13,31 @@ from __future__ import annotations
 import functools
 import sys
 
-from validator_fakes import EXAMPLES, NETUID, VALIDATOR, FakeQualifier, FileServer, commit, fake_screener
-from validator_fakes import make_archive, make_chain
+from validator_fakes import (
+    EXAMPLES,
+    NETUID,
+    VALIDATOR,
+    FakeQualifier,
+    FileServer,
+    commit,
+    fake_screener,
+    make_archive,
+    make_chain,
+)
 
 from cacheon_subnet.validator.loop import Validator, ValidatorConfig
 from cacheon_subnet.verify import policy_bound
 
 # The real child (policy_child.main), except for a bundle holding spin.txt: it spins in the scan.
-CHILD = ("import json, os, sys\nimport cacheon_subnet.verify.policy_child as c\n"
-         "fd = int(sys.argv[sys.argv.index('--fd') + 1])\n"
-         "head = json.loads(os.pread(fd, 1 << 20, 0).split(b'\\n', 1)[0])\n"
-         "if 'spin.txt' in head['paths']:\n"
-         "    c._emit({'at': ['checking', 'kernel.py']})\n"
-         "    while True:\n        pass\n"
-         "sys.exit(c.main(sys.argv[1:]))\n")
+CHILD = (
+    "import json, os, sys\nimport cacheon_subnet.verify.policy_child as c\n"
+    "fd = int(sys.argv[sys.argv.index('--fd') + 1])\n"
+    "head = json.loads(os.pread(fd, 1 << 20, 0).split(b'\\n', 1)[0])\n"
+    "if 'spin.txt' in head['paths']:\n"
+    "    c._emit({'at': ['checking', 'kernel.py']})\n"
+    "    while True:\n        pass\n"
+    "sys.exit(c.main(sys.argv[1:]))\n"
+)
 
 
 def test_an_over_budget_scan_fails_and_the_next_commit_is_screened_in_the_same_pass(tmp_path, monkeypatch) -> None:
@@ -44,8 +55,15 @@ def test_an_over_budget_scan_fails_and_the_next_commit_is_screened_in_the_same_p
             commit(chain, hk, digest, srv.add(f"{tmp_path.name}-{path.name}", path))
             chain.advance(1)
         chain.advance(2)
-        cfg = ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=tmp_path / "state", interval_s=0,
-                              targets=("norm.rmsnorm",), retry_base_s=0.0, retry_max_s=0.0)
+        cfg = ValidatorConfig(
+            netuid=NETUID,
+            hotkey=VALIDATOR,
+            state_dir=tmp_path / "state",
+            interval_s=0,
+            targets=("norm.rmsnorm",),
+            retry_base_s=0.0,
+            retry_max_s=0.0,
+        )
         v = Validator(cfg, chain, FakeQualifier(), screener=fake_screener())
         v.run_once()
         rows = {r["hotkey"]: dict(r) for r in v.db.con.execute("SELECT * FROM contributions")}

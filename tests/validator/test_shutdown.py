@@ -13,7 +13,17 @@ import time
 from pathlib import Path
 
 import pytest
-from validator_fakes import EXAMPLES, NETUID, VALIDATOR, FakeQualifier, FileServer, commit, fake_screener, make_archive, make_chain
+from validator_fakes import (
+    EXAMPLES,
+    NETUID,
+    VALIDATOR,
+    FakeQualifier,
+    FileServer,
+    commit,
+    fake_screener,
+    make_archive,
+    make_chain,
+)
 
 from cacheon_subnet import lifecycle, sandbox
 from cacheon_subnet.chain import LocalChain
@@ -48,9 +58,14 @@ def _world(tmp: Path, srv) -> Path:
 
 
 def _start(tmp: Path, chain: Path, mode: str, env: dict[str, str]) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen([sys.executable, str(HERE / "shutdown_worker.py"), str(chain), str(tmp / "state"), mode],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, **env}, cwd=HERE.parents[1])
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "shutdown_worker.py"), str(chain), str(tmp / "state"), mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, **env},
+        cwd=HERE.parents[1],
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
@@ -85,9 +100,20 @@ def _wait_gone(tmp: Path, s: float) -> list[int]:
 
 
 def _row(tmp: Path):
-    v = Validator(ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=tmp / "state", interval_s=0,
-                                  targets=("norm.rmsnorm",), retry_base_s=0.0, retry_max_s=0.0),
-                  LocalChain.open(tmp / "chain.db"), FakeQualifier(), screener=fake_screener())
+    v = Validator(
+        ValidatorConfig(
+            netuid=NETUID,
+            hotkey=VALIDATOR,
+            state_dir=tmp / "state",
+            interval_s=0,
+            targets=("norm.rmsnorm",),
+            retry_base_s=0.0,
+            retry_max_s=0.0,
+        ),
+        LocalChain.open(tmp / "chain.db"),
+        FakeQualifier(),
+        screener=fake_screener(),
+    )
     return v, v.db.contributions()[0]
 
 
@@ -155,16 +181,19 @@ def test_reaping_spares_a_process_that_reused_the_pid(tmp_path):
         (d / f"{other.pid}.json").write_text(f'{{"pid": {other.pid}, "scratch": "{tmp_path}/gone-scratch"}}')
         (d / "junk.json").write_text("{not json")
         found = lifecycle.reap_leftovers(d)
-        assert other.poll() is None and found == [{"pid": other.pid, "scratch": f"{tmp_path}/gone-scratch",
-                                                   "killed": []}]
+        assert other.poll() is None and found == [{"pid": other.pid, "scratch": f"{tmp_path}/gone-scratch", "killed": []}]
         assert list(d.iterdir()) == []
     finally:
         other.kill()
         other.wait()
 
 
-HANGING_JOB = {"engine_kwargs": {}, "engine_factory": "tests.arena.fake_engine:HangingEngine", "checkpoint": None,
-               "steps": []}
+HANGING_JOB = {
+    "engine_kwargs": {},
+    "engine_factory": "tests.arena.fake_engine:HangingEngine",
+    "checkpoint": None,
+    "steps": [],
+}
 
 
 def _interrupt_hanging_engine(tmp_path, env: dict | None = None) -> tuple[dict, float]:

@@ -21,8 +21,14 @@ from cacheon_subnet.validator.qualify import CpuQualifier
 
 
 def neuron(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "neurons" / "validator.py"), *args], capture_output=True,
-                          text=True, timeout=120, cwd=REPO, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, str(REPO / "neurons" / "validator.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_local_networks_are_recognised():
@@ -86,7 +92,11 @@ def test_registration_and_permit_are_checked(tmp_path):
 
 
 def test_spec_version_follows_the_version_and_the_owner_floor_retires(tmp_path):
-    assert spec_version("0.1.0") == 100 and spec_version("1.2.3") == 10203 and spec_version("2.0.0rc1".replace("rc1", "")) == 20000
+    assert (
+        spec_version("0.1.0") == 100
+        and spec_version("1.2.3") == 10203
+        and spec_version("2.0.0rc1".replace("rc1", "")) == 20000
+    )
     assert __spec_version__ == spec_version(__version__)
     import tomllib
 
@@ -104,8 +114,10 @@ def test_identity_names_every_gpu_with_its_driver(tmp_path, monkeypatch):
     """validator.identity's GPU line is nvidia-smi's name, driver and memory (a stand-in here: no
     GPU on the CPU box); it answers only the query that asks for all three."""
     smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\n[ \"$1\" = --query-gpu=name,driver_version,memory.total ] || exit 9\n"
-                   "echo 'NVIDIA H200, 570.124.06, 143771 MiB'\n")
+    smi.write_text(
+        '#!/bin/sh\n[ "$1" = --query-gpu=name,driver_version,memory.total ] || exit 9\n'
+        "echo 'NVIDIA H200, 570.124.06, 143771 MiB'\n"
+    )
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     ident = startup.identity()
@@ -151,8 +163,16 @@ def test_neuron_dry_run_default_state_dir_identity_and_config(tmp_path, monkeypa
     make_chain(tmp_path / "chain.db").close()
     home = tmp_path / "home"
     monkeypatch.setenv("CACHEON_HOME", str(home))
-    common = ["--netuid", str(NETUID), "--chain", "local", "--local-chain", str(tmp_path / "chain.db"),
-              "--wallet.hotkey", VALIDATOR]
+    common = [
+        "--netuid",
+        str(NETUID),
+        "--chain",
+        "local",
+        "--local-chain",
+        str(tmp_path / "chain.db"),
+        "--wallet.hotkey",
+        VALIDATOR,
+    ]
     from structlog.testing import capture_logs
 
     with capture_logs() as records:
@@ -184,8 +204,21 @@ def test_neuron_unregistered_hotkey_stops_at_start(tmp_path, capsys, in_process)
     from cacheon_subnet.validator.commands import main
 
     make_chain(tmp_path / "chain.db").close()
-    rc = main(["--netuid", str(NETUID), "--chain", "local", "--local-chain", str(tmp_path / "chain.db"),
-               "--wallet.hotkey", "not-a-neuron", "--state-dir", str(tmp_path / "state"), "--once"])
+    rc = main(
+        [
+            "--netuid",
+            str(NETUID),
+            "--chain",
+            "local",
+            "--local-chain",
+            str(tmp_path / "chain.db"),
+            "--wallet.hotkey",
+            "not-a-neuron",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--once",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "not registered on netuid" in err, err[-1500:]
     assert not (tmp_path / "state").exists()  # refused before any pass (no DB, no fetch)
@@ -197,8 +230,21 @@ def test_neuron_retired_by_the_version_key_stops_at_start(tmp_path, capsys, in_p
     from cacheon_subnet.validator.commands import main
 
     make_chain(tmp_path / "chain.db", version_key=__spec_version__ + 1).close()
-    rc = main(["--netuid", str(NETUID), "--chain", "local", "--local-chain", str(tmp_path / "chain.db"),
-               "--wallet.hotkey", VALIDATOR, "--state-dir", str(tmp_path / "state"), "--once"])
+    rc = main(
+        [
+            "--netuid",
+            str(NETUID),
+            "--chain",
+            "local",
+            "--local-chain",
+            str(tmp_path / "chain.db"),
+            "--wallet.hotkey",
+            VALIDATOR,
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--once",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "start-up check failed" in err and "retired" in err, err[-1500:]
     assert not (tmp_path / "state").exists()
@@ -222,8 +268,19 @@ def test_neuron_stops_at_start_when_chain_compat_is_red(tmp_path, capsys, monkey
     monkeypatch.setattr(cacheon_subnet.chain, "make_backend", backend)
     monkeypatch.setattr(cc, "check_sdk", lambda: SimpleNamespace(exit_code=2, rows=()))
     monkeypatch.setattr(cc, "render", lambda r: "bittensor version FAIL")
-    rc = main(["--netuid", str(NETUID), "--chain", "bittensor", "--subtensor.network", "local",
-               "--state-dir", str(tmp_path / "state"), "--once"])
+    rc = main(
+        [
+            "--netuid",
+            str(NETUID),
+            "--chain",
+            "bittensor",
+            "--subtensor.network",
+            "local",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--once",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "chain-compat failed" in err and "cacheon chain-compat" in err, err[-1500:]
     assert not (tmp_path / "state").exists()
@@ -248,6 +305,7 @@ def test_a_crashed_runs_leftovers_are_reaped_before_the_start_up_warm(tmp_path, 
     try:
         (state / "children").mkdir(parents=True)
         (state / "children" / f"{left.pid}.json").write_text(json.dumps({"pid": left.pid, "scratch": str(scratch)}))
+
         @dataclass(frozen=True)
         class GpuStandIn(FakeQualifier):  # a GPU arena as run_from_args sees one: a label and a config
             label: str = "gpu-arena"
@@ -263,9 +321,24 @@ def test_a_crashed_runs_leftovers_are_reaped_before_the_start_up_warm(tmp_path, 
             return "skipped"
 
         monkeypatch.setattr(commands, "_warm_seeds", warm)
-        rc = commands.main(["--netuid", str(NETUID), "--chain", "local", "--local-chain", str(tmp_path / "chain.db"),
-                            "--wallet.hotkey", VALIDATOR, "--arena", "gpu.toml", "--state-dir", str(state),
-                            "--once", "--dry-run"])
+        rc = commands.main(
+            [
+                "--netuid",
+                str(NETUID),
+                "--chain",
+                "local",
+                "--local-chain",
+                str(tmp_path / "chain.db"),
+                "--wallet.hotkey",
+                VALIDATOR,
+                "--arena",
+                "gpu.toml",
+                "--state-dir",
+                str(state),
+                "--once",
+                "--dry-run",
+            ]
+        )
         assert rc == 0 and seen["cfg"] == "arena-config"
         assert seen["leftover"] is not None, "the warm started while a crashed run's engine still ran"
         assert seen["lease"] == state / "children"
@@ -292,8 +365,17 @@ def _finney(tmp_path: Path, monkeypatch) -> list[str]:
         raise startup.StartupError("REACHED THE CHAIN")
 
     monkeypatch.setattr(cacheon_subnet.chain, "make_backend", reached)
-    return ["--netuid", "7", "--subtensor.network", "finney", "--arena", "cpu", "--allow-cpu-timing",
-            "--state-dir", str(tmp_path / "s")]
+    return [
+        "--netuid",
+        "7",
+        "--subtensor.network",
+        "finney",
+        "--arena",
+        "cpu",
+        "--allow-cpu-timing",
+        "--state-dir",
+        str(tmp_path / "s"),
+    ]
 
 
 def test_neuron_refuses_weak_sandbox_mode_off_a_local_chain(tmp_path, capsys, monkeypatch):

@@ -36,8 +36,12 @@ def archive(tmp, name: str, src: str, module: str = "rmsnorm"):
     return out, pack(work, out).digest
 
 
-RENAMED = (SRC.replace("_rmsnorm_kernel", "_my_kernel").replace("rstd", "inv_rms").replace("cols", "offs")
-           .replace('"""Faithful Triton RMSNorm', '# mine\n"""Original work: RMSNorm'))
+RENAMED = (
+    SRC.replace("_rmsnorm_kernel", "_my_kernel")
+    .replace("rstd", "inv_rms")
+    .replace("cols", "offs")
+    .replace('"""Faithful Triton RMSNorm', '# mine\n"""Original work: RMSNorm')
+)
 CHANGED = SRC.replace("rstd = 1.0 / tl.sqrt(var + eps)", "rstd = 1.0 / tl.sqrt(var + 2 * eps)")
 
 
@@ -49,8 +53,15 @@ def run(tmp, commits):
             chain.advance(1)
         chain.advance(2)
         q = Counting()
-        cfg = ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=tmp / "state", interval_s=0,
-                              targets=("norm.rmsnorm",), retry_base_s=0.0, retry_max_s=0.0)
+        cfg = ValidatorConfig(
+            netuid=NETUID,
+            hotkey=VALIDATOR,
+            state_dir=tmp / "state",
+            interval_s=0,
+            targets=("norm.rmsnorm",),
+            retry_base_s=0.0,
+            retry_max_s=0.0,
+        )
         v = Validator(cfg, chain, q, screener=fake_screener())
         v.run_once()
         rows = {r["hotkey"]: dict(r) for r in v.db.con.execute("SELECT * FROM contributions")}
@@ -59,8 +70,11 @@ def run(tmp, commits):
 
 
 def test_renamed_copy_is_settled_without_timing_and_a_changed_kernel_is_timed(tmp_path):
-    orig, copy, changed = archive(tmp_path, "orig", SRC), archive(tmp_path, "copy", RENAMED, "fast"), \
-        archive(tmp_path, "changed", CHANGED)
+    orig, copy, changed = (
+        archive(tmp_path, "orig", SRC),
+        archive(tmp_path, "copy", RENAMED, "fast"),
+        archive(tmp_path, "changed", CHANGED),
+    )
     assert len({orig[1], copy[1], changed[1]}) == 3  # three different byte digests
     q, rows = run(tmp_path, [("m0", orig), ("m1", copy), ("m2", changed)])
     assert rows["m0"]["state"] == "qualified" and rows["m2"]["state"] == "qualified"
@@ -82,8 +96,10 @@ def test_migration_adds_the_column_to_a_schema_1_db(tmp_path):
     for stmt in state.MIGRATIONS[0]:
         con.execute(stmt)
     con.execute("INSERT INTO schema_version VALUES (1, 0)")
-    con.execute("INSERT INTO contributions(id, hotkey, commit_block, state, created_at, updated_at)"
-                " VALUES ('x', 'h', 1, 'queued', 0, 0)")
+    con.execute(
+        "INSERT INTO contributions(id, hotkey, commit_block, state, created_at, updated_at)"
+        " VALUES ('x', 'h', 1, 'queued', 0, 0)"
+    )
     con.commit()
     con.close()
     db = StateDB(d)
@@ -99,13 +115,15 @@ def test_an_earlier_commit_screened_late_takes_the_claim_over(tmp_path):
 
     man = (EXAMPLES / "norm.rmsnorm" / "manifest.toml").read_text()
     early = bundle_from_files({"rmsnorm.py": SRC.encode(), "manifest.toml": man.encode()})
-    late = bundle_from_files({"fast.py": RENAMED.encode(),
-                              "manifest.toml": man.replace("rmsnorm:rmsnorm", "fast:rmsnorm").encode()})
+    late = bundle_from_files(
+        {"fast.py": RENAMED.encode(), "manifest.toml": man.replace("rmsnorm:rmsnorm", "fast:rmsnorm").encode()}
+    )
     db = StateDB(tmp_path / "s")
     with db.tx() as con:
         for cid, hk, block, d in (("late", "h2", 20, late.digest), ("early", "h1", 10, early.digest)):
-            db.insert(con, cid=cid, hotkey=hk, uid=None, commit_block=block, reveal_block=block, url="u", digest=d,
-                      state="fetched")
+            db.insert(
+                con, cid=cid, hotkey=hk, uid=None, commit_block=block, reveal_block=block, url="u", digest=d, state="fetched"
+            )
         con.execute("INSERT INTO crowns VALUES ('norm.rmsnorm', 'h2', 'late', 20, 25, 1.2, 1.2, 'a', NULL, 0)")
     with db.tx() as con:
         assert settle_copy(db, con, db.contribution("late", con), late) is None  # nothing earlier yet

@@ -23,8 +23,10 @@ def srv():
 @pytest.fixture(scope="module")
 def archives(tmp_path_factory) -> dict[str, tuple[Path, str]]:
     tmp = tmp_path_factory.mktemp("archives")
-    return {"a": make_archive(EXAMPLES / "norm.rmsnorm", tmp, "a", {"speed.txt": "1.1"}),
-            "b": make_archive(EXAMPLES / "norm.rmsnorm", tmp, "b", {"speed.txt": "1.2"})}
+    return {
+        "a": make_archive(EXAMPLES / "norm.rmsnorm", tmp, "a", {"speed.txt": "1.1"}),
+        "b": make_archive(EXAMPLES / "norm.rmsnorm", tmp, "b", {"speed.txt": "1.2"}),
+    }
 
 
 def fetch(url: str, digest: str, cache: Path, **policy) -> Path:
@@ -63,8 +65,15 @@ def test_redirect_to_plain_http_remote_is_rejected(srv, archives, tmp_path):
     assert err.reason == "url" and "http" in err.detail and not err.transient
 
 
-@pytest.mark.parametrize("url", ["http://example.com/a.tar.gz", "ftp://127.0.0.1/a.tar.gz",
-                                 "https://user:pw@example.com/a.tar.gz", "file:///etc/passwd"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://example.com/a.tar.gz",
+        "ftp://127.0.0.1/a.tar.gz",
+        "https://user:pw@example.com/a.tar.gz",
+        "file:///etc/passwd",
+    ],
+)
 def test_url_policy(url, archives, tmp_path):
     err = fails(url, archives["a"][1], tmp_path)
     assert err.reason == "url" and not err.transient

@@ -7,13 +7,23 @@ import random
 from typing import Any
 
 import pytest
-from validator_fakes import EXAMPLES, NETUID, VALIDATOR, FakeQualifier, FileServer, commit, fake_screener, make_archive, make_chain
+from validator_fakes import (
+    EXAMPLES,
+    NETUID,
+    VALIDATOR,
+    FakeQualifier,
+    FileServer,
+    commit,
+    fake_screener,
+    make_archive,
+    make_chain,
+)
 
 from cacheon_subnet import __spec_version__
 from cacheon_subnet.chain import ChainUnavailable, RateLimited, WeightsReceipt
+from cacheon_subnet.netpolicy import LOCAL
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.fetch import FetchError
-from cacheon_subnet.netpolicy import LOCAL
 from cacheon_subnet.validator.loop import Validator, ValidatorConfig
 from cacheon_subnet.validator.publish import PublishPolicy
 
@@ -60,9 +70,11 @@ class DropsWeights(Recording):
 
     def __getattr__(self, name: str) -> Any:
         if name == "set_weights":
+
             def fake(hotkey, netuid, uids, weights, version_key):
                 self.calls.append(("set_weights", (hotkey, netuid, uids, weights, version_key)))
                 return WeightsReceipt(self.inner.current_block(), version_key, tuple(uids), tuple(weights))
+
             return fake
         return super().__getattr__(name)
 
@@ -86,11 +98,20 @@ def world(tmp_path, srv):
 
 
 def make(world, backend=None, qualifier=None, fetcher=None, **cfg) -> Validator:
-    opts = {"interval_s": 0, "targets": TARGETS, "retry_base_s": 0.0, "retry_max_s": 0.0,
-            "chain_backoff_base_s": 0.01, "chain_call_retry_s": 0.0, "url_policy": LOCAL, **cfg}
+    opts = {
+        "interval_s": 0,
+        "targets": TARGETS,
+        "retry_base_s": 0.0,
+        "retry_max_s": 0.0,
+        "chain_backoff_base_s": 0.01,
+        "chain_call_retry_s": 0.0,
+        "url_policy": LOCAL,
+        **cfg,
+    }
     config = ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=world["tmp"] / "state", **opts)
-    return Validator(config, backend or world["chain"], qualifier or FakeQualifier(), screener=fake_screener(),
-                     fetcher=fetcher)
+    return Validator(
+        config, backend or world["chain"], qualifier or FakeQualifier(), screener=fake_screener(), fetcher=fetcher
+    )
 
 
 def test_full_pass_crowns_and_publishes_with_the_code_spec_version(world):
@@ -98,7 +119,7 @@ def test_full_pass_crowns_and_publishes_with_the_code_spec_version(world):
     v = make(world, rec)
     s = v.run_once()
     assert s.idle and s.weights == "verified" and set(s.crowns_changed) == {"norm.rmsnorm", "activation.silu_and_mul"}
-    (hotkey, netuid, uids, vals, version_key), = rec.sent()
+    ((hotkey, netuid, uids, vals, version_key),) = rec.sent()
     assert version_key == __spec_version__ > 29  # this code's spec version, above the chain's floor (29)
     row = ledger.last_weights(v.db)
     assert row.state == "verified" and row.version_key == __spec_version__ and row.block is not None
@@ -131,8 +152,9 @@ def test_dry_run_does_everything_but_set_weights(world):
 
     rec = Recording(world["chain"])
     v = make(world, rec)
-    v.publisher = type(v.publisher)(v.db, v.chain, NETUID, VALIDATOR, TARGETS, v.cfg.weights,
-                                    replace(v.cfg.publish, dry_run=True))
+    v.publisher = type(v.publisher)(
+        v.db, v.chain, NETUID, VALIDATOR, TARGETS, v.cfg.weights, replace(v.cfg.publish, dry_run=True)
+    )
     s = v.run_once()
     assert s.weights == "dry_run" and set(s.crowns_changed) == {"norm.rmsnorm", "activation.silu_and_mul"}
     assert rec.sent() == [] and ledger.last_weights(v.db) is None and not world["chain"].get_weights(NETUID, VALIDATOR)
@@ -280,8 +302,9 @@ def test_real_verify_screener_on_cpu(world, srv):
     w, dw = make_archive(EXAMPLES / "controls" / "wrong_math", world["tmp"], "w")
     commit(world["chain"], "m3", dw, srv.add(f"{world['tmp'].name}-w.tar.gz", w))
     world["chain"].advance(2)
-    config = ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=world["tmp"] / "real", interval_s=0,
-                             targets=TARGETS, verify_max_cases=1)
+    config = ValidatorConfig(
+        netuid=NETUID, hotkey=VALIDATOR, state_dir=world["tmp"] / "real", interval_s=0, targets=TARGETS, verify_max_cases=1
+    )
     v = Validator(config, world["chain"], FakeQualifier())
     s = v.run_once()
     assert s.moved.get("verified") == 2
@@ -351,8 +374,13 @@ def test_head_to_head_qualifier_gets_the_incumbents_bundle(world, srv):
         head_to_head = True
 
         def qualify(self, bundle, op, incumbent, incumbent_bundle=None):
-            seen.append((op.slot, incumbent.contribution_id if incumbent else None,
-                         incumbent_bundle.digest if incumbent_bundle else None))
+            seen.append(
+                (
+                    op.slot,
+                    incumbent.contribution_id if incumbent else None,
+                    incumbent_bundle.digest if incumbent_bundle else None,
+                )
+            )
             return super().qualify(bundle, op, incumbent)
 
     v = make(world, qualifier=HeadToHead())

@@ -78,10 +78,17 @@ def test_transitions_follow_the_table_and_are_logged(db):
     for to in ("fetched", "screened", "verified", "qualified"):
         c = db.transition(cid, to, f"-> {to}")
         assert c.state == to and c.attempts == 0  # a successful stage resets the retry count
-    log = [tuple(r) for r in db.con.execute(
-        "SELECT from_state, to_state FROM transitions WHERE contribution_id=? ORDER BY id", (cid,))]
-    assert log == [(None, "queued"), ("queued", "fetched"), ("fetched", "screened"),
-                   ("screened", "verified"), ("verified", "qualified")]
+    log = [
+        tuple(r)
+        for r in db.con.execute("SELECT from_state, to_state FROM transitions WHERE contribution_id=? ORDER BY id", (cid,))
+    ]
+    assert log == [
+        (None, "queued"),
+        ("queued", "fetched"),
+        ("fetched", "screened"),
+        ("screened", "verified"),
+        ("verified", "qualified"),
+    ]
     assert TRANSITIONS["failed"] == frozenset()  # terminal
 
 

@@ -7,7 +7,18 @@ import subprocess
 import sys
 
 import pytest
-from validator_fakes import EXAMPLES, NETUID, REPO, VALIDATOR, FakeQualifier, FileServer, commit, fake_screener, make_archive, make_chain
+from validator_fakes import (
+    EXAMPLES,
+    NETUID,
+    REPO,
+    VALIDATOR,
+    FakeQualifier,
+    FileServer,
+    commit,
+    fake_screener,
+    make_archive,
+    make_chain,
+)
 
 from cacheon_subnet import __spec_version__
 from cacheon_subnet.cli import main as cli_main
@@ -30,8 +41,9 @@ def ran(tmp_path_factory):
         commit(chain, "m1", dw, srv.add("w.tar.gz", w))
         chain.commit("m2", NETUID, "garbage", 1)
         chain.advance(2)
-        config = ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=tmp / "state", interval_s=0,
-                                 targets=("norm.rmsnorm", "rope.neox"))
+        config = ValidatorConfig(
+            netuid=NETUID, hotkey=VALIDATOR, state_dir=tmp / "state", interval_s=0, targets=("norm.rmsnorm", "rope.neox")
+        )
         v = Validator(config, chain, FakeQualifier(), screener=fake_screener())
         v.run_once()
         v.close()
@@ -55,8 +67,17 @@ def test_status_json_has_queue_verdicts_crowns_weights(ran, capsys):
 def test_status_text_is_readable(ran, capsys):
     assert cli_main(["status", "--state-dir", str(ran / "state")]) == 0
     text = capsys.readouterr().out
-    for needle in ("queue:", "qualified 1", "crowns (1):", "norm.rmsnorm", "verified at block",
-                   f"version key {__spec_version__}", "verified, crowned", "malformed commitment", "chain errors: 0"):
+    for needle in (
+        "queue:",
+        "qualified 1",
+        "crowns (1):",
+        "norm.rmsnorm",
+        "verified at block",
+        f"version key {__spec_version__}",
+        "verified, crowned",
+        "malformed commitment",
+        "chain errors: 0",
+    ):
         assert needle in text, needle
 
 
@@ -120,15 +141,30 @@ def test_gpu_arena_without_the_arena_package_is_a_clear_error(tmp_path, monkeypa
 
 
 def neuron(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "neurons" / "validator.py"), *args], capture_output=True,
-                          text=True, timeout=120, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, str(REPO / "neurons" / "validator.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
 
 
 def test_neuron_once_on_local_chain_and_gpu_refusal(tmp_path):
     chain = make_chain(tmp_path / "chain.db")
     chain.close()
-    common = ["--netuid", "1", "--chain", "local", "--local-chain", str(tmp_path / "chain.db"),
-              "--wallet.hotkey", VALIDATOR, "--state-dir", str(tmp_path / "state")]
+    common = [
+        "--netuid",
+        "1",
+        "--chain",
+        "local",
+        "--local-chain",
+        str(tmp_path / "chain.db"),
+        "--wallet.hotkey",
+        VALIDATOR,
+        "--state-dir",
+        str(tmp_path / "state"),
+    ]
     r = neuron(*common, "--arena", "cpu", "--once")
     assert r.returncode == 0, r.stderr[-2000:]
     summary = json.loads(r.stdout)
@@ -144,7 +180,22 @@ def test_neuron_once_on_local_chain_and_gpu_refusal(tmp_path):
 def test_cacheon_validator_run_is_registered():
     from cacheon_subnet.cli import build_parser
 
-    args = build_parser().parse_args(["validator", "run", "--netuid", "3", "--chain", "local", "--local-chain",
-                                      "x.db", "--once", "--subtensor.network", "test", "--wallet.name", "w"])
+    args = build_parser().parse_args(
+        [
+            "validator",
+            "run",
+            "--netuid",
+            "3",
+            "--chain",
+            "local",
+            "--local-chain",
+            "x.db",
+            "--once",
+            "--subtensor.network",
+            "test",
+            "--wallet.name",
+            "w",
+        ]
+    )
     assert args.netuid == 3 and args.subtensor_network == "test" and args.wallet_name == "w" and args.once
     assert args.handler.__name__ == "run_from_args"

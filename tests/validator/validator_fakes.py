@@ -10,9 +10,10 @@ import asyncio
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -40,11 +41,13 @@ def make_archive(src: str | Path, out_dir: Path, name: str, extra: dict[str, str
     return archive, bundle.digest
 
 
-def make_chain(path: Path, *, version_key: int = 29, rate_limit: int = 5,
-               seconds_per_block: float = 0.0, miners: int = 0) -> LocalChain:
+def make_chain(
+    path: Path, *, version_key: int = 29, rate_limit: int = 5, seconds_per_block: float = 0.0, miners: int = 0
+) -> LocalChain:
     """Owner uid 0, validator uid 1 (permit), miners m0..m{n-1} from uid 2."""
-    chain = LocalChain.create(path, NETUID, weights_version_key=version_key, weights_rate_limit=rate_limit,
-                              seconds_per_block=seconds_per_block)
+    chain = LocalChain.create(
+        path, NETUID, weights_version_key=version_key, weights_rate_limit=rate_limit, seconds_per_block=seconds_per_block
+    )
     chain.register(VALIDATOR, "vcold", stake=1000.0, validator_permit=True)
     for i in range(miners):
         chain.register(f"m{i}", f"c{i}")
@@ -158,8 +161,18 @@ class FakeQualifier:
             time.sleep(self.delay_s)
         vs_stock = float(bundle.files.get("speed.txt", b"1.0").decode().strip())
         speedup = vs_stock / incumbent.speedup_vs_stock if incumbent else vs_stock
-        return QualifyResult(op.slot, "PASS", True, speedup, vs_stock, 0.001, self.arena_id, self.label,
-                             f"fake {vs_stock:.3f}x vs stock", {"fake": True})
+        return QualifyResult(
+            op.slot,
+            "PASS",
+            True,
+            speedup,
+            vs_stock,
+            0.001,
+            self.arena_id,
+            self.label,
+            f"fake {vs_stock:.3f}x vs stock",
+            {"fake": True},
+        )
 
 
 def fake_screener(delay_s: float = 0.0) -> Callable[[Bundle], ScreenResult]:
@@ -178,14 +191,23 @@ def fake_screener(delay_s: float = 0.0) -> Callable[[Bundle], ScreenResult]:
 def snapshot(db: Any) -> dict[str, Any]:
     """The parts of a validator DB two equivalent runs must agree on."""
     con = db.con
-    contributions = {r["id"]: (r["hotkey"], r["state"], r["rule"], _reason_key(r["reason"]))
-                     for r in con.execute("SELECT * FROM contributions")}
+    contributions = {
+        r["id"]: (r["hotkey"], r["state"], r["rule"], _reason_key(r["reason"]))
+        for r in con.execute("SELECT * FROM contributions")
+    }
     # a duplicate's evidence depends on whether it was measured before the swap: not compared
-    verdicts = sorted({(r["contribution_id"], r["target"], r["verdict"]) for r in con.execute(
-        "SELECT e.* FROM evidence e JOIN contributions c ON c.id=e.contribution_id"
-        " WHERE c.rule IS NOT 'duplicate'")})
-    crowns = {r["target"]: (r["contribution_id"], r["hotkey"], round(r["speedup_vs_stock"], 6))
-              for r in con.execute("SELECT * FROM crowns")}
+    verdicts = sorted(
+        {
+            (r["contribution_id"], r["target"], r["verdict"])
+            for r in con.execute(
+                "SELECT e.* FROM evidence e JOIN contributions c ON c.id=e.contribution_id WHERE c.rule IS NOT 'duplicate'"
+            )
+        }
+    )
+    crowns = {
+        r["target"]: (r["contribution_id"], r["hotkey"], round(r["speedup_vs_stock"], 6))
+        for r in con.execute("SELECT * FROM crowns")
+    }
     return {"contributions": contributions, "verdicts": verdicts, "crowns": crowns}
 
 

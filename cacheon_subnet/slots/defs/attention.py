@@ -17,7 +17,8 @@ not depend on how (or whether) the hint is used.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from cacheon_subnet.slots import gen, profiles
 from cacheon_subnet.slots.spec import ArgSpec, ParamSpec, ShapeCase, SlotSpec, Tolerance, case
@@ -64,8 +65,15 @@ def _cases(tier: str) -> list[ShapeCase]:
         for name in PROFILES:
             p = profiles.get(name)
             n = batch * ctx  # kv_indices buffer: the graph buffer holds max_bs * context_len
-            dims = {"B": batch, "HQ": p.n_heads, "HK": p.n_kv_heads, "D": p.head_dim,
-                    "S": n + n // 4 + 1, "N": n, "MAXS": MAX_KV_SPLITS[tier]}
+            dims = {
+                "B": batch,
+                "HQ": p.n_heads,
+                "HK": p.n_kv_heads,
+                "D": p.head_dim,
+                "S": n + n // 4 + 1,
+                "N": n,
+                "MAXS": MAX_KV_SPLITS[tier],
+            }
             out.append(case(f"{name}/decode-bs{batch}-ctx{ctx}", name, dims, sm_scale=p.head_dim**-0.5))
     return out
 
@@ -161,8 +169,14 @@ def _inputs(c: ShapeCase, dt: torch.dtype, g: torch.Generator) -> dict[str, torc
     # packed [B, (HQ + 2 HK) D] qkv projection, so rows are (HQ + 2 HK) D apart (slot version 2)
     qkv = (torch.randn((B, (HQ + 2 * HK) * D), generator=g) * q_scale).to(dt)
     q = qkv[:, : HQ * D].view(B, HQ, D)
-    return {"q": q, "k_buffer": k, "v_buffer": v, "kv_indptr": indptr, "kv_indices": indices,
-            "num_kv_splits": split_hint(lens, max_context(c), HQ, HK, d["MAXS"], g)}
+    return {
+        "q": q,
+        "k_buffer": k,
+        "v_buffer": v,
+        "kv_indptr": indptr,
+        "kv_indices": indices,
+        "num_kv_splits": split_hint(lens, max_context(c), HQ, HK, d["MAXS"], g),
+    }
 
 
 # ---- reference --------------------------------------------------------------------------
@@ -178,7 +192,7 @@ def _reference(t: Mapping[str, torch.Tensor], p: Mapping[str, Any]) -> dict[str,
     scale = float(p["sm_scale"])
     out = torch.empty((B, HQ, D), dtype=torch.float32)
     for b in range(B):
-        idx = idx_all[bounds[b]:bounds[b + 1]].to(torch.int64)
+        idx = idx_all[bounds[b] : bounds[b + 1]].to(torch.int64)
         k = kb.index_select(0, idx).to(torch.float32)  # [L, HK, D]
         v = vb.index_select(0, idx).to(torch.float32)
         qb = q[b].to(torch.float32).view(HK, G, D)
@@ -210,16 +224,29 @@ DECODE = SlotSpec(
     # strided q then kept every decode graph but bs 1 on stock (H200, 2026-12-02)
     version=2,
     summary="paged GQA decode attention: o[b,h] = softmax(sm_scale * q[b,h] K_b^T) V_b over pool slots "
-            "kv_indices[kv_indptr[b]:kv_indptr[b+1]], kv head h // (HQ/HK)",
+    "kv_indices[kv_indptr[b]:kv_indptr[b+1]], kv head h // (HQ/HK)",
     args=(
-        ArgSpec("q", "in", "act", ("B", "HQ", "D"), layout="rows", graph_dynamic=True,
-                doc="one query token per request; a view into the packed qkv projection (use its strides)"),
+        ArgSpec(
+            "q",
+            "in",
+            "act",
+            ("B", "HQ", "D"),
+            layout="rows",
+            graph_dynamic=True,
+            doc="one query token per request; a view into the packed qkv projection (use its strides)",
+        ),
         ArgSpec("k_buffer", "in", "act", ("S", "HK", "D"), graph_dynamic=True, doc="the layer's whole key pool"),
         ArgSpec("v_buffer", "in", "act", ("S", "HK", "D"), graph_dynamic=True, doc="the layer's whole value pool"),
         ArgSpec("o", "out", "act", ("B", "HQ", "D"), doc="attention output"),
         ArgSpec("kv_indptr", "in", "int32", ("B+1",), graph_dynamic=True, doc="request b owns kv_indices[ptr[b]:ptr[b+1]]"),
-        ArgSpec("kv_indices", "in", "int64", ("N",), graph_dynamic=True,
-                doc="token slots into the pool; sized for the max context, only the first ptr[B] are live"),
+        ArgSpec(
+            "kv_indices",
+            "in",
+            "int64",
+            ("N",),
+            graph_dynamic=True,
+            doc="token slots into the pool; sized for the max context, only the first ptr[B] are live",
+        ),
         ArgSpec("num_kv_splits", "in", "int32", ("B",), graph_dynamic=True, doc="backend split hint, 1..MAXS"),
         ArgSpec("attn_logits", "scratch", "float32", ("B", "HQ", "MAXS", "D"), doc="per-split partial outputs"),
         ArgSpec("attn_lse", "scratch", "float32", ("B", "HQ", "MAXS"), doc="per-split log-sum-exp"),
@@ -230,7 +257,7 @@ DECODE = SlotSpec(
     make_inputs=_inputs,
     cases=_cases,
     sglang_target="sglang.srt.layers.attention.triton_backend.TritonAttnBackend.forward_decode -> "
-                  "triton_ops.decode_attention.decode_attention_fwd",
+    "triton_ops.decode_attention.decode_attention_fwd",
     tolerances=TOLERANCES,
     bytes_moved=_bytes,
     flops=_flops,

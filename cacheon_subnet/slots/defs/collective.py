@@ -22,11 +22,11 @@ every output must come out bit-identical on every rank (`replicated`). Per-rank 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from cacheon_subnet.slots import gen, profiles
-from types import MappingProxyType
-
 from cacheon_subnet.slots.spec import DEFAULT_TOLERANCES, ArgSpec, ParamSpec, ShapeCase, SlotSpec, Tolerance, case
 
 if TYPE_CHECKING:  # torch is imported by the functions that make or read tensors: loading the catalog needs none
@@ -123,11 +123,13 @@ def _fused_rank_ref(ranks: Sequence[Tensors], p: Mapping[str, Any]) -> list[dict
 # of the larger intermediate exceeds atol + rtol·|result| on rare elements: seen on 2 H200s
 # (2026-11-29, NCCL), 1 element of 262144 off by 0.219 in bf16 for the faithful example. Allow
 # 1e-4 of the elements that rounding slack; rel-L2 still bounds any systematic error.
-_FUSED_TOL = MappingProxyType({
-    "bfloat16": Tolerance(atol=2e-2, rtol=2e-2, min_matched=0.9999, max_rel_l2=1e-2),
-    "float16": Tolerance(atol=1e-2, rtol=1e-2, min_matched=0.9999, max_rel_l2=2e-3),
-    "float32": DEFAULT_TOLERANCES["float32"],
-})
+_FUSED_TOL = MappingProxyType(
+    {
+        "bfloat16": Tolerance(atol=2e-2, rtol=2e-2, min_matched=0.9999, max_rel_l2=1e-2),
+        "float16": Tolerance(atol=1e-2, rtol=1e-2, min_matched=0.9999, max_rel_l2=2e-3),
+        "float32": DEFAULT_TOLERANCES["float32"],
+    }
+)
 
 AR_RESIDUAL_RMSNORM = SlotSpec(
     id="collective.ar_residual_rmsnorm",
@@ -146,7 +148,7 @@ AR_RESIDUAL_RMSNORM = SlotSpec(
     make_inputs=lambda c, dt, g: _fused_rank_inputs(c, dt, g, 1)[0],
     cases=lambda tier: _cases(tier, fused=True),
     sglang_target="sglang.srt.layers.flashinfer_comm_fusion.flashinfer_allreduce_residual_rmsnorm "
-                  "(flashinfer.comm.allreduce_fusion kARResidualRMSNorm)",
+    "(flashinfer.comm.allreduce_fusion kARResidualRMSNorm)",
     collective=True,
     world_sizes=WORLD_SIZES,
     make_rank_inputs=_fused_rank_inputs,

@@ -11,7 +11,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from cacheon_subnet.slots import gen, profiles
 from cacheon_subnet.slots.spec import ArgSpec, ParamSpec, ShapeCase, SlotSpec, Tolerance, case
@@ -36,7 +37,7 @@ def router_logits(T: int, E: int, K: int, g: torch.Generator, cold: int = 0) -> 
     conf = 0.5 + torch.rand((T, 1), generator=g)
     x = (bias + conf * torch.randn((T, E), generator=g)).clamp(-_LOGIT_CLAMP, _LOGIT_CLAMP)
     if cold:
-        x[:, perm[E - cold:]] = -_LOGIT_CLAMP
+        x[:, perm[E - cold :]] = -_LOGIT_CLAMP
     top = x.topk(K + 1, dim=-1)
     need = (MIN_GAP - (top.values[:, K - 1] - top.values[:, K])).clamp(min=0.0)
     mask = torch.zeros_like(x).scatter_(1, top.indices[:, :K], 1.0)
@@ -60,8 +61,7 @@ def sort_by_expert(out: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
     ids = out["topk_ids"].to(torch.int64)
     order = ids.argsort(dim=-1, stable=True)
-    return {"topk_ids": ids.gather(1, order).to(torch.int32),
-            "topk_weights": out["topk_weights"].gather(1, order)}
+    return {"topk_ids": ids.gather(1, order).to(torch.int32), "topk_weights": out["topk_weights"].gather(1, order)}
 
 
 # ---- moe.topk_softmax -------------------------------------------------------------------
@@ -74,8 +74,15 @@ def _topk_cases(tier: str) -> list[ShapeCase]:
             out.append(case(f"{name}/{label}", name, dims, renormalize=m.norm_topk_prob, topk=m.top_k))
     m = profiles.get("qwen3-moe-mini").moe  # keep the flag meaningful: one case without it
     tokens = profiles.token_counts(tier)[1][1]
-    out.append(case(f"qwen3-moe-mini/no-renorm-{tokens}", "qwen3-moe-mini",
-                    {"T": tokens, "E": m.n_experts, "K": m.top_k}, renormalize=False, topk=m.top_k))
+    out.append(
+        case(
+            f"qwen3-moe-mini/no-renorm-{tokens}",
+            "qwen3-moe-mini",
+            {"T": tokens, "E": m.n_experts, "K": m.top_k},
+            renormalize=False,
+            topk=m.top_k,
+        )
+    )
     return out
 
 
@@ -219,8 +226,10 @@ FUSED_EXPERTS = SlotSpec(
     reference=_experts_ref,
     make_inputs=_experts_inputs,
     cases=_expert_cases,
-    sglang_target=("sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe.fused_experts -> "
-                   "fused_experts_impl (Triton fused_moe_kernel x2 + silu_and_mul + moe_sum_reduce)"),
+    sglang_target=(
+        "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe.fused_experts -> "
+        "fused_experts_impl (Triton fused_moe_kernel x2 + silu_and_mul + moe_sum_reduce)"
+    ),
     tolerances=_EXPERT_TOL,
     bytes_moved=_experts_bytes,
     flops=_experts_flops,

@@ -11,8 +11,9 @@ not touch the v part of the buffer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from cacheon_subnet.slots import gen, profiles
 from cacheon_subnet.slots.spec import ArgSpec, ShapeCase, SlotSpec, case
@@ -103,10 +104,24 @@ ROPE_NEOX = SlotSpec(
     summary="in place NeoX RoPE on q/k views: halves (x1, x2) <- (x1*cos - x2*sin, x2*cos + x1*sin)",
     args=(
         ArgSpec("positions", "in", "int64", ("T",), graph_dynamic=True, doc="position of each token"),
-        ArgSpec("q", "inout", "act", ("T", "HQ", "D"), layout="rows", graph_dynamic=True,
-                doc="query heads, a view into the packed qkv buffer"),
-        ArgSpec("k", "inout", "act", ("T", "HK", "D"), layout="rows", graph_dynamic=True,
-                doc="key heads, a view into the same qkv buffer"),
+        ArgSpec(
+            "q",
+            "inout",
+            "act",
+            ("T", "HQ", "D"),
+            layout="rows",
+            graph_dynamic=True,
+            doc="query heads, a view into the packed qkv buffer",
+        ),
+        ArgSpec(
+            "k",
+            "inout",
+            "act",
+            ("T", "HK", "D"),
+            layout="rows",
+            graph_dynamic=True,
+            doc="key heads, a view into the same qkv buffer",
+        ),
         ArgSpec("cos_sin_cache", "in", "float32", ("P", "D"), doc="[cos | sin] per position, fp32"),
     ),
     params=(),

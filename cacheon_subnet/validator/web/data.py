@@ -23,9 +23,25 @@ from cacheon_subnet.validator.web.snapshot import SNAPSHOT
 from cacheon_subnet.webapi import MAX_PAGE, SCHEMA, clean
 
 CONTRIBUTION_ID = re.compile(r"(malformed:)?[0-9a-f]{16,128}")
-EVIDENCE_COLS = ("id", "target", "round", "verdict", "quality_ok", "speedup", "speedup_vs_stock", "noise",
-                 "arena_id", "label", "evaluated_block", "incumbent_id", "reason", "settled", "outcome",
-                 "outcome_reason", "created_at")
+EVIDENCE_COLS = (
+    "id",
+    "target",
+    "round",
+    "verdict",
+    "quality_ok",
+    "speedup",
+    "speedup_vs_stock",
+    "noise",
+    "arena_id",
+    "label",
+    "evaluated_block",
+    "incumbent_id",
+    "reason",
+    "settled",
+    "outcome",
+    "outcome_reason",
+    "created_at",
+)
 ROLES = ("warmup", "B", "C", "B'")
 
 
@@ -43,8 +59,9 @@ class _Snapshot:
     def __init__(self, path: Path) -> None:
         if not path.is_file():
             raise StateError("no validator state published yet (the first pass has not finished)")
-        self.con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True,
-                                   isolation_level=None, check_same_thread=False)
+        self.con = sqlite3.connect(
+            f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True, isolation_level=None, check_same_thread=False
+        )
         # sorts in memory: the web process may write no file over 1 MiB (RLIMIT_FSIZE), and a sort
         # SQLite spilled to a temp file failed "disk I/O error", so a page of 500 (MAX_PAGE) on a
         # validator of 5000 contributions answered 500 (red team 2026-12-04); rows per request are bounded
@@ -86,8 +103,17 @@ def health(source: Source | Path) -> dict[str, Any]:
     db = _open(source)
     try:
         block, at = _last_sync(db)
-        return clean({"schema": SCHEMA, "ok": True, "state_schema_version": db.schema_version(),
-                      "counts": db.counts(), "last_sync_block": block, "last_sync_at": at, "now": time.time()})
+        return clean(
+            {
+                "schema": SCHEMA,
+                "ok": True,
+                "state_schema_version": db.schema_version(),
+                "counts": db.counts(),
+                "last_sync_block": block,
+                "last_sync_at": at,
+                "now": time.time(),
+            }
+        )
     finally:
         db.close()
 
@@ -100,14 +126,26 @@ def crowns(source: Source | Path) -> dict[str, Any]:
         now = time.time()
         out = []
         for r in db.con.execute("SELECT * FROM crowns ORDER BY target"):
-            ev = db.con.execute("SELECT label FROM evidence WHERE contribution_id=? AND target=? ORDER BY id DESC"
-                                " LIMIT 1", (r["contribution_id"], r["target"])).fetchone()
-            out.append({"target": r["target"], "hotkey": r["hotkey"], "contribution_id": r["contribution_id"],
-                        "commit_block": r["commit_block"], "crowned_block": r["crowned_block"],
-                        "speedup_vs_stock": r["speedup_vs_stock"], "measured_speedup": r["measured_speedup"],
-                        "arena_id": r["arena_id"], "label": ev["label"] if ev else None,
-                        "updated_at": r["updated_at"], "age_s": max(0.0, now - r["updated_at"]),
-                        "age_blocks": None if block is None else max(0, block - r["crowned_block"])})
+            ev = db.con.execute(
+                "SELECT label FROM evidence WHERE contribution_id=? AND target=? ORDER BY id DESC LIMIT 1",
+                (r["contribution_id"], r["target"]),
+            ).fetchone()
+            out.append(
+                {
+                    "target": r["target"],
+                    "hotkey": r["hotkey"],
+                    "contribution_id": r["contribution_id"],
+                    "commit_block": r["commit_block"],
+                    "crowned_block": r["crowned_block"],
+                    "speedup_vs_stock": r["speedup_vs_stock"],
+                    "measured_speedup": r["measured_speedup"],
+                    "arena_id": r["arena_id"],
+                    "label": ev["label"] if ev else None,
+                    "updated_at": r["updated_at"],
+                    "age_s": max(0.0, now - r["updated_at"]),
+                    "age_blocks": None if block is None else max(0, block - r["crowned_block"]),
+                }
+            )
         return clean({"schema": SCHEMA, "last_sync_block": block, "crowns": out})
     finally:
         db.close()
@@ -116,10 +154,13 @@ def crowns(source: Source | Path) -> dict[str, Any]:
 def _evidence(db: Any, cids: list[str]) -> dict[str, list[dict[str, Any]]]:
     got: dict[str, list[dict[str, Any]]] = {c: [] for c in cids}
     for i in range(0, len(cids), 500):
-        part = cids[i:i + 500]
+        part = cids[i : i + 500]
         marks = ",".join("?" * len(part))
-        for r in db.con.execute(f"SELECT contribution_id, detail, {', '.join(EVIDENCE_COLS)} FROM evidence"
-                                f" WHERE contribution_id IN ({marks}) ORDER BY id", part):
+        for r in db.con.execute(
+            f"SELECT contribution_id, detail, {', '.join(EVIDENCE_COLS)} FROM evidence"
+            f" WHERE contribution_id IN ({marks}) ORDER BY id",
+            part,
+        ):
             e = {k: r[k] for k in EVIDENCE_COLS}
             e["quality_ok"], e["settled"] = bool(e["quality_ok"]), bool(e["settled"])
             e["detail"] = _loads(r["detail"])
@@ -145,14 +186,27 @@ def _contribution(r: Any, evidence: list[dict[str, Any]], plots: bool) -> dict[s
             e["stages"] = stages
             e["speedup_basis"] = detail.get("speedup_basis")
         evs.append(e)
-    return {"id": r["id"], "hotkey": r["hotkey"], "uid": r["uid"], "commit_block": r["commit_block"],
-            "reveal_block": r["reveal_block"], "digest": r["digest"], "url": r["url"], "state": r["state"],
-            "rule": r["rule"], "reason": r["reason"], "duplicate_of": r["duplicate_of"],
-            "superseded_by": r["superseded_by"], "updated_at": r["updated_at"], "evidence": evs}
+    return {
+        "id": r["id"],
+        "hotkey": r["hotkey"],
+        "uid": r["uid"],
+        "commit_block": r["commit_block"],
+        "reveal_block": r["reveal_block"],
+        "digest": r["digest"],
+        "url": r["url"],
+        "state": r["state"],
+        "rule": r["rule"],
+        "reason": r["reason"],
+        "duplicate_of": r["duplicate_of"],
+        "superseded_by": r["superseded_by"],
+        "updated_at": r["updated_at"],
+        "evidence": evs,
+    }
 
 
-def contributions(source: Source | Path, *, hotkey: str | None = None, state: str | None = None, limit: int = 100,
-                  offset: int = 0) -> dict[str, Any]:
+def contributions(
+    source: Source | Path, *, hotkey: str | None = None, state: str | None = None, limit: int = 100, offset: int = 0
+) -> dict[str, Any]:
     """A page of contributions, newest commit first, each with every verdict and its full reason."""
     if not 1 <= limit <= MAX_PAGE or offset < 0:
         raise ValueError(f"limit must be 1..{MAX_PAGE} and offset >= 0 (got {limit}, {offset})")
@@ -167,13 +221,23 @@ def contributions(source: Source | Path, *, hotkey: str | None = None, state: st
     db = _open(source)
     try:
         total = db.con.execute(f"SELECT COUNT(*) FROM contributions{sql_where}", args).fetchone()[0]
-        rows = db.con.execute(f"SELECT * FROM contributions{sql_where} ORDER BY commit_block DESC, id"
-                              " LIMIT ? OFFSET ?", (*args, limit, offset)).fetchall()
+        rows = db.con.execute(
+            f"SELECT * FROM contributions{sql_where} ORDER BY commit_block DESC, id LIMIT ? OFFSET ?", (*args, limit, offset)
+        ).fetchall()
         ev = _evidence(db, [r["id"] for r in rows])
         out = [_contribution(r, ev[r["id"]], plots=False) for r in rows]
         nxt = offset + len(rows) if offset + len(rows) < total else None
-        return clean({"schema": SCHEMA, "total": total, "offset": offset, "limit": limit, "next_offset": nxt,
-                      "hotkey": hotkey, "contributions": out})
+        return clean(
+            {
+                "schema": SCHEMA,
+                "total": total,
+                "offset": offset,
+                "limit": limit,
+                "next_offset": nxt,
+                "hotkey": hotkey,
+                "contributions": out,
+            }
+        )
     finally:
         db.close()
 
@@ -186,8 +250,12 @@ def contribution(source: Source | Path, cid: str) -> dict[str, Any] | None:
         if r is None:
             return None
         doc = _contribution(r, _evidence(db, [cid])[cid], plots=True)
-        doc["history"] = [dict(t) for t in db.con.execute(
-            "SELECT from_state, to_state, reason, at FROM transitions WHERE contribution_id=? ORDER BY id", (cid,))]
+        doc["history"] = [
+            dict(t)
+            for t in db.con.execute(
+                "SELECT from_state, to_state, reason, at FROM transitions WHERE contribution_id=? ORDER BY id", (cid,)
+            )
+        ]
         return clean({"schema": SCHEMA, "contribution": doc})
     finally:
         db.close()
@@ -212,17 +280,29 @@ def stages_of(detail: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     confirm = detail.get("confirm") if isinstance(detail.get("confirm"), dict) else {}
     out = []
-    for name, rows, speed in (("resident", detail.get("windows"), detail.get("speed")),
-                              ("confirm", confirm.get("windows"), confirm.get("speed"))):
+    for name, rows, speed in (
+        ("resident", detail.get("windows"), detail.get("speed")),
+        ("confirm", confirm.get("windows"), confirm.get("speed")),
+    ):
         windows = _windows(rows, metric)
         if not any(w["role"] == "C" for w in windows):
             continue
         speed = speed if isinstance(speed, dict) else {}
         base = [w["value"] for w in windows if w["role"] in ("B", "B'")]
         level = statistics.median(base) if base else None
-        out.append({"name": name, "metric": metric, "windows": windows, "baseline_median": level,
-                    "verdict": speed.get("verdict"), "ratio": _num(speed.get("ratio")),
-                    "noise": _num(speed.get("noise")), "bar": _num(speed.get("bar")), "reason": speed.get("reason")})
+        out.append(
+            {
+                "name": name,
+                "metric": metric,
+                "windows": windows,
+                "baseline_median": level,
+                "verdict": speed.get("verdict"),
+                "ratio": _num(speed.get("ratio")),
+                "noise": _num(speed.get("noise")),
+                "bar": _num(speed.get("bar")),
+                "reason": speed.get("reason"),
+            }
+        )
     return out
 
 

@@ -15,16 +15,28 @@ from markupsafe import Markup
 from cacheon_subnet.validator.web import plots
 
 TEMPLATES = Path(__file__).with_name("templates")
-_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,  # .svg too: every template
-                          undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(TEMPLATES),
+    autoescape=True,  # .svg too: every template
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
 
 
 def ago(seconds: float | None) -> str:
     if seconds is None:
         return "?"
     s = int(seconds)
-    return f"{s}s ago" if s < 120 else f"{s // 60}m ago" if s < 7200 else f"{s // 3600}h ago" if s < 172800 \
+    return (
+        f"{s}s ago"
+        if s < 120
+        else f"{s // 60}m ago"
+        if s < 7200
+        else f"{s // 3600}h ago"
+        if s < 172800
         else f"{s // 86400}d ago"
+    )
 
 
 def vs_stock(x: float | None) -> str:
@@ -42,8 +54,7 @@ def link(cid: str) -> str:
 
 def _render(name: str, **ctx: Any) -> str:
     css = Markup((TEMPLATES / "style.css").read_text())  # ours, not user input: the one unescaped insert
-    return _ENV.get_template(name).render(css=css, ago=ago, link=link, vs_stock=vs_stock, geometry=plots.geometry,
-                                          **ctx)
+    return _ENV.get_template(name).render(css=css, ago=ago, link=link, vs_stock=vs_stock, geometry=plots.geometry, **ctx)
 
 
 def index(crowns: dict[str, Any], page: dict[str, Any], schema: str) -> str:

@@ -73,9 +73,15 @@ def geometry(stage: dict[str, Any]) -> Geometry | None:
     def y_of(v: float) -> float:
         return round(y1 - (v - lo) / (hi - lo) * (y1 - y0), 2)
 
-    points = tuple(Point(round(x0 + i / n * (x1 - x0), 2) if len(windows) > 1 else (x0 + x1) / 2, y_of(w["value"]),
-                         COLORS[w["role"]], f"window {w['index']} cycle {w['cycle']} {w['role']}: {w['value']:.6g}")
-                   for i, w in enumerate(windows))
+    points = tuple(
+        Point(
+            round(x0 + i / n * (x1 - x0), 2) if len(windows) > 1 else (x0 + x1) / 2,
+            y_of(w["value"]),
+            COLORS[w["role"]],
+            f"window {w['index']} cycle {w['cycle']} {w['role']}: {w['value']:.6g}",
+        )
+        for i, w in enumerate(windows)
+    )
     lines, band = [], None
     if level:
         lines.append(HLine(y_of(level), "#333333", "", f"median(B ∪ B′) {_fmt(level)}", "start"))

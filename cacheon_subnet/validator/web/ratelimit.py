@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 @dataclass
@@ -21,8 +21,7 @@ class TokenBuckets:
 
     def __post_init__(self) -> None:
         if not (self.rate > 0 and self.burst >= 1 and self.max_clients >= 1):
-            raise ValueError(f"rate {self.rate} must be > 0, burst {self.burst} >= 1, max_clients "
-                             f"{self.max_clients} >= 1")
+            raise ValueError(f"rate {self.rate} must be > 0, burst {self.burst} >= 1, max_clients {self.max_clients} >= 1")
 
     def take(self, client: str) -> float:
         """0.0 when the request may go ahead (a token is spent), else the seconds until one is free."""

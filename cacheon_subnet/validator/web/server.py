@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -39,7 +40,7 @@ LIMITS = Limits()  # 512 connections, 16 per client, 10 s for a request head or 
 ENV_PREFIX = "CACHEON_WEB_"  # CACHEON_WEB_MAX_CONNS=..., CACHEON_WEB_HEADER_TIMEOUT_S=..., every Limits field
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; "
-                               "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
@@ -110,8 +111,12 @@ def _page_args(request: web.Request) -> dict[str, Any]:
     hotkey = request.query.get("hotkey")
     if hotkey is not None and not 0 < len(hotkey) <= 128:
         raise web.HTTPBadRequest(reason="query hotkey: 1..128 characters")
-    return {"hotkey": hotkey, "state": state, "limit": _int(request, "limit", 100, 1, MAX_PAGE),
-            "offset": _int(request, "offset", 0, 0, 10**9)}
+    return {
+        "hotkey": hotkey,
+        "state": state,
+        "limit": _int(request, "limit", 100, 1, MAX_PAGE),
+        "offset": _int(request, "offset", 0, 0, 10**9),
+    }
 
 
 def _cid(request: web.Request) -> str:
@@ -165,9 +170,14 @@ def make_app(state_dir: str | Path, buckets: TokenBuckets | None = None, *, snap
     app = web.Application(middlewares=[guard], client_max_size=1024)
     app[SOURCE] = data.Source(Path(state_dir), snapshot)
     app[BUCKETS] = buckets if buckets is not None else TokenBuckets()  # (an empty table is falsy: len 0)
-    for path, fn in (("/", html_index), ("/contributions/{cid}", html_contribution), (PATH_HEALTH, api_health),
-                     (PATH_CROWNS, api_crowns), (PATH_CONTRIBUTIONS, api_contributions),
-                     (PATH_CONTRIBUTIONS + "/{cid}", api_contribution)):
+    for path, fn in (
+        ("/", html_index),
+        ("/contributions/{cid}", html_contribution),
+        (PATH_HEALTH, api_health),
+        (PATH_CROWNS, api_crowns),
+        (PATH_CONTRIBUTIONS, api_contributions),
+        (PATH_CONTRIBUTIONS + "/{cid}", api_contribution),
+    ):
         app.router.add_get(path, fn)  # GET and HEAD
     app.router.add_route("*", "/{tail:.*}", _not_found)
     return app
@@ -187,8 +197,9 @@ class Leaderboard:
     (tests, embedding). The validator and `cacheon leaderboard` do not use it: their page runs in
     a process and uid of its own (supervisor.WebSupervisor)."""
 
-    def __init__(self, state_dir: str | Path, host: str, port: int, buckets: TokenBuckets | None = None,
-                 limits: Limits = LIMITS) -> None:
+    def __init__(
+        self, state_dir: str | Path, host: str, port: int, buckets: TokenBuckets | None = None, limits: Limits = LIMITS
+    ) -> None:
         self.state_dir, self.host, self.port = Path(state_dir), host, port
         self.buckets, self.limits = buckets, limits
         self._site: httpsite.BoundSite | None = None
@@ -196,8 +207,7 @@ class Leaderboard:
 
     async def start_async(self) -> str:
         try:
-            self._site = await httpsite.bind(make_app(self.state_dir, self.buckets), self.host, self.port,
-                                             self.limits, log)
+            self._site = await httpsite.bind(make_app(self.state_dir, self.buckets), self.host, self.port, self.limits, log)
         except OSError as exc:
             raise LeaderboardError(f"leaderboard: cannot listen on {self.host}:{self.port}: {exc}") from exc
         self.port = self._site.port

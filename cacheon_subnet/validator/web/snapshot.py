@@ -23,24 +23,66 @@ from cacheon_subnet.validator.state import DB_NAME, StateDB
 
 SNAPSHOT = "leaderboard.sqlite"
 COLUMNS = {
-    "contributions": ("id", "hotkey", "uid", "commit_block", "reveal_block", "url", "digest", "state", "rule",
-                      "reason", "duplicate_of", "superseded_by", "updated_at"),
-    "evidence": ("id", "contribution_id", "target", "round", "verdict", "quality_ok", "speedup", "speedup_vs_stock",
-                 "noise", "arena_id", "label", "evaluated_block", "incumbent_id", "reason", "detail", "settled",
-                 "outcome", "outcome_reason", "created_at"),
-    "crowns": ("target", "hotkey", "contribution_id", "commit_block", "crowned_block", "measured_speedup",
-               "speedup_vs_stock", "arena_id", "updated_at"),
+    "contributions": (
+        "id",
+        "hotkey",
+        "uid",
+        "commit_block",
+        "reveal_block",
+        "url",
+        "digest",
+        "state",
+        "rule",
+        "reason",
+        "duplicate_of",
+        "superseded_by",
+        "updated_at",
+    ),
+    "evidence": (
+        "id",
+        "contribution_id",
+        "target",
+        "round",
+        "verdict",
+        "quality_ok",
+        "speedup",
+        "speedup_vs_stock",
+        "noise",
+        "arena_id",
+        "label",
+        "evaluated_block",
+        "incumbent_id",
+        "reason",
+        "detail",
+        "settled",
+        "outcome",
+        "outcome_reason",
+        "created_at",
+    ),
+    "crowns": (
+        "target",
+        "hotkey",
+        "contribution_id",
+        "commit_block",
+        "crowned_block",
+        "measured_speedup",
+        "speedup_vs_stock",
+        "arena_id",
+        "updated_at",
+    ),
     "transitions": ("id", "contribution_id", "from_state", "to_state", "reason", "at"),
     "schema_version": ("version", "applied_at"),
 }
 KV_KEYS = ("last_sync_block", "last_sync_at")
 DETAIL_KEYS = ("metric", "windows", "speed", "confirm", "speedup_basis")  # what data.stages_of reads
-INDEXES = ("CREATE INDEX c_order ON contributions(commit_block, id)",
-           "CREATE INDEX c_hotkey ON contributions(hotkey, commit_block)",
-           "CREATE INDEX c_state ON contributions(state, commit_block)",
-           "CREATE INDEX e_contribution ON evidence(contribution_id, id)",
-           "CREATE INDEX e_crown ON evidence(contribution_id, target, id)",
-           "CREATE INDEX t_contribution ON transitions(contribution_id, id)")
+INDEXES = (
+    "CREATE INDEX c_order ON contributions(commit_block, id)",
+    "CREATE INDEX c_hotkey ON contributions(hotkey, commit_block)",
+    "CREATE INDEX c_state ON contributions(state, commit_block)",
+    "CREATE INDEX e_contribution ON evidence(contribution_id, id)",
+    "CREATE INDEX e_crown ON evidence(contribution_id, target, id)",
+    "CREATE INDEX t_contribution ON transitions(contribution_id, id)",
+)
 
 
 def signature(state_dir: Path) -> tuple[int, ...] | None:
@@ -87,8 +129,10 @@ def write(state_dir: Path, out_dir: Path) -> Path | None:
                 _copy(src.con, dst, table, cols)
             dst.execute("CREATE TABLE kv(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             marks = ",".join("?" * len(KV_KEYS))
-            dst.executemany("INSERT INTO kv VALUES (?, ?)", [tuple(r) for r in src.con.execute(
-                f"SELECT key, value FROM kv WHERE key IN ({marks})", KV_KEYS)])
+            dst.executemany(
+                "INSERT INTO kv VALUES (?, ?)",
+                [tuple(r) for r in src.con.execute(f"SELECT key, value FROM kv WHERE key IN ({marks})", KV_KEYS)],
+            )
         finally:
             src.con.execute("ROLLBACK")
         for stmt in INDEXES:
@@ -116,5 +160,5 @@ def _copy(src: sqlite3.Connection, dst: sqlite3.Connection, table: str, cols: tu
     cur = src.execute(f"SELECT {picked} FROM {table}")
     while rows := cur.fetchmany(1000):
         if detail >= 0:
-            rows = [(*r[:detail], _detail(r[detail]), *r[detail + 1:]) for r in rows]
+            rows = [(*r[:detail], _detail(r[detail]), *r[detail + 1 :]) for r in rows]
         dst.executemany(insert, rows)

@@ -68,8 +68,11 @@ class WebConfig:
     @classmethod
     def from_env(cls) -> WebConfig:
         mem = os.environ.get(ENV_PREFIX + "MEMORY_MIB", "")
-        return cls(Limits.from_env(ENV_PREFIX, LIMITS), int(mem) if mem.isdigit() else cls.memory_mib,
-                   os.environ.get(ENV_PREFIX + "RUN_DIR", ""))
+        return cls(
+            Limits.from_env(ENV_PREFIX, LIMITS),
+            int(mem) if mem.isdigit() else cls.memory_mib,
+            os.environ.get(ENV_PREFIX + "RUN_DIR", ""),
+        )
 
 
 def run_dir(config: WebConfig) -> Path:
@@ -84,14 +87,18 @@ def run_dir(config: WebConfig) -> Path:
     base.mkdir(mode=0o755, parents=True, exist_ok=True)
     st = os.lstat(base)
     if base.is_symlink() or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise LeaderboardError(f"leaderboard: run dir {base} must be a real dir owned by uid {os.geteuid()} that no "
-                               "one else can write (set CACHEON_WEB_RUN_DIR)")
+        raise LeaderboardError(
+            f"leaderboard: run dir {base} must be a real dir owned by uid {os.geteuid()} that no "
+            "one else can write (set CACHEON_WEB_RUN_DIR)"
+        )
     from cacheon_subnet.sandbox import fsview
 
     why = fsview.unreachable_by(sandbox.DEFAULT_UID, sandbox.DEFAULT_UID, str(base))
     if why and os.geteuid() == 0:
-        raise LeaderboardError(f"leaderboard: the web uid could not reach run dir {base}: {why} "
-                               "(set CACHEON_WEB_RUN_DIR to a dir every uid can search)")
+        raise LeaderboardError(
+            f"leaderboard: the web uid could not reach run dir {base}: {why} "
+            "(set CACHEON_WEB_RUN_DIR to a dir every uid can search)"
+        )
     for old in base.glob("board-*"):  # a crashed run's dirs (its pid is gone)
         pid = (old / "pid").read_text().strip() if (old / "pid").is_file() else ""
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
@@ -101,9 +108,18 @@ def run_dir(config: WebConfig) -> Path:
 
 def web_policy(config: WebConfig, snap_dir: Path) -> sandbox.SandboxPolicy:
     return sandbox.SandboxPolicy(
-        cpu_seconds=None, address_space_bytes=config.memory_mib << 20, file_bytes=1 << 20,
-        open_files=config.nofile, max_processes=32, scratch_bytes=16 << 20, tmp_bytes=16 << 20, inodes=4096,
-        isolate_network=True, ro_paths=(str(snap_dir),), extra_env={"MALLOC_ARENA_MAX": "2"})
+        cpu_seconds=None,
+        address_space_bytes=config.memory_mib << 20,
+        file_bytes=1 << 20,
+        open_files=config.nofile,
+        max_processes=32,
+        scratch_bytes=16 << 20,
+        tmp_bytes=16 << 20,
+        inodes=4096,
+        isolate_network=True,
+        ro_paths=(str(snap_dir),),
+        extra_env={"MALLOC_ARENA_MAX": "2"},
+    )
 
 
 class WebSupervisor:
@@ -182,27 +198,55 @@ class WebSupervisor:
 
     def _launch(self) -> None:
         assert self.sock is not None and self._dir is not None
-        argv = [sys.executable, "-m", "cacheon_subnet.validator.web.child", "--fd", str(self.sock.fileno()),
-                "--snapshot-dir", str(self._dir), "--limits", json.dumps(self.config.limits.to_json())]
+        argv = [
+            sys.executable,
+            "-m",
+            "cacheon_subnet.validator.web.child",
+            "--fd",
+            str(self.sock.fileno()),
+            "--snapshot-dir",
+            str(self._dir),
+            "--limits",
+            json.dumps(self.config.limits.to_json()),
+        ]
         policy = web_policy(self.config, self._dir)
         weak = sandbox.weak_requested(policy)
         try:
-            proc = sandbox.launch(argv, scratch=self._dir / "scratch", policy=policy, pass_fds=[self.sock.fileno()],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            proc = sandbox.launch(
+                argv,
+                scratch=self._dir / "scratch",
+                policy=policy,
+                pass_fds=[self.sock.fileno()],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
         except (SandboxError, OSError) as exc:  # OSError: no fork, pipe or mount now (EAGAIN, EMFILE, ENOMEM):
             # a LeaderboardError, so the watch thread tries again after its backoff instead of dying with it
-            raise LeaderboardError(f"leaderboard: the web process cannot start behind the sandbox wall, and it never "
-                                   f"serves without it unless CACHEON_SANDBOX=weak is set: {exc}") from None
+            raise LeaderboardError(
+                f"leaderboard: the web process cannot start behind the sandbox wall, and it never "
+                f"serves without it unless CACHEON_SANDBOX=weak is set: {exc}"
+            ) from None
         self.proc, self._started = proc, time.monotonic()
         uid = getattr(proc, "cacheon_uid", os.getuid())
         if weak:
-            msg = (f"leaderboard: WEAK MODE ({weak}): the web process runs as uid {uid}, the validator's own, without "
-                   "its own filesystem view or seccomp filter")
+            msg = (
+                f"leaderboard: WEAK MODE ({weak}): the web process runs as uid {uid}, the validator's own, without "
+                "its own filesystem view or seccomp filter"
+            )
             print(msg, file=sys.stderr, flush=True)
             self.log.warning("web.unwalled", reason=weak, uid=uid)
-        self.log.info("web.child_started", pid=proc.pid, uid=uid, walled=not weak, url=self.url,
-                      snapshot_dir=str(self._dir), restarts=self.restarts, nofile=self.config.nofile,
-                      memory_mib=self.config.memory_mib, **self.config.limits.to_json())
+        self.log.info(
+            "web.child_started",
+            pid=proc.pid,
+            uid=uid,
+            walled=not weak,
+            url=self.url,
+            snapshot_dir=str(self._dir),
+            restarts=self.restarts,
+            nofile=self.config.nofile,
+            memory_mib=self.config.memory_mib,
+            **self.config.limits.to_json(),
+        )
         threading.Thread(target=self._drain, args=(proc,), name="cacheon-web-log", daemon=True).start()
 
     def _drain(self, proc: subprocess.Popen[bytes]) -> None:
@@ -226,8 +270,9 @@ class WebSupervisor:
                 doc = None
             if isinstance(doc, dict):
                 level = doc.get("level") if doc.get("level") in ("warning", "error") else "info"
-                fields = {f"c_{k}": str(v)[:300] for k, v in list(doc.items())[:16]
-                          if k not in ("event", "timestamp", "level")}
+                fields = {
+                    f"c_{k}": str(v)[:300] for k, v in list(doc.items())[:16] if k not in ("event", "timestamp", "level")
+                }
                 getattr(self.log, level)("web.child", child_event=str(doc.get("event", ""))[:100], **fields)
             elif line:
                 self.log.info("web.child", line=line[:LINE_MAX])
@@ -243,8 +288,9 @@ class WebSupervisor:
                 continue
             if proc is not None:
                 ran = time.monotonic() - self._started
-                self.log.warning("web.child_exited", pid=proc.pid, rc=proc.returncode, ran_s=round(ran, 1),
-                                 restart_in_s=delay)
+                self.log.warning(
+                    "web.child_exited", pid=proc.pid, rc=proc.returncode, ran_s=round(ran, 1), restart_in_s=delay
+                )
                 sandbox.stop(proc)
                 self.proc = None
                 if ran >= HEALTHY_S:
@@ -290,4 +336,3 @@ def serve_forever(state_dir: str | Path, host: str, port: int) -> None:
             pass
     finally:
         board.stop()
-
