@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from arena.startdiag import brief
+from arena.engine.startdiag import brief
 from cacheon_subnet.errors import UsageError
 
 EXIT = {"PASS": 0, "FAIL": 1, "NO_DECISION": 3}
@@ -147,9 +147,9 @@ def cmd_arena_run(args: argparse.Namespace) -> int:
 def cmd_arena_warm(args: argparse.Namespace) -> int:
     """One pristine engine warms the seed JIT caches: exit 0 warmed, 1 the engine failed, 2 usage."""
     from arena.config import ArenaConfigError, load_config
-    from arena.home import default_home
+    from arena.engine.home import default_home
+    from arena.engine.warm import warm
     from arena.run import ArenaUnavailable, preflight
-    from arena.warm import warm
 
     try:
         cfg = load_config(args.config)
@@ -191,7 +191,7 @@ def cmd_arena_id(args: argparse.Namespace) -> int:
 
 def cmd_arena_digest(args: argparse.Namespace) -> int:
     from arena.config import ArenaConfigError, load_config
-    from arena.model_dir import CheckpointMismatch, check, load_manifest, scan, write_manifest
+    from arena.model.model_dir import CheckpointMismatch, check, load_manifest, scan, write_manifest
 
     try:
         if args.config:

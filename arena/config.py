@@ -35,13 +35,13 @@ class ArenaConfigError(CacheonError):
 class ModelSection:
     profile: str = "qwen3-0.6b"  # a name from cacheon_subnet.slots.profiles
     layers: int | None = None  # override the profile's depth (smaller arenas)
-    seed: int = 0  # checkpoint init seed (arena/checkpoint.py)
+    seed: int = 0  # checkpoint init seed (arena/model/checkpoint.py)
     dtype: str = "bfloat16"
-    init: str = "random"  # or "trained": a byte-level model trained on the device (arena/train.py)
+    init: str = "random"  # or "trained": a byte-level model trained on the device (arena/model/train.py)
     vocab: int | None = None  # override the profile's vocabulary (byte-level trained arenas: 257..4096)
     train_steps: int = 600
     # a real checkpoint (docs/arena.md "Real models"): an HF-format directory; its shapes come from
-    # its config.json, its content digest ("sha256:...", arena.model_dir) is declared here and is
+    # its config.json, its content digest ("sha256:...", arena.model.model_dir) is declared here and is
     # part of the arena id; manifest: the per-file list (`cacheon arena digest`) that names a
     # differing file. Relative paths are relative to this config file; ~ and $VARS expand.
     path: str | None = None
@@ -66,7 +66,7 @@ class EngineSection:
     tp_size: int = 1
     random_seed: int = 0
     # one timed engine across contributions, each installed and removed by RPC and followed by the
-    # post-condition (arena/resident_timed.py). Off in every shipped config until the H200 measures
+    # post-condition (arena/engine/resident_timed.py). Off in every shipped config until the H200 measures
     # drift and role bias with it; part of the arena id when on (a warm, reused engine can change
     # the numbers), left out while off so existing ids hold
     resident: bool = False
@@ -84,7 +84,7 @@ class WorkloadSection:
     warmup_windows: int = 2
     seed: int = 1234
     vocab_low: int = 100  # prompt token ids are drawn from [vocab_low, vocab - 1]
-    corpus: str | None = None  # real checkpoints: prompts cut from this text (arena/prompts.py)
+    corpus: str | None = None  # real checkpoints: prompts cut from this text (arena/model/prompts.py)
 
 
 @dataclass(frozen=True)
@@ -95,14 +95,14 @@ class QualitySection:
     # top-k logprobs requested in EVERY generate step (warm-up, settle, timed alike), so the
     # engine cannot tell graded windows apart; C's own logprobs feed the KL / logprob checks
     top_k: int = 8
-    policy: Mapping[str, float] = field(default_factory=dict)  # arena.quality.QualityPolicy overrides
+    policy: Mapping[str, float] = field(default_factory=dict)  # arena.verdict.quality.QualityPolicy overrides
 
 
 # wall-clock throughput (the host's clock around each window); output tokens per GPU-second of the
 # window's forward passes; or per GPU-second of its decode steps alone (CUDA-graph replays)
 # (seams/forward_clock.py: less and least exposed to host phases, docs/benchmarks.md); prompt
 # tokens per GPU-second of the prefill (the forwards that are not decode steps: a guard, see
-# arena.speed.guards_of)
+# arena.verdict.speed.guards_of)
 SPEED_METRICS = (
     "output_tokens_per_s",
     "total_tokens_per_s",
@@ -123,7 +123,7 @@ class SpeedSection:
 
 @dataclass(frozen=True)
 class SequentialSection:
-    """Wald's SPRT over per-cycle log(C/B) (arena/sequential.py, docs/arena.md "Sequential stop"):
+    """Wald's SPRT over per-cycle log(C/B) (arena/verdict/sequential.py, docs/arena.md "Sequential stop"):
     H0 no gain vs H1 a gain of alt_gain; the resident engine stops after the first cycle at which
     it decides. Off: every verdict runs all its cycles."""
 
@@ -140,7 +140,7 @@ class SequentialSection:
 
 @dataclass(frozen=True)
 class TeacherSection:
-    """The pristine teacher T (arena/resident.py). Optional table: at its defaults it is not part
+    """The pristine teacher T (arena/engine/resident.py). Optional table: at its defaults it is not part
     of the arena's identity, so arenas written before it keep their id."""
 
     # keep one T across verdicts instead of starting one per graded verdict (off until its effect
@@ -197,7 +197,7 @@ class ArenaConfig:
             cj = self.model_dir / "config.json"
             name = self.model_dir.name.lower() + "@" + (self.model.digest or "").removeprefix("sha256:")[:8]
             if not cj.is_file() and self.model.manifest:  # no weights here (a miner): the manifest's checked copy
-                from arena.model_dir import load_manifest
+                from arena.model.model_dir import load_manifest
 
                 text = load_manifest(self.resolve(self.model.manifest)).config_json
                 if text is not None:
@@ -234,14 +234,14 @@ class ArenaConfig:
             doc["workload"]["corpus"] = {"name": self.workload.corpus, "sha256": self.corpus_sha256}
             return doc
         doc["hf_config"] = hf_config(self)
-        from arena.checkpoint import RECIPE_VERSION
+        from arena.model.checkpoint import RECIPE_VERSION
 
         doc["checkpoint_recipe"] = RECIPE_VERSION  # a new init recipe is a new arena
         return doc
 
     @property
     def corpus_sha256(self) -> str:
-        from arena.prompts import corpus_path, corpus_sha256
+        from arena.model.prompts import corpus_path, corpus_sha256
 
         assert self.workload.corpus is not None
         return corpus_sha256(corpus_path(self.workload.corpus, Path(self.path).resolve().parent))
@@ -334,7 +334,7 @@ def _check_real(path: Path, cfg: ArenaConfig, raw_model: Mapping[str, Any]) -> N
             "required (`cacheon arena digest --model-dir DIR` prints it)",
         )
     if cfg.model.manifest is not None:
-        from arena.model_dir import CheckpointMismatch, load_manifest
+        from arena.model.model_dir import CheckpointMismatch, load_manifest
 
         try:
             m = load_manifest(cfg.resolve(cfg.model.manifest))
@@ -348,7 +348,7 @@ def _check_real(path: Path, cfg: ArenaConfig, raw_model: Mapping[str, Any]) -> N
             "a real checkpoint takes its prompts from text: name a corpus "
             '("stdlib-docs" ships with the arena, or a UTF-8 file)',
         )
-    from arena.prompts import CorpusError
+    from arena.model.prompts import CorpusError
 
     try:
         cfg.corpus_sha256  # noqa: B018 - the property reads and checks the corpus
@@ -452,7 +452,7 @@ def _check(path: Path, cfg: ArenaConfig, raw_model: Mapping[str, Any] | None = N
     if s.metric not in SPEED_METRICS:
         raise bad("[speed] metric", " or ".join(SPEED_METRICS))
     if cfg.quality.policy:
-        from arena.quality import QualityPolicy
+        from arena.verdict.quality import QualityPolicy
 
         try:
             QualityPolicy.from_mapping(dict(cfg.quality.policy))

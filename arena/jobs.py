@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from arena.config import ArenaConfig, hf_config
-from arena.speed import Window, plan
+from arena.verdict.speed import Window, plan
 
 
 def engine_kwargs(cfg: ArenaConfig) -> dict[str, Any]:
@@ -34,9 +34,9 @@ def engine_kwargs(cfg: ArenaConfig) -> dict[str, Any]:
 
 
 def checkpoint_job(cfg: ArenaConfig, checkpoint_root: Path) -> dict[str, Any]:
-    from arena.checkpoint import recipe_digest
+    from arena.model.checkpoint import recipe_digest
 
-    if cfg.real:  # the host installs a verified copy there first (arena.model_dir.install)
+    if cfg.real:  # the host installs a verified copy there first (arena.model.model_dir.install)
         d = (cfg.model.digest or "").removeprefix("sha256:")
         return {"kind": "real", "digest": cfg.model.digest, "dir": str(checkpoint_root / f"real-{d[:16]}")}
     doc = hf_config(cfg)
@@ -62,12 +62,12 @@ def checkpoint_job(cfg: ArenaConfig, checkpoint_root: Path) -> dict[str, Any]:
 def _prompts(cfg: ArenaConfig, seed: int, n: int, length: int) -> dict[str, Any]:
     """Random token ids for random-init models; held-out corpus text for a trained byte model
     (ids it never saw in training would say nothing about quality); a real checkpoint's prompts are
-    cut from the job's `text_tokens` (the corpus, tokenized by the host: arena/prompts.py)."""
+    cut from the job's `text_tokens` (the corpus, tokenized by the host: arena/model/prompts.py)."""
     source = "text" if cfg.real else "corpus" if cfg.model.init == "trained" else "random"
     return {"seed": seed, "n": n, "len": length, "low": cfg.workload.vocab_low, "high": cfg.profile.vocab, "source": source}
 
 
-prompt_spec = _prompts  # the resident timed engine's canary takes its prompts the same way (arena/postcondition.py)
+prompt_spec = _prompts  # the resident timed engine's canary takes its prompts the same way (arena/engine/postcondition.py)
 
 
 def window_tag(w: Window) -> str:
@@ -114,7 +114,7 @@ def resident_steps(
     confirm: the confirmation pass — its own cycle count, prompts never used before.
     candidate/quality: the seam-overhead benchmark times "stock" against "pristine", ungraded.
     gates: the last window of every cycle but the final one carries "gate" (driver-only, like
-    "keep"): the driver then waits for the host's go/stop (the sequential test, arena/sequential.py)."""
+    "keep"): the driver then waits for the host's go/stop (the sequential test, arena/verdict/sequential.py)."""
     w = cfg.workload
     cycles, salt = (cfg.speed.confirm_cycles, 104729) if confirm else (w.cycles, 0)
     windows = plan(cycles, w.warmup_windows, baseline, w.windows_per_role, candidate)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from arena.config import ArenaConfig
-from arena.host import EngineRun
+from arena.engine.host import EngineRun
 from arena.jobs import checkpoint_job, engine_kwargs
 from cacheon_subnet.bundle import OpEntry
 from cacheon_subnet.errors import CacheonError
@@ -31,8 +31,8 @@ class RunOptions:
     # T grades only a speed PASS (a slower or undecided kernel is not crowned whatever its
     # quality, and T is an engine start); calibration runs and controls grade every verdict
     grade_always: bool = False
-    teachers: Any = None  # arena.resident.TeacherPool for a resident T (default: the process's own)
-    timed_engines: Any = None  # arena.resident_timed.TimedPool ([engine] resident; default: the process's own)
+    teachers: Any = None  # arena.engine.resident.TeacherPool for a resident T (default: the process's own)
+    timed_engines: Any = None  # arena.engine.resident_timed.TimedPool ([engine] resident; default: the process's own)
 
 
 # stock-as-candidate: stock vs stock through the candidate route -> the role bias (speed only).
@@ -106,7 +106,7 @@ def engine_base(cfg: ArenaConfig, opts: RunOptions, engine: Callable[..., Engine
         "checkpoint": None if opts.engine_factory and not cfg.real else checkpoint_job(cfg, opts.checkpoint_root),
     }
     if base["checkpoint"] and cfg.real:  # the operator's checkpoint: a verified copy, its corpus tokenized
-        from arena.real import prepare
+        from arena.model.real import prepare
 
         try:
             base["text_tokens"] = prepare(cfg, Path(base["checkpoint"]["dir"]))

@@ -1,4 +1,4 @@
-"""The validator's view of the arena: the Qualifier protocol of cacheon_subnet.validator.qualify."""
+"""The validator's view of the arena: the Qualifier protocol of arena.cpu.qualifier."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from arena.config import ArenaConfig
-from arena.home import default_home
+from arena.cpu.qualifier import QualifyResult
+from arena.engine.home import default_home
 from arena.run import RunOptions, qualify
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.scoring.settle import Crown
-from cacheon_subnet.validator.qualify import QualifyResult
 
 
 @dataclass(frozen=True)
@@ -125,5 +125,5 @@ SPEED_KEYS = ("verdict", "ratio", "noise", "bar", "run_drift", "reason")
 
 
 def _speed_brief(speed: Any) -> dict[str, Any] | None:
-    """The judged figures of one timed stage (arena.speed.SpeedVerdict.to_json), without the per-cycle lists."""
+    """The judged figures of one timed stage (arena.verdict.speed.SpeedVerdict.to_json), without the per-cycle lists."""
     return {k: speed.get(k) for k in SPEED_KEYS} if isinstance(speed, dict) else None

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from arena.evidence import Evidence
-from arena.speed import SpeedVerdict, Window
+from arena.verdict.evidence import Evidence
+from arena.verdict.speed import SpeedVerdict, Window
 
 SCHEMA = "cacheon.arena-result/2"
 WINDOW_FIELDS = ("at", "s", "gpu_s", "forwards", "decode_gpu_s", "decodes", "extend_gpu_s", "clock_error")
@@ -63,7 +63,7 @@ class StageRecord:
     forgery: str | None
     startup: tuple[Mapping[str, Any], ...]
     routes: tuple[Mapping[str, Any], ...]
-    host_timing: Mapping[str, float] = field(default_factory=dict)  # arena.host.EngineRun.timing
+    host_timing: Mapping[str, float] = field(default_factory=dict)  # arena.engine.host.EngineRun.timing
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -121,7 +121,7 @@ class TimedStage:
 class QualityRecord:
     """The verdict of T on a sample of one timed stage's outputs, and which outputs those were."""
 
-    verdict: Mapping[str, Any]  # arena.quality.verdict_to_json
+    verdict: Mapping[str, Any]  # arena.verdict.quality.verdict_to_json
     sample: tuple[tuple[str, str, int], ...]  # (C window tag, paired baseline window tag, prompt index)
 
     @property
@@ -146,8 +146,10 @@ class ArenaResult:
     quality: QualityRecord | None = None
     confirm: TimedStage | None = None
     confirm_quality: QualityRecord | None = None
-    sequential: tuple[Mapping[str, Any], ...] = ()  # the SPRT's state after each gated cycle (arena/sequential.py)
-    resident_engine: Mapping[str, Any] | None = None  # the resident timed engine's post-condition (arena/postcondition.py)
+    sequential: tuple[Mapping[str, Any], ...] = ()  # the SPRT's state after each gated cycle (arena/verdict/sequential.py)
+    resident_engine: Mapping[str, Any] | None = (
+        None  # the resident timed engine's post-condition (arena/engine/postcondition.py)
+    )
     verdict: str | None = None
     reason: str | None = None
     finished: str | None = None

@@ -13,19 +13,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from arena import calibrate, grading
-from arena import quality as q
-from arena import sequential as seq
 from arena.config import SPEED_METRICS, ArenaConfig
-from arena.evidence import check, leaks, receipts_from_answers, tampering
-from arena.host import EngineRun
+from arena.engine.host import EngineRun
+from arena.engine.stage import StageContext, resident_stage, resident_timed_stage, run_stage
 from arena.jobs import (
     mirror,
     resident_steps,
     teacher_steps,
     window_tag,
 )
-from arena.outcome import after_post, outcome
 from arena.prepare import (  # noqa: F401 - re-exported: callers import them from arena.run
     CONTROLS,
     SPIN_CONTROLS,
@@ -42,9 +38,13 @@ from arena.records import (
     TimedStage,
     WindowRecord,
 )
-from arena.speed import Window, guard, guards_of, judge, judge_each
-from arena.speed import swaps as count_swaps
-from arena.stage import StageContext, resident_stage, resident_timed_stage, run_stage
+from arena.verdict import calibrate, grading
+from arena.verdict import quality as q
+from arena.verdict import sequential as seq
+from arena.verdict.evidence import check, leaks, receipts_from_answers, tampering
+from arena.verdict.outcome import after_post, outcome
+from arena.verdict.speed import Window, guard, guards_of, judge, judge_each
+from arena.verdict.speed import swaps as count_swaps
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.bundle.engine_tree import build_tree
 from cacheon_subnet.errors import BundleError
@@ -102,7 +102,7 @@ class Qualification:
         self._files: dict[str, list[dict[str, Any]]] = {}
         self.stopped: tuple[str, seq.SprtState] | None = None  # the sequential test ended the cycles
         self.install: dict[str, str] = {}  # what the resident timed engine installs ([engine] resident)
-        self.post: Any = None  # its post-condition after this contribution (arena/postcondition.py)
+        self.post: Any = None  # its post-condition after this contribution (arena/engine/postcondition.py)
 
     @property
     def sequential_on(self) -> bool:
@@ -110,7 +110,7 @@ class Qualification:
         return self.cfg.sequential.enabled and self.opts.control != "stock-as-candidate"
 
     def _gate(self, windows: tuple[Window, ...]) -> Any:
-        """The host's go/stop after each cycle (arena/host.py calls it from the record reader)."""
+        """The host's go/stop after each cycle (arena/engine/host.py calls it from the record reader)."""
         policy, metric = seq.policy_of(self.cfg.sequential), self.cfg.speed.metric
 
         def gate(records: tuple[dict[str, Any], ...]) -> bool:
@@ -158,7 +158,7 @@ class Qualification:
         rw: tuple[str, ...] = (),
         gate: Any = None,
     ) -> EngineRun:
-        """One engine behind the sandbox wall (arena/stage.py); its record joins the result."""
+        """One engine behind the sandbox wall (arena/engine/stage.py); its record joins the result."""
         ctx = StageContext(self.cfg, self.opts.workdir, self.t0, self.opts.devices, self.opts.isolate_network)
         run, record = run_stage(ctx, name, job, env, ranks=ranks, choose=choose, rw=rw, gate=gate)
         self.result = self.result.with_stage(record)
@@ -166,11 +166,11 @@ class Qualification:
         return run
 
     def _teacher(self, job: dict[str, Any], env: dict[str, str]) -> EngineRun:
-        """T in a fresh engine, or in the resident one ([teacher] resident: arena/resident.py)."""
+        """T in a fresh engine, or in the resident one ([teacher] resident: arena/engine/resident.py)."""
         if not self.cfg.teacher.resident:
             self._release_timed()  # a fresh T takes the timed engine's share of the GPU
             return self._engine("teacher", job, env)
-        from arena import resident
+        from arena.engine import resident
 
         ctx = StageContext(self.cfg, self.opts.workdir, self.t0, self.opts.devices, self.opts.isolate_network)
         runs = resident_stage(ctx, "teacher", job, env, self.opts.teachers or resident.POOL)
@@ -275,8 +275,8 @@ class Qualification:
     def _resident_timed(
         self, job: dict[str, Any], env: dict[str, str], ranks: tuple[int, ...], receipts_dir: Path, choose: Any, gate: Any
     ) -> EngineRun:
-        """The resident stage in the timed engine kept across contributions (arena/resident_timed.py)."""
-        from arena import resident_timed
+        """The resident stage in the timed engine kept across contributions (arena/engine/resident_timed.py)."""
+        from arena.engine import resident_timed
 
         ctx = StageContext(self.cfg, self.opts.workdir, self.t0, self.opts.devices, self.opts.isolate_network)
         pool = self.opts.timed_engines or resident_timed.POOL
@@ -290,7 +290,7 @@ class Qualification:
     def _release_timed(self) -> None:
         """Another engine needs the GPU (confirmation, a fresh T): the resident timed engine goes first."""
         if self.cfg.engine.resident:
-            from arena import resident_timed
+            from arena.engine import resident_timed
 
             (self.opts.timed_engines or resident_timed.POOL).release(self.opts.devices)
 
@@ -434,7 +434,7 @@ class Qualification:
             except grading.TeacherAlignmentError as e:
                 return "NO_DECISION", f"teacher alignment: {e}"
             qv = q.grade(q.metrics(g["B"]), q.metrics(g["C"]), policy)
-            # B-vs-B′ spread of this sample, beside the verdict (never judged): arena/calibrate.py
+            # B-vs-B′ spread of this sample, beside the verdict (never judged): arena/verdict/calibrate.py
             spread = calibrate.stock_spread(g["B"], [b for _, b, _ in self.samples[name]])
             if spread is not None:
                 qv = replace(qv, metrics={**qv.metrics, "stock_spread": spread})

@@ -123,6 +123,7 @@ def _prepare(state_dir: Path) -> Path:
 
 def run_demo(state_dir: Path, max_passes: int = 12, verify_cases: int = 2) -> int:
     """Run the loop, print the summary; exit 0 only when every expectation held on every validator."""
+    from arena.cpu.qualifier import CpuQualifier
     from cacheon_subnet.bundle import hotkey_bound_digest
     from cacheon_subnet.chain.local import LocalChain
     from cacheon_subnet.miner.serve import start_in_thread
@@ -130,7 +131,6 @@ def run_demo(state_dir: Path, max_passes: int = 12, verify_cases: int = 2) -> in
     from cacheon_subnet.scoring.weights import WeightPolicy
     from cacheon_subnet.validator.loop import Validator, ValidatorConfig
     from cacheon_subnet.validator.publish import PublishPolicy
-    from cacheon_subnet.validator.qualify import CpuQualifier
 
     t0 = time.monotonic()
     log_path = _prepare(state_dir)

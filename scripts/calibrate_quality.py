@@ -10,7 +10,7 @@ default: a contribution's run shares its engine with the B windows its spread co
 miner could widen it and loosen every later verdict (tests/adversarial/test_calibration_poisoning.py).
 
 Each graded result holds `quality.metrics.stock_spread` (the sample's B-window half against its
-B′-window half, arena/calibrate.py). Prints the derived policy as a TOML block to paste into the
+B′-window half, arena/verdict/calibrate.py). Prints the derived policy as a TOML block to paste into the
 arena config, and the spread it rests on. Run it over repeated runs of one arena (the faithful
 controls and the handicap control on the H200); the method is in docs/arena.md.
 """
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from arena.calibrate import (
+    from arena.verdict.calibrate import (
         derive_policy,
         leave_one_out,
         policy_toml,

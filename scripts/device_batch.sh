@@ -27,7 +27,7 @@ gpu() {  # gpu IDS NAME COMMAND...: one track, its own log, bounded by LIMIT
 }
 
 collect() {  # $OUT gives back at most 8 files: the JSON summaries, two logs, everything else in one tarball
-  pkill -9 -f 'arena[.]engine_child|cacheon_subnet[.]verify|sglang[.]srt' 2>/dev/null
+  pkill -9 -f 'arena[.]engine[.]child|cacheon_subnet[.]verify|sglang[.]srt' 2>/dev/null
   (cd /tmp && find cb-* -maxdepth 3 \( -name 'result.json' -o -name '*.log' -o -name '*.jsonl' -o -name 'receipt-*.json' \
      -o -name 'verify-*' \) -size -8M 2>/dev/null | tar czf "$OUT/work.tgz" -T - 2>/dev/null)
   nvidia-smi --query-gpu=index,memory.used --format=csv,noheader

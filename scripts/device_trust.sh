@@ -115,7 +115,7 @@ case "${1:-}" in
     ;;
   e2e-product|e2e-handicap|e2e-champion)  # warm seeds first when empty (an operator runs `cacheon arena warm` once)
     ph=${1#e2e-}; [ "$ph" = handicap ] && ph=test-handicap
-    gen=$(python3 -c 'from arena.home import seed_generation as g; print(g())')  # this layout's seeds, not a carried older one
+    gen=$(python3 -c 'from arena.engine.home import seed_generation as g; print(g())')  # this layout's seeds, not a carried older one
     [ -n "$(find "/var/tmp/cacheon/jit/$gen" -path '*tvm-ffi*' -type f 2>/dev/null | head -1)" ] || {
       step warm 200 $C arena warm --config configs/arena/dense.toml; cat "$OUT/warm.txt"; }
     extra=(); [ "$ph" = test-handicap ] && extra=(--test-cycles "${TEST_CYCLES:-2}" --handicap-us "${E2E_US:-600}")  # 4 engines, one call; ~5 % (est.)
@@ -285,14 +285,14 @@ PY
       judge=*) need 400 "$m" && mode judge "${m#judge=}" ;;
       rt=*) need 300 "$m" && mode rt "${m#rt=}" ;;
       *) need 300 "$m" && mode "$m" ;;
-    esac; pkill -9 -f 'arena[.]engine_child|sglang[.]srt' 2>/dev/null; done; [ -n "${PACK:-}" ] && packcache
+    esac; pkill -9 -f 'arena[.]engine[.]child|sglang[.]srt' 2>/dev/null; done; [ -n "${PACK:-}" ] && packcache
     ;;
   *) echo "usage: $0 wall|wall2|handicap|faithful|warmfaithful|gpucorpus|e2e-product|e2e-handicap|e2e-champion|startfix|warm|bench|attnsweep|example DIR|h2h [DIR]|verify DIR|mini DIR|seq MODE..."
      exit 2 ;;
 esac
 }
 mode "$@"
-pkill -9 -f 'arena[.]engine_child|sglang[.]srt' 2>/dev/null
+pkill -9 -f 'arena[.]engine[.]child|sglang[.]srt' 2>/dev/null
 # the arena's records, and the e2e runs' validator logs (scripts/gpu_e2e.py writes them as it goes)
 (cd /var/tmp 2>/dev/null && find cacheon cacheon-e2e-* -maxdepth 6 \( -name '*.jsonl' -o -name 'result.json' -o -name '*.log' \
   -o -name '*.out' \) -size -8M 2>/dev/null | tar czf "$OUT/work.tgz" -T - 2>/dev/null)

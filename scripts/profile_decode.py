@@ -128,11 +128,11 @@ def profile_engine(config: str, trace_dir: Path, steps: int) -> dict[str, Any]:
     then one profiled window; returns what ran (the traces land in trace_dir)."""
     from sglang.srt.entrypoints.engine import Engine
 
-    from arena.checkpoint import write_checkpoint
     from arena.config import hf_config, load_config
-    from arena.engine_child import make_prompts
-    from arena.home import default_home
+    from arena.engine.child import make_prompts
+    from arena.engine.home import default_home
     from arena.jobs import checkpoint_job, engine_kwargs
+    from arena.model.checkpoint import write_checkpoint
 
     cfg = load_config(config)
     job = checkpoint_job(cfg, default_home() / "checkpoints")

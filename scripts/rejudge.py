@@ -1,4 +1,4 @@
-"""Re-judge recorded arena windows with the current `arena.speed.judge`: the verdict's pooled
+"""Re-judge recorded arena windows with the current `arena.verdict.speed.judge`: the verdict's pooled
 ratio, the reported paired and per-cycle statistics and the drift, per run and per clock.
 
 Why: statistics change between sessions; the recorded windows (docs/results/) let every new
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from arena.config import SPEED_METRICS, SpeedSection  # noqa: E402
-from arena.speed import Window, judge_each  # noqa: E402
+from arena.verdict.speed import Window, judge_each  # noqa: E402
 
 
 def runs(doc: dict[str, Any]) -> Iterator[tuple[str, list[dict[str, Any]]]]:

@@ -87,8 +87,8 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the work dir (each verdict's result.json and records)")
     a = ap.parse_args()
     from arena.config import load_config
-    from arena.resident import TeacherPool
-    from arena.resident_timed import TimedPool
+    from arena.engine.resident import TeacherPool
+    from arena.engine.resident_timed import TimedPool
     from arena.run import RunOptions, qualify
 
     work = Path(tempfile.mkdtemp(prefix="cacheon-resident-bench-", dir="/var/tmp"))

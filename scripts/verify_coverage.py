@@ -3,7 +3,7 @@
 dims, origin, heavy, dtypes), its trials by kind per (case, dtype), the calls a PASS makes (a graph
 trial: its capture and every replay) and the bytes of inputs it draws. A plan, not a run: no
 worker, no GPU. Any change to verify's machinery must leave this unchanged for a fixed seed
-(tests/test_verify_coverage.py holds the numbers of session 13, from main c7cdecf).
+(tests/verify/test_verify_coverage.py holds the numbers of session 13, from main c7cdecf).
 
     python scripts/verify_coverage.py examples/attention.decode --arena configs/arena/dense.toml --seed 1
 """

@@ -5,13 +5,13 @@ also be written by contribution code. SGLang 0.5.13.post1's `Engine.collective_r
 nothing (`RpcReqOutput(success, message)`, engine.py:1224), so answers cannot travel back as RPC
 results. Instead each RPC carries a fresh random nonce the host drew (through the driver) and the
 rank appends exactly one line to `answers-<rank>.jsonl` echoing it. Nothing can be pre-written
-(the nonce does not exist before the RPC); the driver (arena/engine_child.py) accepts, after each
+(the nonce does not exist before the RPC); the driver (arena/engine/child.py) accepts, after each
 RPC, exactly one new line per expected rank with that nonce, an unchanged history and no other
 file: an extra, unknown, duplicated or rewritten line is a forging attempt.
 
 Each answer also carries the rank's receipt counts at that moment, so the host sees what the
 candidate did between any two RPCs (a candidate call while the baseline route is in force is a
-leak: arena/evidence.py).
+leak: arena/verdict/evidence.py).
 """
 
 from __future__ import annotations

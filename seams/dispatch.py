@@ -131,7 +131,7 @@ def _layout(spec: SlotSpec, args: Mapping[str, torch.Tensor], act: torch.dtype, 
 def abi_mismatch(spec: SlotSpec, args: Mapping[str, torch.Tensor]) -> str:
     """Why live tensors do not fit the slot's ABI (the slow path, only when a call is declined).
     "abi:" reasons (rank, extent, layout) mean the seam handed the slot what its contract does not
-    describe: arena/evidence.py makes that NO_DECISION. "slot:" reasons (a dtype the slot does not
+    describe: arena/verdict/evidence.py makes that NO_DECISION. "slot:" reasons (a dtype the slot does not
     cover) and "manifest:" ones (the bundle's own choice) are stock's calls by design."""
     return _bind(spec, args, True)[1] or "slot: no activation-dtype tensor"
 

@@ -19,13 +19,13 @@ PLUGIN_VALUE = "seams.plugin:load"
 ROW = "cacheon entry point"
 
 
-MISSING_NOTE = "none installed: every arena engine gets it from arena.host.plugin_site (a source checkout)"
+MISSING_NOTE = "none installed: every arena engine gets it from arena.engine.host.plugin_site (a source checkout)"
 
 
 def entry_point_problem(missing_ok: bool = True) -> str | None:
     """None when SGLang will load exactly our plugin, else why it will not. With none installed
     (a source checkout, as on the lent GPU box) the arena's engines still get exactly one:
-    arena.host.plugin_site writes it onto their PYTHONPATH, so that is a problem only where no
+    arena.engine.host.plugin_site writes it onto their PYTHONPATH, so that is a problem only where no
     arena engine is involved (missing_ok=False)."""
     eps = [ep for ep in entry_points(group=PLUGIN_GROUP) if ep.name == PLUGIN_NAME]
     if not eps:

@@ -17,7 +17,7 @@ capture runs before its replay, and replays run only in generate windows, after 
 answer that ran the check). `report()` runs on every nonce-bound answer (seams.answers.snapshot,
 outside the timed region) and names every watched input whose values now differ from its copy;
 the host attributes the change to the route in force since the previous answer
-(arena.evidence.tampering). Copies beyond MAX_BYTES are not made: such inputs are named
+(arena.verdict.evidence.tampering). Copies beyond MAX_BYTES are not made: such inputs are named
 `unwatched` and the host cannot establish the baseline (NO_DECISION). Raw-pointer writes into
 tensors the kernel was never handed stay under "Kernel memory access" (docs/security.md).
 """

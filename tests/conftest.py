@@ -42,7 +42,7 @@ HEAVY_FIRST = (
     "tests/test_readme_flow.py",
     "tests/slots/test_moe.py",
     "tests/arena/test_gpu_e2e.py",
-    "tests/test_verify_multirank.py",
+    "tests/verify/test_verify_multirank.py",
     "tests/arena/test_arena_e2e.py",
     "tests/miner/test_miner_cli.py",
     "tests/validator/test_restart.py",

@@ -5,7 +5,7 @@ A bundle is a directory or a `.tar.gz`. Either way we read every member ourselve
 the first byte over a limit), and write only into a fresh scratch directory we own. An archive
 is pre-scanned first (tarscan.py) so tarfile never reads an unbounded header. Worst-case memory
 of a load: the files themselves (<= unpacked_bytes) + one member being read (<= file_bytes) +
-about 2 MiB of scan windows (tested in tests/test_archive_bounds.py).
+about 2 MiB of scan windows (tested in tests/bundle/test_archive_bounds.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The only place that launches contribution code: the OS wall around every such child.
 
-Layers (tests/test_sandbox.py, tests/adversarial/test_oswall*.py; `cacheon doctor` prints them):
+Layers (tests/sandbox/test_sandbox.py, tests/adversarial/test_oswall*.py; `cacheon doctor` prints them):
 1. a dedicated unprivileged uid (CACHEON_SANDBOX_UID, default 64000: not the validator's, not
    nobody), no supplementary groups, no_new_privs, no capabilities (setpriv);
 2. fresh user/pid/net/mount/ipc/uts/cgroup namespaces, no nested user namespaces, new session,

@@ -40,7 +40,7 @@ def load_qualifier(spec: str) -> Any:
     A `kind = "gpu"` config needs the GPU arena package (`arena.qualifier_from_config`); if it is
     missing we stop with an error rather than quietly timing on the CPU, because CPU numbers
     published as if they were engine measurements would crown the wrong kernels."""
-    from cacheon_subnet.validator.qualify import CpuQualifier
+    from arena.cpu.qualifier import CpuQualifier
 
     if spec == "cpu":
         return CpuQualifier()
@@ -370,7 +370,7 @@ def _warm_seeds(arena_config: Any, log: Any) -> str:
     """Empty seed caches (a fresh install, a pin move): one pristine engine warms them before the
     first pass, so the first verdicts start warm. A failure is logged, never fatal: engines then
     start cold (slower, same verdicts)."""
-    from arena.warm import maybe_warm
+    from arena.engine.warm import maybe_warm
     from cacheon_subnet import lifecycle
 
     try:

@@ -1,5 +1,5 @@
 """Copies beyond the byte digest: a contribution whose normalized identity (what it runs, with
-names, comments, docstrings and formatting stripped: cacheon_subnet/bundle/identity.py) equals
+names, comments, docstrings and formatting stripped: cacheon_subnet/bundle/identity/normalize.py) equals
 an earlier commit's is settled from that commit's verdict, without spending GPU time on it.
 
 Same rule as intake's byte-digest dedup, earliest commit first ((commit_block, id) order): the
@@ -19,7 +19,7 @@ import sqlite3
 from cacheon_subnet.bundle import Bundle
 from cacheon_subnet.validator.intake import IntakeEvent, _swap
 from cacheon_subnet.validator.state import Contribution, StateDB
-from cacheon_subnet.verify import policy_bound
+from cacheon_subnet.verify.policy import bound as policy_bound
 
 
 def settle_copy(db: StateDB, con: sqlite3.Connection, c: Contribution, bundle: Bundle) -> IntakeEvent | None:

@@ -94,7 +94,7 @@ _CHAIN = (
     " error_type TEXT NOT NULL, message TEXT NOT NULL, at REAL NOT NULL)",
     "CREATE TABLE kv(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
-# 2: the normalized identity of what a bundle runs (cacheon_subnet/bundle/identity.py), set at
+# 2: the normalized identity of what a bundle runs (cacheon_subnet/bundle/identity/normalize.py), set at
 # screening; a later commit with the same identity is a copy settled from the earlier verdict
 _NORM_ID = (
     "ALTER TABLE contributions ADD COLUMN norm_id TEXT",

@@ -50,7 +50,7 @@ def trial_plan(
 
 def arg_rows(spec: SlotSpec, case: ShapeCase, dtype: str) -> list[tuple[str, Rows]]:
     """The read inputs (in, inout) in argument order, as the slot's generators make them (order,
-    shape, floating: tests/test_verify_draws.py checks every slot), for drawing a twin's rows."""
+    shape, floating: tests/verify/test_verify_draws.py checks every slot), for drawing a twin's rows."""
     act = dtype_of(dtype)
     return [
         (a.name, (a.concrete_shape(case.dims), a.torch_dtype(act).is_floating_point))

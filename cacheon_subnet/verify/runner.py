@@ -33,7 +33,7 @@ from cacheon_subnet.log import get_logger
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.gen import usable_cpus
 from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_name
-from cacheon_subnet.verify import judge, policy_bound
+from cacheon_subnet.verify import judge
 from cacheon_subnet.verify.client import (
     WorkerClient,
     WorkerConfig,
@@ -44,6 +44,7 @@ from cacheon_subnet.verify.draws import Draws
 from cacheon_subnet.verify.multirank import plan_ranks, verify_collective
 from cacheon_subnet.verify.op_trials import OpTrials as _OpTrials
 from cacheon_subnet.verify.opplan import OpPlan, op_plan, trial_plan
+from cacheon_subnet.verify.policy import bound as policy_bound
 from cacheon_subnet.verify.report import Failure, OpResult, VerifyReport
 from cacheon_subnet.verify.shapes import ArenaShapes
 from cacheon_subnet.verify.shm import Frame, Parcel

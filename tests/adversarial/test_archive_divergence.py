@@ -32,7 +32,7 @@ import pytest
 from cacheon_subnet.bundle import load_bundle
 from cacheon_subnet.errors import BundleError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bundle"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validator"))
 from test_archive_bounds import MANIFEST, MiB, _gz, _header, _member  # noqa: E402
 

@@ -171,10 +171,10 @@ def test_a_flooded_engine_log_stays_capped_on_disk_and_in_memory(env, monkeypatc
     from memory. Here the cap is 1 MiB and the bundle writes 24 MiB."""
     import functools
 
-    import arena.host
+    import arena.engine.host
     from cacheon_subnet.sandbox.logsink import LogSink
 
-    monkeypatch.setattr(arena.host, "LogSink", functools.partial(LogSink, cap=1 << 20, keep=16 << 10))
+    monkeypatch.setattr(arena.engine.host, "LogSink", functools.partial(LogSink, cap=1 << 20, keep=16 << 10))
     r = run("flood_log", env)
     assert r["verdict"] in ("PASS", "FAIL", "NO_DECISION"), r  # a verdict, whatever the honest kernel earns
     log = env / "work" / "resident.log"
@@ -198,7 +198,7 @@ def test_forged_abi_declines_buy_at_most_a_no_decision(env):
 def test_a_candidate_that_fills_the_host_disk_is_stopped_and_leaves_nothing(env, monkeypatch):
     """Past wall 1, a kernel writes its engine's host-visible dirs (the receipts dir outlives the
     run, in the verdict's workdir; the JIT cache copies are on disk too). The host's disk watch
-    (arena/diskwatch.py, limit lowered here to 32 MiB) stops the engine: FAIL, and the ballast is gone."""
+    (arena/engine/diskwatch.py, limit lowered here to 32 MiB) stops the engine: FAIL, and the ballast is gone."""
     monkeypatch.setenv("CACHEON_ENGINE_DISK_GIB", str(32 / 1024))
     r = run("fill_host_disk", env)
     assert r["verdict"] == "FAIL" and "host-visible dirs" in r["reason"], r["reason"]
@@ -207,10 +207,10 @@ def test_a_candidate_that_fills_the_host_disk_is_stopped_and_leaves_nothing(env,
 
 
 def test_broken_control_without_the_disk_watch_the_ballast_stays(env, monkeypatch):
-    import arena.diskwatch
+    import arena.engine.diskwatch
 
     monkeypatch.setenv("CACHEON_ENGINE_DISK_GIB", str(32 / 1024))
-    monkeypatch.setattr(arena.diskwatch.DiskWatch, "check", lambda self: None)
+    monkeypatch.setattr(arena.engine.diskwatch.DiskWatch, "check", lambda self: None)
     r = run("fill_host_disk", env)
     assert "host-visible dirs" not in r["reason"]
     left = sum(p.stat().st_size for p in (env / "work").rglob("ballast-*"))

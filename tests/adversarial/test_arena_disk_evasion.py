@@ -1,4 +1,4 @@
-"""Red team: ways past the disk watch (arena/diskwatch.py) for a kernel past wall 1, each run
+"""Red team: ways past the disk watch (arena/engine/diskwatch.py) for a kernel past wall 1, each run
 through the whole CPU arena (host, sandboxed driver, fake scheduler importing the bundle). The
 first watch walked with os.walk and summed files' blocks: writes it never saw stayed on the
 validator's disk (in the verdict's kept receipts dir) or held it full for the whole run, and a
@@ -70,16 +70,16 @@ def test_what_a_breaching_engine_wrote_is_gone_before_the_host_waits_for_the_gpu
     """The host waits up to 30 s for the GPU to be free after every engine; the ballast of an
     engine stopped for filling the disk used to stay through that wait (and the 10 s TERM grace),
     holding a disk other arenas on the host share full for that long."""
-    import arena.host
+    import arena.engine.host
 
     seen = []
-    real = arena.host._wait_gpu_free
+    real = arena.engine.host._wait_gpu_free
 
     def wait(*a, **kw):
         seen.append(_left(env))
         return real(*a, **kw)
 
-    monkeypatch.setattr(arena.host, "_wait_gpu_free", wait)
+    monkeypatch.setattr(arena.engine.host, "_wait_gpu_free", wait)
     monkeypatch.setenv("CACHEON_ENGINE_DISK_GIB", str(32 / 1024))
     r = run("fill_host_disk", env)
     assert r["verdict"] == "FAIL" and "host-visible dirs" in r["reason"], r["reason"]

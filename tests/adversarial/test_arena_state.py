@@ -18,7 +18,7 @@ import arena_harness as h  # noqa: E402
 
 from arena.run import RunOptions, qualify  # noqa: E402
 from cacheon_subnet.bundle import load_bundle  # noqa: E402
-from cacheon_subnet.verify.policy import scan_source  # noqa: E402
+from cacheon_subnet.verify.policy.scan import scan_source  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parent / "arena_clean"
 
@@ -106,7 +106,7 @@ def test_watch_copies_first_sight_defers_under_capture_and_caps_bytes(monkeypatc
 
 
 def test_tampering_is_charged_to_the_route_that_ran():
-    from arena.evidence import tampering
+    from arena.verdict.evidence import tampering
 
     def ans(kind, tampered, fired=0, inc=0, route=None):
         a = {
@@ -136,7 +136,7 @@ def test_a_change_made_before_a_swap_is_charged_to_the_route_swapped_out():
     wrote since the last clock answer was charged to the route swapped IN: a challenger writing just
     before a swap to the incumbent got the incumbent blamed (and retired, validator/blame.py). Each
     route answer now carries the watch taken before the swap (static_before)."""
-    from arena.evidence import tampering
+    from arena.verdict.evidence import tampering
 
     def ans(kind, tampered, fired=0, inc=0, route=None, before=None):
         a = {

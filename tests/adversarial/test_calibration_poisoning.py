@@ -1,4 +1,4 @@
-"""Attack on the quality calibration (arena/calibrate.py, scripts/calibrate_quality.py): a miner's
+"""Attack on the quality calibration (arena/verdict/calibrate.py, scripts/calibrate_quality.py): a miner's
 own arena run records a stock spread from B windows that shared an engine with its kernel. If the
 operator calibrates from it, a widened spread loosens every later verdict's limits. Only runs of
 the shipped examples and controls may set limits unless the operator opts in."""
@@ -64,7 +64,7 @@ def test_the_opt_in_takes_it_and_the_limits_widen(tmp_path, capsys):
 
 
 def test_the_arenas_own_controls_are_trusted_and_a_forged_control_label_is_not():
-    from arena import calibrate
+    from arena.verdict import calibrate
 
     digests = calibrate.shipped_digests(REPO / "examples")
     handicap = "stock + 150 µs GPU spin per call (handicap control)"

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from arena.engine_child import clock_metrics
+from arena.engine.child import clock_metrics
 
 GOOD = {"forwards": 10, "gpu_s": 0.5, "decode_gpu_s": 0.4, "decodes": 8}
 BAD = [math.nan, math.inf, -math.inf, -1.0, 0, "0.5", True, None, [1.0], {"x": 1}]

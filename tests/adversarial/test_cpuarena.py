@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from arena.cpu.host_timing import FROZEN_CPU_SLACK_NS
+from arena.cpu.qualifier import CpuQualifier
 from cacheon_subnet.bundle.archive import load_bundle
-from cacheon_subnet.validator.host_timing import FROZEN_CPU_SLACK_NS
-from cacheon_subnet.validator.qualify import CpuQualifier
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -118,7 +118,7 @@ def test_parallel_threads_buy_nothing():
 SHRINK_CHILD = """
 from pathlib import Path
 from cacheon_subnet.bundle.archive import load_bundle
-from cacheon_subnet.validator.qualify import CpuQualifier
+from arena.cpu.qualifier import CpuQualifier
 b = load_bundle(Path({path!r}))
 r = CpuQualifier(tier="verify", cases=1, min_iters=3, budget_s=0.5).qualify(b, b.manifest.ops[0], None)
 print("VERDICT", r.verdict, r.reason)

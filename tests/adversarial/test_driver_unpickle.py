@@ -1,4 +1,4 @@
-"""The engine driver's unpickle guard (arena/unpickle_guard.py): the driver holds the host's nonces
+"""The engine driver's unpickle guard (arena/engine/unpickle_guard.py): the driver holds the host's nonces
 and the record pipe and reads pickles from the engine's processes (SGLang's ZMQ recv_pyobj, the
 fake engine's Pipe), which run contribution code. Data loads; code is refused (red team
 2026-12-04; the whole attack through the arena: test_arena_corpus.py, `arena/driver_pickle`).

@@ -15,7 +15,8 @@ import pytest
 from cacheon_subnet import sandbox
 from cacheon_subnet.bundle import load_bundle
 from cacheon_subnet.sandbox import launcher
-from cacheon_subnet.verify import VerifyOptions, policy_bound, verify_bundle
+from cacheon_subnet.verify import VerifyOptions, verify_bundle
+from cacheon_subnet.verify.policy import bound as policy_bound
 
 EXAMPLE = Path(__file__).resolve().parent.parent.parent / "examples" / "norm.rmsnorm"
 OPTS = VerifyOptions(device="cpu", max_cases=1, call_timeout_s=60)

@@ -4,7 +4,7 @@ From inside: contribution code (tests/adversarial/oswall/privileges.py, run in s
 if every static check had been bypassed) holds no root id, no capability, no supplementary group,
 has no_new_privs set and cannot take root back. From outside: where the drop cannot be made or
 did not happen, launching refuses with what to fix instead of running anything as root. The
-monkeypatched variants of these refusals are in tests/test_sandbox.py; these use real files."""
+monkeypatched variants of these refusals are in tests/sandbox/test_sandbox.py; these use real files."""
 
 from __future__ import annotations
 

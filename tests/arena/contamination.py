@@ -17,10 +17,10 @@ from typing import Any
 
 import arena_harness as h
 
-from arena import postcondition as pc
-from arena.host import EngineRun, EngineSpec
+from arena.engine import postcondition as pc
+from arena.engine.host import EngineRun, EngineSpec
+from arena.engine.resident_timed import TimedPool
 from arena.jobs import engine_kwargs, resident_steps
-from arena.resident_timed import TimedPool
 from cacheon_subnet.bundle import Bundle, bundle_from_files
 from cacheon_subnet.bundle.engine_tree import build_tree
 from seams.table import adapters_for_slot, seam_environment
@@ -172,7 +172,7 @@ class Contribution:
 
 class Runner:
     """Contributions one after another in one TimedPool, with the arena's own job (every window's
-    outputs inline: `keep_outputs`), as arena/stage.py's resident_timed_stage builds it."""
+    outputs inline: `keep_outputs`), as arena/engine/stage.py's resident_timed_stage builds it."""
 
     def __init__(self, tmp: Path, pool: TimedPool, engine: str = "FakeEngine", cfg: Any = None) -> None:
         self.tmp, self.pool, self.engine = tmp, pool, engine

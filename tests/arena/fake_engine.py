@@ -367,7 +367,7 @@ class CompilingEngine(_Proxy):
 
 
 class StartCompilingEngine(_Proxy):
-    """A start that compiles despite its seeds, as the diag must see it (arena/startdiag.py): its
+    """A start that compiles despite its seeds, as the diag must see it (arena/engine/startdiag.py): its
     scheduler writes a new Triton file and a FlashInfer build, rewrites a seeded tvm-ffi file under
     the same name, drops a file into HOME (a cache no seed covers) and runs a compiler process
     named `ninja`."""

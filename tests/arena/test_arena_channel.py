@@ -1,4 +1,4 @@
-"""The host's record channel (arena/channel.py, arena/host.py) and the driver's answer reader
+"""The host's record channel (arena/engine/channel.py, arena/engine/host.py) and the driver's answer reader
 (seams/answers.py): every record and answer a verdict reads must carry the host's nonce, in
 order, once; forging (FAIL) is told apart from faults (NO_DECISION)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from arena.channel import RecordStream, seal
+from arena.engine.channel import RecordStream, seal
 from seams.answers import AnswerLog, AnswerReader, ForgeryError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,7 +142,7 @@ def test_a_symlinked_answer_log_is_refused_on_both_sides(tmp_path):
 
 HARDENED = r"""
 import os, subprocess, sys
-from arena.engine_child import harden
+from arena.engine.child import harden
 r, w = os.pipe()
 if sys.argv[1] == "1":
     harden((w,))
@@ -173,7 +173,7 @@ def test_a_hardened_driver_hides_its_pipes_from_a_same_uid_child():
 
 
 def test_host_run_accepts_the_drivers_records_and_persists_them(tmp_path):
-    from arena.host import EngineSpec, run_engine
+    from arena.engine.host import EngineSpec, run_engine
 
     steps = [
         {
@@ -206,7 +206,7 @@ def test_host_run_accepts_the_drivers_records_and_persists_them(tmp_path):
 def test_a_sample_request_without_the_hosts_nonce_is_forging(tmp_path):
     """The job pipe is the host's too: a line written into it by anyone else (as root can, through
     /proc/<driver>/fd) cannot choose which outputs are graded."""
-    from arena.engine_child import Driver
+    from arena.engine.child import Driver
 
     r, w = os.pipe()
     os.write(w, (json.dumps({"sample": {"w001-C": [0]}}) + "\n").encode())

@@ -154,7 +154,7 @@ def test_tp2_arena_expects_both_ranks():
 
 
 def test_trained_arena_config_and_its_prompts(tmp_path):
-    from arena.engine_child import Driver
+    from arena.engine.child import Driver
     from arena.jobs import checkpoint_job, resident_steps
 
     cfg = load_config(CONFIGS / "dense-trained.toml")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from arena.evidence import check
+from arena.verdict.evidence import check
 
 SLOT = "norm.rmsnorm"
 SWAPS = [(1, "stock"), (2, "candidate"), (3, "stock")]
@@ -78,7 +78,7 @@ def test_calls_outside_the_slots_abi_are_the_arenas_problem_and_the_bundles_choi
     the run read C/B 1.0000 with evidence "ok". Such declines now keep the verdict from standing."""
     from types import SimpleNamespace
 
-    from arena.outcome import outcome
+    from arena.verdict.outcome import outcome
 
     abi = receipt()
     abi["declines"] = {SLOT: {"abi: x not contiguous (strides (4096, 1))": 756}}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import time
 
-from arena.host import EngineSpec, run_engine
+from arena.engine.host import EngineSpec, run_engine
 
 
 def job(factory: str, steps: list) -> dict:
@@ -48,7 +48,7 @@ def test_stuck_start_is_killed_at_the_start_limit(tmp_path):
 
 
 def test_gpu_free_means_memory_back_to_the_baseline(monkeypatch):
-    import arena.host as host
+    import arena.engine.host as host
 
     readings = iter([[70000], [30000], [1500]])
     monkeypatch.setattr(host, "gpu_memory_used_mib", lambda visible=None: next(readings))
@@ -79,7 +79,7 @@ def test_every_engine_gets_private_jit_caches_seeded_never_shared(tmp_path, monk
     """An operator's Triton cache is copied into the engine's scratch; the engine never sees the
     operator's path (a candidate writing cache entries could poison other engines' stock kernels,
     the pristine teacher's above all)."""
-    import arena.host as host
+    import arena.engine.host as host
 
     op_cache = tmp_path / "operator-triton"
     (op_cache / "k").mkdir(parents=True)
@@ -127,7 +127,7 @@ def test_every_engine_gets_private_jit_caches_seeded_never_shared(tmp_path, monk
 
 def test_only_engines_without_contribution_code_warm_the_operators_cache(tmp_path):
     """A candidate's engine must never write into a cache a later engine (T, B) reads."""
-    from arena.host import EngineSpec, may_warm_caches, warm_seed_caches
+    from arena.engine.host import EngineSpec, may_warm_caches, warm_seed_caches
 
     assert may_warm_caches(EngineSpec("teacher", {}, {"CACHEON_SEAM_NORM": "0"}))
     assert not may_warm_caches(EngineSpec("resident", {}, {"CACHEON_ENGINE_TREE": "/x/tree"}))
@@ -168,8 +168,8 @@ def _read_through_pipe(tmp_path, payload_for):  # noqa: ANN001, ANN202
     import os
     import threading
 
-    from arena.channel import RecordStream, seal
-    from arena.host import _Reader
+    from arena.engine.channel import RecordStream, seal
+    from arena.engine.host import _Reader
 
     sealed = seal({"steps": [{"op": "generate", "tag": "g"}]}, answers=False)
     stream = RecordStream(sealed)
@@ -206,8 +206,8 @@ def test_a_long_record_line_split_across_reads_is_kept_whole(tmp_path):
 def test_a_record_line_without_end_is_cut_at_the_cap_and_is_forging(tmp_path, monkeypatch):
     """A line longer than any record the driver writes must not take the host's memory: the
     reader stops at MAX_RECORD_BYTES and names it."""
-    import arena.host
+    import arena.engine.host
 
-    monkeypatch.setattr(arena.host, "MAX_RECORD_BYTES", 1 << 20)
+    monkeypatch.setattr(arena.engine.host, "MAX_RECORD_BYTES", 1 << 20)
     stream = _read_through_pipe(tmp_path, lambda sealed: b"{" + b"x" * (4 << 20))
     assert stream.forgery and "record line over" in stream.forgery, stream.forgery

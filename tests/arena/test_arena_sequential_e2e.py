@@ -58,7 +58,7 @@ def test_by_default_a_winner_runs_every_cycle_and_only_a_loser_stops_early(env):
 
 
 def test_a_record_after_the_hosts_stop_is_forging():
-    from arena.channel import RecordStream, seal
+    from arena.engine.channel import RecordStream, seal
 
     job = seal({"steps": [{"op": "generate", "tag": "a", "gate": True}, {"op": "generate", "tag": "b"}]}, answers=False)
     s = RecordStream(job)
@@ -77,7 +77,7 @@ def test_a_record_after_the_hosts_stop_is_forging():
 def test_the_driver_takes_a_go_stop_only_with_the_hosts_gate_nonce():
     import io
 
-    from arena.engine_child import Driver
+    from arena.engine.child import Driver
     from seams.answers import ForgeryError
 
     step = {"tag": "w004-B'", "gate": True, "gate_nonce": "n-123"}

@@ -8,7 +8,7 @@ import statistics
 import pytest
 
 from arena.config import SpeedSection
-from arena.speed import judge, plan, swaps
+from arena.verdict.speed import judge, plan, swaps
 
 POLICY = SpeedSection(margin=0.01, k_noise=3.0, max_noise=0.02)
 
@@ -151,7 +151,7 @@ def test_cycle_statistics_are_reported_but_do_not_judge():
 def test_gpu_clock_pass_needs_the_wall_clock_not_to_lose():
     """A GPU-clock PASS bought with host time (wall clock slower) is a FAIL; a wall-clock verdict
     and a non-PASS are left alone; no wall windows at all is no crown."""
-    from arena.speed import wall_guard
+    from arena.verdict.speed import wall_guard
 
     gpu_pass = judge(samples(0.05, 0.002), POLICY)
     assert gpu_pass.verdict == "PASS"
@@ -168,7 +168,7 @@ def test_decode_clock_pass_needs_the_prefill_and_the_wall_not_to_lose():
     """The decode-step clock sees only graph replays: a PASS there that slows the prefill (extend
     forwards) beyond the floor, or the wall clock, is a FAIL; a missing prefill clock is no crown;
     other GPU clocks answer to the wall clock alone."""
-    from arena.speed import guard, guards_of
+    from arena.verdict.speed import guard, guards_of
 
     gpu_pass = judge(samples(0.05, 0.002), POLICY)
     ok = {"output_tokens_per_s": samples(0.0, 0.002, seed=1), "extend_gpu_tokens_per_s": samples(-0.005, 0.002, seed=2)}
@@ -226,7 +226,7 @@ def test_paired_ratio_keeps_host_phases_out_where_pooled_medians_do_not():
 
 
 def test_paired_ratio_needs_complete_mirrors():
-    from arena.speed import paired
+    from arena.verdict.speed import paired
 
     assert all(x != x for x in paired({0: {"B": [1.0], "C": [1.1], "B'": [1.0]}}, [0]))  # nan: no full mirror
     r, se = paired({0: {"B": [1.0], "C": [1.1, 1.1], "B'": [1.0]}, 1: {"B": [2.0], "C": [2.2, 2.2], "B'": [2.0]}}, [0, 1])

@@ -1,4 +1,4 @@
-"""Quality limits derived from the stock-vs-stock spread (arena/calibrate.py)."""
+"""Quality limits derived from the stock-vs-stock spread (arena/verdict/calibrate.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import asdict
 
 import pytest
 
-from arena import calibrate
-from arena import quality as q
+from arena.verdict import calibrate
+from arena.verdict import quality as q
 
 
 def _m(nll: float, agree: float, kl: float | None = 1e-3) -> dict:

@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("safetensors")
 from safetensors import safe_open  # noqa: E402
 
-from arena.checkpoint import (  # noqa: E402
+from arena.model.checkpoint import (  # noqa: E402
     CheckpointError,
     recipe_digest,
     write_checkpoint,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from arena.host import EngineSpec, run_engine
+from arena.engine.host import EngineSpec, run_engine
 from cacheon_subnet import sandbox
 
 pytest.importorskip("safetensors")

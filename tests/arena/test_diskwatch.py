@@ -1,4 +1,4 @@
-"""arena/diskwatch.py: what an engine may add to the host's disk, and the free-space reserve."""
+"""arena/engine/diskwatch.py: what an engine may add to the host's disk, and the free-space reserve."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from arena.diskwatch import DiskLimits, DiskWatch, usage
+from arena.engine.diskwatch import DiskLimits, DiskWatch, usage
 from cacheon_subnet.sandbox.fsview import TreeTooDeep, remove_tree
 
 

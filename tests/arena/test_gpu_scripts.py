@@ -148,7 +148,7 @@ def test_noise_report_joins_windows_with_monitor_samples(tmp_path):
 
 def test_rejudge_reads_recorded_windows_with_every_statistic(tmp_path):
     """Old runs re-read with the current judge: pooled, paired, per-cycle, drift, per clock."""
-    from arena.speed import plan
+    from arena.verdict.speed import plan
 
     windows = [
         {

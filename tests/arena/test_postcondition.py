@@ -1,5 +1,5 @@
-"""The resident timed engine's post-condition, piece by piece (arena/postcondition.py, the rank's
-side in seams/resident.py, the record stream's post steps in arena/channel.py): no engine here,
+"""The resident timed engine's post-condition, piece by piece (arena/engine/postcondition.py, the rank's
+side in seams/resident.py, the record stream's post steps in arena/engine/channel.py): no engine here,
 each check fed what would make it fail."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from arena import postcondition as pc
-from arena.channel import RecordStream, seal
-from arena.host import EngineRun
+from arena.engine import postcondition as pc
+from arena.engine.channel import RecordStream, seal
+from arena.engine.host import EngineRun
 from seams import resident
 
 LEFT = {

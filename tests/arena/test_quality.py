@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from arena.quality import (
+from arena.verdict.quality import (
     Position,
     QualityPolicy,
     Sequence,

@@ -18,9 +18,9 @@ pytest.importorskip("safetensors")
 import tiny_gguf  # noqa: E402
 
 from arena.config import ArenaConfigError, load_config  # noqa: E402
-from arena.gguf_convert import GGUFConvertError, convert  # noqa: E402
-from arena.model_dir import CheckpointMismatch, check, install, load_manifest, scan, write_manifest  # noqa: E402
-from arena.prompts import CorpusError, corpus_tokens, text_prompts  # noqa: E402
+from arena.model.gguf_convert import GGUFConvertError, convert  # noqa: E402
+from arena.model.model_dir import CheckpointMismatch, check, install, load_manifest, scan, write_manifest  # noqa: E402
+from arena.model.prompts import CorpusError, corpus_tokens, text_prompts  # noqa: E402
 
 CONFIGS = h.REPO / "configs" / "arena"
 
@@ -159,7 +159,7 @@ def test_two_arenas_installing_one_checkpoint_at_once_both_get_the_verified_copy
     contribution). The loser now re-hashes what the winner installed; a wrong copy is refused."""
     import threading
 
-    from arena import model_dir
+    from arena.model import model_dir
 
     m = scan(tiny_ckpt)
     dst, orig, both = tmp_path / "home" / "real-x", model_dir._hash_file, threading.Barrier(2)
@@ -277,7 +277,7 @@ def test_corpus_without_a_checkpoint_is_refused(tmp_path):
 
 
 def test_host_prepare_installs_and_tokenizes_or_refuses(tmp_path, tiny_ckpt):
-    from arena.real import prepare
+    from arena.model.real import prepare
 
     ck = _copy(tiny_ckpt, tmp_path / "ck")
     m = scan(ck)
@@ -398,7 +398,7 @@ def test_qualification_on_a_real_checkpoint_grades_corpus_prompts(tmp_path, tiny
     seqs = [s for rec in records if rec.get("op") == "sample" for v in rec["sequences"].values() for s in v]
     assert seqs, [rec.get("op") for rec in records]
     roles = {b.rsplit("-", 1)[-1] for _, b, _ in r["quality"]["sample"]}
-    assert ("stock_spread" in r["quality"]["metrics"]) == (roles == {"B", "B'"})  # arena/calibrate.py
+    assert ("stock_spread" in r["quality"]["metrics"]) == (roles == {"B", "B'"})  # arena/verdict/calibrate.py
     for s in seqs[:4]:  # every graded prompt is a window of the tokenized corpus
         p = s["prompt"]
         assert len(p) == 8 and any(stream[i : i + 8] == p for i in range(len(stream) - 8))

@@ -21,10 +21,10 @@ import arena_harness as h
 import contamination as c
 import pytest
 
-from arena import resident_timed
-from arena.resident_timed import TimedPool
+from arena.engine import resident_timed
+from arena.engine.resident_timed import TimedPool
 from cacheon_subnet.sandbox import remove_tree
-from cacheon_subnet.verify.policy import scan_files
+from cacheon_subnet.verify.policy.scan import scan_files
 from seams.receipts import read_receipts
 
 REPO = h.REPO

@@ -1,4 +1,4 @@
-"""The resident teacher (arena/resident.py; issue 19 item 1): one pristine T across verdicts.
+"""The resident teacher (arena/engine/resident.py; issue 19 item 1): one pristine T across verdicts.
 
 Contribution A reaches T only with the sequences T grades. Each attack below is a sequence of
 A's that leaves state in T (StatefulTeacherEngine) or kills it (CrashingTeacherEngine); verdict
@@ -13,9 +13,9 @@ from dataclasses import replace
 import arena_harness as h
 import pytest
 
-from arena import resident
 from arena.config import TeacherSection, load_config
-from arena.host import EngineSpec
+from arena.engine import resident
+from arena.engine.host import EngineSpec
 from arena.jobs import engine_kwargs
 from seams.table import seam_environment
 from tests.arena.fake_engine import POISON

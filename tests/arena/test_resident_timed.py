@@ -1,4 +1,4 @@
-"""The resident timed engine through whole qualifications (arena/resident_timed.py, `[engine]
+"""The resident timed engine through whole qualifications (arena/engine/resident_timed.py, `[engine]
 resident`; issue 30 item 4) on the CPU fake engine: consecutive verdicts share one engine; a
 post-condition failure makes the verdict in flight NO_DECISION and restarts the engine; a crown is
 confirmed in a fresh engine; the sequential stop still runs the post-condition; the option enters
@@ -16,7 +16,7 @@ import contamination as c
 import pytest
 
 from arena.config import SequentialSection, load_config
-from arena.resident_timed import TimedPool
+from arena.engine.resident_timed import TimedPool
 from arena.run import RunOptions, qualify, stock_control_op
 from cacheon_subnet.bundle import load_bundle
 from cacheon_subnet.sandbox import remove_tree

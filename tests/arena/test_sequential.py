@@ -1,4 +1,4 @@
-"""The sequential stop (arena/sequential.py): Wald's SPRT math, and a simulation of whole dense
+"""The sequential stop (arena/verdict/sequential.py): Wald's SPRT math, and a simulation of whole dense
 arena verdicts on synthetic window series — stock vs stock (no gain), a 1 % real gain and a 3 %
 loser, with H200-like window noise (0.1–0.7 %), linear drift and occasional dips — run through
 the same decision path as arena/run.py (gate after every cycle but the last, PASS also needs
@@ -16,8 +16,8 @@ from dataclasses import replace
 import arena_harness as h
 import pytest
 
-from arena.sequential import SprtPolicy, early_stop, policy_of, sprt
-from arena.speed import judge, plan
+from arena.verdict.sequential import SprtPolicy, early_stop, policy_of, sprt
+from arena.verdict.speed import judge, plan
 
 CFG = h.load_config(h.DENSE)
 SPEED = CFG.speed  # the dense arena's margin 0.5 %, k 3, max noise 2 %

@@ -1,12 +1,12 @@
-"""The advisory start breakdown in the "started" record (arena/startdiag.py): phases, cache files
+"""The advisory start breakdown in the "started" record (arena/engine/startdiag.py): phases, cache files
 compiled despite the seeds (new and rewritten), HOME files no seed covers, compiler processes."""
 
 from __future__ import annotations
 
 import os
 
-from arena.host import EngineSpec, run_engine
-from arena.startdiag import ProcSampler, diff, one_line, snapshot
+from arena.engine.host import EngineSpec, run_engine
+from arena.engine.startdiag import ProcSampler, diff, one_line, snapshot
 
 
 def test_a_start_that_compiles_shows_up_in_the_started_records_diag(tmp_path):
@@ -73,8 +73,8 @@ def test_the_sampler_reports_a_descendants_cache_env_that_differs(tmp_path, monk
 
 
 def test_the_host_times_its_own_steps_and_the_cli_line_names_what_compiled(tmp_path):
+    from arena.engine.startdiag import brief
     from arena.records import StageRecord
-    from arena.startdiag import brief
 
     job = {
         "engine_kwargs": {},

@@ -14,8 +14,8 @@ import torch
 pytest.importorskip("safetensors")
 from safetensors import safe_open  # noqa: E402
 
-from arena.checkpoint import CheckpointError, tensor_specs  # noqa: E402
-from arena.train import (  # noqa: E402
+from arena.model.checkpoint import CheckpointError, tensor_specs  # noqa: E402
+from arena.model.train import (  # noqa: E402
     BYTE_VOCAB,
     Qwen3Reference,
     TrainRecipe,

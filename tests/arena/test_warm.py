@@ -14,8 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import arena_harness as h  # noqa: E402
 from fake_engine import FLASHINFER_OPS  # noqa: E402
 
-from arena.home import CACHE_KEYS, seed_caches  # noqa: E402
-from arena.warm import warm, warm_steps  # noqa: E402
+from arena.engine.home import CACHE_KEYS, seed_caches  # noqa: E402
+from arena.engine.warm import warm, warm_steps  # noqa: E402
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def test_default_seeds_are_validator_owned_and_the_operators_choice_wins(home, m
 
 
 def test_a_pin_move_or_layout_bump_starts_new_seeds(home, monkeypatch):
-    import arena.home as ah
+    import arena.engine.home as ah
 
     first = ah.seed_generation()
     monkeypatch.setattr("cacheon_subnet.pins.SGLANG_PIN", "9.9.9")
@@ -73,7 +73,7 @@ def test_warm_fills_the_seeds_and_a_candidates_engine_never_does(home, tmp_path,
     assert (triton / "k" / "pristine.cubin").read_bytes() == b"compiled"
     assert (fi / "pristine.cubin").read_bytes() == b"compiled"  # FlashInfer's JIT build: seeded like Triton's
     assert res.files_after - res.files_before == 4 and [s.name for s in res.stages] == ["warm"]
-    from arena.host import JIT_INSIDE
+    from arena.engine.host import JIT_INSIDE
 
     # the engine saw its cache at the one fixed path, whatever its scratch: path-keyed builds hit
     assert (triton / "k" / "pristine.cubin.path").read_text() == JIT_INSIDE + "/triton"
@@ -114,7 +114,7 @@ def test_cli_warm_without_a_gpu_is_a_usage_error(tmp_path):
 
 
 def test_maybe_warm_runs_only_on_empty_seeds(home, tmp_path, monkeypatch):
-    from arena.warm import maybe_warm
+    from arena.engine.warm import maybe_warm
 
     h.runtime_env(tmp_path, monkeypatch)
     monkeypatch.setenv("PYTHONPATH", f"{h.REPO}:{__import__('os').environ['PYTHONPATH']}")
@@ -127,7 +127,7 @@ def test_maybe_warm_runs_only_on_empty_seeds(home, tmp_path, monkeypatch):
 
 
 def test_validator_start_up_warm_never_stops_the_validator(monkeypatch):
-    import arena.warm as aw
+    import arena.engine.warm as aw
     from cacheon_subnet import lifecycle
     from cacheon_subnet.validator.commands import _warm_seeds
 

@@ -1,4 +1,4 @@
-"""A tiny llama GGUF written with the `gguf` package's own writer (tests of arena/gguf_convert.py):
+"""A tiny llama GGUF written with the `gguf` package's own writer (tests of arena/model/gguf_convert.py):
 byte-level BPE vocabulary (the 256 byte symbols, a few merges, three control tokens), one or two
 layers of hidden 32, one tensor Q8_0-quantized so the dequantize path runs."""
 

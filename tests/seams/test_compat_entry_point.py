@@ -96,7 +96,7 @@ def test_a_source_checkout_without_an_entry_point_still_runs_the_arena(
 ) -> None:
     """The lent GPU box runs the tree from PYTHONPATH, not a wheel: the host has no entry point,
     and each engine gets exactly ours from plugin_site. Preflight must not refuse that."""
-    from arena.host import plugin_site
+    from arena.engine.host import plugin_site
 
     _arena_host(monkeypatch, [])
     arena_run.preflight()

@@ -148,9 +148,9 @@ def test_two_fake_gpus_run_two_real_arenas_each_on_its_own_device(tmp_path, monk
 
 def test_validator_flags_build_the_pool_or_say_why_not():
     from arena import qualifier_from_config
+    from arena.cpu.qualifier import CpuQualifier
     from cacheon_subnet.errors import UsageError
     from cacheon_subnet.validator.commands import fan_out
-    from cacheon_subnet.validator.qualify import CpuQualifier
 
     gpu = qualifier_from_config(REPO / "configs" / "arena" / "dense.toml", preflight=False)
     pool = fan_out(gpu, "0,1,2+3", None)

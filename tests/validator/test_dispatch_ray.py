@@ -87,7 +87,7 @@ def test_a_worker_killed_mid_job_is_retried_and_counted_once(cluster, tmp_path):
         first = v.db.con.execute("SELECT * FROM evidence WHERE contribution_id=?", (c.id,)).fetchone()
         from validator_fakes import FakeQualifier  # noqa: F401
 
-        from cacheon_subnet.validator.qualify import QualifyResult
+        from arena.cpu.qualifier import QualifyResult
 
         dup = JobResult(
             job.key,

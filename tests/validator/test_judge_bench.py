@@ -27,7 +27,7 @@ def jb():
 @pytest.mark.parametrize("src", ["attention.decode", "norm.rmsnorm", "demo/cpu_rmsnorm"])
 def test_the_renamed_copy_is_a_copy_with_its_own_digest(jb, tmp_path, src):
     from cacheon_subnet.bundle import load_bundle
-    from cacheon_subnet.bundle.identity import normalized_identity
+    from cacheon_subnet.bundle.identity.normalize import normalized_identity
 
     original = load_bundle(REPO / "examples" / src)
     copy = load_bundle(jb.renamed_copy(REPO / "examples" / src, tmp_path / "copy"))

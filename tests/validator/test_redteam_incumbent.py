@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from test_redteam_path import NOOP, SRC, archive, config, outcomes
 from validator_fakes import FakeQualifier, commit, fake_screener, make_chain
 
+from arena.cpu.qualifier import QualifyResult
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.scoring.settle import Crown
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.loop import Validator
-from cacheon_subnet.validator.qualify import QualifyResult
 
 BLAME = (
     "rank 0, between decode-3 and decode-4 (route incumbent): static input model.norm.weight changed: "

@@ -24,16 +24,16 @@ from typing import ClassVar
 import pytest
 from validator_fakes import EXAMPLES, NETUID, VALIDATOR, FakeQualifier, FileServer, commit, fake_screener, make_chain
 
+from arena.cpu.qualifier import QualifyResult
 from cacheon_subnet.bundle import pack
 from cacheon_subnet.netpolicy import LOCAL
 from cacheon_subnet.validator import ledger, status
 from cacheon_subnet.validator.fetch import FetchError, fetch_bundle
 from cacheon_subnet.validator.loop import Validator, ValidatorConfig
-from cacheon_subnet.validator.qualify import QualifyResult
 
 SRC = (EXAMPLES / "norm.rmsnorm" / "rmsnorm.py").read_text()
 # A near-copy the normalized identity does not catch: one statement that does nothing (an unused
-# local; a `pass` or a bare literal is dropped by identity_tidy.py and caught).
+# local; a `pass` or a bare literal is dropped by identity/tidy.py and caught).
 NOOP = SRC.replace("rstd = 1.0 / tl.sqrt(var + eps)", "rstd = 1.0 / tl.sqrt(var + eps)\n    spare = rstd")
 
 
@@ -286,8 +286,8 @@ class FakeWorker:
 
 @pytest.mark.parametrize("dies, verdict", [("base", "NO_DECISION"), ("cand", "FAIL"), ("both", "NO_DECISION")])
 def test_cpu_arena_blames_the_side_whose_worker_broke(monkeypatch, dies, verdict):
+    from arena.cpu import qualifier as qualify
     from cacheon_subnet.bundle import load_bundle
-    from cacheon_subnet.validator import qualify
     from cacheon_subnet.verify.client import WorkerDied
 
     class Breaks:
@@ -309,8 +309,8 @@ def test_cpu_arena_blames_the_side_whose_worker_broke(monkeypatch, dies, verdict
 
 
 def test_cpu_arena_worker_start_failure_is_not_the_miners_fail(monkeypatch):
+    from arena.cpu import qualifier as qualify
     from cacheon_subnet.bundle import load_bundle
-    from cacheon_subnet.validator import qualify
 
     class NoSandbox(FakeWorker):
         def start(self) -> None:
@@ -327,9 +327,9 @@ def test_cpu_speedups_are_net_of_the_cross_process_bias_allowance(monkeypatch, m
     """A stock-equivalent kernel read 1.12x in a CI run (the two workers' bias, which B vs B' in
     one process cannot see): reported net of the 6 % allowance it stays under the bar; the demo's
     fast kernel (1.45-1.67x) stays crowned."""
+    from arena.cpu import qualifier as qualify
     from cacheon_subnet.bundle import load_bundle
     from cacheon_subnet.scoring.settle import SpeedPolicy
-    from cacheon_subnet.validator import qualify
 
     class Reads:
         def __init__(self, q, spec, op, case, dtype, base, cand) -> None:

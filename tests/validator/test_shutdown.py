@@ -197,11 +197,11 @@ HANGING_JOB = {
 
 
 def _interrupt_hanging_engine(tmp_path, env: dict | None = None) -> tuple[dict, float]:
-    """Start the hanging fake engine through arena.host.run_engine in a thread, request a shutdown
+    """Start the hanging fake engine through arena.engine.host.run_engine in a thread, request a shutdown
     once it is live; returns what the thread saw (run / interrupted) and when the request went out."""
     import threading
 
-    from arena.host import EngineSpec, run_engine
+    from arena.engine.host import EngineSpec, run_engine
 
     out: dict = {}
 
@@ -225,7 +225,7 @@ def _interrupt_hanging_engine(tmp_path, env: dict | None = None) -> tuple[dict, 
 
 
 def test_an_interrupted_arena_engine_raises_and_frees_its_group(tmp_path):
-    """arena.host.run_engine notices the shutdown, kills its group, waits for the GPU, raises
+    """arena.engine.host.run_engine notices the shutdown, kills its group, waits for the GPU, raises
     Interrupted (never an EngineRun a verdict could be made from)."""
     out, t0 = _interrupt_hanging_engine(tmp_path)
     assert "interrupted" in out, out
@@ -237,7 +237,7 @@ def test_an_interrupted_engine_waits_for_its_own_gpu_to_be_free(tmp_path, monkey
     """On shutdown the arena host waits until the memory of the GPU the engine ran on is back to its
     pre-engine level before it raises (a restart must find the GPU free). A stand-in nvidia-smi:
     GPU 3 (this arena's) holds the engine's memory for two readings after the kill."""
-    import arena.host as host
+    import arena.engine.host as host
 
     asked: list[str | None] = []
     held = {"n": 0}

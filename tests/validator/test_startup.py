@@ -15,9 +15,9 @@ from types import SimpleNamespace
 import pytest
 from validator_fakes import NETUID, REPO, VALIDATOR, make_chain
 
+from arena.cpu.qualifier import CpuQualifier
 from cacheon_subnet import __spec_version__, __version__, spec_version
 from cacheon_subnet.validator import startup
-from cacheon_subnet.validator.qualify import CpuQualifier
 
 
 def neuron(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

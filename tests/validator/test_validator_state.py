@@ -8,12 +8,12 @@ import sqlite3
 
 import pytest
 
+from arena.cpu.qualifier import QualifyResult
 from cacheon_subnet.chain.backend import Commitment
 from cacheon_subnet.chain.commitment import encode
 from cacheon_subnet.scoring.settle import SpeedPolicy
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.intake import IntakePolicy, intake, malformed_id
-from cacheon_subnet.validator.qualify import QualifyResult
 from cacheon_subnet.validator.state import SCHEMA_VERSION, TRANSITIONS, StateDB, StateError
 
 URL = "https://bundles.example.org/b.tar.gz"

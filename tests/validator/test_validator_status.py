@@ -20,13 +20,13 @@ from validator_fakes import (
     make_chain,
 )
 
+from arena.cpu.qualifier import CpuQualifier
 from cacheon_subnet import __spec_version__
 from cacheon_subnet.cli import main as cli_main
 from cacheon_subnet.errors import UsageError
 from cacheon_subnet.validator import status
 from cacheon_subnet.validator.commands import load_qualifier
 from cacheon_subnet.validator.loop import Validator, ValidatorConfig
-from cacheon_subnet.validator.qualify import CpuQualifier
 
 
 @pytest.fixture(scope="module")

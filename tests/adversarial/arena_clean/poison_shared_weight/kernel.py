@@ -6,7 +6,7 @@ shared with every other kernel of the engine. Stock, a rival challenger or an in
 `weight` later compute with the sign-flipped gain. In verify the argument is a fresh random tensor
 and `engine` is false, so nothing is written there (no `input_mutated`); ENGINE_W0 is the first
 gain value of the engine it targets (here the CPU fake engine's; in the dense arena the synthetic
-checkpoint's, public through arena/checkpoint.py and seed 0)."""
+checkpoint's, public through arena/model/checkpoint.py and seed 0)."""
 
 import torch
 

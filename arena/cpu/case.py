@@ -1,0 +1,222 @@
+"""One shape of the CPU arena: calibrate K, warm up, then B C C B' rounds on the host's clock.
+
+Every batch gets K fresh input sets from a secret seed; the reference for each is computed by
+the host while both workers are frozen; every output of every batch is judged. B and C1 share
+one group of inputs and C2 and B' another (the workers are separate processes: C never sees
+what B got), so the host generates and references 2K sets per round, not 4K.
+
+The figures are paired per round (`paired_figures`): a co-tenant that slows the box for a few
+seconds slows B, C and B' of the same round alike, so it cancels in the round's ratio where it
+would widen unpaired medians (CI on a loaded 2-core runner once read 7 % noise unpaired).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from arena.cpu.host_timing import (
+    FROZEN_CPU_SLACK_NS,
+    REFERENCE,
+    Arena,
+    Side,
+    TimingFailure,
+    judge_call,
+    plan_layout,
+)
+from cacheon_subnet.bench_timing import _stats
+from cacheon_subnet.slots.gen import seed_generator
+from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_of
+from cacheon_subnet.verify.client import WorkerClient
+
+InputSet = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]  # (inputs, reference outputs)
+
+
+def paired_figures(bs: list[float], b2s: list[float], cs: list[float]) -> tuple[float, float]:
+    """(speedup C vs B, relative noise band) from per-round pairs: round i is B_i C1_i C2_i B'_i.
+
+    speedup: exp(median_i log((B_i + B'_i) / (C1_i + C2_i))). noise: the larger of the robust
+    standard error of that median (1.2533 * 1.4826 * MAD / sqrt(n)) and the baseline's drift
+    against itself, |median_i log(B_i / B'_i)|, which also absorbs an order effect (B before C
+    vs B' after it)."""
+    if not bs or len(bs) != len(b2s) or len(cs) != 2 * len(bs):
+        raise ValueError(f"paired_figures: need n B, n B', 2n C samples, got {len(bs)}, {len(b2s)}, {len(cs)}")
+    logs = [math.log((b + b2) / (c1 + c2)) for b, b2, c1, c2 in zip(bs, b2s, cs[0::2], cs[1::2])]
+    center = statistics.median(logs)
+    mad = statistics.median(abs(x - center) for x in logs)
+    spread = 1.2533 * 1.4826 * mad / math.sqrt(len(logs))
+    drift = abs(statistics.median(math.log(b / b2) for b, b2 in zip(bs, b2s)))
+    return math.exp(center), math.expm1(max(spread, drift))
+
+
+FAR_SLOWER = 10.0  # one full round decides: both C batches at a tenth of the speed of either B
+
+
+def clearly_slower(bs: list[float], b2s: list[float], cs: list[float]) -> bool:
+    """The candidate has lost whatever more rounds read: after one round when both of its
+    batches took over FAR_SLOWER times the slower baseline batch (the CPU interpreter's Triton
+    is ~1000x), after two when its median is over twice the baseline's. A busy box slows B, C
+    and B' of a round alike, so neither reading comes from contention (charges are CPU time)."""
+    rounds = len(bs)
+    if rounds >= 1 and min(cs) > FAR_SLOWER * max(bs + b2s):
+        return True
+    return rounds >= 2 and statistics.median(cs) > 2 * statistics.median(bs + b2s)
+
+
+def off_cpu_failure(off_cpu: dict[str, float], max_off_cpu: float, busy: float) -> TimingFailure | None:
+    """Wall/CPU of each side's counted batches. A candidate far more off its CPU clock than the
+    baseline did work the charge cannot see (FAIL) -- unless the clean baseline itself waited that
+    much (a contended box: NO_DECISION, side "box")."""
+    if off_cpu["candidate"] <= max_off_cpu * off_cpu["baseline"] + 0.25:
+        return None
+    if off_cpu["baseline"] > busy:
+        return TimingFailure(
+            f"box too busy to judge off-CPU time: the baseline spent {off_cpu['baseline']:.2f}x "
+            f"its CPU time in wall time, the candidate {off_cpu['candidate']:.2f}x",
+            "box",
+        )
+    return TimingFailure(
+        f"candidate spent {off_cpu['candidate']:.2f}x its CPU time in wall time, the baseline "
+        f"{off_cpu['baseline']:.2f}x: work done off its CPU clock (outside its process?)"
+    )
+
+
+class CaseTimer:
+    def __init__(
+        self, q: Any, spec: SlotSpec, op: Any, case: ShapeCase, dtype: str, base: WorkerClient, cand: WorkerClient
+    ) -> None:
+        self.q, self.spec, self.op, self.case, self.dtype = q, spec, op, case, dtype
+        self.act = dtype_of(dtype)
+        self.params = dict(case.params)
+        self.base_client, self.cand_client = base, cand
+        self.seed = secrets.randbits(48)  # secret: the worker cannot predict any input
+        self.gen = seed_generator(secrets.randbits(48))  # sampled judge positions, drawn after each batch
+        self.batches = 0
+        self.frozen_cpu_ns = 0  # CPU the frozen side used during the other's batches (must stay 0)
+        self.wall_ns = {"baseline": 0, "candidate": 0}  # counted batches only
+        self.cpu_ns = {"baseline": 0, "candidate": 0}
+        self.counting = False
+
+    def fresh(self, n: int) -> list[InputSet]:
+        out = []
+        for _ in range(n):
+            self.seed += 1
+            made = self.spec.make_inputs(self.case, self.act, seed_generator(self.seed))
+            inputs = {k: v for k, v in made.items() if self.spec.arg(k).role in ("in", "inout")}
+            out.append((inputs, self.spec.reference(inputs, self.params)))
+        return out
+
+    def batch(self, side: Side, other: Side, sets: list[InputSet]) -> float:
+        """Time one batch on `side`; judge every call. Returns charged µs per call."""
+        for i, (inputs, _) in enumerate(sets):
+            side.arena.write_inputs(i, inputs, self.spec)
+        wall, cpu = side.run_batch(len(sets), self.q.call_timeout_s)
+        leak = other.idle_cpu()
+        self.frozen_cpu_ns += leak
+        if leak > FROZEN_CPU_SLACK_NS:
+            raise TimingFailure(
+                f"{other.name} used {leak / 1e6:.2f} ms CPU while frozen during {side.name}'s batch", other.name
+            )
+        self.batches += 1
+        # The candidate's warm-up batch gets the full verify judgement, then one call in a random
+        # batch of eight (it cannot tell which); every other call (and all of B's, the validator's
+        # own reference in a clean worker) the sampled one.
+        full = secrets.randbelow(8 * len(sets)) if side.name == "candidate" else -1
+        for i, (inputs, ref) in enumerate(sets):
+            whole = i == full or (not self.counting and side.name == "candidate")
+            f = judge_call(self.spec, self.dtype, side.arena, i, inputs, ref, whole, self.gen)
+            if f:
+                raise TimingFailure(
+                    f"{side.name}: timed call {i + 1} of {len(sets)} in batch {self.batches} "
+                    f"({self.case.label}): {f.reason}: {f.detail}",
+                    side.name,
+                )
+        if self.counting:
+            self.wall_ns[side.name] += wall
+            self.cpu_ns[side.name] += cpu
+        return cpu / len(sets) / 1e3  # the charge: the kernel's CPU clock of the side's process
+
+    def run(self) -> dict[str, Any]:
+        q = self.q
+        sample = self.fresh(1)[0][0]
+        per_call = plan_layout(self.spec, self.case, self.act, sample, 1).call_bytes
+        k_max = max(1, min(q.max_calls, q.arena_bytes // per_call))
+        layout = plan_layout(self.spec, self.case, self.act, sample, k_max)
+        b = Side("baseline", self.base_client, Arena(layout), REFERENCE)
+        c = Side("candidate", self.cand_client, Arena(layout), self.op.key)
+        try:
+            b.setup(self.spec, self.params, q.call_timeout_s)
+            c.setup(self.spec, self.params, q.call_timeout_s)
+            return self._measure(b, c, k_max)
+        finally:
+            b.release()
+            c.release()
+
+    def _measure(self, b: Side, c: Side, k_max: int) -> dict[str, Any]:
+        q = self.q
+        t_start = time.monotonic()
+        one = self.fresh(1)
+        self.batch(b, c, one)  # first touch; judged, not counted
+        t_b = self.batch(b, c, self.fresh(1)) * 1e-6
+        k = max(1, min(k_max, math.ceil(q.batch_target_s / max(t_b, 1e-6))))  # from the clean side only
+        self.batch(c, b, self.fresh(k))  # warm-up: judged like every batch, not counted
+        self.batch(b, c, self.fresh(k))
+        self.counting = True
+        bs: list[float] = []
+        b2s: list[float] = []
+        cs: list[float] = []
+        rounds = 0
+        while True:
+            g1, g2 = self.fresh(k), self.fresh(k)
+            bs.append(self.batch(b, c, g1))
+            cs.append(self.batch(c, b, g1))
+            cs.append(self.batch(c, b, g2))
+            b2s.append(self.batch(b, c, g2))
+            rounds += 1
+            if rounds >= q.max_rounds:
+                break
+            if clearly_slower(bs, b2s, cs):
+                break  # a verdict already: more rounds add nothing
+            if rounds >= q.min_iters:
+                noise, spent = paired_figures(bs, b2s, cs)[1], time.monotonic() - t_start
+                # Past the budget only while the band is still too wide to decide on (a noisy box
+                # buys more rounds, up to the hard budget, rather than a NO_DECISION retry later).
+                if (
+                    noise < q.target_rel_err
+                    or spent > q.hard_budget_factor * q.budget_s
+                    or (spent > q.budget_s and noise < q.max_noise / 2)
+                ):
+                    break
+        empty = sorted(b.run_batch(0, q.call_timeout_s) for _ in range(3))[1]  # fixed cost of one batch
+        leak = b.snapshot() + c.snapshot()  # the full scan of both groups, once more
+        if leak > FROZEN_CPU_SLACK_NS:
+            raise TimingFailure(f"a side used {leak / 1e6:.2f} ms CPU while frozen after the last batch")
+        off_cpu = {k: self.wall_ns[k] / max(1, self.cpu_ns[k]) for k in self.wall_ns}
+        failure = off_cpu_failure(off_cpu, q.max_off_cpu, q.busy_off_cpu)
+        if failure is not None:
+            raise failure
+        sb, sb2, sc = _stats(bs), _stats(b2s), _stats(cs)
+        mb = (sb["median_us"] + sb2["median_us"]) / 2
+        speedup, noise = paired_figures(bs, b2s, cs)
+        return {
+            "case": self.case.label,
+            "baseline_us": sb["median_us"],
+            "baseline2_us": sb2["median_us"],
+            "candidate_us": sc["median_us"],
+            "speedup": speedup,
+            "noise": noise,
+            "calls_per_batch": k,
+            "rounds": rounds,
+            "batches_judged": self.batches,
+            "ipc_overhead_frac": empty[1] / 1e3 / (mb * k),
+            "ipc_overhead_wall_frac": empty[0] / 1e3 / (self.wall_ns["baseline"] / 1e3 / (2 * rounds)),
+            "wall_over_cpu": off_cpu,
+            "frozen_cpu_ns": self.frozen_cpu_ns,
+            "clock": "host",
+            "series_us": {k: [round(x, 1) for x in v] for k, v in (("B", bs), ("B2", b2s), ("C", cs))},
+        }

@@ -1,0 +1,1 @@
+"""The model an arena serves: synthetic or trained checkpoints, real ones the operator names, prompts."""
