@@ -22,7 +22,7 @@ from typing import Any
 from cacheon_subnet import progress
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.owned_dir import mark_owned, wipe_owned
-from cacheon_subnet.validator.words import ID_NOTE, baseline_name, block, evidence_words, fractions, speed_words
+from cacheon_subnet.words import ID_NOTE, baseline_name, block, evidence_words, fractions, speed_words
 
 log = get_logger("cacheon.demo")
 REPO = Path(__file__).resolve().parent.parent

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cacheon_subnet.errors import CacheonError
+from cacheon_subnet.procs import live_members
 
 SHUTDOWN = threading.Event()
 SHUTDOWN_GRACE_S = 3.0  # TERM -> KILL for children on shutdown (pm2's kill timeout is 30 s by default)
@@ -107,8 +108,6 @@ def _kill_groups(children: dict[int, str], grace_s: float) -> None:
 
 
 def _group_alive(pgid: int) -> bool:
-    from cacheon_subnet.sandbox import live_members
-
     return bool(live_members(pgid))
 
 

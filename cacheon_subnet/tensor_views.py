@@ -12,7 +12,7 @@ import hashlib
 import threading
 from collections import deque
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import torch
 
@@ -90,7 +90,8 @@ def _staged_leaves(flat: torch.Tensor) -> list[bytes]:
     with _lock:
         bufs = _staging.get(pin) or [torch.empty(DIGEST_CHUNK, dtype=torch.uint8, pin_memory=pin) for _ in range(_STAGES)]
         _staging[pin] = []  # held by this call; a concurrent caller makes its own
-    pool, pending, leaves = _executor(), deque(), []
+    pool, leaves = _executor(), []
+    pending: deque[Future[bytes]] = deque()
     try:
         for i, lo in enumerate(range(0, flat.numel(), DIGEST_CHUNK)):
             if len(pending) == _STAGES:
@@ -105,3 +106,19 @@ def _staged_leaves(flat: torch.Tensor) -> list[bytes]:
         with _lock:
             _staging[pin] = bufs
     return leaves
+
+
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def same_bits(t: torch.Tensor, ref: torch.Tensor) -> bool:
+    """Bit-for-bit equality, for what must not change at all (read-only inputs, engine state).
+    Value equality has -0.0 == 0.0: a policy-clean kernel kept a call counter in the sign of an
+    engine cache's exact zeros that no check named (red team 2026-12-04); and a NaN never equals
+    itself."""
+    if t.shape != ref.shape or t.dtype != ref.dtype:
+        return False
+    bits = _BITS.get(t.element_size()) if (t.is_floating_point() or t.is_complex()) else None
+    if bits is None:  # integers and bools: values are bits
+        return torch.equal(t, ref)
+    return torch.equal(t.contiguous().view(bits), ref.contiguous().view(bits))

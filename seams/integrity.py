@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from cacheon_subnet.verify.judge import same_bits  # bit-for-bit (-0.0 and NaN payloads): see its docstring
+from cacheon_subnet.tensor_views import same_bits  # bit-for-bit (-0.0 and NaN payloads): see its docstring
 
 MAX_BYTES = 8 << 30
 

@@ -14,7 +14,7 @@ from cacheon_subnet import progress
 from cacheon_subnet.demo import MINERS, VALIDATORS, check_expectations
 from cacheon_subnet.owned_dir import MARKER, NotOwnedError, is_owned, mark_owned, wipe_owned
 from cacheon_subnet.validator import status as vstatus
-from cacheon_subnet.validator.words import evidence_words, speed_words, wrap
+from cacheon_subnet.words import evidence_words, speed_words, wrap
 
 CLI = [sys.executable, "-m", "cacheon_subnet.cli"]
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from cacheon_subnet import lifecycle, sockpath
 from cacheon_subnet.errors import SandboxError
+from cacheon_subnet.procs import live_members
 from cacheon_subnet.sandbox import launcher, tmpfs
 from cacheon_subnet.sandbox.fsview import chown_tree, reclaim_tree, remove_tree
 from cacheon_subnet.sandbox.policy import (
@@ -352,19 +353,3 @@ def members(proc: subprocess.Popen[bytes]) -> list[int]:
         proc.cacheon_ns = ns  # type: ignore[attr-defined]
         return namespace_members(ns)
     return live_members(proc.pid)
-
-
-def live_members(pgid: int) -> list[int]:
-    """PIDs of process group `pgid` that are not yet zombies (read from /proc)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            out.append(int(entry))
-    return out

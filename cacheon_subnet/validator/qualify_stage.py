@@ -17,7 +17,7 @@ from cacheon_subnet.validator.dispatch import JobResult, QualifyJob, finished_jo
 from cacheon_subnet.validator.qualify_result import result_problem
 from cacheon_subnet.validator.state import Contribution
 from cacheon_subnet.validator.storable import storable
-from cacheon_subnet.validator.words import VERDICT_WORDS
+from cacheon_subnet.words import VERDICT_WORDS
 
 
 class QualifyStages:

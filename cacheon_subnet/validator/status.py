@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cacheon_subnet.validator.state import STATES, StateDB
-from cacheon_subnet.validator.words import ID_NOTE, baseline_name, block, evidence_words, fractions, printable, speed_words
+from cacheon_subnet.words import ID_NOTE, baseline_name, block, evidence_words, fractions, printable, speed_words
 
 
 def _short(cid: str | None) -> str:

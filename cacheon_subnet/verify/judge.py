@@ -10,7 +10,7 @@ import torch
 
 from cacheon_subnet.slots.compare import compare, nonfinite_count
 from cacheon_subnet.slots.spec import SlotSpec, dtype_of
-from cacheon_subnet.tensor_views import tensor_digest
+from cacheon_subnet.tensor_views import same_bits, tensor_digest
 from cacheon_subnet.verify.report import Failure
 
 POISON_FLOAT = (float("nan"), -31337.0)
@@ -34,22 +34,6 @@ def bit_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.is_floating_point():
         return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
     return bool((a == b).all())
-
-
-_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def same_bits(t: torch.Tensor, ref: torch.Tensor) -> bool:
-    """Bit-for-bit equality, for what must not change at all (read-only inputs, engine state).
-    Value equality has -0.0 == 0.0: a policy-clean kernel kept a call counter in the sign of an
-    engine cache's exact zeros that no check named (red team 2026-12-04); and a NaN never equals
-    itself."""
-    if t.shape != ref.shape or t.dtype != ref.dtype:
-        return False
-    bits = _BITS.get(t.element_size()) if (t.is_floating_point() or t.is_complex()) else None
-    if bits is None:  # integers and bools: values are bits
-        return torch.equal(t, ref)
-    return torch.equal(t.contiguous().view(bits), ref.contiguous().view(bits))
 
 
 # Reasons a worker may report for its own failure; anything else is a protocol violation.

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHILD = r"""
 import collections, multiprocessing.reduction as r, os, pickle
 dumps = pickle.dumps
-from arena import unpickle_guard as g
+from arena.engine import unpickle_guard as g
 g.install()
 for o in [("ok", None), {"a": [1, 2.5, None, (3, "x")]}, collections.OrderedDict(a=1), b"xy", {1, 2}, range(3)]:
     assert pickle.loads(dumps(o)) == o and r.ForkingPickler.loads(dumps(o)) == o, o
@@ -97,7 +97,7 @@ msg = io.BatchTokenIDOutput(
 rpc = io.RpcReqOutput(True, "ok")
 blobs = [(pickle.dumps(m, protocol=p), p) for m in (msg, rpc) for p in (4, 5)]
 bad = pickle.dumps(sb.ScheduleBatch())  # an engine class that is no message: a gap, named, not forging
-from arena import unpickle_guard as g
+from arena.engine import unpickle_guard as g
 g.install()
 for b, p in blobs:
     got = pickle.loads(b)
@@ -144,7 +144,7 @@ def test_the_schedulers_real_message_globals_load_and_a_non_message_class_is_a_n
 GADGETS = r"""
 import io, os, pickle, sys
 import numpy as np
-from arena import unpickle_guard as g
+from arena.engine import unpickle_guard as g
 g.install()
 P = pickle
 def payload():

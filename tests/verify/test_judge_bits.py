@@ -5,7 +5,8 @@ engine cache's exact zeros (red team 2026-12-04)."""
 import torch
 
 from cacheon_subnet.slots import get_slot
-from cacheon_subnet.verify.judge import check_inputs_untouched, same_bits
+from cacheon_subnet.tensor_views import same_bits
+from cacheon_subnet.verify.judge import check_inputs_untouched
 
 
 def test_a_sign_of_zero_or_nan_payload_write_into_an_input_is_input_mutated():
