@@ -13,7 +13,7 @@ TRITON_SPEC ?= triton==3.6.0
 TEST_JOBS ?= 2
 # --durations: every run lists its slowest tests, so the suite-time budget (~15 min) stays visible
 
-.PHONY: demo test install clean doctor
+.PHONY: demo test lint install clean doctor
 
 # No -q: pip shows its own progress bars (on a terminal); the torch wheel alone takes minutes on a slow link.
 $(VENV)/.installed: pyproject.toml
@@ -37,6 +37,13 @@ doctor: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -n $(TEST_JOBS) --durations=40
+
+# The checks the pre-commit hook runs (.pre-commit-config.yaml), read-only: nothing is rewritten.
+# CI runs them through the suite (tests/test_lint.py, tests/test_types.py), so .ci/run does not repeat them.
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .cacheon

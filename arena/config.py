@@ -275,7 +275,7 @@ def _section(path: Path, name: str, cls: type, raw: Any) -> Any:
     if unknown:
         raise ArenaConfigError(f"{path}: [{name}] unknown key(s) {unknown} (known: {sorted(known)})")
     defaults = cls()
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in raw.items():
         want = getattr(defaults, key)
         if isinstance(want, tuple):

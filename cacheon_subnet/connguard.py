@@ -163,7 +163,7 @@ class Tally:
             self._count, self._last = 0, now
 
 
-def _released(transport: asyncio.BaseTransport) -> bool:
+def _released(transport: asyncio.Transport) -> bool:
     """True once the connection's socket is really closed (a closing transport with unsent data
     still holds its fd)."""
     sock = transport.get_extra_info("socket")
@@ -175,9 +175,9 @@ class ConnTable:
 
     def __init__(self, limits: Limits, clock: Callable[[], float] = time.monotonic) -> None:
         self.limits, self.clock = limits, clock
-        self._conns: dict[asyncio.BaseTransport, tuple[str, float]] = {}
+        self._conns: dict[asyncio.Transport, tuple[str, float]] = {}
         self._per: Counter[str] = Counter()
-        self._by_key: dict[str, dict[asyncio.BaseTransport, None]] = {}  # each client's, oldest first
+        self._by_key: dict[str, dict[asyncio.Transport, None]] = {}  # each client's, oldest first
         self._groups: dict[str, Counter[str]] = {}  # network -> its clients' connection counts
         self.evicted = 0
 
@@ -191,7 +191,7 @@ class ConnTable:
         for t in [t for t in self._conns if _released(t)]:
             self._drop(t)
 
-    def _drop(self, t: asyncio.BaseTransport) -> None:
+    def _drop(self, t: asyncio.Transport) -> None:
         key, _ = self._conns.pop(t)
         self._per[key] -= 1
         mine, group = self._by_key[key], client_group(key)
@@ -202,7 +202,7 @@ class ConnTable:
             if not self._groups[group]:
                 del self._groups[group]
 
-    def _victim(self) -> asyncio.BaseTransport:
+    def _victim(self) -> asyncio.Transport:
         """The oldest connection of the client holding the most in the network holding the most."""
         group = max(self._groups, key=lambda g: self._groups[g].total())
         key = max(self._groups[group], key=self._groups[group].__getitem__)
@@ -222,7 +222,7 @@ class ConnTable:
             self.evicted += 1
         return True
 
-    def add(self, key: str, transport: asyncio.BaseTransport) -> None:
+    def add(self, key: str, transport: asyncio.Transport) -> None:
         self._conns[transport] = (key, self.clock())
         self._per[key] += 1
         self._by_key.setdefault(key, {})[transport] = None

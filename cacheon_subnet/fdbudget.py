@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import resource
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 LOW_NOFILE = 4096  # below this hard limit the operator is told to raise it (LimitNOFILE=, ulimit -Hn)
 
@@ -43,7 +44,15 @@ def raise_nofile() -> FdBudget:
     return FdBudget(_num(before), _num(soft), _num(hard))
 
 
-def log_budget(log: object, event: str = "validator.nofile") -> FdBudget:
+class EventLog(Protocol):
+    """The two structlog methods used here: callers pass their own bound logger (or a test's stub)."""
+
+    def info(self, event: str, **kw: Any) -> Any: ...
+
+    def warning(self, event: str, **kw: Any) -> Any: ...
+
+
+def log_budget(log: EventLog, event: str = "validator.nofile") -> FdBudget:
     """raise_nofile(), logged: info when the budget is fine, a warning saying how to fix a low one."""
     b = raise_nofile()
     if b.low:
@@ -51,10 +60,10 @@ def log_budget(log: object, event: str = "validator.nofile") -> FdBudget:
             event,
             soft_before=b.before,
             soft=b.soft,
-            hard=b.hard,  # type: ignore[attr-defined]
+            hard=b.hard,
             fix=f"the hard fd limit is below {LOW_NOFILE}: raise it (systemd LimitNOFILE=65536, "
             "`ulimit -Hn 65536` before pm2 starts, or docker --ulimit nofile=65536:65536)",
         )
     else:
-        log.info(event, soft_before=b.before, soft=b.soft, hard=b.hard)  # type: ignore[attr-defined]
+        log.info(event, soft_before=b.before, soft=b.soft, hard=b.hard)
     return b

@@ -17,7 +17,10 @@ import os
 import shutil
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 _SPAWN_EVENTS = frozenset(
     {"subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "pty.spawn"}
@@ -78,7 +81,7 @@ class SandboxViolation(PermissionError):
 
 def _bundle_frame() -> str | None:
     root = _state["bundle_root"]
-    f = sys._getframe(2)
+    f: FrameType | None = sys._getframe(2)
     while f is not None:
         fn = f.f_code.co_filename
         if fn.startswith(root):
@@ -91,7 +94,7 @@ def _toolchain_asks() -> bool:
     """True when the nearest frame outside the stdlib lives in triton or torch (their compilers
     run ptxas / cc and load libraries while a kernel launches). A bundle frame, or no
     non-stdlib frame at all (a thread started on os.system / ctypes.CDLL), is False."""
-    f = sys._getframe(2)
+    f: FrameType | None = sys._getframe(2)
     stdlib, root, tools = _state["stdlib"], _state["bundle_root"], _state["toolchains"]
     while f is not None:
         fn = f.f_code.co_filename

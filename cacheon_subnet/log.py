@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import TextIO
+from collections.abc import MutableMapping
+from typing import Any, TextIO, cast
 
 import structlog
 
@@ -41,7 +42,7 @@ class _Sink:
     def isatty(self) -> bool:
         return self._out().isatty()
 
-    def render(self, logger: object, name: str, event: dict) -> str:
+    def render(self, logger: Any, name: str, event: MutableMapping[str, Any]) -> str | bytes:
         return (_JSON if self.json else _CONSOLE)(logger, name, event)
 
 
@@ -73,7 +74,8 @@ def configure(level: str | None = None, json: bool | None = None, file: TextIO |
     structlog.configure(
         processors=[*_shared(), _SINK.render],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(file=_SINK),
+        # cast: the sink is a TextIO by duck typing (write/flush/isatty), all PrintLogger uses
+        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _SINK)),
         cache_logger_on_first_use=True,
     )
     _route_stdlib(lvl)
@@ -83,7 +85,7 @@ def configure(level: str | None = None, json: bool | None = None, file: TextIO |
 def _route_stdlib(lvl: int) -> None:
     """One root handler rendering stdlib records like ours, into the same sink; other root
     handlers are removed (a library's basicConfig would print a second, non-JSON copy of each line)."""
-    handler = logging.StreamHandler(_SINK)  # type: ignore[arg-type]
+    handler = logging.StreamHandler(_SINK)
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from cacheon_subnet.bundle.engine_tree import open_tree
+from cacheon_subnet.bundle.engine_tree import TreeOp, open_tree
 from cacheon_subnet.bundle.jitkeys import salt_kernel_keys
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.custom_op import register_slot_op
@@ -71,13 +71,13 @@ def register_candidates(
         register_handicap(slow_baseline, slots, registry)
     if slow_candidate:
         register_slowdown(slow_candidate, slots, registry)
-    ops = ()
+    ops: tuple[TreeOp, ...] = ()
     if env.get("CACHEON_ENGINE_TREE") or not (controls or slow_baseline or slow_candidate):
         tree = open_tree(Path(env["CACHEON_ENGINE_TREE"]), env["CACHEON_ENGINE_TREE_DIGEST"])
         if str(tree.root) not in sys.path:
             sys.path.insert(0, str(tree.root))
         ops = tree.ops
-    packages = []
+    packages: list[str] = []
     for op in ops:
         if op.slot not in slots:
             continue

@@ -160,7 +160,7 @@ def contribution_frames() -> list[str]:
     """Threads whose stack runs code of a sealed package: a contribution's work still running."""
     out = []
     for tid, frame in sys._current_frames().items():
-        f = frame
+        f: types.FrameType | None = frame
         while f is not None:
             name = f.f_globals.get("__name__")
             if isinstance(name, str) and name.startswith(PREFIX):

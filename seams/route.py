@@ -98,7 +98,7 @@ def set_route(model_runner: Any, route: str, epoch: int, registry: Registry = RE
         from seams import hooks
 
         if route == "pristine":
-            model = getattr(model_runner, "model", None)
+            model: Any = getattr(model_runner, "model", None)  # the engine's torch module, if any
             restored = hooks.detach(model.modules() if hasattr(model, "modules") else ())
             if not hooks.detached():
                 raise RuntimeError("pristine route: no hooked binding found to restore")

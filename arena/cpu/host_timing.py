@@ -27,6 +27,7 @@ import mmap
 import os
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -270,13 +271,22 @@ class Side:
         self.client = client
         self.arena = arena
         self.target = target
-        self.pgid = client.proc.pid  # the worker called setsid: its pid is its group
+        proc: subprocess.Popen[bytes] | None = client.proc
+        if proc is None:
+            raise RuntimeError(f"{name}: timing a worker that was never started")
+        self.pgid = proc.pid  # the worker called setsid: its pid is its group
         # behind the sandbox wall the unit is the child's own pid namespace: every process of it
         # (a setsid or double-forked one too) is frozen, scanned and charged
-        self.ns = _sandbox_ns(client.proc.pid)
+        self.ns = _sandbox_ns(self.pgid)
         self.members: dict[int, int] = {}  # pid -> CPU ns at the last freeze
         self.children = 0  # the leader's reaped children's CPU (clock ticks): must never move
         self.frozen = False
+
+    def _sock(self) -> socket.socket:
+        """The worker's socket, looked up each time (the client owns it)."""
+        if self.client.sock is None:
+            raise RuntimeError(f"{self.name}: the worker's socket is closed")
+        return self.client.sock
 
     def setup(self, spec: SlotSpec, params: Mapping[str, Any], timeout_s: float) -> None:
         lay = self.arena.layout
@@ -288,9 +298,10 @@ class Side:
             "calls": [lay.call_json() for _ in range(lay.calls)],
             "params": dict(params),
         }
-        fd = self.client.sock.fileno()
+        sock = self._sock()
+        fd = sock.fileno()
         wire.send(fd, msg, None, time.monotonic() + timeout_s)
-        socket.send_fds(self.client.sock, [b"M"], [self.arena.fd])
+        socket.send_fds(sock, [b"M"], [self.arena.fd])
         reply, _ = wire.recv(fd, deadline=time.monotonic() + timeout_s)
         if not reply.get("ok"):
             raise TimingFailure(
@@ -376,7 +387,7 @@ class Side:
 
     def run_batch(self, calls: int, timeout_s: float) -> tuple[int, int]:
         """One timed batch: (wall ns, CPU ns) on the host's clock and the kernel's accounting."""
-        fd = self.client.sock.fileno()
+        fd = self._sock().fileno()
         deadline = time.monotonic() + timeout_s
         t0 = time.perf_counter_ns()
         self.thaw()

@@ -23,7 +23,6 @@ from cacheon_subnet.errors import UsageError
 from cacheon_subnet.scoring.settle import Crown
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.validator.qualify_result import Qualifier, QualifyResult, result_problem  # noqa: F401 - re-exported
-from cacheon_subnet.words import speed_words
 from cacheon_subnet.verify import wire
 from cacheon_subnet.verify.client import (
     WorkerClient,
@@ -31,6 +30,7 @@ from cacheon_subnet.verify.client import (
     WorkerDied,
     WorkerTimeout,
 )
+from cacheon_subnet.words import speed_words
 
 
 @dataclass(frozen=True)

@@ -102,12 +102,17 @@ def reading(run: Any) -> dict[str, Any] | None:
 LEFT_EMPTY = ("modules", "alive", "frames", "sys_path", "fds")
 
 
+def _sample(v: Any) -> Any:
+    """The first few of a reported list; anything else (a key the rank left out: None) as it is."""
+    return list(v)[:4] if isinstance(v, (list, tuple)) else v
+
+
 def leftovers(rank: str, left: Any, where: str) -> list[str]:
     """What a rank says is left of any contribution (all empty, the registry empty on stock)."""
     if not isinstance(left, dict):
         return [f"rank {rank}: no leftovers report after {where}"]
     out = [
-        f"rank {rank}: {k} of a contribution still there after {where}: {list(left.get(k))[:4]}"
+        f"rank {rank}: {k} of a contribution still there after {where}: {_sample(left.get(k))}"
         for k in LEFT_EMPTY
         if left.get(k) != []
     ]

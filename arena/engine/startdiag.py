@@ -235,12 +235,12 @@ class ProcSampler(threading.Thread):
             self.env_seen[name[:40]] = odd
 
     def summary(self) -> dict[str, Any]:
-        by_name: Counter[str] = Counter()
+        by_name: dict[str, float] = {}  # CPU seconds: a Counter holds ints
         for name, cpu in self.cpu.values():
-            by_name[name[:40]] += cpu
+            by_name[name[:40]] = by_name.get(name[:40], 0.0) + cpu
         return {
             "tools": dict(sorted(self.tools.items())),
-            "procs": {k: round(v, 1) for k, v in by_name.most_common(TOP)},
+            "procs": {k: round(v, 1) for k, v in sorted(by_name.items(), key=lambda kv: kv[1], reverse=True)[:TOP]},
             "env_seen": self.env_seen,
             "scans": self.scans,
         }

@@ -159,7 +159,8 @@ def load(
 
 def install() -> None:
     """In the driver, before the engine (or anything that unpickles) is imported."""
-    pickle.loads, pickle.load, pickle.Unpickler = loads, load, DataUnpickler  # type: ignore[assignment, misc]
+    # the guard replaces pickle's own names on purpose: every later unpickler in the driver is ours
+    pickle.loads, pickle.load, pickle.Unpickler = loads, load, DataUnpickler  # type: ignore[misc]
     import multiprocessing.reduction as reduction
 
-    reduction.ForkingPickler.loads = staticmethod(loads)  # type: ignore[assignment]
+    reduction.ForkingPickler.loads = staticmethod(loads)

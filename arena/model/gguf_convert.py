@@ -152,6 +152,7 @@ def tokenizer_files(reader: Any, config: dict[str, Any]) -> dict[str, dict[str, 
         raise GGUFConvertError(f"tokenizer.ggml.model {model!r}: only byte-level BPE ('gpt2') is converted")
     pre = _field(reader, "tokenizer.ggml.pre", "")
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    pre_tok: dict[str, object]
     if pre in _DIGIT_PRE:
         pre_tok = {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True}, byte_level]}
     elif pre in _GPT2_PRE:

@@ -58,6 +58,14 @@ def _f(d: dict[str, Any], key: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def _need(d: dict[str, Any], key: str) -> float:
+    """A metric every spread records: missing or not a number is a ValueError naming it."""
+    v = _f(d, key)
+    if v is None:
+        raise ValueError(f"stock-vs-stock spread: metric {key!r} is {d.get(key)!r}, not a number")
+    return v
+
+
 MEANS = frozenset({"nll_mean", "greedy_agreement", "kl_mean"})  # per-position means: their spread shrinks with n
 
 
@@ -94,19 +102,21 @@ def derive_policy(
     out: dict[str, float] = {}
     seen: dict[str, float] = {}
     for metric, key in DELTAS:
-        seen[metric] = max(abs(_f(s["b_prime"], metric) - _f(s["b"], metric)) for s in spreads)
-        worst = max(abs(_f(s["b_prime"], metric) - _f(s["b"], metric)) * _scale(s, metric, full_sample) for s in spreads)
+        seen[metric] = max(abs(_need(s["b_prime"], metric) - _need(s["b"], metric)) for s in spreads)
+        worst = max(
+            abs(_need(s["b_prime"], metric) - _need(s["b"], metric)) * _scale(s, metric, full_sample) for s in spreads
+        )
         out[key] = max(floor, k * worst)
     drops, scaled_drops = [], []
     for s in spreads:
-        a, b = _f(s["b"], "greedy_agreement"), _f(s["b_prime"], "greedy_agreement")
+        a, b = _need(s["b"], "greedy_agreement"), _need(s["b_prime"], "greedy_agreement")
         drops.append(1 - min(a, b) / max(a, b) if max(a, b) > 0 else 1.0)
         scaled_drops.append(drops[-1] * _scale(s, "greedy_agreement", full_sample))
     seen["greedy_agreement_drop"] = max(drops)
     out["min_agreement_ratio"] = max(0.0, 1 - k * max(scaled_drops))
     for metric, fkey, lkey in SCALED:
-        vals = [(_f(s["b"], metric), _f(s["b_prime"], metric), _scale(s, metric, full_sample)) for s in spreads]
-        vals = [(a, b, c) for a, b, c in vals if a is not None and b is not None]
+        raw = [(_f(s["b"], metric), _f(s["b_prime"], metric), _scale(s, metric, full_sample)) for s in spreads]
+        vals = [(a, b, c) for a, b, c in raw if a is not None and b is not None]
         if not vals:
             continue  # not recorded (no top-k): keep the base policy's
         ratios = [max(a, b) / min(a, b) if min(a, b) > 0 else 1.0 for a, b, _ in vals]
@@ -194,7 +204,7 @@ def _metrics(d: dict[str, Any]) -> q.QualityMetrics:
 def regrade(doc: dict[str, Any], policy: q.QualityPolicy) -> list[tuple[str, str, tuple[str, ...]]]:
     """(stage, verdict, reasons) of a recorded result's graded stages under another policy: the
     C-vs-B metrics the arena recorded, judged again (no engine)."""
-    out = []
+    out: list[tuple[str, str, tuple[str, ...]]] = []
     for key in ("quality", "confirm_quality"):
         m = ((doc.get(key) or {}).get("metrics")) or {}
         if "b" in m and "c" in m:

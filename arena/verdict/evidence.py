@@ -47,7 +47,8 @@ def _declines(receipt: dict[str, Any], key: str, who: str) -> tuple[list[str], l
     """Routed calls the candidate did not take (seams/dispatch.py), split by whose they are."""
     rank = receipt.get("rank")
     took = int(((receipt.get("slots") or {}).get(key) or {}).get("fired", 0))
-    abi, notes = [], []
+    abi: list[str] = []
+    notes: list[str] = []
     for reason, n in sorted(((receipt.get("declines") or {}).get(key) or {}).items()):
         line = f"rank {rank}: the {who} took {took} call(s) and declined {n} ({reason})"
         (abi if str(reason).startswith("abi:") else notes).append(line)
@@ -199,7 +200,8 @@ def tampering(records: Sequence[dict[str, Any]], slot: str) -> tuple[list[str], 
     theirs: list[str] = []
     inc = receipt_key(slot, "incumbent")
     for rank, answers in sorted(answer_trail(records).items()):
-        route, prev, prev_label, seen = "candidate", {}, "start", set()
+        route, prev_label, seen = "candidate", "start", set()
+        prev: dict[str, Any] = {}
         for label, a in answers:
             views = [(a.get("static") or {}, a.get("counts", {}), label)]
             if a.get("kind") == "route":

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import IO
 
 from cacheon_subnet.bundle.digest import content_digest
 from cacheon_subnet.bundle.limits import (
@@ -205,7 +206,7 @@ def _same_layout(archive: str, name: str, layout: list[Entry], i: int, member: t
         )
 
 
-def _read_capped(fobj: io.BufferedReader, rel: str, limits: Limits) -> bytes:
+def _read_capped(fobj: IO[bytes], rel: str, limits: Limits) -> bytes:
     data = fobj.read(limits.file_bytes + 1)  # one allocation, never more than the cap + 1
     if len(data) > limits.file_bytes:
         raise BundleError(rel, "file-too-large", f"more than {limits.file_bytes} bytes")

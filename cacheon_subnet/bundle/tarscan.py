@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import tarfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
@@ -38,6 +39,11 @@ _META = frozenset({b"x", b"g", b"L", b"K"})
 _REGULAR = frozenset({b"0", b"\x00", b"7"})
 _GZIP_TWO_VIEWS = 0x04 | 0xE0  # FEXTRA, reserved
 _NO_DATA = frozenset({b"1", b"2", b"3", b"4", b"5", b"6"})  # links, devices, dirs, fifos: no data blocks
+# tarfile's own header-field parsers, so a field reads here exactly as tarfile.open reads it; they are
+# module-level but private (not in typeshed), hence the ignores.
+_nti: Callable[[bytes], int] = tarfile.nti  # type: ignore[attr-defined]
+_calc_chksums: Callable[[bytes], tuple[int, int]] = tarfile.calc_chksums  # type: ignore[attr-defined]
+_InvalidHeaderError: type[Exception] = tarfile.InvalidHeaderError  # type: ignore[attr-defined]
 
 
 class Entry(NamedTuple):
@@ -111,8 +117,8 @@ class _Inflater:
 
 def _size(header: bytes, name: str) -> int:
     try:
-        n = tarfile.nti(header[124:136])
-    except tarfile.InvalidHeaderError:
+        n = _nti(header[124:136])
+    except _InvalidHeaderError:
         raise BundleError(name, "archive-corrupt", "bad size field in a tar header") from None
     if n < 0:
         raise BundleError(name, "archive-corrupt", "negative size in a tar header")
@@ -121,10 +127,10 @@ def _size(header: bytes, name: str) -> int:
 
 def _checksum_ok(header: bytes) -> bool:
     try:
-        want = tarfile.nti(header[148:156])
-    except tarfile.InvalidHeaderError:
+        want = _nti(header[148:156])
+    except _InvalidHeaderError:
         return False
-    return want in tarfile.calc_chksums(header)
+    return want in _calc_chksums(header)
 
 
 def _pax_size(payload: bytes, name: str) -> int | None:

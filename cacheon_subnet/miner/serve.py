@@ -344,14 +344,16 @@ def probe(
     urls: UrlPolicy = STRICT,
 ) -> Probe:
     """Blocking `aprobe`; safe to call from a thread that already runs an event loop."""
-    coro_args = (url, expected_digest)
-    kw = {"timeout_s": timeout_s, "max_bytes": max_bytes, "urls": urls}
+
+    def run() -> Probe:
+        return asyncio.run(aprobe(url, expected_digest, timeout_s=timeout_s, max_bytes=max_bytes, urls=urls))
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(aprobe(*coro_args, **kw))
+        return run()
     out: list[Probe] = []
-    t = threading.Thread(target=lambda: out.append(asyncio.run(aprobe(*coro_args, **kw))))
+    t = threading.Thread(target=lambda: out.append(run()))
     t.start()
     t.join()
     if not out:

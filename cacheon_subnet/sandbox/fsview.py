@@ -90,7 +90,7 @@ def _split(src: str, secret: Sequence[str], broad: Sequence[str], force: bool) -
     children, recursively. A secret or a shared dir yields nothing."""
     if any(_under(src, d) for d in secret) or src in SHARED:
         return []
-    if not force and src not in broad and not any(_under(d, src) for d in secret + SHARED):
+    if not force and src not in broad and not any(_under(d, src) for d in (*secret, *SHARED)):
         return [src]
     out: list[str] = []
     try:

@@ -103,12 +103,12 @@ def payout_table(
     """Per-target breakdown (sorted by target) behind compute_weights; handy for logs and audits."""
     names = sorted(set(targets))
     by_target: dict[str, Crown] = {}
-    for crown in crowns:
-        if crown.target in by_target:
-            raise ScoringError(f"Crown.target: two crowns for {crown.target!r}")
-        if crown.crowned_block > block:
-            raise ScoringError(f"Crown.crowned_block: {crown.target!r} crowned at {crown.crowned_block}, after {block}")
-        by_target[crown.target] = crown
+    for c in crowns:
+        if c.target in by_target:
+            raise ScoringError(f"Crown.target: two crowns for {c.target!r}")
+        if c.crowned_block > block:
+            raise ScoringError(f"Crown.crowned_block: {c.target!r} crowned at {c.crowned_block}, after {block}")
+        by_target[c.target] = c
     if not names:
         return ()
     share = 1.0 / len(names)

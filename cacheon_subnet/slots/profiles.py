@@ -108,7 +108,7 @@ def register(profile: ModelProfile) -> ModelProfile:
 
 
 # model_type -> (experts key, top-k key, expert width key, renormalise key or a fixed value)
-_MOE_KEYS = {
+_MOE_KEYS: dict[str, tuple[str, str, str, str | bool]] = {
     "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob"),
     "qwen2_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob"),
     "mixtral": ("num_local_experts", "num_experts_per_tok", "intermediate_size", True),
@@ -138,7 +138,9 @@ def from_hf_config(doc: Mapping[str, object], name: str) -> ModelProfile:
     kv = int(num("num_key_value_heads", int, heads))
     if heads % kv:
         raise ValueError(f"config.json num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
-    head_dim = doc.get("head_dim") or (hidden // heads if hidden % heads == 0 else None)
+    # a present head_dim is checked like every other key (a ValueError naming it, not int()'s TypeError)
+    given = doc.get("head_dim")
+    head_dim = int(num("head_dim")) if given else (hidden // heads if hidden % heads == 0 else None)
     if head_dim is None:
         raise ValueError(f"config.json lacks 'head_dim' and hidden_size {hidden} is not a multiple of {heads} heads")
     moe = None

@@ -49,7 +49,10 @@ def result_problem(result: Any) -> str | None:
 
 
 class Qualifier(Protocol):
-    arena_id: str
-    label: str
+    @property
+    def arena_id(self) -> str: ...  # read-only: a frozen dataclass's field or a property both fit
+
+    @property
+    def label(self) -> str: ...
 
     def qualify(self, bundle: Bundle, op: OpEntry, incumbent: Crown | None) -> QualifyResult: ...

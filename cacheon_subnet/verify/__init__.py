@@ -4,7 +4,12 @@
 static scan (`from cacheon_subnet.verify import policy`: `cacheon pack`, the validator's static
 screen) runs without importing torch."""
 
+from typing import TYPE_CHECKING
+
 from cacheon_subnet.verify.report import REASONS, Failure, OpResult, VerifyReport
+
+if TYPE_CHECKING:  # the checker sees the runner's names; at run time __getattr__ imports them when asked
+    from cacheon_subnet.verify.runner import VerifyOptions, verify_bundle
 
 __all__ = ["REASONS", "Failure", "OpResult", "VerifyOptions", "VerifyReport", "verify_bundle"]
 _FROM_RUNNER = ("VerifyOptions", "verify_bundle")

@@ -144,7 +144,9 @@ class OpTrials:
         (as many replays as the plan drew and the frame holds); every replay's outputs are judged
         against its own reference."""
         spec = self.spec
-        if not g.replays:  # the frame would pass the wire's limit and the worker would die on it: not the kernel's doing
+        # no replays (and so no parcel): the frame would pass the wire's limit and the worker would
+        # die on it, which is not the kernel's doing
+        if not g.replays or g.parcel is None:
             log.warning(
                 "verify.graph_skipped",
                 op=self.op.key,

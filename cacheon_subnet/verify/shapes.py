@@ -126,7 +126,7 @@ def from_arena_config(cfg: Any) -> ArenaShapes:
     model = cfg.profile if getattr(cfg.model, "path", None) else None  # a real checkpoint: its own shapes
     running = min(w.prompts_per_window, e.max_running_requests)
     padded = next((b for b in sorted(decode) if b >= running), None) if e.cuda_graph else running
-    window = ((("decode", padded),) if padded in decode else ()) + (("prefill", top),)
+    window = ((("decode", padded),) if padded is not None and padded in decode else ()) + (("prefill", top),)
     return ArenaShapes(
         profile=model.name if model else cfg.model.profile,
         decode_batches=decode,

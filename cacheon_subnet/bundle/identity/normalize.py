@@ -308,12 +308,12 @@ class _Renamer(ast.NodeTransformer):
     def visit_Call(self, node: ast.Call) -> ast.AST:
         f = node.func.value if isinstance(node.func, ast.Subscript) else node.func
         renamed = self._callee_params(f)
-        new = self.generic_visit(node)
+        self.generic_visit(node)  # rewrites the children in place and returns `node` itself
         if renamed:
-            for kw in new.keywords:
+            for kw in node.keywords:
                 if kw.arg in renamed:
                     kw.arg = renamed[kw.arg]
-        return new
+        return node
 
     def _callee_params(self, f: ast.expr) -> dict[str, str] | None:
         if isinstance(f, ast.Name) and not any(f.id in s for s in self.scopes) and f.id in self.p.origins[self.mod]:
@@ -345,6 +345,7 @@ class _Renamer(ast.NodeTransformer):
         self.scopes.pop()
         self.in_class = outer
         cls = type(node)
+        since_312: dict[str, Any] = {"type_params": []} if sys.version_info >= (3, 12) else {}
         return cls(
             name=name,
             args=args,
@@ -352,7 +353,7 @@ class _Renamer(ast.NodeTransformer):
             decorator_list=decorators,
             returns=returns,
             type_comment=None,
-            **({"type_params": []} if sys.version_info >= (3, 12) else {}),
+            **since_312,
         )
 
     visit_FunctionDef = _function
@@ -365,16 +366,16 @@ class _Renamer(ast.NodeTransformer):
     def visit_ClassDef(self, node: ast.ClassDef) -> ast.AST:
         name = self._name(node.name)
         outer, self.in_class = self.in_class, True
-        new = self.generic_visit(node)
+        self.generic_visit(node)  # in place, as in visit_Call
         self.in_class = outer
-        new.name = name
-        return new
+        node.name = name
+        return node
 
     def visit_ExceptHandler(self, node: ast.ExceptHandler) -> ast.AST:
-        new = self.generic_visit(node)
-        if new.name:
-            new.name = self._name(new.name)
-        return new
+        self.generic_visit(node)  # in place, as in visit_Call
+        if node.name:
+            node.name = self._name(node.name)
+        return node
 
 
 def _declared(tree: ast.AST) -> dict[int, set[str]]:

@@ -64,15 +64,23 @@ def sort_by_expert(out: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {"topk_ids": ids.gather(1, order).to(torch.int32), "topk_weights": out["topk_weights"].gather(1, order)}
 
 
+def _moe(name: str) -> profiles.MoEProfile:
+    """The MoE shapes of a profile named in profiles.MOE (a dense one has none: a ValueError)."""
+    m = profiles.get(name).moe
+    if m is None:
+        raise ValueError(f"model profile {name!r} has no MoE shapes")
+    return m
+
+
 # ---- moe.topk_softmax -------------------------------------------------------------------
 def _topk_cases(tier: str) -> list[ShapeCase]:
     out = []
     for name in profiles.MOE:
-        m = profiles.get(name).moe
+        m = _moe(name)
         for label, tokens in profiles.token_counts(tier):
             dims = {"T": tokens, "E": m.n_experts, "K": m.top_k}
             out.append(case(f"{name}/{label}", name, dims, renormalize=m.norm_topk_prob, topk=m.top_k))
-    m = profiles.get("qwen3-moe-mini").moe  # keep the flag meaningful: one case without it
+    m = _moe("qwen3-moe-mini")  # keep the flag meaningful: one case without it
     tokens = profiles.token_counts(tier)[1][1]
     out.append(
         case(
@@ -128,8 +136,7 @@ TOPK_SOFTMAX = SlotSpec(
 # ---- moe.fused_experts ------------------------------------------------------------------
 def _expert_cases(tier: str) -> list[ShapeCase]:
     def mk(name: str, label: str, tokens: int) -> ShapeCase:
-        p = profiles.get(name)
-        m = p.moe
+        p, m = profiles.get(name), _moe(name)
         dims = {"T": tokens, "H": p.hidden, "I": m.moe_intermediate, "E": m.n_experts, "K": m.top_k}
         return case(f"{name}/{label}", name, dims)
 

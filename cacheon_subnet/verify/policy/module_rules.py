@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 
 from cacheon_subnet.verify.policy import allowlist as A
+from cacheon_subnet.verify.policy.host import RuleHost
 from cacheon_subnet.verify.policy.scope import resolve_relative
 
 _CONST_EXPRS = (ast.BinOp, ast.BoolOp, ast.Compare, ast.UnaryOp, ast.IfExp, ast.Tuple)
@@ -18,10 +19,8 @@ MAX_REEXPORTS = 16
 _CONST_CALLS = frozenset({"float", "int", "min", "max", "abs", "round", "pow"})
 
 
-class ModuleRules:
-    """Needs from the host class: m, mods, files, dirs (every directory holding a member: a set,
-    not a scan of the members per name), add, resolve, check_binding, expr, attribute,
-    annotation, function, stmt, chain_of."""
+class ModuleRules(RuleHost):
+    """Needs from the host class what policy/host.RuleHost declares."""
 
     def module_stmt(self, i: int, st: ast.stmt) -> None:
         if i == 0 and isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant) and isinstance(st.value.value, str):

@@ -300,7 +300,7 @@ class _Checker(ModuleRules, TritonRules):
         elif isinstance(t, ast.Attribute):
             self.add(t, "P004", f"assignment to attribute .{t.attr} (monkey-patching)")
         elif isinstance(t, ast.Subscript) and not names_only:
-            base = t
+            base: ast.expr = t
             while isinstance(base, ast.Subscript):
                 self.expr(base.slice)
                 base = base.value

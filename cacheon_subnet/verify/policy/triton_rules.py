@@ -12,14 +12,15 @@ import ast
 import re
 
 from cacheon_subnet.verify.policy import allowlist as A
+from cacheon_subnet.verify.policy.host import RuleHost
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DEF_LINE = re.compile(r"^\s*def\b")
 _KERNEL_DEF = re.compile(r"^def [A-Za-z_][A-Za-z0-9_]*\(")  # what compiled Triton and the interpreter both find
 
 
-class TritonRules:
-    """Needs from the host class: m (ModuleIndex), add, const, expr, chain_of."""
+class TritonRules(RuleHost):
+    """Needs from the host class what policy/host.RuleHost declares (const: module_rules')."""
 
     def triton_source(self, fn: ast.FunctionDef) -> None:
         """Triton re-reads a kernel's source: compiled mode from the first line matching `^def`,
@@ -68,6 +69,8 @@ class TritonRules:
                     self.add(v, "P018", "triton.heuristics takes one dict {'NAME': lambda args: ...}")
                     continue
                 for k, fn in zip(v.keys, v.values):
+                    if k is None:  # a **spread: already refused above
+                        continue
                     self.const(k)
                     self.option_key(k)
                     self.expr(fn) if isinstance(fn, ast.Lambda) else self.add(fn, "P018", "heuristics values are lambdas")
