@@ -80,7 +80,7 @@ def cmd_slots(args: argparse.Namespace) -> int:
 @command("pack")
 def cmd_pack(args: argparse.Namespace) -> int:
     from cacheon_subnet.bundle import load_bundle, pack
-    from cacheon_subnet.verify.policy import bound as policy_bound
+    from cacheon_subnet.verify.static import bound as policy_bound
 
     # the validators' scan and budget, in a bounded child (no sandbox wall: the miner's own machine)
     findings = list(policy_bound.static_check(load_bundle(args.src), walled=False).findings)

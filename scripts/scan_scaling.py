@@ -48,7 +48,7 @@ def one(shape: str, what: str) -> dict[str, object]:
     out: dict[str, object] = {"shape": shape, "what": what, "files": len(files), "py_bytes": py}
     t0, w0 = time.process_time(), time.monotonic()
     if what == "scan":
-        from cacheon_subnet.verify.policy.scan import scan_files
+        from cacheon_subnet.policy.scan import scan_files
 
         out["findings"] = len(scan_files(files))
     elif what == "identity":
@@ -56,7 +56,7 @@ def one(shape: str, what: str) -> dict[str, object]:
 
         out["identity"] = (normalized_identity(bundle) or "none")[:17]
     else:
-        from cacheon_subnet.verify.policy.bound import static_check
+        from cacheon_subnet.verify.static.bound import static_check
 
         res = static_check(bundle, identity=True)
         out.update(
@@ -96,7 +96,7 @@ def measure(shape: str, what: str, timeout: int) -> dict[str, object]:
 def examples() -> int:
     """The honest side of the budget: scan + identity of every example, through the product path."""
     from cacheon_subnet.bundle import load_bundle
-    from cacheon_subnet.verify.policy.bound import SCAN_CPU_S, forget, static_check
+    from cacheon_subnet.verify.static.bound import SCAN_CPU_S, forget, static_check
 
     worst = 0.0
     for manifest in sorted((HERE.parent / "examples").rglob("manifest.toml")):

@@ -9,15 +9,15 @@ definition order ending in a collective, re-export chains, many small modules, a
 defs, constants, locals and name reads, nested defs and lambdas, chains of unused defs (the
 identity's dead-code fixpoint) and names imported one by one.
 
-Used by scripts/scan_scaling.py (docs/benchmarks.md's numbers), tests/verify/policy/test_scan_linear.py and
-tests/verify/policy/test_scan_budget.py.
+Used by scripts/scan_scaling.py (docs/benchmarks.md's numbers), tests/policy/test_scan_linear.py and
+tests/verify/test_scan_budget.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from cacheon_subnet.verify.policy.scan import MAX_DEPTH, MAX_SOURCE_BYTES
+from cacheon_subnet.policy.scan import MAX_DEPTH, MAX_SOURCE_BYTES
 
 MEMBERS = 4096  # bundle.limits.Limits.members
 MANIFEST = b'schema = "cacheon.bundle/2"\n[[ops]]\nslot = "norm.rmsnorm"\nentry = "kernel:rmsnorm"\ndtypes = ["bfloat16"]\n'

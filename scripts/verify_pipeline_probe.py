@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     from cacheon_subnet.bundle import load_bundle
     from cacheon_subnet.log import configure
     from cacheon_subnet.verify import opplan, runner, shapes
-    from cacheon_subnet.verify.policy import bound as policy_bound
+    from cacheon_subnet.verify.static import bound as policy_bound
     from cacheon_subnet.verify.trials import Budget
 
     configure("info")

@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "slots, scoring, sandbox",
         ("cacheon_subnet.slots", "cacheon_subnet.scoring", "cacheon_subnet.sandbox", "cacheon_subnet.tensor_views"),
     ),
+    ("policy", ("cacheon_subnet.policy",)),
     ("bundle", ("cacheon_subnet.bundle",)),
     ("records", ("cacheon_subnet.records",)),
     ("chain", ("cacheon_subnet.chain", "cacheon_subnet.netfetch")),

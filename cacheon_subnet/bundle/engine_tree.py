@@ -6,7 +6,7 @@ the SHA-256 of the canonical tree.json; a scheduler reopens the tree, recomputes
 package's content digest and refuses to load anything if one differs from its name, or if the
 tree digest differs from the one the host put in the launch environment.
 
-The static allowlist policy (cacheon_subnet/verify/policy/scan.py) is enforced here too, on both
+The static allowlist policy (cacheon_subnet/policy/scan.py) is enforced here too, on both
 sides: the host never seals, and a scheduler never opens, a package whose sources fail it. This
 is the one road from a bundle into an engine, so no caller (validator, `cacheon arena run`,
 scripts) can put unscanned contribution code into a scheduler process.
@@ -26,6 +26,7 @@ from cacheon_subnet.bundle.archive import Bundle
 from cacheon_subnet.bundle.digest import content_digest
 from cacheon_subnet.bundle.manifest import OpEntry
 from cacheon_subnet.errors import BundleError
+from cacheon_subnet.policy.scan import scan_files
 
 TREE_FILE = "tree.json"
 TREE_VERSION = 1
@@ -95,8 +96,6 @@ def canonical(doc: dict[str, Any]) -> bytes:
 
 def policy_gate(package: str, files: dict[str, bytes]) -> None:
     """Refuse sources that fail the static allowlist policy (BundleError, every finding named)."""
-    from cacheon_subnet.verify.policy.scan import scan_files  # lazy: verify sits above bundle
-
     # `x.py` beside `x/__init__.py`: the scan keys both as module x and checks only the package
     # (the one CPython imports), so the sibling was sealed unscanned (red team 2026-12-04)
     shadowed = sorted(p for p in files if p.endswith(".py") and p[:-3] + "/__init__.py" in files)

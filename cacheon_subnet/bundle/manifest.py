@@ -24,7 +24,7 @@ from typing import Any
 from cacheon_subnet.errors import ManifestError, SlotError
 from cacheon_subnet.slots import get_slot
 
-SCHEMA = "cacheon.bundle/2"  # = sources conform to the static allowlist policy v2 (verify/policy.py)
+SCHEMA = "cacheon.bundle/2"  # = sources conform to the static allowlist policy v2 (policy/scan.py)
 RETIRED_SCHEMAS = {
     "cacheon.bundle/1": "schema 1 bundles were checked by a blocklist; port to 2: run `cacheon verify <dir>` "
     "(it reports every line the allowlist refuses), fix those, then set "

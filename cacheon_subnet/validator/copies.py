@@ -8,7 +8,7 @@ commit is screened after the later one (it was fetched late), roles swap exactly
 copies (intake._swap: the later one's unsettled evidence is voided, its crown moves).
 
 The identity parses hostile source like the policy scan, so it is computed in the same bounded
-child (verify/policy_bound.py) by the static screen, which runs just before; here it is read
+child (verify/static/bound.py) by the static screen, which runs just before; here it is read
 back by digest, never computed in the validator's own process.
 """
 
@@ -19,7 +19,7 @@ import sqlite3
 from cacheon_subnet.bundle import Bundle
 from cacheon_subnet.validator.intake import IntakeEvent, _swap
 from cacheon_subnet.validator.state import Contribution, StateDB
-from cacheon_subnet.verify.policy import bound as policy_bound
+from cacheon_subnet.verify.static import bound as policy_bound
 
 
 def settle_copy(db: StateDB, con: sqlite3.Connection, c: Contribution, bundle: Bundle) -> IntakeEvent | None:

@@ -32,10 +32,10 @@ class Screener(Protocol):
 
 def static_screen(bundle: Bundle) -> ScreenResult:
     """Checks that need no execution: known slots, clean policy scan. The scan and the copy
-    identity (read next by copies.settle_copy) run in one bounded child (verify/policy_bound.py):
+    identity (read next by copies.settle_copy) run in one bounded child (verify/static/bound.py):
     over its CPU, wall or memory budget, or dead, the bundle fails with rule P022 saying which,
     and the stage goes on with the next contribution."""
-    from cacheon_subnet.verify.policy import bound as policy_bound
+    from cacheon_subnet.verify.static import bound as policy_bound
 
     reasons: list[str] = []
     for op in bundle.manifest.ops:

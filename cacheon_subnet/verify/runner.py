@@ -44,10 +44,10 @@ from cacheon_subnet.verify.draws import Draws
 from cacheon_subnet.verify.multirank import plan_ranks, verify_collective
 from cacheon_subnet.verify.op_trials import OpTrials as _OpTrials
 from cacheon_subnet.verify.opplan import OpPlan, op_plan, trial_plan
-from cacheon_subnet.verify.policy import bound as policy_bound
 from cacheon_subnet.verify.report import Failure, OpResult, VerifyReport
 from cacheon_subnet.verify.shapes import ArenaShapes
 from cacheon_subnet.verify.shm import Frame, Parcel
+from cacheon_subnet.verify.static import bound as policy_bound
 from cacheon_subnet.verify.trials import Budget
 
 log = get_logger("cacheon.verify")

@@ -18,7 +18,7 @@ import arena_harness as h  # noqa: E402
 
 from arena.run import RunOptions, qualify  # noqa: E402
 from cacheon_subnet.bundle import load_bundle  # noqa: E402
-from cacheon_subnet.verify.policy.scan import scan_source  # noqa: E402
+from cacheon_subnet.policy.scan import scan_source  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parent / "arena_clean"
 

@@ -16,7 +16,7 @@ from cacheon_subnet import sandbox
 from cacheon_subnet.bundle import load_bundle
 from cacheon_subnet.sandbox import launcher
 from cacheon_subnet.verify import VerifyOptions, verify_bundle
-from cacheon_subnet.verify.policy import bound as policy_bound
+from cacheon_subnet.verify.static import bound as policy_bound
 
 EXAMPLE = Path(__file__).resolve().parent.parent.parent / "examples" / "norm.rmsnorm"
 OPTS = VerifyOptions(device="cpu", max_cases=1, call_timeout_s=60)

@@ -14,9 +14,9 @@ import time
 import pytest
 
 from cacheon_subnet.bundle import bundle_from_files
+from cacheon_subnet.policy.scan import MAX_DEPTH, MAX_SOURCE_BYTES, scan_files
 from cacheon_subnet.validator.screen import static_screen
 from cacheon_subnet.verify import VerifyOptions, runner, verify_bundle
-from cacheon_subnet.verify.policy.scan import MAX_DEPTH, MAX_SOURCE_BYTES, scan_files
 
 MANIFEST = b'schema = "cacheon.bundle/2"\n[[ops]]\nslot = "norm.rmsnorm"\nentry = "kernel:rmsnorm"\ndtypes = ["bfloat16"]\n'
 HONEST = (

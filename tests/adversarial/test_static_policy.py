@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from cacheon_subnet.bundle import load_bundle
+from cacheon_subnet.policy.scan import scan_files
 from cacheon_subnet.verify import VerifyOptions, runner, verify_bundle
-from cacheon_subnet.verify.policy.scan import scan_files
 
 CORPUS = Path(__file__).resolve().parent / "static"
 REPO = CORPUS.parents[2]

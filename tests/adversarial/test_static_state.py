@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from cacheon_subnet.verify.policy.scan import scan_source
+from cacheon_subnet.policy.scan import scan_source
 
 CORPUS = Path(__file__).resolve().parent / "static"
 

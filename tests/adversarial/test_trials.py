@@ -120,7 +120,7 @@ def test_cuda_graph_attack_fails_with_its_reason(name):
 def test_interp_pointer_poke_is_policy_clean_and_only_the_interpreter_bound_stops_it():
     """The bound is what stops it: the policy finds nothing (without the bound, these trials
     PASSed: the counter stays below 400 calls; seen with `_bound_memory` not applied)."""
-    from cacheon_subnet.verify.policy import scan as policy
+    from cacheon_subnet.policy import scan as policy
 
     b = load_bundle(CORPUS / "interp_pointer_poke")
     assert policy.scan_files(b.files) == []

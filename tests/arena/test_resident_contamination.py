@@ -23,8 +23,8 @@ import pytest
 
 from arena.engine import resident_timed
 from arena.engine.resident_timed import TimedPool
+from cacheon_subnet.policy.scan import scan_files
 from cacheon_subnet.sandbox import remove_tree
-from cacheon_subnet.verify.policy.scan import scan_files
 from seams.receipts import read_receipts
 
 REPO = h.REPO

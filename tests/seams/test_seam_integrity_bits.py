@@ -14,8 +14,8 @@ import math
 import pytest
 import torch
 
+from cacheon_subnet.policy.scan import scan_files
 from cacheon_subnet.slots import get_slot
-from cacheon_subnet.verify.policy.scan import scan_files
 from seams import dispatch
 from seams.dispatch import Registry, guarded
 from seams.integrity import StaticInputs

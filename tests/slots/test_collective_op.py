@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import torch
 
+from cacheon_subnet.policy.scan import scan_source
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.custom_op import op_schema, register_slot_op
 from cacheon_subnet.slots.groups import group_name, register_resolver, resolve_group
-from cacheon_subnet.verify.policy.scan import scan_source
 
 _tags = itertools.count()
 FAKE = SimpleNamespace(group_name="fake-pg")  # stands in for a ProcessGroup (has .group_name)

@@ -26,11 +26,11 @@ from validator_fakes import (
 )
 
 from cacheon_subnet.validator.loop import Validator, ValidatorConfig
-from cacheon_subnet.verify.policy import bound as policy_bound
+from cacheon_subnet.verify.static import bound as policy_bound
 
 # The real child (policy.child.main), except for a bundle holding spin.txt: it spins in the scan.
 CHILD = (
-    "import json, os, sys\nimport cacheon_subnet.verify.policy.child as c\n"
+    "import json, os, sys\nimport cacheon_subnet.verify.static.child as c\n"
     "fd = int(sys.argv[sys.argv.index('--fd') + 1])\n"
     "head = json.loads(os.pread(fd, 1 << 20, 0).split(b'\\n', 1)[0])\n"
     "if 'spin.txt' in head['paths']:\n"

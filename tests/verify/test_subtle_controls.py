@@ -12,7 +12,7 @@ import torch
 from conftest import CONTROLS
 
 from cacheon_subnet.bundle import load_bundle
-from cacheon_subnet.verify.policy.scan import scan_files
+from cacheon_subnet.policy.scan import scan_files
 
 SUBTLE = sorted(p.name for p in CONTROLS.glob("subtle_*"))
 

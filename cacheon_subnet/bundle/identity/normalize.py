@@ -422,7 +422,7 @@ def _bound(n: ast.AST) -> list[str]:
 
 def other_files(files: Mapping[str, bytes]) -> dict[str, str]:
     """Path -> sha256 of every member that is neither Python nor the manifest: they count by path
-    and bytes (the bounded child gets these hashes, never the bytes: verify/policy_bound.py)."""
+    and bytes (the bounded child gets these hashes, never the bytes: verify/static/bound.py)."""
     return {
         p: hashlib.sha256(d).hexdigest() for p, d in sorted(files.items()) if not p.endswith(".py") and p != "manifest.toml"
     }

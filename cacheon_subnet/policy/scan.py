@@ -19,10 +19,10 @@ import builtins
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from cacheon_subnet.verify.policy import allowlist as A
-from cacheon_subnet.verify.policy.groups import bound_args, callee, group_argument, group_params
-from cacheon_subnet.verify.policy.module_rules import ModuleRules
-from cacheon_subnet.verify.policy.scope import (
+from cacheon_subnet.policy import allowlist as A
+from cacheon_subnet.policy.groups import bound_args, callee, group_argument, group_params
+from cacheon_subnet.policy.module_rules import ModuleRules
+from cacheon_subnet.policy.scope import (
     ModuleIndex,
     bound_names,
     decode,
@@ -33,7 +33,7 @@ from cacheon_subnet.verify.policy.scope import (
     required_table,
     too_deep,
 )
-from cacheon_subnet.verify.policy.triton_rules import TritonRules
+from cacheon_subnet.policy.triton_rules import TritonRules
 
 POLICY_VERSION = 2
 MAX_SOURCE_BYTES = 512 * 1024  # all .py of a bundle together; the largest example is under 9 KiB

@@ -27,10 +27,10 @@ from conftest import REPO
 from cacheon_subnet.bundle import bundle_from_files
 from cacheon_subnet.bundle.identity import normalize as I
 from cacheon_subnet.bundle.identity import tidy as T
-from cacheon_subnet.verify.policy import bound as policy_bound
-from cacheon_subnet.verify.policy.groups import bound_args, callee, collective_group, group_params
-from cacheon_subnet.verify.policy.scan import scan_files
-from cacheon_subnet.verify.policy.scope import index, required_params, required_table
+from cacheon_subnet.policy.groups import bound_args, callee, collective_group, group_params
+from cacheon_subnet.policy.scan import scan_files
+from cacheon_subnet.policy.scope import index, required_params, required_table
+from cacheon_subnet.verify.static import bound as policy_bound
 
 sys.path.insert(0, str(REPO / "scripts"))
 import scan_shapes  # noqa: E402

@@ -11,8 +11,8 @@ from __future__ import annotations
 import ast
 import re
 
-from cacheon_subnet.verify.policy import allowlist as A
-from cacheon_subnet.verify.policy.host import RuleHost
+from cacheon_subnet.policy import allowlist as A
+from cacheon_subnet.policy.host import RuleHost
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DEF_LINE = re.compile(r"^\s*def\b")

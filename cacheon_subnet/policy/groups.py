@@ -13,8 +13,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Mapping
 
-from cacheon_subnet.verify.policy import allowlist as A
-from cacheon_subnet.verify.policy.scope import ModuleIndex, dotted
+from cacheon_subnet.policy import allowlist as A
+from cacheon_subnet.policy.scope import ModuleIndex, dotted
 
 MAX_HOPS = 16  # re-export hops followed (as policy_module.definition)
 Target = tuple[str, str]  # (module key, def name)

@@ -1,6 +1,6 @@
 """The static scan and the normalized identity of one bundle, in a process of their own.
 
-policy_bound.py starts this module behind the sandbox wall (its own uid, namespaces, seccomp)
+verify/static/bound.py starts this module behind the sandbox wall (its own uid, namespaces, seccomp)
 with CPU, memory and wall budgets. Why: both parse hostile source with `ast` and walk what it
 built. A parser crash, a MemoryError or a shape that is slow to check ends this process, never
 the validator's pass, and the host turns it into a FAIL with its reason.
@@ -51,7 +51,7 @@ def read_payload(fd: int) -> tuple[dict[str, Any], dict[str, bytes], bytes | Non
 
 
 def run(head: Mapping[str, Any], files: dict[str, bytes], manifest: bytes | None) -> None:
-    from cacheon_subnet.verify.policy import scan as policy
+    from cacheon_subnet.policy import scan as policy
 
     parsed: dict[str, Any] = {}
     findings = policy.scan_files(files, progress=lambda step, path: _emit({"at": [step, path]}), parsed=parsed)

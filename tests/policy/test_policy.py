@@ -4,8 +4,8 @@ with file, line and rule. The adversarial corpus is in tests/adversarial/test_st
 import pytest
 from conftest import EXAMPLES
 
-from cacheon_subnet.verify.policy import allowlist
-from cacheon_subnet.verify.policy.scan import RULES, scan_files, scan_source
+from cacheon_subnet.policy import allowlist
+from cacheon_subnet.policy.scan import RULES, scan_files, scan_source
 
 HEAD = "import torch\nimport triton\nimport triton.language as tl\n\n"
 

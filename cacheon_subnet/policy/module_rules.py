@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import ast
 
-from cacheon_subnet.verify.policy import allowlist as A
-from cacheon_subnet.verify.policy.host import RuleHost
-from cacheon_subnet.verify.policy.scope import resolve_relative
+from cacheon_subnet.policy import allowlist as A
+from cacheon_subnet.policy.host import RuleHost
+from cacheon_subnet.policy.scope import resolve_relative
 
 _CONST_EXPRS = (ast.BinOp, ast.BoolOp, ast.Compare, ast.UnaryOp, ast.IfExp, ast.Tuple)
 MAX_REEXPORTS = 16

@@ -37,8 +37,8 @@ from pathlib import Path
 from cacheon_subnet import sandbox
 from cacheon_subnet.bundle import Bundle, Scratch
 from cacheon_subnet.errors import SandboxError
-from cacheon_subnet.verify.policy import scan as policy
-from cacheon_subnet.verify.policy.child import FRAME
+from cacheon_subnet.policy import scan as policy
+from cacheon_subnet.verify.static.child import FRAME
 
 SCAN_CPU_S = 20
 """CPU seconds for the scan and the identity together (RLIMIT_CPU of the child). Measured on the
@@ -170,7 +170,7 @@ def _policy(budget: ScanBudget) -> sandbox.SandboxPolicy:
 
 
 def _argv(fd: int) -> list[str]:
-    return [sys.executable, "-W", "ignore", "-m", "cacheon_subnet.verify.policy.child", "--fd", str(fd)]
+    return [sys.executable, "-W", "ignore", "-m", "cacheon_subnet.verify.static.child", "--fd", str(fd)]
 
 
 def _run(bundle: Bundle, identity: bool, budget: ScanBudget, walled: bool) -> StaticResult:

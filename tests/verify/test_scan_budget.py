@@ -1,4 +1,4 @@
-"""The static scan and the copy identity run in a bounded child (verify/policy_bound.py).
+"""The static scan and the copy identity run in a bounded child (verify/static/bound.py).
 
 Over its CPU, wall or memory budget, or dead, the child's bundle FAILs with rule P022 naming the
 budget, what was used and the file it was at; never an exception in the validator's process.
@@ -19,11 +19,11 @@ from conftest import EXAMPLES, REPO
 from cacheon_subnet.bundle import bundle_from_files, load_bundle
 from cacheon_subnet.bundle.identity.normalize import normalized_identity
 from cacheon_subnet.errors import SandboxError
+from cacheon_subnet.policy.scan import scan_files
 from cacheon_subnet.sandbox import launcher
 from cacheon_subnet.validator.screen import static_screen
 from cacheon_subnet.verify import VerifyOptions, runner, verify_bundle
-from cacheon_subnet.verify.policy import bound as policy_bound
-from cacheon_subnet.verify.policy.scan import scan_files
+from cacheon_subnet.verify.static import bound as policy_bound
 
 HONEST = load_bundle(EXAMPLES / "norm.rmsnorm")
 TIGHT = policy_bound.ScanBudget(cpu_s=1, wall_s=20, memory_bytes=256 << 20)
@@ -33,7 +33,7 @@ def _stand_in(body: str):
     """An argv builder for a child that reads the payload like the real one, then runs `body`
     (with `emit`, the real frame writer) in place of the scan, under the real error handling."""
     code = (
-        "import os, signal, sys, time\nimport cacheon_subnet.verify.policy.child as c\n"
+        "import os, signal, sys, time\nimport cacheon_subnet.verify.static.child as c\n"
         "def run(head, files, manifest):\n    emit = c._emit\n"
         + "".join(f"    {line}\n" for line in body.splitlines())
         + "c.run = run\nsys.exit(c.main(sys.argv[1:]))\n"
@@ -163,7 +163,7 @@ def test_the_child_runs_behind_the_wall(monkeypatch) -> None:
     (argv,) = seen
     assert "--no-new-privs" in argv and "--unshare-all" in argv and "--seccomp" in argv
     assert any(a.startswith("--cpu=") for a in argv) and any(a.startswith("--as=") for a in argv)
-    assert list(argv[-4:-2]) == ["-m", "cacheon_subnet.verify.policy.child"]
+    assert list(argv[-4:-2]) == ["-m", "cacheon_subnet.verify.static.child"]
 
 
 def test_no_wall_now_still_runs_a_bounded_child_and_says_so(monkeypatch) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cacheon_subnet.verify.policy.scope import ModuleIndex
+    from cacheon_subnet.policy.scope import ModuleIndex
 
 
 class RuleHost:

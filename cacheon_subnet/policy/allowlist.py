@@ -144,7 +144,7 @@ VALUE_ATTRS = frozenset(_VALUE_WORDS.split())
 # state) rather than the values in it. On an argument the change outlives the call: in an engine
 # `weight.set_(t)` re-points a weight every later user reads (the stock baseline route too), and
 # verify's re-point check saw it only on the call that did it. None of them may enter VALUE_ATTRS
-# (tests/verify/policy/test_policy.py); `out=` on a torch function resizes its target the same way and is a
+# (tests/policy/test_policy.py); `out=` on a torch function resizes its target the same way and is a
 # P019 call form (policy.py, `static/state_out_kwarg_resize`).
 METADATA_MUTATORS = frozenset(
     """set_ resize_ resize_as_ as_strided_ squeeze_ unsqueeze_ t_ transpose_ swapdims_
@@ -181,7 +181,7 @@ CONFIG_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg"})
 # is a compile option, not a kernel argument, even when some kernel of the bundle has a
 # parameter of that name (`def _decoy(ir_override, extern_libs)` let `_k[g](..., extern_libs=...)`
 # through the launch rule: static/triton_option_param_smuggle). Fields of CUDAOptions and
-# HIPOptions (tests/verify/policy/test_policy.py checks the installed Triton has no others); no kernel
+# HIPOptions (tests/policy/test_policy.py checks the installed Triton has no others); no kernel
 # parameter, launch keyword or Config / heuristics key may be one, LAUNCH_OPTIONS aside.
 TRITON_OPTIONS = frozenset(
     """allowed_dot_input_precisions arch backend_name debug default_dot_input_precision
