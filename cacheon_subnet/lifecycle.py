@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cacheon_subnet.errors import CacheonError
-from cacheon_subnet.procs import live_members
+from cacheon_subnet.procs import live_members, starttime
 
 SHUTDOWN = threading.Event()
 SHUTDOWN_GRACE_S = 3.0  # TERM -> KILL for children on shutdown (pm2's kill timeout is 30 s by default)
@@ -52,7 +52,7 @@ def track(pid: int, scratch: Path) -> None:
     with _lock:
         _live[pid] = str(scratch)
     if _lease_dir is not None:
-        rec = {"pid": pid, "scratch": str(scratch), "start": _starttime(pid), "at": time.time()}
+        rec = {"pid": pid, "scratch": str(scratch), "start": starttime(pid), "at": time.time()}
         tmp = _lease_dir / f".{pid}.tmp"
         try:
             tmp.write_text(json.dumps(rec))
@@ -109,14 +109,6 @@ def _kill_groups(children: dict[int, str], grace_s: float) -> None:
 
 def _group_alive(pgid: int) -> bool:
     return bool(live_members(pgid))
-
-
-def _starttime(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat[stat.rindex(")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _ours(pid: int, scratch: str) -> bool:

@@ -1,5 +1,6 @@
-"""Process groups as /proc shows them: the one fact both the sandbox (which launches children) and
-the lifecycle (which kills them at shutdown) need, kept below both so neither imports the other."""
+"""Processes as /proc shows them: the facts the sandbox (which launches children), the lifecycle
+(which kills them at shutdown) and the scratch sweep (which removes what a killed process left)
+need, kept below all three so none imports another."""
 
 from __future__ import annotations
 
@@ -21,3 +22,13 @@ def live_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
             out.append(int(entry))
     return out
+
+
+def starttime(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (None: no such process): with the pid it
+    names one process for good, where a pid alone is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None

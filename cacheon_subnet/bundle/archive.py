@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import shutil
 import stat
 import tarfile
@@ -36,6 +37,7 @@ from cacheon_subnet.bundle.limits import (
 from cacheon_subnet.bundle.manifest import Manifest, parse_manifest
 from cacheon_subnet.bundle.tarscan import Entry, prescan
 from cacheon_subnet.errors import BundleError
+from cacheon_subnet.procs import starttime
 from cacheon_subnet.resources import is_resource_error
 
 
@@ -237,14 +239,25 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str], limits: Limit
     return bundle
 
 
+def _scratch_base() -> str | None:
+    base = os.environ.get("CACHEON_SCRATCH") or None
+    if base:
+        os.makedirs(base, exist_ok=True)
+    return base
+
+
+# <prefix>p<pid>.<start ticks>-<random>: the process that made it, for the sweep after a kill -9
+_OWNER = re.compile(r"^cacheon-[a-z-]*p(\d+)\.(\d+)-[^/]+$")
+
+
 class Scratch:
-    """A private temporary directory removed on exit (read-only trees are made writable first)."""
+    """A private temporary directory removed on exit (read-only trees are made writable first).
+    Its name carries its maker (pid and start time), so `sweep_scratch` can remove what a killed
+    process left behind and never what a live one still uses."""
 
     def __init__(self, prefix: str = "cacheon-") -> None:
-        base = os.environ.get("CACHEON_SCRATCH") or None
-        if base:
-            os.makedirs(base, exist_ok=True)
-        self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+        me = os.getpid()
+        self.path = Path(tempfile.mkdtemp(prefix=f"{prefix}p{me}.{starttime(me) or 0}-", dir=_scratch_base()))
 
     def __enter__(self) -> Path:
         return self.path
@@ -262,3 +275,23 @@ class Scratch:
                     except OSError:
                         pass
             shutil.rmtree(self.path, ignore_errors=True)
+
+
+def sweep_scratch() -> list[Path]:
+    """Remove the scratch dirs of this user whose maker is gone (a kill -9 skips every cleanup);
+    returns what it removed. A dir whose maker still runs, another user's, or one without an owner
+    tag is left alone."""
+    base = Path(_scratch_base() or tempfile.gettempdir())
+    gone = []
+    for d in base.glob("cacheon-*"):
+        m = _OWNER.match(d.name)
+        try:
+            mine = d.is_dir() and not d.is_symlink() and d.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if m and mine and starttime(int(m.group(1))) != int(m.group(2)):
+            scratch = Scratch.__new__(Scratch)
+            scratch.path = d
+            scratch.cleanup()
+            gone.append(d)
+    return gone
