@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from cacheon_subnet.bundle.manifest import DimConstraint
 from cacheon_subnet.slots.spec import SlotSpec
 from seams.integrity import WATCH
 
@@ -37,21 +38,31 @@ class Candidate:
     constraints: tuple[tuple[str, Mapping[str, Any]], ...]
     call: Callable[..., None]  # slot keyword args -> the registered custom op
     role: str = "challenger"  # "incumbent": the crowned kernel the arena's baseline windows run
+    # the same rows as the manifest's own DimConstraint, so the live check is the one the bundle
+    # was validated and documented with (bundle/manifest.py), never a second copy of it
+    limits: tuple[DimConstraint, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "limits", tuple(dim_constraint(d, rule) for d, rule in self.constraints))
 
     def eligible(self, dims: Mapping[str, int], dtype: torch.dtype) -> bool:
         if dtype not in self.dtypes:
             return False
-        for dim, rule in self.constraints:
-            v = dims.get(dim)
-            if v is None:
-                continue
-            if ("min" in rule and v < rule["min"]) or ("max" in rule and v > rule["max"]):
-                return False
-            if "multiple_of" in rule and v % rule["multiple_of"]:
-                return False
-            if "in" in rule and v not in rule["in"]:
+        for c in self.limits:
+            v = dims.get(c.dim)
+            if v is not None and not c.allows(v):
                 return False
         return True
+
+
+def dim_constraint(dim: str, rule: Mapping[str, Any]) -> DimConstraint:
+    """A sealed tree's constraint row (bundle/engine_tree.py: dim -> {min, max, multiple_of, in})
+    as the manifest's DimConstraint. An empty `in` (engine_tree never writes one) allows nothing,
+    as the seam's own copy of the check did."""
+    one_of = rule.get("in")
+    return DimConstraint(
+        dim, rule.get("min"), rule.get("max"), rule.get("multiple_of"), None if one_of is None else tuple(one_of)
+    )
 
 
 @dataclass

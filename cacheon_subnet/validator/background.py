@@ -158,7 +158,7 @@ class JobThreads(Generic[J, R]):
 
 
 class ScreenPool:
-    """`workers` screens at once (validator/verify_stage.py), one per contribution at a time."""
+    """`workers` screens at once (validator/stages/verify.py), one per contribution at a time."""
 
     def __init__(
         self, screener: Screener, workers: int = 1, cpus: frozenset[int] | None = None, wake: threading.Event | None = None

@@ -20,6 +20,7 @@ import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cacheon_subnet.chain.backend import Commitment
 from cacheon_subnet.chain.commitment import CommitmentError, parse
@@ -104,7 +105,7 @@ def intake(
 def _admit(
     db: StateDB, con: sqlite3.Connection, c: Commitment, cid: str, digest: str, url: str, policy: IntakePolicy, block: int
 ) -> list[IntakeEvent]:
-    row = dict(
+    row: dict[str, Any] = dict(
         cid=cid,
         hotkey=c.hotkey,
         uid=c.uid,

@@ -32,9 +32,10 @@ def main() -> None:
         max_attempts=1000,
     )
     v = Validator(cfg, LocalChain.open(chain_path), FakeQualifier(), screener=fake_screener())
-    v._screen_stage = v._pipeline = lambda: None  # type: ignore[method-assign]  # prime: intake + fetch only
+    every = v.order
+    v.order = (v.stages.sync, v.stages.fetch)  # prime: intake + fetch only
     v.run_once()
-    del v._screen_stage, v._pipeline
+    v.order = every
     print(json.dumps({"primed": v.db.counts()}), flush=True)
     hog: list[int] = []
     try:

@@ -96,7 +96,9 @@ def test_a_worker_killed_mid_job_is_retried_and_counted_once(cluster, tmp_path):
             0,
             QualifyResult("norm.rmsnorm", "PASS", True, 9.0, 9.0, 0.0, "fake-arena", "fake", "dup", {}),
         )
-        v._collect(dup)
+        from cacheon_subnet.validator.stages.passstate import PassState
+
+        v.stages.judge.collect(PassState(), dup)
         after = v.db.con.execute("SELECT COUNT(*) FROM evidence").fetchone()[0]
         v.close()
         pool.close()

@@ -24,10 +24,11 @@ from validator_fakes import (
 )
 
 from cacheon_subnet.netpolicy import LOCAL
-from cacheon_subnet.validator import loop as loop_mod
 from cacheon_subnet.validator.background import CpuSplit, split_cpus
 from cacheon_subnet.validator.loop import Validator, ValidatorConfig
 from cacheon_subnet.validator.screen import ScreenResult
+from cacheon_subnet.validator.stages import fetch as fetch_stage
+from cacheon_subnet.validator.stages import items as items_mod
 
 T = "norm.rmsnorm"
 
@@ -116,7 +117,7 @@ def _timed_screener(clock: Clock, seconds: float = 0.6, step: float = 0.0):
 
 
 def test_cpu_screens_run_while_the_arena_judges(tmp_path, srv):
-    """Guard: Validator._start_background (overlap on for a non-CPU-timing qualifier). With
+    """Guard: stages/workers.start_workers (overlap on for a non-CPU-timing qualifier). With
     overlap=False (the broken control) every screen ends before any arena starts."""
     clock = Clock()
     chain = _world(tmp_path, srv, 3)
@@ -174,10 +175,10 @@ def test_a_gpu_screen_waits_for_the_arena_job_in_flight(tmp_path, srv):
         screen_workers=2,
     )
     deadline = time.monotonic() + 20
-    while not v._arena_pool().in_flight() and time.monotonic() < deadline:
+    while not v.workers.pool.in_flight() and time.monotonic() < deadline:
         v.run_once(drain=False)
         time.sleep(0.02)
-    assert v._arena_pool().in_flight(), "the first contribution never reached the arena"
+    assert v.workers.pool.in_flight(), "the first contribution never reached the arena"
     for i in (1, 2):
         commit(chain, f"m{i}", archives[i][1], srv.add(f"{tmp_path.name}-b{i}.tar.gz", archives[i][0]))
     chain.advance(2)
@@ -222,13 +223,13 @@ def _emfile(*_a, **_k):
 
 @pytest.mark.parametrize("overlap", [True, False])
 def test_a_resource_error_in_one_item_is_its_transient_error_not_a_crashed_pass(tmp_path, srv, monkeypatch, overlap):
-    """Guard: Validator._item. The first contribution's cached archive cannot be opened (EMFILE):
+    """Guard: stages/items.Items.guard. The first contribution's cached archive cannot be opened (EMFILE):
     its attempt is counted and backed off, the other contribution is judged in the same pass, and
     after max_attempts it ends no_decision (never failed: not the miner's fault)."""
     chain = _world(tmp_path, srv, 2)
     v = _make(tmp_path, chain, FakeQualifier(), fake_screener(), overlap=overlap, max_attempts=3)
     first = DIGESTS[str(tmp_path)][0]
-    real = loop_mod.load_cached
+    real = items_mod.load_cached
     bad: set[str] = set()
 
     def flaky(cache_dir, digest):
@@ -236,7 +237,7 @@ def test_a_resource_error_in_one_item_is_its_transient_error_not_a_crashed_pass(
             _emfile()
         return real(cache_dir, digest)
 
-    monkeypatch.setattr(loop_mod, "load_cached", flaky)
+    monkeypatch.setattr(items_mod, "load_cached", flaky)
     bad.add(first)
     summaries = [v.run_once() for _ in range(3)]
     rows = {c.digest: c for c in v.db.contributions()}
@@ -248,7 +249,7 @@ def test_a_resource_error_in_one_item_is_its_transient_error_not_a_crashed_pass(
 
 
 def test_a_bug_in_one_item_never_stops_the_others(tmp_path, srv):
-    """Guard: Validator._item catches any error of one item (here a screener that raises a
+    """Guard: Items.guard catches any error of one item (here a screener that raises a
     KeyError for one bundle): the other contribution is verified and judged in the same pass."""
     chain = _world(tmp_path, srv, 2)
 
@@ -267,7 +268,7 @@ def test_a_bug_in_one_item_never_stops_the_others(tmp_path, srv):
 
 
 def _salt_of(v: Validator, c) -> str:
-    return loop_mod.load_cached(v.cfg.cache_dir, c.digest).files["salt.txt"].decode()
+    return items_mod.load_cached(v.cfg.cache_dir, c.digest).files["salt.txt"].decode()
 
 
 def test_a_resource_error_outside_any_item_ends_only_its_stage(tmp_path, srv, monkeypatch):
@@ -275,7 +276,7 @@ def test_a_resource_error_outside_any_item_ends_only_its_stage(tmp_path, srv, mo
     its session (EMFILE): the pass does not crash, says why, and publishing still runs."""
     chain = _world(tmp_path, srv, 1)
     v = _make(tmp_path, chain, FakeQualifier(), fake_screener())
-    monkeypatch.setattr(loop_mod, "guarded_session", _emfile)
+    monkeypatch.setattr(fetch_stage, "guarded_session", _emfile)
     s = v.run_once()
     v.close()
     assert not s.ok and any("fetch: resource exhausted: EMFILE" in p for p in s.problems), s.problems
@@ -284,7 +285,7 @@ def test_a_resource_error_outside_any_item_ends_only_its_stage(tmp_path, srv, mo
 
 def test_passes_survive_a_process_out_of_file_descriptors(tmp_path, srv):
     """The issue's attack, reduced to its effect: every fd of the validator's process is taken.
-    Guards: Validator._item, run_once's stage-level catch, resources.is_resource_error in
+    Guards: Items.guard, run_once's stage-level catch, resources.is_resource_error in
     netfetch/archive. Before them every such pass crashed and the contribution never moved; now
     each pass returns (failed, saying why), nothing is charged to the miner, and once fds are
     free again the same contribution is judged."""

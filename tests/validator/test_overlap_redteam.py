@@ -108,7 +108,7 @@ def test_a_verify_fail_worded_with_a_lone_surrogate_stays_a_fail(tmp_path, srv):
     """Attack: a policy-clean kernel raises ValueError("...\\udcff"); the worker sends its text as
     JSON, the host decodes a lone surrogate, and the FAIL's reason could not be stored: the loop
     read that as its own trouble, retried, and ended no_decision (a FAIL escaped, four verifies
-    spent). Guard: verify_stage._verdict stores the reason through storable() (red without it)."""
+    spent). Guard: stages/verify.VerifyStage._verdict stores the reason through storable() (red without it)."""
     src = tmp_path / "src-surrogate"
     src.mkdir()
     (src / "manifest.toml").write_text((EXAMPLES / T / "manifest.toml").read_text())
@@ -127,7 +127,7 @@ def test_an_arena_fail_worded_with_a_lone_surrogate_is_filed_once(tmp_path, srv)
     """Attack: the arena's FAIL reason carries the bundle's own exception text with a lone
     surrogate. Collected from the background arena, recording it raised out of the pass: every
     pass crashed before settle and publish (no weights), the result was lost and the same
-    contribution went back to the arena, forever. Guard: qualify_stage._record's storable()
+    contribution went back to the arena, forever. Guard: stages/qualify.Filing.record's storable()
     (without it the _collect guard below turns it into a job error: retried, never a FAIL)."""
     chain, _ = _world(tmp_path, srv, 1)
     q = Scripted(reason=f"candidate: exception: kernel refused {SURROGATE}")
@@ -142,7 +142,7 @@ def test_an_arena_fail_worded_with_a_lone_surrogate_is_filed_once(tmp_path, srv)
 
 def test_an_answer_that_cannot_be_recorded_is_a_job_error_not_a_crashed_pass(tmp_path, srv):
     """Attack: any answer whose recording raises (here a reason SQLite cannot bind, as a pool worker
-    on another host could send). Guard: the try around _record in qualify_stage._collect: the job's
+    on another host could send). Guard: the try around Filing.record in stages/dispatch.DispatchStage.collect: the job's
     error (its key recorded, retried, then no_decision), every pass completes. Without it every
     pass that collected it crashed and the job ran again with the same key, without end."""
     chain, _ = _world(tmp_path, srv, 1)
@@ -186,8 +186,8 @@ def test_a_chain_outage_neither_loses_an_arena_result_nor_stops_screening(tmp_pa
     lost, and the contribution judged again once the chain came back (GPU time twice). And the
     ChainDown from dispatching ended the whole interleaved pipeline, so no queued contribution
     was screened during the outage (verify had been a stage of its own that needs no chain).
-    Guards: qualify_stage._dispatch_stage holds unfiled results (red: the qualifier runs twice) and
-    loop._pipeline goes on verifying under ChainDown (red: the second screen never starts while down)."""
+    Guards: stages/dispatch.DispatchStage.run holds unfiled results (red: the qualifier runs twice) and
+    stages/pipeline.Pipeline goes on verifying under ChainDown (red: the second screen never starts while down)."""
     chain, _ = _world(tmp_path, srv, 2)
     screener = GatedScreener()
     q = Scripted(verdict="PASS", reason="fast", delay_s=0.6)
@@ -204,17 +204,17 @@ def test_a_chain_outage_neither_loses_an_arena_result_nor_stops_screening(tmp_pa
     try:
         screener.release.set()
         assert screener.done.wait(20)
-        assert _until(lambda: all(f.done() for f in v.screens._jobs._futures.values()))
+        assert _until(lambda: all(f.done() for f in v.workers.screens._jobs._futures.values()))
         s = v.run_once(drain=False)  # collects the first (verified); its dispatch needs the chain
         assert s.chain_error is not None
         assert len(screener.started) == 2, "no screen started while the chain was down"
     finally:
         chain.current_block = real  # type: ignore[method-assign]
-    assert _until(lambda: v.run_once(drain=False) and bool(v._arena_pool().in_flight()))
+    assert _until(lambda: v.run_once(drain=False) and bool(v.workers.pool.in_flight()))
     chain.current_block = down  # type: ignore[method-assign]
     try:
         assert _until(lambda: len(q.finished) == 1)
-        assert _until(lambda: all(f.done() for f in v._arena_pool()._jobs._futures.values()))
+        assert _until(lambda: all(f.done() for f in v.workers.pool._jobs._futures.values()))
         for _ in range(2):
             assert v.run_once(drain=False).chain_error is not None  # the result comes back: not filed yet
     finally:
@@ -230,19 +230,21 @@ def test_the_loops_own_cpu_work_runs_on_the_screening_cores(tmp_path, srv, monke
     """Red team: with a CPU split the screens and their workers kept off the arena's cores, but the
     loop thread's own CPU work beside the arena (the static scan's sandboxed child, up to 20 s of CPU
     per bundle at the caps; unpacking and digesting 64 MiB archives) ran on every core, the
-    arena's included, while it timed. Guard: background.pinned around loop._fetch_stage and
-    _screen_stage (red: the scan and the fetch see every core); the thread's own set comes back."""
+    arena's included, while it timed. Guard: background.pinned around stages/fetch.FetchStage and
+    stages/screen.ScreenStage (red: the scan and the fetch see every core); the thread's own set comes back."""
     import os
 
-    from cacheon_subnet.validator import loop as loop_mod
     from cacheon_subnet.validator.background import CpuSplit
+    from cacheon_subnet.validator.stages import fetch as fetch_stage
+    from cacheon_subnet.validator.stages import screen as screen_stage
+    from cacheon_subnet.validator.stages import workers as workers_mod
 
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         pytest.skip("needs two cores to split")
     split = CpuSplit(arena=frozenset(cores[:-1]), screen=frozenset(cores[-1:]))
     seen: dict[str, set[int]] = {}
-    real_screen, real_fetch = loop_mod.static_screen, loop_mod.fetch_bundle
+    real_screen, real_fetch = screen_stage.static_screen, fetch_stage.fetch_bundle
 
     def screen(bundle):
         seen["scan"] = os.sched_getaffinity(0)
@@ -252,9 +254,9 @@ def test_the_loops_own_cpu_work_runs_on_the_screening_cores(tmp_path, srv, monke
         seen["fetch"] = os.sched_getaffinity(0)
         return await real_fetch(*a, **k)
 
-    monkeypatch.setattr(loop_mod, "split_cpus", lambda *_a, **_k: split)
-    monkeypatch.setattr(loop_mod, "static_screen", screen)
-    monkeypatch.setattr(loop_mod, "fetch_bundle", fetch)
+    monkeypatch.setattr(workers_mod, "split_cpus", lambda *_a, **_k: split)
+    monkeypatch.setattr(screen_stage, "static_screen", screen)
+    monkeypatch.setattr(fetch_stage, "fetch_bundle", fetch)
     chain, _ = _world(tmp_path, srv, 1)
     before = os.sched_getaffinity(0)
     v = _make(tmp_path, chain, FakeQualifier(), fake_screener())

@@ -1,5 +1,5 @@
 """The validator settles a renamed / reformatted copy of a judged contribution from the earlier
-verdict without re-timing it (loop._screen_stage + validator/copies.py); a genuinely changed
+verdict without re-timing it (stages/screen.ScreenStage + validator/copies.py); a genuinely changed
 kernel is timed; an earlier commit screened late takes the claim over (earliest commit first)."""
 
 from __future__ import annotations

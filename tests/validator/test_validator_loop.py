@@ -135,7 +135,9 @@ def test_owner_retires_old_validators_by_raising_the_version_key(world):
     v.run_once()
     from cacheon_subnet.validator.publish import Publisher
 
-    v.publisher = Publisher(v.db, v.chain, NETUID, VALIDATOR, TARGETS, v.cfg.weights, PublishPolicy(interval_blocks=1))
+    v.stages.publish.publisher = Publisher(
+        v.db, v.chain, NETUID, VALIDATOR, TARGETS, v.cfg.weights, PublishPolicy(interval_blocks=1)
+    )
     world["chain"].set_hyperparams(NETUID, weights_version_key=__spec_version__ + 1)
     world["chain"].advance(5)
     before = len(rec.sent())
@@ -152,7 +154,7 @@ def test_dry_run_does_everything_but_set_weights(world):
 
     rec = Recording(world["chain"])
     v = make(world, rec)
-    v.publisher = type(v.publisher)(
+    v.stages.publish.publisher = type(v.stages.publish.publisher)(
         v.db, v.chain, NETUID, VALIDATOR, TARGETS, v.cfg.weights, replace(v.cfg.publish, dry_run=True)
     )
     s = v.run_once()
@@ -229,7 +231,7 @@ def test_pending_weights_that_landed_before_a_crash_are_not_sent_again(world):
     v = make(world)
     v.run_once()
     world["chain"].advance(10)
-    uids, vals = v.publisher.desired(world["chain"].current_block())
+    uids, vals = v.stages.publish.publisher.desired(world["chain"].current_block())
     # crash window: the pending row is written and the extrinsic lands, the process dies before recording it
     row = ledger.open_weights(v.db, world["chain"].current_block(), 29, uids, vals)
     world["chain"].set_weights(VALIDATOR, NETUID, list(uids), [float(x) for x in vals], 29)
@@ -244,7 +246,7 @@ def test_pending_weights_that_never_landed_are_resent_on_the_same_row(world):
     v = make(world)
     v.run_once()
     world["chain"].advance(10)
-    uids, vals = v.publisher.desired(world["chain"].current_block())
+    uids, vals = v.stages.publish.publisher.desired(world["chain"].current_block())
     # crash window: the pending row is written, the process dies before set_weights goes out
     row = ledger.open_weights(v.db, world["chain"].current_block(), 29, uids, vals)
     v.close()
@@ -332,15 +334,18 @@ def test_run_forever_survives_a_buggy_pass_and_stops_on_request(world):
 
     v = make(world)
     boom = {"n": 0}
-    real = v._settle_stage
+    real = v.stages.settle
 
-    def flaky_settle():
-        boom["n"] += 1
-        if boom["n"] == 1:
-            raise RuntimeError("bug in settlement")
-        real()
+    class FlakySettle:  # a stage like any other (stages/ports.Stage): a bug in its first pass
+        name = "settle"
 
-    v._settle_stage = flaky_settle
+        def run(self, ps):
+            boom["n"] += 1
+            if boom["n"] == 1:
+                raise RuntimeError("bug in settlement")
+            real.run(ps)
+
+    v.order = tuple(FlakySettle() if s is real else s for s in v.order)
     v.cfg = ValidatorConfig(**{**v.cfg.__dict__, "interval_s": 0.01, "chain_backoff_base_s": 0.01})
     stop = threading.Event()
     t = threading.Thread(target=v.run_forever, args=(stop,))
