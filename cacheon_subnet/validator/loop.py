@@ -31,6 +31,7 @@ import threading
 import time
 
 from cacheon_subnet import lifecycle
+from cacheon_subnet.bundle import sweep_scratch
 from cacheon_subnet.chain.backend import ChainBackend
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.netpolicy import policy_for_backend
@@ -73,6 +74,7 @@ class Validator:
         self._lock_fd = acquire_run_lock(config.state_dir)
         lifecycle.set_lease_dir(config.state_dir / "children")  # what we hold, for the next start's reaping
         reaped = lifecycle.reap_leftovers(config.state_dir / "children")  # a crashed run's engines: before the GPU
+        swept = sweep_scratch()  # the scratch dirs a kill -9 left (verify workers, scan children)
         self.db = StateDB(config.state_dir)
         self.metrics = metrics or Metrics()
         self.chain = GuardedChain(
@@ -124,6 +126,7 @@ class Validator:
             url_policy=self.urls.label,
             overlap=self.workers.screens is not None,
             reaped=[r["killed"] for r in reaped],
+            scratch_swept=len(swept),
             crowns_retired=retired,
             **self.db.counts(),
         )
