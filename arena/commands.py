@@ -12,15 +12,16 @@ cacheon arena digest --model-dir DIR [--manifest FILE] [--config C]
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 from arena.engine.startdiag import brief
+from cacheon_subnet.cliout import ARENA, ARENA_PLAIN, Exit, emit
+from cacheon_subnet.env import ARENA_HOME
 from cacheon_subnet.errors import UsageError
 
-EXIT = {"PASS": 0, "FAIL": 1, "NO_DECISION": 3}
+EXIT = {"PASS": Exit.OK, "FAIL": Exit.FAIL, "NO_DECISION": Exit.NO_DECISION}
 
 
 def _pick_op(bundle: Any, want: str | None) -> Any:
@@ -140,7 +141,7 @@ def cmd_arena_run(args: argparse.Namespace) -> int:
         raise UsageError(f"cacheon arena run: {e}") from None
     if args.out:
         shutil.copyfile(result["result_path"], args.out)
-    print(json.dumps(result, indent=1, default=str) if args.json else summary(result))
+    emit(args, result, lambda: summary(result), ARENA)
     return EXIT[result["verdict"]]
 
 
@@ -161,21 +162,23 @@ def cmd_arena_warm(args: argparse.Namespace) -> int:
         raise UsageError(f"cacheon arena warm: {e}") from None
     home = default_home() / "arena"
     res = warm(cfg, Path(args.workdir) if args.workdir else home / cfg.arena_id / "warm", home / "checkpoints")
-    if args.json:
-        print(json.dumps(res.to_json(), indent=1))
-    else:
-        start = {s.name: next((x["s"] for x in s.startup if x.get("op") == "started"), None) for s in res.stages}
-        print(f"cacheon arena warm  {cfg.name} ({cfg.arena_id}): {'warmed' if res.ok else 'FAILED: ' + str(res.error)}")
-        print(
-            f"seed caches: {res.files_after - res.files_before} new files ({res.files_after} in all) in "
-            + ", ".join(sorted(set(res.caches.values())))
-        )
-        for s in res.stages:
-            print(f"engine {s.name}: wall {s.wall_s:.1f} s, start {start[s.name]} s")
-            if why := brief(s.startup, s.host_timing):
-                print(f"  start: {why}")
-        print(f"wall: {res.wall_s:.1f} s")
-    return 0 if res.ok else 1
+    emit(args, res.to_json(), lambda: _warm_text(cfg, res), ARENA_PLAIN)
+    return Exit.OK if res.ok else Exit.FAIL
+
+
+def _warm_text(cfg: Any, res: Any) -> str:
+    start = {s.name: next((x["s"] for x in s.startup if x.get("op") == "started"), None) for s in res.stages}
+    lines = [
+        f"cacheon arena warm  {cfg.name} ({cfg.arena_id}): {'warmed' if res.ok else 'FAILED: ' + str(res.error)}",
+        f"seed caches: {res.files_after - res.files_before} new files ({res.files_after} in all) in "
+        + ", ".join(sorted(set(res.caches.values()))),
+    ]
+    for s in res.stages:
+        lines.append(f"engine {s.name}: wall {s.wall_s:.1f} s, start {start[s.name]} s")
+        if why := brief(s.startup, s.host_timing):
+            lines.append(f"  start: {why}")
+    lines.append(f"wall: {res.wall_s:.1f} s")
+    return "\n".join(lines)
 
 
 def cmd_arena_id(args: argparse.Namespace) -> int:
@@ -185,8 +188,8 @@ def cmd_arena_id(args: argparse.Namespace) -> int:
         cfg = load_config(args.config)
     except ArenaConfigError as e:
         raise UsageError(str(e)) from None
-    print(json.dumps({"arena_id": cfg.arena_id, "identity": cfg.identity()}, indent=1) if args.json else cfg.arena_id)
-    return 0
+    emit(args, {"arena_id": cfg.arena_id, "identity": cfg.identity()}, cfg.arena_id, ARENA_PLAIN)
+    return Exit.OK
 
 
 def cmd_arena_digest(args: argparse.Namespace) -> int:
@@ -208,11 +211,11 @@ def cmd_arena_digest(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     except CheckpointMismatch as e:
         print(f"cacheon arena digest: REFUSED: {e}")
-        return 1
+        return Exit.FAIL
     if args.manifest:
         write_manifest(m, args.manifest)
-    print(json.dumps(m.to_json(), indent=1) if args.json else m.digest)
-    return 0
+    emit(args, m.to_json(), m.digest, ARENA_PLAIN)
+    return Exit.OK
 
 
 def register(sub: Any, groups: dict[str, Any]) -> None:
@@ -238,7 +241,8 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     r.add_argument("--op", help="which op of the bundle (slot id or op key), when it has several")
     r.add_argument(
         "--workdir",
-        help="where engines, receipts and result.json go (default $CACHEON_ARENA_HOME/arena/<arena id>/..., home /var/tmp/cacheon)",
+        help=f"where engines, receipts and result.json go (default ${ARENA_HOME.name}/arena/<arena id>/..., "
+        f"home {ARENA_HOME.default})",
     )
     r.add_argument("--out", help="also copy the result JSON here")
     r.add_argument(
@@ -255,7 +259,7 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
         "a pin move): later engines start warm; exit 0 warmed, 1 failed, 2 usage",
     )
     w.add_argument("--config", required=True, help="configs/arena/<name>.toml")
-    w.add_argument("--workdir", help="the warm engine's work dir (default $CACHEON_ARENA_HOME/arena/<arena id>/warm)")
+    w.add_argument("--workdir", help=f"the warm engine's work dir (default ${ARENA_HOME.name}/arena/<arena id>/warm)")
     w.add_argument("--json", action="store_true")
     w.set_defaults(handler=cmd_arena_warm)
     i = asub.add_parser("id", help="print the arena id of a config")

@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from cacheon_subnet.env import ARENA_HOME
 from cacheon_subnet.errors import CacheonError
 from cacheon_subnet.pins import SGLANG_KERNEL_PIN, SGLANG_PIN, TORCH_PIN
 from cacheon_subnet.slots.profiles import PROFILES, ModelProfile
@@ -179,8 +180,8 @@ class ArenaConfig:
     def resolve(self, value: str) -> Path:
         """A path from the config: ~ and $VARS expanded ($CACHEON_ARENA_HOME defaults to the arena
         home, /var/tmp/cacheon), relative to the config file's directory."""
-        home = os.environ.get("CACHEON_ARENA_HOME") or "/var/tmp/cacheon"
-        value = value.replace("${CACHEON_ARENA_HOME}", home).replace("$CACHEON_ARENA_HOME", home)
+        home, var = ARENA_HOME.get(), ARENA_HOME.name
+        value = value.replace("${" + var + "}", home).replace("$" + var, home)
         p = Path(os.path.expandvars(os.path.expanduser(value)))
         return p if p.is_absolute() else Path(self.path).resolve().parent / p
 

@@ -8,14 +8,14 @@ missing path, no CUDA for --device cuda)."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from cacheon_subnet.cliout import Exit, emit
+from cacheon_subnet.env import LOG_LEVEL
 from cacheon_subnet.errors import BundleError, CacheonError, UsageError
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 Command = Callable[[argparse.Namespace], int]
 _COMMANDS: dict[str, Command] = {}
 
@@ -26,13 +26,6 @@ def command(name: str) -> Callable[[Command], Command]:
         return fn
 
     return deco
-
-
-def _emit(args: argparse.Namespace, payload: object, text: str) -> None:
-    if getattr(args, "json", False):
-        print(json.dumps(payload, indent=2, sort_keys=True, default=str))
-    else:
-        print(text)
 
 
 # -- slots / bundles -------------------------------------------------------------------------
@@ -73,8 +66,8 @@ def cmd_slots(args: argparse.Namespace) -> int:
         lines += [f"{s.key:28} {s.summary}", f"    {s.signature()}", f"    sglang: {s.sglang_target}"]
         if s.collective:
             lines.append(f"    collective: one process per rank, world sizes {list(s.world_sizes)} (verify --world-size N)")
-    _emit(args, payload, "\n".join(lines))
-    return EXIT_OK
+    emit(args, payload, "\n".join(lines))
+    return Exit.OK
 
 
 @command("pack")
@@ -86,13 +79,13 @@ def cmd_pack(args: argparse.Namespace) -> int:
     findings = list(policy_bound.static_check(load_bundle(args.src), walled=False).findings)
     if findings:  # syntax errors included: every validator rejects it before running a line
         payload = {"status": "refused", "reasons": findings, "source": args.src}
-        _emit(
+        emit(
             args,
             payload,
             "cacheon pack: refused, the static policy scan fails (validators reject this bundle "
             "unexecuted; `cacheon verify` shows the same):\n" + "\n".join(f"  {f}" for f in findings),
         )
-        return EXIT_FAIL
+        return Exit.FAIL
     out = args.out or f"{Path(args.src).resolve().name}.tar.gz"
     bundle = pack(args.src, out)
     payload = {"archive": str(out), "digest": bundle.digest, "files": len(bundle.files), "bytes": bundle.size}
@@ -100,8 +93,8 @@ def cmd_pack(args: argparse.Namespace) -> int:
         from cacheon_subnet.bundle import hotkey_bound_digest
 
         payload["hotkey_digest"] = hotkey_bound_digest(bundle.digest, args.hotkey)
-    _emit(args, payload, "\n".join(f"{k}: {v}" for k, v in payload.items()) + _ID_NOTE)
-    return EXIT_OK
+    emit(args, payload, "\n".join(f"{k}: {v}" for k, v in payload.items()) + _ID_NOTE)
+    return Exit.OK
 
 
 _ID_NOTE = (
@@ -118,8 +111,8 @@ def cmd_digest(args: argparse.Namespace) -> int:
     payload = {"digest": bundle.digest, "files": len(bundle.files), "ops": [o.key for o in bundle.manifest.ops]}
     if args.hotkey:
         payload["hotkey_digest"] = hotkey_bound_digest(bundle.digest, args.hotkey)
-    _emit(args, payload, "\n".join(f"{k}: {v}" for k, v in payload.items()) + _ID_NOTE)
-    return EXIT_OK
+    emit(args, payload, "\n".join(f"{k}: {v}" for k, v in payload.items()) + _ID_NOTE)
+    return Exit.OK
 
 
 @command("verify")
@@ -134,8 +127,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
         reason = "manifest" if e.rule.startswith("manifest") else "bundle"
         payload = {"status": "FAIL", "reasons": [f"{reason}: {e}"], "source": args.bundle}
-        _emit(args, payload, f"cacheon verify: FAIL\n  {reason}: {e}")
-        return EXIT_FAIL
+        emit(args, payload, f"cacheon verify: FAIL\n  {reason}: {e}")
+        return Exit.FAIL
     opts = VerifyOptions(
         device=args.device,
         tier=args.tier,
@@ -155,8 +148,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if not torch.cuda.is_available():
             raise CacheonError("--device cuda requested but no CUDA device is visible")
     report = verify_bundle(bundle, opts)
-    _emit(args, report.to_json(), report.render())
-    return EXIT_OK if report.passed else EXIT_FAIL
+    emit(args, report.to_json(), report.render())
+    return Exit.OK if report.passed else Exit.FAIL
 
 
 def _arena_shapes(path: str):  # noqa: ANN202 - ArenaShapes, imported lazily
@@ -188,8 +181,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             arena=_arena_shapes(args.arena) if args.arena else None,
         ),
     )
-    _emit(args, report.to_json(), report.render())
-    return EXIT_OK if report.ok else EXIT_FAIL
+    emit(args, report.to_json(), report.render())
+    return Exit.OK if report.ok else Exit.FAIL
 
 
 def _bench_device(asked: str | None) -> str:
@@ -219,24 +212,22 @@ def cmd_miner_init(args: argparse.Namespace) -> int:
     from cacheon_subnet.miner.scaffold import scaffold
 
     path = scaffold(args.slot, Path(args.dir), force=args.force)
-    _emit(
+    emit(
         args,
         {"created": str(path), "slot": args.slot},
         f"created {path} for slot {args.slot}\nnext: cacheon verify {path} --device cpu",
     )
-    return EXIT_OK
+    return Exit.OK
 
 
 @command("chain-compat")
 def cmd_chain_compat(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
     from cacheon_subnet.chain.compat import check_sdk, render
 
     report = check_sdk()
-    _emit(
-        args,
-        {"exit_code": report.exit_code, "rows": [r.__dict__ if hasattr(r, "__dict__") else list(r) for r in report.rows]},
-        render(report),
-    )
+    emit(args, {"exit_code": report.exit_code, "rows": [asdict(r) for r in report.rows]}, render(report))
     return report.exit_code
 
 
@@ -256,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
         "'For miners'. Run from a checkout: .venv/bin/cacheon, or "
         "`source .venv/bin/activate` first.",
     )
-    p.add_argument("--log-level", default=None, help="debug|info|warning|error (env CACHEON_LOG_LEVEL)")
+    p.add_argument("--log-level", default=None, help=f"debug|info|warning|error (env {LOG_LEVEL.name})")
     p.add_argument(
         "-q", "--quiet", action="store_true", help="no progress bars (stderr, TTY only) or progress lines (stderr)"
     )
@@ -381,18 +372,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return fn(args)
     except KeyboardInterrupt:
-        return 130
+        return Exit.INTERRUPTED
     except BrokenPipeError:  # e.g. `cacheon slots --json | head`
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
+        return Exit.OK
     except BundleError as e:  # a missing path is usage (2), like every verb; a bad bundle is FAIL (1)
         print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE if e.rule == "not-found" else EXIT_FAIL
+        return Exit.USAGE if e.rule == "not-found" else Exit.FAIL
     except CacheonError as e:
         print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return Exit.USAGE
 
 
 if __name__ == "__main__":

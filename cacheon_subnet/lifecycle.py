@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cacheon_subnet.env import SANDBOX_SCRATCH
 from cacheon_subnet.errors import CacheonError
 from cacheon_subnet.procs import live_members, starttime
 
@@ -117,7 +118,7 @@ def _ours(pid: int, scratch: str) -> bool:
         env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
         return False
-    return ("CACHEON_SANDBOX_SCRATCH=" + scratch).encode() in env
+    return f"{SANDBOX_SCRATCH.name}={scratch}".encode() in env
 
 
 def _holders(scratch: str) -> list[int]:

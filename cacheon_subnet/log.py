@@ -9,12 +9,13 @@ line whoever wrote it (`logger` names the library). `warnings.warn` goes the sam
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import MutableMapping
 from typing import Any, TextIO, cast
 
 import structlog
+
+from cacheon_subnet.env import LOG_LEVEL
 
 _configured = False
 _HANDLER_NAME = "cacheon-structlog"
@@ -67,7 +68,7 @@ def configure(level: str | None = None, json: bool | None = None, file: TextIO |
     global _configured
     if _configured and not force:
         return
-    level_name = (level or os.environ.get("CACHEON_LOG_LEVEL", "info")).upper()
+    level_name = (level or LOG_LEVEL.get()).upper()
     lvl = getattr(logging, level_name, logging.INFO)
     _SINK.target = file
     _SINK.json = (not _SINK.isatty()) if json is None else json

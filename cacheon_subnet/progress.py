@@ -13,8 +13,10 @@ import sys
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
+from cacheon_subnet.env import PROGRESS
+
 T = TypeVar("T")
-ENV = "CACHEON_PROGRESS"
+ENV = PROGRESS.name
 _quiet = False
 
 
@@ -27,13 +29,13 @@ def set_quiet(quiet: bool) -> None:
 
 
 def quiet() -> bool:
-    return _quiet or os.environ.get(ENV) == "0"
+    return _quiet or PROGRESS.get() == "0"
 
 
 def enabled() -> bool:
     if quiet():
         return False
-    if os.environ.get(ENV) == "1":
+    if PROGRESS.get() == "1":
         return True
     return sys.stderr.isatty()
 

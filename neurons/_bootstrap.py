@@ -3,7 +3,7 @@
 The dependencies live in the checkout's .venv (`make install`). Started by another interpreter
 (say the system python3, which has no structlog), a neuron re-executes itself under
 .venv/bin/python when that exists, else it stops with what to run instead of a traceback.
-Standard library only: this runs before anything else can be imported.
+Standard library only (cacheon_subnet.env is too): this runs before anything else can be imported.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-GUARD = "CACHEON_NEURON_REEXEC"  # set on the re-exec so a broken .venv cannot loop
+from cacheon_subnet.env import NEURON_REEXEC
+
+GUARD = NEURON_REEXEC.name  # set on the re-exec so a broken .venv cannot loop
 
 
 def reexec_or_explain(
@@ -23,7 +25,7 @@ def reexec_or_explain(
     venv = repo / ".venv"
     py = venv / "bin" / "python"
     inside = Path(sys.prefix).resolve() == venv.resolve()
-    if py.is_file() and not inside and os.environ.get(GUARD) != "1":
+    if py.is_file() and not inside and not NEURON_REEXEC.get():
         os.environ[GUARD] = "1"
         os.execv(str(py), [str(py), script, *argv])
     missing = getattr(exc, "name", None) or str(exc)

@@ -41,6 +41,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from cacheon_subnet.env import LOG_LEVEL  # noqa: E402
 
 VALIDATOR = "judge-validator"
 NETUID = 1
@@ -273,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                     text=True,
                     cwd=REPO,
                     timeout=a.pass_timeout_s,
-                    env={**os.environ, "CACHEON_LOG_LEVEL": "info"},
+                    env={**os.environ, LOG_LEVEL.name: "info"},
                 )
             summary = json.loads(r.stdout) if r.returncode in (0, 1) and r.stdout.strip().startswith("{") else None
             passes.append(

@@ -30,6 +30,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from cacheon_subnet.env import ARENA_HOME, JIT_SEEDS  # noqa: E402
 
 
 def item(name: str) -> tuple[Any, Any, dict[str, Any]]:
@@ -100,8 +101,8 @@ def main() -> int:
 
         os.environ["PYTHONPATH"] = str(h.seam_harness.write_runtime(work / "fake-sglang"))
         os.environ.setdefault("TRITON_INTERPRET", "1")
-        os.environ.setdefault("CACHEON_JIT_SEEDS", "off")
-        os.environ.setdefault("CACHEON_ARENA_HOME", str(work / "home"))  # engine homes go with the work dir
+        os.environ.setdefault(JIT_SEEDS.name, "off")
+        os.environ.setdefault(ARENA_HOME.name, str(work / "home"))  # engine homes go with the work dir
         cfg, factory = h.small_config(prompts=6, output=6, cycles=3), f"tests.arena.fake_engine:{a.fake_engine}"
     else:
         cfg = load_config(a.config)

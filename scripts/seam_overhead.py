@@ -30,6 +30,7 @@ from arena.engine.host import EngineSpec, run_engine  # noqa: E402
 from arena.jobs import checkpoint_job, engine_kwargs, resident_steps, window_tag  # noqa: E402
 from arena.verdict.evidence import check  # noqa: E402
 from arena.verdict.speed import judge  # noqa: E402
+from cacheon_subnet.env import RECEIPT_DIR, SEAM_STRICT, STOCK_AS_CANDIDATE  # noqa: E402
 from seams.receipts import read_receipts  # noqa: E402
 from seams.table import SEAM_ADAPTERS, seam_environment  # noqa: E402
 
@@ -75,10 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     env = {
         **seed_caches(),
         **seam_environment(bindings),
-        "CACHEON_STOCK_AS_CANDIDATE": CONTROL_SLOT,
-        "CACHEON_SEAM_STRICT": "1",
+        STOCK_AS_CANDIDATE.name: CONTROL_SLOT,
+        SEAM_STRICT.name: "1",
         "SGLANG_PLUGINS": "cacheon",
-        "CACHEON_RECEIPT_DIR": str(receipts_dir),
+        RECEIPT_DIR.name: str(receipts_dir),
     }
     t0 = time.monotonic()
     run = run_engine(

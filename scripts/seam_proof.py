@@ -35,6 +35,7 @@ from arena.engine.host import EngineSpec, run_engine  # noqa: E402
 from arena.jobs import checkpoint_job, engine_kwargs  # noqa: E402
 from cacheon_subnet.bundle import load_bundle  # noqa: E402
 from cacheon_subnet.bundle.engine_tree import build_tree  # noqa: E402
+from cacheon_subnet.env import ENGINE_TREE, ENGINE_TREE_DIGEST, RECEIPT_DIR, SEAM_STRICT  # noqa: E402
 from seams.receipts import coverage, read_receipts  # noqa: E402
 from seams.table import seam_environment  # noqa: E402
 
@@ -127,10 +128,12 @@ def main() -> int:
             tree = build_tree(work / f"tree-{name}", [(bundle, list(bundle.manifest.ops))])
             env.update(
                 seam_environment(("norm",)),
-                CACHEON_ENGINE_TREE=str(tree.root),
-                CACHEON_ENGINE_TREE_DIGEST=tree.digest,
-                CACHEON_RECEIPT_DIR=str(rdir),
-                CACHEON_SEAM_STRICT="1",
+                **{
+                    ENGINE_TREE.name: str(tree.root),
+                    ENGINE_TREE_DIGEST.name: tree.digest,
+                    RECEIPT_DIR.name: str(rdir),
+                    SEAM_STRICT.name: "1",
+                },
             )
         steps = [greedy] + (tput if kind in ("stock", "nocand") else [])
         run = run_engine(EngineSpec(name, {**base, "steps": steps}, env, timeout_s=300), work)

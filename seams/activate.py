@@ -28,6 +28,7 @@ from pathlib import Path
 
 from cacheon_subnet.bundle.engine_tree import TreeOp, open_tree
 from cacheon_subnet.bundle.jitkeys import salt_kernel_keys
+from cacheon_subnet.env import ENGINE_TREE, ENGINE_TREE_DIGEST, RECEIPT_DIR, RESIDENT, SEAM_STRICT
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.custom_op import register_slot_op
 from cacheon_subnet.slots.spec import dtype_of
@@ -37,7 +38,7 @@ from seams.receipts import Receipts
 from seams.table import SEAM_ADAPTERS, SeamAdapter
 
 _state: dict[str, object] = {}
-RESIDENT_ENV = "CACHEON_RESIDENT"  # a timed engine kept across contributions (seams/resident.py)
+RESIDENT_ENV = RESIDENT.name  # a timed engine kept across contributions (seams/resident.py)
 
 
 def selected_adapters(environ: dict[str, str] | None = None) -> tuple[SeamAdapter, ...]:
@@ -72,8 +73,8 @@ def register_candidates(
     if slow_candidate:
         register_slowdown(slow_candidate, slots, registry)
     ops: tuple[TreeOp, ...] = ()
-    if env.get("CACHEON_ENGINE_TREE") or not (controls or slow_baseline or slow_candidate):
-        tree = open_tree(Path(env["CACHEON_ENGINE_TREE"]), env["CACHEON_ENGINE_TREE_DIGEST"])
+    if env.get(ENGINE_TREE.name) or not (controls or slow_baseline or slow_candidate):
+        tree = open_tree(Path(env[ENGINE_TREE.name]), env[ENGINE_TREE_DIGEST.name])
         if str(tree.root) not in sys.path:
             sys.path.insert(0, str(tree.root))
         ops = tree.ops
@@ -120,9 +121,9 @@ def activate_scheduler(tp_rank: int, registry: Registry = REGISTRY, environ: dic
     adapters = selected_adapters(env)
     if not adapters:
         return False  # a pristine (T) or candidate-free engine: pure pass-through
-    receipts = Receipts(env.get("CACHEON_RECEIPT_DIR"), "scheduler", tp_rank)
+    receipts = Receipts(env.get(RECEIPT_DIR.name), "scheduler", tp_rank)
     registry.receipts = receipts
-    registry.strict = env.get("CACHEON_SEAM_STRICT", "1") != "0"
+    registry.strict = SEAM_STRICT.get(env)
     slots = sorted({s for a in adapters for s in a.slots})
     try:
         sys.dont_write_bytecode = True  # nothing but the sealed sources is ever imported from the tree

@@ -7,15 +7,16 @@ report's: 0 intact, 1 a seam/API row FAILs, 2 version differs from the pin (wins
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
+
+from cacheon_subnet.cliout import PLAIN, emit
 
 
 def cmd_compat(args: argparse.Namespace) -> int:
     from seams.compat import render, runtime_check, static_check
 
     report = static_check(args.source) if args.source else runtime_check()
-    print(json.dumps(report.to_json(), indent=2, sort_keys=True) if args.json else render(report))
+    emit(args, report.to_json(), lambda: render(report), PLAIN)
     return report.exit_code
 
 

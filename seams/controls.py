@@ -22,13 +22,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from cacheon_subnet.env import HANDICAP, SLOWDOWN, STOCK_AS_CANDIDATE
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.custom_op import register_slot_op
 from cacheon_subnet.slots.spec import dtype_of
 from seams.dispatch import Candidate, Registry, guarded
 
-HANDICAP_ENV = "CACHEON_HANDICAP"
-SLOWDOWN_ENV = "CACHEON_SLOWDOWN"
+HANDICAP_ENV = HANDICAP.name
+SLOWDOWN_ENV = SLOWDOWN.name
 # torch.cuda._sleep counts SM cycles; the H200's SM clock sat at 1955-1980 MHz in the arena's
 # windows (scripts/box_monitor.py, 2026-11-29), so one microsecond is ~1980 cycles (nominal)
 SPIN_CYCLES_PER_US = 1980
@@ -36,7 +37,7 @@ SPIN_CYCLES_PER_US = 1980
 
 def stock_controls(env: dict[str, str]) -> tuple[str, ...]:
     """CACHEON_STOCK_AS_CANDIDATE=slot[,slot]."""
-    return tuple(s for s in env.get("CACHEON_STOCK_AS_CANDIDATE", "").split(",") if s)
+    return STOCK_AS_CANDIDATE.get(env)
 
 
 def handicap(env: dict[str, str], name: str = HANDICAP_ENV) -> tuple[str, float] | None:

@@ -32,7 +32,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-ENV = "CACHEON_FORWARD_CLOCK"
+from cacheon_subnet.env import FORWARD_CLOCK, RECEIPT_DIR
+
+ENV = FORWARD_CLOCK.name
 RPC_METHOD = "cacheon_clock"
 DECODE = "decode"  # SGLang's category for decode forwards (a graph replay when graphs are on)
 
@@ -101,7 +103,7 @@ def attach(scheduler: Any, rank: int, environ: dict[str, str] | None = None, reg
 
     env = os.environ if environ is None else environ
     reg = REGISTRY if registry is None else registry
-    log = answer_log(env.get("CACHEON_RECEIPT_DIR"), rank)
+    log = answer_log(env.get(RECEIPT_DIR.name), rank)
     clock = None
     if env.get(ENV) == "1":
         runner = scheduler.tp_worker.model_runner

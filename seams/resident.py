@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cacheon_subnet.env import ENGINE_TREE, RECEIPT_DIR, RESIDENT_ANSWERS, RESIDENT_TREES
 from seams.activate import RESIDENT_ENV, note_active, register_candidates, selected_adapters
 from seams.answers import check_nonce, snapshot
 from seams.dispatch import REGISTRY, Registry, SeamError
@@ -47,8 +48,8 @@ from seams.integrity import WATCH
 from seams.route import set_route
 
 PREFIX = "cacheon_c_"  # every sealed package (cacheon_subnet.bundle.engine_tree.package_for)
-TREES_ENV = "CACHEON_RESIDENT_TREES"  # the read-only dir the host puts each contribution's tree in
-ANSWERS_ENV = "CACHEON_RESIDENT_ANSWERS"  # the dir holding one answers dir per job
+TREES_ENV = RESIDENT_TREES.name  # the read-only dir the host puts each contribution's tree in
+ANSWERS_ENV = RESIDENT_ANSWERS.name  # the dir holding one answers dir per job
 
 
 class Trampoline:
@@ -216,7 +217,7 @@ class ResidentRank:
         self.scheduler, self.rank, self.registry = scheduler, rank, registry
         self.trees = os.path.realpath(environ[TREES_ENV]) if environ.get(TREES_ENV) else None
         self.answers_root = os.path.realpath(environ[ANSWERS_ENV]) if environ.get(ANSWERS_ENV) else None
-        self.log = answer_log(environ.get("CACHEON_RECEIPT_DIR"), rank)  # the one route/clock answer too
+        self.log = answer_log(environ.get(RECEIPT_DIR.name), rank)  # the one route/clock answer too
         self.slots = sorted({s for a in selected_adapters(environ) for s in a.slots})
         self.installs = 0
         self.current: Installed | None = None
@@ -238,7 +239,7 @@ class ResidentRank:
         check_nonce(nonce)
         if self.current is not None:
             raise RuntimeError("a contribution is installed already: remove it first")
-        tree = env.get("CACHEON_ENGINE_TREE")
+        tree = env.get(ENGINE_TREE.name)
         if tree and (not self.trees or os.path.dirname(os.path.realpath(tree)) != self.trees):
             raise ValueError(f"tree {tree!r} is not a tree of this engine's trees dir")
         self._redirect(answers)

@@ -25,6 +25,7 @@ import contextlib
 import gc
 from typing import Any
 
+from cacheon_subnet.env import RECEIPT_DIR
 from seams.dispatch import REGISTRY, Registry, receipt_key
 
 ROUTES = ("candidate", "incumbent", "stock", "pristine")
@@ -135,7 +136,7 @@ def attach(scheduler: Any, registry: Registry = REGISTRY, rank: int = 0, directo
     from seams.answers import check_nonce, snapshot
     from seams.forward_clock import answer_log
 
-    log = answer_log(directory if directory is not None else os.environ.get("CACHEON_RECEIPT_DIR"), rank)
+    log = answer_log(directory if directory is not None else os.environ.get(RECEIPT_DIR.name), rank)
 
     def cacheon_route(route: str, epoch: int, nonce: str) -> None:
         check_nonce(nonce)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from cacheon_subnet.env import SEAM_GATE
 from cacheon_subnet.pins import SGLANG_PIN
 
 
@@ -34,7 +35,7 @@ class SeamAdapter:
     @property
     def env_gate(self) -> str:
         """Fixed gate per binding: the host sets exactly the gates of the bindings it selects."""
-        return f"CACHEON_SEAM_{self.binding.upper()}"
+        return SEAM_GATE.of(self.binding)
 
     @property
     def target(self) -> str:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cacheon_subnet.env import DISK_RESERVE_MIB, ENGINE_DISK_GIB, ENGINE_KEPT_MIB
 from cacheon_subnet.sandbox.fsview import TreeTooDeep, walk_fds
 
 GIB, MIB = 1 << 30, 1 << 20
@@ -53,14 +54,12 @@ class DiskLimits:
         """CACHEON_ENGINE_DISK_GIB / CACHEON_ENGINE_KEPT_MIB / CACHEON_DISK_RESERVE_MIB override the
         defaults (operators)."""
         d = cls()
-        gib = os.environ.get("CACHEON_ENGINE_DISK_GIB")
-        kept = os.environ.get("CACHEON_ENGINE_KEPT_MIB")
-        mib = os.environ.get("CACHEON_DISK_RESERVE_MIB")
+        gib, kept, mib = ENGINE_DISK_GIB.get(), ENGINE_KEPT_MIB.get(), DISK_RESERVE_MIB.get()
         return cls(
-            growth_bytes=int(float(gib) * GIB) if gib else d.growth_bytes,
+            growth_bytes=int(gib * GIB) if gib is not None else d.growth_bytes,
             max_files=d.max_files,
-            reserve_bytes=int(float(mib) * MIB) if mib else d.reserve_bytes,
-            kept_bytes=int(float(kept) * MIB) if kept else d.kept_bytes,
+            reserve_bytes=int(mib * MIB) if mib is not None else d.reserve_bytes,
+            kept_bytes=int(kept * MIB) if kept is not None else d.kept_bytes,
             kept_files=d.kept_files,
         )
 
@@ -187,14 +186,14 @@ class DiskWatch(threading.Thread):
             return "growth", (
                 f"the engine left {kept_grown[0] / MIB:.1f} MiB in {kept_grown[1]} entries in its receipts "
                 f"dir, which outlives the run, over the {lim.kept_bytes / MIB:.0f} MiB / {lim.kept_files} "
-                "entries it may keep (CACHEON_ENGINE_KEPT_MIB)"
+                f"entries it may keep ({ENGINE_KEPT_MIB.name})"
             )
         if self.roots:
             free = shutil.disk_usage(self.roots[0]).free
             if free < lim.reserve_bytes:
                 return "reserve", (
                     f"the host's disk has {free / MIB:.0f} MiB free, under the "
-                    f"{lim.reserve_bytes >> 20} MiB reserve (CACHEON_DISK_RESERVE_MIB)"
+                    f"{lim.reserve_bytes >> 20} MiB reserve ({DISK_RESERVE_MIB.name})"
                 )
         return None
 

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from cacheon_subnet.env import ARENA_HOME, JIT_SEEDS
+
 
 class JitCache(NamedTuple):
     """One JIT cache an engine writes at start, seeded like the others (the one table: seed_caches,
@@ -42,7 +44,7 @@ def default_home() -> Path:
     dedicated uid can reach it: $CACHEON_ARENA_HOME, else /var/tmp/cacheon. Its length does not
     matter to SGLang's ZMQ sockets (the engine's TMPDIR is short by construction: sockpath.py).
     Nothing secret is kept there (state DB and wallet live elsewhere)."""
-    home = Path(os.environ.get("CACHEON_ARENA_HOME") or "/var/tmp/cacheon")
+    home = Path(ARENA_HOME.get())
     home.mkdir(parents=True, exist_ok=True)
     home.chmod(0o755)
     return home
@@ -55,7 +57,7 @@ def seed_caches() -> dict[str, str]:
     nothing still starts its engines warm after the first pristine one (cold start is ~2x slower).
     Only an engine that loaded no contribution code writes back, new files only
     (arena.engine.host.warm_seed_caches). CACHEON_JIT_SEEDS=off: every engine cold."""
-    if os.environ.get("CACHEON_JIT_SEEDS", "").lower() in ("off", "0", "no", "false"):
+    if not JIT_SEEDS.get():
         return {}
     chosen = {k: os.environ[k] for k in CACHE_KEYS if os.environ.get(k)}
     if len(chosen) < len(CACHE_KEYS):

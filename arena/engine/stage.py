@@ -16,6 +16,7 @@ from arena.config import ArenaConfig
 from arena.engine.home import seed_caches
 from arena.engine.host import EngineRun, EngineSpec, run_engine
 from arena.records import StageRecord
+from cacheon_subnet.env import ENGINE_TREE
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def run_stage(
     if ctx.devices is not None:
         env = {**env, "CUDA_VISIBLE_DEVICES": ctx.devices}
     ckpt = (job.get("checkpoint") or {}).get("dir")
-    ro = tuple(p for p in (ckpt, env.get("CACHEON_ENGINE_TREE")) if p and p not in rw)
+    ro = tuple(p for p in (ckpt, env.get(ENGINE_TREE.name)) if p and p not in rw)
     run = run_engine(
         EngineSpec(
             name,

@@ -20,6 +20,7 @@ from arena.engine.host import EngineRun
 from arena.engine.stage import StageContext, run_stage
 from arena.jobs import _prompts
 from arena.records import StageRecord
+from cacheon_subnet.env import JIT_SEEDS
 from seams.table import seam_environment
 
 
@@ -103,7 +104,7 @@ def warm(
         return WarmResult(cfg.arena_id, seeds, before, count_files(seeds), tuple(stages), time.monotonic() - t0, error)
 
     if not seeds:
-        return done("JIT seeding is off (CACHEON_JIT_SEEDS=off): there is no cache to warm")
+        return done(f"JIT seeding is off ({JIT_SEEDS.name}=off): there is no cache to warm")
     opts = RunOptions(workdir=workdir, checkpoint_root=checkpoint_root, engine_factory=engine_factory)
     base, why = engine_base(cfg, opts, engine)
     if base is None:

@@ -36,6 +36,7 @@ from cacheon_subnet.bundle.limits import (
 )
 from cacheon_subnet.bundle.manifest import Manifest, parse_manifest
 from cacheon_subnet.bundle.tarscan import Entry, prescan
+from cacheon_subnet.env import SCRATCH
 from cacheon_subnet.errors import BundleError
 from cacheon_subnet.procs import starttime
 from cacheon_subnet.resources import is_resource_error
@@ -240,7 +241,7 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str], limits: Limit
 
 
 def _scratch_base() -> str | None:
-    base = os.environ.get("CACHEON_SCRATCH") or None
+    base = SCRATCH.get()
     if base:
         os.makedirs(base, exist_ok=True)
     return base

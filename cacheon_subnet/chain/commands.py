@@ -13,19 +13,17 @@ validator pass can publish right away. Pass the subtensor values to rehearse rea
 from __future__ import annotations
 
 import argparse
-import json
-import os
 from pathlib import Path
 from typing import Any
 
+from cacheon_subnet.cliout import PLAIN, Exit, emit
+from cacheon_subnet.env import LOCAL_CHAIN
 from cacheon_subnet.errors import UsageError
-
-LOCAL_CHAIN_ENV = "CACHEON_LOCAL_CHAIN"
 
 
 def _path(args: argparse.Namespace) -> Path:
     if not args.local_chain:
-        raise UsageError(f"no chain file: pass --local-chain PATH or set ${LOCAL_CHAIN_ENV}")
+        raise UsageError(f"no chain file: pass --local-chain PATH or set ${LOCAL_CHAIN.name}")
     return Path(args.local_chain)
 
 
@@ -38,10 +36,6 @@ def _open(args: argparse.Namespace) -> Any:
         return LocalChain.open(path)
     except ChainUnavailable as exc:
         raise UsageError(str(exc)) from None
-
-
-def _print(args: argparse.Namespace, payload: dict[str, Any], text: str) -> None:
-    print(json.dumps(payload, indent=2, sort_keys=True) if args.json else text)
 
 
 def cmd_create(args: argparse.Namespace) -> int:
@@ -64,13 +58,14 @@ def cmd_create(args: argparse.Namespace) -> int:
     except ChainError as exc:
         raise UsageError(f"{path}: {exc}") from None
     block = chain.current_block()
-    _print(
+    emit(
         args,
         {"chain": str(path), "netuid": args.netuid, "owner": args.owner, "block": block},
         f"created local chain {path}: netuid {args.netuid}, owner {args.owner!r} is uid 0, block {block}\n"
         f"next: cacheon chain local register HOTKEY --local-chain {path}",
+        PLAIN,
     )
-    return 0
+    return Exit.OK
 
 
 def cmd_register(args: argparse.Namespace) -> int:
@@ -89,20 +84,21 @@ def cmd_register(args: argparse.Namespace) -> int:
     except ChainError as exc:
         raise UsageError(f"register {args.hotkey}: {exc}") from None
     role = f"validator (stake {args.stake:g})" if args.validator else "miner"
-    _print(
+    emit(
         args,
         {"hotkey": args.hotkey, "uid": uid, "netuid": netuid, "validator": args.validator, "stake": args.stake},
         f"registered {args.hotkey!r} as uid {uid} on netuid {netuid}: {role}",
+        PLAIN,
     )
-    return 0
+    return Exit.OK
 
 
 def cmd_advance(args: argparse.Namespace) -> int:
     if args.blocks < 0:
         raise UsageError(f"advance: {args.blocks} blocks; blocks never go back")
     block = _open(args).advance(args.blocks)
-    _print(args, {"block": block}, f"block {block}")
-    return 0
+    emit(args, {"block": block}, f"block {block}", PLAIN)
+    return Exit.OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -157,14 +153,12 @@ def cmd_show(args: argparse.Namespace) -> int:
             lines.append(f"  {hk:20} " + ", ".join(f"{name.get(u, u)}={w:.3f}" for u, w in sorted(row.items())))
     if not any(weights.values()):
         lines.append("  none set yet")
-    _print(args, payload, "\n".join(lines))
-    return 0
+    emit(args, payload, "\n".join(lines), PLAIN)
+    return Exit.OK
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--local-chain", default=os.environ.get(LOCAL_CHAIN_ENV), help=f"the chain's SQLite file (env {LOCAL_CHAIN_ENV})"
-    )
+    p.add_argument("--local-chain", default=LOCAL_CHAIN.get(), help=f"the chain's SQLite file (env {LOCAL_CHAIN.name})")
     p.add_argument("--json", action="store_true")
 
 

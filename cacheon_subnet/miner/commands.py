@@ -10,15 +10,13 @@ Heavy imports (torch, the SDK) happen inside handlers so `cacheon --help` stays 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from dataclasses import dataclass
 from typing import Any
 
+from cacheon_subnet.cliout import Exit, emit
+from cacheon_subnet.env import LOCAL_CHAIN, MINER_STATE
 from cacheon_subnet.errors import UsageError
-
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-LOCAL_CHAIN_ENV = "CACHEON_LOCAL_CHAIN"
 
 
 @dataclass(frozen=True)
@@ -40,9 +38,7 @@ def add_chain_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="local SQLite chain or the real one (default: local if --local-chain)",
     )
-    g.add_argument(
-        "--local-chain", default=os.environ.get(LOCAL_CHAIN_ENV), help=f"local chain file (env {LOCAL_CHAIN_ENV})"
-    )
+    g.add_argument("--local-chain", default=LOCAL_CHAIN.get(), help=f"local chain file (env {LOCAL_CHAIN.name})")
     g.add_argument("--netuid", type=int, default=None, help="subnet uid (local default: the chain file's default netuid)")
     g.add_argument(
         "--subtensor.network", dest="network", default="finney", help="finney | test | local | ws://... (bittensor)"
@@ -51,7 +47,9 @@ def add_chain_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--wallet.hotkey", dest="wallet_hotkey", default="default")
     g.add_argument("--wallet.path", dest="wallet_path", default=None)
     g.add_argument("--hotkey", default=None, help="local chain: the hotkey name to act as")
-    g.add_argument("--state-dir", default=None, help="miner state dir (env CACHEON_MINER_STATE, default ~/.cacheon/miner)")
+    g.add_argument(
+        "--state-dir", default=None, help=f"miner state dir (env {MINER_STATE.name}, default {MINER_STATE.default})"
+    )
 
 
 def open_chain(args: argparse.Namespace) -> ChainContext:
@@ -62,7 +60,7 @@ def open_chain(args: argparse.Namespace) -> ChainContext:
     kind = args.chain or ("local" if args.local_chain else "bittensor")
     if kind == "local":
         if not args.local_chain:
-            raise UsageError(f"--chain local needs --local-chain PATH (or ${LOCAL_CHAIN_ENV})")
+            raise UsageError(f"--chain local needs --local-chain PATH (or ${LOCAL_CHAIN.name})")
         backend: Any = LocalChain.open(args.local_chain)
         netuid = backend.default_netuid if args.netuid is None else args.netuid
         hotkey = args.hotkey or args.wallet_hotkey
@@ -80,13 +78,6 @@ def open_chain(args: argparse.Namespace) -> ChainContext:
         if args.hotkey and args.hotkey != hotkey:
             raise UsageError(f"--hotkey {args.hotkey} is not wallet {args.wallet_name}/{args.wallet_hotkey} ({hotkey})")
     return ChainContext(backend, int(netuid), hotkey, chain_label(backend))
-
-
-def _emit(args: argparse.Namespace, payload: object, text: str) -> None:
-    if getattr(args, "json", False):
-        print(json.dumps(payload, indent=2, sort_keys=True, default=str))
-    else:
-        print(text)
 
 
 # -- handlers ---------------------------------------------------------------------------------
@@ -126,10 +117,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
             "reasons": list(exc.reasons),
             "codes": list(exc.codes),
         }
-        _emit(args, payload, str(exc))
-        return EXIT_USAGE if exc.reason == "usage" else EXIT_FAIL
-    _emit(args, result.to_json(), result.render())
-    return EXIT_OK
+        emit(args, payload, str(exc))
+        return Exit.USAGE if exc.reason == "usage" else Exit.FAIL
+    emit(args, result.to_json(), result.render())
+    return Exit.OK
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -147,9 +138,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         verdicts=not args.no_verdicts,
         verdict_timeout_s=args.verdict_timeout,
     )
-    _emit(args, st.to_json(), st.render())
+    emit(args, st.to_json(), st.render())
     healthy = st.registered and all(p.ok for p in st.probes) and st.state != "invalid"
-    return EXIT_OK if healthy else EXIT_FAIL
+    return Exit.OK if healthy else Exit.FAIL
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -157,7 +148,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     os.makedirs(args.dir, exist_ok=True)
     serve_forever(args.dir, args.host or DEFAULT_HOST, DEFAULT_PORT if args.port is None else args.port)
-    return EXIT_OK
+    return Exit.OK
 
 
 # -- parser -----------------------------------------------------------------------------------

@@ -6,12 +6,12 @@ so a scaffold always passes `cacheon verify` before the miner changes a line.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from pathlib import Path
 
 from cacheon_subnet.bundle import load_bundle
+from cacheon_subnet.env import EXAMPLES
 from cacheon_subnet.errors import CacheonError, UsageError
 from cacheon_subnet.slots import get_slot
 
@@ -36,10 +36,10 @@ arguments, allowlisted attributes and builtins. `cacheon verify` names every ref
 
 
 def examples_root() -> Path:
-    env = os.environ.get("CACHEON_EXAMPLES")
+    env = EXAMPLES.get()
     root = Path(env) if env else Path(__file__).resolve().parents[2] / "examples"
     if not root.is_dir():
-        raise CacheonError(f"example bundles not found at {root} (set CACHEON_EXAMPLES or use a source checkout)")
+        raise CacheonError(f"example bundles not found at {root} (set {EXAMPLES.name} or use a source checkout)")
     return root
 
 

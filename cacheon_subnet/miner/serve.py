@@ -34,6 +34,7 @@ from aiohttp import hdrs, web
 
 from cacheon_subnet import httpsite
 from cacheon_subnet.connguard import Limits, Tally
+from cacheon_subnet.env import SERVE
 from cacheon_subnet.errors import CacheonError
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.netpolicy import STRICT, UrlPolicy
@@ -46,7 +47,7 @@ CONTENT_TYPE = "application/gzip"
 LIMITS = Limits(
     max_conns=256, max_conns_per_ip=16, header_timeout_s=10.0, max_conn_s=120.0, sndbuf=512 << 10, max_buffered=128 << 20
 )
-ENV_PREFIX = "CACHEON_SERVE_"
+ENV_PREFIX = SERVE.prefix
 SENT_LOG_EVERY_S = 10.0  # `serve.sent` at most once per this many seconds, with the count since
 
 log = get_logger("cacheon.miner.serve")

@@ -24,6 +24,7 @@ from typing import Any
 from cacheon_subnet.bundle.digest import hotkey_bound_digest
 from cacheon_subnet.chain import commitment
 from cacheon_subnet.chain.backend import ChainBackend, ChainError, Commitment, NotRegistered
+from cacheon_subnet.env import MINER_STATE
 from cacheon_subnet.errors import BundleError, CacheonError
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.miner.serve import DEFAULT_HOST, DEFAULT_PORT, archive_name, base_url, probe
@@ -31,7 +32,7 @@ from cacheon_subnet.netpolicy import STRICT, UrlPolicy, policy_for_backend
 
 DEFAULT_REVEAL_BLOCKS = 20  # ~4 min at 12 s/block: long enough to hide content, short to wait
 DEFAULT_BASE_URL = base_url(DEFAULT_HOST, DEFAULT_PORT)
-STATE_ENV = "CACHEON_MINER_STATE"
+STATE_ENV = MINER_STATE.name
 RECORDS_FILE = "submissions.json"
 MAX_RECORDS = 200
 
@@ -98,7 +99,7 @@ class SubmissionRecord:
 
 
 def default_state_dir() -> Path:
-    return Path(os.environ.get(STATE_ENV) or Path.home() / ".cacheon" / "miner")
+    return Path(MINER_STATE.get())
 
 
 def chain_label(backend: ChainBackend) -> str:

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cacheon_subnet import lifecycle, sockpath
+from cacheon_subnet.env import LOG_LEVEL, SANDBOX_MODE, SANDBOX_SCRATCH
 from cacheon_subnet.errors import SandboxError
 from cacheon_subnet.procs import live_members
 from cacheon_subnet.sandbox import launcher, tmpfs
@@ -82,7 +83,7 @@ _ENV_KEEP = (
     "NCCL_NVLS_ENABLE",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST",
     "NVSHMEM_DISABLE_NVLS",
-    "CACHEON_LOG_LEVEL",
+    LOG_LEVEL.name,
     "VIRTUAL_ENV",
     "OMP_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
@@ -109,11 +110,11 @@ def child_env(scratch: Path, policy: SandboxPolicy, weak: bool = False, tmpdir: 
         PYTHONDONTWRITEBYTECODE="1",
         PYTHONUNBUFFERED="1",
         PYTHONNOUSERSITE="1",
-        CACHEON_SANDBOX_SCRATCH=str(scratch),
+        **{SANDBOX_SCRATCH.name: str(scratch)},
         # the leased uid has no passwd entry: getpass.getuser() (Triton, Inductor) reads these first
         USER="cacheon-sandbox",
         LOGNAME="cacheon-sandbox",
-        CACHEON_SANDBOX_MODE="weak" if weak else "wall",
+        **{SANDBOX_MODE.name: "weak" if weak else "wall"},
         NCCL_NVLS_ENABLE="0",
         TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
         NVSHMEM_DISABLE_NVLS="1",

@@ -23,6 +23,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cacheon_subnet.env import SANDBOX_DENY, SANDBOX_STAGE
+
 REPO = Path(__file__).resolve().parent.parent.parent
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 GPU_DEV_GLOBS = ("/dev/nvidia*", "/dev/nvidia-caps")
@@ -48,7 +50,7 @@ def secret_paths() -> tuple[str, ...]:
     """Never bound, even when asked for: wallets, validator state, the operator's list."""
     home = os.path.expanduser("~")
     out = [os.path.join(home, ".bittensor"), os.path.abspath(".cacheon"), str(REPO / ".cacheon")]
-    out += [p for p in os.environ.get("CACHEON_SANDBOX_DENY", "").split(os.pathsep) if p]
+    out += list(SANDBOX_DENY.get())
     return tuple(sorted({os.path.realpath(p) for p in out} | _DENIED))
 
 
@@ -242,7 +244,7 @@ def stage_copy(src: str, base: str | None = None) -> str:
             f"{src}: {total >> 20} MiB is too large to stage (limit {STAGE_LIMIT >> 20} MiB); "
             "make its parent dirs searchable by the sandbox uid instead"
         )
-    root = tempfile.mkdtemp(prefix="cacheon-ro-", dir=base or os.environ.get("CACHEON_SANDBOX_STAGE"))
+    root = tempfile.mkdtemp(prefix="cacheon-ro-", dir=base or SANDBOX_STAGE.get())
     os.chmod(root, 0o755)
     dst = os.path.join(root, "x")
     if os.path.isdir(src):

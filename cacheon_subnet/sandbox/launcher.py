@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cacheon_subnet.env import BWRAP, SANDBOX, SANDBOX_UID, SCRATCH
 from cacheon_subnet.errors import SandboxError
 from cacheon_subnet.sandbox import fsview, seccomp
 from cacheon_subnet.sandbox.policy import (
@@ -202,7 +203,7 @@ def _build(
                 except OSError as e:
                     raise SandboxError(
                         f"sandbox: rw path {p} is out of the sandbox uid's reach: {why} ({e}); put it "
-                        "under a dir others can search (e.g. CACHEON_SCRATCH=/var/tmp/cacheon)"
+                        f"under a dir others can search (e.g. {SCRATCH.name}=/var/tmp/cacheon)"
                     ) from None
                 src = os.path.join(staged[-1], "x")
             mounts.append((os.path.abspath(dest), ["--bind-fd", fd(src), os.path.abspath(dest)]))
@@ -260,7 +261,7 @@ def preflight() -> WallConfig:
         raise SandboxError(
             f"sandbox: the validator runs as uid {os.geteuid()}, not root, so it cannot start contribution code "
             "under a dedicated uid (a shared uid is no boundary: same-uid processes can ptrace and signal it). "
-            "Run the validator as root (container default); CACHEON_SANDBOX=weak is for local development only "
+            f"Run the validator as root (container default); {SANDBOX.name}=weak is for local development only "
             "(a validator off a local chain refuses it)"
         )
     cfg = wall_config()
@@ -268,14 +269,14 @@ def preflight() -> WallConfig:
     if tool:
         raise SandboxError(
             f"sandbox: setpriv runs bwrap as uid {cfg.uid}, which cannot reach it: {tool}; put the "
-            "binary (CACHEON_BWRAP) under a dir others can search, mode 0755"
+            f"binary ({BWRAP.name}) under a dir others can search, mode 0755"
         )
     bad = fsview.unreadable_by(cfg.uid, cfg.gid, fsview.interpreter_files())
     if bad:
         raise SandboxError(
             f"sandbox: uid {cfg.uid} cannot read the interpreter / packages the child needs: {', '.join(bad[:5])}. "
             "Use a world-readable interpreter and venv (e.g. `make` builds .venv from /usr/bin/python3.11; "
-            "chmod -R o+rX the venv), or pick CACHEON_SANDBOX_UID accordingly"
+            f"chmod -R o+rX the venv), or pick {SANDBOX_UID.name} accordingly"
         )
     policy = SandboxPolicy(cpu_seconds=30, max_processes=64)
     scratch = Path("/tmp/cacheon-preflight-scratch")

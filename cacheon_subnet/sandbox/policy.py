@@ -7,10 +7,11 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from cacheon_subnet.env import BWRAP, PRLIMIT, SANDBOX, SANDBOX_GID, SANDBOX_LOCKS, SANDBOX_UID, SANDBOX_UIDS, SETPRIV
 from cacheon_subnet.errors import SandboxError
 
-DEFAULT_UID = 64000  # neither root, nor nobody (65534, shared by every daemon), nor a login user
-DEFAULT_UIDS = 64  # concurrent children get distinct uids base..base+63 (no shared process budget)
+DEFAULT_UID = SANDBOX_UID.default  # 64000: neither root, nor nobody (65534, shared by every daemon), nor a login user
+DEFAULT_UIDS = SANDBOX_UIDS.default  # 64: concurrent children get distinct uids base..base+63 (no shared process budget)
 NOBODY = 65534
 
 
@@ -54,8 +55,8 @@ class WallConfig:
 
 def weak_requested(policy: SandboxPolicy) -> str | None:
     """Why this launch runs without the wall (None: it does not)."""
-    if os.environ.get("CACHEON_SANDBOX", "").strip().lower() == "weak":
-        return "CACHEON_SANDBOX=weak"
+    if SANDBOX.get() == "weak":
+        return f"{SANDBOX.name}=weak"
     if not policy.drop_privileges:
         return "policy drop_privileges=False (miner-side tool)"
     return None
@@ -64,28 +65,27 @@ def weak_requested(policy: SandboxPolicy) -> str | None:
 def wall_config() -> WallConfig:
     """The dedicated uid (CACHEON_SANDBOX_UID, gid CACHEON_SANDBOX_GID or the same) and the tool
     paths (CACHEON_BWRAP, CACHEON_SETPRIV, CACHEON_PRLIMIT, else PATH). Raises with what to fix."""
-    raw = os.environ.get("CACHEON_SANDBOX_UID", str(DEFAULT_UID))
+    raw = os.environ.get(SANDBOX_UID.name, str(DEFAULT_UID))
     try:
-        uid = int(raw)
-        gid = int(os.environ.get("CACHEON_SANDBOX_GID", raw))
-        count = int(os.environ.get("CACHEON_SANDBOX_UIDS", str(DEFAULT_UIDS)))
+        uid, gid_set, count = SANDBOX_UID.get(), SANDBOX_GID.get(), SANDBOX_UIDS.get()
     except ValueError:
-        raise SandboxError(f"CACHEON_SANDBOX_UID/GID/UIDS must be integers, got {raw!r}") from None
+        raise SandboxError(f"{SANDBOX_UID.name}/GID/UIDS must be integers, got {raw!r}") from None
+    gid = uid if gid_set is None else gid_set
     span = range(uid, uid + max(count, 1))
     if 0 in span or NOBODY in span or os.getuid() in span or gid in (0, NOBODY) or uid < 1000 or count < 1:
         raise SandboxError(
-            f"CACHEON_SANDBOX_UID={uid} (gid {gid}, {count} uids) is not a dedicated unprivileged uid "
+            f"{SANDBOX_UID.name}={uid} (gid {gid}, {count} uids) is not a dedicated unprivileged uid "
             f"range: it must be >= 1000 and hold neither root, nobody ({NOBODY}) nor the validator's "
             f"uid ({os.getuid()}); default {DEFAULT_UID}..{DEFAULT_UID + DEFAULT_UIDS - 1}"
         )
     tools = {}
-    for name, env in (("bwrap", "CACHEON_BWRAP"), ("setpriv", "CACHEON_SETPRIV"), ("prlimit", "CACHEON_PRLIMIT")):
-        path = os.environ.get(env) or shutil.which(name) or ""
+    for name, var in (("bwrap", BWRAP), ("setpriv", SETPRIV), ("prlimit", PRLIMIT)):
+        path = var.get() or shutil.which(name) or ""
         if not (path and os.path.isfile(path) and os.access(path, os.X_OK)):
             pkg = "bubblewrap" if name == "bwrap" else "util-linux"
             raise SandboxError(
-                f"sandbox: `{name}` not found ({env}={os.environ.get(env, '')!r}, PATH has none): "
-                f"install it (apt-get install {pkg}) or point {env} at the binary"
+                f"sandbox: `{name}` not found ({var.name}={var.raw() or ''!r}, PATH has none): "
+                f"install it (apt-get install {pkg}) or point {var.name} at the binary"
             )
         tools[name] = os.path.realpath(path)
     return WallConfig(uid, gid, tools["bwrap"], tools["setpriv"], tools["prlimit"], count)
@@ -93,9 +93,7 @@ def wall_config() -> WallConfig:
 
 def lock_dir() -> str:
     """Where uid leases live: root-only (0700), one per host."""
-    d = os.environ.get("CACHEON_SANDBOX_LOCKS") or (
-        "/run/cacheon-sandbox" if os.access("/run", os.W_OK) else "/tmp/cacheon-sandbox-locks"
-    )
+    d = SANDBOX_LOCKS.get() or ("/run/cacheon-sandbox" if os.access("/run", os.W_OK) else "/tmp/cacheon-sandbox-locks")
     os.makedirs(d, mode=0o700, exist_ok=True)
     st = os.lstat(d)
     if st.st_uid != os.geteuid() or st.st_mode & 0o077 or not os.path.isdir(d) or os.path.islink(d):
@@ -120,5 +118,5 @@ def lease_uid(cfg: WallConfig) -> tuple[WallConfig, int]:
         return dataclasses.replace(cfg, uid=cfg.uid + n, gid=cfg.gid + n), fd
     raise SandboxError(
         f"sandbox: all {cfg.count} sandbox uids from {cfg.uid} are in use by running children; "
-        "raise CACHEON_SANDBOX_UIDS or run fewer at once"
+        f"raise {SANDBOX_UIDS.name} or run fewer at once"
     )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cacheon_subnet.env import HOME, SANDBOX_SCRATCH
 from cacheon_subnet.errors import SandboxError
 from cacheon_subnet.sandbox.policy import SandboxPolicy
 
@@ -50,7 +51,7 @@ PROBE_CODE = textwrap.dedent(r"""
         except OSError:
             return False
     out["writable"] = {p: writable(p) for p in arg["ro"]}
-    out["scratch_writable"] = writable(os.environ.get("CACHEON_SANDBOX_SCRATCH", "/nonexistent"))
+    out["scratch_writable"] = writable(os.environ.get(arg["scratch_var"], "/nonexistent"))
     libc = ctypes.CDLL(None, use_errno=True)
     out["unshare_user"] = libc.unshare(0x10000000) == 0
     out["ptrace_traceme"] = libc.ptrace(0, 0, None, None) == 0
@@ -65,7 +66,7 @@ PROBE_CODE = textwrap.dedent(r"""
     out["interfaces"] = [l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:]]
     out["gpu_devices"] = sorted(p for p in os.listdir("/dev") if p.startswith("nvidia"))
     out["fds"] = sorted(int(x) for x in os.listdir("/proc/self/fd"))
-    out["inodes"] = {p: os.statvfs(p).f_files for p in (os.environ.get("CACHEON_SANDBOX_SCRATCH", "/tmp"), "/tmp", "/dev/shm")}
+    out["inodes"] = {p: os.statvfs(p).f_files for p in (os.environ.get(arg["scratch_var"], "/tmp"), "/tmp", "/dev/shm")}
     print("CACHEON-PROBE " + json.dumps(out), flush=True)
 """)
 
@@ -93,7 +94,7 @@ class Isolation:
 def _secret_paths(extra: list[str]) -> list[str]:
     home = os.path.expanduser("~")
     # the validator's default state root ($CACHEON_HOME/validator, validator/startup.py)
-    state_root = os.path.join(os.environ.get("CACHEON_HOME") or os.path.join(home, ".cacheon"), "validator")
+    state_root = os.path.join(HOME.get(), "validator")
     return ["/etc/shadow", "/root", os.path.join(home, ".bittensor"), state_root, *extra]
 
 
@@ -106,6 +107,7 @@ def run_probe(policy: SandboxPolicy, secret: list[str] | None = None) -> tuple[d
         "secret": _secret_paths(secret or []),
         "host_pid": os.getpid(),
         "ro": ["/", "/usr", "/etc", str(Path(__file__).resolve().parent)],
+        "scratch_var": SANDBOX_SCRATCH.name,
     }
     with tempfile.TemporaryDirectory(prefix="cacheon-probe-") as tmp:
         t0 = time.perf_counter()

@@ -20,6 +20,7 @@ import hashlib
 import os
 import sys
 
+from cacheon_subnet.env import SANDBOX_FS
 from cacheon_subnet.errors import SandboxError
 from cacheon_subnet.sandbox.policy import SandboxPolicy, lock_dir
 
@@ -35,9 +36,7 @@ def _libc() -> ctypes.CDLL:
 def base_dir() -> str:
     """Where the mounts live: root-owned, 0711 (bwrap, running as the sandbox uid, resolves a bind
     source's path, so the uid must search it; it cannot list it and sees no other uid's subdirs)."""
-    d = os.environ.get("CACHEON_SANDBOX_FS") or (
-        "/run/cacheon-sandbox-fs" if os.access("/run", os.W_OK) else "/tmp/cacheon-sandbox-fs"
-    )
+    d = SANDBOX_FS.get() or ("/run/cacheon-sandbox-fs" if os.access("/run", os.W_OK) else "/tmp/cacheon-sandbox-fs")
     os.makedirs(d, mode=0o711, exist_ok=True)
     st = os.lstat(d)
     if st.st_uid != os.geteuid() or not os.path.isdir(d) or os.path.islink(d) or st.st_mode & 0o7777 != 0o711:

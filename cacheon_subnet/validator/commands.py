@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
-import os
 import signal
 import sys
 import threading
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from cacheon_subnet.cliout import PRETTY, Exit, emit
+from cacheon_subnet.env import HOME, LOCAL_CHAIN
 from cacheon_subnet.errors import CacheonError, UsageError
 from cacheon_subnet.validator.startup import CPU_OPT_IN_LABEL
+
+if TYPE_CHECKING:
+    from cacheon_subnet.validator.run_args import ValidatorArgs
 
 CPU_ARENA_KEYS = {
     "kind",
@@ -100,14 +103,14 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--local-chain",
         dest="local_chain",
-        default=os.environ.get("CACHEON_LOCAL_CHAIN"),
-        help="LocalChain SQLite file (--chain local; env CACHEON_LOCAL_CHAIN)",
+        default=LOCAL_CHAIN.get(),
+        help=f"LocalChain SQLite file (--chain local; env {LOCAL_CHAIN.name})",
     )
     p.add_argument(
         "--state-dir",
         dest="state_dir",
         default=None,
-        help="default $CACHEON_HOME/validator/<network>/<netuid>/<hotkey> (CACHEON_HOME: ~/.cacheon)",
+        help=f"default ${HOME.name}/validator/<network>/<netuid>/<hotkey> ({HOME.name}: {HOME.default})",
     )
     p.add_argument(
         "--arena",
@@ -244,73 +247,61 @@ def fan_out(qualifier: Any, gpus: str | None, workers: str | None) -> Any:
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from cacheon_subnet import fdbudget, lifecycle
     from cacheon_subnet.chain import LocalChain, make_backend
     from cacheon_subnet.log import get_logger
     from cacheon_subnet.validator import startup
-    from cacheon_subnet.validator.loop import Validator, ValidatorConfig
+    from cacheon_subnet.validator.loop import Validator
+    from cacheon_subnet.validator.run_args import ChainKind, ValidatorArgs
 
-    log = get_logger("cacheon.validator.startup", netuid=args.netuid)
+    a = ValidatorArgs.from_namespace(args)  # the one read of the namespace
+    log = get_logger("cacheon.validator.startup", netuid=a.netuid)
     fdbudget.log_budget(log)  # soft RLIMIT_NOFILE up to the hard limit: a reserve for the work itself
-    local = startup.is_local(args.chain, args.subtensor_network)
+    local = startup.is_local(a.chain, a.subtensor_network)
     try:
         startup.check_sandbox(local, log)
-        arena = startup.arena_spec(args.arena, local, args.subtensor_network)
-        qualifier = startup.check_timing(load_qualifier(arena), local, args.allow_cpu_timing, args.subtensor_network)
-        if args.chain == "local":
-            if not args.local_chain:
+        arena = startup.arena_spec(a.arena, local, a.subtensor_network)
+        qualifier = startup.check_timing(load_qualifier(arena), local, a.allow_cpu_timing, a.subtensor_network)
+        if a.chain == ChainKind.LOCAL:
+            if not a.local_chain:
                 raise UsageError("--chain local needs --local-chain PATH")
-            backend: Any = LocalChain.open(args.local_chain)
-            hotkey = args.wallet_hotkey
+            backend: Any = LocalChain.open(a.local_chain)
+            hotkey = a.wallet_hotkey
         else:
             backend = make_backend(
                 "bittensor",
-                network=args.subtensor_network,
-                wallet_name=args.wallet_name,
-                wallet_hotkey=args.wallet_hotkey,
-                wallet_path=args.wallet_path,
+                network=a.subtensor_network,
+                wallet_name=a.wallet_name,
+                wallet_hotkey=a.wallet_hotkey,
+                wallet_path=a.wallet_path,
             )
             hotkey = backend.hotkey
         gpu_arena = not str(getattr(qualifier, "label", "")).startswith("cpu-timing")
         arena_config = getattr(qualifier, "config", None) if gpu_arena else None
-        qualifier = fan_out(qualifier, getattr(args, "arena_gpus", None), getattr(args, "arena_workers", None))
+        qualifier = fan_out(qualifier, a.arena_gpus, a.arena_workers)
         ident = startup.identity()
         log.info("validator.identity", **ident)
-        compat = startup.check_compat(args.chain, gpu_arena)
-        reg = startup.check_registration(backend, args.netuid, hotkey)
-        floor = startup.check_version_key(backend, args.netuid)
+        compat = startup.check_compat(a.chain, gpu_arena)
+        reg = startup.check_registration(backend, a.netuid, hotkey)
+        floor = startup.check_version_key(backend, a.netuid)
     except startup.StartupError as exc:
         log.error("validator.startup_failed", error=str(exc)[:2000])
         raise UsageError(f"start-up check failed: {exc}") from None
-    net = startup.network_key(args.chain, args.subtensor_network, args.local_chain)
-    state_dir = Path(args.state_dir) if args.state_dir else startup.default_state_dir(net, args.netuid, hotkey)
-    startup.deny_to_children(state_dir, args.wallet_path)
+    net = startup.network_key(a.chain, a.subtensor_network, a.local_chain)
+    state_dir = a.state_dir or startup.default_state_dir(net, a.netuid, hotkey)
+    startup.deny_to_children(state_dir, a.wallet_path)
     try:
-        config = ValidatorConfig(
-            netuid=args.netuid,
-            hotkey=hotkey,
-            state_dir=state_dir,
-            interval_s=args.interval,
-            screen_device=args.screen_device,
-            verify_max_cases=getattr(args, "verify_max_cases", None),
-            overlap=getattr(args, "overlap", None),
-            screen_workers=getattr(args, "screen_workers", 1),
-            screen_cpu_share=getattr(args, "screen_cpu_share", 0.25),
-        )
+        config = a.config(hotkey, state_dir)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if args.dry_run:
-        config = replace(config, publish=replace(config.publish, dry_run=True))
     from cacheon_subnet import __spec_version__
 
     log.info(
         "validator.config",
-        chain=args.chain,
-        network=args.subtensor_network,
+        chain=a.chain.value,
+        network=a.subtensor_network,
         local=local,
-        netuid=args.netuid,
+        netuid=a.netuid,
         hotkey=hotkey,
         uid=reg["uid"],
         stake=reg["stake"],
@@ -318,11 +309,11 @@ def run_from_args(args: argparse.Namespace) -> int:
         arena=arena,
         arena_id=getattr(qualifier, "arena_id", "?"),
         label=getattr(qualifier, "label", "?"),
-        allow_cpu_timing=args.allow_cpu_timing,
-        screen_device=args.screen_device,
-        interval_s=args.interval,
-        once=args.once,
-        dry_run=args.dry_run,
+        allow_cpu_timing=a.allow_cpu_timing,
+        screen_device=a.screen_device,
+        interval_s=a.interval_s,
+        once=a.once,
+        dry_run=a.dry_run,
         spec_version=__spec_version__,
         chain_version_key=floor,
         **compat,
@@ -332,32 +323,27 @@ def run_from_args(args: argparse.Namespace) -> int:
     # The run lock, then a crashed run's leftovers reaped (Validator.__init__): before any engine,
     # the start-up warm's included, touches the GPU; the warm engine is leased like any other.
     validator = Validator(config, backend, qualifier, screener=_screener(arena, config))
-    args.state_dir = str(state_dir)  # the leaderboard serves the dir the loop writes
     board = None
     try:
-        if getattr(args, "metrics_port", None) is not None:
-            port = validator.metrics.serve(args.metrics_port, args.metrics_addr)
-            validator.log.info("metrics.serving", addr=args.metrics_addr, port=port)
-        if arena_config is not None and not args.no_warm and not getattr(args, "arena_workers", None):
+        if a.metrics_port is not None:
+            port = validator.metrics.serve(a.metrics_port, a.metrics_addr)
+            validator.log.info("metrics.serving", addr=a.metrics_addr, port=port)
+        if arena_config is not None and not a.no_warm and not a.arena_workers:
             if _warm_seeds(arena_config, log) == "interrupted":
-                return 0
-        if getattr(args, "leaderboard", None):
+                return Exit.OK
+        if a.leaderboard:
             from cacheon_subnet.validator.background import pinned
 
             with pinned(validator.cpus.screen):  # the page's process and its restarts off the arena's cores
-                board = _start_leaderboard(args, backend, hotkey)
-        if args.once:
+                board = _start_leaderboard(a, state_dir, backend, hotkey)  # the dir the loop writes
+        if a.once:
             summary = validator.run_once()
-            print(
-                json.dumps(
-                    {**summary.__dict__, "idle": summary.idle, "ok": summary.ok}, indent=2, sort_keys=True, default=str
-                )
-            )
+            print(PRETTY.dumps({**summary.__dict__, "idle": summary.idle, "ok": summary.ok}))
             if not summary.ok:
                 print("pass failed: " + "; ".join(summary.problems), file=sys.stderr)
-            return 0 if summary.ok else 1
+            return Exit.OK if summary.ok else Exit.FAIL
         validator.run_forever(stop)
-        return 0
+        return Exit.OK
     finally:
         if board is not None:
             board.stop()
@@ -407,20 +393,20 @@ def install_signal_handlers(stop: threading.Event) -> None:
         signal.signal(sig, handler)
 
 
-def _announce_address(args: argparse.Namespace, bound_port: int | None = None) -> tuple[str, int] | None:
+def _announce_address(a: ValidatorArgs, bound_port: int | None = None) -> tuple[str, int] | None:
     """(ip, port) to announce, None for 'none'; UsageError when it cannot be known. Without
     --leaderboard-announce the listen address is announced, with the port actually bound."""
     import ipaddress
 
     from cacheon_subnet.validator.web.server import LeaderboardError, parse_listen
 
-    text = args.leaderboard_announce or args.leaderboard
+    text = a.leaderboard_announce or a.leaderboard or ""
     if text == "none":
         return None
     try:
         ip, port = parse_listen(text)
         addr = ipaddress.ip_address(ip)
-        if not args.leaderboard_announce and bound_port:
+        if not a.leaderboard_announce and bound_port:
             port = bound_port
     except (LeaderboardError, ValueError):
         raise UsageError(
@@ -429,13 +415,13 @@ def _announce_address(args: argparse.Namespace, bound_port: int | None = None) -
         ) from None
     if addr.is_unspecified or port == 0:
         raise UsageError(
-            f"--leaderboard {args.leaderboard}: cannot announce {text!r} (a wildcard address or port "
+            f"--leaderboard {a.leaderboard}: cannot announce {text!r} (a wildcard address or port "
             "0); pass --leaderboard-announce PUBLIC_IP:PORT, or 'none'"
         )
     return str(addr), port
 
 
-def _start_leaderboard(args: argparse.Namespace, backend: Any, hotkey: str) -> Any:
+def _start_leaderboard(a: ValidatorArgs, state_dir: Path, backend: Any, hotkey: str) -> Any:
     """Serve the state dir's snapshot from a web process of its own (web/supervisor.py: its own uid,
     bounded connections; restarted if it dies, stopped with the validator), then announce it (a
     chain error is logged: the validator keeps validating without an announced endpoint)."""
@@ -446,24 +432,24 @@ def _start_leaderboard(args: argparse.Namespace, backend: Any, hotkey: str) -> A
     from cacheon_subnet.validator.web.supervisor import WebSupervisor
 
     try:
-        host, port = parse_listen(args.leaderboard)
+        host, port = parse_listen(a.leaderboard or "")
     except LeaderboardError as exc:
         raise UsageError(f"--leaderboard: {exc}") from None
     if port:
-        _announce_address(args)  # a bad announce address is a usage error before anything starts
+        _announce_address(a)  # a bad announce address is a usage error before anything starts
     try:
-        board = WebSupervisor(args.state_dir, host, port).start()
+        board = WebSupervisor(state_dir, host, port).start()
     except (LeaderboardError, ValueError) as exc:
         raise UsageError(f"--leaderboard: {exc}") from None
     try:
-        where = _announce_address(args, board.port)
+        where = _announce_address(a, board.port)
     except UsageError:
         board.stop()
         raise
     log = get_logger("cacheon.validator.web")
     if where is not None:
         try:
-            served = announce(backend, args.netuid, hotkey, *where)
+            served = announce(backend, a.netuid, hotkey, *where)
             log.info("web.announced" if served else "web.announce_unchanged", ip=where[0], port=where[1])
         except ChainError as exc:
             log.warning("web.announce_failed", error=str(exc), ip=where[0], port=where[1])
@@ -485,7 +471,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         serve_forever(args.state_dir, host, port)
     except (LeaderboardError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    return 0
+    return Exit.OK
 
 
 def _screener(arena_path: str, config: Any) -> Any:
@@ -516,15 +502,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     check = getattr(args, "check", False)
     problems = status.health(report, args.max_pass_age) if check else []
-    if args.json:
-        if check:
-            report = {**report, "health": {"healthy": not problems, "reasons": problems}}
-        print(json.dumps(report, indent=2, sort_keys=True, default=str))
-    else:
-        print(status.render(report))
-        if check:
-            print("\nhealth: " + ("OK" if not problems else "UNHEALTHY\n" + "\n".join(f"  - {p}" for p in problems)))
-    return 1 if problems else 0
+    if args.json and check:
+        report = {**report, "health": {"healthy": not problems, "reasons": problems}}
+    health = "\n\nhealth: " + ("OK" if not problems else "UNHEALTHY\n" + "\n".join(f"  - {p}" for p in problems))
+    emit(args, report, lambda: status.render(report) + (health if check else ""))
+    return Exit.FAIL if problems else Exit.OK
 
 
 def _status_args(s: argparse.ArgumentParser) -> None:
@@ -534,7 +516,7 @@ def _status_args(s: argparse.ArgumentParser) -> None:
         "--state-dir",
         dest="state_dir",
         default=None,
-        help="default: the one dir under $CACHEON_HOME/validator/<network>/<netuid>/<hotkey>",
+        help=f"default: the one dir under ${HOME.name}/validator/<network>/<netuid>/<hotkey>",
     )
     s.add_argument("--json", action="store_true")
     s.add_argument(
@@ -590,7 +572,7 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
         "--state-dir",
         dest="state_dir",
         default=None,
-        help="default: the one dir under $CACHEON_HOME/validator/<network>/<netuid>/<hotkey>",
+        help=f"default: the one dir under ${HOME.name}/validator/<network>/<netuid>/<hotkey>",
     )
     s.add_argument("--listen", default="127.0.0.1:8090", metavar="HOST:PORT", help="bind address (default 127.0.0.1:8090)")
     s.set_defaults(handler=cmd_leaderboard)
@@ -608,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_from_args(args)
     except KeyboardInterrupt:
-        return 130
+        return Exit.INTERRUPTED
     except CacheonError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return Exit.USAGE

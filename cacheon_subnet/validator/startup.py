@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cacheon_subnet import __spec_version__, __version__
+from cacheon_subnet.env import HOME, SANDBOX
 from cacheon_subnet.errors import CacheonError
 
 CPU_OPT_IN_LABEL = "cpu-timing:opt-in"  # --allow-cpu-timing on a non-local chain: in every evidence row
@@ -35,7 +36,7 @@ class StartupError(CacheonError):
 
 def cacheon_home() -> Path:
     """$CACHEON_HOME, else ~/.cacheon: outside any checkout (a re-clone or `git clean` keeps it)."""
-    return Path(os.environ.get("CACHEON_HOME") or Path.home() / ".cacheon")
+    return Path(HOME.get())
 
 
 def deny_to_children(state_dir: Path, wallet_path: str | None) -> None:
@@ -93,7 +94,7 @@ def check_sandbox(local: bool, log: Any = None) -> str:
         raise StartupError(
             f"the sandbox is in WEAK MODE ({weak}): contribution code would run as uid {os.getuid()} "
             "with no dedicated user, filesystem view or seccomp filter (the wallet and the state DB in "
-            "reach). Weak mode is for local chains only: unset CACHEON_SANDBOX and check `cacheon "
+            f"reach). Weak mode is for local chains only: unset {SANDBOX.name} and check `cacheon "
             "doctor --gpu`"
         )
     try:
