@@ -22,8 +22,6 @@ dtypes = ["bfloat16"]
 """
 
 
-# Files whose tests take the longest (make test prints --durations): collected first, so the two
-# xdist workers start them early instead of one of them finishing the run alone.
 # The suite's engines start cold, each from nothing: no test warms or reads the validator's
 # default seed caches under /var/tmp/cacheon/jit (tests/arena/test_warm.py turns them on).
 os.environ.setdefault("CACHEON_JIT_SEEDS", "off")
@@ -36,16 +34,26 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 if "torch" in sys.modules:  # imported before this file (a plugin): the env var came too late for it
     sys.modules["torch"].set_num_threads(1)
 
+# Files whose tests take the longest (make test prints --durations): collected first, so the two
+# xdist workers start them early instead of one of them finishing the run alone.
+# Longest single tests first (--durations of 2026-12-05, 2-core box, -n 2): xdist hands out the
+# first quarter round-robin, so a 30 s test collected last would end the run on one worker.
 HEAVY_FIRST = (
-    "tests/test_demo.py",
+    "tests/test_demo.py",  # 98 s
+    "tests/test_readme_flow.py",  # 31 s
+    "tests/validator/web/test_validator_flood.py",  # 29 s, mostly waiting on validator passes
     "tests/arena/test_gpu_scripts.py",
-    "tests/test_readme_flow.py",
-    "tests/slots/test_moe.py",
     "tests/arena/test_gpu_e2e.py",
-    "tests/verify/test_verify_multirank.py",
+    "tests/slots/test_moe.py",
+    "tests/arena/test_resident_timed.py",
+    "tests/arena/test_arena_sequential_e2e.py",
     "tests/arena/test_arena_e2e.py",
-    "tests/miner/test_miner_cli.py",
+    "tests/slots/test_attention.py",
+    "tests/validator/test_validator_loop.py",
     "tests/validator/test_restart.py",
+    "tests/validator/test_dispatch_ray.py",
+    "tests/verify/test_verify_multirank.py",
+    "tests/miner/test_miner_cli.py",
 )
 
 

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 
+import pytest
 import torch
 from conftest import EXAMPLES, REPO
 
@@ -51,6 +52,7 @@ def _cacheon(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_bench_prints_each_phase_on_stderr_off_a_terminal_and_nothing_with_quiet():
     loud = _cacheon(*BENCH)
     assert loud.returncode == 0, loud.stdout + loud.stderr
@@ -171,6 +173,7 @@ for spec in all_slots():
 """
 
 
+@pytest.mark.slow
 def test_two_processes_draw_the_same_inputs_on_the_bench_device():
     """What the host's re-check rests on: the worker and the host, each drawing from the call's
     seed on the bench device, hold the same values (CPU here; CUDA as well where one is visible,

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from cacheon_subnet.verify.client import WorkerClient, WorkerConfig
 
 SCRIPT = textwrap.dedent("""
@@ -109,6 +111,7 @@ JIT_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_warmed_jit_stock_kernel_needs_no_compiler_under_the_guard_and_a_cold_one_is_refused():
     """The H200 bench failed every row on `nvcc` under the armed guard (2026-12-02): the warm-up
     runs each stock kernel once per timed case before arming. Without it, the same call is refused."""

@@ -29,6 +29,7 @@ def test_slots_json_lists_catalog_with_signatures():
     assert "norm.rmsnorm@1" in text
 
 
+@pytest.mark.slow
 def test_verify_exit_codes_and_json():
     ok = cacheon("verify", str(EXAMPLES / "norm.rmsnorm"), "--json", "--max-cases", "1")
     assert ok.returncode == 0, ok.stdout + ok.stderr
@@ -43,6 +44,7 @@ def test_verify_exit_codes_and_json():
     assert cacheon("verify", str(EXAMPLES / "norm.rmsnorm"), "--device", "tpu").returncode == 2
 
 
+@pytest.mark.slow
 def test_verify_bundle_rule_violation_is_fail(make_bundle):
     root = make_bundle({"manifest.toml": 'schema = "cacheon.bundle/2"\n', "evil.so": "x"})
     r = cacheon("verify", str(root), "--json")
@@ -94,6 +96,7 @@ def test_miner_init_scaffold_runs_what_the_verified_example_runs(tmp_path, slot,
         miner_init_in_process("--slot", slot, str(dest))
 
 
+@pytest.mark.slow
 def test_miner_init_scaffold_passes_verify(tmp_path):
     dest = tmp_path / "mine"
     assert cacheon("miner", "init", "--slot", "norm.rmsnorm", str(dest)).returncode == 0
@@ -108,6 +111,7 @@ def test_miner_init_unknown_slot():
     assert r.returncode == 2 and "unknown slot" in r.stderr
 
 
+@pytest.mark.slow
 def test_bench_against_an_arena_times_the_window_sizes_first():
     r = cacheon(
         "bench",
@@ -139,6 +143,7 @@ def test_bench_against_an_arena_times_the_window_sizes_first():
     assert q.returncode == 0 and "bench: starting" not in q.stderr and "[1/1]" not in q.stderr, q.stderr[-800:]
 
 
+@pytest.mark.slow
 def test_bench_on_cpu_reports_rows(tmp_path):
     r = cacheon(
         "bench",
@@ -160,6 +165,7 @@ def test_bench_on_cpu_reports_rows(tmp_path):
     assert "reference" in row["baseline"] or "stock" in row["baseline"]
 
 
+@pytest.mark.slow
 def test_bench_recheck_catches_wrong_kernel():
     r = cacheon(
         "bench",

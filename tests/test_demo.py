@@ -3,10 +3,13 @@
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
 
 from cacheon_subnet.chain.local import LocalChain
 from cacheon_subnet.validator.status import collect
+
+pytestmark = pytest.mark.slow
 
 EXPECTED_REASON = {
     "miner-wrong": "mismatch",

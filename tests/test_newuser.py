@@ -94,6 +94,7 @@ def usage_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     return {" ".join(argv): row for argv, row in zip(USAGE_ARGVS, rows[2:])}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", USAGE_ARGVS, ids=lambda a: " ".join(a[:2]))
 def test_usage_errors_and_missing_paths_exit_2_in_every_verb(argv, usage_runs):
     r = usage_runs[" ".join(argv)]
@@ -259,6 +260,7 @@ def test_owned_dir_wipes_only_what_it_marked(tmp_path):
     wipe_owned(tmp_path / "never-existed")
 
 
+@pytest.mark.slow
 def test_demo_refuses_to_wipe_a_dir_it_did_not_create(tmp_path):
     victim = tmp_path / "victim"
     victim.mkdir()
@@ -282,12 +284,16 @@ def test_progress_bars_only_on_a_tty_and_never_when_quiet(monkeypatch):
     assert not progress.enabled() and os.environ[progress.ENV] == "0"
 
 
+@pytest.mark.slow
 def test_quiet_flag_silences_the_bars():
     env = {progress.ENV: "1"}
-    loud = cacheon("verify", str(EXAMPLES / "demo" / "cpu_rmsnorm"), "--max-cases", "1", env=env)
+    # --no-compile: the bars are the subject here, not torch.compile (~4 s a verify on 2 cores;
+    # the compile check runs in test_verify_controls and test_cli's verify tests)
+    fast = ("--max-cases", "1", "--no-compile")
+    loud = cacheon("verify", str(EXAMPLES / "demo" / "cpu_rmsnorm"), *fast, env=env)
     assert loud.returncode == 0 and "verify norm.rmsnorm" in loud.stderr and "trial" in loud.stderr
     assert "verify norm.rmsnorm" not in loud.stdout  # bars never mix into results
-    quiet = cacheon("--quiet", "verify", str(EXAMPLES / "demo" / "cpu_rmsnorm"), "--max-cases", "1", env=env)
+    quiet = cacheon("--quiet", "verify", str(EXAMPLES / "demo" / "cpu_rmsnorm"), *fast, env=env)
     assert quiet.returncode == 0 and "trial/s" not in quiet.stderr and "verify norm.rmsnorm" not in quiet.stderr
 
 
@@ -379,6 +385,7 @@ def test_demo_log_file_takes_every_logger_even_ones_used_before(tmp_path):
     assert "before" in r.stderr and "after" not in r.stderr
 
 
+@pytest.mark.slow
 def test_chain_local_verbs_and_their_errors(tmp_path):
     import json
 

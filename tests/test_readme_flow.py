@@ -16,7 +16,10 @@ import sys
 import time
 import urllib.request
 
+import pytest
 from conftest import REPO
+
+pytestmark = pytest.mark.slow
 
 START, END = "<!-- miner-flow -->", "<!-- /miner-flow -->"
 

@@ -52,6 +52,7 @@ def run(name: str, env: Path, **kw):
     return h.run(load_bundle(CORPUS / name), env, **kw)
 
 
+@pytest.mark.slow
 def test_prewritten_step_log_is_never_read_and_is_caught(env):
     """The H200 attack: one record per timed window pre-written into <workdir>/<engine>.jsonl.
     Behind the OS wall that file is outside the engine's view (the write fails); without the wall
@@ -68,6 +69,7 @@ def test_prewritten_step_log_is_never_read_and_is_caught(env):
     assert all(w.get("output_tokens_per_s", 0) < 1e5 for w in r.get("windows", []))  # no forged number read
 
 
+@pytest.mark.slow
 def test_records_injected_into_the_record_pipe_are_forging(env):
     """Behind the OS wall the engine runs as a dedicated uid and the driver is non-dumpable, so
     /proc/<driver>/fd cannot be opened and nothing is injected; where a process could (root in
@@ -79,6 +81,7 @@ def test_records_injected_into_the_record_pipe_are_forging(env):
     assert all(w.get("output_tokens_per_s", 0) < 1e5 for w in r.get("windows", []))
 
 
+@pytest.mark.slow
 def test_a_pickle_the_scheduler_sends_the_driver_runs_no_code_there(env):
     """The driver unpickles what the scheduler sends it (SGLang's TokenizerManager: ZMQ
     recv_pyobj; the fake engine: a multiprocessing Pipe). The scheduler's first reply carries a
@@ -91,6 +94,7 @@ def test_a_pickle_the_scheduler_sends_the_driver_runs_no_code_there(env):
     assert not any(w.get("output_tokens_per_s") == 1500.0 for w in r.get("windows", []))  # no forged number read
 
 
+@pytest.mark.slow
 def test_an_engine_class_the_driver_may_not_unpickle_is_a_named_arena_gap(env):
     """The control beside it: a refused name of the engine's own packages (SGLang's ScheduleBatch)
     is the allowlist's gap, NO_DECISION naming it, never a FAIL charged to the candidate."""
@@ -99,18 +103,21 @@ def test_an_engine_class_the_driver_may_not_unpickle_is_a_named_arena_gap(env):
     assert "arena defect" in r["reason"] and "sglang.srt.managers.schedule_batch.ScheduleBatch" in r["reason"], r["reason"]
 
 
+@pytest.mark.slow
 def test_prewritten_clock_answers_are_forging(env):
     r = run("forge_clock_answers", env)
     assert r["verdict"] == "FAIL", r["reason"]
     assert "forging attempt" in r["reason"] and "complete new answer line(s)" in r["reason"], r["reason"]
 
 
+@pytest.mark.slow
 def test_prewritten_route_acknowledgements_are_forging(env):
     r = run("forge_route_acks", env)
     assert r["verdict"] == "FAIL" and "forging attempt" in r["reason"], r["reason"]
     assert "answer" in r["reason"]
 
 
+@pytest.mark.slow
 def test_a_forged_receipt_file_does_not_make_a_silent_kernel_run(env):
     """The kernel never fires (float32 only); its receipt file claims 500 calls and every swap."""
     r = run("forge_receipt_file", env)
@@ -118,18 +125,21 @@ def test_a_forged_receipt_file_does_not_make_a_silent_kernel_run(env):
     assert "execution evidence" in r["reason"] and "never runs in this engine" in r["reason"], r["reason"]
 
 
+@pytest.mark.slow
 def test_an_answer_log_replaced_by_a_symlink_is_forging(env):
     r = run("answer_log_symlink", env)
     assert r["verdict"] == "FAIL" and "forging attempt" in r["reason"], r["reason"]
     assert "not a plain file" in r["reason"] or "not a regular file" in r["reason"], r["reason"]
 
 
+@pytest.mark.slow
 def test_answers_from_a_rank_that_does_not_exist_are_forging(env):
     r = run("extra_rank_answers", env)
     assert r["verdict"] == "FAIL" and "forging attempt" in r["reason"], r["reason"]
     assert "answers-1.jsonl" in r["reason"], r["reason"]
 
 
+@pytest.mark.slow
 def test_wrong_only_while_timed_fails_quality_on_the_timed_outputs(env):
     """Class 6: cheap and wrong exactly while a window is timed, faithful in every untimed
     window. The graded outputs are now a sample of the timed windows themselves."""
@@ -141,6 +151,7 @@ def test_wrong_only_while_timed_fails_quality_on_the_timed_outputs(env):
     assert {c for c, _, _ in sample} <= timed_c
 
 
+@pytest.mark.slow
 def test_baseline_sabotage_through_a_route_escape_is_a_leak(env):
     """Its kernel keeps running (and sleeping) in B and B′ while every swap ack reads clean:
     C/B looks like a large win. The per-interval counts in the answers show the leak."""
@@ -150,6 +161,7 @@ def test_baseline_sabotage_through_a_route_escape_is_a_leak(env):
     assert r["leaks"] and r["evidence"]["problems"] == []  # the acks alone would not have seen it
 
 
+@pytest.mark.slow
 def test_an_answer_log_emptied_behind_the_driver_is_forging(env):
     r = run("answer_log_truncate", env)
     assert r["verdict"] == "FAIL" and "forging attempt" in r["reason"], r["reason"]
@@ -158,6 +170,7 @@ def test_an_answer_log_emptied_behind_the_driver_is_forging(env):
     assert any(k in r["reason"] for k in ("rewritten", "removed", "0 complete new answer line")), r["reason"]
 
 
+@pytest.mark.slow
 def test_wrong_until_the_old_quality_epoch_fails_quality(env):
     """Class 6, by the schedule: right only where the old schedule put its untimed quality
     window. There is no such window now: every graded output is a timed one."""
@@ -165,6 +178,7 @@ def test_wrong_until_the_old_quality_epoch_fails_quality(env):
     assert r["verdict"] == "FAIL" and r["reason"].startswith("quality:"), r["reason"]
 
 
+@pytest.mark.slow
 def test_a_flooded_engine_log_stays_capped_on_disk_and_in_memory(env, monkeypatch):
     """The engine's output is contribution-controlled and its files may reach 64 GiB: the host
     drains it through a pipe, keeps LOG_CAP bytes on disk plus a bounded tail, and quotes the tail
@@ -184,6 +198,7 @@ def test_a_flooded_engine_log_stays_capped_on_disk_and_in_memory(env, monkeypatc
     assert b"past the 1048576-byte log cap dropped" in text and b"FLOOD-END" in text, text[-300:]
 
 
+@pytest.mark.slow
 def test_forged_abi_declines_buy_at_most_a_no_decision(env):
     """Known limit (docs/security.md, "Decline counts are the rank's word"): past wall 1 a kernel
     in the scheduler rank can count 'abi:' declines for itself. What that buys is bounded: the
@@ -195,6 +210,7 @@ def test_forged_abi_declines_buy_at_most_a_no_decision(env):
     assert "teacher" not in r["stages"] and "confirm" not in r["stages"], sorted(r["stages"])
 
 
+@pytest.mark.slow
 def test_a_candidate_that_fills_the_host_disk_is_stopped_and_leaves_nothing(env, monkeypatch):
     """Past wall 1, a kernel writes its engine's host-visible dirs (the receipts dir outlives the
     run, in the verdict's workdir; the JIT cache copies are on disk too). The host's disk watch
@@ -206,6 +222,7 @@ def test_a_candidate_that_fills_the_host_disk_is_stopped_and_leaves_nothing(env,
     assert not left, left
 
 
+@pytest.mark.slow
 def test_broken_control_without_the_disk_watch_the_ballast_stays(env, monkeypatch):
     import arena.engine.diskwatch
 

@@ -12,6 +12,8 @@ import os
 import pytest
 from test_arena_corpus import env, run  # noqa: F401 - the fixture that seals the corpus unscanned
 
+pytestmark = pytest.mark.slow
+
 
 def _left(env) -> list[str]:
     """What the bundle wrote that is still under the verdict's workdir."""

@@ -43,6 +43,7 @@ def test_corpus_is_policy_clean():
         assert scan_source(kernel.read_text(), kernel.name) == [], kernel
 
 
+@pytest.mark.slow
 def test_incumbent_poisoning_the_shared_weight_cannot_fail_an_honest_challenger(env):
     """The crowned kernel flips the sign of the model's norm gain in place after each of its calls
     (and decodes it back for itself): its B windows are right, the honest challenger's C windows
@@ -62,6 +63,7 @@ def test_incumbent_poisoning_the_shared_weight_cannot_fail_an_honest_challenger(
     assert "incumbent" in r["reason"], r["reason"]
 
 
+@pytest.mark.slow
 def test_challenger_poisoning_the_baselines_weight_is_a_fail(env):
     """The same bundle as the challenger: its own outputs are right, but stock B and B′ read the
     poisoned gain (the quality anchor is wrecked, or, with a gentler poison, loosened)."""
@@ -71,6 +73,7 @@ def test_challenger_poisoning_the_baselines_weight_is_a_fail(env):
     assert r["reason"].startswith("execution evidence:") and "static input norm.rmsnorm:weight" in r["reason"], r["reason"]
 
 
+@pytest.mark.slow
 def test_honest_head_to_head_reports_no_tampering(env):
     ch, inc = h.torch_bundle("ch"), h.torch_bundle("inc")
     r = qualify(

@@ -18,6 +18,9 @@ import pytest
 from arena.cpu.host_timing import FROZEN_CPU_SLACK_NS
 from arena.cpu.qualifier import CpuQualifier
 from cacheon_subnet.bundle.archive import load_bundle
+from cacheon_subnet.records import CpuCase, CpuDetail
+
+pytestmark = pytest.mark.slow
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -33,13 +36,19 @@ def qualify(path: Path, q: CpuQualifier = QUICK):
     return q.qualify(bundle, bundle.manifest.ops[0], None)
 
 
+def cases(r) -> tuple[CpuCase, ...]:
+    """The timed shapes a CPU verdict carries (records.CpuDetail)."""
+    assert isinstance(r.detail, CpuDetail), r.detail
+    return r.detail.cases
+
+
 def test_honest_control_is_timed_and_judged_without_failure():
     r = qualify(EXAMPLES / "demo" / "cpu_rmsnorm")
     assert r.verdict in ("PASS", "NO_DECISION"), r.reason
     assert r.quality_ok and r.label == "cpu-timing"
-    row = r.detail["cases"][0]
-    assert row["clock"] == "host" and row["batches_judged"] >= 4 * QUICK.min_iters + 4
-    assert row["frozen_cpu_ns"] <= FROZEN_CPU_SLACK_NS * row["batches_judged"]
+    row = cases(r)[0]
+    assert row.clock == "host" and row.batches_judged >= 4 * QUICK.min_iters + 4
+    assert row.frozen_cpu_ns <= FROZEN_CPU_SLACK_NS * row.batches_judged
 
 
 @pytest.mark.parametrize(
@@ -89,7 +98,7 @@ def test_forged_timing_fields_are_ignored():
     r = qualify(CORPUS / "fake_timings", TIMED)
     assert r.verdict in ("PASS", "NO_DECISION"), r.reason
     assert r.speedup_vs_stock < 1.25, r  # forged: 1e6x; honest stock-equivalent: ~1.0
-    assert r.detail["cases"][0]["candidate_us"] > 10.0
+    assert cases(r)[0].candidate_us > 10.0
 
 
 def test_spinner_cannot_run_during_the_baseline_and_pays_for_itself():
@@ -97,9 +106,9 @@ def test_spinner_cannot_run_during_the_baseline_and_pays_for_itself():
     its process for every B/B' batch: its CPU clock does not move then. While C runs, the
     spinner's CPU is charged to C."""
     r = qualify(CORPUS / "spin_on_baseline_turn", TIMED)
-    row = r.detail["cases"][0] if r.detail["cases"] else {}
+    row = cases(r)[0] if cases(r) else None
     assert r.verdict != "FAIL" or "while frozen" not in r.reason, r.reason
-    assert row and row["frozen_cpu_ns"] <= FROZEN_CPU_SLACK_NS * row["batches_judged"], row
+    assert row and row.frozen_cpu_ns <= FROZEN_CPU_SLACK_NS * row.batches_judged, row
     assert r.speedup_vs_stock < 1.0, r  # the spinner's CPU is the candidate's bill
 
 

@@ -27,6 +27,8 @@ from cacheon_subnet.verify.trials import Trial
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import verify_pipeline_probe as _probe  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 MANIFEST = """schema = "cacheon.bundle/2"
 
 [[ops]]

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from cacheon_subnet import sandbox
 from cacheon_subnet.sandbox.logsink import LogSink, tail_of
 
@@ -45,6 +47,7 @@ def test_the_tail_of_a_huge_log_is_read_from_its_end(tmp_path):
     assert time.monotonic() - t < 1.0
 
 
+@pytest.mark.slow
 def test_a_verify_worker_flooding_its_output_leaves_only_the_cap_on_disk(tmp_path):
     """Red team 2026-12-04: the verify worker was handed worker.log itself, so a bundle past wall 1
     wrote up to its RLIMIT_FSIZE (256 MiB) onto the validator's disk per verify (and one per rank

@@ -42,6 +42,7 @@ def scratch_base(tmp_path, monkeypatch):
     return base
 
 
+@pytest.mark.slow
 def test_verify_runs_behind_the_wall(scratch_base, monkeypatch):
     seen: list[tuple[str, ...]] = []
     real = launcher.popen
@@ -63,6 +64,7 @@ def test_verify_runs_behind_the_wall(scratch_base, monkeypatch):
     assert list(scratch_base.iterdir()) == [], "verify leaked a temp dir"
 
 
+@pytest.mark.slow
 def test_litter_in_scratch_never_breaks_cleanup(tmp_path, scratch_base, monkeypatch):
     bundle_dir = tmp_path / "litter"
     shutil.copytree(EXAMPLE, bundle_dir)

@@ -89,6 +89,7 @@ def secret():
         SECRET.unlink(missing_ok=True)
 
 
+@pytest.mark.slow
 def test_a_receipt_symlink_to_a_host_secret_through_the_arena(tmp_path, monkeypatch, secret):
     """Whole CPU arena, engines behind the wall (the static allowlist bypassed as in
     test_arena_corpus.py): the candidate links receipt-zz-planted.json to a root-only file that

@@ -79,6 +79,7 @@ def test_attack_bundle_loads_so_only_the_policy_stops_it(name: str) -> None:
     load_bundle(CORPUS / name)
 
 
+@pytest.mark.slow
 def test_forward_clock_attack_is_real() -> None:
     """Without the gate, importing the bundle next to the arena's clock rewrites ForwardClock.read."""
     code = (
@@ -117,6 +118,7 @@ def _run_corpus_kernel_interpreted(tmp_path: Path, name: str, check: str) -> str
     return r.stdout.strip()
 
 
+@pytest.mark.slow
 def test_linebreak_shift_attack_is_real(tmp_path: Path) -> None:
     """Under TRITON_INTERPRET=1 the kernel that runs is the one hidden in the string (correct),
     not the visible body (zeros): the hidden def is what CPU verify would have judged."""
@@ -129,6 +131,7 @@ def test_linebreak_shift_attack_is_real(tmp_path: Path) -> None:
     assert len(src.splitlines()) == src.count("\n") + 40  # what a splitlines() def-line rule counts
 
 
+@pytest.mark.slow
 def test_def_tab_attack_is_real(tmp_path: Path) -> None:
     """Under TRITON_INTERPRET=1 the launch runs the string's lambda, not the scanned body: the
     output stays untouched (zeros) and the lambda's unscanned os.getpid() is what ran."""
@@ -151,6 +154,7 @@ def test_verify_refuses_on_policy_and_never_imports(name: str, monkeypatch: pyte
         assert any(f.startswith(f"{path}:{line}: {rule}") for f in report.findings), report.findings
 
 
+@pytest.mark.slow
 def test_cli_verify_reports_policy(tmp_path: Path) -> None:
     r = subprocess.run(
         [

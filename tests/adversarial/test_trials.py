@@ -74,12 +74,14 @@ def test_corpus_is_listed():
     assert on_disk == set(EXPECTED) | set(CUDA_ONLY) | {"honest_torch"}
 
 
+@pytest.mark.slow
 def test_honest_control_passes():
     r = dynamic_verify("honest_torch", arena=ARENA)
     assert r.status == "PASS", r.failure
     assert r.calls >= 3 * r.cases
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_attack_fails_with_its_reason(name):
     r = dynamic_verify(name, arena=ARENA if name in NEEDS_ARENA else None)
@@ -89,12 +91,14 @@ def test_attack_fails_with_its_reason(name):
     assert r.failure.reason in reasons and r.failure.stage.startswith(stage), str(r.failure)
 
 
+@pytest.mark.slow
 def test_wrong_ge128_needs_the_arena_sizes():
     """Without the arena's shapes the CPU tier stays below 128 tokens: the cheat passes there,
     which is why the validator's screen passes its GPU arena's shapes (--arena)."""
     assert dynamic_verify("wrong_ge128").status == "PASS"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_stale_replay_fails_for_any_seed(seed):
     """The soak (10..14 calls on one random case) catches a per-shape counter whatever the seed."""
@@ -117,6 +121,7 @@ def test_cuda_graph_attack_fails_with_its_reason(name):
     assert r.status == "FAIL" and r.failure.reason == reason and r.failure.stage.startswith(stage), str(r.failure)
 
 
+@pytest.mark.slow
 def test_interp_pointer_poke_is_policy_clean_and_only_the_interpreter_bound_stops_it():
     """The bound is what stops it: the policy finds nothing (without the bound, these trials
     PASSed: the counter stays below 400 calls; seen with `_bound_memory` not applied)."""

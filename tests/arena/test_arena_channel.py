@@ -172,6 +172,7 @@ def test_a_hardened_driver_hides_its_pipes_from_a_same_uid_child():
     assert attempt(True).startswith("DENIED 13")
 
 
+@pytest.mark.slow
 def test_host_run_accepts_the_drivers_records_and_persists_them(tmp_path):
     from arena.engine.host import EngineSpec, run_engine
 

@@ -25,6 +25,7 @@ def env(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_faithful_triton_example_passes_quality_and_is_never_crowned_on_cpu_timing(env):
     r = h.run(load_bundle(EXAMPLES / "norm.rmsnorm"), env)
     assert r["evidence"]["ok"], r["evidence"]
@@ -37,6 +38,7 @@ def test_faithful_triton_example_passes_quality_and_is_never_crowned_on_cpu_timi
     assert all(a["fired_during_capture"]["norm.rmsnorm"] == 0 for a in routes if a["route"] == "stock")
 
 
+@pytest.mark.slow
 def test_wrong_math_fails_quality(env):
     r = h.run(load_bundle(EXAMPLES / "controls" / "wrong_math"), env)
     assert r["verdict"] == "FAIL"
@@ -44,12 +46,14 @@ def test_wrong_math_fails_quality(env):
     assert r["quality"]["verdict"] == "FAIL"
 
 
+@pytest.mark.slow
 def test_raising_kernel_aborts_the_engine_and_fails(env):
     r = h.run(load_bundle(EXAMPLES / "controls" / "raises_in_call"), env)
     assert r["verdict"] == "FAIL"
     assert "strict mode" in r["reason"] and "always fails" in r["reason"]
 
 
+@pytest.mark.slow
 def test_kernel_that_never_fires_fails_on_evidence(env):
     """Fails right after start-up (graphs captured without calling it), before any window."""
     src = env / "fp32_only"
@@ -62,6 +66,7 @@ def test_kernel_that_never_fires_fails_on_evidence(env):
     assert "speed" not in r and r["windows"] == []  # stopped at start-up, never timed
 
 
+@pytest.mark.slow
 def test_never_firing_without_graphs_is_caught_by_final_evidence(env):
     from dataclasses import replace
 
@@ -75,12 +80,14 @@ def test_never_firing_without_graphs_is_caught_by_final_evidence(env):
     assert r["verdict"] == "FAIL" and "no 'fired' receipt" in r["reason"] and "speed" not in r
 
 
+@pytest.mark.slow
 def test_stock_speed_candidate_gets_no_crown(env):
     r = h.run(h.torch_bundle(), env, cfg=h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5))
     assert r["quality"]["verdict"] == "PASS"
     assert r["verdict"] in ("FAIL", "NO_DECISION"), r["speed"]
 
 
+@pytest.mark.slow
 def test_the_validators_path_sends_only_a_speed_pass_to_the_teacher(env):
     """A stock-speed kernel is not crowned whatever its quality: on the validator's path (no
     grade_always) no teacher engine starts for it, and the reason says quality was not graded."""
@@ -92,6 +99,7 @@ def test_the_validators_path_sends_only_a_speed_pass_to_the_teacher(env):
     assert "quality not graded" in r["reason"], r["reason"]
 
 
+@pytest.mark.slow
 def test_really_faster_candidate_passes(env):
     r = h.run(
         h.torch_bundle(), env, engine="SlowStockEngine", cfg=h.small_config(prompts=6, output=6, cycles=3, max_noise=0.5)
@@ -107,6 +115,7 @@ def _decode_clock(cfg):
     return replace(cfg, speed=replace(cfg.speed, metric="decode_gpu_tokens_per_s"))
 
 
+@pytest.mark.slow
 def test_really_faster_candidate_passes_on_the_decode_step_clock(env):
     """The dense arena's verdict clock: decode steps' spans; wall and prefill clocks guard it."""
     r = h.run(
@@ -121,6 +130,7 @@ def test_really_faster_candidate_passes_on_the_decode_step_clock(env):
     assert {"decode_gpu_tokens_per_s", "extend_gpu_tokens_per_s"} <= set(r["speed_by_metric"])
 
 
+@pytest.mark.slow
 def test_a_kernel_the_captured_graphs_never_ran_is_no_decision(env):
     """Fired at capture is not enough: the capture's call is outside the slot's ABI (a strided
     x for norm.rmsnorm, contiguous by its ABI), so the candidate runs only in eager steps while
@@ -139,6 +149,7 @@ def test_a_kernel_the_captured_graphs_never_ran_is_no_decision(env):
     assert re.search(r"took [1-9]\d* call\(s\) and declined [1-9]", r["reason"]), r["reason"]  # it did fire ("bs 1")
 
 
+@pytest.mark.slow
 def test_a_kernel_no_captured_call_could_take_is_no_decision_before_any_window(env):
     """Every captured call outside the ABI: the early check stops the engine before timing, and
     names the ABI (the arena's defect), not "the kernel never runs" (the candidate's FAIL)."""
@@ -153,6 +164,7 @@ def test_a_kernel_no_captured_call_could_take_is_no_decision_before_any_window(e
     assert not [w for w in r.get("windows", []) if w["role"] != "warmup"]
 
 
+@pytest.mark.slow
 def test_a_decode_gain_bought_with_prefill_time_is_no_crown(env):
     r = h.run(
         h.torch_bundle("prefill-tax"),
@@ -178,6 +190,7 @@ def default_run(tmp_path_factory):
         return b, h.run(b, tmp)
 
 
+@pytest.mark.slow
 def test_result_json_names_arena_bundle_and_windows(default_run):
     b, r = default_run
     assert r["arena_id"] == h.small_config().arena_id and r["bundle_digest"] == b.digest
@@ -191,6 +204,7 @@ def test_result_json_names_arena_bundle_and_windows(default_run):
     assert {"output_tokens_per_s", "gpu_tokens_per_s"} <= set(r["speed_by_metric"])
 
 
+@pytest.mark.slow
 def test_infrastructure_failure_is_no_decision_not_the_miners_fail(env):
     r = h.run(h.torch_bundle("infra"), env, engine="BrokenEngine")
     assert r["verdict"] == "NO_DECISION" and "infrastructure" in r["reason"] and "out of memory" in r["reason"]
@@ -206,6 +220,7 @@ def test_blame_needs_evidence():
     assert "failed to load" in candidate_blame([{"rank": 1, "slots": {"s": {"load_failed": 1}}}], "s")
 
 
+@pytest.mark.slow
 def test_stock_as_candidate_control_measures_role_bias(env):
     """Role bias: SGLang's own kernel in the candidate route (no contribution code). The same
     kernels run in every role, so there is no teacher stage and no crown is possible."""
@@ -224,6 +239,7 @@ def test_stock_as_candidate_control_measures_role_bias(env):
     assert r["reason"].startswith("control stock-as-candidate (role bias")
 
 
+@pytest.mark.slow
 def test_handicap_control_is_crowned_through_the_whole_pass_path(env):
     """A known speedup: B/B′ run stock + 5 ms per call, C plain stock. The arena must find it
     (quality PASS against T, speed PASS, confirmed in a fresh engine), with both routes' receipts."""
@@ -244,6 +260,7 @@ def test_handicap_control_is_crowned_through_the_whole_pass_path(env):
     assert r["reason"].startswith("control handicap (baseline +5000 µs per call)")
 
 
+@pytest.mark.slow
 def test_slowdown_control_is_a_clear_loser(env):
     """A known loss: C runs stock + 5 ms per call, B/B′ plain stock. FAIL on speed, never a crown,
     no teacher (only a speed PASS is graded); labelled as the control in the reason."""
@@ -284,6 +301,7 @@ def test_control_options_are_checked(env):
             )
 
 
+@pytest.mark.slow
 def test_head_to_head_against_an_incumbent(env):
     """B and B′ run the crowned kernel, C the challenger; both must show their own receipts."""
     from arena.run import RunOptions, qualify
@@ -308,6 +326,7 @@ def test_head_to_head_against_an_incumbent(env):
     assert r["quality"]["verdict"] == "PASS" and r["verdict"] in ("FAIL", "NO_DECISION")  # equal kernels
 
 
+@pytest.mark.slow
 def test_raising_incumbent_is_not_the_challengers_fail(env):
     from arena.run import RunOptions, qualify
 
@@ -318,6 +337,7 @@ def test_raising_incumbent_is_not_the_challengers_fail(env):
     assert r["verdict"] == "NO_DECISION", r["reason"]
 
 
+@pytest.mark.slow
 def test_human_summary_names_verdict_speed_quality_and_evidence(default_run):
     from arena.commands import summary
 
@@ -328,6 +348,7 @@ def test_human_summary_names_verdict_speed_quality_and_evidence(default_run):
     assert "by output_tokens_per_s: C/B" in text and "the verdict)" in text and "by gpu_tokens_per_s" in text
 
 
+@pytest.mark.slow
 def test_a_gain_the_fresh_engine_does_not_confirm_is_no_decision(env):
     r = h.run(
         h.torch_bundle("unconfirmed"),

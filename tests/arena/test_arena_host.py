@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import time
 
+import pytest
+
 from arena.engine.host import EngineSpec, run_engine
 
 
@@ -12,6 +14,7 @@ def job(factory: str, steps: list) -> dict:
     return {"engine_kwargs": {}, "engine_factory": f"tests.arena.fake_engine:{factory}", "checkpoint": None, "steps": steps}
 
 
+@pytest.mark.slow
 def test_hung_engine_is_killed_with_its_group(tmp_path):
     t = time.monotonic()
     run = run_engine(EngineSpec("hang", job("HangingEngine", []), timeout_s=4), tmp_path)
@@ -21,6 +24,7 @@ def test_hung_engine_is_killed_with_its_group(tmp_path):
     assert ps == [], "a grandchild of the engine survived"
 
 
+@pytest.mark.slow
 def test_step_records_and_errors_are_kept(tmp_path):
     steps = [
         {
@@ -40,6 +44,7 @@ def test_step_records_and_errors_are_kept(tmp_path):
     assert run.rc == 3
 
 
+@pytest.mark.slow
 def test_stuck_start_is_killed_at_the_start_limit(tmp_path):
     t = time.monotonic()
     run = run_engine(EngineSpec("stuck", job("HangingEngine", []), timeout_s=120, start_timeout_s=3), tmp_path)
@@ -59,6 +64,7 @@ def test_gpu_free_means_memory_back_to_the_baseline(monkeypatch):
     assert host._wait_gpu_free(None, timeout_s=1) is None  # no nvidia-smi: cannot be seen
 
 
+@pytest.mark.slow
 def test_engine_scratch_is_removed_records_and_log_stay(tmp_path):
     steps = [
         {
@@ -144,6 +150,7 @@ def test_only_engines_without_contribution_code_warm_the_operators_cache(tmp_pat
     assert not (seed / "k" / "link").exists()  # links are not copied
 
 
+@pytest.mark.slow
 def test_timed_steps_tick_a_progress_bar(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("CACHEON_PROGRESS", "1")  # forced: pytest's stderr is no terminal
     steps = [

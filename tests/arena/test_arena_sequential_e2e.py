@@ -27,6 +27,7 @@ def _seq(cfg, enabled=True, stop_on_pass=False):
     )
 
 
+@pytest.mark.slow
 def test_a_clear_loser_stops_after_min_cycles_without_a_teacher(env):
     cfg = _seq(h.small_config(cycles=4, max_noise=0.5))
     r = h.run(h.torch_bundle("loser"), env, engine="SlowCandidateEngine", cfg=cfg)
@@ -36,6 +37,7 @@ def test_a_clear_loser_stops_after_min_cycles_without_a_teacher(env):
     assert "teacher" not in r["stages"] and r["evidence"]["ok"]
 
 
+@pytest.mark.slow
 def test_a_clear_winner_stops_early_and_is_still_confirmed(env):
     cfg = _seq(h.small_config(prompts=6, output=6, cycles=4, max_noise=0.5), stop_on_pass=True)
     r = h.run(h.torch_bundle("seq"), env, engine="SlowStockEngine", cfg=cfg)
@@ -47,6 +49,7 @@ def test_a_clear_winner_stops_early_and_is_still_confirmed(env):
     assert r["quality"]["verdict"] == "PASS" and len(r["confirm"]["windows"]) == 1 + 4 * 3
 
 
+@pytest.mark.slow
 def test_by_default_a_winner_runs_every_cycle_and_only_a_loser_stops_early(env):
     """`stop_on_pass` off (every shipped config): the SPRT's PASS is recorded but the cycles go on,
     so a kernel fast only in its first cycles meets the fixed rule over all of them."""

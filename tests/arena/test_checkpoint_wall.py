@@ -27,6 +27,7 @@ print("READ", len(names))
 """
 
 
+@pytest.mark.slow
 def test_a_checkpoint_made_behind_the_wall_is_readable_by_the_next_sandboxed_engine(tmp_path):
     if not sandbox.can_drop_privileges():
         pytest.skip("the sandbox wall cannot be established here")

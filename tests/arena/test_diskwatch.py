@@ -102,6 +102,7 @@ def test_a_tree_deeper_than_the_limit_is_a_breach_not_a_recursion_error(tmp_path
         assert remove_tree(tmp_path / "d") == []
 
 
+@pytest.mark.slow
 def test_directories_own_blocks_count(tmp_path):
     """Entries made and removed leave an ext4 directory its blocks: ~2 MiB in one entry here."""
     d = tmp_path / "d"

@@ -91,6 +91,7 @@ def test_gpu_e2e_refuses_an_unknown_phase(tmp_path):
     assert r.returncode == 2 and "--phases" in r.stderr and not (tmp_path / "w").exists()
 
 
+@pytest.mark.slow
 def test_gpu_e2e_keeps_the_validators_crash_and_exits_non_zero(tmp_path):
     """On the H200 (2026-12-02) neurons/validator.py died at import (a dependency missing on the
     device image) and the script raised in its own report, losing the validator's output."""

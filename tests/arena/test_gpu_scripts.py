@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import arena_harness as h
+import pytest
 
 
 def _run(tmp_path, *argv: str) -> subprocess.CompletedProcess:
@@ -24,6 +25,7 @@ def _run(tmp_path, *argv: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_seam_proof_dry_run(tmp_path):
     out = tmp_path / "sp.json"
     # the fake engine computes on CPU (the faithful one through interpreted Triton): small shapes
@@ -69,6 +71,7 @@ def _small_config(tmp_path):
     return cfg
 
 
+@pytest.mark.slow
 def test_seam_overhead_dry_run(tmp_path):
     out = tmp_path / "ov.json"
     r = _run(
@@ -88,6 +91,7 @@ def test_seam_overhead_dry_run(tmp_path):
     assert {w["route"] for w in o["windows"]} == {"pristine", "stock"}
 
 
+@pytest.mark.slow
 def test_arena_benchmarks_dry_run(tmp_path):
     cfg = _small_config(tmp_path)
     out = tmp_path / "ab.json"
@@ -181,6 +185,7 @@ def test_rejudge_reads_recorded_windows_with_every_statistic(tmp_path):
     assert r.returncode == 2 and "bad.json: cannot read a result JSON" in r.stderr
 
 
+@pytest.mark.slow
 def test_arena_benchmarks_runs_bundle_paths_with_a_resident_teacher(tmp_path):
     """The quality calibration's device batch (`device_trust.sh sm-controls`): runs named by bundle
     path, one resident T for all of them, each run's full result kept for calibrate_quality.py."""

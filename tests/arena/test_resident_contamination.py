@@ -78,6 +78,7 @@ CAUGHT_BY = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", sorted(CAUGHT_BY))
 def test_b_after_a_reads_what_b_reads_in_a_fresh_engine(env, fresh_b, variant):
     a, b = _a_then_b(env / f"ok-{variant}", variant)
@@ -89,6 +90,7 @@ def test_b_after_a_reads_what_b_reads_in_a_fresh_engine(env, fresh_b, variant):
     assert b.post.ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", sorted(CAUGHT_BY))
 def test_broken_control_without_the_post_condition_a_reaches_b(env, fresh_b, variant, monkeypatch):
     monkeypatch.setattr(resident_timed.TimedEngine, "verify", lambda self, run, held: [])
@@ -97,6 +99,7 @@ def test_broken_control_without_the_post_condition_a_reaches_b(env, fresh_b, var
     assert c.fingerprint(b.run) != fresh_b, f"{variant} did not reach B: the test could not fail"
 
 
+@pytest.mark.slow
 def test_a_clean_contribution_leaves_the_engine_to_the_next_one(env, fresh_b):
     """A faithful A: the post-condition holds, B runs in the same engine and reads as fresh; A's
     answers dir went to A's workdir, its tree copy is gone, and nothing of it is in B's dir."""
@@ -113,6 +116,7 @@ def test_a_clean_contribution_leaves_the_engine_to_the_next_one(env, fresh_b):
     assert {r["role"] for r in read_receipts(b.receipts_dir)} == {"scheduler"}
 
 
+@pytest.mark.slow
 def test_an_extra_receipt_a_writes_stays_in_its_own_answers_dir(env, fresh_b):
     a, b = _a_then_b(env / "stray", "stray_receipt")
     assert a.post.ok and b.post.reused  # nothing of A is left in the rank: B ran in the same engine
@@ -121,6 +125,7 @@ def test_an_extra_receipt_a_writes_stays_in_its_own_answers_dir(env, fresh_b):
     assert c.fingerprint(b.run) == fresh_b
 
 
+@pytest.mark.slow
 def test_broken_control_one_answers_dir_for_every_contribution_hands_a_s_lines_to_b(env, monkeypatch):
     """Without a dir per contribution, what A wrote there is read as B's: its stray receipt (B's
     evidence would FAIL) and its own answer lines (B's first RPC finds more than one new line: B's
@@ -143,6 +148,7 @@ def fresh_counter(env):
     return c.fingerprint(a.run)
 
 
+@pytest.mark.slow
 def test_the_same_package_installed_again_starts_from_its_own_source(env, fresh_counter):
     """The incumbent runs in every head-to-head job: installed again, its module globals start
     afresh (the removal purged its modules), so its second job reads as its first."""
@@ -154,6 +160,7 @@ def test_the_same_package_installed_again_starts_from_its_own_source(env, fresh_
     assert c.fingerprint(first.run) == c.fingerprint(again.run) == fresh_counter
 
 
+@pytest.mark.slow
 def test_a_module_the_removal_left_is_named_by_the_post_condition(env):
     """Second layer: a rank whose purge left the modules (KeepModulesEngine) fails the
     post-condition, which names them, so the engine is restarted."""
@@ -162,6 +169,7 @@ def test_a_module_the_removal_left_is_named_by_the_post_condition(env):
     assert not first.post.ok and any("modules of a contribution" in r for r in first.post.reasons), first.post
 
 
+@pytest.mark.slow
 def test_broken_control_without_the_purge_and_the_post_condition_its_globals_reach_the_next_install(
     env, fresh_counter, monkeypatch
 ):
@@ -271,12 +279,14 @@ def _jit_child(tmp: Path, mode: str) -> str:
     return out.stdout
 
 
+@pytest.mark.slow
 def test_b_installed_after_a_twin_kernel_compiles_its_own_binary(tmp_path):
     got = _jit_child(tmp_path, "salted")
     assert "LEFT [] []" in got, got
     assert "BINARY own" in got or "NOCOMPILE" in got, got
 
 
+@pytest.mark.slow
 def test_broken_control_without_the_salt_b_runs_a_s_binary(tmp_path):
     got = _jit_child(tmp_path, "unsalted")
     assert "BINARY shared" in got or "NOCOMPILE" in got, got

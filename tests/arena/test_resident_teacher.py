@@ -67,6 +67,7 @@ def _graded(run):
     return run.step("T-x")["graded"]
 
 
+@pytest.mark.slow
 def test_later_verdicts_read_exactly_what_a_fresh_teacher_reads(env, pool):
     a, b = _sequences(1), _sequences(2)
     first = _grade(pool, "FakeEngine", a, env, "a")
@@ -79,6 +80,7 @@ def test_later_verdicts_read_exactly_what_a_fresh_teacher_reads(env, pool):
     assert (env / "work-b" / "b.jsonl").is_file()  # each verdict's records beside its own result
 
 
+@pytest.mark.slow
 def test_state_a_contribution_leaves_is_caught_by_the_canary_and_never_reaches_the_next_verdict(env, pool):
     with resident.TeacherPool() as fresh:
         expected = _graded(_grade(fresh, "StatefulTeacherEngine", _sequences(2), env, "b-fresh")[-1])
@@ -90,6 +92,7 @@ def test_state_a_contribution_leaves_is_caught_by_the_canary_and_never_reaches_t
     assert _graded(b[-1]) == expected
 
 
+@pytest.mark.slow
 def test_broken_control_without_the_canary_the_state_reaches_the_next_verdict(env, pool, monkeypatch):
     with resident.TeacherPool() as fresh:
         expected = _graded(_grade(fresh, "StatefulTeacherEngine", _sequences(2), env, "b-fresh")[-1])
@@ -100,6 +103,7 @@ def test_broken_control_without_the_canary_the_state_reaches_the_next_verdict(en
     assert b[-1].timing["reused"] == 1.0 and _graded(b[-1]) != expected  # what the canary is there to stop
 
 
+@pytest.mark.slow
 def test_a_teacher_whose_logprobs_turned_nan_fails_its_canary(env, pool):
     """Red team 2026-12-03: canary_drift took max(worst, abs(a - b)) and compared `worst > atol`,
     and every comparison with a NaN is false, so a T that answered NaN where it first read numbers
@@ -115,6 +119,7 @@ def test_a_teacher_whose_logprobs_turned_nan_fails_its_canary(env, pool):
     assert _graded(b[-1]) == expected
 
 
+@pytest.mark.slow
 def test_a_sequence_that_kills_the_teacher_costs_only_its_own_verdict(env, pool):
     assert not _grade(pool, "CrashingTeacherEngine", _sequences(0), env, "warm")[-1].error
     hostile = _grade(pool, "CrashingTeacherEngine", _sequences(1, poison=True), env, "a")
@@ -141,6 +146,7 @@ def test_canary_drift_names_what_moved():
     assert resident.canary_drift(inf, inf, 1e-3) is None  # the same reading, -inf included
 
 
+@pytest.mark.slow
 def test_two_qualifications_share_one_teacher_and_keep_their_quality_verdicts(env, pool):
     cfg = replace(h.small_config(), teacher=TeacherSection(resident=True))
     from arena.run import RunOptions, qualify

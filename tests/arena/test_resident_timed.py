@@ -61,6 +61,7 @@ def _reused(r) -> bool:
     return r["resident_engine"]["reused"]
 
 
+@pytest.mark.slow
 def test_consecutive_qualifications_share_one_timed_engine(env, pool):
     first = _run(env, pool, h.torch_bundle("a"), "a")
     second = _run(env, pool, h.torch_bundle("b"), "b")
@@ -75,6 +76,7 @@ def test_consecutive_qualifications_share_one_timed_engine(env, pool):
     assert (env / "b" / "receipts-resident" / "answers-0.jsonl").is_file()  # each verdict keeps its own answers
 
 
+@pytest.mark.slow
 def test_a_post_condition_failure_is_no_decision_and_the_next_verdict_gets_a_fresh_engine(env, pool, monkeypatch):
     """A writes into the norm gain only after its turn (a thread: beyond the allowlist, sealed
     unscanned here): its windows are clean, the post-condition is not. Its verdict is NO_DECISION
@@ -92,6 +94,7 @@ def test_a_post_condition_failure_is_no_decision_and_the_next_verdict_gets_a_fre
     assert not _reused(b) and b["resident_engine"]["ok"] and b["evidence"]["ok"]
 
 
+@pytest.mark.slow
 def test_a_fail_on_the_contributions_own_evidence_stands_when_the_post_condition_also_fails(env, pool):
     """Policy-clean A writes into the norm gain on every call: its own answers charge it (FAIL,
     execution evidence); the post-condition fails too (digest, canary) and restarts the engine."""
@@ -102,6 +105,7 @@ def test_a_fail_on_the_contributions_own_evidence_stands_when_the_post_condition
     assert not _reused(b) and b["evidence"]["ok"]
 
 
+@pytest.mark.slow
 def test_a_crown_is_confirmed_in_a_fresh_engine_and_the_resident_one_is_released_first(env, pool):
     cfg = _cfg(prompts=6, output=6, cycles=3, max_noise=0.5)
     r = _run(env, pool, h.torch_bundle("fast"), "fast", engine="SlowStockEngine", cfg=cfg, grade_always=True)
@@ -112,6 +116,7 @@ def test_a_crown_is_confirmed_in_a_fresh_engine_and_the_resident_one_is_released
     assert not _reused(nxt) and nxt["resident_engine"]["ok"]
 
 
+@pytest.mark.slow
 def test_the_sequential_stop_still_runs_the_post_condition(env, pool):
     cfg = replace(
         _cfg(cycles=4, max_noise=0.5), sequential=SequentialSection(enabled=True, alt_gain=0.3, sigma=0.05, min_cycles=2)
@@ -123,6 +128,7 @@ def test_the_sequential_stop_still_runs_the_post_condition(env, pool):
     assert _reused(again)
 
 
+@pytest.mark.slow
 def test_a_head_to_head_and_the_role_bias_control_install_and_remove_cleanly(env, pool):
     ch, inc = h.torch_bundle("challenger"), h.torch_bundle("incumbent")
     opts = RunOptions(
@@ -138,6 +144,7 @@ def test_a_head_to_head_and_the_role_bias_control_install_and_remove_cleanly(env
     assert "role bias" in bias["reason"] and bias["resident_engine"]["ok"] and _reused(bias), bias["reason"]
 
 
+@pytest.mark.slow
 def test_a_kernel_that_raises_fails_and_costs_only_its_engine(env, pool):
     r = _run(env, pool, load_bundle(h.REPO / "examples" / "controls" / "raises_in_call"), "raises")
     assert r["verdict"] == "FAIL" and "strict mode" in r["reason"], r["reason"]
@@ -151,6 +158,7 @@ def test_an_engine_that_never_starts_is_no_decision(env, pool):
     assert not pool._engines
 
 
+@pytest.mark.slow
 def test_a_spent_engine_is_replaced(env, pool):
     cfg = _cfg()
     cfg = replace(cfg, engine=replace(cfg.engine, resident_max_jobs=1))
@@ -177,6 +185,7 @@ def test_the_option_enters_the_arena_id_only_when_on(tmp_path):
         load_config(bad)
 
 
+@pytest.mark.slow
 def test_a_kernel_that_never_fires_at_install_fails_before_any_window(env, pool):
     """The install's capture is an engine start's: a candidate that did not fire then never will."""
     import shutil
@@ -190,6 +199,7 @@ def test_a_kernel_that_never_fires_at_install_fails_before_any_window(env, pool)
     assert r["windows"] == []
 
 
+@pytest.mark.slow
 def test_a_contribution_that_fills_the_host_disk_is_stopped_and_its_ballast_goes_with_the_engine(env, pool, monkeypatch):
     """The corpus's fill_host_disk (beyond the allowlist: sealed unscanned) writes 4 x 24 MiB at
     import into the engine's first answers dir and its Triton cache: the resident engine's disk
@@ -205,6 +215,7 @@ def test_a_contribution_that_fills_the_host_disk_is_stopped_and_its_ballast_goes
     assert not pool._engines and not list(env.rglob("ballast-*")), list(env.rglob("ballast-*"))[:3]
 
 
+@pytest.mark.slow
 def test_the_h200_measurement_script_runs_on_the_fake_engine(tmp_path):
     """scripts/resident_timed_bench.py (docs/benchmarks.md "Next lease") must not break on the lease:
     a contribution and the role-bias control, resident, one row each, the second reusing the engine."""

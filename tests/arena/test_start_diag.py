@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from arena.engine.host import EngineSpec, run_engine
 from arena.engine.startdiag import ProcSampler, diff, one_line, snapshot
 
 
+@pytest.mark.slow
 def test_a_start_that_compiles_shows_up_in_the_started_records_diag(tmp_path):
     seeds = {k: tmp_path / "seed" / k for k in ("TRITON_CACHE_DIR", "TVM_FFI_CACHE_DIR")}
     (seeds["TVM_FFI_CACHE_DIR"] / "mod_1234").mkdir(parents=True)
@@ -40,6 +43,7 @@ def test_a_start_that_compiles_shows_up_in_the_started_records_diag(tmp_path):
     assert started["s"] >= 1.5
 
 
+@pytest.mark.slow
 def test_the_diag_can_be_turned_off_and_a_broken_walk_is_no_failure(tmp_path):
     job = {
         "engine_kwargs": {},
@@ -72,6 +76,7 @@ def test_the_sampler_reports_a_descendants_cache_env_that_differs(tmp_path, monk
     assert seen == {"TRITON_CACHE_DIR": str(tmp_path / "elsewhere")}
 
 
+@pytest.mark.slow
 def test_the_host_times_its_own_steps_and_the_cli_line_names_what_compiled(tmp_path):
     from arena.engine.startdiag import brief
     from arena.records import StageRecord

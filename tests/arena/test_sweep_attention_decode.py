@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import arena_harness as h
+import pytest
 import torch
 
 sys.path.insert(0, str(h.REPO / "scripts"))
@@ -36,6 +37,7 @@ def _sweep(tmp_path, *argv: str) -> tuple[subprocess.CompletedProcess, dict]:
     return r, json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_the_correctness_check_runs_and_marks_the_wrong_control_wrong(tmp_path):
     r, doc = _sweep(tmp_path, "--shapes", "2x40", "--configs", "bn16-w2-s1-sp1,bn32-w4-s2-hint", "--control")
     assert "timing skipped: no CUDA device" in r.stdout and doc["timing"].startswith("skipped")
@@ -110,6 +112,7 @@ def test_render_json_reproduces_the_saved_h200_text():
     assert any(line.startswith("bn64-w2-s3-sp1       ok        278.0") for line in saved[start:])  # a table line
 
 
+@pytest.mark.slow
 def test_the_precompile_worker_runs_in_a_spawned_process():
     """The workers are spawned: `_warm_one` and Config must unpickle there by module path. Without
     `_warm_init` (it needs CUDA) the worker reports its missing state as the config's error."""

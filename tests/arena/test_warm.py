@@ -62,6 +62,7 @@ def test_warm_steps_have_the_timed_windows_form_and_a_teacher_step():
     assert gen["prompts"]["seed"] != warm_steps(cfg)[0]["prompts"]["seed"]  # no verdict's prompts
 
 
+@pytest.mark.slow
 def test_warm_fills_the_seeds_and_a_candidates_engine_never_does(home, tmp_path, monkeypatch):
     h.runtime_env(tmp_path, monkeypatch)
     monkeypatch.setenv("PYTHONPATH", f"{h.REPO}:{__import__('os').environ['PYTHONPATH']}")
@@ -100,6 +101,7 @@ def test_warm_refuses_to_run_with_seeding_off(home, monkeypatch, tmp_path):
     assert not res.ok and "CACHEON_JIT_SEEDS=off" in res.error and not res.stages
 
 
+@pytest.mark.slow
 def test_cli_warm_without_a_gpu_is_a_usage_error(tmp_path):
     import subprocess
 
@@ -113,6 +115,7 @@ def test_cli_warm_without_a_gpu_is_a_usage_error(tmp_path):
     assert p.returncode == 2 and "cacheon arena warm:" in p.stderr, p.stderr[-800:]
 
 
+@pytest.mark.slow
 def test_maybe_warm_runs_only_on_empty_seeds(home, tmp_path, monkeypatch):
     from arena.engine.warm import maybe_warm
 

@@ -14,10 +14,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import EXAMPLES, REPO
 
 from cacheon_subnet.chain import LocalChain, commitment
 from cacheon_subnet.netpolicy import LOCAL
+
+pytestmark = pytest.mark.slow
 
 NET = 4
 

@@ -65,6 +65,7 @@ def revealed_of(chain: LocalChain, hotkey: str):
     return [c for c in chain.revealed_commitments(NET) if c.hotkey == hotkey]
 
 
+@pytest.mark.slow
 def test_faithful_bundle_committed_sealed_then_revealed_with_status(world) -> None:
     chain, srv = world["chain"], world["srv"]
     res = submit(world["bundle"], check_url=True, **kw(world))
@@ -122,6 +123,7 @@ def test_faithful_bundle_committed_sealed_then_revealed_with_status(world) -> No
     assert not st.probes[0].ok and st.probes[0].reason == "http_status"
 
 
+@pytest.mark.slow
 def test_broken_bundle_is_refused_and_commits_nothing(world) -> None:
     chain = world["chain"]
     with pytest.raises(SubmitError) as err:
@@ -172,6 +174,7 @@ def test_policy_violation_is_refused_without_running_it(world) -> None:
     assert any("P001" in r for r in err.value.reasons)
 
 
+@pytest.mark.slow
 def test_user_hosted_url_checked_then_committed(world) -> None:
     """url= mode: the archive to upload is packed under the state dir; --check-url fetches it."""
     archives = world["state"] / "archives"
@@ -207,6 +210,7 @@ def test_corrupt_state_file_is_named(world) -> None:
         miner_status(world["chain"], NET, "m1", state_dir=world["state"])
 
 
+@pytest.mark.slow
 def test_a_commit_that_landed_then_raised_is_not_sent_again(world, monkeypatch) -> None:
     """neurons/miner.py retries an unreachable chain, but never a commit that went out: it may
     have landed (here it did), and a second one would reset the commit block (priority)."""

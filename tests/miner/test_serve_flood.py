@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import floods
+import pytest
 from conftest import EXAMPLES, REPO
 
 from cacheon_subnet.bundle import pack
@@ -52,6 +53,7 @@ def _download(port: int, name: str, src: str) -> tuple[int, bytes]:
     return int(head.split(b" ")[1]), body
 
 
+@pytest.mark.slow
 def test_a_flood_of_silent_connections_leaves_the_archive_server_serving(tmp_path):
     serve = tmp_path / "srv"
     serve.mkdir()

@@ -42,6 +42,7 @@ before, five of them took > 120 s of scan or identity and four more 19-42 s. Eac
 restored makes its shape go past this or policy_bound.SCAN_CPU_S (20 s)."""
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("shape", sorted(scan_shapes.SHAPES))
 def test_worst_shape_at_the_caps_finishes_under_budget(shape: str) -> None:
@@ -58,6 +59,7 @@ def test_worst_shape_at_the_caps_finishes_under_budget(shape: str) -> None:
         assert res.findings == () and res.identity_done and res.norm_id, res.findings[:3]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     "build",

@@ -174,6 +174,7 @@ def test_ar_rmsnorm_stock_only_cases(case: str, monkeypatch: pytest.MonkeyPatch)
 
 
 # ---- two real ranks ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_two_rank_gloo_route_and_all_or_none(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEON_")}
     env.update(

@@ -232,6 +232,7 @@ def test_inout_identity_change_is_caught() -> None:
 
 
 # ---- Dynamo: SGLang's piecewise graphs trace the adapters with fullgraph=True ---------------
+@pytest.mark.slow
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_fullgraph_compile_traces_dispatch(dynamic: bool) -> None:
     torch._dynamo.reset()
@@ -259,6 +260,7 @@ def test_fullgraph_compile_traces_dispatch(dynamic: bool) -> None:
         assert _counts(reg, FUSED.id) == (i + 1, i + 1, 0) and _counts(reg, RMS.id) == (i + 1, i + 1, 0)
 
 
+@pytest.mark.slow
 def test_fullgraph_compile_traces_a_declined_call() -> None:
     """The decline count is Python state: under Dynamo (fullgraph) its branch must fold away, not
     break the graph; eager calls still count."""

@@ -15,6 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 
 # Run in a child without TRITON_INTERPRET: the check needs Triton's compiled-mode JITFunction, and

@@ -179,6 +179,7 @@ def test_last_counts_of_a_burst_reach_the_file(tmp_path):
     assert doc["slots"]["norm.rmsnorm"]["fired"] == 50 and doc["slots"]["norm.rmsnorm"]["completed"] == 50
 
 
+@pytest.mark.slow
 def test_concurrent_flushes_never_collide(tmp_path):
     """The daemon flusher and the calling thread share one file: no lost rename, no exception."""
     import threading

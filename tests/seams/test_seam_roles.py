@@ -17,6 +17,8 @@ from seam_harness import ALL_SLOTS, finish_child, make_tree, start_child, write_
 from seams.receipts import coverage, read_receipts
 from seams.table import BINDINGS, seam_environment
 
+pytestmark = pytest.mark.slow
+
 NORM_SLOTS = ("norm.fused_add_rmsnorm", "norm.rmsnorm")
 SCHEDULER_INIT = "sglang.srt.managers.scheduler.Scheduler.__init__"
 

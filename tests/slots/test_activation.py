@@ -78,6 +78,7 @@ def test_reference_matches_float64_formulation(dtype: str) -> None:
 
 
 # ---- (c) the example bundles pass verify --------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("example", ["activation.silu_and_mul", "norm.fused_add_rmsnorm"])
 def test_example_bundle_passes_verify(example: str) -> None:
     report = verify_bundle(
@@ -98,6 +99,7 @@ def _broken(tmp_path: Path, example: str, module: str, old: str, new: str) -> st
     return str(dst)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "example,module,old,new",
     [

@@ -47,6 +47,7 @@ def _check_layout(t: dict[str, torch.Tensor], dims: dict[str, int], ctx: int) ->
         assert torch.equal(splits, want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tier,case", ALL_CASES, ids=[f"{t}-{c.label}" for t, c in ALL_CASES])
 def test_inputs_fit_the_abi_and_are_a_valid_paged_layout(tier: str, case) -> None:
     # Big bench pools are built once (bf16); small tiers in both dtypes.
@@ -106,6 +107,7 @@ def _verify(path: Path, max_cases: int):
     return verify_bundle(load_bundle(path), VerifyOptions(device="cpu", max_cases=max_cases, seed=1234))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", [EXAMPLE, ONEPASS], ids=lambda p: p.name)
 def test_example_bundle_passes_verify(example: Path) -> None:
     report = _verify(example, max_cases=4)  # every GQA ratio at B=1, then a batch with a length-1 request
@@ -150,6 +152,7 @@ def _run_at_the_arenas_batch(module: Any) -> tuple[torch.Tensor, torch.Tensor]:
     return o, _sdpa_f64(t, D**-0.5)
 
 
+@pytest.mark.slow
 def test_example_at_the_arenas_batch_size_matches_the_reference(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The config the H200 crowned (C/B 1.29) is taken only at batch x kv heads >= 512, which the
     verify tiers on CPU never reach; a broken copy at the same shape is the control."""
@@ -163,6 +166,7 @@ def test_example_at_the_arenas_batch_size_matches_the_reference(monkeypatch: pyt
     assert not compare(bad, ref.float(), tol).ok
 
 
+@pytest.mark.slow
 def test_onepass_example_at_the_arenas_batch_size_matches_the_reference(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -176,6 +180,7 @@ def test_onepass_example_at_the_arenas_batch_size_matches_the_reference(
     assert not compare(bad, ref.float(), tol).ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bug", ["drops_last_token", "unnormalised"])
 def test_onepass_broken_variants_fail_with_mismatch(tmp_path: Path, bug: str) -> None:
     edits = {
@@ -212,6 +217,7 @@ BROKEN = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bug", sorted(BROKEN))
 def test_broken_variants_fail_with_mismatch(tmp_path: Path, bug: str) -> None:
     report = _verify(_broken(tmp_path, BROKEN[bug]), max_cases=6)

@@ -55,6 +55,7 @@ def test_topk_cases_build_abi_conformant_inputs_with_a_gap(tier: str) -> None:
             assert float(v.std()) > 0.5 and torch.isfinite(v).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tier", TIERS)
 def test_expert_cases_build_abi_conformant_inputs(tier: str) -> None:
     cases = EXPERTS.cases(tier)
@@ -134,11 +135,13 @@ def test_experts_reference_matches_float64_loop() -> None:
 
 
 # ---- (c) the example bundles pass verify --------------------------------------------------
+@pytest.mark.slow
 def test_topk_example_passes_verify() -> None:
     report = verify_bundle(load_bundle(ROOT / "examples" / "moe.topk_softmax"), VerifyOptions(device="cpu", max_cases=2))
     assert report.status == "PASS", report.render()
 
 
+@pytest.mark.slow
 def test_fused_experts_example_passes_verify() -> None:
     opts = VerifyOptions(device="cpu", max_cases=1)  # interpreted Triton: ~45 s a case on the 2-core CI box
     report = verify_bundle(load_bundle(ROOT / "examples" / "moe.fused_experts"), opts)
@@ -159,6 +162,7 @@ def _broken(tmp_path: Path, name: str, module: str, old: str, new: str, bf16_onl
     return dst
 
 
+@pytest.mark.slow
 def test_topk_without_renormalisation_fails(tmp_path: Path) -> None:
     bundle = _broken(tmp_path, "moe.topk_softmax", "topk_softmax.py", "RENORM=bool(renormalize)", "RENORM=False")
     report = verify_bundle(load_bundle(bundle), VerifyOptions(device="cpu", max_cases=1))
@@ -166,6 +170,7 @@ def test_topk_without_renormalisation_fails(tmp_path: Path) -> None:
     assert "topk_weights" in _reason(report)
 
 
+@pytest.mark.slow
 def test_experts_ignoring_router_weights_fail(tmp_path: Path) -> None:
     bundle = _broken(
         tmp_path, "moe.fused_experts", "gemm.py", "acc = acc * w[:, None]", "acc = acc + 0.0 * w[:, None]", bf16_only=True

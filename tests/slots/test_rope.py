@@ -26,6 +26,7 @@ FP32_TOL = Tolerance(atol=1e-5, rtol=1e-5, max_rel_l2=1e-6)
 
 
 # ---- (a) inputs -------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("tier", TIERS)
 def test_every_case_builds_abi_conformant_qkv_views(tier: str) -> None:
     cases = SPEC.cases(tier)
@@ -134,6 +135,7 @@ def test_example_kernel_rotates_qkv_views_in_place(monkeypatch: pytest.MonkeyPat
 
 
 # ---- (c) the example bundle passes verify -------------------------------------------------
+@pytest.mark.slow
 def test_example_bundle_passes_verify() -> None:
     report = verify_bundle(load_bundle(str(EXAMPLE)), VerifyOptions(device="cpu", max_cases=2, seed=4321))
     assert report.status == "PASS", report.reasons
@@ -159,6 +161,7 @@ SWAP_COS_SIN = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "old,new",
     [
@@ -176,6 +179,7 @@ def test_broken_variant_fails_with_mismatch(tmp_path: Path, old: str, new: str) 
     assert report.ops[0].failure is not None and report.ops[0].failure.reason == "mismatch", report.reasons
 
 
+@pytest.mark.slow
 def test_kernel_ignoring_qkv_row_stride_fails_verify(tmp_path: Path) -> None:
     bad = _broken(tmp_path, "q.stride(0), q.stride(1), k.stride(0), k.stride(1)", "HQ * D, D, HK * D, D")
     report = verify_bundle(load_bundle(bad), VerifyOptions(device="cpu", max_cases=2, compile_check=False, seed=78))

@@ -26,7 +26,8 @@ from validator_fakes import (
     make_chain,
 )
 
-from cacheon_subnet.validator.dispatch import LocalPool, QualifyJob, job_key
+from cacheon_subnet.records import GpuDetail, QualifyJob, job_key
+from cacheon_subnet.validator.dispatch import LocalPool
 from cacheon_subnet.validator.loop import Validator, ValidatorConfig
 from cacheon_subnet.validator.state import StateDB
 
@@ -48,9 +49,10 @@ class DeviceQualifier(FakeQualifier):
         t0 = time.monotonic()
         r = super().qualify(bundle, op, incumbent)
         self.log.append((self.devices, t0, time.monotonic(), threading.current_thread().name))
-        return replace(r, detail={**r.detail, "device": self.devices})
+        return replace(r, reason=f"device {self.devices}")
 
 
+@pytest.mark.slow
 def test_pool_keeps_every_gpu_busy_and_only_the_validator_thread_writes(tmp_path, monkeypatch):
     chain = make_chain(tmp_path / "chain.db", miners=6)
     writers: set[str] = set()
@@ -86,12 +88,12 @@ def test_pool_keeps_every_gpu_busy_and_only_the_validator_thread_writes(tmp_path
             if s.active == 0:
                 break
             time.sleep(0.05)
-        rows = v.db.con.execute("SELECT contribution_id, detail FROM evidence").fetchall()
+        rows = v.db.con.execute("SELECT contribution_id, reason FROM evidence").fetchall()
         states = v.db.counts()
         v.close()
         pool.close()
     assert states["qualified"] == 6 and len(rows) == 6  # each exactly once
-    assert {json.loads(r["detail"])["device"] for r in rows} == {"0", "1", "2"}
+    assert {r["reason"] for r in rows} == {"device 0", "device 1", "device 2"}
     # every GPU busy at once: some instant had three jobs running
     peak = max(sum(1 for _, a, b, _ in log if a <= t < b) for _, t, _, _ in log)
     assert peak == 3, log
@@ -120,6 +122,7 @@ def test_a_job_submitted_twice_runs_once_and_a_bad_pool_is_refused():
         LocalPool(FakeQualifier(), ("0",))
 
 
+@pytest.mark.slow
 def test_two_fake_gpus_run_two_real_arenas_each_on_its_own_device(tmp_path, monkeypatch):
     sys.path.insert(0, str(REPO / "tests" / "arena"))
     import arena_harness as h
@@ -139,7 +142,8 @@ def test_two_fake_gpus_run_two_real_arenas_each_on_its_own_device(tmp_path, monk
     assert len(got) == 2 and all(r.error is None for r in got), [r.error for r in got]
     seen = {}
     for r in got:
-        doc = json.loads(Path(r.result.detail["result_json"]).read_text())
+        assert isinstance(r.result.detail, GpuDetail) and r.result.detail.result_json
+        doc = json.loads(Path(r.result.detail.result_json).read_text())
         starts = [s for st in doc["stages"].values() for s in st["startup"] if s.get("op") == "started"]
         seen[r.worker] = {s["visible_devices"] for s in starts}
         assert r.result.verdict in ("PASS", "FAIL", "NO_DECISION") and doc["evidence"]["ok"]

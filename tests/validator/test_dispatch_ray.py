@@ -18,9 +18,11 @@ ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install '
 from ray_fakes import DiesOnceQualifier  # noqa: E402
 from validator_fakes import EXAMPLES, NETUID, VALIDATOR, FileServer, commit, fake_screener, make_archive, make_chain  # noqa: E402
 
-from cacheon_subnet.validator.dispatch import QualifyJob, job_key  # noqa: E402
+from cacheon_subnet.records import GpuDetail, QualifyJob, job_key  # noqa: E402
 from cacheon_subnet.validator.loop import Validator, ValidatorConfig  # noqa: E402
 from cacheon_subnet.validator.ray_pool import RayPool  # noqa: E402
+
+pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
 
@@ -82,19 +84,19 @@ def test_a_worker_killed_mid_job_is_retried_and_counted_once(cluster, tmp_path):
         # the same result delivered again (a late duplicate from a worker thought lost): dropped
         c = v.db.contributions(("qualified",))[0]
         job = QualifyJob(job_key(c.id, "norm.rmsnorm", 0, 0, 0), c.id, "norm.rmsnorm", {}, None)  # type: ignore[arg-type]
-        from cacheon_subnet.validator.dispatch import JobResult
+        from cacheon_subnet.records import JobResult
 
         first = v.db.con.execute("SELECT * FROM evidence WHERE contribution_id=?", (c.id,)).fetchone()
         from validator_fakes import FakeQualifier  # noqa: F401
 
-        from arena.cpu.qualifier import QualifyResult
+        from cacheon_subnet.records import QualifyResult
 
         dup = JobResult(
             job.key,
             c.id,
             "norm.rmsnorm",
             0,
-            QualifyResult("norm.rmsnorm", "PASS", True, 9.0, 9.0, 0.0, "fake-arena", "fake", "dup", {}),
+            QualifyResult("norm.rmsnorm", "PASS", True, 9.0, 9.0, 0.0, "fake-arena", "fake", "dup"),
         )
         from cacheon_subnet.validator.stages.passstate import PassState
 
@@ -165,7 +167,9 @@ def test_the_real_arena_on_ray_survives_a_worker_killed_mid_verdict(cluster, tmp
         time.sleep(0.2)
     pool.close()
     assert killed and len(got) == 1 and got[0].error is None, got
-    assert got[0].result.verdict in ("PASS", "FAIL", "NO_DECISION") and "result_json" in got[0].result.detail
+    detail = got[0].result.detail
+    assert got[0].result.verdict in ("PASS", "FAIL", "NO_DECISION") and isinstance(detail, GpuDetail)
     assert len(list(markers.glob("*-*"))) == 2  # killed once, retried once
-    doc = json.loads(Path(got[0].result.detail["result_json"]).read_text())
+    assert detail.result_json is not None
+    doc = json.loads(Path(detail.result_json).read_text())
     assert doc["evidence"]["ok"] and doc["verdict"] == got[0].result.verdict

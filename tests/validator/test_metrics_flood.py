@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 
 import floods
+import pytest
 
 from cacheon_subnet.validator.metrics import Metrics
 from cacheon_subnet.validator.metrics_http import MetricsServer
@@ -31,6 +32,7 @@ def _conn_threads() -> int:
     return sum(t.name == "cacheon-metrics-conn" for t in threading.enumerate())
 
 
+@pytest.mark.slow
 def test_a_slowloris_costs_at_most_the_cap_in_threads_and_ends_at_the_head_deadline():
     srv, port = _server(head_timeout_s=5.0)  # longer than opening the 200 takes here
     try:
@@ -50,6 +52,7 @@ def test_a_slowloris_costs_at_most_the_cap_in_threads_and_ends_at_the_head_deadl
         srv.stop()
 
 
+@pytest.mark.slow
 def test_a_trickled_head_is_cut_at_its_total_deadline_not_per_read():
     srv, port = _server(head_timeout_s=1.0)
     try:

@@ -116,6 +116,7 @@ def _timed_screener(clock: Clock, seconds: float = 0.6, step: float = 0.0):
     return screen
 
 
+@pytest.mark.slow
 def test_cpu_screens_run_while_the_arena_judges(tmp_path, srv):
     """Guard: stages/workers.start_workers (overlap on for a non-CPU-timing qualifier). With
     overlap=False (the broken control) every screen ends before any arena starts."""
@@ -138,6 +139,7 @@ def test_cpu_screens_run_while_the_arena_judges(tmp_path, srv):
     assert counts2["qualified"] == 3 and clock2.overlapping() == [], clock2.spans
 
 
+@pytest.mark.slow
 def test_a_gpu_screen_never_runs_beside_an_arena_job(tmp_path, srv):
     """Guard: VerifyStages._gpu_turn_taken_by_arena and QualifyStages' _gpu_screens_running check.
     Remove either and a CUDA screen overlaps an arena's timed windows."""
@@ -158,6 +160,7 @@ def test_a_gpu_screen_never_runs_beside_an_arena_job(tmp_path, srv):
     assert clock.overlapping() == [], clock.spans
 
 
+@pytest.mark.slow
 def test_a_gpu_screen_waits_for_the_arena_job_in_flight(tmp_path, srv):
     """Guard: VerifyStages._gpu_turn_taken_by_arena. Contributions that arrive while an arena job
     runs are screened on the GPU only after it; without the guard they are screened beside it."""
@@ -370,6 +373,7 @@ def test_only_a_cpu_screen_is_pinned_away_from_the_arena(tmp_path, monkeypatch):
     gpu.close()
 
 
+@pytest.mark.slow
 def test_a_long_arena_job_does_not_make_the_loop_poll_the_chain(tmp_path, srv):
     """Guard: run_forever shortens its wait only for a pool that never wakes it (Ray). The
     validator's own arena wakes the loop when its job ends; polling meanwhile would run a full

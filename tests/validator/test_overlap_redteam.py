@@ -24,8 +24,8 @@ from validator_fakes import (
 )
 
 from cacheon_subnet.netpolicy import LOCAL
+from cacheon_subnet.records import QualifyResult
 from cacheon_subnet.validator.loop import Validator, ValidatorConfig
-from cacheon_subnet.validator.qualify_result import QualifyResult
 from cacheon_subnet.validator.screen import ScreenResult, VerifyScreener
 
 T = "norm.rmsnorm"
@@ -100,10 +100,10 @@ class Scripted(FakeQualifier):
             self.arena_id,
             self.label,
             self.reason,
-            {"fake": True},
-        )  # type: ignore[arg-type]
+        )
 
 
+@pytest.mark.slow
 def test_a_verify_fail_worded_with_a_lone_surrogate_stays_a_fail(tmp_path, srv):
     """Attack: a policy-clean kernel raises ValueError("...\\udcff"); the worker sends its text as
     JSON, the host decodes a lone surrogate, and the FAIL's reason could not be stored: the loop
@@ -141,12 +141,13 @@ def test_an_arena_fail_worded_with_a_lone_surrogate_is_filed_once(tmp_path, srv)
 
 
 def test_an_answer_that_cannot_be_recorded_is_a_job_error_not_a_crashed_pass(tmp_path, srv):
-    """Attack: any answer whose recording raises (here a reason SQLite cannot bind, as a pool worker
-    on another host could send). Guard: the try around Filing.record in stages/dispatch.DispatchStage.collect: the job's
+    """Attack: any answer whose recording raises (here a label SQLite cannot bind, as a pool worker
+    on another host could send; a reason of the wrong type is refused earlier, by result_problem).
+    Guard: the try around Filing.record in stages/dispatch.DispatchStage.collect: the job's
     error (its key recorded, retried, then no_decision), every pass completes. Without it every
     pass that collected it crashed and the job ran again with the same key, without end."""
     chain, _ = _world(tmp_path, srv, 1)
-    q = Scripted(reason={"not": "text"})
+    q = Scripted(label=f"fake {SURROGATE}")
     v = _make(tmp_path, chain, q, fake_screener(), max_attempts=2)
     summaries = [v.run_once() for _ in range(3)]
     [c] = v.db.contributions()

@@ -26,6 +26,8 @@ from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.publish import readback_check
 from cacheon_subnet.validator.state import StateDB
 
+pytestmark = pytest.mark.slow
+
 WORKER = Path(__file__).with_name("restart_worker.py")
 RATE_LIMIT = 3
 MAX_KILLS = 20

@@ -233,6 +233,7 @@ def test_an_interrupted_arena_engine_raises_and_frees_its_group(tmp_path):
     assert lifecycle._holders(str(tmp_path / "hang-scratch")) == [] and lifecycle.live() == {}
 
 
+@pytest.mark.slow
 def test_an_interrupted_engine_waits_for_its_own_gpu_to_be_free(tmp_path, monkeypatch):
     """On shutdown the arena host waits until the memory of the GPU the engine ran on is back to its
     pre-engine level before it raises (a restart must find the GPU free). A stand-in nvidia-smi:

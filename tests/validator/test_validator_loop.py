@@ -298,6 +298,7 @@ def test_malformed_and_unknown_content_never_crash_the_loop(world):
     assert junk[0].state == "failed" and junk[0].rule == "malformed"
 
 
+@pytest.mark.slow
 def test_real_verify_screener_on_cpu(world, srv):
     """The default screener is verify_bundle in the sandbox on CPU: real kernels pass, the
     broken control fails with verify's own reason."""

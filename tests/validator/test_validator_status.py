@@ -150,6 +150,7 @@ def neuron(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_neuron_once_on_local_chain_and_gpu_refusal(tmp_path):
     chain = make_chain(tmp_path / "chain.db")
     chain.close()

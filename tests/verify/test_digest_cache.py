@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 
+import pytest
 import torch
 
 from cacheon_subnet.tensor_views import tensor_digest
@@ -23,6 +24,7 @@ def test_a_tensor_is_hashed_once_per_version(monkeypatch):
     assert judge.sent_digest(t, cache) == tensor_digest(t) != first and len(calls) == 2
 
 
+@pytest.mark.slow
 def test_a_freed_tensors_entry_never_answers_for_a_new_one():
     cache: judge.DigestCache = {}
     for i in range(50):  # ids of freed tensors are reused; each new tensor must get its own digest

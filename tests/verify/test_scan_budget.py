@@ -138,6 +138,7 @@ def test_real_child_out_of_memory_is_a_finding() -> None:
     assert not res.passed and "MemoryError" in " ".join(res.findings), res.findings
 
 
+@pytest.mark.slow
 def test_every_example_scans_far_under_the_budget_with_the_in_process_answer() -> None:
     worst = 0.0
     seen = 0
@@ -198,6 +199,7 @@ def test_screen_copy_check_and_verify_share_one_child(monkeypatch) -> None:
     assert runs == [HONEST.digest]
 
 
+@pytest.mark.slow
 def test_a_screen_over_budget_fails_the_bundle_with_its_reason(monkeypatch) -> None:
     policy_bound.forget()
     monkeypatch.setattr(policy_bound, "_argv", _stand_in("emit({'at': ['checking', 'spin.py']})\nwhile True:\n    pass"))

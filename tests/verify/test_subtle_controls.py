@@ -88,6 +88,7 @@ def _run(errors: dict[str, torch.Tensor], name: str, T: int, H: int = 576) -> to
     return errors[f"{name}/{T}/{H}"]
 
 
+@pytest.mark.slow
 def test_subtle_numerics_are_worse_than_the_faithful_kernel_but_small(errors):
     """On the same inputs (SmolLM2's H = 576): the faithful example's error is bf16 output rounding
     alone; bf16 accumulation and the approximate rsqrt add to it, by well under 1 %."""
@@ -98,6 +99,7 @@ def test_subtle_numerics_are_worse_than_the_faithful_kernel_but_small(errors):
         assert rel.max() < 1e-2, (name, rel)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name,T,wrong_rows,lo,hi",
     [

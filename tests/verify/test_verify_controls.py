@@ -34,6 +34,7 @@ def test_every_cpu_control_is_listed():
     assert on_disk - set(EXPECTED) == {"policy_violation", "output_aliasing", "graph_cheat"} | multirank
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_control_fails_with_its_reason(name):
     opts = OPTS if name != "endless_loop" else VerifyOptions(device="cpu", max_cases=1, call_timeout_s=4)
@@ -58,18 +59,21 @@ def test_output_aliasing_control_is_refused_statically():
     assert {op.failure.reason for op in report.ops} == {"not_run"}
 
 
+@pytest.mark.slow
 def test_faithful_example_passes():
     report = verify_bundle(load_bundle(EXAMPLES / "norm.rmsnorm"), OPTS)
     assert report.status == "PASS", report.render()
     assert all(op.calls > 0 for op in report.ops)
 
 
+@pytest.mark.slow
 def test_fresh_inputs_every_trial_and_secret_seed():
     a = verify_bundle(load_bundle(EXAMPLES / "norm.rmsnorm"), VerifyOptions(device="cpu", max_cases=1))
     b = verify_bundle(load_bundle(EXAMPLES / "norm.rmsnorm"), VerifyOptions(device="cpu", max_cases=1))
     assert a.seed != b.seed
 
 
+@pytest.mark.slow
 def test_constraints_excluding_every_shape_fail(example_copy):
     root = example_copy("norm.rmsnorm")
     m = root / "manifest.toml"

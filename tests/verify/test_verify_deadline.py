@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from cacheon_subnet.bundle import load_bundle
 from cacheon_subnet.validator.screen import VerifyScreener
 from cacheon_subnet.verify import VerifyOptions, verify_bundle
@@ -14,6 +16,7 @@ from tests.conftest import EXAMPLES
 DEMO = EXAMPLES / "demo" / "cpu_rmsnorm"
 
 
+@pytest.mark.slow
 def test_a_spent_budget_fails_the_op_as_timeout_and_a_fresh_one_passes():
     bundle = load_bundle(DEMO)
     spent = verify_bundle(bundle, VerifyOptions(device="cpu", deadline_s=0.001, max_cases=2))

@@ -64,6 +64,7 @@ def _all(spec, op, plan, secret: int, **kw) -> list[tuple]:
         d.close()
 
 
+@pytest.mark.slow
 def test_inputs_depend_on_the_secret_seed_alone_not_on_threads_or_lookahead():
     spec, op, plan = _plan()
     assert {t.kind for t in plan.trials} >= {"pair", "twin", "fresh", "graph"}
@@ -73,6 +74,7 @@ def test_inputs_depend_on_the_secret_seed_alone_not_on_threads_or_lookahead():
     assert _all(spec, op, plan, 12, threads=0) != inline  # another secret, other inputs
 
 
+@pytest.mark.slow
 def test_a_draw_device_moves_the_pools_not_the_determinism(monkeypatch):
     """The opt-in device path (slots/gen.draw_device; on CPU here, "cuda" on a GPU host): the same
     inputs for any thread count, other values than the host threads' chunked draws."""
@@ -88,6 +90,7 @@ def test_a_draw_device_moves_the_pools_not_the_determinism(monkeypatch):
         VerifyOptions(draw_device="tpu")
 
 
+@pytest.mark.slow
 def test_control_a_seed_that_depends_on_the_drawing_thread_is_caught(monkeypatch):
     """Broken control for the test above: fold the drawing thread into the seed (as a per-thread
     generator or counter would) and the inputs change with the thread count."""

@@ -44,6 +44,7 @@ def launched(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return pgids
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", ["collective.all_reduce", "collective.ar_residual_rmsnorm"])
 def test_faithful_collectives_pass_on_two_ranks(example: str, launched: list[int]) -> None:
     report = verify_bundle(load_bundle(EXAMPLES / example), FAST)
@@ -54,6 +55,7 @@ def test_faithful_collectives_pass_on_two_ranks(example: str, launched: list[int
     assert launched and all(_members(g) == [] for g in launched)
 
 
+@pytest.mark.slow
 def test_corrupt_one_rank_fails_mismatch_on_rank_1() -> None:
     report = verify_bundle(load_bundle(CONTROLS / "corrupt_one_rank"), FAST)
     f = _failure(report)
@@ -61,6 +63,7 @@ def test_corrupt_one_rank_fails_mismatch_on_rank_1() -> None:
     assert f.detail.startswith("rank 1: out:") and "rank 1" in str(f)
 
 
+@pytest.mark.slow
 def test_skip_collective_is_caught_in_bounded_time_and_every_rank_killed(launched: list[int]) -> None:
     t0 = time.monotonic()
     report = verify_bundle(
@@ -76,6 +79,7 @@ def test_skip_collective_is_caught_in_bounded_time_and_every_rank_killed(launche
     assert _members(pgid) == [], "rank processes survived the timeout"
 
 
+@pytest.mark.slow
 def test_rank_that_raises_is_the_reason_not_the_hang_it_causes(make_bundle) -> None:  # noqa: ANN001
     kernel = (
         "import torch\nimport torch.distributed as dist\n\n\ndef all_reduce(x, out, group):\n"
@@ -107,6 +111,7 @@ RANK1_BUGS = {  # rank 0 is always right; rank 1 breaks exactly one gate
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reason", sorted(RANK1_BUGS))
 def test_every_gate_runs_on_every_rank(reason: str, make_bundle) -> None:  # noqa: ANN001
     kernel = KERNEL_HEAD + RANK1_BUGS[reason]
@@ -141,6 +146,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_cli_world_size() -> None:
     ok = _cli(
         "verify",

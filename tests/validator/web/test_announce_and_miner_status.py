@@ -177,6 +177,7 @@ class Hostile:
         self.thread.join(10)
 
 
+@pytest.mark.slow
 def test_miner_status_shows_every_validators_verdicts_and_survives_bad_ones(tmp_path, capsys):
     state = make_state(tmp_path)
     modes = Hostile.MODES

@@ -39,6 +39,7 @@ def _gone_within(socks: list[socket.socket], seconds: float) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_a_request_head_that_never_ends_is_closed_after_the_header_timeout(state):
     with Leaderboard(state, "127.0.0.1", 0, limits=FAST) as board:
         socks = floods.open_many(board.port, 4, "127.0.0.3")
@@ -53,6 +54,7 @@ def test_a_request_head_that_never_ends_is_closed_after_the_header_timeout(state
             floods.close_all(socks + trickle)
 
 
+@pytest.mark.slow
 def test_an_idle_keep_alive_connection_is_closed(state):
     with Leaderboard(state, "127.0.0.1", 0, limits=FAST) as board:
         idle = floods.idle_keepalive(board.port, 3, "127.0.0.4")
@@ -201,6 +203,7 @@ class Site:
         return self.log.read_text()
 
 
+@pytest.mark.slow
 def test_accept_errors_are_counted_and_backed_off_never_a_traceback_each(state, tmp_path):
     site = Site(tmp_path, "board", state, Limits(log_every_s=5.0), ballast=True)
     try:
@@ -254,6 +257,7 @@ def _slow_readers(port: int, n: int, src: str) -> list[socket.socket]:
     return out
 
 
+@pytest.mark.slow
 def test_slow_readers_are_dropped_once_their_unsent_bytes_pass_the_budget(tmp_path):
     site = Site(
         tmp_path, "board", _big_state(tmp_path), Limits(max_conn_s=60.0, max_buffered=4 << 20, header_timeout_s=10.0)
@@ -273,6 +277,7 @@ def test_slow_readers_are_dropped_once_their_unsent_bytes_pass_the_budget(tmp_pa
     assert '"http.dropped"' in log and "too_much_unsent" in log
 
 
+@pytest.mark.slow
 def test_a_connection_ends_after_its_lifetime_whatever_it_does(tmp_path):
     site = Site(
         tmp_path,

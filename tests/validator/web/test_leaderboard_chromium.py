@@ -26,10 +26,13 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SIZE = (1024, 768)
 if CHROMIUM is None and os.environ.get("CACHEON_REQUIRE_CHROMIUM"):
     raise RuntimeError("CACHEON_REQUIRE_CHROMIUM is set but no chromium is on PATH (apt-get install -y chromium)")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="chromium is not installed here (apt-get install -y chromium); .ci/run installs it so this runs in CI",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="chromium is not installed here (apt-get install -y chromium); .ci/run installs it so this runs in CI",
+    ),
+    pytest.mark.slow,
+]
 CROWN_ROW = re.compile(r'<tr class="crown" data-slot="([^"]+)">')
 
 

@@ -29,7 +29,10 @@ from cacheon_subnet.chain import LocalChain
 
 HEADER_TIMEOUT_S = 5.0
 PER_CLIENT, TOTAL = 16, 512  # the documented defaults (docs/operators.md), not read from the code under test
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the web process's own uid needs root (as in CI)")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="the web process's own uid needs root (as in CI)"),
+    pytest.mark.slow,
+]
 
 
 def _free_port() -> int:

@@ -68,6 +68,7 @@ def test_a_run_dir_others_can_write_is_refused(tmp_path):
         supervisor.run_dir(WebConfig(run_dir=str(run)))
 
 
+@pytest.mark.slow
 @root_only
 def test_the_page_follows_the_state_db(tmp_path):
     state = make_state(tmp_path)
@@ -161,6 +162,7 @@ def test_cacheon_leaderboard_runs_the_same_web_process_and_stops_it(tmp_path):
     assert _port_free(port)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "error", [SandboxError("every sandbox uid is in use"), OSError(errno.EAGAIN, "Resource temporarily unavailable")]
 )
