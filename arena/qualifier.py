@@ -1,4 +1,6 @@
-"""The validator's view of the arena: the Qualifier protocol of arena.cpu.qualifier."""
+"""The validator's view of the GPU arena: a Qualifier (records/qualify.py) over arena/run.py,
+whose typed ArenaResult becomes the QualifyResult directly (the result file is written for people
+and scripts, never read back to make a verdict)."""
 
 from __future__ import annotations
 
@@ -9,13 +11,24 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from arena.config import ArenaConfig
-from arena.cpu.qualifier import QualifyResult
 from arena.engine.home import default_home
-from arena.run import RunOptions, qualify
+from arena.records import ArenaResult, TimedStage
+from arena.run import RunOptions, run_arena
+from arena.verdict.evidence import Evidence
+from arena.verdict.speed import SpeedVerdict
 from cacheon_subnet.bundle import Bundle, OpEntry
+from cacheon_subnet.records import (
+    ArenaWindow,
+    ConfirmFigures,
+    EvidenceSummary,
+    GpuDetail,
+    QualifyResult,
+    SpeedBrief,
+    SpeedMetric,
+    Verdict,
+)
 from cacheon_subnet.scoring.settle import Crown
 
 
@@ -50,7 +63,7 @@ class GpuQualifier:
         pair = (incumbent_bundle, inc_op) if incumbent_bundle is not None and inc_op is not None else None
         opts = self.options(bundle, op)
         with exclusive_workdir(opts.workdir) as work:
-            result = qualify(self.config, bundle, op, replace(opts, workdir=work), incumbent=pair)
+            result = run_arena(self.config, bundle, op, replace(opts, workdir=work), incumbent=pair)
         return to_qualify_result(result, op, incumbent, self.arena_id, self.label, head_to_head=pair is not None)
 
 
@@ -85,16 +98,21 @@ def exclusive_workdir(base: Path, tries: int = WORKDIR_TRIES) -> Iterator[Path]:
 
 
 def to_qualify_result(
-    result: dict[str, Any], op: OpEntry, incumbent: Crown | None, arena_id: str, label: str, head_to_head: bool = False
+    result: ArenaResult, op: OpEntry, incumbent: Crown | None, arena_id: str, label: str, head_to_head: bool = False
 ) -> QualifyResult:
-    """Head-to-head (B ran the incumbent): the ratio is measured against it and chained to stock.
+    """The validator's verdict from the typed arena result (no JSON in between).
+
+    Head-to-head (B ran the incumbent): the ratio is measured against it and chained to stock.
     Without the incumbent's bundle, B is stock and the ratio vs the incumbent is derived by
-    dividing by its chained speedup (labelled in detail['speedup_basis'])."""
-    speed = result.get("speed") or {}
-    ratio = speed.get("ratio")
-    ratio = float(ratio) if isinstance(ratio, (int, float)) and math.isfinite(ratio) else 1.0
-    noise = speed.get("noise")
-    noise = float(noise) if isinstance(noise, (int, float)) and math.isfinite(noise) else 0.0
+    dividing by its chained speedup (labelled in detail.speedup_basis). A stage never judged
+    (no speed verdict, or an undetermined ratio) reads as 1.0x with no noise: never as a gain."""
+    if result.verdict is None:
+        raise ValueError(f"arena result of {op.key} has no verdict: the run did not finish")
+    resident = result.resident
+    speed = resident.speed if resident is not None else None
+    judged_ratio, judged_noise = (_figure(speed.ratio), _figure(speed.noise)) if speed else (None, None)
+    ratio = 1.0 if judged_ratio is None else judged_ratio
+    noise = 0.0 if judged_noise is None else judged_noise
     if incumbent is not None and head_to_head:
         speedup, vs_stock = ratio, ratio * incumbent.speedup_vs_stock
         basis = f"measured vs the incumbent; vs stock chained through its {incumbent.speedup_vs_stock:.4f}"
@@ -103,27 +121,53 @@ def to_qualify_result(
         basis = f"derived: measured vs stock / incumbent's {incumbent.speedup_vs_stock:.4f}"
     else:
         speedup, vs_stock, basis = ratio, ratio, "measured vs stock"
-    quality_ok = (result.get("quality") or {}).get("verdict") == "PASS"
-    confirm = result.get("confirm") or {}
-    detail = {
-        "result_json": result.get("result_path"),
-        "speedup_basis": basis,
-        "evidence": result.get("evidence"),
-        "windows": result.get("windows"),
-        "wall_s": result.get("wall_s"),
-        # what the leaderboard plots need (per-window B, C, B′ with the noise band and bar)
-        "metric": result.get("metric"),
-        "speed": _speed_brief(result.get("speed")),
-        "confirm": {"windows": confirm.get("windows"), "speed": _speed_brief(confirm.get("speed"))} if confirm else None,
-    }
+    quality_ok = result.quality is not None and result.quality.passed == Verdict.PASS
+    metric = SpeedMetric(result.metric)
+    confirm = result.confirm
+    path = result.identity.get("result_path")
+    detail = GpuDetail(
+        result_json=None if path is None else str(path),
+        speedup_basis=basis,
+        evidence=_evidence(resident.evidence) if resident is not None else None,
+        windows=_windows(resident, metric) if resident is not None else None,
+        wall_s=result.wall_s,
+        # what the leaderboard plots (per-window B, C, B′ with the noise band and bar) once judged
+        metric=metric if speed is not None else None,
+        speed=_brief(speed),
+        confirm=ConfirmFigures(_windows(confirm, metric), _brief(confirm.speed)) if confirm is not None else None,
+    )
     return QualifyResult(
-        op.slot, result["verdict"], quality_ok, speedup, vs_stock, noise, arena_id, label, result.get("reason", ""), detail
+        op.slot, Verdict(result.verdict), quality_ok, speedup, vs_stock, noise, arena_id, label, result.reason or "", detail
     )
 
 
-SPEED_KEYS = ("verdict", "ratio", "noise", "bar", "run_drift", "reason")
+def _figure(v: float | None) -> float | None:
+    """A judged figure, None where the judge could not determine it (NaN)."""
+    return float(v) if v is not None and math.isfinite(v) else None
 
 
-def _speed_brief(speed: Any) -> dict[str, Any] | None:
-    """The judged figures of one timed stage (arena.verdict.speed.SpeedVerdict.to_json), without the per-cycle lists."""
-    return {k: speed.get(k) for k in SPEED_KEYS} if isinstance(speed, dict) else None
+def _brief(speed: SpeedVerdict | None) -> SpeedBrief | None:
+    """The judged figures of one timed stage, without the per-cycle lists."""
+    if speed is None:
+        return None
+    return SpeedBrief(
+        Verdict(speed.verdict),
+        _figure(speed.ratio),
+        _figure(speed.noise),
+        _figure(speed.bar),
+        _figure(speed.run_drift),
+        speed.reason,
+    )
+
+
+def _windows(stage: TimedStage, metric: SpeedMetric) -> tuple[ArenaWindow, ...]:
+    """The stage's windows that read the judged clock, with every clock's reading."""
+    return tuple(
+        ArenaWindow.from_readings(r.window.index, r.window.cycle, r.window.role, r.window.route, r.readings)
+        for r in stage.windows
+        if r.value(metric) is not None
+    )
+
+
+def _evidence(ev: Evidence) -> EvidenceSummary:
+    return EvidenceSummary(ev.ok, tuple(ev.problems), tuple(ev.baseline_problems), tuple(ev.arena_problems), tuple(ev.notes))

@@ -47,15 +47,26 @@ from arena.verdict.speed import Window, guard, guards_of, judge, judge_each
 from arena.verdict.speed import swaps as count_swaps
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.bundle.engine_tree import build_tree
+from cacheon_subnet.env import (
+    ENGINE_TREE,
+    ENGINE_TREE_DIGEST,
+    FORWARD_CLOCK,
+    HANDICAP,
+    RECEIPT_DIR,
+    SEAM_STRICT,
+    SLOWDOWN,
+    STOCK_AS_CANDIDATE,
+)
 from cacheon_subnet.errors import BundleError
 from cacheon_subnet.log import get_logger
+from cacheon_subnet.records import Verdict
 from cacheon_subnet.sandbox import remove_tree
 from cacheon_subnet.slots import get_slot
 from seams.receipts import read_receipts
 from seams.table import adapters_for_slot, seam_environment
 
 log = get_logger("arena.run")
-VERDICTS = ("PASS", "FAIL", "NO_DECISION")
+VERDICTS = tuple(v.value for v in Verdict)
 TeacherAlignmentError = grading.TeacherAlignmentError
 
 
@@ -138,7 +149,7 @@ class Qualification:
         self.result = replace(self.result, **kw)
         self.save()
 
-    def finish(self, verdict: str, reason: str) -> dict[str, Any]:
+    def finish(self, verdict: str, reason: str) -> ArenaResult:
         assert verdict in VERDICTS
         if self.opts.control == "handicap":
             reason = f"control handicap (baseline +{self.opts.handicap_us:g} µs per call): {reason}"
@@ -146,7 +157,7 @@ class Qualification:
             reason = f"control slowdown (candidate +{self.opts.handicap_us:g} µs per call): {reason}"
         self.update(verdict=verdict, reason=reason, finished=_now(), wall_s=round(time.monotonic() - self.t0, 1))
         log.info("arena.verdict", verdict=verdict, reason=reason, arena_id=self.cfg.arena_id, op=self.op.key)
-        return self.result.to_json()
+        return self.result
 
     def _engine(
         self,
@@ -183,15 +194,20 @@ class Qualification:
         """Seal the challenger (and the incumbent) into a fresh engine tree; the role-bias control
         loads no contribution code at all."""
         if tree_root.exists():
-            shutil.rmtree(tree_root, onerror=lambda f, p, e: (os.chmod(os.path.dirname(p), 0o755), f(p)))
+
+            def writable_then_retry(f: Any, p: str, _: Any) -> None:
+                os.chmod(os.path.dirname(p), 0o755)
+                f(p)
+
+            shutil.rmtree(tree_root, onerror=writable_then_retry)
         if self.opts.control in SPIN_CONTROLS:
-            name = "CACHEON_HANDICAP" if self.opts.control == "handicap" else "CACHEON_SLOWDOWN"
+            name = HANDICAP.name if self.opts.control == "handicap" else SLOWDOWN.name
             return {name: f"{self.op.slot}:{self.opts.handicap_us:g}"}, None
         if self.bundle is None:
-            return {"CACHEON_STOCK_AS_CANDIDATE": self.op.slot}, None
+            return {STOCK_AS_CANDIDATE.name: self.op.slot}, None
         inc = [(self.incumbent[0], [self.incumbent[1]])] if self.incumbent else []
         tree = build_tree(tree_root, [(self.bundle, [self.op])], incumbents=inc)
-        return {"CACHEON_ENGINE_TREE": str(tree.root), "CACHEON_ENGINE_TREE_DIGEST": tree.digest}, tree.digest
+        return {ENGINE_TREE.name: str(tree.root), ENGINE_TREE_DIGEST.name: tree.digest}, tree.digest
 
     def _outcome(
         self, name: str, run: EngineRun, receipts: list[dict[str, Any]], stage: TimedStage
@@ -233,7 +249,7 @@ class Qualification:
             run = self._engine(
                 name,
                 job,
-                {**env, "CACHEON_RECEIPT_DIR": str(receipts_dir), "CACHEON_FORWARD_CLOCK": "1"},
+                {**env, RECEIPT_DIR.name: str(receipts_dir), FORWARD_CLOCK.name: "1"},
                 ranks,
                 choose,
                 rw=(str(receipts_dir),),
@@ -305,7 +321,7 @@ class Qualification:
         rows = [(r.window, dict(r.readings)) for r in stage.windows]
         return replace(stage, speed=speed, by_metric=judge_each(rows, SPEED_METRICS, cfg.speed))
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> ArenaResult:
         self.t0 = time.monotonic()
         cfg, op, wd = self.cfg, self.op, self.opts.workdir
         wd.mkdir(parents=True, exist_ok=True)
@@ -340,7 +356,7 @@ class Qualification:
             setup.update(
                 candidate_control=f"stock + {spin_us:g} µs GPU spin per call (slowdown control)", handicap_us=spin_us
             )
-        env = {**seam_environment(bindings), "CACHEON_SEAM_STRICT": "1", "SGLANG_PLUGINS": "cacheon"}
+        env = {**seam_environment(bindings), SEAM_STRICT.name: "1", "SGLANG_PLUGINS": "cacheon"}
         self.install = candidate_env  # the resident timed engine installs it; a fresh engine starts with it
         fresh_env = {**env, **candidate_env}
         setup.update(bindings=list(bindings), tree_digest=tree_digest, swaps=count_swaps(windows, "candidate"))
@@ -446,10 +462,18 @@ class Qualification:
         return None
 
 
-def qualify(
+def run_arena(
     cfg: ArenaConfig, bundle: Bundle | None, op: OpEntry, opts: RunOptions, incumbent: tuple[Bundle, OpEntry] | None = None
-) -> dict[str, Any]:
-    """incumbent: the crowned (bundle, op) of the same slot; B and B′ then run it (head-to-head)."""
+) -> ArenaResult:
+    """One qualification, typed: what arena/qualifier.py turns into the validator's QualifyResult.
+    incumbent: the crowned (bundle, op) of the same slot; B and B′ then run it (head-to-head)."""
     if opts.engine_factory is None:
         preflight()
     return Qualification(cfg, bundle, op, opts, incumbent).run()
+
+
+def qualify(
+    cfg: ArenaConfig, bundle: Bundle | None, op: OpEntry, opts: RunOptions, incumbent: tuple[Bundle, OpEntry] | None = None
+) -> dict[str, Any]:
+    """run_arena's result as the result file holds it (`cacheon arena run` prints it; scripts read it)."""
+    return run_arena(cfg, bundle, op, opts, incumbent).to_json()

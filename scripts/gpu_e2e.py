@@ -139,7 +139,7 @@ class _HandicapQualifier:
 
     def qualify(self, bundle: Any, op: Any, incumbent: Any) -> Any:
         from arena.qualifier import to_qualify_result
-        from arena.run import qualify, stock_control_op
+        from arena.run import run_arena, stock_control_op
 
         opts = self.inner.options(bundle, op)
         opts = replace(
@@ -149,7 +149,7 @@ class _HandicapQualifier:
             handicap_us=self.handicap_us,
             engine_factory=self.engine_factory,
         )
-        result = qualify(self.inner.config, None, stock_control_op(op.slot), opts)
+        result = run_arena(self.inner.config, None, stock_control_op(op.slot), opts)
         return to_qualify_result(result, op, incumbent, self.arena_id, self.label)
 
 

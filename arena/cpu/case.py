@@ -30,6 +30,7 @@ from arena.cpu.host_timing import (
     plan_layout,
 )
 from cacheon_subnet.bench_timing import _stats
+from cacheon_subnet.records import CpuCase, CpuSeries, OffCpu
 from cacheon_subnet.slots.gen import seed_generator
 from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_of
 from cacheon_subnet.verify.client import WorkerClient
@@ -141,7 +142,7 @@ class CaseTimer:
             self.cpu_ns[side.name] += cpu
         return cpu / len(sets) / 1e3  # the charge: the kernel's CPU clock of the side's process
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> CpuCase:
         q = self.q
         sample = self.fresh(1)[0][0]
         per_call = plan_layout(self.spec, self.case, self.act, sample, 1).call_bytes
@@ -157,7 +158,7 @@ class CaseTimer:
             b.release()
             c.release()
 
-    def _measure(self, b: Side, c: Side, k_max: int) -> dict[str, Any]:
+    def _measure(self, b: Side, c: Side, k_max: int) -> CpuCase:
         q = self.q
         t_start = time.monotonic()
         one = self.fresh(1)
@@ -203,20 +204,20 @@ class CaseTimer:
         sb, sb2, sc = _stats(bs), _stats(b2s), _stats(cs)
         mb = (sb["median_us"] + sb2["median_us"]) / 2
         speedup, noise = paired_figures(bs, b2s, cs)
-        return {
-            "case": self.case.label,
-            "baseline_us": sb["median_us"],
-            "baseline2_us": sb2["median_us"],
-            "candidate_us": sc["median_us"],
-            "speedup": speedup,
-            "noise": noise,
-            "calls_per_batch": k,
-            "rounds": rounds,
-            "batches_judged": self.batches,
-            "ipc_overhead_frac": empty[1] / 1e3 / (mb * k),
-            "ipc_overhead_wall_frac": empty[0] / 1e3 / (self.wall_ns["baseline"] / 1e3 / (2 * rounds)),
-            "wall_over_cpu": off_cpu,
-            "frozen_cpu_ns": self.frozen_cpu_ns,
-            "clock": "host",
-            "series_us": {k: [round(x, 1) for x in v] for k, v in (("B", bs), ("B2", b2s), ("C", cs))},
-        }
+        return CpuCase(
+            case=self.case.label,
+            baseline_us=sb["median_us"],
+            baseline2_us=sb2["median_us"],
+            candidate_us=sc["median_us"],
+            speedup=speedup,
+            noise=noise,
+            calls_per_batch=k,
+            rounds=rounds,
+            batches_judged=self.batches,
+            ipc_overhead_frac=empty[1] / 1e3 / (mb * k),
+            ipc_overhead_wall_frac=empty[0] / 1e3 / (self.wall_ns["baseline"] / 1e3 / (2 * rounds)),
+            wall_over_cpu=OffCpu(off_cpu["baseline"], off_cpu["candidate"]),
+            frozen_cpu_ns=self.frozen_cpu_ns,
+            clock="host",
+            series_us=CpuSeries(*(tuple(round(x, 1) for x in v) for v in (bs, b2s, cs))),
+        )

@@ -5,7 +5,7 @@ the real SGLang engine; `CpuQualifier` is what a CPU-only validator (and the loc
 slot-level timing of the kernel against the fp32 reference, each in its own sandboxed worker,
 on the host's clock, with B, C, C, B' interleaved and every timed output judged. Its results are labelled "cpu-timing" and its arena id differs from every
 GPU arena, so they never mix with engine measurements.
-(`Qualifier` and `QualifyResult` live in qualify_result.py, which needs no torch; re-exported here.)
+(`Qualifier` and `QualifyResult` live in cacheon_subnet/records, which needs no torch.)
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from arena.cpu.host_timing import TimingFailure
 from cacheon_subnet import progress, sandbox
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.errors import UsageError
+from cacheon_subnet.records import CpuCase, CpuDetail, QualifyResult, Verdict
 from cacheon_subnet.scoring.settle import Crown
 from cacheon_subnet.slots import get_slot
-from cacheon_subnet.validator.qualify_result import Qualifier, QualifyResult, result_problem  # noqa: F401 - re-exported
 from cacheon_subnet.verify import wire
 from cacheon_subnet.verify.client import (
     WorkerClient,
@@ -91,7 +91,9 @@ class CpuQualifier:
         policy = sandbox.SandboxPolicy(wall_timeout_s=self.call_timeout_s)
         base = WorkerClient(bundle, WorkerConfig(device="cpu", policy=policy))  # never imports the bundle
         cand = WorkerClient(bundle, WorkerConfig(device="cpu", policy=policy))
-        ratios, noises, rows = [], [], []
+        ratios: list[float] = []
+        noises: list[float] = []
+        rows: list[CpuCase] = []
         try:
             # Starting the workers runs no bundle code: a failure here is the box's (it propagates:
             # the loop retries it and ends in NO_DECISION), never the miner's FAIL.
@@ -108,8 +110,8 @@ class CpuQualifier:
                 return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, f"import failed: {reply['results'][op.key]['reason']}")
             for case in progress.bar(cases, desc=f"{self.label} {op.key}", unit="shape"):
                 row = CaseTimer(self, spec, op, case, dtype, base, cand).run()
-                ratios.append(row["speedup"])
-                noises.append(row["noise"])
+                ratios.append(row.speedup)
+                noises.append(row.noise)
                 rows.append(row)
         except TimingFailure as e:
             if e.side in ("baseline", "box"):  # the validator's own side or the box: not the miner's verdict
@@ -165,6 +167,15 @@ class CpuQualifier:
         return []
 
     def _result(
-        self, op: OpEntry, verdict: str, ok: bool, sp: float, vs: float, noise: float, reason: str, rows: list | None = None
+        self,
+        op: OpEntry,
+        verdict: str,
+        ok: bool,
+        sp: float,
+        vs: float,
+        noise: float,
+        reason: str,
+        rows: list[CpuCase] | None = None,
     ) -> QualifyResult:
-        return QualifyResult(op.slot, verdict, ok, sp, vs, noise, self.arena_id, self.label, reason, {"cases": rows or []})
+        detail = CpuDetail(tuple(rows or ()))
+        return QualifyResult(op.slot, Verdict(verdict), ok, sp, vs, noise, self.arena_id, self.label, reason, detail)

@@ -33,6 +33,7 @@ from arena.engine.channel import MAX_RECORD_BYTES, RecordStream, seal
 from arena.engine.diskwatch import DiskLimits, DiskWatch
 from arena.engine.home import CACHE_KEYS, JIT_CACHES, cache_part
 from cacheon_subnet import lifecycle, progress, sandbox
+from cacheon_subnet.env import ENGINE_TREE, RECEIPT_DIR
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.sandbox.logsink import LogSink
 
@@ -168,10 +169,10 @@ def view_paths(spec: EngineSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
     exist yet read-write (scripts; `arena run` writes it first in a pristine step)."""
     rw = list(spec.rw_paths)
     ro = list(spec.ro_paths)
-    if spec.env.get("CACHEON_RECEIPT_DIR"):
-        rw.append(spec.env["CACHEON_RECEIPT_DIR"])
-    if spec.env.get("CACHEON_ENGINE_TREE"):
-        ro.append(spec.env["CACHEON_ENGINE_TREE"])
+    if spec.env.get(RECEIPT_DIR.name):
+        rw.append(spec.env[RECEIPT_DIR.name])
+    if spec.env.get(ENGINE_TREE.name):
+        ro.append(spec.env[ENGINE_TREE.name])
     ckpt = (spec.job.get("checkpoint") or {}).get("dir")
     if ckpt:
         if os.path.isdir(ckpt):
@@ -190,7 +191,7 @@ def view_paths(spec: EngineSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 def may_warm_caches(spec: EngineSpec) -> bool:
     """Only an engine that loaded no contribution code (no sealed tree) may warm shared caches."""
-    return not spec.env.get("CACHEON_ENGINE_TREE")
+    return not spec.env.get(ENGINE_TREE.name)
 
 
 def warm_seed_caches(private: Mapping[str, str], seeds: Mapping[str, str]) -> None:
@@ -372,12 +373,12 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     if spec.ranks:
         # the answer logs live in the receipts directory the ranks were given
         job["answers"] = {
-            "dir": spec.env.get("CACHEON_RECEIPT_DIR"),
+            "dir": spec.env.get(RECEIPT_DIR.name),
             **(job.get("answers") or {}),
             "ranks": list(spec.ranks),
         }
         if not job["answers"]["dir"]:
-            raise ValueError(f"engine {spec.name}: answer ranks {spec.ranks} but no CACHEON_RECEIPT_DIR")
+            raise ValueError(f"engine {spec.name}: answer ranks {spec.ranks} but no {RECEIPT_DIR.name}")
     stream = RecordStream(job, tuple(spec.ranks))
     pythonpath = os.pathsep.join(p for p in (str(REPO), plugin_site(workdir), os.environ.get("PYTHONPATH", "")) if p)
     seeds = {k: v for k, v in spec.env.items() if k in CACHE_KEYS}  # an operator's cache: a seed, never shared

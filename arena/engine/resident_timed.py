@@ -34,6 +34,7 @@ from arena.engine.host import EngineRun, EngineSpec, _wait_gpu_free, gpu_memory_
 from arena.engine.postcondition import PostCondition
 from arena.engine.resident import ResidentEngine
 from cacheon_subnet import sandbox
+from cacheon_subnet.env import ENGINE_TREE, FORWARD_CLOCK, RECEIPT_DIR
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.sandbox.fsview import reclaim_tree
 from seams.activate import RESIDENT_ENV
@@ -75,8 +76,8 @@ class TimedEngine:
             RESIDENT_ENV: "1",
             TREES_ENV: str(self.trees),
             ANSWERS_ENV: str(self.answers),
-            "CACHEON_RECEIPT_DIR": str(start),
-            "CACHEON_FORWARD_CLOCK": "1",
+            RECEIPT_DIR.name: str(start),
+            FORWARD_CLOCK.name: "1",
         }
         spec = replace(spec, env=env, rw_paths=(str(self.answers),), ro_paths=(*spec.ro_paths, str(self.trees)))
         self.visible = spec.env.get("CUDA_VISIBLE_DEVICES")
@@ -120,10 +121,10 @@ class TimedEngine:
         assert self.reference is not None
         jobdir = self.job_dir()
         env, tree = dict(install), None
-        if install.get("CACHEON_ENGINE_TREE"):  # a copy in the dir the engine sees read-only
+        if install.get(ENGINE_TREE.name):  # a copy in the dir the engine sees read-only
             tree = self.trees / f"t-{jobdir.name}"
-            shutil.copytree(install["CACHEON_ENGINE_TREE"], tree, symlinks=True)
-            env["CACHEON_ENGINE_TREE"] = str(tree)
+            shutil.copytree(install[ENGINE_TREE.name], tree, symlinks=True)
+            env[ENGINE_TREE.name] = str(tree)
         job = {
             **base,
             "steps": [{"op": "install", "tag": "install", "env": env}, *steps, *self.post],

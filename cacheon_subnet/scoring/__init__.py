@@ -14,6 +14,7 @@ from cacheon_subnet.scoring.settle import (
     ScoringError,
     Settlement,
     SpeedPolicy,
+    Verdict,
     settle_target,
 )
 from cacheon_subnet.scoring.weights import (
@@ -36,6 +37,7 @@ __all__ = [
     "Settlement",
     "SpeedPolicy",
     "TargetPayout",
+    "Verdict",
     "WeightPolicy",
     "compute_weights",
     "payout_table",

@@ -53,13 +53,23 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Literal
 
 from cacheon_subnet.errors import CacheonError
 
-Verdict = Literal["PASS", "FAIL", "NO_DECISION"]
+
+class Verdict(StrEnum):
+    """What one measurement says. A str enum: the state DB, the API and every log keep these
+    strings; it lives here because settlement (floor 1) reads it, and records re-exports it."""
+
+    PASS = "PASS"
+    FAIL = "FAIL"
+    NO_DECISION = "NO_DECISION"
+
+
 Outcome = Literal["crowned", "below_bar", "failed", "no_decision", "beaten_by_earlier", "superseded"]
-VERDICTS: tuple[str, ...] = ("PASS", "FAIL", "NO_DECISION")
+VERDICTS: tuple[str, ...] = tuple(v.value for v in Verdict)
 OUTCOMES: tuple[str, ...] = ("crowned", "below_bar", "failed", "no_decision", "beaten_by_earlier", "superseded")
 
 
@@ -216,7 +226,7 @@ def _group(target: str, evidence: Sequence[Evidence], block: int) -> dict[str, l
 def _reference_arena(incumbent: Crown | None, evidence: Sequence[Evidence]) -> str | None:
     if incumbent is not None:
         return incumbent.arena_id
-    passes = [e for e in evidence if e.verdict == "PASS" and e.quality_ok]
+    passes = [e for e in evidence if e.verdict == Verdict.PASS and e.quality_ok]
     if not passes:
         return None
     return max(passes, key=lambda e: (e.evaluated_block, e.arena_id)).arena_id
@@ -256,17 +266,17 @@ def _assess(
     if incumbent is not None and cid == incumbent.contribution_id:
         return Decision(cid, "no_decision", "is the incumbent itself; nothing to settle")
     n = len(rows)
-    fails = [e for e in rows if e.verdict == "FAIL"]
+    fails = [e for e in rows if e.verdict == Verdict.FAIL]
     if fails:
         return Decision(cid, "failed", f"verdict FAIL in {len(fails)} of {n} pass(es)")
-    bad_quality = [e for e in rows if e.verdict == "PASS" and not e.quality_ok]
+    bad_quality = [e for e in rows if e.verdict == Verdict.PASS and not e.quality_ok]
     if bad_quality:
         return Decision(cid, "failed", f"verdict PASS but quality check failed in {len(bad_quality)} of {n} pass(es)")
     usable: list[Evidence] = []
     problems: list[str] = []
-    undecided = sum(1 for e in rows if e.verdict == "NO_DECISION")
+    undecided = sum(1 for e in rows if e.verdict == Verdict.NO_DECISION)
     for e in rows:
-        if e.verdict != "PASS":
+        if e.verdict != Verdict.PASS:
             continue
         why = _unusable_reason(e, incumbent, arena, policy)
         if why is None:

@@ -14,25 +14,24 @@ text, which a bundle's exception message reaches.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
 
+from cacheon_subnet.records import GpuDetail, RecordError, read_detail
 from cacheon_subnet.scoring.settle import Crown
 
 NO_BASELINE = "the incumbent baseline could not be established"
 INCUMBENT_WROTE = "the incumbent wrote into engine state"
 
 
-def _problems(detail: Any) -> list[str]:
+def _problems(detail: str | None) -> list[str]:
+    """The incumbent's problems in a stored detail (records.read_detail); none when it does not decode."""
     try:
-        doc = json.loads(detail) if isinstance(detail, str) else detail
-    except ValueError:
+        doc = read_detail(detail)
+    except RecordError:
         return []
-    ev = doc.get("evidence") if isinstance(doc, dict) else None
-    probs = ev.get("baseline_problems") if isinstance(ev, dict) else None
-    return [p for p in probs if isinstance(p, str)] if isinstance(probs, list) else []
+    ev = doc.evidence if isinstance(doc, GpuDetail) else None
+    return list(ev.baseline_problems) if ev is not None else []
 
 
 def incumbent_blamed(rows: Sequence[sqlite3.Row], incumbent: Crown) -> tuple[list[str], str | None]:

@@ -5,7 +5,7 @@ Why this shape: a verdict takes minutes of GPU time and a validator with several
 would otherwise use one. Workers only *compute*: a job carries what the arena needs (the sealed
 bundle's files, the op, the incumbent's crown and files) and nothing of the validator's (no DB
 handle, no wallet, no chain keys); a worker returns a typed `JobResult`. Only the validator
-thread writes results into the state DB (loop._dispatch_stage), each under the job's
+thread writes results into the state DB (stages/dispatch.py), each under the job's
 idempotency key — one key per qualification attempt (contribution, target, attempt, round) —
 so a job retried after a lost worker, or delivered twice, is counted once.
 """
@@ -15,49 +15,13 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Protocol
 
-from cacheon_subnet.bundle import OpEntry, bundle_from_files
-from cacheon_subnet.scoring.settle import Crown
+from cacheon_subnet.bundle import bundle_from_files
+from cacheon_subnet.records import JobResult, QualifyJob, QualifyResult
+from cacheon_subnet.records import job_key as job_key  # re-exported: the stages import it from here
 from cacheon_subnet.validator.background import JobThreads
-from cacheon_subnet.validator.qualify_result import QualifyResult
-
-
-@dataclass(frozen=True)
-class QualifyJob:
-    """One qualification attempt, as a worker receives it (picklable; nothing secret in it)."""
-
-    key: str  # idempotency key: contribution|target|attempt|round
-    contribution_id: str
-    target: str
-    files: Mapping[str, bytes]  # the bundle's members (re-validated on the worker)
-    op: OpEntry
-    incumbent: Crown | None = None
-    incumbent_files: Mapping[str, bytes] | None = None
-    start_block: int = 0
-
-
-@dataclass(frozen=True)
-class JobResult:
-    key: str
-    contribution_id: str
-    target: str
-    start_block: int
-    result: QualifyResult | None  # None: the job itself failed (error says why: never the miner's fault)
-    error: str | None = None
-    worker: str = ""  # which GPU / host ran it (for the log)
-    wall_s: float = 0.0
-    incumbent_id: str | None = None  # the crown it was measured against
-
-
-def job_key(contribution_id: str, target: str, attempts: int, remeasures: int, finished: int = 0) -> str:
-    """finished: how many jobs of (contribution, target) already have a recorded outcome. It makes
-    the key of a new job differ from every recorded one whatever `attempts` did meanwhile (another
-    op's PASS resets it to 0; a lost cache sends the contribution through verify again): a
-    repeated key was found recorded and the op was never dispatched again (red team)."""
-    return f"{contribution_id}|{target}|a{attempts}|r{remeasures}|n{finished}"
 
 
 def finished_jobs(db: Any, cid: str, target: str) -> int:

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cacheon_subnet.records import QualifyResult, detail_json
 from cacheon_subnet.scoring.settle import Crown, Decision, Evidence, SpeedPolicy, settle_target
 from cacheon_subnet.validator.blame import incumbent_blamed
-from cacheon_subnet.validator.qualify_result import QualifyResult
 from cacheon_subnet.validator.state import ACTIVE, StateDB, StateError
 
 WEIGHT_STATES = ("pending", "published", "verified", "failed", "deferred")
@@ -69,7 +69,8 @@ class WeightsRow:
 def record_evidence(
     con: sqlite3.Connection, cid: str, result: QualifyResult, evaluated_block: int, incumbent_id: str | None
 ) -> int:
-    """Insert one measurement of (contribution, target); round = earlier rows for the pair."""
+    """Insert one measurement of (contribution, target); round = earlier rows for the pair. The
+    detail is stored as its record's JSON (records/detail.py; `{}` for none)."""
     n = con.execute("SELECT COUNT(*) FROM evidence WHERE contribution_id=? AND target=?", (cid, result.target)).fetchone()[0]
     cur = con.execute(
         "INSERT INTO evidence(contribution_id, target, round, verdict, quality_ok, speedup,"
@@ -89,7 +90,7 @@ def record_evidence(
             int(evaluated_block),
             incumbent_id,
             result.reason,
-            json.dumps(result.detail, sort_keys=True, default=str),
+            detail_json(result.detail),
             time.time(),
         ),
     )
@@ -97,7 +98,8 @@ def record_evidence(
 
 
 def evidence_rows(db: StateDB, cid: str | None = None) -> list[dict[str, Any]]:
-    sql, args = "SELECT * FROM evidence", ()
+    sql = "SELECT * FROM evidence"
+    args: tuple[str, ...] = ()
     if cid is not None:
         sql, args = sql + " WHERE contribution_id=?", (cid,)
     return [dict(r) for r in db.con.execute(sql + " ORDER BY id", args).fetchall()]

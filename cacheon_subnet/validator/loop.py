@@ -35,6 +35,7 @@ from cacheon_subnet.bundle import sweep_scratch
 from cacheon_subnet.chain.backend import ChainBackend
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.netpolicy import policy_for_backend
+from cacheon_subnet.records import Qualifier
 from cacheon_subnet.resources import describe, is_resource_error
 from cacheon_subnet.retry import backoff_s
 from cacheon_subnet.validator import ledger
@@ -43,7 +44,6 @@ from cacheon_subnet.validator.chainguard import ChainDown, GuardedChain
 from cacheon_subnet.validator.config import ValidatorConfig
 from cacheon_subnet.validator.fetch import clear_partials
 from cacheon_subnet.validator.metrics import Metrics
-from cacheon_subnet.validator.qualify_result import Qualifier
 from cacheon_subnet.validator.screen import Screener, VerifyScreener
 from cacheon_subnet.validator.stages.dispatch import DispatchStage
 from cacheon_subnet.validator.stages.fetch import Fetcher

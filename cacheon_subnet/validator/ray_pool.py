@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from cacheon_subnet.errors import CacheonError
-from cacheon_subnet.validator.dispatch import JobResult, QualifyJob, bind_result, run_job
+from cacheon_subnet.records import JobResult, QualifyJob
+from cacheon_subnet.validator.dispatch import bind_result, run_job
 
 
 class RayUnavailable(CacheonError):

@@ -30,19 +30,20 @@ from pathlib import Path
 from typing import Any
 
 from cacheon_subnet.errors import CacheonError
+from cacheon_subnet.records import ContributionState as S
 
 DB_NAME = "validator.sqlite"
-ACTIVE = ("queued", "fetched", "screened", "verified")
-TERMINAL = ("qualified", "failed", "no_decision")
+ACTIVE: tuple[S, ...] = (S.QUEUED, S.FETCHED, S.SCREENED, S.VERIFIED)
+TERMINAL: tuple[S, ...] = (S.QUALIFIED, S.FAILED, S.NO_DECISION)
 STATES = ACTIVE + TERMINAL
-TRANSITIONS: Mapping[str, frozenset[str]] = {
-    "queued": frozenset({"fetched", "failed", "no_decision"}),
-    "fetched": frozenset({"screened", "queued", "failed", "no_decision"}),  # queued: cache lost
-    "screened": frozenset({"verified", "queued", "failed", "no_decision"}),
-    "verified": frozenset({"qualified", "queued", "failed", "no_decision"}),
-    "qualified": frozenset({"verified", "screened", "failed"}),  # re-measure (screened: re-verify first); duplicate
-    "no_decision": frozenset({"failed"}),  # a superseded one found to be a duplicate
-    "failed": frozenset(),
+TRANSITIONS: Mapping[S, frozenset[S]] = {
+    S.QUEUED: frozenset({S.FETCHED, S.FAILED, S.NO_DECISION}),
+    S.FETCHED: frozenset({S.SCREENED, S.QUEUED, S.FAILED, S.NO_DECISION}),  # queued: cache lost
+    S.SCREENED: frozenset({S.VERIFIED, S.QUEUED, S.FAILED, S.NO_DECISION}),
+    S.VERIFIED: frozenset({S.QUALIFIED, S.QUEUED, S.FAILED, S.NO_DECISION}),
+    S.QUALIFIED: frozenset({S.VERIFIED, S.SCREENED, S.FAILED}),  # re-measure (screened: re-verify first); duplicate
+    S.NO_DECISION: frozenset({S.FAILED}),  # a superseded one found to be a duplicate
+    S.FAILED: frozenset(),
 }
 # Intake rules that reject or retire a contribution (column `rule`); NULL = accepted.
 RULES = ("malformed", "rate_limited", "duplicate", "superseded")
@@ -120,7 +121,7 @@ class Contribution:
     reveal_block: int | None
     url: str | None
     digest: str | None
-    state: str
+    state: S
     reason: str
     rule: str | None
     attempts: int
@@ -143,7 +144,7 @@ class Contribution:
             row["reveal_block"],
             row["url"],
             row["digest"],
-            row["state"],
+            S(row["state"]),
             row["reason"],
             row["rule"],
             row["attempts"],

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from cacheon_subnet.netpolicy import UrlPolicy
+from cacheon_subnet.records import Qualifier
 from cacheon_subnet.validator.chainguard import GuardedChain
 from cacheon_subnet.validator.config import ValidatorConfig
 from cacheon_subnet.validator.publish import Publisher
-from cacheon_subnet.validator.qualify_result import Qualifier
 from cacheon_subnet.validator.screen import Screener
 from cacheon_subnet.validator.stages.dispatch import DispatchStage
 from cacheon_subnet.validator.stages.fetch import Fetcher, FetchStage

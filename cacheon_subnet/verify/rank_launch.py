@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cacheon_subnet.env import SANDBOX_SCRATCH
+
 
 def rank_env(base: dict[str, str], rank_dir: Path) -> dict[str, str]:
     """Each rank gets its own HOME / TMPDIR / compiler caches / writable scratch (no races on
@@ -29,7 +31,7 @@ def rank_env(base: dict[str, str], rank_dir: Path) -> dict[str, str]:
         XDG_CACHE_HOME=str(cache),
         TRITON_CACHE_DIR=str(cache / "triton"),
         TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
-        CACHEON_SANDBOX_SCRATCH=str(rank_dir),
+        **{SANDBOX_SCRATCH.name: str(rank_dir)},
     )
     return env
 

@@ -18,7 +18,6 @@ slot's declared world sizes or at `world_size` when given.
 from __future__ import annotations
 
 import dataclasses
-import os
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ import torch
 
 from cacheon_subnet import sandbox
 from cacheon_subnet.bundle import Bundle, OpEntry
+from cacheon_subnet.env import VERIFY_DRAW_DEVICE
 from cacheon_subnet.errors import UsageError
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.slots import get_slot
@@ -75,7 +75,7 @@ class VerifyOptions:
     draw_threads: int = field(default_factory=lambda: draw_threads())  # host threads drawing inputs ahead (0: inline)
     # where those threads draw the large normals (K/V pools): None on the host's cores; "cuda" on
     # this host process's GPU (opt-in, CACHEON_VERIFY_DRAW_DEVICE; never the worker's: it runs the bundle)
-    draw_device: str | None = field(default_factory=lambda: os.environ.get("CACHEON_VERIFY_DRAW_DEVICE") or None)
+    draw_device: str | None = field(default_factory=VERIFY_DRAW_DEVICE.get)
     arena: ArenaShapes | None = None  # token counts an arena runs (cacheon verify --arena CONFIG)
     budget: Budget | None = None  # calls per case / soak; default by device (trials.py)
     policy: sandbox.SandboxPolicy = field(default_factory=sandbox.SandboxPolicy)
@@ -86,7 +86,7 @@ class VerifyOptions:
 
     def __post_init__(self) -> None:
         if self.draw_device is not None and self.draw_device != "cpu" and not self.draw_device.startswith("cuda"):
-            raise UsageError(f"draw device {self.draw_device!r}: cpu or cuda[:N] (CACHEON_VERIFY_DRAW_DEVICE)")
+            raise UsageError(f"draw device {self.draw_device!r}: cpu or cuda[:N] ({VERIFY_DRAW_DEVICE.name})")
 
     @property
     def resolved_tier(self) -> str:

@@ -27,6 +27,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from cacheon_subnet.bundle.jitkeys import salt_kernel_keys
+from cacheon_subnet.env import SANDBOX_MODE, SANDBOX_SCRATCH
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.spec import GROUP_ARG, SlotSpec, dtype_of
 from cacheon_subnet.tensor_views import rebase, tensor_digest
@@ -397,8 +398,8 @@ def guard_writable(env: dict[str, str], cwd: str) -> list[str]:
     """Where bundle code may write: its scratch, the TVM cache, and TMPDIR (Triton builds its
     launcher there): behind the wall /tmp is the child's own tmpfs; in weak mode TMPDIR is the
     child's private short dir (sandbox.short_tmpdir), never the shared /tmp."""
-    writable = [env.get("CACHEON_SANDBOX_SCRATCH", cwd)] + [env[k] for k in ("TVM_FFI_CACHE_DIR",) if env.get(k)]
-    mode = env.get("CACHEON_SANDBOX_MODE")
+    writable = [env.get(SANDBOX_SCRATCH.name, cwd)] + [env[k] for k in ("TVM_FFI_CACHE_DIR",) if env.get(k)]
+    mode = SANDBOX_MODE.get(env)
     if mode == "wall":
         writable.append(env.get("TMPDIR") or "/tmp")
     elif mode == "weak" and env.get("TMPDIR") and env["TMPDIR"] not in ("/tmp", "/var/tmp"):

@@ -7,10 +7,10 @@ import hashlib
 
 import pytest
 
-from arena.cpu.qualifier import QualifyResult
 from cacheon_subnet.bundle import hotkey_bound_digest
 from cacheon_subnet.chain.backend import Commitment
 from cacheon_subnet.chain.commitment import encode
+from cacheon_subnet.records import QualifyResult
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.intake import IntakePolicy, intake
 from cacheon_subnet.validator.state import StateDB

@@ -53,7 +53,7 @@ class FakeEngineArena:
         import arena_harness as h
 
         from arena.qualifier import to_qualify_result
-        from arena.run import RunOptions, qualify
+        from arena.run import RunOptions, run_arena
 
         if self.runtime:
             os.environ["PYTHONPATH"] = os.pathsep.join([self.runtime, os.environ.get("PYTHONPATH", "")])
@@ -70,4 +70,4 @@ class FakeEngineArena:
             engine_factory="tests.arena.fake_engine:FakeEngine",
             devices=self.devices,
         )
-        return to_qualify_result(qualify(h.small_config(), bundle, op, opts), op, incumbent, self.arena_id, self.label)
+        return to_qualify_result(run_arena(h.small_config(), bundle, op, opts), op, incumbent, self.arena_id, self.label)

@@ -22,9 +22,9 @@ from validator_fakes import NETUID, VALIDATOR, fake_screener  # noqa: E402
 
 from cacheon_subnet import sandbox  # noqa: E402
 from cacheon_subnet.chain import LocalChain  # noqa: E402
+from cacheon_subnet.records import QualifyResult  # noqa: E402
 from cacheon_subnet.validator.commands import install_signal_handlers  # noqa: E402
 from cacheon_subnet.validator.loop import Validator, ValidatorConfig  # noqa: E402
-from cacheon_subnet.validator.qualify_result import QualifyResult  # noqa: E402
 
 ENGINE = "import subprocess, time; subprocess.Popen(['sleep', '300']); time.sleep(300)"
 
@@ -50,7 +50,7 @@ class HoldingQualifier:
             proc.wait()
         finally:
             sandbox.stop(proc)
-        return QualifyResult(op.slot, "FAIL", False, 0.0, 0.0, 0.0, self.arena_id, self.label, "engine died", {})
+        return QualifyResult(op.slot, "FAIL", False, 0.0, 0.0, 0.0, self.arena_id, self.label, "engine died")
 
 
 def main() -> int:

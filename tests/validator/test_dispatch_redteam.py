@@ -129,13 +129,12 @@ def test_a_ray_worker_cannot_answer_for_another_job_or_target():
     result.target): a worker that answered for another job (a bug, other code on that host, or a
     compromised worker) put a PASS on a contribution or an op that was never measured there.
     Whose result it is now comes from the job the validator submitted; a mismatch is a job error."""
-    from arena.cpu.qualifier import QualifyResult
-    from cacheon_subnet.validator.dispatch import JobResult, QualifyJob
+    from cacheon_subnet.records import JobResult, QualifyJob, QualifyResult
 
     job = QualifyJob("c1|norm.rmsnorm|a0|r0|n0", "c1", "norm.rmsnorm", {}, None, start_block=7)  # type: ignore[arg-type]
 
     def qr(target: str) -> QualifyResult:
-        return QualifyResult(target, "PASS", True, 9.0, 9.0, 0.0, "fake-arena", "fake", "forged", {})
+        return QualifyResult(target, "PASS", True, 9.0, 9.0, 0.0, "fake-arena", "fake", "forged")
 
     honest = JobResult(job.key, "c1", "norm.rmsnorm", 7, qr("norm.rmsnorm"), None, "w")
     forged = {

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from test_redteam_path import NOOP, SRC, archive, config, outcomes
 from validator_fakes import FakeQualifier, commit, fake_screener, make_chain
 
-from arena.cpu.qualifier import QualifyResult
 from cacheon_subnet.bundle import Bundle, OpEntry
+from cacheon_subnet.records import EvidenceSummary, GpuDetail, QualifyResult
 from cacheon_subnet.scoring.settle import Crown
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.loop import Validator
@@ -27,6 +27,12 @@ BLAME = (
 )
 
 
+def evidence(problems: tuple[str, ...] = (), baseline_problems: tuple[str, ...] = ()) -> GpuDetail:
+    """A GPU verdict's detail carrying only the execution evidence's findings (what blame reads)."""
+    found = EvidenceSummary(False, problems, baseline_problems, (), ())
+    return GpuDetail(None, "measured vs the incumbent", found, None, None, None, None, None)
+
+
 @dataclass(frozen=True)
 class TamperingIncumbent(FakeQualifier):
     """The bundle with speed 1.2 writes engine state once it is the incumbent (a conditional
@@ -35,7 +41,7 @@ class TamperingIncumbent(FakeQualifier):
     def qualify(self, bundle: Bundle, op: OpEntry, incumbent: Crown | None) -> QualifyResult:
         evil = bundle.files.get("speed.txt", b"").strip() == b"1.2"
         if incumbent is not None and not evil:
-            ev = {"ok": False, "problems": [], "baseline_problems": [BLAME]}
+            ev = evidence(baseline_problems=(BLAME,))
             return QualifyResult(
                 op.slot,
                 "NO_DECISION",
@@ -46,13 +52,13 @@ class TamperingIncumbent(FakeQualifier):
                 self.arena_id,
                 self.label,
                 "the incumbent baseline could not be established: " + BLAME,
-                {"evidence": ev},
+                ev,
             )
         if evil and getattr(self, "_crowned", None) is None and incumbent is None:
             object.__setattr__(self, "_crowned", True)  # first measurement: behaves
             return super().qualify(bundle, op, incumbent)
         if evil:
-            ev = {"ok": False, "problems": [BLAME.replace("incumbent", "challenger")], "baseline_problems": []}
+            ev = evidence(problems=(BLAME.replace("incumbent", "challenger"),))
             return QualifyResult(
                 op.slot,
                 "FAIL",
@@ -63,7 +69,7 @@ class TamperingIncumbent(FakeQualifier):
                 self.arena_id,
                 self.label,
                 "execution evidence: wrote engine state",
-                {"evidence": ev},
+                ev,
             )
         return super().qualify(bundle, op, incumbent)
 

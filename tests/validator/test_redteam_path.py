@@ -24,9 +24,9 @@ from typing import ClassVar
 import pytest
 from validator_fakes import EXAMPLES, NETUID, VALIDATOR, FakeQualifier, FileServer, commit, fake_screener, make_chain
 
-from arena.cpu.qualifier import QualifyResult
 from cacheon_subnet.bundle import pack
 from cacheon_subnet.netpolicy import LOCAL
+from cacheon_subnet.records import QualifyResult
 from cacheon_subnet.validator import ledger, status
 from cacheon_subnet.validator.fetch import FetchError, fetch_bundle
 from cacheon_subnet.validator.loop import Validator, ValidatorConfig
@@ -177,7 +177,7 @@ class BadNumbers(FakeQualifier):
     value: float = math.nan
 
     def qualify(self, bundle, op, incumbent):
-        return QualifyResult(op.slot, "PASS", True, self.value, self.value, 0.001, self.arena_id, self.label, "x", {})
+        return QualifyResult(op.slot, "PASS", True, self.value, self.value, 0.001, self.arena_id, self.label, "x")
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -1.0])
@@ -329,14 +329,18 @@ def test_cpu_speedups_are_net_of_the_cross_process_bias_allowance(monkeypatch, m
     fast kernel (1.45-1.67x) stays crowned."""
     from arena.cpu import qualifier as qualify
     from cacheon_subnet.bundle import load_bundle
+    from cacheon_subnet.records import CpuCase, CpuSeries, OffCpu
     from cacheon_subnet.scoring.settle import SpeedPolicy
 
     class Reads:
         def __init__(self, q, spec, op, case, dtype, base, cand) -> None:
             pass
 
-        def run(self):
-            return {"speedup": measured, "noise": 0.01}
+        def run(self) -> CpuCase:
+            series = CpuSeries((10.0,), (10.0,), (10.0 / measured,))
+            return CpuCase(
+                "c", 10.0, 10.0, 10.0 / measured, measured, 0.01, 8, 8, 40, 0.0, 0.0, OffCpu(1.0, 1.0), 0, "host", series
+            )
 
     FakeWorker.started = []
     monkeypatch.setattr(qualify, "WorkerClient", FakeWorker)

@@ -14,11 +14,11 @@ from validator_fakes import EXAMPLES, FakeQualifier, fake_screener, make_archive
 from cacheon_subnet.chain.backend import Commitment, Metagraph, Neuron
 from cacheon_subnet.chain.commitment import encode
 from cacheon_subnet.netpolicy import LOCAL
+from cacheon_subnet.records import QualifyResult
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.background import CpuSplit
 from cacheon_subnet.validator.dispatch import BackgroundArena
 from cacheon_subnet.validator.intake import IntakePolicy
-from cacheon_subnet.validator.qualify_result import QualifyResult
 from cacheon_subnet.validator.stages.items import Archives, Items, RetryPolicy
 from cacheon_subnet.validator.stages.passstate import PassState
 from cacheon_subnet.validator.stages.qualify import Filing, QualifyStage

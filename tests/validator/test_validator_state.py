@@ -8,9 +8,9 @@ import sqlite3
 
 import pytest
 
-from arena.cpu.qualifier import QualifyResult
 from cacheon_subnet.chain.backend import Commitment
 from cacheon_subnet.chain.commitment import encode
+from cacheon_subnet.records import QualifyResult
 from cacheon_subnet.scoring.settle import SpeedPolicy
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.intake import IntakePolicy, intake, malformed_id

@@ -20,8 +20,8 @@ from aiohttp import web
 from cacheon_subnet.bundle import Bundle, OpEntry, pack
 from cacheon_subnet.chain import LocalChain
 from cacheon_subnet.chain.commitment import encode
+from cacheon_subnet.records import QualifyResult
 from cacheon_subnet.scoring.settle import Crown
-from cacheon_subnet.validator.qualify_result import QualifyResult
 from cacheon_subnet.validator.screen import ScreenResult
 
 REPO = Path(__file__).resolve().parents[2]
@@ -171,7 +171,6 @@ class FakeQualifier:
             self.arena_id,
             self.label,
             f"fake {vs_stock:.3f}x vs stock",
-            {"fake": True},
         )
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cacheon_subnet import lifecycle
+from cacheon_subnet.records import result_problem
 from cacheon_subnet.resources import describe, is_resource_error
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.chainguard import ChainDown
 from cacheon_subnet.validator.dispatch import JobResult, QualifyJob, finished_jobs, job_key
-from cacheon_subnet.validator.qualify_result import result_problem
 from cacheon_subnet.validator.stages.items import Archives, Items
 from cacheon_subnet.validator.stages.passstate import PassState
 from cacheon_subnet.validator.stages.ports import ArenaPool, BlockClock, Log, VerdictCounter

@@ -13,10 +13,10 @@ from typing import Protocol, runtime_checkable
 
 from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.chain.backend import Commitment, Metagraph
+from cacheon_subnet.records import QualifyResult
 from cacheon_subnet.scoring.settle import Crown
 from cacheon_subnet.validator.background import ScreenJob, ScreenOutcome
 from cacheon_subnet.validator.dispatch import JobResult, QualifyJob
-from cacheon_subnet.validator.qualify_result import QualifyResult
 from cacheon_subnet.validator.stages.passstate import PassState
 
 

@@ -10,9 +10,9 @@ from dataclasses import replace
 
 from cacheon_subnet import lifecycle
 from cacheon_subnet.bundle import Bundle
+from cacheon_subnet.records import Qualifier, QualifyResult, result_problem
 from cacheon_subnet.scoring.settle import Crown
 from cacheon_subnet.validator import ledger
-from cacheon_subnet.validator.qualify_result import Qualifier, QualifyResult, result_problem
 from cacheon_subnet.validator.stages.items import Archives, Items
 from cacheon_subnet.validator.stages.passstate import PassState
 from cacheon_subnet.validator.stages.ports import BlockClock, Log, PairedQualifier, VerdictCounter

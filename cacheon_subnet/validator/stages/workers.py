@@ -11,9 +11,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from cacheon_subnet.records import Qualifier
 from cacheon_subnet.validator.background import CpuSplit, ScreenPool, split_cpus
 from cacheon_subnet.validator.dispatch import BackgroundArena
-from cacheon_subnet.validator.qualify_result import Qualifier
 from cacheon_subnet.validator.screen import Screener
 from cacheon_subnet.validator.stages.ports import ArenaPool, InFlight, Wakes
 

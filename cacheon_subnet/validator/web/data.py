@@ -9,15 +9,28 @@ writer) or, in the web process, the validator's snapshot of it (snapshot.py, ope
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cacheon_subnet.log import get_logger
+from cacheon_subnet.records import (
+    NO_FIGURES,
+    ArenaWindow,
+    BoardFigures,
+    RecordError,
+    Role,
+    SpeedBrief,
+    SpeedMetric,
+    board_of,
+    loads,
+    read_detail,
+)
 from cacheon_subnet.validator.state import STATES, StateDB, StateError
 from cacheon_subnet.validator.web.snapshot import SNAPSHOT
 from cacheon_subnet.webapi import MAX_PAGE, SCHEMA, clean
@@ -42,7 +55,9 @@ EVIDENCE_COLS = (
     "outcome_reason",
     "created_at",
 )
-ROLES = ("warmup", "B", "C", "B'")
+ROLES = (Role.WARMUP, Role.B, Role.C, Role.B_PRIME)  # the roles a timed stage's plot shows
+BASELINE = (Role.B, Role.B_PRIME)
+log = get_logger("validator.web.data")
 
 
 @dataclass(frozen=True)
@@ -151,8 +166,11 @@ def crowns(source: Source | Path) -> dict[str, Any]:
         db.close()
 
 
-def _evidence(db: Any, cids: list[str]) -> dict[str, list[dict[str, Any]]]:
-    got: dict[str, list[dict[str, Any]]] = {c: [] for c in cids}
+Row = tuple[dict[str, Any], BoardFigures]  # an evidence row's shown columns, and its plot figures
+
+
+def _evidence(db: Any, cids: list[str]) -> dict[str, list[Row]]:
+    got: dict[str, list[Row]] = {c: [] for c in cids}
     for i in range(0, len(cids), 500):
         part = cids[i : i + 500]
         marks = ",".join("?" * len(part))
@@ -163,28 +181,28 @@ def _evidence(db: Any, cids: list[str]) -> dict[str, list[dict[str, Any]]]:
         ):
             e = {k: r[k] for k in EVIDENCE_COLS}
             e["quality_ok"], e["settled"] = bool(e["quality_ok"]), bool(e["settled"])
-            e["detail"] = _loads(r["detail"])
-            got[r["contribution_id"]].append(e)
+            got[r["contribution_id"]].append((e, _figures(r["detail"], isinstance(db, _Snapshot), e["id"])))
     return got
 
 
-def _loads(text: str) -> dict[str, Any]:
+def _figures(text: str | None, snapshot: bool, row: int) -> BoardFigures:
+    """A row's plot figures, decoded once through the records: the snapshot holds BoardFigures,
+    the state DB the whole detail. A row that does not decode shows no plot (and says why in the log)."""
     try:
-        v = json.loads(text)
-    except (TypeError, ValueError):
-        return {}
-    return v if isinstance(v, dict) else {}
+        return loads(BoardFigures, text or "") if snapshot else board_of(read_detail(text))
+    except RecordError as e:
+        log.warning("web.detail_unreadable", evidence_id=row, error=str(e)[:300])
+        return NO_FIGURES
 
 
-def _contribution(r: Any, evidence: list[dict[str, Any]], plots: bool) -> dict[str, Any]:
+def _contribution(r: Any, evidence: list[Row], plots: bool) -> dict[str, Any]:
     evs = []
-    for e in evidence:
-        detail = e.pop("detail")
-        stages = stages_of(detail)
+    for e, figures in evidence:
+        stages = stages_of(figures)
         e["has_windows"] = bool(stages)
         if plots:
             e["stages"] = stages
-            e["speedup_basis"] = detail.get("speedup_basis")
+            e["speedup_basis"] = figures.speedup_basis
         evs.append(e)
     return {
         "id": r["id"],
@@ -212,7 +230,8 @@ def contributions(
         raise ValueError(f"limit must be 1..{MAX_PAGE} and offset >= 0 (got {limit}, {offset})")
     if state is not None and state not in STATES:
         raise ValueError(f"state {state!r}: expected one of {', '.join(STATES)}")
-    where, args = [], []
+    where: list[str] = []
+    args: list[str] = []
     if hotkey is not None:
         where, args = where + ["hotkey=?"], args + [hotkey]
     if state is not None:
@@ -261,50 +280,43 @@ def contribution(source: Source | Path, cid: str) -> dict[str, Any] | None:
         db.close()
 
 
-def _windows(rows: Any, metric: str) -> list[dict[str, Any]]:
+def _windows(rows: Sequence[ArenaWindow], metric: SpeedMetric) -> list[dict[str, Any]]:
     out = []
-    for w in rows if isinstance(rows, list) else ():
-        if not isinstance(w, dict) or w.get("role") not in ROLES:
-            continue
-        v = w.get(metric)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v > 0:
-            out.append({"index": w.get("index"), "cycle": w.get("cycle"), "role": w["role"], "value": float(v)})
+    for w in rows:
+        v = w.value(metric)
+        if w.role in ROLES and v is not None and v > 0:
+            out.append({"index": w.index, "cycle": w.cycle, "role": w.role.value, "value": v})
     return out
 
 
-def stages_of(detail: dict[str, Any]) -> list[dict[str, Any]]:
+def stages_of(figures: BoardFigures) -> list[dict[str, Any]]:
     """The timed stages of a GPU verdict ("resident", "confirm"): each window's throughput on the
     judged metric, and the level, noise band and bar the verdict was judged against."""
-    metric = detail.get("metric")
-    if not isinstance(metric, str):
+    metric = figures.metric
+    if metric is None:
         return []
-    confirm = detail.get("confirm") if isinstance(detail.get("confirm"), dict) else {}
+    confirm = figures.confirm
     out = []
-    for name, rows, speed in (
-        ("resident", detail.get("windows"), detail.get("speed")),
-        ("confirm", confirm.get("windows"), confirm.get("speed")),
-    ):
+    stages: tuple[tuple[str, Sequence[ArenaWindow], SpeedBrief | None], ...] = (
+        ("resident", figures.windows or (), figures.speed),
+        ("confirm", confirm.windows if confirm else (), confirm.speed if confirm else None),
+    )
+    for name, rows, speed in stages:
         windows = _windows(rows, metric)
-        if not any(w["role"] == "C" for w in windows):
+        if not any(w["role"] == Role.C for w in windows):
             continue
-        speed = speed if isinstance(speed, dict) else {}
-        base = [w["value"] for w in windows if w["role"] in ("B", "B'")]
-        level = statistics.median(base) if base else None
+        base = [w["value"] for w in windows if w["role"] in BASELINE]
         out.append(
             {
                 "name": name,
-                "metric": metric,
+                "metric": metric.value,
                 "windows": windows,
-                "baseline_median": level,
-                "verdict": speed.get("verdict"),
-                "ratio": _num(speed.get("ratio")),
-                "noise": _num(speed.get("noise")),
-                "bar": _num(speed.get("bar")),
-                "reason": speed.get("reason"),
+                "baseline_median": statistics.median(base) if base else None,
+                "verdict": speed.verdict.value if speed else None,
+                "ratio": speed.ratio if speed else None,
+                "noise": speed.noise if speed else None,
+                "bar": speed.bar if speed else None,
+                "reason": speed.reason if speed else None,
             }
         )
     return out
-
-
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else None

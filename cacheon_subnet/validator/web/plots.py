@@ -11,10 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from cacheon_subnet.records import Role
+
 WIDTH, HEIGHT = 640, 240
 LEFT, RIGHT, TOP, BOTTOM = 64, 12, 14, 30
-COLORS = {"warmup": "#9e9e9e", "B": "#1f77b4", "C": "#e4572e", "B'": "#2ca02c"}
-LABELS = {"warmup": "warm-up", "B": "B (baseline before)", "C": "C (candidate)", "B'": "B′ (baseline after)"}
+COLORS = {Role.WARMUP: "#9e9e9e", Role.B: "#1f77b4", Role.C: "#e4572e", Role.B_PRIME: "#2ca02c"}
+LABELS = {
+    Role.WARMUP: "warm-up",
+    Role.B: "B (baseline before)",
+    Role.C: "C (candidate)",
+    Role.B_PRIME: "B′ (baseline after)",
+}
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from aiohttp import web
 
 from cacheon_subnet import httpsite
 from cacheon_subnet.connguard import Limits, client_key
+from cacheon_subnet.env import WEB
 from cacheon_subnet.errors import CacheonError
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.validator.web import data, page
@@ -37,7 +38,7 @@ from cacheon_subnet.webapi import MAX_PAGE, PATH_CONTRIBUTIONS, PATH_CROWNS, PAT
 log = get_logger("cacheon.validator.web")
 DEFAULT_LISTEN = "127.0.0.1:8090"
 LIMITS = Limits()  # 512 connections, 16 per client, 10 s for a request head or an idle keep-alive, 60 s a connection
-ENV_PREFIX = "CACHEON_WEB_"  # CACHEON_WEB_MAX_CONNS=..., CACHEON_WEB_HEADER_TIMEOUT_S=..., every Limits field
+ENV_PREFIX = WEB.prefix  # CACHEON_WEB_MAX_CONNS=..., CACHEON_WEB_HEADER_TIMEOUT_S=..., every Limits field
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",

@@ -5,7 +5,7 @@ Why a copy: the web process runs as its own uid (supervisor.py), which must neve
 state dir (0700, with the run lock beside it) nor the wallet. It cannot open the live DB either:
 a WAL database needs its -shm file writable to be read consistently, and `immutable` over a live
 WAL would show stale or torn pages. So the validator copies the tables the page reads (only
-their shown columns, and of an evidence row's detail only the plot figures) inside one read
+their shown columns, and of an evidence row's detail only its plot figures, records.BoardFigures) inside one read
 transaction (a consistent view; WAL readers never block the writer), into a rollback-journal
 file, fsyncs nothing (it is a cache, rebuilt at start), then renames it over the last one. A
 reader opens it `immutable=1`: no locks, no journal, and a request in flight keeps the old inode.
@@ -13,12 +13,12 @@ reader opens it `immutable=1`: no locks, no journal, and a request in flight kee
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+from cacheon_subnet.records import NO_FIGURES, BoardFigures, RecordError, board_json, board_of, read_detail
 from cacheon_subnet.validator.state import DB_NAME, StateDB
 
 SNAPSHOT = "leaderboard.sqlite"
@@ -74,7 +74,7 @@ COLUMNS = {
     "schema_version": ("version", "applied_at"),
 }
 KV_KEYS = ("last_sync_block", "last_sync_at")
-DETAIL_KEYS = ("metric", "windows", "speed", "confirm", "speedup_basis")  # what data.stages_of reads
+DETAIL_KEYS = tuple(BoardFigures.__dataclass_fields__)  # what data.stages_of reads
 INDEXES = (
     "CREATE INDEX c_order ON contributions(commit_block, id)",
     "CREATE INDEX c_hotkey ON contributions(hotkey, commit_block)",
@@ -100,13 +100,14 @@ def signature(state_dir: Path) -> tuple[int, ...] | None:
 
 
 def _detail(text: Any) -> str:
+    """A row's plot figures (records.BoardFigures), decoded from its detail here, once: the web
+    process reads only that record. A detail that does not decode has none to show (the web
+    process, reading the state dir itself, logs why)."""
     try:
-        doc = json.loads(text)
-    except (TypeError, ValueError):
-        return "{}"
-    if not isinstance(doc, dict):
-        return "{}"
-    return json.dumps({k: doc[k] for k in DETAIL_KEYS if k in doc}, allow_nan=True)
+        figures = board_of(read_detail(text))
+    except RecordError:
+        figures = NO_FIGURES
+    return board_json(figures)
 
 
 def write(state_dir: Path, out_dir: Path) -> Path | None:

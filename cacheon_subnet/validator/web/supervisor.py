@@ -37,6 +37,7 @@ from typing import Any
 
 from cacheon_subnet import httpsite, lifecycle, sandbox
 from cacheon_subnet.connguard import FD_RESERVE, Limits, Tally, listen_socket
+from cacheon_subnet.env import SANDBOX, WEB_MEMORY_MIB, WEB_RUN_DIR
 from cacheon_subnet.errors import SandboxError
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.validator.web import snapshot
@@ -58,7 +59,7 @@ class WebConfig:
     ~0.5 GiB of address space; the connection bounds keep a flood's share to tens of MiB."""
 
     limits: Limits = LIMITS
-    memory_mib: int = 1024
+    memory_mib: int = WEB_MEMORY_MIB.default
     run_dir: str = ""  # empty: CACHEON_WEB_RUN_DIR, else /run/cacheon-web, else /var/tmp/cacheon-web
 
     @property
@@ -67,12 +68,7 @@ class WebConfig:
 
     @classmethod
     def from_env(cls) -> WebConfig:
-        mem = os.environ.get(ENV_PREFIX + "MEMORY_MIB", "")
-        return cls(
-            Limits.from_env(ENV_PREFIX, LIMITS),
-            int(mem) if mem.isdigit() else cls.memory_mib,
-            os.environ.get(ENV_PREFIX + "RUN_DIR", ""),
-        )
+        return cls(Limits.from_env(ENV_PREFIX, LIMITS), WEB_MEMORY_MIB.get(), WEB_RUN_DIR.get() or "")
 
 
 def run_dir(config: WebConfig) -> Path:
@@ -89,7 +85,7 @@ def run_dir(config: WebConfig) -> Path:
     if base.is_symlink() or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise LeaderboardError(
             f"leaderboard: run dir {base} must be a real dir owned by uid {os.geteuid()} that no "
-            "one else can write (set CACHEON_WEB_RUN_DIR)"
+            f"one else can write (set {WEB_RUN_DIR.name})"
         )
     from cacheon_subnet.sandbox import fsview
 
@@ -97,7 +93,7 @@ def run_dir(config: WebConfig) -> Path:
     if why and os.geteuid() == 0:
         raise LeaderboardError(
             f"leaderboard: the web uid could not reach run dir {base}: {why} "
-            "(set CACHEON_WEB_RUN_DIR to a dir every uid can search)"
+            f"(set {WEB_RUN_DIR.name} to a dir every uid can search)"
         )
     for old in base.glob("board-*"):  # a crashed run's dirs (its pid is gone)
         pid = (old / "pid").read_text().strip() if (old / "pid").is_file() else ""
@@ -224,7 +220,7 @@ class WebSupervisor:
             # a LeaderboardError, so the watch thread tries again after its backoff instead of dying with it
             raise LeaderboardError(
                 f"leaderboard: the web process cannot start behind the sandbox wall, and it never "
-                f"serves without it unless CACHEON_SANDBOX=weak is set: {exc}"
+                f"serves without it unless {SANDBOX.name}=weak is set: {exc}"
             ) from None
         self.proc, self._started = proc, time.monotonic()
         uid = getattr(proc, "cacheon_uid", os.getuid())

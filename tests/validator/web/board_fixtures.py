@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from arena.cpu.qualifier import QualifyResult
+from cacheon_subnet.records import CpuDetail, QualifyResult, decode_detail
 from cacheon_subnet.scoring.settle import SpeedPolicy
 from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.state import StateDB
@@ -26,7 +26,8 @@ def cid(name: str) -> str:
 
 
 def arena_detail(metric: str = "decode_gpu_tokens_per_s") -> dict:
-    """The detail arena.qualifier.to_qualify_result stores: resident + confirm windows, metric, speed."""
+    """The JSON of the detail arena.qualifier.to_qualify_result stores: resident + confirm windows,
+    metric, speed (records.decode_detail makes it the GpuDetail record)."""
 
     def windows(c_gain: float, cycles: int) -> list[dict]:
         out = [{"index": 0, "cycle": -1, "role": "warmup", "route": "stock", metric: 900.0}]
@@ -37,6 +38,9 @@ def arena_detail(metric: str = "decode_gpu_tokens_per_s") -> dict:
 
     speed = {"verdict": "PASS", "ratio": 1.052, "noise": 0.004, "bar": 1.008, "run_drift": 0.004, "reason": "C/B 1.0520"}
     return {
+        "result_json": None,
+        "evidence": None,
+        "wall_s": 100.0,
         "metric": metric,
         "windows": windows(1.05, 3),
         "speed": speed,
@@ -55,7 +59,16 @@ def make_state(root: Path) -> Path:
             "qualified",
             "qualified: every op measured",
             QualifyResult(
-                "norm.rmsnorm", "PASS", True, 1.052, 1.052, 0.004, GPU_ARENA, "gpu-arena", "speed: PASS", arena_detail()
+                "norm.rmsnorm",
+                "PASS",
+                True,
+                1.052,
+                1.052,
+                0.004,
+                GPU_ARENA,
+                "gpu-arena",
+                "speed: PASS",
+                decode_detail(arena_detail()),
             ),
         ),
         (
@@ -64,7 +77,7 @@ def make_state(root: Path) -> Path:
             "failed",
             XSS_REASON,
             QualifyResult(
-                "rope.neox", "FAIL", False, 0.001, 0.001, 0.01, "cpu-abc", "cpu-timing", XSS_REASON, {"cases": []}
+                "rope.neox", "FAIL", False, 0.001, 0.001, 0.01, "cpu-abc", "cpu-timing", XSS_REASON, CpuDetail(())
             ),
         ),
     ]

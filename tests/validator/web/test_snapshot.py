@@ -71,7 +71,11 @@ def test_the_snapshot_holds_only_what_the_page_shows(tmp_path):
     with db.tx() as con:
         db.put("secret_thing", "do-not-publish", con)
         con.execute("UPDATE contributions SET detail=?", (json.dumps({"internal": "do-not-publish"}),))
-        con.execute("UPDATE evidence SET detail=json_set(detail, '$.seed', 'do-not-publish')")
+        # a field the page does not show (the result file's path on this host), and a key no record has
+        con.execute(
+            "UPDATE evidence SET detail=json_set(detail, '$.result_json', 'do-not-publish') WHERE target='norm.rmsnorm'"
+        )
+        con.execute("UPDATE evidence SET detail=json_set(detail, '$.seed', 'do-not-publish') WHERE target='rope.neox'")
         con.execute("INSERT INTO chain_errors(op, error_type, message, at) VALUES ('x', 'y', 'do-not-publish', 0)")
     db.close()
     out = tmp_path / "snap"
@@ -143,7 +147,7 @@ def test_a_full_page_sorts_within_the_web_process_file_size_limit(tmp_path):
 
     from board_fixtures import arena_detail
 
-    from arena.cpu.qualifier import QualifyResult
+    from cacheon_subnet.records import QualifyResult, decode_detail
     from cacheon_subnet.validator import ledger
     from cacheon_subnet.validator.web import data
 
@@ -169,7 +173,7 @@ def test_a_full_page_sorts_within_the_web_process_file_size_limit(tmp_path):
             ledger.record_evidence(
                 con,
                 c,
-                QualifyResult("norm.rmsnorm", "PASS", True, 1.0, 1.0, 0.01, "a", "gpu", "C/B 1.0", detail),
+                QualifyResult("norm.rmsnorm", "PASS", True, 1.0, 1.0, 0.01, "a", "gpu", "C/B 1.0", decode_detail(detail)),
                 200 + i,
                 None,
             )
