@@ -12,9 +12,15 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from arena import commands as arena_commands
+from cacheon_subnet import demo
+from cacheon_subnet.chain import commands as chain_commands
 from cacheon_subnet.cliout import Exit, emit
 from cacheon_subnet.env import LOG_LEVEL
 from cacheon_subnet.errors import BundleError, CacheonError, UsageError
+from cacheon_subnet.miner import commands as miner_commands
+from cacheon_subnet.validator import commands as validator_commands
+from seams import commands as seams_commands
 
 Command = Callable[[argparse.Namespace], int]
 _COMMANDS: dict[str, Command] = {}
@@ -330,29 +336,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--force", action="store_true")
     s.add_argument("--json", action="store_true")
 
-    # Feature packages add their own verbs: register(sub, groups) calls add_parser(...) and
+    # Each package adds its own verbs: register(sub, groups) calls add_parser(...) and
     # set_defaults(handler=fn) where fn(args) -> exit code.
-    import importlib
-    import importlib.util
-
-    for name in EXTENSIONS:
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except ModuleNotFoundError:  # parent package not built / not installed here
-            found = False
-        if found:
-            importlib.import_module(name).register(sub, {"miner": m})
+    for package in EXTENSIONS:
+        package.register(sub, {"miner": m})
     return p
 
 
-EXTENSIONS = (
-    "cacheon_subnet.miner.commands",
-    "cacheon_subnet.validator.commands",
-    "cacheon_subnet.demo",
-    "cacheon_subnet.chain.commands",
-    "seams.commands",
-    "arena.commands",
-)
+EXTENSIONS = (miner_commands, validator_commands, demo, chain_commands, seams_commands, arena_commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

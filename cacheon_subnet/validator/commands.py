@@ -4,7 +4,6 @@ neurons/validator.py, which is a thin wrapper around `add_run_args` + `run_from_
 from __future__ import annotations
 
 import argparse
-import importlib
 import signal
 import sys
 import threading
@@ -40,9 +39,11 @@ CPU_ARENA_KEYS = {
 def load_qualifier(spec: str) -> Any:
     """--arena: "cpu" (slot-level CPU timing, labelled cpu-timing) or a configs/arena/*.toml.
 
-    A `kind = "gpu"` config needs the GPU arena package (`arena.qualifier_from_config`); if it is
-    missing we stop with an error rather than quietly timing on the CPU, because CPU numbers
-    published as if they were engine measurements would crown the wrong kernels."""
+    A `kind = "gpu"` config needs SGLang and a GPU here; without them we stop with an error rather
+    than quietly timing on the CPU, because CPU numbers published as if they were engine
+    measurements would crown the wrong kernels.
+    (Imported here, not at the top: both arenas import torch, and `cacheon --help` should not.)"""
+    from arena import qualifier_from_config
     from arena.cpu.qualifier import CpuQualifier
 
     if spec == "cpu":
@@ -63,20 +64,7 @@ def load_qualifier(spec: str) -> Any:
         return CpuQualifier(**opts)
     if kind == "gpu":
         try:
-            arena = importlib.import_module("arena")
-        except ImportError as exc:
-            arena, why = None, f"import arena failed: {exc}"
-        else:
-            why = "arena.qualifier_from_config is missing"
-        factory = getattr(arena, "qualifier_from_config", None) if arena is not None else None
-        if factory is None:
-            raise UsageError(
-                f'--arena {path}: kind = "gpu" needs the GPU arena package `arena` '
-                f"(entry point arena.qualifier_from_config(path)), which is not built in this checkout "
-                f"({why}). Not falling back to CPU timing; pass --arena cpu to run CPU-only slot timing."
-            )
-        try:
-            return factory(path)
+            return qualifier_from_config(path)
         except (CacheonError, RuntimeError) as exc:  # a bad arena config, or no SGLang / GPU here
             raise UsageError(f"--arena {path}: {exc}") from None
     raise UsageError(f'--arena {path}: kind = {kind!r}; expected "gpu" or "cpu"')
