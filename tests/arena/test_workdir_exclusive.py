@@ -8,6 +8,7 @@ from pathlib import Path
 
 import arena.qualifier as aq
 from arena import qualifier_from_config
+from arena.records import ArenaResult
 from cacheon_subnet.bundle import load_bundle
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,13 +26,18 @@ def test_concurrent_runs_of_one_bundle_get_their_own_workdirs(tmp_path, monkeypa
     seen: list[Path] = []
     inside, release = threading.Barrier(4), threading.Event()  # three runs + this thread
 
-    def fake_qualify(cfg, bundle, op_, opts, incumbent=None):
+    def fake_run(cfg, bundle, op_, opts, incumbent=None):
         seen.append(opts.workdir)
         inside.wait(timeout=10)  # all three runs are inside at once
         release.wait(timeout=10)
-        return {"verdict": "NO_DECISION", "reason": "fake", "result_path": str(opts.workdir / "result.json")}
+        return ArenaResult(
+            identity={"path": str(opts.workdir / "result.json")},
+            metric="gpu_tokens_per_s",
+            verdict="NO_DECISION",
+            reason="fake",
+        )
 
-    monkeypatch.setattr(aq, "qualify", fake_qualify)
+    monkeypatch.setattr(aq, "run_arena", fake_run)
     runs = [threading.Thread(target=gpu.on_devices(d).qualify, args=(b, op, None)) for d in ("0", "1", "2")]
     for t in runs:
         t.start()
