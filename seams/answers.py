@@ -99,7 +99,7 @@ def read_regular(path: Path, limit: int = MAX_BYTES) -> bytes:
             raise ForgeryError(f"{path.name}: not a regular file")
         if st.st_size > limit:
             raise ForgeryError(f"{path.name}: {st.st_size} bytes, more than any answer log ({limit})")
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             b = os.read(fd, 1 << 20)
             if not b:

@@ -137,7 +137,7 @@ class Driver:
             if ckpt.get("kind") == "real":  # installed and verified by the host before any engine
                 from types import SimpleNamespace
 
-                info = SimpleNamespace(path=Path(ckpt["dir"]), recipe_digest=ckpt["digest"], n_params=None)
+                info: Any = SimpleNamespace(path=Path(ckpt["dir"]), recipe_digest=ckpt["digest"], n_params=None)
             elif ckpt.get("kind") == "trained":
                 from arena.model.train import train_checkpoint
 
@@ -176,9 +176,11 @@ class Driver:
         t = time.perf_counter()
         if factory:
             mod, _, attr = factory.partition(":")
-            cls = getattr(importlib.import_module(mod), attr)
+            cls: Any = getattr(importlib.import_module(mod), attr)
         else:
-            from sglang.srt.entrypoints.engine import Engine as cls  # noqa: N813
+            from sglang.srt.entrypoints.engine import Engine
+
+            cls = Engine
         if diag:
             diag.phase("import_s")
         self.engine = cls(**kwargs)
@@ -534,7 +536,7 @@ def clock_metrics(answers: dict[int, dict[str, Any]], ranks: list[int], n_out: i
     ):
         # the answers come from the scheduler ranks: NaN, inf, strings, bools are no reading
         return {"clock_error": f"forward clock: ranks {ranks} reported {[(r, _reading(c)) for r, c in clocks.items()]}"}
-    cs = list(clocks.values())
+    cs = [c for c in clocks.values() if isinstance(c, dict)]  # all of them: checked just above
     gpu_s = max(c["gpu_s"] for c in cs)
     out = {"gpu_s": gpu_s, "forwards": max(c["forwards"] for c in cs), "gpu_tokens_per_s": n_out / gpu_s}
     decode_s = max(c.get("decode_gpu_s", 0.0) for c in cs)

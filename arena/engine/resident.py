@@ -78,6 +78,7 @@ class ResidentEngine:
         self._cur: _Job | None = None
         self._lock = threading.Lock()
         self._buf = bytearray()
+        self._serve: str = ""  # the serve nonce of the first job, echoed by every later one
         scratch = home / "scratch"
         caches = private_caches(scratch, {**{k: v for k, v in spec.env.items() if k in CACHE_KEYS}, **spec.seed_caches})
         inside = {k: f"{JIT_INSIDE}/{Path(v).name}" for k, v in caches.items()}
@@ -247,7 +248,7 @@ class ResidentEngine:
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
-            _write(self._job_w, {"nonce": getattr(self, "_serve", ""), "stop": True})
+            _write(self._job_w, {"nonce": self._serve, "stop": True})
         with contextlib.suppress(OSError):
             os.close(self._job_w)
         sandbox.stop(self.proc, grace_s=0.0 if self.watch is not None and self.watch.breach else 10.0)

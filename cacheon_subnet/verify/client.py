@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -85,7 +86,7 @@ class WorkerClient:
         self.bundle = bundle
         self.config = config
         self.scratch = Scratch("cacheon-verify-")
-        self.proc = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.sock: socket.socket | None = None
         self.log_path = self.scratch.path / "worker.log"
         self._log: LogSink | None = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -292,7 +292,7 @@ def merge_digests(
             reply.setdefault("mutated_inputs", []).append(name)
 
 
-def check_replicated(spec: SlotSpec, per_rank: list[Mapping[str, torch.Tensor]]) -> Failure | None:
+def check_replicated(spec: SlotSpec, per_rank: Sequence[Mapping[str, torch.Tensor]]) -> Failure | None:
     """Collectives: outputs the slot declares replicated must be bit-identical on every rank (TP
     ranks that drift apart route, sample and reduce differently from then on)."""
     for name in spec.replicated:

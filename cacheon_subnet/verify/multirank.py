@@ -258,7 +258,7 @@ class _RankRun:
 
     def _eager(self, op: OpEntry, spec: SlotSpec, act_name: str, case: ShapeCase) -> Failure | None:
         act = dtype_of(act_name)
-        where = dict(case=case.label, dtype=act_name)
+        where: dict[str, Any] = dict(case=case.label, dtype=act_name)
         self._stage = f"eager {act_name} {case.label}"
         inputs = self._inputs(spec, case, act)
         refs = self._refs(spec, inputs, case)

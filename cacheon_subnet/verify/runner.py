@@ -109,7 +109,9 @@ def verify_bundle(bundle: Bundle, opts: VerifyOptions = VerifyOptions()) -> Veri
     plan = plan_ranks(bundle.manifest.ops, opts.world_size, opts.device)  # usage errors before anything runs
     seed = opts.seed if opts.seed is not None else secrets.randbits(62)
     findings = policy_bound.static_check(bundle).findings  # a bounded child; the screen's result when cached
-    base = dict(source=bundle.source, digest=bundle.digest, device=opts.device, tier=opts.resolved_tier, seed=seed)
+    base: dict[str, Any] = dict(
+        source=bundle.source, digest=bundle.digest, device=opts.device, tier=opts.resolved_tier, seed=seed
+    )
     if findings:
         ops = tuple(
             _op_result(op, "FAIL", 0, 0, Failure("not_run", "static policy scan failed; code was not executed"))

@@ -202,7 +202,7 @@ class Worker:
 
         try:
             with socket.socket(fileno=os.dup(self.fd)) as sock:
-                _, fds, _, _ = socket.recv_fds(sock, 1, 1)
+                _data, fds, _flags, _addr = socket.recv_fds(sock, 1, 1)
             if len(fds) != 1:
                 raise RuntimeError(f"expected one memory fd, got {len(fds)}")
             calls = map_arena(fds[0], int(msg["call_bytes"]), msg["calls"])

@@ -265,7 +265,7 @@ class WebSupervisor:
             except ValueError:
                 doc = None
             if isinstance(doc, dict):
-                level = doc.get("level") if doc.get("level") in ("warning", "error") else "info"
+                level = str(doc.get("level")) if doc.get("level") in ("warning", "error") else "info"
                 fields = {
                     f"c_{k}": str(v)[:300] for k, v in list(doc.items())[:16] if k not in ("event", "timestamp", "level")
                 }

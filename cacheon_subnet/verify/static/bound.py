@@ -329,18 +329,20 @@ def _judge(
 ) -> StaticResult:
     """The child's answer, or a P022 finding saying which budget ran out (how much was used, at
     which file) or how it died. Fail closed: anything but a complete answer is a finding."""
-    at = [d["at"] for d in docs if isinstance(d.get("at"), list) and len(d["at"]) == 2]
-    cpu = max([float(d["cpu"]) for d in docs if isinstance(d.get("cpu"), (int, float))], default=0.0)
+    at = [a for d in docs if isinstance(a := d.get("at"), list) and len(a) == 2]
+    cpu = max([float(c) for d in docs if isinstance(c := d.get("cpu"), (int, float))], default=0.0)
     found = [d["findings"] for d in docs if "findings" in d]
     ids = [d["identity"] for d in docs if "identity" in d]
     crash = next((str(d["crash"]) for d in docs if "crash" in d), None)
     findings = (
         found[0] if len(found) == 1 and isinstance(found[0], list) and all(isinstance(f, str) for f in found[0]) else None
     )
-    nid = ids[0] if len(ids) == 1 and (ids[0] is None or isinstance(ids[0], str)) else False
+    nid: str | None | bool = ids[0] if len(ids) == 1 and (ids[0] is None or isinstance(ids[0], str)) else False
     done = any(d.get("done") is True for d in docs)
     if why is None and rc == 0 and done and findings is not None and (not identity or findings or nid is not False):
-        return StaticResult(tuple(findings), nid or None, identity and not findings, cpu, wall)
+        return StaticResult(
+            tuple(findings), nid if isinstance(nid, str) and nid else None, identity and not findings, cpu, wall
+        )
     step, path = (str(at[-1][0]), str(at[-1][1])) if at else ("starting", "")
     what = "the normalized identity" if step.startswith("computing the normalized identity") else "the static scan"
     where = f"while {step}{' ' + path if path else ''}"
