@@ -1,10 +1,10 @@
-"""Records (floor 3): the typed values that cross layers, processes and storage.
+"""Records (the "records" layer, docs/architecture.md): the typed values that cross layers, processes and storage.
 
 A verdict is one typed path from the arena to the leaderboard: the arena builds a `QualifyResult`
 with its evidence as records (detail.py), the dispatch pools carry it (jobs.py), the ledger files
 it, and the web page and the blame rule decode the stored row once through `read_detail`. JSON
 appears only at those boundaries, through the strict codec (codec.py). The guard in
-tests/records/test_no_dicts.py keeps every field reachable from QualifyResult a typed record.
+tests/records/test_records_guard.py keeps every field reachable from QualifyResult a typed record.
 """
 
 from cacheon_subnet.records.codec import RecordError, from_json, loads, to_json
