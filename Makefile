@@ -19,6 +19,8 @@ TEST_DIST ?= --dist worksteal
 
 .PHONY: demo test test-fast lint install clean doctor
 
+# compileall: sandboxed children run as another uid that cannot write __pycache__; without it they
+# recompile the project's modules at every start (~0.13 CPU-s each, docs/benchmarks.md session 14).
 # No -q: pip shows its own progress bars (on a terminal); the torch wheel alone takes minutes on a slow link.
 $(VENV)/.installed: pyproject.toml
 	@echo "== installing into $(VENV) (torch, triton, then this package; several minutes on first use) =="
@@ -26,6 +28,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install "$(TORCH_SPEC)" "$(TRITON_SPEC)"
 	$(PY) -m pip install -e '.[dev,chain]'
+	$(PY) -m compileall -q cacheon_subnet arena seams
 	touch $@
 	@echo "== installed. The CLI is $(VENV)/bin/cacheon; to type plain \`cacheon\`: source $(VENV)/bin/activate =="
 

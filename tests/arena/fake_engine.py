@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import os
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+# torch is bound by _serve, in the scheduler process only: the driver holds just the proxy, and
+# not importing torch there saves ~1.2 CPU-s per engine start (docs/benchmarks.md, session 14).
 
 V, H = 512, 64
 
@@ -246,6 +250,9 @@ class UnconfirmedCore(SlowStockCore):
 
 def _serve(conn: Any, core: str, kwargs: dict[str, Any]) -> None:
     """The scheduler process: build the core, then answer the driver's calls until shutdown."""
+    import torch as _torch
+
+    globals()["torch"] = _torch
     try:
         engine = globals()[core](**kwargs)
     except BaseException as e:  # noqa: BLE001 - the driver reports it
