@@ -8,7 +8,9 @@ lifecycle nonce. The host accepts a record only with the expected nonce in the e
 for the step it belongs to. Forging (FAIL) and faults (NO_DECISION) are kept apart:
   forging: a complete line that is not JSON, a missing or unknown nonce, a nonce used twice, a
     record out of order or for the wrong step, anything after the final record, RPC answers that
-    do not echo the nonces the host issued for the step, the driver's own "forgery" error;
+    do not echo the nonces the host issued for the step, a record that is not what its kind says
+    (arena/engine/protocol.py: a field unknown, missing, mistyped, non-finite or oversized), the
+    driver's own "forgery" error;
   fault: the stream ends early (crash, kill, timeout) or its last line is cut short.
 """
 
@@ -19,11 +21,13 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from arena.engine import protocol as P
+
 LIFECYCLE = 12  # checkpoint, started, snapshot, outputs_ready, sample, done/error: ample
-TERMINAL = ("done", "error")
-LIFECYCLE_OPS = ("checkpoint", "started", "snapshot", "outputs_ready", "sample") + TERMINAL
+TERMINAL = (P.Done, P.Error)
+LIFECYCLE_KINDS = (P.Checkpoint, P.Started, P.Snapshot, P.OutputsReady, P.Sample, *TERMINAL)
 # steps whose record carries nonce-bound rank answers (install/remove/state: arena/engine/resident_timed.py)
-RPC_STEPS = ("generate", "route", "install", "remove", "state")
+RPC_STEPS = (P.StepOp.GENERATE, P.StepOp.ROUTE, P.StepOp.INSTALL, P.StepOp.REMOVE, P.StepOp.STATE)
 
 
 def nonce() -> str:
@@ -120,6 +124,12 @@ class RecordStream:
             return f"nonce {n[:8]}… used twice (a duplicated record)"
         if n in self._rpcs:
             return f"nonce {n[:8]}… is an RPC nonce, not a record's"
+        if n not in self._steps and n not in self._lifes:
+            return f"unknown nonce {n[:12]!r} (not issued by the host)"
+        try:
+            typed = P.read_record(rec)  # every field of its kind, typed and bounded (arena/engine/protocol.py)
+        except P.ProtocolError as e:
+            return str(e)
         if n in self._steps:
             i = self._steps[n]
             if self.stopped_after is not None and i > self.stopped_after and not self.job["steps"][i].get("post"):
@@ -127,36 +137,34 @@ class RecordStream:
             if i != self._step:
                 return f"the record of step {i} arrived where step {self._step} was due (out of order)"
             step = self.job["steps"][i]
-            if rec.get("op") != step["op"] or rec.get("step") != step.get("tag", step["op"]):
+            if typed.TAG != step["op"] or typed.step != step.get("tag", step["op"]):
                 return f"nonce of step {i} ({step.get('tag')}) on a record for {rec.get('step')!r}"
-            why = self._answers(rec, step)
+            why = self._answers(getattr(typed, "answers", None), step)
             if why:
                 return why
             self._step += 1
-        elif n in self._lifes:
+        else:
             if self._lifes[n] != self._life:
                 return f"lifecycle record {self._lifes[n]} arrived where {self._life} was due (out of order)"
-            if rec.get("op") not in LIFECYCLE_OPS:
+            if not isinstance(typed, LIFECYCLE_KINDS):
                 return f"a {str(rec.get('op'))[:20]!r} record carrying a lifecycle nonce"
-            if rec.get("op") == "snapshot":
-                why = self._echo(rec.get("answers", {}).get("start"), self.job.get("start_rpc"), "start")
+            if isinstance(typed, P.Snapshot):
+                why = self._echo((typed.answers or {}).get("start"), self.job.get("start_rpc"), "start")
                 if why:
                     return why
             self._life += 1
-        else:
-            return f"unknown nonce {n[:12]!r} (not issued by the host)"
         self._seen.add(n)
-        if rec.get("op") in TERMINAL:
+        if isinstance(typed, TERMINAL):
             self._ended = True
-        if rec.get("op") == "error" and rec.get("kind") == "forgery":
-            self._forged("the driver caught forging: " + str(rec.get("error"))[:600])
+        if isinstance(typed, P.Error) and typed.kind == P.ErrorKind.FORGERY:
+            self._forged("the driver caught forging: " + str(typed.error)[:600])
         return None
 
-    def _answers(self, rec: dict[str, Any], step: dict[str, Any]) -> str | None:
+    def _answers(self, answers: P.Answers | None, step: dict[str, Any]) -> str | None:
         rpc = step.get("rpc")
         if not rpc:
-            return "RPC answers on a step the host sent no RPC nonce for" if rec.get("answers") else None
-        ans = rec.get("answers") or {}
+            return "RPC answers on a step the host sent no RPC nonce for" if answers else None
+        ans = answers or {}
         names = ("before", "after") if step["op"] == "generate" else (step["op"],)
         for name, want in zip(names, rpc):
             why = self._echo(ans.get(name), want, f"{step.get('tag')}/{name}")

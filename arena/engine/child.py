@@ -21,24 +21,9 @@ driver saw it (import vs Engine(), cache files compiled despite the seeds, compi
 the ranks' CPU). It is ADVISORY: the scheduler ranks run contribution code under this uid and can
 shape all of it, so no verdict reads it (job "start_diag": false turns it off).
 
-Steps:
-  {"op": "generate", "tag", "nonce", "rpc": [before, after], "prompts": {...}, "max_new_tokens",
-   "top_k", "keep": bool}  -- every generate step reaches the engine in the same form; "keep"
-   (driver-only) keeps its outputs for the host's after-the-fact quality sample
-  {"op": "route", "route", "epoch", "tag", "nonce", "rpc": [n]}      -> Engine.collective_rpc
-  {"op": "teacher", "tag", "nonce", "sequences": [{"key", "prompt", "cont"}], "top_k"}
-  {"op": "install", "env", "rpc": [n]} / {"op": "remove"} / {"op": "state"}   a resident timed engine
-      (arena/engine/resident_timed.py, seams/resident.py): a contribution in and out of the ranks, and
-      what is left of it; {"op": "canary", "prompts", "max_new_tokens", "top_k"}: fixed prompts on
-      the stock route, every output returned. A step with "post" runs even after a gate's stop.
-A job with "serve" (a nonce; arena/engine/resident.py: the pristine teacher kept across verdicts)
-keeps the engine after "done": the next line on fd J is {"nonce": <serve>, "job": {...}} (the next
-job, with its own nonces, run in the same engine) or {"nonce": <serve>, "stop": true}.
-A step with "gate" (the last window of a cycle, when the host runs the sequential test) is
-followed by one JSON line on fd J, {"nonce": <its gate nonce>, "go": bool}: on false the driver
-runs no further step. After the steps, if outputs were kept: record "outputs_ready", then one
-JSON line on fd J names the sample ({"sample": {tag: [keys]}}) and record "sample" returns
-exactly those sequences.
+Its job, its steps, the host's control lines (go/stop after a gate step, the quality sample, a
+resident engine's next job) and every record it writes are defined in arena/engine/protocol.py,
+which also reads the control lines here: anything else on the job pipe is forging.
 """
 
 from __future__ import annotations
@@ -48,7 +33,6 @@ import ctypes
 import gc
 import importlib
 import json
-import math
 import os
 import random
 import sys
@@ -57,7 +41,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from arena.engine import protocol as P
 from arena.engine import unpickle_guard
+from arena.engine.protocol import clock_metrics
 from arena.engine.startdiag import StartDiag, one_line
 
 PR_SET_DUMPABLE = 4
@@ -67,11 +53,6 @@ def make_prompts(seed: int, n: int, length: int, low: int, high: int) -> list[li
     """Fresh token-id prompts (never repeated across windows: the radix cache would skip prefill)."""
     r = random.Random(seed)
     return [[r.randrange(low, high) for _ in range(length)] for _ in range(n)]
-
-
-def _pairs(items: Any) -> list[list[float | int]]:
-    """SGLang logprob tuples (logprob, token_id, text) -> [token_id, logprob]; None stays None."""
-    return [[int(t[1]), float(t[0])] for t in (items or []) if t is not None and t[0] is not None]
 
 
 class EvidenceError(RuntimeError):
@@ -272,10 +253,10 @@ class Driver:
             if self.job.get("forward_clock"):
                 rec.update(clock_metrics(after, sorted(self.answers.ranks), n_out, rec["in_tokens"]))
         if step.get("keep"):
-            self.kept[step["tag"]] = {"prompts": step["prompts"], "outs": [_compact(o, k) for o in outs]}
+            self.kept[step["tag"]] = {"prompts": step["prompts"], "outs": [P.compact(o, k) for o in outs]}
             rec["kept"] = len(outs)
         if step.get("keep_outputs"):  # scripts' inline outputs (seam proof); never a graded window
-            rec["sequences"] = [{"key": i, "prompt": p, **_compact(o, k)} for i, (p, o) in enumerate(zip(prompts, outs))]
+            rec["sequences"] = [{"key": i, "prompt": p, **P.compact(o, k)} for i, (p, o) in enumerate(zip(prompts, outs))]
         return rec
 
     def teacher(self, step: dict[str, Any]) -> dict[str, Any]:
@@ -298,8 +279,8 @@ class Driver:
             graded.append(
                 {
                     "key": s["key"],
-                    "tokens": _pairs(mi.get("input_token_logprobs")),
-                    "top": [_pairs(x) for x in mi.get("input_top_logprobs") or []],
+                    "tokens": P.pairs(mi.get("input_token_logprobs")),
+                    "top": [P.pairs(x) for x in mi.get("input_top_logprobs") or []],
                 }
             )
         return {"op": "teacher", "tag": step["tag"], "s": time.perf_counter() - t, "graded": graded}
@@ -340,7 +321,7 @@ class Driver:
             return_logprob=True,
             top_logprobs_num=k,
         )
-        return {"op": "canary", "s": time.perf_counter() - t, "outputs": [_compact(o, k) for o in outs]}
+        return {"op": "canary", "s": time.perf_counter() - t, "outputs": [P.compact(o, k) for o in outs]}
 
     def route(self, step: dict[str, Any]) -> dict[str, Any]:
         t = time.perf_counter()
@@ -360,15 +341,7 @@ class Driver:
         line = self.job_file.readline() if self.job_file else ""
         if not line:
             raise RuntimeError(f"the host closed the job pipe at gate {step.get('tag')}")
-        from seams.answers import ForgeryError
-
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            raise ForgeryError("the job pipe carried a line that is not the host's go/stop") from None
-        if not isinstance(msg, dict) or msg.get("nonce") != step.get("gate_nonce") or not isinstance(msg.get("go"), bool):
-            raise ForgeryError(f"a go/stop at gate {step.get('tag')} without the host's gate nonce")
-        return msg["go"]
+        return P.read_gate(line, step.get("gate_nonce"), step.get("tag"))
 
     def sample(self) -> None:
         """The host names the sequences to grade only now, after every window has run."""
@@ -376,15 +349,7 @@ class Driver:
         line = self.job_file.readline() if self.job_file else ""
         if not line:
             raise RuntimeError("the host closed the job pipe before naming the quality sample")
-        from seams.answers import ForgeryError
-
-        try:
-            req = json.loads(line)
-        except ValueError:
-            raise ForgeryError("the job pipe carried a line that is not the host's sample request") from None
-        if not isinstance(req, dict) or req.get("nonce") != self.job.get("sample_nonce"):
-            raise ForgeryError("a sample request without the host's nonce arrived on the job pipe")
-        want = req["sample"]
+        want = P.read_sample(line, self.job.get("sample_nonce"))
         seqs: dict[str, list[dict[str, Any]]] = {}
         for tag, keys in want.items():
             kept = self.kept[tag]
@@ -397,7 +362,7 @@ class Driver:
         for step in self.job["steps"]:
             if stopped and not step.get("post"):
                 continue  # the host's sequential test decided: no more windows (a post-condition still runs)
-            rec = getattr(self, step["op"])(step)
+            rec = getattr(self, P.StepOp(step["op"]).value)(step)  # a closed set: never any other method
             rec["step"] = step.get("tag", step["op"])
             self.emit(rec, step["nonce"])
             if step.get("gate") and not self.go(step):
@@ -410,20 +375,7 @@ class Driver:
         """A resident engine (arena/engine/resident.py): after "done", one line on the job pipe hands
         over the next job, echoing this job's `serve` nonce; a stop, or the pipe closed, ends it."""
         line = self.job_file.readline() if self.job_file else ""
-        if not line:
-            return None
-        from seams.answers import ForgeryError
-
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            raise ForgeryError("the job pipe carried a line that is not the host's next job") from None
-        if not isinstance(msg, dict) or msg.get("nonce") != self.job.get("serve"):
-            raise ForgeryError("a next job without the host's serve nonce arrived on the job pipe")
-        nxt = msg.get("job")
-        if msg.get("stop") or not isinstance(nxt, dict):
-            return None
-        return nxt
+        return P.read_next(line, self.job.get("serve")) if line else None
 
     def run(self) -> int:
         try:
@@ -500,53 +452,6 @@ def _reader(job: dict[str, Any]) -> Any:
 
 def _str_keys(d: dict[int, Any]) -> dict[str, Any]:
     return {str(k): v for k, v in d.items()}
-
-
-def _compact(o: dict[str, Any], k: int) -> dict[str, Any]:
-    """What quality grading needs of one output, nothing more."""
-    s: dict[str, Any] = {"cont": list(o["output_ids"])}
-    if k:
-        mi = o.get("meta_info", {})
-        s["logprobs"] = _pairs(mi.get("output_token_logprobs"))
-        s["top"] = [_pairs(x) for x in mi.get("output_top_logprobs") or []]
-    return s
-
-
-def _positive(x: Any) -> bool:
-    """A finite number above zero (not a bool, not NaN or inf, not a string)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
-
-
-def _reading(c: Any) -> str:
-    if not isinstance(c, dict):
-        return repr(c)[:40]
-    return ", ".join(f"{k}={str(c.get(k))[:20]}" for k in ("forwards", "gpu_s", "decodes", "decode_gpu_s") if k in c)
-
-
-def clock_metrics(answers: dict[int, dict[str, Any]], ranks: list[int], n_out: int, n_in: int) -> dict[str, Any]:
-    """The forward clock's GPU seconds for a window: the slowest rank bounds a TP step. A rank
-    without spans leaves the window without the metric (the judge then lacks it: never a win)."""
-    clocks = {r: a.get("clock") if isinstance(a := answers.get(r), dict) else None for r in ranks}
-    if any(
-        not isinstance(c, dict)
-        or not _positive(c.get("forwards"))
-        or not _positive(c.get("gpu_s"))
-        or any(k in c and not (_positive(c[k]) or c[k] == 0) for k in ("decode_gpu_s", "decodes"))
-        for c in clocks.values()
-    ):
-        # the answers come from the scheduler ranks: NaN, inf, strings, bools are no reading
-        return {"clock_error": f"forward clock: ranks {ranks} reported {[(r, _reading(c)) for r, c in clocks.items()]}"}
-    cs = [c for c in clocks.values() if isinstance(c, dict)]  # all of them: checked just above
-    gpu_s = max(c["gpu_s"] for c in cs)
-    out = {"gpu_s": gpu_s, "forwards": max(c["forwards"] for c in cs), "gpu_tokens_per_s": n_out / gpu_s}
-    decode_s = max(c.get("decode_gpu_s", 0.0) for c in cs)
-    if decode_s > 0 and all(c.get("decodes") for c in cs):  # decode steps (graph replays)
-        out.update(decode_gpu_s=decode_s, decodes=max(c["decodes"] for c in cs), decode_gpu_tokens_per_s=n_out / decode_s)
-        # the rest of the forward spans: the prefill (eager extend forwards), per prompt token
-        extend_s = max(c["gpu_s"] - c.get("decode_gpu_s", 0.0) for c in cs)
-        if extend_s > 0 and n_in > 0:
-            out.update(extend_gpu_s=extend_s, extend_gpu_tokens_per_s=n_in / extend_s)
-    return out
 
 
 def main(argv: list[str]) -> int:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from arena.engine import protocol as P
 from arena.engine.channel import MAX_RECORD_BYTES, RecordStream, seal
 from arena.engine.diskwatch import DiskLimits, DiskWatch
 from arena.engine.home import CACHE_KEYS, JIT_CACHES, cache_part
@@ -297,7 +298,7 @@ class _Reader(threading.Thread):
         persist(self.log, self.written, line)
         if "step" in rec:
             self.bar.update(1)
-        if rec.get("op") == "started":
+        if rec.get("op") == P.Started.TAG:
             self.started_at = time.monotonic()
             self.started.set()
         if rec.get("step") in self.gates and self.job_w is not None:
@@ -309,14 +310,12 @@ class _Reader(threading.Thread):
             if not go:
                 self.stream.stop()
             try:
-                os.write(self.job_w, (json.dumps({"nonce": self.gates[rec["step"]], "go": go}) + "\n").encode())
+                os.write(self.job_w, P.line(P.GateAnswer(self.gates[rec["step"]], go)))
             except OSError:
                 pass
-        if rec.get("op") == "outputs_ready" and self.job_w is not None:
+        if rec.get("op") == P.OutputsReady.TAG and self.job_w is not None:
             try:
-                req = self.choose(rec) if self.choose else {"sample": {}}
-                req = {**req, "nonce": self.stream.job["sample_nonce"]}  # the driver takes no other
-                os.write(self.job_w, (json.dumps(req) + "\n").encode())
+                os.write(self.job_w, P.line(sample_request(self.choose, rec, self.stream.job["sample_nonce"])))
             except OSError:
                 pass
             self._close_job()
@@ -328,6 +327,14 @@ class _Reader(threading.Thread):
             except OSError:
                 pass
             self.job_w = None
+
+
+def sample_request(
+    choose: Callable[[dict[str, Any]], dict[str, Any]] | None, ready: dict[str, Any], nonce: str
+) -> P.SampleRequest:
+    """The quality sample `choose` names after the outputs_ready record ({"sample": {tag: [keys]}};
+    none without it), with the job's sample nonce: the driver takes no other."""
+    return P.SampleRequest((choose(ready) if choose else {"sample": {}})["sample"], nonce)
 
 
 def _send_job(fd: int, job: dict[str, Any]) -> None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from arena.engine import protocol as P
 from arena.engine.channel import MAX_RECORD_BYTES, RecordStream, nonce, seal
 from arena.engine.diskwatch import DiskLimits, DiskWatch
 from arena.engine.home import CACHE_KEYS
@@ -45,6 +46,7 @@ from arena.engine.host import (
     persist,
     plugin_site,
     private_caches,
+    sample_request,
 )
 from cacheon_subnet import lifecycle, sandbox
 from cacheon_subnet.log import get_logger
@@ -160,7 +162,7 @@ class ResidentEngine:
 
     def _answer(self, cur: _Job, rec: dict[str, Any]) -> None:
         """The host's go/stop after a gate step, its sample request after outputs_ready."""
-        msg = None
+        msg: P.GateAnswer | P.SampleRequest | None = None
         step = next((s for s in cur.stream.job["steps"] if s.get("gate_nonce") and s.get("tag") == rec.get("step")), None)
         if step is not None:
             go = True
@@ -170,12 +172,12 @@ class ResidentEngine:
                 log.warning("arena.gate.error", error=f"{type(e).__name__}: {e}"[:300])
             if not go:
                 cur.stream.stop()
-            msg = {"nonce": step["gate_nonce"], "go": go}
-        elif rec.get("op") == "outputs_ready":
-            msg = {**(cur.choose(rec) if cur.choose else {"sample": {}}), "nonce": cur.stream.job["sample_nonce"]}
+            msg = P.GateAnswer(step["gate_nonce"], go)
+        elif rec.get("op") == P.OutputsReady.TAG:
+            msg = sample_request(cur.choose, rec, cur.stream.job["sample_nonce"])
         if msg is not None:
             with contextlib.suppress(OSError):
-                _write(self._job_w, msg)
+                _write(self._job_w, P.line(msg))
 
     def run(
         self,
@@ -204,7 +206,7 @@ class ResidentEngine:
         try:
             with self._lock:
                 self._cur = cur
-            line = sealed if first else {"nonce": self._serve, "job": sealed}
+            line = _job_line(sealed) if first else P.line(P.ServeLine(self._serve, job=sealed))
             try:
                 _write(self._job_w, line)
             except OSError as e:  # the driver is gone: its exit says why
@@ -248,7 +250,7 @@ class ResidentEngine:
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
-            _write(self._job_w, {"nonce": self._serve, "stop": True})
+            _write(self._job_w, P.line(P.ServeLine(self._serve, stop=True)))
         with contextlib.suppress(OSError):
             os.close(self._job_w)
         sandbox.stop(self.proc, grace_s=0.0 if self.watch is not None and self.watch.breach else 10.0)
@@ -260,8 +262,12 @@ class ResidentEngine:
         log.info("arena.engine.resident.stop", pid=self.proc.pid, jobs=self.jobs, poisoned=self.poisoned)
 
 
-def _write(fd: int, doc: dict[str, Any]) -> None:
-    data = (json.dumps(doc) + "\n").encode()
+def _job_line(job: dict[str, Any]) -> bytes:
+    """The first job, as its own line (arena/engine/child.py reads it before any engine exists)."""
+    return (json.dumps(job) + "\n").encode()
+
+
+def _write(fd: int, data: bytes) -> None:
     while data:
         data = data[os.write(fd, data) :]
 

@@ -19,6 +19,7 @@ import torch
 from cacheon_subnet import sandbox
 from cacheon_subnet.bundle import Bundle, Scratch
 from cacheon_subnet.sandbox.logsink import LogSink, tail_of
+from cacheon_subnet.verify import protocol as P
 from cacheon_subnet.verify import wire
 
 
@@ -152,18 +153,20 @@ class WorkerClient:
         timeout_s: float,
         on_progress: Callable[[dict[str, Any]], None] | None = None,
     ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-        """Send one message, return its reply. `on_progress`: frames of type "progress" before the
-        reply (bench's stock warm-up) go to it, within the same deadline; without it they are the reply."""
+        """Send one request (a verify/protocol.py wire dict), return the reply as it came: its
+        reader decodes it (protocol.read_reply) as the message it expects. `on_progress`: progress
+        frames before the reply (bench's stock warm-up), decoded here, go to it within the same
+        deadline; without it they are the reply. A malformed progress frame is a ProtocolError."""
         assert self.sock is not None
         deadline = time.monotonic() + timeout_s
         fd = self.sock.fileno()
         try:
             wire.send(fd, msg, tensors, deadline)
             while True:
-                reply = wire.recv(fd, deadline=deadline)
-                if on_progress is None or reply[0].get("type") != "progress":
-                    return reply
-                on_progress(reply[0])
+                head, got = wire.recv(fd, deadline=deadline)
+                if on_progress is None or P.WORKER.kind_of(head) is not P.Progress:
+                    return head, got
+                on_progress(P.reply(P.read_reply(head, P.Progress)))
         except TimeoutError:
             self.close()
             raise WorkerTimeout(f"no answer within {timeout_s:.0f} s") from None
@@ -185,7 +188,7 @@ class WorkerClient:
         if self.sock is not None:
             try:
                 if self.proc is not None and self.proc.poll() is None:
-                    wire.send(self.sock.fileno(), {"type": "exit"}, None, time.monotonic() + 1)
+                    wire.send(self.sock.fileno(), P.request(P.Exit()), None, time.monotonic() + 1)
             except (OSError, TimeoutError):
                 pass
             self.sock.close()

@@ -27,6 +27,7 @@ from cacheon_subnet.slots.gen import seed_generator
 from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_name, dtype_of
 from cacheon_subnet.tensor_views import rebase
 from cacheon_subnet.verify import judge
+from cacheon_subnet.verify import protocol as P
 from cacheon_subnet.verify.client import WorkerConfig
 from cacheon_subnet.verify.gates import graph_enabled, run_gates, select_cases
 from cacheon_subnet.verify.ranks import RankDied, RankGroup, RankTimeout, Reply
@@ -118,29 +119,32 @@ class _RankRun:
 
     def execute(self) -> tuple[list[OpResult], dict[str, Any]]:
         self.group.start()
-        msg = {"type": "load", "ops": [{"key": o.key, "slot": o.slot, "module": o.module, "attr": o.attr} for o in self.ops]}
+        msg = P.request(P.load_request(self.ops))
+        replies: list[P.Loaded] = []
         try:
-            replies = self.group.request_all([msg] * self.world, [None] * self.world, self.opts.import_timeout_s)
+            answers = self.group.request_all([msg] * self.world, [None] * self.world, self.opts.import_timeout_s)
+            for raw, _ in answers:
+                replies.append(P.read_reply(raw, P.Loaded))
         except RankTimeout as e:
             f = Failure("import_timeout", f"import / process-group rendezvous: {e}", rank=e.ranks[0])
             return [self.result(o, "FAIL", 0, 0, f) for o in self.ops], {}
         except RankDied as e:
             return [self.result(o, "FAIL", 0, 0, Failure("crashed", str(e)[-900:], rank=e.rank)) for o in self.ops], {}
+        except P.ProtocolError as e:
+            rank = len(replies)  # the first whose reply did not decode
+            f = Failure("protocol", f"rank {rank}: malformed load reply: {e}"[:900], rank=rank)
+            return [self.result(o, "FAIL", 0, 0, f) for o in self.ops], {}
         results = []
         for op in self.ops:
-            bad = next(
-                ((r, rep["results"][op.key]) for r, (rep, _) in enumerate(replies) if not rep["results"][op.key]["ok"]), None
-            )
+            bad = next(((r, rep.results.get(op.key)) for r, rep in enumerate(replies) if not _loaded(rep, op.key)), None)
             if bad is not None:
                 r, loaded = bad
-                results.append(
-                    self.result(op, "FAIL", 0, 0, Failure(loaded["reason"], f"rank {r}: {loaded['error']}", rank=r))
-                )
+                results.append(self.result(op, "FAIL", 0, 0, _at(load_failure(loaded), r)))
             elif not self.group.alive:
                 results.append(self.result(op, "FAIL", 0, 0, Failure("not_run", "ranks stopped after an earlier failure")))
             else:
                 results.append(self.check_op(op))
-        env = dict(replies[0][0].get("env", {}), world_size=self.world)
+        env = {**(replies[0].env or {}), "world_size": self.world}
         return results, env
 
     def check_op(self, op: OpEntry) -> OpResult:
@@ -200,9 +204,9 @@ class _RankRun:
         assert spec.rank_reference is not None
         return spec.rank_reference(inputs, case.params)
 
-    def _alloc(self, spec: SlotSpec, act: torch.dtype, case: ShapeCase, poison: int) -> dict[str, Any]:
+    def _alloc(self, spec: SlotSpec, act: torch.dtype, case: ShapeCase, poison: int) -> dict[str, P.Alloc]:
         return {
-            a.name: {"dtype": dtype_name(a.torch_dtype(act)), "shape": list(a.concrete_shape(case.dims)), "poison": poison}
+            a.name: P.Alloc(dtype_name(a.torch_dtype(act)), tuple(a.concrete_shape(case.dims)), poison)
             for a in spec.args
             if a.role in ("out", "scratch")
         }
@@ -218,33 +222,32 @@ class _RankRun:
         watch_sync: bool,
         mode: str = "eager",
     ) -> list[Reply]:
-        msg = {
-            "type": "call",
-            "op": op.key,
-            "params": dict(case.params),
-            "alloc": self._alloc(spec, act, case, poison),
-            "watch_sync": watch_sync,
-            "mode": mode,
-        }
+        alloc = self._alloc(spec, act, case, poison)
+        msg = P.Call(op.key, dict(case.params), alloc, watch_sync, P.CallMode(mode), secrets.token_hex(16))
         self.calls += 1
-        replies = self._request({**msg, "nonce": secrets.token_hex(16)}, [rebase(i) for i in inputs])
+        replies = self._request(P.request(msg), [rebase(i) for i in inputs])
         for (reply, tensors), sent in zip(replies, inputs):
             judge.merge_digests(reply, tensors, sent)
         return replies
 
     def _request(self, msg: dict[str, Any], tensors: Sequence[dict[str, torch.Tensor]]) -> list[Reply]:
-        """One request to every rank; a rank whose reply lacks this call's nonce answered another
-        request and is turned into a protocol failure (judge.check_reply reports it)."""
+        """One request (a protocol wire dict with its nonce) to every rank; each rank's reply as
+        the judge reads it. A rank whose reply does not decode as a result (verify/protocol.py),
+        lacks this call's nonce (it answered another request) or returns tensors nothing asked
+        for is turned into a protocol failure (judge.check_reply reports it)."""
         limit = self.opts.call_limit_s()
         if limit <= 0:
             raise RankTimeout(self.opts.spent(), list(range(self.world)))
         replies = self.group.request_all([msg] * self.world, list(tensors), limit)
-        out = []
-        for (reply, got), sent in zip(replies, tensors):
+        out: list[Reply] = []
+        for (raw, got), sent in zip(replies, tensors):
+            try:
+                reply = P.reply(P.read_reply(raw, P.Result))
+            except P.ProtocolError as e:
+                out.append((P.refused("protocol", str(e)[:900]), {}))
+                continue
             bad = judge.check_nonce(reply, msg["nonce"]) or judge.check_returned(msg, sent, got)
-            out.append(
-                ({"type": "result", "ok": False, "reason": "protocol", "error": bad.detail}, {}) if bad else (reply, got)
-            )
+            out.append((P.refused("protocol", bad.detail), {}) if bad else (reply, got))
         return out
 
     # -- trials -----------------------------------------------------------------------------
@@ -319,15 +322,9 @@ class _RankRun:
             for r in range(self.world):
                 for k, v in rebase({k: fresh[r][k] for k in sorted(dynamic & set(fresh[r]))}).items():
                     sent[r][f"r{i}.{k}"] = v
-        msg = {
-            "type": "graph",
-            "op": op.key,
-            "params": dict(case.params),
-            "alloc": self._alloc(spec, act, case, 0),
-            "replays": len(replays),
-        }
+        msg = P.Graph(op.key, dict(case.params), self._alloc(spec, act, case, 0), len(replays), secrets.token_hex(16))
         self.calls += 1 + len(replays)
-        replies = self._request({**msg, "nonce": secrets.token_hex(16)}, sent)
+        replies = self._request(P.request(msg), sent)
         last = replays[-1] if replays else capture
         f = _each(
             self.world, lambda r: judge.check_reply(replies[r][0]) or judge.check_graph_inputs(spec, replies[r][0], last[r])
@@ -352,12 +349,29 @@ class _RankRun:
 
 
 def _timeout_failure(e: RankTimeout, stage: str) -> Failure:
-    """A rank that raised while its peers waited in a collective is the root cause, not the hang."""
-    for r, (reply, _) in sorted(e.answered.items()):
+    """A rank that raised (or broke the protocol) while its peers waited in a collective is the
+    root cause, not the hang."""
+    for r, (raw, _) in sorted(e.answered.items()):
+        try:
+            reply = P.reply(P.read_reply(raw, P.Result))
+        except P.ProtocolError as bad:
+            reply = P.refused("protocol", str(bad)[:900])
         f = judge.check_reply(reply)
-        if f and not reply.get("ok"):
+        if f and reply["ok"] is not True:
             return Failure(f.reason, f"rank {r}: {f.detail[-600:]} (then: {e})", stage=stage, rank=r)
     return Failure("timeout", str(e), stage=stage, rank=e.ranks[0])
+
+
+def _loaded(reply: P.Loaded, key: str) -> bool:
+    res = reply.results.get(key)
+    return res is not None and res.ok
+
+
+def load_failure(loaded: P.LoadResult | None) -> Failure:
+    """A rank's own import failure, or protocol when its load reply lacks the op or gives no reason."""
+    if loaded is not None and loaded.reason in (P.Reason.IMPORT_ERROR, P.Reason.ENTRY_MISSING):
+        return Failure(str(loaded.reason), (loaded.error or "")[-900:])
+    return Failure("protocol", f"malformed load reply for this op: {str(loaded)[:200]}")
 
 
 def _replay(out: Mapping[str, torch.Tensor], i: int) -> dict[str, torch.Tensor]:

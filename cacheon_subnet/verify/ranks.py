@@ -24,6 +24,7 @@ import torch
 from cacheon_subnet import sandbox
 from cacheon_subnet.bundle import Bundle, Scratch
 from cacheon_subnet.sandbox.logsink import tail_of
+from cacheon_subnet.verify import protocol as P
 from cacheon_subnet.verify import wire
 from cacheon_subnet.verify.client import WorkerConfig, WorkerDied, WorkerTimeout, worker_policy, write_namespace
 
@@ -108,7 +109,8 @@ class RankGroup:
     def request_all(
         self, msgs: Sequence[dict[str, Any]], tensors: Sequence[dict[str, torch.Tensor] | None], timeout_s: float
     ) -> list[Reply]:
-        """Send msgs[r] to rank r for every rank, then collect every answer (one deadline)."""
+        """Send msgs[r] (verify/protocol.py wire dicts) to rank r for every rank, then collect
+        every answer (one deadline), as it came: the caller decodes each (protocol.read_reply)."""
         deadline = time.monotonic() + timeout_s
         rank = 0
         pending = dict(enumerate(self.socks))
@@ -161,7 +163,7 @@ class RankGroup:
         for sock in self.socks:
             try:
                 if self.proc is not None and self.proc.poll() is None:
-                    wire.send(sock.fileno(), {"type": "exit"}, None, time.monotonic() + 1)
+                    wire.send(sock.fileno(), P.request(P.Exit()), None, time.monotonic() + 1)
             except (OSError, TimeoutError):
                 pass
             sock.close()

@@ -34,6 +34,7 @@ from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.gen import usable_cpus
 from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_name
 from cacheon_subnet.verify import judge
+from cacheon_subnet.verify import protocol as P
 from cacheon_subnet.verify.client import (
     WorkerClient,
     WorkerConfig,
@@ -41,7 +42,7 @@ from cacheon_subnet.verify.client import (
     WorkerTimeout,
 )
 from cacheon_subnet.verify.draws import Draws
-from cacheon_subnet.verify.multirank import plan_ranks, verify_collective
+from cacheon_subnet.verify.multirank import load_failure, plan_ranks, verify_collective
 from cacheon_subnet.verify.op_trials import OpTrials as _OpTrials
 from cacheon_subnet.verify.opplan import OpPlan, op_plan, trial_plan
 from cacheon_subnet.verify.report import Failure, OpResult, VerifyReport
@@ -164,13 +165,6 @@ def _run_all(
     return merged, env
 
 
-def _load_failure(loaded: Any) -> Failure:
-    """The worker's own import failure, or protocol when its load reply is malformed."""
-    if isinstance(loaded, dict) and loaded.get("ok") is False and loaded.get("reason") in ("import_error", "entry_missing"):
-        return Failure(loaded["reason"], str(loaded.get("error", ""))[-900:])
-    return Failure("protocol", f"malformed load reply for this op: {str(loaded)[:200]}")
-
-
 def _op_result(op: OpEntry, status: str, calls: int, cases: int, failure: Failure | None) -> OpResult:
     return OpResult(op.key, op.slot, op.entry, op.dtypes, status, calls, cases, failure)
 
@@ -196,27 +190,27 @@ class _Run:
     def execute(self) -> tuple[list[OpResult], dict[str, Any]]:
         ops = self.ops
         self.client.start()
-        msg = {"type": "load", "ops": [{"key": o.key, "slot": o.slot, "module": o.module, "attr": o.attr} for o in ops]}
         try:
-            reply, _ = self.client.request(msg, None, self.opts.import_timeout_s)  # the budget counts calls
-        except WorkerTimeout:
+            raw, _ = self.client.request(P.request(P.load_request(ops)), None, self.opts.import_timeout_s)
+            reply = P.read_reply(raw, P.Loaded)
+        except WorkerTimeout:  # the budget counts calls, not the import
             f = Failure("import_timeout", f"import did not finish within {self.opts.import_timeout_s:.0f} s")
             return [_op_result(o, "FAIL", 0, 0, f) for o in ops], {}
         except WorkerDied as e:
             return [_op_result(o, "FAIL", 0, 0, Failure("crashed", str(e)[-900:])) for o in ops], {}
+        except P.ProtocolError as e:
+            return [_op_result(o, "FAIL", 0, 0, Failure("protocol", f"malformed load reply: {e}"[:900])) for o in ops], {}
         results: list[OpResult] = []
-        table = reply.get("results") if isinstance(reply, dict) else None
         for op in ops:
-            loaded = table.get(op.key) if isinstance(table, dict) else None
-            if not isinstance(loaded, dict) or loaded.get("ok") is not True:
-                results.append(_op_result(op, "FAIL", 0, 0, _load_failure(loaded)))
+            loaded = reply.results.get(op.key)
+            if loaded is None or not loaded.ok:
+                results.append(_op_result(op, "FAIL", 0, 0, load_failure(loaded)))
                 continue
             if not self.client.alive:
                 results.append(_op_result(op, "FAIL", 0, 0, Failure("not_run", "worker stopped after an earlier failure")))
                 continue
             results.append(self.check_op(op))
-        env = reply.get("env")  # worker-reported and informational: no verdict reads it
-        return results, env if isinstance(env, dict) else {}
+        return results, dict(reply.env or {})  # worker-reported and informational: no verdict reads it
 
     # -- one op ----------------------------------------------------------------------------
     def check_op(self, op: OpEntry) -> OpResult:
@@ -257,18 +251,24 @@ class _Run:
         return _op_result(op, status, self.calls - start_calls, len(plan.planned), failure)
 
     def request(
-        self, msg: dict[str, Any], tensors: dict[str, torch.Tensor] | None
+        self, msg: dict[str, Any] | P.Call | P.Graph, tensors: dict[str, torch.Tensor] | None
     ) -> tuple[dict[str, Any], dict[str, torch.Tensor], Failure | None]:
-        """One call with a fresh nonce; a reply that does not carry it answers some other request
-        (replayed, queued ahead or pre-computed) and fails closed as a protocol violation."""
-        nonce = secrets.token_hex(16)
+        """One call or graph trial; the reply as the judge reads it (its canonical dict, {} when it
+        did not decode) and a protocol failure when it is malformed, answers some other request
+        (its nonce: replayed, queued ahead or pre-computed) or returns tensors nothing asked for.
+        A typed request carries its nonce; a dict (op_trials' graph trial) gets a fresh one."""
+        sent = {**msg, "nonce": secrets.token_hex(16)} if isinstance(msg, dict) else P.request(msg)
         limit = self.opts.call_limit_s()
         if limit <= 0:
             raise WorkerTimeout(self.opts.spent())
         t0 = time.perf_counter()
-        reply, out = self.client.request({**msg, "nonce": nonce}, tensors, limit)
+        raw, out = self.client.request(sent, tensors, limit)
         self.timing["worker"] += time.perf_counter() - t0  # the wire both ways and the worker's own time
-        return reply, out, judge.check_nonce(reply, nonce) or judge.check_returned(msg, tensors or {}, out)
+        try:
+            reply = P.reply(P.read_reply(raw, P.Result))  # the worker runs the contribution: hostile input
+        except P.ProtocolError as e:
+            return {}, {}, Failure("protocol", str(e)[:900])
+        return reply, out, judge.check_nonce(reply, sent["nonce"]) or judge.check_returned(sent, tensors or {}, out)
 
     def call(
         self,
@@ -288,23 +288,11 @@ class _Run:
         sealed copy (made here when not given), and answers large read-only inputs with digests
         the host checks against `digests` (its own, made when it drew them) or its cache."""
         alloc = {
-            a.name: {
-                "dtype": dtype_name(a.torch_dtype(act)),
-                "shape": list(a.concrete_shape(case.dims)),
-                "poison": poison,
-                "noise_seed": noise,
-            }
+            a.name: P.Alloc(dtype_name(a.torch_dtype(act)), tuple(a.concrete_shape(case.dims)), poison, noise)
             for a in spec.args
             if a.role in ("out", "scratch")
         }
-        msg = {
-            "type": "call",
-            "op": op.key,
-            "params": dict(case.params),
-            "alloc": alloc,
-            "watch_sync": watch_sync,
-            "mode": mode,
-        }
+        msg = P.Call(op.key, dict(case.params), alloc, watch_sync, P.CallMode(mode), secrets.token_hex(16))
         self.calls += 1
         parcel = Parcel(inputs) if frame is None else None
         try:
@@ -314,7 +302,7 @@ class _Run:
                 parcel.close()
         bad = bad or judge.check_digests(spec, reply)
         if bad:
-            return {"type": "result", "ok": False, "reason": bad.reason, "error": bad.detail}, {}
+            return P.refused(bad.reason, bad.detail), {}
         t0 = time.perf_counter()
         judge.merge_digests(reply, tensors, inputs, self.digests, known=digests)
         self.timing["digest"] += time.perf_counter() - t0

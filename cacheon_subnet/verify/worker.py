@@ -15,12 +15,13 @@ that group as `group=`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -31,6 +32,7 @@ from cacheon_subnet.env import SANDBOX_MODE, SANDBOX_SCRATCH
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.spec import GROUP_ARG, SlotSpec, dtype_of
 from cacheon_subnet.tensor_views import rebase, tensor_digest
+from cacheon_subnet.verify import protocol as P
 from cacheon_subnet.verify import wire
 from cacheon_subnet.verify.judge import BIG_INPUT
 
@@ -75,96 +77,99 @@ class Worker:
         self.compiled: dict[str, Callable[..., Any]] = {}
         self.timed: tuple[Callable[..., Any], list[dict[str, torch.Tensor]], dict[str, Any]] | None = None
 
-    def _params(self, spec: SlotSpec, msg: dict[str, Any], by_name: bool = False) -> dict[str, Any]:
+    def _params(self, spec: SlotSpec, given: Mapping[str, Any], by_name: bool = False) -> dict[str, Any]:
         """Scalar params, plus `group=` for collective slots (its name when it crosses a custom op)."""
-        params = dict(msg["params"])
+        params = dict(given)
         if spec.collective:
             if self.group is None:
                 raise RuntimeError(f"{spec.id} is collective but this worker is not part of a process group")
             params[GROUP_ARG] = self.group.group_name if by_name else self.group
         return params
 
-    # -- protocol ---------------------------------------------------------------------------
+    # -- protocol (verify/protocol.py) ------------------------------------------------------
     def serve(self) -> None:
+        handlers: dict[type, Callable[[Any, dict[str, torch.Tensor]], None]] = {
+            P.Load: self.on_load,
+            P.Call: self.on_call,
+            P.Graph: self.on_graph,
+            P.Bench: self.on_bench,
+            P.TimedSetup: self.on_timed_setup,
+            P.TimedRun: self.on_timed_run,
+        }
         while True:
             try:
                 msg, tensors = wire.recv(self.fd, allow_shm=True)  # the host's sealed frames (verify/shm.py)
             except EOFError:
                 return
-            kind = msg.get("type")
-            if kind == "exit":
-                return
-            handler = getattr(self, f"on_{kind}", None)
-            if handler is None:
-                wire.send(self.fd, {"type": "error", "error": f"unknown message {kind!r}"})
-                continue
-            handler(msg, tensors)
-
-    def on_load(self, msg: dict[str, Any], _: dict) -> None:
-        results = {}
-        for op in msg["ops"]:
             try:
-                module = importlib.import_module(f"{self.package}.{op['module']}")
-                fn = getattr(module, op["attr"], None)
-                if fn is None:
-                    results[op["key"]] = {
-                        "ok": False,
-                        "reason": "entry_missing",
-                        "error": f"{op['module']} has no attribute {op['attr']!r}",
-                    }
-                    continue
-                if not callable(fn):
-                    results[op["key"]] = {"ok": False, "reason": "entry_missing", "error": f"{op['attr']} is not callable"}
+                req: P.HostMessage = P.HOST.decode(msg)
+            except P.ProtocolError as e:
+                wire.send(self.fd, P.reply(P.Error(f"unreadable request: {e}"[: P.ERROR_CHARS])))
+                continue
+            if isinstance(req, P.Exit):
+                return
+            handlers[type(req)](req, tensors)
+
+    def on_load(self, req: P.Load, _: dict) -> None:
+        results = {}
+        for op in req.ops:
+            try:
+                module = importlib.import_module(f"{self.package}.{op.module}")
+                fn = getattr(module, op.attr, None)
+                if fn is None or not callable(fn):
+                    why = f"{op.module} has no attribute {op.attr!r}" if fn is None else f"{op.attr} is not callable"
+                    results[op.key] = P.LoadResult(False, P.Reason.ENTRY_MISSING, why)
                     continue
                 salt_kernel_keys(self.package)  # as in the engine: no Triton cache key shared with another kernel
-                self.kernels[op["key"]] = (get_slot(op["slot"]), fn)
-                results[op["key"]] = {"ok": True}
+                self.kernels[op.key] = (get_slot(op.slot), fn)
+                results[op.key] = P.LoadResult(True)
             except BaseException as e:  # noqa: BLE001 - any import failure is the bundle's
-                results[op["key"]] = {"ok": False, "reason": "import_error", "error": _tail(e)}
-        wire.send(self.fd, {"type": "loaded", "results": results, "env": _env(self.device)})
+                results[op.key] = P.LoadResult(False, P.Reason.IMPORT_ERROR, _tail(e))
+        wire.send(self.fd, P.reply(P.Loaded(results, _env(self.device))))
 
-    def on_call(self, msg: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
-        spec, fn = self.kernels[msg["op"]]
-        if msg.get("mode") == "compile":
-            fn = self._compiled(msg["op"], spec, fn)
+    def on_call(self, req: P.Call, tensors: dict[str, torch.Tensor]) -> None:
+        spec, fn = self.kernels[req.op]
+        compiled = req.mode == P.CallMode.COMPILE
+        if compiled:
+            fn = self._compiled(req.op, spec, fn)
         t0 = time.perf_counter()
-        args = self._materialise(spec, msg, tensors)
-        params = self._params(spec, msg, by_name=msg.get("mode") == "compile")
+        args = self._materialise(req.alloc, tensors)
+        params = self._params(spec, req.params, by_name=compiled)
         t1 = time.perf_counter()
-        reply = self._invoke(spec, fn, args, params, watch_sync=bool(msg.get("watch_sync")))
+        reply = self._run(spec, fn, args, params, req.watch_sync, req.nonce)
         t2 = time.perf_counter()
-        if not reply["ok"]:
-            self._send(msg, reply)
+        if not reply.ok:
+            self._send(reply)
             return
         big = {
             a.name for a in spec.args if a.role == "in" and args[a.name].numel() * args[a.name].element_size() > BIG_INPUT
         }
-        reply["digests"] = {k: tensor_digest(args[k]) for k in sorted(big)}
+        digests = {k: tensor_digest(args[k]) for k in sorted(big)}
         back = {k: v.detach().cpu() for k, v in args.items() if k not in big}
         # where the worker's share of a call went (informational, worker-reported: no verdict reads it)
-        reply["worker_s"] = {"materialise": t1 - t0, "invoke": t2 - t1, "digest_and_copy": time.perf_counter() - t2}
-        self._send(msg, reply, back)
+        share = {"materialise": t1 - t0, "invoke": t2 - t1, "digest_and_copy": time.perf_counter() - t2}
+        self._send(dataclasses.replace(reply, digests=digests, worker_s=share), back)
 
-    def on_graph(self, msg: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
+    def on_graph(self, req: P.Graph, tensors: dict[str, torch.Tensor]) -> None:
         """Capture one call in a CUDA graph, then replay it with new graph-dynamic values."""
-        spec, fn = self.kernels[msg["op"]]
-        args = self._materialise(spec, msg, {k: v for k, v in tensors.items() if "." not in k})
-        params = self._params(spec, msg)
+        spec, fn = self.kernels[req.op]
+        args = self._materialise(req.alloc, {k: v for k, v in tensors.items() if "." not in k})
+        params = self._params(spec, req.params)
         out: dict[str, torch.Tensor] = {}
         try:
-            warm = self._invoke(spec, fn, rebase(args), params, watch_sync=False)
-            if not warm["ok"]:
-                self._send(msg, warm)
+            warm = self._run(spec, fn, rebase(args), params, False, req.nonce)
+            if not warm.ok:
+                self._send(warm)
                 return
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 fn(**args, **params)
         except BaseException as e:  # noqa: BLE001
-            self._send(msg, {"type": "result", "ok": False, "reason": "graph_capture", "error": _tail(e)})
+            self._send(P.Result(False, req.nonce, P.Reason.GRAPH_CAPTURE, _tail(e)))
             return
         try:
-            for i in range(int(msg["replays"])):
+            for i in range(req.replays):
                 for k, v in tensors.items():
                     if k.startswith(f"r{i}."):
                         args[k.split(".", 1)[1]].copy_(v.to(self.device))
@@ -176,24 +181,26 @@ class Worker:
                     if a.written:
                         out[f"r{i}.{a.name}"] = args[a.name].detach().cpu().clone()
         except BaseException as e:  # noqa: BLE001
-            self._send(msg, {"type": "result", "ok": False, "reason": "graph_replay", "error": _tail(e)})
+            self._send(P.Result(False, req.nonce, P.Reason.GRAPH_REPLAY, _tail(e)))
             return
         # read-only inputs after the last replay: a kernel that writes into them only while being
         # captured (is_current_stream_capturing) does it on every replay; the host compares
         final = {a.name: tensor_digest(args[a.name]) for a in spec.by_role("in")}
-        self._send(msg, {"type": "result", "ok": True, "final_digests": final}, out)
+        self._send(P.Result(True, req.nonce, final_digests=final), out)
 
-    def on_bench(self, msg: dict[str, Any], _: dict) -> None:
+    def on_bench(self, req: P.Bench, _: dict) -> None:
         from cacheon_subnet.bench_timing import run_bench_request
 
-        spec, fn = self.kernels[msg["op"]]
+        spec, fn = self.kernels[req.op]
+        tensors: dict[str, torch.Tensor] | None = None
         try:
-            reply, tensors = run_bench_request(spec, fn, msg, self.device)
+            done, tensors = run_bench_request(spec, fn, P.request(req), self.device)
+            reply = P.read_reply(done, P.BenchReply)  # bench_timing's dict, in its typed form
         except BaseException as e:  # noqa: BLE001
-            reply, tensors = {"type": "bench", "ok": False, "reason": "exception", "error": _tail(e)}, None
-        wire.send(self.fd, reply, tensors)
+            reply, tensors = P.BenchReply(False, P.Reason.EXCEPTION, _tail(e)), None
+        wire.send(self.fd, P.reply(reply), tensors)
 
-    def on_timed_setup(self, msg: dict[str, Any], _: dict) -> None:
+    def on_timed_setup(self, req: P.TimedSetup, _: dict) -> None:
         """Host-clocked timing: map the host's memfd (sent right after this frame) as K argument
         sets for one target (a loaded op, or the slot reference on a baseline worker)."""
         import socket
@@ -205,19 +212,16 @@ class Worker:
                 _data, fds, _flags, _addr = socket.recv_fds(sock, 1, 1)
             if len(fds) != 1:
                 raise RuntimeError(f"expected one memory fd, got {len(fds)}")
-            calls = map_arena(fds[0], int(msg["call_bytes"]), msg["calls"])
+            calls = map_arena(fds[0], req.call_bytes, P.request(req)["calls"])
             os.close(fds[0])
-            if msg["op"] == "@reference":
-                fn = reference_kernel(get_slot(msg["slot"]))
-            else:
-                fn = self.kernels[msg["op"]][1]
-            self.timed = (fn, calls, dict(msg["params"]))
+            fn = reference_kernel(get_slot(req.slot)) if req.op == "@reference" else self.kernels[req.op][1]
+            self.timed = (fn, calls, dict(req.params))
         except BaseException as e:  # noqa: BLE001
-            wire.send(self.fd, {"type": "timed_ready", "ok": False, "reason": "setup", "error": _tail(e)})
+            wire.send(self.fd, P.reply(P.TimedReady(False, P.Reason.SETUP, _tail(e))))
             return
-        wire.send(self.fd, {"type": "timed_ready", "ok": True})
+        wire.send(self.fd, P.reply(P.TimedReady(True)))
 
-    def on_timed_run(self, msg: dict[str, Any], _: dict) -> None:
+    def on_timed_run(self, req: P.TimedRun, _: dict) -> None:
         """One batch of calls; the reply carries no timing (the host's clock is the only one)."""
         from cacheon_subnet.bench_timing import run_calls
 
@@ -225,29 +229,40 @@ class Worker:
             if self.timed is None:
                 raise RuntimeError("timed_run before timed_setup")
             fn, calls, params = self.timed
-            run_calls(fn, calls, params, min(int(msg["n"]), len(calls)))
+            run_calls(fn, calls, params, min(req.n, len(calls)))
         except BaseException as e:  # noqa: BLE001
-            wire.send(self.fd, {"type": "timed_done", "ok": False, "reason": "exception", "error": _tail(e)})
+            wire.send(self.fd, P.reply(P.TimedDone(False, P.Reason.EXCEPTION, _tail(e))))
             return
-        wire.send(self.fd, {"type": "timed_done", "ok": True})
+        wire.send(self.fd, P.reply(P.TimedDone(True)))
 
     # -- helpers ----------------------------------------------------------------------------
-    def _send(self, msg: dict[str, Any], reply: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None) -> None:
-        """Echo the request's nonce: the host refuses a reply that does not answer this call."""
-        wire.send(self.fd, {**reply, "nonce": msg.get("nonce")}, tensors)
+    def _send(self, reply: P.Result, tensors: dict[str, torch.Tensor] | None = None) -> None:
+        """A result echoes its request's nonce: the host refuses a reply that does not answer this call."""
+        wire.send(self.fd, P.reply(reply), tensors)
 
-    def _materialise(self, spec: SlotSpec, msg: dict[str, Any], tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def _materialise(self, alloc: Mapping[str, P.Alloc], tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Inputs to the device (views preserved); outputs allocated and poisoned; scratch filled."""
         args = rebase(tensors, self.device)
-        for name, a in msg.get("alloc", {}).items():
-            t = torch.empty(a["shape"], dtype=dtype_of(a["dtype"]), device=self.device)
-            which = int(a.get("poison", 0))
-            args[name] = _noise(t, int(a.get("noise_seed", 0))) if which == 2 else t.fill_(_poison(t.dtype, which))
+        for name, a in alloc.items():
+            t = torch.empty(a.shape, dtype=dtype_of(a.dtype), device=self.device)
+            args[name] = _noise(t, a.noise_seed or 0) if a.poison == 2 else t.fill_(_poison(t.dtype, a.poison))
         return args
 
     def _invoke(
         self, spec: SlotSpec, fn: Callable[..., Any], args: dict[str, torch.Tensor], params: dict[str, Any], watch_sync: bool
     ) -> dict[str, Any]:
+        """One call's result as its wire dict (tests/adversarial/test_rng_counter.py reads it)."""
+        return P.reply(self._run(spec, fn, args, params, watch_sync, ""))
+
+    def _run(
+        self,
+        spec: SlotSpec,
+        fn: Callable[..., Any],
+        args: dict[str, torch.Tensor],
+        params: dict[str, Any],
+        watch_sync: bool,
+        nonce: str,
+    ) -> P.Result:
         before = {k: (v.data_ptr(), v.untyped_storage().data_ptr()) for k, v in args.items()}
         watch = HostSyncWatch(self.root)
         cuda = self.device.type == "cuda"
@@ -271,8 +286,8 @@ class Worker:
         except BaseException as e:  # noqa: BLE001
             if cuda:
                 torch.cuda.set_sync_debug_mode(0)
-            reason = "host_sync" if "synchroniz" in str(e) and watch_sync else "exception"
-            return {"type": "result", "ok": False, "reason": reason, "error": _tail(e)}
+            reason = P.Reason.HOST_SYNC if "synchroniz" in str(e) and watch_sync else P.Reason.EXCEPTION
+            return P.Result(False, nonce, reason, _tail(e))
         aliases = []
         input_storages = {v.untyped_storage().data_ptr() for k, v in args.items() if spec.arg(k).role == "in"}
         for k, v in args.items():
@@ -280,13 +295,8 @@ class Worker:
                 aliases.append(f"{k} was re-pointed to other storage")
             elif spec.arg(k).role == "out" and v.untyped_storage().data_ptr() in input_storages:
                 aliases.append(f"{k} shares storage with an input")
-        return {
-            "type": "result",
-            "ok": True,
-            "returned": None if result is None else type(result).__name__,
-            "host_sync": watch.hits,
-            "aliases": aliases,
-        }
+        returned = None if result is None else type(result).__name__[: P.NAME_CHARS]
+        return P.Result(True, nonce, returned=returned, host_sync=tuple(watch.hits), aliases=tuple(aliases))
 
     def _compiled(self, key: str, spec: SlotSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
         """The dispatch path SGLang's piecewise graphs trace: custom op + Dynamo fullgraph."""
@@ -378,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         calls = json.loads(a.preload_cases)  # a frame per call done: the host shows it (a first call may build minutes)
 
         def done(i: int) -> None:
-            wire.send(a.fd, {"type": "progress", "phase": "warm", "done": i, "total": len(calls)})
+            wire.send(a.fd, P.reply(P.Progress("warm", i, len(calls))))
 
         for why in warm_stock(calls, torch.device(device), on_done=done):
             print(f"bench: stock warm-up: {why}", file=sys.stderr, flush=True)

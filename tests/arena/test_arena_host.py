@@ -203,7 +203,8 @@ def test_a_long_record_line_split_across_reads_is_kept_whole(tmp_path):
     import json
 
     def payload(sealed: dict) -> bytes:
-        return json.dumps({"op": "started", "nonce": sealed["lifecycle_nonces"][0], "pad": "x" * 300_000}).encode() + b"\n"
+        pad = {"pad": ["x" * 1000] * 300}  # a field the record has (arena/engine/protocol.py: Started.diag)
+        return json.dumps({"op": "started", "nonce": sealed["lifecycle_nonces"][0], "diag": pad}).encode() + b"\n"
 
     stream = _read_through_pipe(tmp_path, payload)
     assert stream.forgery is None and [r["op"] for r in stream.records] == ["started"]
