@@ -106,8 +106,12 @@ class CpuQualifier:
         try:
             load = {"type": "load", "ops": [{"key": op.key, "slot": op.slot, "module": op.module, "attr": op.attr}]}
             reply, _ = cand.request(load, None, self.call_timeout_s)
-            if not reply["results"][op.key]["ok"]:
-                return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, f"import failed: {reply['results'][op.key]['reason']}")
+            # the candidate's worker wrote this reply: a missing or mistyped field FAILs, never a KeyError
+            table = reply.get("results") if isinstance(reply, dict) else None
+            loaded = table.get(op.key) if isinstance(table, dict) else None
+            if not isinstance(loaded, dict) or loaded.get("ok") is not True:
+                why = str(loaded.get("reason"))[:200] if isinstance(loaded, dict) else "no load answer for the op"
+                return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, f"import failed: {why}")
             for case in progress.bar(cases, desc=f"{self.label} {op.key}", unit="shape"):
                 row = CaseTimer(self, spec, op, case, dtype, base, cand).run()
                 ratios.append(row.speedup)
