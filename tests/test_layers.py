@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             f"cacheon_subnet.{m}"
             for m in (
                 "errors log retry pins resources guard sockpath fdbudget netpolicy webapi progress connguard "
-                "owned_dir httpsite lifecycle procs env cliout words msgcodec"
+                "owned_dir httpsite lifecycle procs env cliout words jsonform msgcodec"
             ).split()
         )
         + ("=cacheon_subnet",),  # the package face alone (__version__, spec_version): "=" claims one module

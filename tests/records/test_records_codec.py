@@ -102,15 +102,15 @@ def _bad(mutate, base: object = GPU) -> str:
 
 def test_unknown_keys_are_refused_at_every_depth():
     assert "unknown key(s) ['seed']" in _bad(lambda d: d.update(seed=1))
-    assert "GpuDetail).speed: unknown key(s) ['ratios']" in _bad(lambda d: d["speed"].update(ratios=[1.0]))
+    assert "GpuDetail).speed.ratios: unknown key(s) ['ratios']" in _bad(lambda d: d["speed"].update(ratios=[1.0]))
     msg = _bad(lambda d: d["windows"][0].update(cheat=2.0))
-    assert "GpuDetail).windows[0]: unknown key(s) ['cheat']" in msg
+    assert "GpuDetail).windows[0].cheat: unknown key(s) ['cheat']" in msg
     assert "unknown key(s) ['B3']" in _bad(lambda d: d["cases"][0]["series_us"].update(B3=[]), CPU)
 
 
 def test_missing_keys_are_refused():
     assert "missing key 'speedup_basis'" in _bad(lambda d: d.pop("speedup_basis"))
-    assert "speed: missing key 'bar'" in _bad(lambda d: d["speed"].pop("bar"))
+    assert "speed.bar: missing key 'bar'" in _bad(lambda d: d["speed"].pop("bar"))
     assert "missing key 'verdict'" in _bad(lambda d: d.pop("verdict"), RESULT)
     assert "missing key 'role'" in _bad(lambda d: d["windows"][0].pop("role"))
 
@@ -122,12 +122,12 @@ def test_missing_keys_are_refused():
         (lambda d: d.update(wall_s=True), "wall_s: bool"),  # a bool is no number
         (lambda d: d["windows"][0].update(index=3.0), "windows[0].index: float"),
         (lambda d: d["evidence"].update(ok=1), "evidence.ok: int"),
-        (lambda d: d["evidence"].update(problems="rank 0"), "evidence.problems: str, expected a list"),
-        (lambda d: d.update(windows={"0": {}}), "windows: dict, expected a list"),
+        (lambda d: d["evidence"].update(problems="rank 0"), "evidence.problems: str 'rank 0', expected a list"),
+        (lambda d: d.update(windows={"0": {}}), "windows: dict {'0': {}}, expected a list"),
         (lambda d: d.update(speedup_basis=None), "speedup_basis: null"),
-        (lambda d: d["windows"][0].update(role="D"), "windows[0].role: 'D', expected one of"),
-        (lambda d: d["speed"].update(verdict="MAYBE"), "speed.verdict: 'MAYBE'"),
-        (lambda d: d.update(metric="wall_s"), "metric: 'wall_s'"),
+        (lambda d: d["windows"][0].update(role="D"), "windows[0].role: str 'D', expected one of"),
+        (lambda d: d["speed"].update(verdict="MAYBE"), "speed.verdict: str 'MAYBE'"),
+        (lambda d: d.update(metric="wall_s"), "metric: str 'wall_s'"),
     ],
 )
 def test_wrong_types_and_values_are_refused(mutate, where):
@@ -195,3 +195,15 @@ def test_board_figures_are_the_snapshots_slice():
     assert GPU.board() == BoardFigures(GPU.metric, GPU.windows, GPU.speed, GPU.confirm, GPU.speedup_basis)
     assert CPU.board() == records.NO_FIGURES
     assert codec.loads(BoardFigures, records.board_json(GPU.board())) == GPU.board()
+
+
+def test_storage_keeps_what_a_pipe_would_bound_and_refuses_ints_no_float_holds():
+    """The records' dialect of the shared codec: a stored reason longer than any message's bound
+    (a long traceback) reads back whole; an integer literal too large for a float is refused by
+    name, never an OverflowError out of the reader."""
+    long = dataclasses.replace(RESULT, reason="x" * 200_000)
+    assert from_json(QualifyResult, to_json(long)).reason == long.reason
+    doc = _doc(RESULT)
+    doc["speedup"] = 10**400
+    with pytest.raises(RecordError, match=r"QualifyResult\.speedup: an int outside 64 bits"):
+        from_json(QualifyResult, doc)
