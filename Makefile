@@ -8,6 +8,9 @@ BASE_PYTHON ?= $(firstword $(wildcard /usr/bin/python3.13 /usr/bin/python3.12 /u
 # CPU wheel of torch for laptops/CI; on a GPU box install the `gpu` extra instead.
 TORCH_SPEC ?= torch==2.13.0
 TRITON_SPEC ?= triton==3.6.0
+# The CUDA compile lane (native/, the `native` extra: nvcc 13.0 from PyPI, ~100 MB of wheels, ~2 s to install here)
+# and CUTLASS/CuTe headers for it: headers only, so without the wheel's Python dependencies (scipy, cuda-python ...).
+CUTLASS_SPEC ?= nvidia-cutlass==4.2.0.0
 # pytest-xdist workers: on the 2-core CI box a serial run left a core idle while tests waited on
 # sandboxed subprocesses (full suite: 26.6 min serial; 18.9 min with 2 workers, measured)
 TEST_JOBS ?= 2
@@ -27,8 +30,9 @@ $(VENV)/.installed: pyproject.toml
 	$(BASE_PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install "$(TORCH_SPEC)" "$(TRITON_SPEC)"
-	$(PY) -m pip install -e '.[dev,chain]'
-	$(PY) -m compileall -q cacheon_subnet arena seams
+	$(PY) -m pip install -e '.[dev,chain,native]'
+	$(PY) -m pip install --no-deps "$(CUTLASS_SPEC)"
+	$(PY) -m compileall -q cacheon_subnet arena seams native
 	touch $@
 	@echo "== installed. The CLI is $(VENV)/bin/cacheon; to type plain \`cacheon\`: source $(VENV)/bin/activate =="
 

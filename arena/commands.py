@@ -263,7 +263,7 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     w.add_argument("--json", action="store_true")
     w.set_defaults(handler=cmd_arena_warm)
     i = asub.add_parser("id", help="print the arena id of a config")
-    i.add_argument("--config", required=True)
+    i.add_argument("--config", required=True, help="configs/arena/<name>.toml")
     i.add_argument("--json", action="store_true")
     i.set_defaults(handler=cmd_arena_id)
     d = asub.add_parser("digest", help="a real checkpoint's content digest and per-file manifest ([model] digest)")

@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from cacheon_subnet import progress, sandbox
+from cacheon_subnet.bench_words import CaseCost, baseline_label
 from cacheon_subnet.bundle import Bundle
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.retarget import profile_cases
 from cacheon_subnet.slots.spec import dtype_of
 from cacheon_subnet.verify import judge
+from cacheon_subnet.verify import protocol as P
 from cacheon_subnet.verify.client import WorkerClient, WorkerConfig, WorkerDied, WorkerTimeout
 from cacheon_subnet.verify.report import Failure
 from cacheon_subnet.verify.shapes import arena_cases
@@ -133,18 +135,14 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
         )
         client.start()
         ops = bundle.manifest.ops
-        reply, _ = client.request(
-            {"type": "load", "ops": [{"key": o.key, "slot": o.slot, "module": o.module, "attr": o.attr} for o in ops]},
-            None,
-            300,
-            on_progress=_warm_progress(warm, t0),
-        )
-        env = reply.get("env", {})
+        raw, _ = client.request(P.request(P.load_request(ops)), None, 300, on_progress=_warm_progress(warm, t0))
+        loaded = P.read_reply(raw, P.Loaded)  # the worker imported the bundle: its reply is decoded strictly
+        env = dict(loaded.env or {})
         progress.note(f"bench: worker ready after {time.monotonic() - t0:.1f} s")
         for op in ops:
-            res = reply["results"][op.key]
-            if not res["ok"]:
-                errors.append(f"{op.key}: {res['reason']}: {res['error'].strip().splitlines()[-1]}")
+            res = loaded.results.get(op.key)
+            if res is None or not res.ok:
+                errors.append(f"{op.key}: {_load_error(res)}")
                 continue
             spec = get_slot(op.slot)
             if spec.collective:  # one process cannot time a collective; verify checks it on N ranks
@@ -158,6 +156,7 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
                 errors.append(f"{op.key}: dtype {dtype} not declared by the bundle")
                 continue
             placed = _cases(spec, op, opts)
+            ratio: float | None = None
             if not placed:
                 model = opts.arena.model if opts.arena is not None else opts.model
                 errors.append(
@@ -178,30 +177,55 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
                 }
                 log.info("bench.case", op=op.key, case=case.label, dtype=dtype)
                 tag = f"bench [{i + 1}/{len(placed)}] {op.key} {case.label} {dtype}" + (f" ({where})" if where else "")
-                progress.note(f"{tag}: timing (about {opts.budget_s:g} s a side)")
-                r, tensors = client.request(msg, None, opts.call_timeout_s)
-                if not r.get("ok"):
-                    errors.append(
-                        f"{op.key} {case.label}: {r.get('reason')}: {str(r.get('error', '')).strip().splitlines()[-1:]}"
-                    )
+                t_case = time.monotonic()
+                progress.note(f"{tag}: drawing the re-check's inputs and running the fp32 reference on them")
+                ref, cost = host_reference(spec, case, dtype, msg["seed"] + 1, opts.device)
+                cost = replace(cost, ratio=ratio)
+                progress.note(f"{tag}: timing, {cost.say(opts.budget_s)}")
+                raw, tensors = client.request(msg, None, opts.call_timeout_s)
+                r = P.read_reply(raw, P.BenchReply)
+                sides = _sides(r)
+                if isinstance(sides, str):
+                    errors.append(f"{op.key} {case.label}: {sides}")
                     progress.note(f"{tag}: {errors[-1]}")
                     continue
-                hbm = hbm if hbm is not None else r.get("hbm_gbps")
-                t = r["timings"]
+                hbm = hbm if hbm is not None else r.hbm_gbps
+                cand, base = sides
+                ratio = cand.median_us / base.median_us if base.median_us > 0 else None
                 progress.note(
-                    f"{tag}: {t['candidate']['median_us']:.2f} µs vs {t['baseline']['median_us']:.2f} µs; "
-                    "re-checking against the reference"
+                    f"{tag}: {cand.median_us:.2f} µs vs {base.median_us:.2f} µs; re-checking against the reference"
                 )
                 t_check = time.monotonic()
-                rows.append(_row(op.key, spec, case, dtype, r, tensors, hbm, where, msg["seed"] + 1, opts.device))
-                progress.note(f"{tag}: re-check {rows[-1].recheck} ({time.monotonic() - t_check:.1f} s)")
-    except (WorkerTimeout, WorkerDied) as e:
+                rows.append(_row(op.key, spec, case, dtype, r, sides, tensors, hbm, where, ref, opts.device))
+                progress.note(
+                    f"{tag}: re-check {rows[-1].recheck} ({time.monotonic() - t_check:.1f} s; "
+                    f"the case took {time.monotonic() - t_case:.1f} s)"
+                )
+    except (WorkerTimeout, WorkerDied, P.ProtocolError) as e:  # a malformed reply ends the bench, named
         errors.append(f"worker: {e}")
     finally:
         client.cleanup()
     return BenchReport(
         bundle.digest, opts.device, tuple(rows), tuple(errors), env, hbm, time.monotonic() - t0, _arena_line(opts.arena)
     )
+
+
+def _load_error(res: P.LoadResult | None) -> str:
+    """Why an op did not load, as the bench's error line says it (the traceback's last line)."""
+    if res is None:
+        return "protocol: the worker's load reply has no answer for this op"
+    return f"{res.reason}: {((res.error or '').strip().splitlines() or [''])[-1]}"
+
+
+def _sides(r: P.BenchReply) -> tuple[P.SideTiming, P.SideTiming] | str:
+    """The candidate's and the baseline's figures of a bench reply, or the error line for a
+    failed case or for a reply without both (a malformed reply is an error line, never a KeyError)."""
+    if not r.ok:
+        return f"{r.reason}: {(r.error or '').strip().splitlines()[-1:]}"
+    t = r.timings or {}
+    if "candidate" not in t or "baseline" not in t:
+        return f"protocol: the bench reply times {sorted(t)}, not the candidate and the baseline"
+    return t["candidate"], t["baseline"]
 
 
 def _warm_progress(warm: tuple[tuple[str, str, dict[str, Any]], ...], t0: float) -> Any:
@@ -258,19 +282,40 @@ def _arena_line(arena: Any) -> str:
     )
 
 
-def recheck(spec, case, dtype: str, seed: int, device: str, got: dict) -> Failure | None:  # noqa: ANN001
-    """The worker's outputs of its re-check call against the reference on the same inputs, which
-    the host draws itself from the call's seed on the bench device: no GB-sized copy of them comes
-    back from the worker, and on CUDA neither the draw nor the fp32 reference is host work."""
+def host_reference(spec, case, dtype: str, seed: int, device: str) -> tuple[dict, CaseCost]:  # noqa: ANN001
+    """The fp32 reference's outputs on the re-check call's inputs, which the host draws itself
+    from the call's seed on the bench device (no GB-sized copy of them comes back from the
+    worker; on CUDA neither the draw nor the reference is host work), and what both cost."""
     import torch
 
     from cacheon_subnet.bench_timing import device_inputs
 
+    def sync() -> None:
+        if torch.device(device).type == "cuda":
+            torch.cuda.synchronize()
+
+    t0 = time.perf_counter()
     inputs = device_inputs(spec, case, dtype_of(dtype), seed, device)
+    sync()
+    draw_s = time.perf_counter() - t0
     sent = {k: v for k, v in inputs.items() if spec.arg(k).role in ("in", "inout")}
-    with torch.device(device):
-        ref = spec.reference(sent, case.params)
-    return judge.check_outputs(spec, dtype, got, {k: v.cpu() for k, v in ref.items()})
+    calls: list[float] = []
+    while not calls or (len(calls) < 5 and sum(calls) < 0.5):  # a cheap first call is mostly start-up cost
+        t1 = time.perf_counter()
+        with torch.device(device):
+            ref = spec.reference(sent, case.params)
+        sync()
+        calls.append(time.perf_counter() - t1)
+    out = {k: v.cpu() for k, v in ref.items()}
+    del inputs, sent, ref
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()  # the worker times next, on the same GPU: hand the K/V pool's memory back
+    return out, CaseCost(draw_s=draw_s, call_s=min(calls))
+
+
+def recheck(spec, case, dtype: str, seed: int, device: str, got: dict) -> Failure | None:  # noqa: ANN001
+    """The worker's outputs of its re-check call against the reference on the same inputs."""
+    return judge.check_outputs(spec, dtype, got, host_reference(spec, case, dtype, seed, device)[0])
 
 
 def _row(
@@ -278,31 +323,32 @@ def _row(
     spec,
     case,
     dtype: str,
-    r: dict[str, Any],
+    r: P.BenchReply,
+    sides: tuple[P.SideTiming, P.SideTiming],
     tensors: dict,
     hbm: float | None,  # noqa: ANN001
     where: str,
-    check_seed: int,
+    ref: dict,
     device: str,
 ) -> BenchRow:
-    cand, base = r["timings"]["candidate"], r["timings"]["baseline"]
+    cand, base = sides
     got = {k[4:]: v for k, v in tensors.items() if k.startswith("out.")}
-    f = recheck(spec, case, dtype, check_seed, device, got)
+    f = judge.check_outputs(spec, dtype, got, ref)
     nbytes = spec.default_bytes(case, dtype_of(dtype))
-    gbps = nbytes / (cand["median_us"] * 1e-6) / 1e9 if cand["median_us"] > 0 else 0.0
+    gbps = nbytes / (cand.median_us * 1e-6) / 1e9 if cand.median_us > 0 else 0.0
     return BenchRow(
         op=key,
         case=case.label,
         dtype=dtype,
-        candidate_us=cand["median_us"],
-        baseline_us=base["median_us"],
-        speedup=base["median_us"] / cand["median_us"] if cand["median_us"] > 0 else 0.0,
-        baseline=r["baseline"],
+        candidate_us=cand.median_us,
+        baseline_us=base.median_us,
+        speedup=base.median_us / cand.median_us if cand.median_us > 0 else 0.0,
+        baseline=baseline_label(r.baseline or "", device),
         bytes=nbytes,
         candidate_gbps=gbps,
         pct_hbm=100 * gbps / hbm if hbm else None,
-        n=int(cand["n"]),
-        rel_stderr=max(cand["rel_stderr"], base["rel_stderr"]),
+        n=cand.n,
+        rel_stderr=max(cand.rel_stderr, base.rel_stderr),
         recheck="ok" if f is None else f"FAIL {f.reason}",
         where=where,
     )

@@ -15,11 +15,12 @@ from pathlib import Path
 from arena import commands as arena_commands
 from cacheon_subnet import demo
 from cacheon_subnet.chain import commands as chain_commands
-from cacheon_subnet.cliout import Exit, emit
+from cacheon_subnet.cliout import Exit, add_log_to, emit, show_defaults
 from cacheon_subnet.env import LOG_LEVEL
 from cacheon_subnet.errors import BundleError, CacheonError, UsageError
 from cacheon_subnet.miner import commands as miner_commands
 from cacheon_subnet.validator import commands as validator_commands
+from native import commands as native_commands
 from seams import commands as seams_commands
 
 Command = Callable[[argparse.Namespace], int]
@@ -135,6 +136,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
         payload = {"status": "FAIL", "reasons": [f"{reason}: {e}"], "source": args.bundle}
         emit(args, payload, f"cacheon verify: FAIL\n  {reason}: {e}")
         return Exit.FAIL
+    from cacheon_subnet.verify.native_gate import check_native, has_cuda
+
+    if has_cuda(bundle):  # compiled + static checks; the trials need the launcher (issue 32 part 2): exit 3
+        native = check_native(bundle)
+        emit(args, native.to_json(), native.render())
+        return native.exit_code
     opts = VerifyOptions(
         device=args.device,
         tier=args.tier,
@@ -215,14 +222,11 @@ def _bench_device(asked: str | None) -> str:
 
 @command("miner init")
 def cmd_miner_init(args: argparse.Namespace) -> int:
-    from cacheon_subnet.miner.scaffold import scaffold
+    from cacheon_subnet.miner.scaffold import Lang, scaffold
 
-    path = scaffold(args.slot, Path(args.dir), force=args.force)
-    emit(
-        args,
-        {"created": str(path), "slot": args.slot},
-        f"created {path} for slot {args.slot}\nnext: cacheon verify {path} --device cpu",
-    )
+    path = scaffold(args.slot, Path(args.dir), force=args.force, lang=Lang(args.lang))
+    nxt = f"cacheon verify {path} --device cpu" if args.lang == "triton" else f"cacheon native build {path}"
+    emit(args, {"created": str(path), "slot": args.slot}, f"created {path} for slot {args.slot}\nnext: {nxt}")
     return Exit.OK
 
 
@@ -254,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
         "`source .venv/bin/activate` first.",
     )
     p.add_argument("--log-level", default=None, help=f"debug|info|warning|error (env {LOG_LEVEL.name})")
+    add_log_to(p)
     p.add_argument(
         "-q", "--quiet", action="store_true", help="no progress bars (stderr, TTY only) or progress lines (stderr)"
     )
@@ -263,19 +268,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("pack", help="deterministic .tar.gz of a bundle directory")
-    s.add_argument("src")
-    s.add_argument("-o", "--out")
+    s.add_argument("src", help="bundle directory (manifest.toml at its root)")
+    s.add_argument("-o", "--out", help="archive path (default: <bundle dir name>.tar.gz here)")
     s.add_argument("--hotkey", help="also print the hotkey-bound digest")
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("digest", help="canonical content digest of a bundle")
-    s.add_argument("bundle")
-    s.add_argument("--hotkey")
+    s.add_argument("bundle", help="bundle directory or .tar.gz")
+    s.add_argument("--hotkey", help="also print the hotkey-bound digest (the contribution id)")
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("verify", help="check a bundle exactly as a validator would (exit 0 PASS, 1 FAIL)")
-    s.add_argument("bundle")
-    s.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    s.add_argument("bundle", help="bundle directory or .tar.gz")
+    s.add_argument(
+        "--device", default="cpu", choices=["cpu", "cuda"], help="cuda adds CUDA graph capture/replay and torch.compile"
+    )
     s.add_argument("--tier", choices=["verify", "gpu", "bench"], help="workload shape set (default by device)")
     s.add_argument("--json", action="store_true")
     s.add_argument("--seed", type=int, help="fix the input seed (debugging; validators use a secret one)")
@@ -286,8 +293,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds for the whole verify (the validator screens with 900 on "
         "a GPU, 3600 on CPU): ops still unchecked then FAIL `timeout`",
     )
-    s.add_argument("--import-timeout", type=float, default=120.0)
-    s.add_argument("--max-cases", type=int)
+    s.add_argument("--import-timeout", type=float, default=120.0, help="seconds for the worker to import the bundle")
+    s.add_argument(
+        "--max-cases",
+        type=int,
+        metavar="N",
+        help="at most N of the slot's tier shapes per op (default: all); verify adds its odd and --arena "
+        "sizes beyond them, so the report's `cases` counts both and `tier_cases` the capped ones",
+    )
     s.add_argument("--no-graph", action="store_true", help="skip CUDA graph capture/replay")
     s.add_argument("--no-compile", action="store_true", help="skip torch.compile(fullgraph=True)")
     s.add_argument(
@@ -305,14 +318,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     s = sub.add_parser("bench", help="time a bundle's kernels against stock SGLang (or the reference)")
-    s.add_argument("bundle")
+    s.add_argument("bundle", help="bundle directory or .tar.gz")
     s.add_argument(
         "--device", default=None, choices=["cpu", "cuda"], help="default: cuda if a CUDA device is visible, else cpu"
     )
-    s.add_argument("--tier", default="bench", choices=["verify", "gpu", "bench"])
-    s.add_argument("--budget", type=float, default=3.0, help="seconds of timing per case and side")
-    s.add_argument("--target-rel-err", type=float, default=0.001, help="stop when stderr/mean falls below")
-    s.add_argument("--max-cases", type=int)
+    s.add_argument("--tier", default="bench", choices=["verify", "gpu", "bench"], help="workload shape set")
+    s.add_argument(
+        "--budget",
+        type=float,
+        default=3.0,
+        help="seconds of timing per case, both sides together; each side still runs at least 23 calls, so a "
+        "case whose calls are slow (CPU, large sizes) takes longer: bench prints its estimate per case",
+    )
+    s.add_argument(
+        "--target-rel-err", type=float, default=0.001, help="stop timing a case once stderr/mean falls below this"
+    )
+    s.add_argument("--max-cases", type=int, metavar="N", help="time at most N cases per op (default: all)")
     s.add_argument(
         "--arena",
         metavar="CONFIG",
@@ -331,19 +352,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("miner", help="miner tools").add_subparsers(dest="miner_cmd", required=True)
     s = m.add_parser("init", help="scaffold a bundle that passes verify")
-    s.add_argument("--slot", required=True)
-    s.add_argument("dir")
-    s.add_argument("--force", action="store_true")
+    s.add_argument("--slot", required=True, help="slot id, e.g. norm.rmsnorm (`cacheon slots` lists them)")
+    s.add_argument("dir", help="directory to create (must be empty or absent)")
+    s.add_argument("--force", action="store_true", help="overwrite a non-empty directory")
+    s.add_argument("--lang", choices=["triton", "cuda"], default="triton", help="kernel language of the scaffold")
     s.add_argument("--json", action="store_true")
 
     # Each package adds its own verbs: register(sub, groups) calls add_parser(...) and
     # set_defaults(handler=fn) where fn(args) -> exit code.
     for package in EXTENSIONS:
         package.register(sub, {"miner": m})
-    return p
+    return show_defaults(p)
 
 
-EXTENSIONS = (miner_commands, validator_commands, demo, chain_commands, seams_commands, arena_commands)
+EXTENSIONS = (miner_commands, validator_commands, demo, chain_commands, seams_commands, arena_commands, native_commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -351,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from cacheon_subnet import log, progress
 
-    log.configure(level=args.log_level)
+    log.route_cli(level=args.log_level, to=args.log_to)
     progress.set_quiet(args.quiet)
     name = args.cmd
     for attr in ("miner_cmd",):

@@ -22,7 +22,7 @@ from typing import Any
 from cacheon_subnet import progress
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.owned_dir import mark_owned, wipe_owned
-from cacheon_subnet.words import ID_NOTE, baseline_name, block, evidence_words, fractions, speed_words
+from cacheon_subnet.words import ID_NOTE, baseline_name, block, evidence_words, fractions, speed_words, state_label
 
 log = get_logger("cacheon.demo")
 REPO = Path(__file__).resolve().parent.parent
@@ -280,7 +280,8 @@ def render(state_dir: Path, chain: Any) -> tuple[str, int]:
             lines.append(f"  {spec.id:30} {'-':14} uncrowned: its share burns to the owner")
     lines += ["", f"Verdicts ({VALIDATORS[0][0]})"]
     for c in first["contributions"]:
-        head = f"  {c['hotkey']:14} {c['state']:10} "
+        shown = state_label(c["state"], [e.get("outcome") for e in c["evidence"]])  # never "qualified" below the bar
+        head = f"  {c['hotkey']:14} {shown:13} "
         ev = "; ".join(f"{e['target']}: {evidence_words(e)}" for e in c["evidence"][-1:])
         lines += block(head, ev or c["reason"] or "")
     lines += ["", "Weights published and read back from the chain (fractions)"]
@@ -313,6 +314,6 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
         default=".cacheon/demo",
         help="recreated on every run (only if the demo created it: it refuses an unmarked non-empty dir)",
     )
-    p.add_argument("--max-passes", type=int, default=12)
+    p.add_argument("--max-passes", type=int, default=12, help="validator passes before the demo gives up")
     p.add_argument("--verify-cases", type=int, default=2, help="workload shapes per dtype in screening")
     p.set_defaults(handler=_cmd)

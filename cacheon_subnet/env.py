@@ -244,6 +244,18 @@ SCRATCH = PathVar[str | None]("CACHEON_SCRATCH", None, "base of bundle scratch d
 LOG_LEVEL = StrVar[str](
     "CACHEON_LOG_LEVEL", "info", "a logging level name (--log-level wins; unknown names mean info)", (H, W)
 )
+LOG_TO = EnumVar[str](
+    "CACHEON_LOG_TO",
+    "auto",
+    "where the cacheon CLI's log lines go: auto (stderr, unless stdout shares it as one terminal or pipe: "
+    "then CACHEON_LOG_FILE), stderr, or file (--log-to wins)",
+    (H,),
+    choices=("auto", "stderr", "file"),
+    fold=Fold.STRIP_LOWER,
+)
+LOG_FILE = PathVar[str | None](
+    "CACHEON_LOG_FILE", None, "the CLI's JSON log lines when not on stderr (unset: $CACHEON_HOME/logs/cacheon.log)", (H,)
+)
 PROGRESS = EnumVar[str | None](
     "CACHEON_PROGRESS",
     None,

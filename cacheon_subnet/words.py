@@ -26,6 +26,54 @@ OUTCOME_WORDS = {
 }
 VERDICT_WORDS = {"PASS": "verified", "FAIL": "failed", "NO_DECISION": "undecided"}
 
+# What a verdict and a contribution's state read as on every screen (page, API label fields,
+# `cacheon status`, `miner status`). A stored PASS means "correct, and timed decisively"; the
+# state `qualified` means "through the arena". Neither says faster: a kernel 590x slower than the
+# reference read as a green "PASS x0.0017 ... below_bar" in state `qualified`. The stored strings
+# stay what they are (old rows decode); only what is shown says where the verdict settled.
+OUTCOME_LABELS = {
+    "crowned": "crowned",
+    "below_bar": "below the bar",
+    "failed": "failed",
+    "no_decision": "no decision",
+    "beaten_by_earlier": "beaten by an earlier commit",
+    "superseded": "superseded",
+}
+UNSETTLED = "timed, not settled yet"
+STATE_LABELS = {"no_decision": "no decision", "qualified": UNSETTLED}
+STATE_NAMES = {"qualified": "timed", "no_decision": "no decision"}  # a state counted, not one row's
+
+
+def state_name(state: str) -> str:
+    return STATE_NAMES.get(state, state)
+
+
+def verdict_label(verdict: str | None, outcome: str | None) -> str:
+    """A PASS reads as where it settled ("below the bar", "crowned"), unsettled as "timed"; FAIL
+    and NO_DECISION as themselves. Never "PASS" alone: it is not a ranking."""
+    if verdict != "PASS":
+        return {"FAIL": "FAIL", "NO_DECISION": "no decision"}.get(verdict or "", verdict or "?")
+    return OUTCOME_LABELS.get(outcome or "", outcome) if outcome else UNSETTLED
+
+
+def verdict_tone(verdict: str | None, outcome: str | None) -> str:
+    """The page's colour class: green only for a crown."""
+    if verdict == "PASS":
+        return "crowned" if outcome == "crowned" else "settled" if outcome else "unsettled"
+    return verdict or "unknown"
+
+
+def state_label(state: str, outcomes: list[str | None]) -> str:
+    """A qualified contribution reads as its best settled outcome (crowned over below the bar);
+    every other state as its name in words."""
+    if state != "qualified":
+        return STATE_LABELS.get(state, state)
+    settled = [o for o in outcomes if o]
+    for best in ("crowned", "below_bar"):
+        if best in settled:
+            return OUTCOME_LABELS[best]
+    return OUTCOME_LABELS.get(settled[0], settled[0]) if settled else UNSETTLED
+
 
 def baseline_name(label: str | None) -> str:
     """What a speed ratio is against: the CPU arena times the fp32 reference, GPU arenas stock SGLang."""

@@ -7,7 +7,8 @@ results. Instead each RPC carries a fresh random nonce the host drew (through th
 rank appends exactly one line to `answers-<rank>.jsonl` echoing it. Nothing can be pre-written
 (the nonce does not exist before the RPC); the driver (arena/engine/child.py) accepts, after each
 RPC, exactly one new line per expected rank with that nonce, an unchanged history and no other
-file: an extra, unknown, duplicated or rewritten line is a forging attempt.
+file: an extra, unknown, duplicated or rewritten line is a forging attempt, and so is a line that
+does not decode as its kind's typed answer (seams/answer_protocol.py).
 
 Each answer also carries the rank's receipt counts at that moment, so the host sees what the
 candidate did between any two RPCs (a candidate call while the baseline route is in force is a
@@ -23,6 +24,8 @@ import stat
 import time
 from pathlib import Path
 from typing import Any
+
+from seams.answer_protocol import Answer, AnswerError, read_answer
 
 NONCE = re.compile(r"^[0-9a-f]{32}$")
 PREFIX = "answers-"
@@ -167,21 +170,30 @@ class AnswerReader:
                     f"rank {r}: {len(lines) - 1} complete new answer line(s) after the {kind} "
                     f"RPC {nonce[:8]}…, expected exactly one"
                 )
-            try:
-                rec = json.loads(lines[0])
-            except ValueError:
-                raise ForgeryError(f"rank {r}: answer to {nonce[:8]}… is not JSON") from None
-            got = rec.get("nonce") if isinstance(rec, dict) else None
-            if got != nonce:
-                what = "a nonce issued earlier (a replay)" if got in self.issued else "an unknown nonce"
-                raise ForgeryError(f"rank {r}: the answer to the {kind} RPC {nonce[:8]}… carries {what}: {str(got)[:40]!r}")
-            if rec.get("rank") != r or rec.get("kind") != kind:
-                raise ForgeryError(
-                    f"rank {r}: answer {nonce[:8]}… claims rank {rec.get('rank')!r}, "
-                    f"kind {rec.get('kind')!r} (expected {r}, {kind})"
-                )
-            if self.pids.setdefault(r, rec.get("pid")) != rec.get("pid"):
-                raise ForgeryError(f"rank {r}: answer from pid {rec.get('pid')}, earlier ones from {self.pids[r]}")
+            rec = self._parse(r, lines[0], nonce, kind)
+            if self.pids.setdefault(r, rec.pid) != rec.pid:
+                raise ForgeryError(f"rank {r}: answer from pid {rec.pid}, earlier ones from {self.pids[r]}")
             self.seen[r] = data
-            out[r] = rec
+            out[r] = json.loads(lines[0])  # exactly what decoded (a null the rank wrote stays a null)
         return out
+
+    def _parse(self, r: int, line: bytes, nonce: str, kind: str) -> Answer:
+        """Rank r's one new line as its typed answer: the nonce first (a replay or a stranger's
+        line is refused before its form is looked at), then the strict decoder, then rank and kind."""
+        try:
+            doc = json.loads(line)
+        except (ValueError, RecursionError):  # nesting deeper than json's recursion limit: RecursionError
+            raise ForgeryError(f"rank {r}: answer to {nonce[:8]}… is not JSON") from None
+        got = doc.get("nonce") if isinstance(doc, dict) else None
+        if got != nonce:
+            what = "a nonce issued earlier (a replay)" if got in self.issued else "an unknown nonce"
+            raise ForgeryError(f"rank {r}: the answer to the {kind} RPC {nonce[:8]}… carries {what}: {str(got)[:40]!r}")
+        try:
+            rec = read_answer(doc)
+        except AnswerError as e:
+            raise ForgeryError(f"rank {r}: answer {nonce[:8]}… is not a {kind} answer of the rank's own: {e}") from None
+        if rec.rank != r or rec.TAG != kind:
+            raise ForgeryError(
+                f"rank {r}: answer {nonce[:8]}… claims rank {rec.rank!r}, kind {rec.TAG!r} (expected {r}, {kind})"
+            )
+        return rec

@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 CONTROLS = EXAMPLES / "controls"
 
-MANIFEST = """schema = "cacheon.bundle/2"
+MANIFEST = """schema = "cacheon.bundle/3"
 
 [[ops]]
 slot = "norm.rmsnorm"

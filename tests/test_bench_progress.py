@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 import torch
 from conftest import EXAMPLES, REPO
 
-from cacheon_subnet import bench, progress
+from cacheon_subnet import bench, bench_words, progress
 from cacheon_subnet.bench_timing import build_args, device_inputs, reference_kernel, run_bench_request, warm_stock
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.gen import seed_generator
@@ -39,7 +40,8 @@ PHASES = (
     "bench: starting the sandboxed worker on cpu",
     "bench: worker ready after",
     "bench [1/1] norm.rmsnorm/default",
-    ": timing (about 0.05 s a side)",
+    ": timing, about ",
+    "one fp32 reference call takes",
     "re-checking against the reference",
     "re-check ok (",
 )
@@ -188,3 +190,56 @@ def test_two_processes_draw_the_same_inputs_on_the_bench_device():
         lines = outs[0].stdout.splitlines()
         assert len(lines) >= 10 and all(f":{dev}:" in ln for ln in lines), outs[0].stdout[-2000:]
         assert outs[0].stdout == outs[1].stdout
+
+
+def test_the_case_estimate_scales_with_the_work_not_the_budget():
+    """CPU, dense arena: "about 3 s a side" was printed before a case that took ~9 minutes. Each
+    side runs at least 23 calls, so a slow call sets the time; a fast one leaves the budget."""
+    slow = bench_words.CaseCost(draw_s=4.0, call_s=10.0)
+    assert slow.estimate_s(3.0) == pytest.approx(2 * 4 + 2 * 3 * 10 + 20 * 2 * 10 + 10)  # 478 s, not 3
+    assert "about 478 s" in slow.say(3.0) and "one fp32 reference call takes 10 s" in slow.say(3.0)
+    fast = bench_words.CaseCost(draw_s=0.0, call_s=1e-5)
+    assert 3.0 < fast.estimate_s(3.0) < 3.6  # the budget, plus warm-up
+    # a candidate 25x slower than the reference in the op's last case (Triton interpreted) counts
+    assert bench_words.CaseCost(0.0, 0.1, ratio=25.0).estimate_s(0.05) == pytest.approx(3 * 2.5 + 0.3 + 20 * 2.6 + 2.5)
+    assert "the candidate's 25x it" in bench_words.CaseCost(0.0, 0.1, ratio=25.0).say(0.05)
+
+
+def test_host_reference_times_one_call_after_start_up():
+    spec = get_slot("norm.rmsnorm")
+    case = spec.cases("verify")[0]
+    ref, cost = bench.host_reference(spec, case, "float32", 5, "cpu")
+    assert set(ref) == {a.name for a in spec.args if a.written} and all(v.device.type == "cpu" for v in ref.values())
+    assert 0 < cost.call_s < 1.0 and cost.draw_s >= 0
+
+
+def test_the_baseline_is_labelled_as_what_it_is():
+    said = "reference fp32 (stock kernel unavailable: ModuleNotFoundError: No module named 'sgl_kernel')"
+    cpu = bench_words.baseline_label(said, "cpu")
+    assert cpu.startswith("fp32 reference (stock SGLang kernels are CUDA builds") and "ModuleNotFound" not in cpu
+    gpu = bench_words.baseline_label(said, "cuda")
+    assert gpu.startswith("fp32 reference (no stock SGLang kernel here: stock kernel unavailable") and ".[gpu]" in gpu
+    broken = bench_words.baseline_label("reference fp32 (stock kernel unavailable: SandboxViolation: dlopen)", "cuda")
+    assert "SandboxViolation" in broken and "pip" not in broken  # not an install problem: no install hint
+    assert bench_words.baseline_label("reference fp32 (stock disabled)", "cpu") == "fp32 reference (stock disabled)"
+    assert bench_words.baseline_label("stock: sgl_kernel.rmsnorm", "cuda") == "stock: sgl_kernel.rmsnorm"
+
+
+@pytest.mark.slow
+def test_the_printed_estimate_is_within_a_factor_of_three_of_the_time_taken():
+    """The dense arena's window sizes on CPU (decode bs 256, prefill 16384): the slow case's
+    printed estimate and the time it took agree within 3x (it was 0.05 s vs seconds: 70x)."""
+    r = _cacheon(
+        "bench", str(EXAMPLES / "demo" / "cpu_rmsnorm"), "--device", "cpu", "--budget", "0.05", "--max-cases", "2",
+        "--arena", str(REPO / "configs/arena/dense.toml"), "--json",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = json.loads(r.stdout)["rows"]
+    assert all(row["baseline"].startswith("fp32 reference (stock SGLang kernels are CUDA builds") for row in rows)
+    said = dict(re.findall(r"\[(\d)/2\] .*?: timing, about ([\d.]+ m?s)", r.stderr))
+    took = dict(re.findall(r"\[(\d)/2\] .*?the case took ([\d.]+) s\)", r.stderr))
+    assert set(said) == set(took) == {"1", "2"}, r.stderr[-3000:]
+    seconds = {k: float(v.split()[0]) / (1e3 if v.endswith("ms") else 1) for k, v in said.items()}
+    slow = max(took, key=lambda k: float(took[k]))
+    assert float(took[slow]) > 1.0, took  # prefill-16384: many times the 0.05 s budget
+    assert 1 / 3 < seconds[slow] / float(took[slow]) < 3, (said, took)

@@ -35,6 +35,8 @@ def test_verify_exit_codes_and_json():
     assert ok.returncode == 0, ok.stdout + ok.stderr
     data = json.loads(ok.stdout)
     assert data["status"] == "PASS" and data["digest"] and data["ops"][0]["status"] == "PASS"
+    op = data["ops"][0]  # --max-cases caps the tier shapes; the odd size verify adds is counted apart
+    assert op["tier_cases"] == 1 and op["cases"] >= 1, op
     bad = cacheon("verify", str(CONTROLS / "wrong_math"), "--json", "--max-cases", "1")
     assert bad.returncode == 1
     data = json.loads(bad.stdout)
@@ -42,6 +44,19 @@ def test_verify_exit_codes_and_json():
     assert cacheon("verify", "/definitely/not/here").returncode == 2
     assert cacheon("verify").returncode == 2
     assert cacheon("verify", str(EXAMPLES / "norm.rmsnorm"), "--device", "tpu").returncode == 2
+
+
+def test_verify_report_says_which_cases_max_cases_capped():
+    """`--max-cases 1` read "1 calls / 2 cases" with no word why: the line splits tier (capped)
+    from the odd/arena sizes verify adds, and says nothing extra when there are none."""
+    from cacheon_subnet.verify.report import OpResult, VerifyReport
+
+    def line(cases: int, tier: int) -> str:
+        op = OpResult("norm.rmsnorm/default", "norm.rmsnorm", "m:f", ("float32",), "PASS", 26, cases, tier_cases=tier)
+        return VerifyReport("PASS", "b", "d" * 64, "cpu", "verify", (), (), (op,)).render().splitlines()[1]
+
+    assert line(2, 1).endswith("26 calls / 2 cases (1 tier + 1 odd/arena)")
+    assert line(1, 1).endswith("26 calls / 1 cases") and line(0, 0).endswith("/ 0 cases")
 
 
 @pytest.mark.slow

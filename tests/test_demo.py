@@ -40,6 +40,7 @@ def test_demo_crowns_the_faithful_fast_bundle_and_publishes(tmp_path):
     raw = [ln for ln in r.stdout.splitlines() if "PASS 0." in ln]  # plain words, never a raw "PASS 0.001x"
     words = " ".join(r.stdout.split())  # reasons are wrapped, never cut: read them unwrapped
     assert not raw and "slower than the fp32 reference" in words, raw or r.stdout[-3000:]
+    assert "qualified" not in r.stdout and "below the bar" in r.stdout  # a below-bar verdict is not "qualified"
     assert "owner=0.8" in r.stdout  # weights as fractions
     chain = LocalChain.open(state / "chain.sqlite")
     uid = {n.hotkey: n.uid for n in chain.metagraph(1).neurons}

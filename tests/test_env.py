@@ -20,7 +20,7 @@ from cacheon_subnet import env
 from cacheon_subnet.env import EnvError
 
 REPO = Path(__file__).resolve().parent.parent
-ROOTS = ("cacheon_subnet", "arena", "seams", "neurons")
+ROOTS = ("cacheon_subnet", "arena", "seams", "native", "neurons")
 HOME_OF_NAMES = REPO / "cacheon_subnet" / "env.py"
 PATTERN = re.compile(r"CACHEON_[A-Z0-9_]+")
 DOC = REPO / "docs" / "operators.md"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-ROOTS = ("cacheon_subnet", "seams", "arena", "neurons", "scripts")
+ROOTS = ("cacheon_subnet", "seams", "arena", "native", "neurons", "scripts")
 
 # Lowest first. A name claims the module of that name and everything under it ("=name": that module
 # alone); the longest claim wins.
@@ -42,10 +42,14 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("bundle", ("cacheon_subnet.bundle",)),
     ("records", ("cacheon_subnet.records",)),
     ("chain", ("cacheon_subnet.chain", "cacheon_subnet.netfetch")),
+    ("native", ("native",)),  # the CUDA compile lane: sandbox, bundle, records below; verify and arena above
     ("seams", ("seams",)),
     ("verify", ("cacheon_subnet.verify", "cacheon_subnet.bench_timing")),
     ("arena", ("arena",)),
-    ("validator, miner", ("cacheon_subnet.validator", "cacheon_subnet.miner", "cacheon_subnet.bench")),
+    (
+        "validator, miner",
+        ("cacheon_subnet.validator", "cacheon_subnet.miner", "cacheon_subnet.bench", "cacheon_subnet.bench_words"),
+    ),
     ("cli", ("cacheon_subnet.cli", "cacheon_subnet.demo", "cacheon_subnet.__main__")),
     ("entry points", ("neurons", "scripts")),
 )

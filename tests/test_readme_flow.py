@@ -104,5 +104,8 @@ def test_readme_miner_flow_runs_end_to_end(tmp_path):
     assert "alice" in out["page"] and "norm.rmsnorm" in out["page"]  # the submission, on the page
     mine = out["miner status"].stdout
     assert "alice" in mine and "serves" in mine, mine
+    # the flow's validator announced its leaderboard: miner status shows its verdict, in words
+    assert "unavailable" not in mine and "1 contribution(s)" in mine and "below the bar" in mine, mine
+    assert "PASS" not in mine and "qualified" not in mine, mine
     shown = out["chain local"].stdout
     assert "validator-1" in shown and "revealed @" in shown and "owner=1.000" in shown, shown

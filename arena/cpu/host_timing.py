@@ -37,7 +37,9 @@ import torch
 
 from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_name, dtype_of
 from cacheon_subnet.verify import judge, wire
+from cacheon_subnet.verify import protocol as P
 from cacheon_subnet.verify.client import WorkerClient
+from cacheon_subnet.verify.protocol import View  # an argument inside its call's mapping (offset: from its base)
 from cacheon_subnet.verify.report import Failure
 
 ALIGN = 64
@@ -56,17 +58,6 @@ class TimingFailure(Exception):
 
 
 @dataclass(frozen=True)
-class View:
-    offset: int  # bytes from the call's base
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
-    dtype: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"offset": self.offset, "shape": list(self.shape), "stride": list(self.stride), "dtype": self.dtype}
-
-
-@dataclass(frozen=True)
 class Layout:
     """Where call i's arguments live: base i * call_bytes, then per-arg views (inputs keep the
     generator's storage sharing: q/k views into one qkv buffer stay views)."""
@@ -82,9 +73,9 @@ class Layout:
     def size(self) -> int:
         return self.calls * self.call_bytes
 
-    def call_json(self) -> dict[str, Any]:
+    def call_views(self) -> dict[str, View]:
         """Offsets within one call's own mapping (the worker maps each call separately)."""
-        return {k: v.to_json() for k, v in self.views.items()}
+        return dict(self.views)
 
 
 def _align(n: int) -> int:
@@ -290,23 +281,16 @@ class Side:
 
     def setup(self, spec: SlotSpec, params: Mapping[str, Any], timeout_s: float) -> None:
         lay = self.arena.layout
-        msg = {
-            "type": "timed_setup",
-            "op": self.target,
-            "slot": spec.id,
-            "call_bytes": lay.call_bytes,
-            "calls": [lay.call_json() for _ in range(lay.calls)],
-            "params": dict(params),
-        }
+        calls = tuple(lay.call_views() for _ in range(lay.calls))
+        msg = P.TimedSetup(self.target, spec.id, lay.call_bytes, calls, dict(params))
         sock = self._sock()
         fd = sock.fileno()
-        wire.send(fd, msg, None, time.monotonic() + timeout_s)
+        wire.send(fd, P.request(msg), None, time.monotonic() + timeout_s)
         socket.send_fds(sock, [b"M"], [self.arena.fd])
-        reply, _ = wire.recv(fd, deadline=time.monotonic() + timeout_s)
-        if not reply.get("ok"):
-            raise TimingFailure(
-                f"{self.name}: timing setup failed: {reply.get('reason')}: {str(reply.get('error', ''))[-300:]}", self.name
-            )
+        raw, _ = wire.recv(fd, deadline=time.monotonic() + timeout_s)
+        ready = self._reply(raw, P.TimedReady, "timing setup")
+        if not ready.ok:
+            raise TimingFailure(f"{self.name}: timing setup failed: {ready.reason}: {(ready.error or '')[-300:]}", self.name)
         self.freeze()
         self.snapshot()
 
@@ -391,16 +375,23 @@ class Side:
         deadline = time.monotonic() + timeout_s
         t0 = time.perf_counter_ns()
         self.thaw()
-        wire.send(fd, {"type": "timed_run", "n": calls}, None, deadline)
-        reply, _ = wire.recv(fd, max_bytes=1 << 16, deadline=deadline)
+        wire.send(fd, P.request(P.TimedRun(calls)), None, deadline)
+        raw, _ = wire.recv(fd, max_bytes=1 << 16, deadline=deadline)
         self.freeze()
         t1 = time.perf_counter_ns()
         cpu = self.snapshot()
-        if not reply.get("ok"):
-            raise TimingFailure(
-                f"{self.name}: timed run failed: {reply.get('reason')}: {str(reply.get('error', ''))[-300:]}", self.name
-            )
+        done = self._reply(raw, P.TimedDone, "timed run")
+        if not done.ok:
+            raise TimingFailure(f"{self.name}: timed run failed: {done.reason}: {(done.error or '')[-300:]}", self.name)
         return t1 - t0, cpu
+
+    def _reply(self, raw: object, kind: type[P.T], what: str) -> P.T:
+        """The side's reply through the pipe's strict decoder (verify/protocol.py): a malformed one
+        ends the verdict charged to this side, as any broken reply of its worker does."""
+        try:
+            return P.read_reply(raw, kind)
+        except P.ProtocolError as e:
+            raise TimingFailure(f"{self.name}: {what} reply refused: {e}"[:600], self.name) from None
 
     def release(self) -> None:
         """Thaw (so the worker can take the next case or exit) and unmap the host's side."""

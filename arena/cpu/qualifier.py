@@ -23,6 +23,7 @@ from cacheon_subnet.errors import UsageError
 from cacheon_subnet.records import CpuCase, CpuDetail, QualifyResult, Verdict
 from cacheon_subnet.scoring.settle import Crown
 from cacheon_subnet.slots import get_slot
+from cacheon_subnet.verify import protocol as P
 from cacheon_subnet.verify import wire
 from cacheon_subnet.verify.client import (
     WorkerClient,
@@ -104,13 +105,9 @@ class CpuQualifier:
             cand.cleanup()
             raise
         try:
-            load = {"type": "load", "ops": [{"key": op.key, "slot": op.slot, "module": op.module, "attr": op.attr}]}
-            reply, _ = cand.request(load, None, self.call_timeout_s)
-            # the candidate's worker wrote this reply: a missing or mistyped field FAILs, never a KeyError
-            table = reply.get("results") if isinstance(reply, dict) else None
-            loaded = table.get(op.key) if isinstance(table, dict) else None
-            if not isinstance(loaded, dict) or loaded.get("ok") is not True:
-                why = str(loaded.get("reason"))[:200] if isinstance(loaded, dict) else "no load answer for the op"
+            raw, _ = cand.request(P.request(P.load_request([op])), None, self.call_timeout_s)
+            why = _load_failure(raw, op.key)  # the candidate's worker wrote this reply: decoded strictly
+            if why is not None:
                 return self._result(op, "FAIL", False, 1.0, 1.0, 0.0, f"import failed: {why}")
             for case in progress.bar(cases, desc=f"{self.label} {op.key}", unit="shape"):
                 row = CaseTimer(self, spec, op, case, dtype, base, cand).run()
@@ -183,3 +180,16 @@ class CpuQualifier:
     ) -> QualifyResult:
         detail = CpuDetail(tuple(rows or ()))
         return QualifyResult(op.slot, Verdict(verdict), ok, sp, vs, noise, self.arena_id, self.label, reason, detail)
+
+
+def _load_failure(raw: object, key: str) -> str | None:
+    """Why the candidate's op did not load (None: it did). A reply that does not decode as a load
+    reply (a missing, unknown or mistyped field, an oversized string) FAILs the op naming the
+    field, never a KeyError in the validator."""
+    try:
+        loaded = P.read_reply(raw, P.Loaded).results.get(key)
+    except P.ProtocolError as e:
+        return f"malformed load reply: {e}"[:300]
+    if loaded is None:
+        return "no load answer for the op"
+    return None if loaded.ok else str(loaded.reason)[:200]

@@ -99,7 +99,7 @@ class RecordStream:
             return None
         try:
             rec = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past the parser's depth: not a driver's record
             self._forged(f"record {len(self.records) + 1} is not JSON: {line[:80]!r}")
             return None
         if not isinstance(rec, dict):

@@ -360,7 +360,7 @@ def _read(kind: type[T], text: str, what: str, nonce: str | None, stranger: str)
     nonce, or another) is refused before its form is looked at."""
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's depth
         raise ProtocolError(what, "-", f"the job pipe carried a line that is not the host's {what}") from None
     if type(doc) is not dict or doc.get("nonce") != nonce:
         raise ForgeryError(stranger)

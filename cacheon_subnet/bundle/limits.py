@@ -45,6 +45,24 @@ _COMPONENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
 MANIFEST = "manifest.toml"
 
 
+@dataclass(frozen=True)
+class CudaLimits:
+    """An op's CUDA sources (manifest `[ops.cuda]`, compiled by native/): few, small files with
+    plain names, so the compile lane's input is bounded before nvcc reads a byte of it."""
+
+    sources: int = 32  # files in `sources` (.cu translation units and the .cuh headers they include)
+    source_bytes: int = 512 * 1024  # one file
+    total_bytes: int = 2 * MiB  # all of an op's sources together
+    kernels: int = 32  # declared kernels per op
+    params: int = 64  # parameters per kernel
+
+
+DEFAULT_CUDA_LIMITS = CudaLimits()
+# No dash, space, dot or leading `-` anywhere but the suffix: a name can never read as a compiler
+# flag, a second argument or a path outside the bundle (nvcc gets it as one argv element anyway).
+CUDA_SOURCE = re.compile(r"^(?:[A-Za-z0-9_]{1,64}/){0,3}[A-Za-z0-9_]{1,64}\.(?:cu|cuh)$")
+
+
 def check_path(raw: str, limits: Limits = DEFAULT_LIMITS) -> str:
     """Validate a member path and return its canonical POSIX form, or raise BundleError."""
     if not raw or "\x00" in raw:

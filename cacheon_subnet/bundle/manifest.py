@@ -1,6 +1,6 @@
 """manifest.toml: what a bundle contributes, checked strictly (unknown keys are errors).
 
-schema = "cacheon.bundle/2"     # 2: every .py source conforms to the allowlist policy v2
+schema = "cacheon.bundle/3"     # 3: 2 + an op may carry CUDA sources ([ops.cuda], bundle/cuda.py)
 [bundle]                      # optional metadata
 name = "fast-rmsnorm"
 [[ops]]
@@ -11,6 +11,9 @@ dtypes = ["bfloat16", "float16"]   # optional, default: every dtype of the slot
 slot_version = 1                   # optional, must equal the catalog's version
 [ops.constraints]                  # optional eligibility on symbolic dims
 H = { multiple_of = 8 }
+[ops.cuda]                         # optional (schema 3): CUDA kernels the op's wrapper launches
+sources = ["kernels/rmsnorm.cu"]
+kernels = { rmsnorm_bf16 = ["ptr", "ptr", "ptr", "i32", "i32", "f32"] }
 """
 
 from __future__ import annotations
@@ -21,18 +24,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cacheon_subnet.bundle.cuda import CudaSpec, parse_cuda
 from cacheon_subnet.errors import ManifestError, SlotError
 from cacheon_subnet.slots import get_slot
 
-SCHEMA = "cacheon.bundle/2"  # = sources conform to the static allowlist policy v2 (policy/scan.py)
+SCHEMA = "cacheon.bundle/3"  # = 2, and an op may carry CUDA sources ([ops.cuda], bundle/cuda.py)
+# Still read as they were: a schema 2 bundle means exactly what it meant (Python/Triton sources under
+# the allowlist policy v2), so its digest, its crowns and the bundles already committed on chain keep
+# their meaning; only the `cuda` table needs 3.
+READABLE_SCHEMAS = frozenset({"cacheon.bundle/2", SCHEMA})
 RETIRED_SCHEMAS = {
-    "cacheon.bundle/1": "schema 1 bundles were checked by a blocklist; port to 2: run `cacheon verify <dir>` "
+    "cacheon.bundle/1": "schema 1 bundles were checked by a blocklist; port to 3: run `cacheon verify <dir>` "
     "(it reports every line the allowlist refuses), fix those, then set "
-    'schema = "cacheon.bundle/2"',
+    f'schema = "{SCHEMA}"',
 }
 _TOP_KEYS = {"schema", "bundle", "ops"}
 _BUNDLE_KEYS = {"name", "description", "author", "license", "homepage"}
-_OP_KEYS = {"slot", "entry", "variant", "dtypes", "slot_version", "constraints"}
+_OP_KEYS = {"slot", "entry", "variant", "dtypes", "slot_version", "constraints", "cuda"}
 _CONSTRAINT_KEYS = {"min", "max", "multiple_of", "in"}
 _ENTRY = re.compile(r"^(?P<mod>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*):(?P<attr>[A-Za-z_][A-Za-z0-9_]*)$")
 _VARIANT = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,31}$")
@@ -66,6 +74,7 @@ class OpEntry:
     variant: str
     dtypes: tuple[str, ...]
     constraints: tuple[DimConstraint, ...] = ()
+    cuda: CudaSpec | None = None  # schema 3: the kernels this op's wrapper launches (native/ compiles them)
 
     @property
     def entry(self) -> str:
@@ -113,6 +122,7 @@ class Manifest:
                         }
                         for c in o.constraints
                     },
+                    **({"cuda": o.cuda.to_json()} if o.cuda is not None else {}),  # absent: schema 2's doc, unchanged
                 }
                 for o in self.ops
             ],
@@ -135,7 +145,7 @@ def parse_manifest(text: bytes | str, files: frozenset[str] | None = None) -> Ma
         raise ManifestError("schema", f"must be the string {SCHEMA!r}, got a {type(schema).__name__}")
     if schema in RETIRED_SCHEMAS:
         raise ManifestError("schema", f"{schema!r} is no longer accepted; {RETIRED_SCHEMAS[schema]}")
-    if schema != SCHEMA:
+    if schema not in READABLE_SCHEMAS:
         raise ManifestError("schema", f"must be {SCHEMA!r}, got {schema!r}")
     meta = raw.get("bundle", {})
     if not isinstance(meta, dict):
@@ -149,7 +159,7 @@ def parse_manifest(text: bytes | str, files: frozenset[str] | None = None) -> Ma
         raise ManifestError("ops", "at least one [[ops]] entry is required")
     if len(ops_raw) > MAX_OPS:
         raise ManifestError("ops", f"at most {MAX_OPS} ops per bundle")
-    ops = tuple(_parse_op(i, o, files) for i, o in enumerate(ops_raw))
+    ops = tuple(_parse_op(i, o, files, schema) for i, o in enumerate(ops_raw))
     seen: set[str] = set()
     for i, o in enumerate(ops):
         if o.key in seen:
@@ -158,7 +168,7 @@ def parse_manifest(text: bytes | str, files: frozenset[str] | None = None) -> Ma
     return Manifest(schema=schema, name=str(meta.get("name", "")), ops=ops)
 
 
-def _parse_op(i: int, o: Any, files: frozenset[str] | None) -> OpEntry:
+def _parse_op(i: int, o: Any, files: frozenset[str] | None, schema: str = SCHEMA) -> OpEntry:
     where = f"ops[{i}]"
     if not isinstance(o, dict):
         raise ManifestError(where, "must be a table")
@@ -199,7 +209,14 @@ def _parse_op(i: int, o: Any, files: frozenset[str] | None) -> OpEntry:
     if bad:
         raise ManifestError(f"{where}.dtypes", f"{bad} not supported by {spec.key} (slot dtypes: {list(spec.dtypes)})")
     constraints = _parse_constraints(where, o.get("constraints", {}), spec)
-    return OpEntry(slot_id, spec.version, module, attr, variant, tuple(dtypes), constraints)
+    cuda = None
+    if "cuda" in o:
+        if schema != SCHEMA:
+            raise ManifestError(
+                f"{where}.cuda", f"CUDA sources need schema = {SCHEMA!r} ({schema!r} bundles are Python/Triton only)"
+            )
+        cuda = parse_cuda(where, o["cuda"], files)
+    return OpEntry(slot_id, spec.version, module, attr, variant, tuple(dtypes), constraints, cuda)
 
 
 def _parse_constraints(where: str, raw: Any, spec) -> tuple[DimConstraint, ...]:

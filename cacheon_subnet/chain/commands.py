@@ -176,9 +176,9 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
 
     s = verbs.add_parser("create", help="a new chain file with one subnet (owner = uid 0)")
     _common(s)
-    s.add_argument("--netuid", type=int, default=1)
+    s.add_argument("--netuid", type=int, default=1, help="the subnet's uid")
     s.add_argument("--owner", default="owner", help="owner hotkey (uid 0; uncrowned shares burn to it)")
-    s.add_argument("--tempo", type=int, default=360)
+    s.add_argument("--tempo", type=int, default=360, help="blocks per epoch")
     s.add_argument("--version-key", type=int, default=0, help="WeightsVersionKey")
     s.add_argument("--weights-rate-limit", type=int, default=1, help="blocks between weight sets (subtensor: 100)")
     s.add_argument(
@@ -190,20 +190,20 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     s.set_defaults(handler=cmd_create)
 
     s = verbs.add_parser("register", help="register a hotkey (next uid); --validator for a validator permit")
-    s.add_argument("hotkey")
+    s.add_argument("hotkey", help="the hotkey name to register")
     _common(s)
     s.add_argument("--coldkey", default=None, help="default HOTKEY-cold")
-    s.add_argument("--stake", type=float, default=0.0)
+    s.add_argument("--stake", type=float, default=0.0, help="stake (TAO) the hotkey holds")
     s.add_argument("--validator", action="store_true", help="grant a validator permit")
-    s.add_argument("--netuid", type=int, default=None)
+    s.add_argument("--netuid", type=int, default=None, help="default: the chain file's default netuid")
     s.set_defaults(handler=cmd_register)
 
     s = verbs.add_parser("advance", help="move the chain forward N blocks (default 1)")
-    s.add_argument("blocks", type=int, nargs="?", default=1)
+    s.add_argument("blocks", type=int, nargs="?", default=1, help="blocks to advance")
     _common(s)
     s.set_defaults(handler=cmd_advance)
 
     s = verbs.add_parser("show", help="block, hyperparameters, neurons, revealed commitments, weights")
     _common(s)
-    s.add_argument("--netuid", type=int, default=None)
+    s.add_argument("--netuid", type=int, default=None, help="default: the chain file's default netuid")
     s.set_defaults(handler=cmd_show)

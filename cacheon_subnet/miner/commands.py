@@ -43,9 +43,14 @@ def add_chain_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--subtensor.network", dest="network", default="finney", help="finney | test | local | ws://... (bittensor)"
     )
-    g.add_argument("--wallet.name", dest="wallet_name", default="default")
-    g.add_argument("--wallet.hotkey", dest="wallet_hotkey", default="default")
-    g.add_argument("--wallet.path", dest="wallet_path", default=None)
+    g.add_argument("--wallet.name", dest="wallet_name", default="default", help="bittensor wallet (coldkey) name")
+    g.add_argument("--wallet.hotkey", dest="wallet_hotkey", default="default", help="bittensor wallet hotkey name")
+    g.add_argument(
+        "--wallet.path",
+        dest="wallet_path",
+        default=None,
+        help="wallets directory (default: the SDK's, ~/.bittensor/wallets)",
+    )
     g.add_argument("--hotkey", default=None, help="local chain: the hotkey name to act as")
     g.add_argument(
         "--state-dir", default=None, help=f"miner state dir (env {MINER_STATE.name}, default {MINER_STATE.default})"
@@ -171,7 +176,7 @@ def register(sub: argparse._SubParsersAction, groups: dict[str, Any]) -> None:
         "(default http://127.0.0.1:8787, what `miner serve` binds)",
     )
     s.add_argument("--reveal-blocks", type=int, default=None, help="blocks the commitment stays sealed (default 20)")
-    s.add_argument("--verify-device", default="cpu", choices=["cpu", "cuda"])
+    s.add_argument("--verify-device", default="cpu", choices=["cpu", "cuda"], help="device of the verify run first")
     s.add_argument("--max-cases", type=int, default=None, help="verify fewer shapes (faster)")
     s.add_argument("--check-url", action="store_true", help="fetch the URL first and require it to serve this bundle")
     s.add_argument(
@@ -195,7 +200,7 @@ def register(sub: argparse._SubParsersAction, groups: dict[str, Any]) -> None:
     s.set_defaults(handler=cmd_status)
 
     s = m.add_parser("serve", help="serve <digest>.tar.gz archives from a directory (blocking)")
-    s.add_argument("--dir", required=True)
+    s.add_argument("--dir", required=True, help="directory holding the <digest>.tar.gz archives")
     s.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=None, help="port (default 8787)")
     s.set_defaults(handler=cmd_serve)

@@ -1,13 +1,17 @@
-"""`cacheon miner init --slot ID DIR`: start from the faithful example bundle for the slot.
+"""`cacheon miner init --slot ID [--lang triton|cuda] DIR`: start from the example bundle for the slot.
 
 The examples/ tree is the single source of faithful kernels (CI verifies every one of them),
-so a scaffold always passes `cacheon verify` before the miner changes a line.
+so a scaffold always passes `cacheon verify` before the miner changes a line. `--lang cuda` copies
+examples/cuda/<slot>/: CUDA C++ kernels plus the Python wrapper that will launch them; its launch
+is a marked placeholder until the launcher lands (issue 32, part 2), and its kernels compile and
+check (`cacheon native build`, `cacheon verify`) today.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+from enum import StrEnum
 from pathlib import Path
 
 from cacheon_subnet.bundle import load_bundle
@@ -35,6 +39,33 @@ arguments, allowlisted attributes and builtins. `cacheon verify` names every ref
 """
 
 
+_CUDA_README = """# {name}
+
+CUDA bundle for slot `{key}` (`cacheon slots` shows its contract).
+
+    {signature}
+
+The kernels are `extern "C" __global__` functions in kernels/*.cu, each declared with its
+parameter types in manifest.toml `[ops.cuda.kernels]`; rmsnorm.py is the op's entry. Its launch
+is a PLACEHOLDER until the validator-owned launcher lands (issue 32, part 2).
+
+    cacheon native build .             # compile behind the sandbox wall: nvcc 13.0, sm_90a, file:line errors
+    cacheon verify .                   # + the static checks; says the CUDA trials need the launcher and a GPU
+    cacheon pack . -o bundle.tar.gz    # deterministic archive + digest to publish
+
+Rules (README "CUDA kernels"): sources are .cu/.cuh files listed in `[ops.cuda] sources`;
+`#include` only those (by their path from the bundle root) or toolchain headers (<cuda_bf16.h>,
+<cute/tensor.hpp>); `#pragma` only once / unroll / nounroll; the compiler flags are the validator's.
+"""
+
+
+class Lang(StrEnum):
+    """What a scaffold's kernels are written in."""
+
+    TRITON = "triton"
+    CUDA = "cuda"
+
+
 def examples_root() -> Path:
     env = EXAMPLES.get()
     root = Path(env) if env else Path(__file__).resolve().parents[2] / "examples"
@@ -43,10 +74,13 @@ def examples_root() -> Path:
     return root
 
 
-def scaffold(slot_id: str, dest: Path, force: bool = False) -> Path:
+def scaffold(slot_id: str, dest: Path, force: bool = False, lang: Lang = Lang.TRITON) -> Path:
     spec = get_slot(slot_id)
-    src = examples_root() / slot_id
+    src = examples_root() / slot_id if lang is Lang.TRITON else examples_root() / "cuda" / slot_id
     if not (src / "manifest.toml").is_file():
+        if lang is Lang.CUDA:
+            have = sorted(p.parent.name for p in (examples_root() / "cuda").glob("*/manifest.toml"))
+            raise UsageError(f"no CUDA scaffold for slot {slot_id} yet (--lang cuda has: {', '.join(have) or 'none'})")
         raise CacheonError(f"no example bundle for {slot_id} at {src}")
     if dest.exists() and any(dest.iterdir()) and not force:
         raise UsageError(f"{dest} exists and is not empty (use --force to overwrite)")
@@ -61,6 +95,7 @@ def scaffold(slot_id: str, dest: Path, force: bool = False) -> Path:
     text = manifest.read_text()
     text = re.sub(r'(?m)^name = ".*"$', f'name = "{name}"', text, count=1)
     manifest.write_text(text)
-    (dest / "README.md").write_text(_README.format(name=name, key=spec.key, signature=spec.signature()))
+    readme = _README if lang is Lang.TRITON else _CUDA_README
+    (dest / "README.md").write_text(readme.format(name=name, key=spec.key, signature=spec.signature()))
     load_bundle(dest)  # the scaffold must itself be a valid bundle
     return dest

@@ -22,6 +22,7 @@ import aiohttp
 
 from cacheon_subnet.chain.endpoints import ValidatorEndpoint
 from cacheon_subnet.webapi import MAX_PAGE, PATH_CONTRIBUTIONS, ApiShapeError, check_contributions
+from cacheon_subnet.words import state_label, verdict_label
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_BYTES = 4 << 20
@@ -123,14 +124,19 @@ def render(report: Sequence[ValidatorVerdicts]) -> list[str]:
         more = f" (showing {len(v.contributions)} of {v.total})" if v.total and v.total > len(v.contributions) else ""
         lines.append(f"{head}  {safe(v.url)}: {len(v.contributions)} contribution(s){more}")
         for c in v.contributions:
-            lines.append(f"            {safe(c['id'])}  commit block {c['commit_block']}  {safe(c['state'])}")
+            # labels made here from the stored strings (the validator's own label fields are not trusted)
+            outcomes = [e.get("outcome") if isinstance(e.get("outcome"), str) else None for e in c["evidence"]]
+            shown = state_label(c["state"], outcomes)
+            lines.append(f"            {safe(c['id'])}  commit block {c['commit_block']}  {safe(shown)}")
             if c["reason"]:
                 lines += _wrap(c["reason"], " " * 14)
             for e in c["evidence"]:
                 vs = e.get("speedup_vs_stock")
-                speed = f"×{vs:.4f} vs stock" if isinstance(vs, (int, float)) else "× ? vs stock"
-                settled = f"settled: {safe(e.get('outcome'))}" if e.get("settled") else "unsettled"
-                lines.append(f"              {safe(e['target'])} {e['verdict']} {speed} [{safe(e['label'])}] {settled}")
+                base = "vs the fp32 reference" if str(e["label"]).startswith("cpu") else "vs stock"  # cpu-timing rows
+                speed = f"×{vs:.4f} {base}" if isinstance(vs, (int, float)) else f"× ? {base}"
+                outcome = e.get("outcome") if e.get("settled") and isinstance(e.get("outcome"), str) else None
+                said = verdict_label(e["verdict"], outcome)
+                lines.append(f"              {safe(e['target'])} {safe(said)} {speed} [{safe(e['label'])}]")
                 lines += _wrap(e["reason"], " " * 16)
                 if e.get("outcome_reason"):
                     lines += _wrap(f"settlement: {e['outcome_reason']}", " " * 16)

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cacheon_subnet import lifecycle, sockpath
-from cacheon_subnet.env import LOG_LEVEL, SANDBOX_MODE, SANDBOX_SCRATCH
+from cacheon_subnet.env import LOG_LEVEL, SANDBOX, SANDBOX_MODE, SANDBOX_SCRATCH
 from cacheon_subnet.errors import SandboxError
 from cacheon_subnet.procs import live_members
 from cacheon_subnet.sandbox import launcher, tmpfs
@@ -189,16 +189,31 @@ def launch(
     return proc
 
 
-def _warn_weak(why: str) -> None:
-    msg = (
+def weak_warning(why: str, miner_side: bool) -> str:
+    """The weak-mode line. A miner's own tool (bench) on the miner's machine runs the miner's own
+    code: tell them what that means for them, not the validator's "NEVER" (a miner read it as a
+    fault of theirs). Everything else weak (CACHEON_SANDBOX=weak) keeps the validator-facing line."""
+    if miner_side:
+        return (
+            f"cacheon: your bundle runs as your own user (uid {os.getuid()}) in a resource-limited worker without "
+            "the validator's sandbox wall (dedicated uid, filesystem view, seccomp): fine for your own code on "
+            "your own machine; validators run it behind the full wall. Do not run bundles you do not trust this way."
+        )
+    return (
         f"cacheon sandbox: WEAK MODE ({why}): contribution code runs as uid {os.getuid()} with no dedicated "
         "user, filesystem view or seccomp filter. NEVER use this on a validator."
     )
-    print(msg, file=sys.stderr, flush=True)
+
+
+def _warn_weak(why: str, miner_side: bool = False) -> None:
+    print(weak_warning(why, miner_side), file=sys.stderr, flush=True)
     from cacheon_subnet.log import get_logger
 
     try:
-        get_logger("sandbox").warning("sandbox.weak", reason=why, uid=os.getuid())
+        # the miner was just told in words; a validator-side weak launch is also a warning record
+        (get_logger("sandbox").info if miner_side else get_logger("sandbox").warning)(
+            "sandbox.weak", reason=why, uid=os.getuid()
+        )
     except (ValueError, OSError):  # a closed log stream must not turn a warning into a crash
         pass
 
@@ -214,7 +229,7 @@ def _launch_weak(
     why: str,
 ) -> subprocess.Popen[bytes]:
     """Development/miner-side only, and loud: own session, a net namespace if allowed, rlimits."""
-    _warn_weak(why)
+    _warn_weak(why, miner_side=not policy.drop_privileges and SANDBOX.get() != "weak")
     for d in ("home", "cache"):
         (scratch / d).mkdir(parents=True, exist_ok=True)
     tmp = short_tmpdir()

@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cacheon_subnet.cliout import PRETTY, Exit, emit
+from cacheon_subnet.cliout import PRETTY, Exit, add_log_to, emit, show_defaults
 from cacheon_subnet.env import HOME, LOCAL_CHAIN
 from cacheon_subnet.errors import CacheonError, UsageError
 from cacheon_subnet.validator.startup import CPU_OPT_IN_LABEL
@@ -72,22 +72,32 @@ def load_qualifier(spec: str) -> Any:
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
     """The validator flags, in the conventions Bittensor operators expect."""
-    p.add_argument("--netuid", type=int, required=True)
+    p.add_argument("--netuid", type=int, required=True, help="the subnet's uid on the chain (required)")
     p.add_argument(
         "--subtensor.network",
         dest="subtensor_network",
         default="finney",
         help="finney | test | local | ws://... (bittensor chain only)",
     )
-    p.add_argument("--wallet.name", dest="wallet_name", default="default")
+    p.add_argument("--wallet.name", dest="wallet_name", default="default", help="bittensor wallet (coldkey) name")
     p.add_argument(
         "--wallet.hotkey",
         dest="wallet_hotkey",
         default="default",
         help="wallet hotkey name; on --chain local it is the hotkey itself",
     )
-    p.add_argument("--wallet.path", dest="wallet_path", default=None)
-    p.add_argument("--chain", choices=("local", "bittensor"), default="bittensor")
+    p.add_argument(
+        "--wallet.path",
+        dest="wallet_path",
+        default=None,
+        help="wallets directory (default: the SDK's, ~/.bittensor/wallets)",
+    )
+    p.add_argument(
+        "--chain",
+        choices=("local", "bittensor"),
+        default="bittensor",
+        help="bittensor: the real chain (--subtensor.network); local: a LocalChain SQLite file (--local-chain)",
+    )
     p.add_argument(
         "--local-chain",
         dest="local_chain",
@@ -113,7 +123,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
         help="on a non-local chain, publish weights from CPU timing (host-timed slot calls, advisory, "
         f"not engine measurements); every record is labelled {CPU_OPT_IN_LABEL!r}",
     )
-    p.add_argument("--screen-device", dest="screen_device", default="cpu")
+    p.add_argument(
+        "--screen-device", dest="screen_device", default="cpu", help="device verify screens bundles on: cpu or cuda"
+    )
     p.add_argument("--interval", type=float, default=60.0, help="seconds between passes")
     p.add_argument(
         "--once",
@@ -571,10 +583,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="neurons/validator.py", description="Cacheon subnet validator")
     add_run_args(p)
     p.add_argument("--log-level", default=None, help="debug|info|warning|error")
-    args = p.parse_args(argv)
+    add_log_to(p)
+    args = show_defaults(p).parse_args(argv)
     from cacheon_subnet import log
 
-    log.configure(level=args.log_level)
+    log.route_cli(level=args.log_level, to=args.log_to)
     try:
         return run_from_args(args)
     except KeyboardInterrupt:

@@ -50,7 +50,7 @@ from cacheon_subnet.validator.stages.fetch import Fetcher
 from cacheon_subnet.validator.stages.passstate import PassState, PassSummary
 from cacheon_subnet.validator.stages.ports import ArenaPool, Stage
 from cacheon_subnet.validator.stages.workers import start_workers
-from cacheon_subnet.validator.state import StateDB, acquire_run_lock
+from cacheon_subnet.validator.state import TARGETS_KEY, StateDB, acquire_run_lock
 from cacheon_subnet.validator.wiring import Collaborators, build_stages
 
 __all__ = ["Fetcher", "PassSummary", "Validator", "ValidatorConfig"]
@@ -91,6 +91,7 @@ class Validator:
             self.targets = tuple(s.id for s in all_slots())
         else:
             self.targets = config.targets
+        self.db.put(TARGETS_KEY, json.dumps(list(self.targets)))  # the page lists every one, crowned or not
         self.workers = start_workers(
             qualifier,
             self.screener,

@@ -33,6 +33,7 @@ from cacheon_subnet.errors import CacheonError
 from cacheon_subnet.records import ContributionState as S
 
 DB_NAME = "validator.sqlite"
+TARGETS_KEY = "targets"  # kv: the slots this validator judges (JSON list), for the leaderboard
 ACTIVE: tuple[S, ...] = (S.QUEUED, S.FETCHED, S.SCREENED, S.VERIFIED)
 TERMINAL: tuple[S, ...] = (S.QUALIFIED, S.FAILED, S.NO_DECISION)
 STATES = ACTIVE + TERMINAL

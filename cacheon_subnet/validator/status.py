@@ -11,7 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from cacheon_subnet.validator.state import STATES, StateDB
-from cacheon_subnet.words import ID_NOTE, baseline_name, block, evidence_words, fractions, printable, speed_words
+from cacheon_subnet.words import (
+    ID_NOTE,
+    baseline_name,
+    block,
+    evidence_words,
+    fractions,
+    printable,
+    speed_words,
+    state_label,
+    state_name,
+)
 
 
 def _short(cid: str | None) -> str:
@@ -136,13 +146,14 @@ def render(report: dict[str, Any]) -> str:
             else "  FAILED: " + "; ".join(report.get("last_pass_problems") or [])
         ),
         "",
-        "queue: " + "  ".join(f"{s} {report['counts'][s]}" for s in STATES),
+        "queue: " + "  ".join(f"{state_name(s)} {report['counts'][s]}" for s in STATES),
         "",
     ]
     out.append(f"contributions ({len(report['contributions'])}):")
     out += block("  ", f"({ID_NOTE})")
     for c in report["contributions"]:
-        head = f"  {_short(c['id']):14} {printable(c['hotkey'])[:16]:16} block {c['commit_block']:<8} {c['state']:11} "
+        shown = state_label(c["state"], [e.get("outcome") for e in c["evidence"]])  # never "qualified" below the bar
+        head = f"  {_short(c['id']):14} {printable(c['hotkey'])[:16]:16} block {c['commit_block']:<8} {shown:13} "
         out += block(head, c["reason"])
         for e in c["evidence"]:
             pre = f"      {e['target']:24} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -11,6 +12,7 @@ import torch
 from cacheon_subnet.slots.compare import compare, nonfinite_count
 from cacheon_subnet.slots.spec import SlotSpec, dtype_of
 from cacheon_subnet.tensor_views import same_bits, tensor_digest
+from cacheon_subnet.verify import protocol as P
 from cacheon_subnet.verify.report import Failure
 
 POISON_FLOAT = (float("nan"), -31337.0)
@@ -38,50 +40,79 @@ def bit_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 # Reasons a worker may report for its own failure; anything else is a protocol violation.
 WORKER_REASONS = frozenset({"exception", "host_sync", "graph_capture", "graph_replay", "import_error", "entry_missing"})
-_FLAG_LISTS = ("mutated_inputs", "host_sync", "aliases")
 
 
-def check_nonce(reply: Any, nonce: str) -> Failure | None:
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """One call or graph trial's reply as the judge reads it: the worker's `Result` as its decoder
+    (verify/protocol.py) read it, or None with `refused`, the host's own protocol finding (the
+    reply did not decode, answers another request, returns tensors nothing asked for, digests
+    something other than a read-only input). `mutated`: large read-only inputs whose digest came
+    back changed (merge_digests). Why typed: a check reads fields the decoder vouched for, never
+    a key a hostile worker may have left out."""
+
+    result: P.Result | None
+    refused: Failure | None = None
+    mutated: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.result is None) == (self.refused is None):
+            raise ValueError("a Reply holds either the worker's result or the host's refusal of it")
+
+    @property
+    def ok(self) -> bool:
+        """The worker says the call ran (a claim: only the tensors can pass a trial)."""
+        return self.result is not None and self.result.ok
+
+
+def decoded(raw: object) -> Reply:
+    """The worker's reply `raw` (a wire header) through the pipe's strict decoder: a `Result`, or
+    refused as protocol naming the message and field."""
+    try:
+        return Reply(P.read_reply(raw, P.Result))
+    except P.ProtocolError as e:
+        return Reply(None, Failure("protocol", str(e)[:900]))
+
+
+def refuse(f: Failure) -> Reply:
+    """The host's refusal of a reply (check_reply reports it as protocol, whatever it said)."""
+    return Reply(None, f)
+
+
+def check_nonce(result: P.Result, nonce: str) -> Failure | None:
     """A reply answers exactly the request that carried `nonce` (random per call): one replayed,
     queued ahead of its request or pre-computed is refused before any tensor is looked at."""
-    got = reply.get("nonce") if isinstance(reply, Mapping) else None
-    if got != nonce:
-        return Failure("protocol", f"reply carries nonce {str(got)[:40]!r}, not this call's: it answers another request")
+    if result.nonce != nonce:
+        return Failure("protocol", f"reply carries nonce {result.nonce[:40]!r}, not this call's: it answers another request")
     return None
 
 
-def check_reply(reply: Any) -> Failure | None:
+def _malformed(ok: bool, reason: str, detail: str) -> Failure:
+    return Failure("protocol", f"malformed reply (ok={str(ok)[:20]!r}, reason={reason[:40]!r}): {detail[-400:]}")
+
+
+def check_reply(reply: Reply) -> Failure | None:
     """Failures the worker reported about itself (exceptions, syncs, aliasing, return values).
     These can only fail a trial: a PASS is decided by check_outputs/check_pair on the tensors the
-    host reads back, never by a flag. Malformed replies fail closed (protocol)."""
-    if not isinstance(reply, Mapping):
-        return Failure("protocol", f"reply is a {type(reply).__name__}, not an object")
-    ok = reply.get("ok")
-    if ok is not True:
-        reason = reply.get("reason", "exception")
-        detail = str(reply.get("error", ""))[-900:]
-        if ok is not False or reason not in WORKER_REASONS:
-            return Failure(
-                "protocol", f"malformed reply (ok={str(ok)[:20]!r}, reason={str(reason)[:40]!r}): {detail[-400:]}"
-            )
-        return Failure(reason, detail)
-    for key in _FLAG_LISTS:
-        v = reply.get(key)
-        if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
-            return Failure("protocol", f"reply field {key!r} is not a list of strings")
-    returned = reply.get("returned")
-    if returned is not None and not isinstance(returned, str):
-        return Failure("protocol", "reply field 'returned' is not a string")
-    if reply.get("mutated_inputs"):
+    host reads back, never by a flag. A refused reply fails closed (protocol); the decoder has
+    already refused every reply whose fields are not of their types."""
+    r = reply.result
+    if r is None:
+        assert reply.refused is not None  # Reply holds one or the other
+        return _malformed(False, reply.refused.reason, reply.refused.detail[-900:])
+    if not r.ok:
+        reason, detail = str(r.reason or "exception"), (r.error or "")[-900:]
+        return Failure(reason, detail) if reason in WORKER_REASONS else _malformed(False, reason, detail)
+    if reply.mutated:
         return Failure(
-            "input_mutated", f"{reply['mutated_inputs']} changed (digest differs) but the slot declares them read-only"
+            "input_mutated", f"{list(reply.mutated)} changed (digest differs) but the slot declares them read-only"
         )
-    if returned:
-        return Failure("return_value", f"kernel returned {returned}; write into out/inout args and return None")
-    if reply.get("host_sync"):
-        return Failure("host_sync", "; ".join(reply["host_sync"][:3]))
-    if reply.get("aliases"):
-        return Failure("output_aliasing", "; ".join(reply["aliases"][:3]))
+    if r.returned:
+        return Failure("return_value", f"kernel returned {r.returned}; write into out/inout args and return None")
+    if r.host_sync:
+        return Failure("host_sync", "; ".join(r.host_sync[:3]))
+    if r.aliases:
+        return Failure("output_aliasing", "; ".join(r.aliases[:3]))
     return None
 
 
@@ -117,15 +148,15 @@ def check_graph_keys(spec: SlotSpec, out: Mapping[str, torch.Tensor], replays: i
 
 
 def check_graph_inputs(
-    spec: SlotSpec, reply: Any, expected: Mapping[str, torch.Tensor], known: Mapping[str, str] | None = None
+    spec: SlotSpec, reply: Reply, expected: Mapping[str, torch.Tensor], known: Mapping[str, str] | None = None
 ) -> Failure | None:
     """After the last replay every read-only input must hold what the host put there (the
     capture's values, or the last replay's for graph-dynamic ones): writes recorded only while
     capturing never show in an eager trial, so the graph trial checks them itself. `known`: the
     host's digests of `expected`, made when it drew them."""
-    final = reply.get("final_digests") if isinstance(reply, Mapping) else None
+    final = reply.result.final_digests if reply.result is not None else None
     names = {a.name for a in spec.by_role("in")}
-    if not isinstance(final, dict) or set(final) != names or not all(isinstance(v, str) for v in final.values()):
+    if final is None or set(final) != names:
         return Failure("protocol", f"graph reply: final_digests must name exactly the read-only inputs {sorted(names)}")
     for name in sorted(names):
         mine = (known or {}).get(name) or tensor_digest(expected[name])
@@ -239,16 +270,13 @@ def check_outputs(
     return None
 
 
-def check_digests(spec: SlotSpec, reply: Any) -> Failure | None:
+def check_digests(spec: SlotSpec, result: P.Result) -> Failure | None:
     """Digests stand in for large read-only inputs only: one for an output or an unknown name
     would let the host's own copy of an input stand in for a result."""
-    digests = reply.get("digests") if isinstance(reply, Mapping) else None
-    if digests is None:
+    if result.digests is None:
         return None
     names = {a.name for a in spec.by_role("in")}
-    if not isinstance(digests, dict) or not all(
-        isinstance(k, str) and k in names and isinstance(v, str) for k, v in digests.items()
-    ):
+    if not set(result.digests) <= names:
         return Failure("protocol", "reply digests name something other than a read-only input")
     return None
 
@@ -275,21 +303,24 @@ def sent_digest(t: torch.Tensor, cache: DigestCache | None = None) -> str:
 
 
 def merge_digests(
-    reply: dict[str, Any],
+    reply: Reply,
     tensors: dict[str, torch.Tensor],
     sent: Mapping[str, torch.Tensor],
     cache: DigestCache | None = None,
     known: Mapping[str, str] | None = None,
-) -> None:
+) -> Reply:
     """A large read-only input came back as a digest: unchanged -> reuse what was sent; changed ->
-    recorded in reply["mutated_inputs"] (check_reply turns that into input_mutated). `known`: the
-    host's digests of `sent`, made when it drew them (verify/draws.py)."""
-    for name, digest in (reply.get("digests") or {}).items():
+    the reply's `mutated` (check_reply turns that into input_mutated). `known`: the host's digests
+    of `sent`, made when it drew them (verify/draws.py)."""
+    mutated = list(reply.mutated)
+    digests = reply.result.digests if reply.result is not None else None
+    for name, digest in (digests or {}).items():
         mine = known.get(name) if known is not None and name in sent else None
         if name in sent and name not in tensors and (mine or sent_digest(sent[name], cache)) == digest:
             tensors[name] = sent[name]
         else:
-            reply.setdefault("mutated_inputs", []).append(name)
+            mutated.append(name)
+    return dataclasses.replace(reply, mutated=tuple(mutated)) if mutated else reply
 
 
 def check_replicated(spec: SlotSpec, per_rank: Sequence[Mapping[str, torch.Tensor]]) -> Failure | None:

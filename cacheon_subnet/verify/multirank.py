@@ -30,13 +30,14 @@ from cacheon_subnet.verify import judge
 from cacheon_subnet.verify import protocol as P
 from cacheon_subnet.verify.client import WorkerConfig
 from cacheon_subnet.verify.gates import graph_enabled, run_gates, select_cases
-from cacheon_subnet.verify.ranks import RankDied, RankGroup, RankTimeout, Reply
+from cacheon_subnet.verify.ranks import RankDied, RankGroup, RankTimeout
 from cacheon_subnet.verify.report import Failure, OpResult
 from cacheon_subnet.verify.shapes import plan_cases
 
 log = get_logger("cacheon.verify")
 MAX_WORLD = 8
 PerRank = list[dict[str, torch.Tensor]]
+Judged = tuple[judge.Reply, dict[str, torch.Tensor]]  # a rank's reply as the judge reads it, its tensors
 
 
 def plan_ranks(ops: Sequence[OpEntry], world_size: int | None, device: str = "cpu") -> dict[int, list[OpEntry]]:
@@ -115,7 +116,7 @@ class _RankRun:
         self.group = RankGroup(bundle, config, world_size, pg_timeout_s=opts.call_timeout_s + 60)
 
     def result(self, op: OpEntry, status: str, calls: int, cases: int, failure: Failure | None) -> OpResult:
-        return OpResult(op.key, op.slot, op.entry, op.dtypes, status, calls, cases, failure, self.world)
+        return OpResult(op.key, op.slot, op.entry, op.dtypes, status, calls, cases, failure, self.world, tier_cases=cases)
 
     def execute(self) -> tuple[list[OpResult], dict[str, Any]]:
         self.group.start()
@@ -221,16 +222,14 @@ class _RankRun:
         poison: int,
         watch_sync: bool,
         mode: str = "eager",
-    ) -> list[Reply]:
+    ) -> list[Judged]:
         alloc = self._alloc(spec, act, case, poison)
         msg = P.Call(op.key, dict(case.params), alloc, watch_sync, P.CallMode(mode), secrets.token_hex(16))
         self.calls += 1
         replies = self._request(P.request(msg), [rebase(i) for i in inputs])
-        for (reply, tensors), sent in zip(replies, inputs):
-            judge.merge_digests(reply, tensors, sent)
-        return replies
+        return [(judge.merge_digests(reply, got, sent), got) for (reply, got), sent in zip(replies, inputs)]
 
-    def _request(self, msg: dict[str, Any], tensors: Sequence[dict[str, torch.Tensor]]) -> list[Reply]:
+    def _request(self, msg: dict[str, Any], tensors: Sequence[dict[str, torch.Tensor]]) -> list[Judged]:
         """One request (a protocol wire dict with its nonce) to every rank; each rank's reply as
         the judge reads it. A rank whose reply does not decode as a result (verify/protocol.py),
         lacks this call's nonce (it answered another request) or returns tensors nothing asked
@@ -239,15 +238,14 @@ class _RankRun:
         if limit <= 0:
             raise RankTimeout(self.opts.spent(), list(range(self.world)))
         replies = self.group.request_all([msg] * self.world, list(tensors), limit)
-        out: list[Reply] = []
+        out: list[Judged] = []
         for (raw, got), sent in zip(replies, tensors):
-            try:
-                reply = P.reply(P.read_reply(raw, P.Result))
-            except P.ProtocolError as e:
-                out.append((P.refused("protocol", str(e)[:900]), {}))
+            reply = judge.decoded(raw)
+            if reply.result is None:
+                out.append((reply, {}))
                 continue
-            bad = judge.check_nonce(reply, msg["nonce"]) or judge.check_returned(msg, sent, got)
-            out.append((P.refused("protocol", bad.detail), {}) if bad else (reply, got))
+            bad = judge.check_nonce(reply.result, msg["nonce"]) or judge.check_returned(msg, sent, got)
+            out.append((judge.refuse(bad), {}) if bad else (reply, got))
         return out
 
     # -- trials -----------------------------------------------------------------------------
@@ -352,12 +350,9 @@ def _timeout_failure(e: RankTimeout, stage: str) -> Failure:
     """A rank that raised (or broke the protocol) while its peers waited in a collective is the
     root cause, not the hang."""
     for r, (raw, _) in sorted(e.answered.items()):
-        try:
-            reply = P.reply(P.read_reply(raw, P.Result))
-        except P.ProtocolError as bad:
-            reply = P.refused("protocol", str(bad)[:900])
+        reply = judge.decoded(raw)
         f = judge.check_reply(reply)
-        if f and reply["ok"] is not True:
+        if f and not reply.ok:
             return Failure(f.reason, f"rank {r}: {f.detail[-600:]} (then: {e})", stage=stage, rank=r)
     return Failure("timeout", str(e), stage=stage, rank=e.ranks[0])
 

@@ -18,6 +18,7 @@ from cacheon_subnet.bundle import OpEntry
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.slots.spec import ShapeCase, SlotSpec, dtype_name, dtype_of
 from cacheon_subnet.verify import judge
+from cacheon_subnet.verify import protocol as P
 from cacheon_subnet.verify.draws import Draws, GraphPrepared, Prepared
 from cacheon_subnet.verify.opplan import GRAPH_FRAME_BYTES, OpPlan, replays_that_fit
 from cacheon_subnet.verify.report import Failure
@@ -65,7 +66,7 @@ class OpTrials:
 
     def _call(
         self, case: ShapeCase, act: torch.dtype, p: Prepared, poison: int, watch: bool, mode: str = "eager", noise: int = 0
-    ) -> tuple[dict[str, Any], Tensors]:
+    ) -> tuple[judge.Reply, Tensors]:
         return self.run_.call(
             self.op,
             self.spec,
@@ -110,7 +111,7 @@ class OpTrials:
         """The trial already failed: one more call on the same inputs with poison 1 tells an
         unwritten output (partial_write) from a wrong one. It can only rename the failure."""
         reply, tensors = self._call(case, act, p, 1, False)
-        why = judge.still_poisoned(self.spec, tensors) if reply.get("ok") is True else None
+        why = judge.still_poisoned(self.spec, tensors) if reply.ok else None
         return Failure("partial_write", why) if why else f
 
     def _twin(self, t: Trial, case: ShapeCase, act: torch.dtype, p: Prepared) -> Failure | None:
@@ -156,14 +157,14 @@ class OpTrials:
             )
             return None
         alloc = {
-            a.name: {"dtype": dtype_name(a.torch_dtype(act)), "shape": list(a.concrete_shape(case.dims)), "poison": 0}
+            a.name: P.Alloc(dtype_name(a.torch_dtype(act)), tuple(a.concrete_shape(case.dims)), 0)
             for a in spec.args
             if a.role in ("out", "scratch")
         }
-        msg = {"type": "graph", "op": self.op.key, "params": dict(case.params), "alloc": alloc, "replays": len(g.replays)}
+        msg = P.Graph(self.op.key, dict(case.params), alloc, len(g.replays), secrets.token_hex(16))
         self.run_.calls += 1 + len(g.replays)
-        reply, out, bad = self.run_.request(msg, g.parcel.frame())
-        f = bad or judge.check_reply(reply)
+        reply, out = self.run_.request(msg, g.parcel.frame())
+        f = reply.refused or judge.check_reply(reply)
         if f:
             return self._where(f, "graph", t, case)
         f = judge.check_graph_keys(spec, out, len(g.replays)) or judge.check_graph_inputs(

@@ -5,8 +5,8 @@ Why one module: the worker imports the contribution, so each frame it sends is h
 type, non-finite number, oversized string, list or map: a `ProtocolError` naming the message and
 the field); `HOST.decode` is the worker's reading of the host's requests. Framing (bounded frames,
 tensors, sealed memfds) stays in wire.py and shm.py; tensors travel beside these headers, never in
-them. The host hands the judge (judge.py) a reply's canonical dict, `WORKER.encode(decoded)`: only
-what decoded reaches a check.
+them. The judge (judge.py) reads a call's reply as the decoded `Result` (judge.Reply): only what
+decoded reaches a check.
 
 Host -> worker: load, call, graph, bench, timed_setup, timed_run, exit.
 Worker -> host: loaded (to load), result (call, graph: echoes the request's nonce), bench,
@@ -201,12 +201,23 @@ class Result:
 
 
 @dataclass(frozen=True)
+class SideTiming:
+    """One side's figures (bench_timing._stats)."""
+
+    median_us: float
+    mean_us: float
+    rel_stderr: float
+    min_us: float
+    n: int
+
+
+@dataclass(frozen=True)
 class BenchReply:
     TAG: ClassVar[str] = "bench"
     ok: bool
     reason: Reason | None = absent()
     error: str | None = absent(ERROR_CHARS)
-    timings: Mapping[str, Mapping[str, float]] | None = absent(8)  # side -> median_us, n, ...
+    timings: Mapping[str, SideTiming] | None = absent(8)  # "candidate", "baseline" (bench_timing.time_pair)
     baseline: str | None = absent(ERROR_CHARS)
     hbm_gbps: float | None = absent()
 
@@ -265,9 +276,3 @@ def read_reply(doc: object, *expect: type[T]) -> T:
 def load_request(ops: Any) -> Load:
     """A load of bundle.OpEntry-like ops (key, slot, module, attr)."""
     return Load(tuple(LoadOp(o.key, o.slot, o.module, o.attr) for o in ops))
-
-
-def refused(reason: str, detail: str) -> dict[str, Any]:
-    """The dict the judge reads for a reply the host itself refused: judge.check_reply turns its
-    reason, which no worker may give, into a protocol failure."""
-    return {"type": Result.TAG, "ok": False, "reason": reason, "error": detail}

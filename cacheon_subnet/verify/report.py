@@ -61,6 +61,9 @@ class OpResult:
     cases: int
     failure: Failure | None = None
     world_size: int = 1  # collective ops: ranks the op ran on (one process each)
+    # of `cases`, the slot's tier shapes (what --max-cases caps); the rest are the odd and arena
+    # sizes verify adds beyond the cap ("--max-cases 1" read "cases": 2 with no word why)
+    tier_cases: int = 0
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,10 @@ class VerifyReport:
         for op in self.ops:
             extra = f"  {op.failure}" if op.failure else ""
             ranks = f" x {op.world_size} ranks" if op.world_size > 1 else ""
-            lines.append(f"  {op.status:4}  {op.key:32} {op.entry:36} {op.calls:4} calls / {op.cases} cases{ranks}{extra}")
+            split = f" ({op.tier_cases} tier + {op.cases - op.tier_cases} odd/arena)" if 0 < op.tier_cases < op.cases else ""
+            lines.append(
+                f"  {op.status:4}  {op.key:32} {op.entry:36} {op.calls:4} calls / {op.cases} cases{split}{ranks}{extra}"
+            )
         op_reasons = {f"{op.key}: {op.failure}" for op in self.ops if op.failure}
         for r in self.reasons:
             if r not in op_reasons:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,8 +166,8 @@ def _run_all(
     return merged, env
 
 
-def _op_result(op: OpEntry, status: str, calls: int, cases: int, failure: Failure | None) -> OpResult:
-    return OpResult(op.key, op.slot, op.entry, op.dtypes, status, calls, cases, failure)
+def _op_result(op: OpEntry, status: str, calls: int, cases: int, failure: Failure | None, tier: int = 0) -> OpResult:
+    return OpResult(op.key, op.slot, op.entry, op.dtypes, status, calls, cases, failure, tier_cases=tier)
 
 
 class _Run:
@@ -248,15 +249,16 @@ class _Run:
             calls=self.calls - start_calls,
             **{f"{k}_s": round(v, 2) for k, v in self.timing.items()},
         )  # where a slow verify spends its time
-        return _op_result(op, status, self.calls - start_calls, len(plan.planned), failure)
+        tier = sum(p.origin == "tier" for p in plan.planned)
+        return _op_result(op, status, self.calls - start_calls, len(plan.planned), failure, tier)
 
     def request(
         self, msg: dict[str, Any] | P.Call | P.Graph, tensors: dict[str, torch.Tensor] | None
-    ) -> tuple[dict[str, Any], dict[str, torch.Tensor], Failure | None]:
-        """One call or graph trial; the reply as the judge reads it (its canonical dict, {} when it
-        did not decode) and a protocol failure when it is malformed, answers some other request
-        (its nonce: replayed, queued ahead or pre-computed) or returns tensors nothing asked for.
-        A typed request carries its nonce; a dict (op_trials' graph trial) gets a fresh one."""
+    ) -> tuple[judge.Reply, dict[str, torch.Tensor]]:
+        """One call or graph trial; the reply as the judge reads it (judge.Reply), refused as
+        protocol when it is malformed, answers some other request (its nonce: replayed, queued
+        ahead or pre-computed) or returns tensors nothing asked for.
+        A typed request carries its nonce; a dict gets a fresh one."""
         sent = {**msg, "nonce": secrets.token_hex(16)} if isinstance(msg, dict) else P.request(msg)
         limit = self.opts.call_limit_s()
         if limit <= 0:
@@ -264,11 +266,11 @@ class _Run:
         t0 = time.perf_counter()
         raw, out = self.client.request(sent, tensors, limit)
         self.timing["worker"] += time.perf_counter() - t0  # the wire both ways and the worker's own time
-        try:
-            reply = P.reply(P.read_reply(raw, P.Result))  # the worker runs the contribution: hostile input
-        except P.ProtocolError as e:
-            return {}, {}, Failure("protocol", str(e)[:900])
-        return reply, out, judge.check_nonce(reply, sent["nonce"]) or judge.check_returned(sent, tensors or {}, out)
+        reply = judge.decoded(raw)  # the worker runs the contribution: hostile input
+        if reply.result is None:
+            return reply, {}
+        bad = judge.check_nonce(reply.result, sent["nonce"]) or judge.check_returned(sent, tensors or {}, out)
+        return (judge.refuse(bad), {}) if bad else (reply, out)
 
     def call(
         self,
@@ -283,7 +285,7 @@ class _Run:
         noise: int = 0,
         frame: Frame | None = None,
         digests: dict[str, str] | None = None,
-    ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    ) -> tuple[judge.Reply, dict[str, torch.Tensor]]:
         """One call on `inputs` (the host's tensors, judged with): the worker gets `frame`, their
         sealed copy (made here when not given), and answers large read-only inputs with digests
         the host checks against `digests` (its own, made when it drew them) or its cache."""
@@ -296,24 +298,26 @@ class _Run:
         self.calls += 1
         parcel = Parcel(inputs) if frame is None else None
         try:
-            reply, tensors, bad = self.request(msg, parcel.frame() if parcel is not None else frame)
+            reply, tensors = self.request(msg, parcel.frame() if parcel is not None else frame)
         finally:
             if parcel is not None:
                 parcel.close()
-        bad = bad or judge.check_digests(spec, reply)
+        if reply.result is None:
+            return reply, {}
+        bad = judge.check_digests(spec, reply.result)
         if bad:
-            return P.refused(bad.reason, bad.detail), {}
+            return judge.refuse(bad), {}
+        self._worker_share(reply.result.worker_s)
         t0 = time.perf_counter()
-        judge.merge_digests(reply, tensors, inputs, self.digests, known=digests)
+        reply = judge.merge_digests(reply, tensors, inputs, self.digests, known=digests)
         self.timing["digest"] += time.perf_counter() - t0
-        self._worker_share(reply.get("worker_s"))
         return reply, tensors
 
-    def _worker_share(self, share: Any) -> None:
+    def _worker_share(self, share: Mapping[str, float] | None) -> None:
         """The worker's own account of its part of a call (untrusted, only summed into the timing
         log): what is left of the round trip is the wire and the worker's receive."""
-        if isinstance(share, dict):
+        if share is not None:
             for k in ("materialise", "invoke", "digest_and_copy"):
                 v = share.get(k)
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e6:
+                if v is not None and 0 <= v < 1e6:
                     self.timing[f"worker_{k}"] = self.timing.get(f"worker_{k}", 0.0) + float(v)

@@ -92,10 +92,18 @@ def test_setsid_escape_fails_closed():
     ), r.reason
 
 
-def test_forged_timing_fields_are_ignored():
-    """(c) The worker's replies claim 1 ns per call and its clocks stand still: the verdict is
-    the host's, so this stock-equivalent kernel is no faster than the reference."""
+def test_forged_timing_fields_are_refused():
+    """(c) The worker's replies claim 1 ns per call: fields no reply has, so the strict decoder
+    (verify/protocol.py) refuses its first reply and the op FAILs naming them, never timed."""
     r = qualify(CORPUS / "fake_timings", TIMED)
+    assert r.verdict == "FAIL" and "malformed load reply" in r.reason and "unknown key" in r.reason, r.reason
+    assert r.speedup_vs_stock == 1.0 and not cases(r), r
+
+
+def test_stopped_worker_clocks_are_ignored():
+    """(c') Its clocks stand still: the verdict is the host's, so this stock-equivalent kernel is
+    no faster than the reference."""
+    r = qualify(CORPUS / "fake_clocks", TIMED)
     assert r.verdict in ("PASS", "NO_DECISION"), r.reason
     assert r.speedup_vs_stock < 1.25, r  # forged: 1e6x; honest stock-equivalent: ~1.0
     assert cases(r)[0].candidate_us > 10.0

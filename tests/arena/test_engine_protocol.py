@@ -180,3 +180,12 @@ def test_clock_metrics_of_honest_answers_decode_and_a_nan_reading_is_no_metric()
     assert P.read_record({"op": "generate", "nonce": N, **out}).gpu_s == 0.5  # type: ignore[attr-defined]
     bad = P.clock_metrics({0: {"clock": {"gpu_s": float("nan"), "forwards": 4}}}, [0], 64, 32)
     assert list(bad) == ["clock_error"]
+
+
+def test_a_line_nested_past_the_parsers_depth_is_forging_not_a_crash():
+    deep = ("[" * 100_000 + "]" * 100_000).encode()
+    j = seal({"steps": [{"op": "generate", "tag": "w0"}]}, answers=False)
+    st = RecordStream(j)
+    assert st.feed(deep) is None and st.forgery and "not JSON" in st.forgery
+    with pytest.raises(P.ProtocolError):
+        P.read_gate(deep.decode(), N, "w3")

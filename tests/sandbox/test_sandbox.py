@@ -311,6 +311,22 @@ def test_weak_mode_is_loud(tmp_path, monkeypatch, capfd):
     assert "WEAK MODE" in capfd.readouterr().err
 
 
+def test_the_miners_own_bench_worker_says_what_weak_means_for_a_miner(tmp_path, monkeypatch, capfd):
+    """bench (drop_privileges=False, the miner's own tool) printed the validator-facing "WEAK MODE
+    ... NEVER use this on a validator" at a miner; it now says what it means for them. The
+    validator-facing line stays for CACHEON_SANDBOX=weak (test_weak_mode_is_loud)."""
+    monkeypatch.delenv("CACHEON_SANDBOX", raising=False)
+    policy = sandbox.SandboxPolicy(wall_timeout_s=30, drop_privileges=False)
+    _, out = run_child(tmp_path, "import os; print(os.getuid())", policy=policy)
+    assert out.split() == [str(os.getuid())]
+    err = capfd.readouterr().err
+    assert "your bundle runs as your own user" in err and "validators run it behind the full wall" in err, err
+    assert "WEAK MODE" not in err and "NEVER" not in err
+    monkeypatch.setenv("CACHEON_SANDBOX", "weak")  # weak asked for by name: the strong line, even here
+    run_child(tmp_path, "pass", policy=policy)
+    assert "NEVER use this on a validator" in capfd.readouterr().err
+
+
 def test_pass_fds_survive_the_wall(tmp_path):
     import socket
 

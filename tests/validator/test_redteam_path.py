@@ -278,7 +278,7 @@ class FakeWorker:
         self.alive = True
 
     def request(self, msg, tensors, timeout_s):
-        return {"results": {k["key"]: {"ok": True} for k in msg["ops"]}}, {}
+        return {"type": "loaded", "results": {k["key"]: {"ok": True} for k in msg["ops"]}}, {}  # as the worker writes it
 
     def cleanup(self) -> None:
         self.alive = False

@@ -34,7 +34,7 @@ CHILD = (
     "fd = int(sys.argv[sys.argv.index('--fd') + 1])\n"
     "head = json.loads(os.pread(fd, 1 << 20, 0).split(b'\\n', 1)[0])\n"
     "if 'spin.txt' in head['paths']:\n"
-    "    c._emit({'at': ['checking', 'kernel.py']})\n"
+    "    c._emit(c.At('checking', 'kernel.py'))\n"
     "    while True:\n        pass\n"
     "sys.exit(c.main(sys.argv[1:]))\n"
 )

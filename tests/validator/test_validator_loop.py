@@ -3,6 +3,7 @@ crash-resolution of pending weights, retries and give-up paths."""
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -26,6 +27,7 @@ from cacheon_subnet.validator import ledger
 from cacheon_subnet.validator.fetch import FetchError
 from cacheon_subnet.validator.loop import Validator, ValidatorConfig
 from cacheon_subnet.validator.publish import PublishPolicy
+from cacheon_subnet.validator.state import TARGETS_KEY
 
 TARGETS = ("norm.rmsnorm", "activation.silu_and_mul", "rope.neox")
 
@@ -125,6 +127,7 @@ def test_full_pass_crowns_and_publishes_with_the_code_spec_version(world):
     assert row.state == "verified" and row.version_key == __spec_version__ and row.block is not None
     assert uids == [0, 2, 3]  # owner burn + the two crown holders (uids 2 and 3)
     assert world["chain"].get_weights(NETUID, VALIDATOR)
+    assert v.db.get(TARGETS_KEY) == json.dumps(list(TARGETS))  # the leaderboard lists every one
 
 
 def test_owner_retires_old_validators_by_raising_the_version_key(world):

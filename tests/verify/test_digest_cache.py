@@ -11,6 +11,7 @@ import torch
 
 from cacheon_subnet.tensor_views import tensor_digest
 from cacheon_subnet.verify import judge
+from cacheon_subnet.verify import protocol as P
 
 
 def test_a_tensor_is_hashed_once_per_version(monkeypatch):
@@ -34,16 +35,20 @@ def test_a_freed_tensors_entry_never_answers_for_a_new_one():
         gc.collect()
 
 
+def _reply(digests: dict[str, str]) -> judge.Reply:
+    return judge.Reply(P.Result(True, "ab" * 16, digests=digests))
+
+
 def test_merge_digests_with_the_cache_still_flags_a_mutated_input():
     cache: judge.DigestCache = {}
     sent = {"k": torch.ones(8)}
-    ok = {"digests": {"k": tensor_digest(sent["k"])}}
     got: dict = {}
-    judge.merge_digests(ok, got, sent, cache)
-    assert got["k"] is sent["k"] and "mutated_inputs" not in ok
-    bad = {"digests": {"k": tensor_digest(torch.zeros(8))}}  # the worker's copy changed
-    judge.merge_digests(bad, {}, sent, cache)
-    assert bad["mutated_inputs"] == ["k"]
+    ok = judge.merge_digests(_reply({"k": tensor_digest(sent["k"])}), got, sent, cache)
+    assert got["k"] is sent["k"] and ok.mutated == () and judge.check_reply(ok) is None
+    bad = judge.merge_digests(_reply({"k": tensor_digest(torch.zeros(8))}), {}, sent, cache)  # the worker's copy changed
+    assert bad.mutated == ("k",)
+    f = judge.check_reply(bad)
+    assert f is not None and f.reason == "input_mutated" and f.detail.startswith("['k'] changed (digest differs)")
 
 
 def test_the_digest_reads_the_buffer_without_changing_its_value():

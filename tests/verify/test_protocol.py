@@ -52,7 +52,7 @@ WORKER_MESSAGES = [
     ),
     P.Result(False, NONCE, P.Reason.GRAPH_CAPTURE, "capture failed"),
     P.Result(True, NONCE, final_digests={"x": "1" * 64}),
-    P.BenchReply(True, timings={"candidate": {"median_us": 3.5, "n": 40}}, baseline="stock: sgl", hbm_gbps=None),
+    P.BenchReply(True, timings={"candidate": P.SideTiming(3.5, 3.6, 0.01, 3.2, 40)}, baseline="stock: sgl"),
     P.TimedReady(False, P.Reason.SETUP, "no fd"),
     P.TimedDone(True),
     P.Progress("warm", 1, 4),
@@ -106,9 +106,29 @@ HOSTILE = [
     ({"type": "loaded", "results": {}, "env": {"torch": ["2"]}}, "loaded", "env['torch']", "expected str | bool"),
     ({"type": "bench", "ok": True, "hbm_gbps": float("inf")}, "bench", "hbm_gbps", "finite"),
     (
+        {
+            "type": "bench",
+            "ok": True,
+            "timings": {"candidate": {"median_us": 3.0, "mean_us": 3, "rel_stderr": 0, "min_us": 3}},
+        },
+        "bench",
+        "timings['candidate'].n",
+        "missing key 'n'",
+    ),
+    (
+        {
+            "type": "bench",
+            "ok": True,
+            "timings": {"candidate": {"median_us": 3.0, "mean_us": 3, "rel_stderr": 0, "min_us": 3, "n": 4.0}},
+        },
+        "bench",
+        "timings['candidate'].n",
+        "expected int",
+    ),
+    (
         {"type": "bench", "ok": True, "timings": {"candidate": {"median_us": "3"}}},
         "bench",
-        "timings['candidate']['median_us']",
+        "timings['candidate'].median_us",
         "number",
     ),
 ]
@@ -218,3 +238,47 @@ def test_a_collective_rank_whose_reply_does_not_decode_is_protocol():
     assert judge.check_reply(replies[0][0]) is None
     f = judge.check_reply(replies[1][0])
     assert f is not None and f.reason == "protocol" and "host_sync[0]" in f.detail, f
+
+
+def test_the_judge_reads_only_what_decoded():
+    """judge.Reply: the decoded Result or the host's refusal, never both, never a dict; every
+    failure string is the one the dict-reading judge gave."""
+    from cacheon_subnet.verify import judge
+    from cacheon_subnet.verify.report import Failure
+
+    bad = judge.decoded(result(ok="yes"))
+    assert bad.result is None and not bad.ok and bad.refused is not None
+    f = judge.check_reply(bad)
+    assert f == Failure("protocol", f"malformed reply (ok='False', reason='protocol'): {bad.refused.detail}"), f
+    assert "result message, field ok" in f.detail
+    for args in ((None,), (P.Result(True, NONCE), Failure("protocol", "x"))):
+        with pytest.raises(ValueError, match="either"):
+            judge.Reply(*args)
+    cases = [
+        (
+            P.Result(False, NONCE, P.Reason.SETUP, "no fd"),
+            ("protocol", "malformed reply (ok='False', reason='setup'): no fd"),
+        ),
+        (P.Result(False, NONCE, P.Reason.HOST_SYNC, "item()"), ("host_sync", "item()")),
+        (P.Result(False, NONCE), ("exception", "")),
+        (
+            P.Result(True, NONCE, returned="Tensor"),
+            ("return_value", "kernel returned Tensor; write into out/inout args and return None"),
+        ),
+        (P.Result(True, NONCE, host_sync=("a", "b", "c", "d")), ("host_sync", "a; b; c")),
+        (P.Result(True, NONCE, aliases=("out is x",)), ("output_aliasing", "out is x")),
+        (P.Result(True, NONCE, returned="", host_sync=(), aliases=()), None),
+    ]
+    for res, want in cases:
+        f = judge.check_reply(judge.Reply(res))
+        assert (f.reason, f.detail) == want if want else f is None, (res, f)
+    mutated = judge.Reply(P.Result(True, NONCE, returned="Tensor"), mutated=("kv",))
+    assert judge.check_reply(mutated) == Failure(
+        "input_mutated", "['kv'] changed (digest differs) but the slot declares them read-only"
+    )
+    assert judge.check_nonce(P.Result(True, "f" * 32), NONCE).reason == "protocol"
+    spec = __import__("cacheon_subnet.slots", fromlist=["get_slot"]).get_slot("norm.rmsnorm")
+    assert judge.check_digests(spec, P.Result(True, NONCE, digests={"out": "0" * 64})).reason == "protocol"
+    assert judge.check_digests(spec, P.Result(True, NONCE, digests={"x": "0" * 64})) is None
+    f = judge.check_graph_inputs(spec, judge.Reply(P.Result(True, NONCE)), {})
+    assert f is not None and f.reason == "protocol" and "final_digests" in f.detail

@@ -54,7 +54,7 @@ def _check(
 
 @pytest.mark.parametrize("walled", [True, False], ids=["wall", "plain-child"])
 def test_a_scan_over_its_cpu_budget_fails_naming_the_budget_and_the_file(monkeypatch, walled) -> None:
-    res = _check(monkeypatch, "emit({'at': ['checking', 'spin.py']})\nwhile True:\n    pass", walled=walled)
+    res = _check(monkeypatch, "emit(c.At('checking', 'spin.py'))\nwhile True:\n    pass", walled=walled)
     assert res.findings[-1].startswith("spin.py:1: P022"), res.findings
     assert "ran out of its CPU budget: killed at 1 s CPU (RLIMIT_CPU" in res.breach and "checking spin.py" in res.breach
     assert res.wall_s < TIGHT.wall_s  # the kernel's limit ended it, not the host's deadline
@@ -63,35 +63,33 @@ def test_a_scan_over_its_cpu_budget_fails_naming_the_budget_and_the_file(monkeyp
 @pytest.mark.parametrize("walled", [True, False], ids=["wall", "plain-child"])
 def test_a_scan_over_its_wall_budget_fails_and_is_killed(monkeypatch, walled) -> None:
     budget = policy_bound.ScanBudget(cpu_s=20, wall_s=1.0)
-    res = _check(monkeypatch, "emit({'at': ['parsing', 'slow.py']})\ntime.sleep(60)", budget, walled)
+    res = _check(monkeypatch, "emit(c.At('parsing', 'slow.py'))\ntime.sleep(60)", budget, walled)
     assert "ran past its wall budget: no result after" in res.breach and "(limit 1 s" in res.breach
     assert "parsing slow.py" in res.breach and res.wall_s < 15
 
 
 def test_a_memory_balloon_fails_naming_the_limit(monkeypatch) -> None:
-    res = _check(monkeypatch, "emit({'at': ['parsing', 'big.py']})\nx = bytearray(2 << 30)")
+    res = _check(monkeypatch, "emit(c.At('parsing', 'big.py'))\nx = bytearray(2 << 30)")
     assert "ran out of memory (address-space limit 256 MiB) while parsing big.py: MemoryError" in res.breach
 
 
 def test_a_crash_in_the_child_is_a_finding_not_an_exception(monkeypatch) -> None:
-    res = _check(monkeypatch, "def f(n):\n    return f(n + 1)\nemit({'at': ['checking', 'deep.py']})\nf(0)")
+    res = _check(monkeypatch, "def f(n):\n    return f(n + 1)\nemit(c.At('checking', 'deep.py'))\nf(0)")
     assert "the static scan crashed while checking deep.py: RecursionError" in res.breach
-    res = _check(
-        monkeypatch, "emit({'at': ['computing the normalized identity', '']})\nos.kill(os.getpid(), signal.SIGSEGV)"
-    )
+    res = _check(monkeypatch, "emit(c.At('computing the normalized identity', ''))\nos.kill(os.getpid(), signal.SIGSEGV)")
     assert res.breach.startswith("the normalized identity ended without a result (exit ") and "SIGSEGV" in res.breach
 
 
 def test_an_answer_that_is_not_complete_fails_closed(monkeypatch) -> None:
-    """Every frame of a clean answer, but exit 1; a flood past the answer cap; a frame of the
-    wrong type."""
-    res = _check(monkeypatch, "emit({'findings': []})\nemit({'identity': 'norm-0'})\nemit({'done': True})\nos._exit(1)")
+    """Every frame of a clean answer, but exit 1; a flood past the answer cap; an answer without
+    the identity asked for (a malformed frame: tests/verify/test_static_protocol.py)."""
+    res = _check(monkeypatch, "emit(c.Findings(()))\nemit(c.Identity('norm-0'))\nemit(c.Done())\nos._exit(1)")
     assert "ended without a result (exit 1" in res.breach
     monkeypatch.setattr(policy_bound, "MAX_ANSWER_BYTES", 1 << 20)
     res = _check(monkeypatch, "while True:\n    print('x' * 65536)")
     assert "answered more than 1 MiB" in res.breach
-    res = _check(monkeypatch, "emit({'findings': 'not a list'})")
-    assert "ended without a result" in res.breach
+    res = _check(monkeypatch, "emit(c.Findings(()))")
+    assert "ended without a result" in res.breach  # the identity was asked and never came
 
 
 def _shape(name: str):
@@ -182,7 +180,7 @@ def test_no_wall_now_still_runs_a_bounded_child_and_says_so(monkeypatch) -> None
 
     monkeypatch.setattr(policy_bound.sandbox, "launch", refuse)
     monkeypatch.setattr(log, "get_logger", lambda *a, **k: _Log())
-    res = _check(monkeypatch, "emit({'at': ['checking', 'spin.py']})\nwhile True:\n    pass")
+    res = _check(monkeypatch, "emit(c.At('checking', 'spin.py'))\nwhile True:\n    pass")
     assert "ran out of its CPU budget" in res.breach
     assert warned and warned[0][0] == "static.unwalled" and "in use" in warned[0][1]["reason"]
 
@@ -202,7 +200,7 @@ def test_screen_copy_check_and_verify_share_one_child(monkeypatch) -> None:
 @pytest.mark.slow
 def test_a_screen_over_budget_fails_the_bundle_with_its_reason(monkeypatch) -> None:
     policy_bound.forget()
-    monkeypatch.setattr(policy_bound, "_argv", _stand_in("emit({'at': ['checking', 'spin.py']})\nwhile True:\n    pass"))
+    monkeypatch.setattr(policy_bound, "_argv", _stand_in("emit(c.At('checking', 'spin.py'))\nwhile True:\n    pass"))
     monkeypatch.setattr(policy_bound, "ScanBudget", functools.partial(policy_bound.ScanBudget, cpu_s=1))
     screened = static_screen(HONEST)
     assert not screened.passed and len(screened.reasons) == 1

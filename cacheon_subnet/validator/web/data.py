@@ -9,6 +9,7 @@ writer) or, in the web process, the validator's snapshot of it (snapshot.py, ope
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 import statistics
@@ -31,9 +32,10 @@ from cacheon_subnet.records import (
     loads,
     read_detail,
 )
-from cacheon_subnet.validator.state import STATES, StateDB, StateError
+from cacheon_subnet.validator.state import STATES, TARGETS_KEY, StateDB, StateError
 from cacheon_subnet.validator.web.snapshot import SNAPSHOT
 from cacheon_subnet.webapi import MAX_PAGE, SCHEMA, clean
+from cacheon_subnet.words import state_label, verdict_label
 
 CONTRIBUTION_ID = re.compile(r"(malformed:)?[0-9a-f]{16,128}")
 EVIDENCE_COLS = (
@@ -161,9 +163,24 @@ def crowns(source: Source | Path) -> dict[str, Any]:
                     "age_blocks": None if block is None else max(0, block - r["crowned_block"]),
                 }
             )
-        return clean({"schema": SCHEMA, "last_sync_block": block, "crowns": out})
+        slots = sorted(set(_targets(db)) | {c["target"] for c in out})
+        return clean({"schema": SCHEMA, "last_sync_block": block, "crowns": out, "slots": slots})
     finally:
         db.close()
+
+
+def _targets(db: Any) -> list[str]:
+    """Every slot this validator judges, crowned or not (the page listed crowned ones only): what
+    the loop stored (kv `targets`), else the slot catalogue, for a state written before it did."""
+    try:
+        got = json.loads(_kv(db).get(TARGETS_KEY) or "null")
+    except ValueError:
+        got = None
+    if isinstance(got, list) and all(isinstance(t, str) for t in got):
+        return got
+    from cacheon_subnet.slots import all_slots
+
+    return [s.id for s in all_slots()]
 
 
 Row = tuple[dict[str, Any], BoardFigures]  # an evidence row's shown columns, and its plot figures
@@ -200,6 +217,7 @@ def _contribution(r: Any, evidence: list[Row], plots: bool) -> dict[str, Any]:
     for e, figures in evidence:
         stages = stages_of(figures)
         e["has_windows"] = bool(stages)
+        e["verdict_label"] = verdict_label(e["verdict"], e["outcome"])  # what to show: `verdict` PASS is not a win
         if plots:
             e["stages"] = stages
             e["speedup_basis"] = figures.speedup_basis
@@ -213,6 +231,7 @@ def _contribution(r: Any, evidence: list[Row], plots: bool) -> dict[str, Any]:
         "digest": r["digest"],
         "url": r["url"],
         "state": r["state"],
+        "state_label": state_label(r["state"], [e["outcome"] for e in evs]),
         "rule": r["rule"],
         "reason": r["reason"],
         "duplicate_of": r["duplicate_of"],

@@ -13,6 +13,7 @@ import jinja2
 from markupsafe import Markup
 
 from cacheon_subnet.validator.web import plots
+from cacheon_subnet.words import state_name, verdict_tone
 
 TEMPLATES = Path(__file__).with_name("templates")
 _ENV = jinja2.Environment(
@@ -39,13 +40,26 @@ def ago(seconds: float | None) -> str:
     )
 
 
-def vs_stock(x: float | None) -> str:
-    """×ratio in words, so a 1000× slower kernel never reads like a pass."""
+def vs_stock(x: float | None, label: str | None = None) -> str:
+    """×ratio in words, so a 1000× slower kernel never reads like a pass; against what it was
+    timed against (the CPU arena's `cpu-timing` rows: the fp32 reference, not stock)."""
+    base = "vs stock" if not (label or "").startswith("cpu") else "vs the fp32 reference"
     if x is None or not x > 0:
-        return "× ? vs stock"
+        return f"× ? {base}"
     if x >= 1:
-        return f"×{x:.4f} vs stock ({(x - 1):.1%} faster)"
-    return f"×{x:.4f} vs stock ({1 / x:.1f}× slower)" if x < 0.5 else f"×{x:.4f} vs stock ({(1 - x):.1%} slower)"
+        return f"×{x:.4f} {base} ({(x - 1):.1%} faster)"
+    return f"×{x:.4f} {base} ({1 / x:.1f}× slower)" if x < 0.5 else f"×{x:.4f} {base} ({(1 - x):.1%} slower)"
+
+
+HOTKEY_CHARS = 48  # an SS58 address
+
+
+def mono(text: str | None) -> str:
+    """The CSS class of a hotkey cell. Whole words (`break-word`): a table column cannot be
+    squeezed below an SS58 hotkey, which broke mid-word on the page under `overflow-wrap:
+    anywhere`. A longer one (a local chain takes any name) may break anywhere: it wraps inside its
+    column instead of pushing the table past the window."""
+    return "mono long" if len(text or "") > HOTKEY_CHARS else "mono"
 
 
 def link(cid: str) -> str:
@@ -54,11 +68,23 @@ def link(cid: str) -> str:
 
 def _render(name: str, **ctx: Any) -> str:
     css = Markup((TEMPLATES / "style.css").read_text())  # ours, not user input: the one unescaped insert
-    return _ENV.get_template(name).render(css=css, ago=ago, link=link, vs_stock=vs_stock, geometry=plots.geometry, **ctx)
+    return _ENV.get_template(name).render(
+        css=css,
+        ago=ago,
+        link=link,
+        vs_stock=vs_stock,
+        tone=verdict_tone,
+        mono=mono,
+        state_name=state_name,
+        geometry=plots.geometry,
+        **ctx,
+    )
 
 
 def index(crowns: dict[str, Any], page: dict[str, Any], schema: str) -> str:
-    return _render("index.html", title="Cacheon leaderboard", crowns=crowns, page=page, schema=schema)
+    held = {c["target"]: c for c in crowns["crowns"]}
+    slots = [(s, held.get(s)) for s in crowns.get("slots") or sorted(held)]  # every slot, crowned or not
+    return _render("index.html", title="Cacheon leaderboard", crowns=crowns, page=page, slots=slots, schema=schema)
 
 
 def detail(doc: dict[str, Any], schema: str) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cacheon_subnet.records import NO_FIGURES, BoardFigures, RecordError, board_json, board_of, read_detail
-from cacheon_subnet.validator.state import DB_NAME, StateDB
+from cacheon_subnet.validator.state import DB_NAME, TARGETS_KEY, StateDB
 
 SNAPSHOT = "leaderboard.sqlite"
 COLUMNS = {
@@ -73,7 +73,7 @@ COLUMNS = {
     "transitions": ("id", "contribution_id", "from_state", "to_state", "reason", "at"),
     "schema_version": ("version", "applied_at"),
 }
-KV_KEYS = ("last_sync_block", "last_sync_at")
+KV_KEYS = ("last_sync_block", "last_sync_at", TARGETS_KEY)
 DETAIL_KEYS = tuple(BoardFigures.__dataclass_fields__)  # what data.stages_of reads
 INDEXES = (
     "CREATE INDEX c_order ON contributions(commit_block, id)",

@@ -6,7 +6,7 @@ screening stage for 337 s, one at the 512 KiB source cap for ~45 min (quadratic 
 linear: docs/benchmarks.md, session 13). A budget makes that bound hold whatever the next slow
 shape is, and a parser crash (RecursionError, MemoryError) ends the child, never the pass.
 
-How: policy/child.py behind the sandbox wall (its own uid, namespaces, seccomp; ~60 ms to start)
+How: verify/static/child.py behind the sandbox wall (its own uid, namespaces, seccomp; ~60 ms to start)
 under RLIMIT_CPU, RLIMIT_AS and a wall deadline the host enforces. A child over budget or dead
 is a P022 finding naming the budget, what was used and the file it was at: the bundle FAILs
 `policy` and the screen stage moves on. A host that cannot start the wall at this moment (every
@@ -20,7 +20,6 @@ validator's screen, copy check and verify read one child per bundle (`cacheon ve
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import selectors
@@ -38,7 +37,7 @@ from cacheon_subnet import sandbox
 from cacheon_subnet.bundle import Bundle, Scratch
 from cacheon_subnet.errors import SandboxError
 from cacheon_subnet.policy import scan as policy
-from cacheon_subnet.verify.static.child import FRAME
+from cacheon_subnet.verify.static import protocol as P
 
 SCAN_CPU_S = 20
 """CPU seconds for the scan and the identity together (RLIMIT_CPU of the child). Measured on the
@@ -145,14 +144,14 @@ def _payload(bundle: Bundle, identity: bool) -> bytes:
 
     py = sorted(p for p in bundle.files if p.endswith(".py"))
     manifest = bundle.files.get("manifest.toml") if identity else None
-    head = {
-        "paths": sorted(bundle.files),
-        "py": [[p, len(bundle.files[p])] for p in py],
-        "manifest": None if manifest is None else len(manifest),
-        "identity": identity,
-        "other": other_files(bundle.files) if identity else {},
-    }
-    return b"".join([json.dumps(head).encode() + b"\n", *(bundle.files[p] for p in py), manifest or b""])
+    head = P.Head(
+        paths=tuple(sorted(bundle.files)),
+        py=tuple(P.PyFile(p, len(bundle.files[p])) for p in py),
+        manifest=None if manifest is None else len(manifest),
+        identity=identity,
+        other=other_files(bundle.files) if identity else {},
+    )
+    return b"".join([P.head_line(head), *(bundle.files[p] for p in py), manifest or b""])
 
 
 def _policy(budget: ScanBudget) -> sandbox.SandboxPolicy:
@@ -197,13 +196,13 @@ def _run(bundle: Bundle, identity: bool, budget: ScanBudget, walled: bool) -> St
             wall = time.monotonic() - t0
     finally:
         scratch.cleanup()
-    docs, text = _frames(out)
-    if not docs:
+    frames, refused, text = _frames(out)
+    if not frames and refused is None:
         raise _NoStart(
             f"{'walled' if walled else 'plain'} child, exit {rc}{_signame(rc)} after {wall:.1f} s"
             f"{': ' + text if text else ''}"
         )
-    return _judge(bundle, identity, budget, docs, text, why, rc, wall)
+    return _judge(bundle, identity, budget, frames, refused, text, why, rc, wall)
 
 
 def _launch(fd: int, work: Path, budget: ScanBudget, walled: bool) -> subprocess.Popen[bytes]:
@@ -296,22 +295,23 @@ def _end(proc: subprocess.Popen[bytes], walled: bool) -> None:
         proc.stdout.close()
 
 
-def _frames(out: bytes) -> tuple[list[dict[str, object]], str]:
-    """The child's frames, and the tail of anything else it printed (a fatal error's text)."""
-    docs, other = [], []
-    head = FRAME.encode()
+def _frames(out: bytes) -> tuple[list[P.Frame], P.FrameError | None, str]:
+    """The child's frames, the first frame line that did not decode (protocol.read_frame: the
+    child parsed hostile source, so its lines are read as hostile), and the tail of anything else
+    it printed (a fatal error's text)."""
+    frames: list[P.Frame] = []
+    refused: P.FrameError | None = None
+    other = []
+    head = P.FRAME.encode()
     for line in out.split(b"\n"):
         if line.startswith(head):
             try:
-                doc = json.loads(line[len(head) :])
-            except ValueError:
-                doc = None
-            if isinstance(doc, dict):
-                docs.append(doc)
-                continue
-        if line.strip():
+                frames.append(P.read_frame(line[len(head) :]))
+            except P.FrameError as e:
+                refused = refused or e
+        elif line.strip():
             other.append(line.decode("utf-8", "replace"))
-    return docs, " | ".join(other)[-300:]
+    return frames, refused, " | ".join(other)[-300:]
 
 
 _KILLED = (-signal.SIGKILL, -signal.SIGXCPU, 128 + signal.SIGKILL, 128 + signal.SIGXCPU)  # direct / via bwrap
@@ -321,29 +321,31 @@ def _judge(
     bundle: Bundle,
     identity: bool,
     budget: ScanBudget,
-    docs: list[dict[str, object]],
+    frames: list[P.Frame],
+    refused: P.FrameError | None,
     text: str,
     why: str | None,
     rc: int | None,
     wall: float,
 ) -> StaticResult:
     """The child's answer, or a P022 finding saying which budget ran out (how much was used, at
-    which file) or how it died. Fail closed: anything but a complete answer is a finding."""
-    at = [a for d in docs if isinstance(a := d.get("at"), list) and len(a) == 2]
-    cpu = max([float(c) for d in docs if isinstance(c := d.get("cpu"), (int, float))], default=0.0)
-    found = [d["findings"] for d in docs if "findings" in d]
-    ids = [d["identity"] for d in docs if "identity" in d]
-    crash = next((str(d["crash"]) for d in docs if "crash" in d), None)
-    findings = (
-        found[0] if len(found) == 1 and isinstance(found[0], list) and all(isinstance(f, str) for f in found[0]) else None
-    )
-    nid: str | None | bool = ids[0] if len(ids) == 1 and (ids[0] is None or isinstance(ids[0], str)) else False
-    done = any(d.get("done") is True for d in docs)
-    if why is None and rc == 0 and done and findings is not None and (not identity or findings or nid is not False):
+    which file), how it died or which frame of it the host refused. Fail closed: anything but a
+    complete answer in well-formed frames is a finding."""
+    at = [f for f in frames if isinstance(f, P.At)]
+    cpu = max((f.cpu for f in frames), default=0.0)
+    found = [f.findings for f in frames if isinstance(f, P.Findings)]
+    ids = [f.identity for f in frames if isinstance(f, P.Identity)]
+    crash = next((f.crash for f in frames if isinstance(f, P.Crash)), None)
+    findings = found[0] if len(found) == 1 else None
+    nid: str | None | bool = ids[0] if len(ids) == 1 else False
+    done = any(isinstance(f, P.Done) for f in frames)
+    complete = done and findings is not None and (not identity or findings or nid is not False)
+    if refused is None and why is None and rc == 0 and complete:
+        assert findings is not None  # complete says so
         return StaticResult(
             tuple(findings), nid if isinstance(nid, str) and nid else None, identity and not findings, cpu, wall
         )
-    step, path = (str(at[-1][0]), str(at[-1][1])) if at else ("starting", "")
+    step, path = (at[-1].step, at[-1].path) if at else ("starting", "")
     what = "the normalized identity" if step.startswith("computing the normalized identity") else "the static scan"
     where = f"while {step}{' ' + path if path else ''}"
     if why == "wall":
@@ -353,6 +355,8 @@ def _judge(
         )
     elif why == "output":
         msg = f"{what} answered more than {MAX_ANSWER_BYTES >> 20} MiB {where}"
+    elif refused is not None:
+        msg = f"{what} sent a frame the host refuses {where}: {str(refused)[:300]}"
     elif crash is not None and crash.startswith("MemoryError"):
         msg = f"{what} ran out of memory (address-space limit {budget.memory_bytes >> 20} MiB) {where}: {crash}"
     elif crash is not None:

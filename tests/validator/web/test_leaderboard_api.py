@@ -104,7 +104,7 @@ def test_page_escapes_hostile_hotkeys_and_reasons(state):
         assert "&lt;script&gt;alert(&#39;hk&#39;)&lt;/script&gt;" in html
         assert "&lt;img src=x onerror=alert(1)&gt; &#34;quoted&#34; &amp; ampersand END-OF-REASON" in html
     assert index.count('class="crown"') == 1 and 'data-slot="norm.rmsnorm"' in index
-    assert "×0.0010 vs stock (1000.0× slower)" in index  # never reads like a pass
+    assert "×0.0010 vs the fp32 reference (1000.0× slower)" in index  # never reads like a pass (cpu-timing)
 
 
 def test_detail_page_plots_every_window_with_band_and_bar(state):

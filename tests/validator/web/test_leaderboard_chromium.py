@@ -107,3 +107,64 @@ def test_controls_no_crowns_and_a_blank_page_are_caught(tmp_path):
     assert CROWN_ROW.findall(dom) == [] and 'id="no-crowns"' in dom
     size, pixels = png_size_and_pixels(shot)
     assert size == SIZE and not looks_rendered(pixels)
+
+
+SS58 = "5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY"
+MEASURE = """<script>
+window.onload = () => {
+  const cells = [];
+  for (const td of document.querySelectorAll('td.mono')) {
+    const tops = new Set();
+    const walk = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+    while (walk.nextNode()) {
+      if (!walk.currentNode.textContent.trim()) continue;
+      const r = document.createRange(); r.selectNodeContents(walk.currentNode);
+      for (const x of r.getClientRects()) tops.add(Math.round(x.top));
+    }
+    cells.push([td.textContent.trim(), tops.size]);
+  }
+  const pre = document.createElement('pre'); pre.id = 'measured';
+  pre.textContent = JSON.stringify({overflow: document.documentElement.scrollWidth - window.innerWidth, cells});
+  document.body.appendChild(pre);
+};
+</script></body>"""
+
+
+def measure(tmp: Path, html: str) -> dict:
+    """Lines each mono cell's text takes and how far the page overflows the window, as laid out
+    by Chromium at SIZE (a measuring script added to the page for this test only)."""
+    import html as html_mod
+    import json
+
+    f = tmp / "measure.html"
+    f.write_text(html.replace("</body>", MEASURE))
+    p = chromium(
+        tmp, "measure", f"--window-size={SIZE[0]},{SIZE[1]}", "--virtual-time-budget=3000", "--dump-dom", f.as_uri()
+    )
+    out, _ = p.communicate(timeout=90)
+    got = re.search(r'<pre id="measured">(.*?)</pre>', out, re.S)
+    assert got, out[-2000:]
+    return json.loads(html_mod.unescape(got.group(1)))
+
+
+def test_hotkeys_keep_whole_and_a_hostile_one_wraps_inside_the_window(tmp_path):
+    """An SS58 hotkey broke into 6 lines of a squeezed column (`overflow-wrap: anywhere` let the
+    table shrink it to nothing); now it stays on one line, and a 300-character name (a local chain
+    takes any) wraps within its column without pushing the page past the window."""
+    from cacheon_subnet.validator.web import data, page
+    from cacheon_subnet.webapi import SCHEMA
+
+    state = make_state(tmp_path)
+    db = StateDB(state)
+    with db.tx() as con:
+        for n, hk in enumerate((SS58, "z" * 300)):
+            db.insert(
+                con, cid=f"{n}" * 64, hotkey=hk, uid=9 + n, commit_block=50 + n, reveal_block=51 + n,
+                url="https://example.com/x.tar.gz", digest="cd" * 32, state="queued", reason="queued " * 60,
+            )  # fmt: skip
+    db.close()
+    got = measure(tmp_path, page.index(data.crowns(state), data.contributions(state), SCHEMA))
+    lines = dict(got["cells"])
+    assert lines[SS58] == 1 and lines["z" * 300] > 1, got
+    assert got["overflow"] <= 0, got
+    assert all(lines[s] == 1 for s in ("collective.ar_residual_rmsnorm", "norm.rmsnorm")), got  # slot names too
