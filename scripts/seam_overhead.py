@@ -32,16 +32,9 @@ from arena.verdict.evidence import check  # noqa: E402
 from arena.verdict.speed import judge  # noqa: E402
 from cacheon_subnet.env import RECEIPT_DIR, SEAM_STRICT, STOCK_AS_CANDIDATE  # noqa: E402
 from seams.receipts import read_receipts  # noqa: E402
-from seams.table import SEAM_ADAPTERS, seam_environment  # noqa: E402
+from seams.table import local_bindings, seam_environment  # noqa: E402
 
 CONTROL_SLOT = "norm.rmsnorm"
-
-
-def local_bindings() -> tuple[str, ...]:
-    """Every adapter that acts at tp_size 1 (collective adapters pass through there)."""
-    from cacheon_subnet.slots import get_slot
-
-    return tuple(sorted({a.binding for a in SEAM_ADAPTERS if not any(get_slot(s).collective for s in a.slots)}))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -219,6 +219,14 @@ def normalize_bindings(requested: list[str] | tuple[str, ...]) -> tuple[str, ...
     return tuple(sorted(seen))
 
 
+def local_bindings() -> tuple[str, ...]:
+    """Every adapter that acts at tp_size 1 (collective adapters pass through there): what a
+    resident timed engine arms, so one engine serves every local slot's contributions."""
+    from cacheon_subnet.slots import get_slot
+
+    return tuple(sorted({a.binding for a in SEAM_ADAPTERS if not any(get_slot(s).collective for s in a.slots)}))
+
+
 def seam_environment(selected: tuple[str, ...]) -> dict[str, str]:
     """The complete, fixed gate environment for a launch: every gate set to 0 or 1, so stale
     ambient values can never arm an adapter the host did not select."""

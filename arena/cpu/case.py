@@ -1,4 +1,4 @@
-"""One shape of the CPU arena: calibrate K, warm up, then B C C B' rounds on the host's clock.
+"""One shape of the CPU arena: calibrate K, warm up, then B C R C R B' rounds on the host's clock.
 
 Every batch gets K fresh input sets from a secret seed; the reference for each is computed by
 the host while both workers are frozen; every output of every batch is judged. B and C1 share
@@ -8,6 +8,9 @@ what B got), so the host generates and references 2K sets per round, not 4K.
 The figures are paired per round (`paired_figures`): a co-tenant that slows the box for a few
 seconds slows B, C and B' of the same round alike, so it cancels in the round's ratio where it
 would widen unpaired medians (CI on a loaded 2-core runner once read 7 % noise unpaired).
+The R batches run the reference inside the candidate's own worker, after each C on the inputs C
+just answered: they can only lower the ratio (`in_process_figure`), and they remove the bias
+between the two worker processes that no pairing can see.
 """
 
 from __future__ import annotations
@@ -53,6 +56,26 @@ def paired_figures(bs: list[float], b2s: list[float], cs: list[float]) -> tuple[
     spread = 1.2533 * 1.4826 * mad / math.sqrt(len(logs))
     drift = abs(statistics.median(math.log(b / b2) for b, b2 in zip(bs, b2s)))
     return math.exp(center), math.expm1(max(spread, drift))
+
+
+def in_process_figure(rs: list[float], cs: list[float]) -> float:
+    """C against the reference timed in the candidate's own worker, per round (C1 R1 C2 R2):
+    exp(median_i log((R1_i + R2_i) / (C1_i + C2_i))). The two worker processes differ by a bias
+    the paired B/B' band cannot see (placement of their memory and threads; the same kernel read
+    0.82-1.16x across runs on a loaded 2-core box); inside one process it is gone. The candidate
+    controls its own process, so this figure may only LOWER a verdict: the case's speedup is the
+    lower of it and the cross-process one (a slowed in-process reference changes nothing)."""
+    if not rs or len(rs) != len(cs):
+        raise ValueError(f"in_process_figure: need as many R as C samples, got {len(rs)}, {len(cs)}")
+    logs = [math.log((r1 + r2) / (c1 + c2)) for r1, r2, c1, c2 in zip(rs[0::2], rs[1::2], cs[0::2], cs[1::2])]
+    return math.exp(statistics.median(logs))
+
+
+def case_figures(bs: list[float], b2s: list[float], cs: list[float], rs: list[float]) -> tuple[float, float, float]:
+    """(speedup, cross-process speedup, noise band) of one case: the speedup is the lower of the
+    paired cross-process ratio and the in-process one (`in_process_figure` says why)."""
+    cross, noise = paired_figures(bs, b2s, cs)
+    return min(cross, in_process_figure(rs, cs)), cross, noise
 
 
 FAR_SLOWER = 10.0  # one full round decides: both C batches at a tenth of the speed of either B
@@ -112,17 +135,21 @@ class CaseTimer:
             out.append((inputs, self.spec.reference(inputs, self.params)))
         return out
 
-    def batch(self, side: Side, other: Side, sets: list[InputSet]) -> float:
-        """Time one batch on `side`; judge every call. Returns charged µs per call."""
+    def batch(self, side: Side, other: Side, sets: list[InputSet], target: str | None = None) -> float:
+        """Time one batch on `side`; judge every call. Returns charged µs per call. With `target`
+        (the reference in the candidate's worker) nothing is judged or counted: that figure can
+        only lower the candidate's ratio, and its inputs are ones the candidate already answered."""
         for i, (inputs, _) in enumerate(sets):
             side.arena.write_inputs(i, inputs, self.spec)
-        wall, cpu = side.run_batch(len(sets), self.q.call_timeout_s)
+        wall, cpu = side.run_batch(len(sets), self.q.call_timeout_s, target)
         leak = other.idle_cpu()
         self.frozen_cpu_ns += leak
         if leak > FROZEN_CPU_SLACK_NS:
             raise TimingFailure(
                 f"{other.name} used {leak / 1e6:.2f} ms CPU while frozen during {side.name}'s batch", other.name
             )
+        if target is not None:
+            return cpu / len(sets) / 1e3
         self.batches += 1
         # The candidate's warm-up batch gets the full verify judgement, then one call in a random
         # batch of eight (it cannot tell which); every other call (and all of B's, the validator's
@@ -153,6 +180,7 @@ class CaseTimer:
         try:
             b.setup(self.spec, self.params, q.call_timeout_s)
             c.setup(self.spec, self.params, q.call_timeout_s)
+            c.setup(self.spec, self.params, q.call_timeout_s, REFERENCE)  # the in-process guard
             return self._measure(b, c, k_max)
         finally:
             b.release()
@@ -171,18 +199,23 @@ class CaseTimer:
         # smaller, and a smaller K only pulls C/B toward parity (each batch's fixed cost is on both
         # sides), so it never lifts a reading over the bar.
         k = max(1, min(k_max, math.ceil(q.batch_target_s / max(t_b, t_c, 1e-6))))
-        self.batch(c, b, self.fresh(k))  # warm-up: judged like every batch, not counted
+        warm = self.fresh(k)
+        self.batch(c, b, warm)  # warm-up: judged like every batch, not counted
+        self.batch(c, b, warm, REFERENCE)  # the in-process reference's first touch
         self.batch(b, c, self.fresh(k))
         self.counting = True
         bs: list[float] = []
         b2s: list[float] = []
         cs: list[float] = []
+        rs: list[float] = []  # the reference in the candidate's worker, after each C on C's inputs
         rounds = 0
         while True:
             g1, g2 = self.fresh(k), self.fresh(k)
             bs.append(self.batch(b, c, g1))
             cs.append(self.batch(c, b, g1))
+            rs.append(self.batch(c, b, g1, REFERENCE))
             cs.append(self.batch(c, b, g2))
+            rs.append(self.batch(c, b, g2, REFERENCE))
             b2s.append(self.batch(b, c, g2))
             rounds += 1
             if rounds >= q.max_rounds:
@@ -209,7 +242,7 @@ class CaseTimer:
             raise failure
         sb, sb2, sc = _stats(bs), _stats(b2s), _stats(cs)
         mb = (sb["median_us"] + sb2["median_us"]) / 2
-        speedup, noise = paired_figures(bs, b2s, cs)
+        speedup, cross, noise = case_figures(bs, b2s, cs, rs)
         return CpuCase(
             case=self.case.label,
             baseline_us=sb["median_us"],
@@ -226,4 +259,6 @@ class CaseTimer:
             frozen_cpu_ns=self.frozen_cpu_ns,
             clock="host",
             series_us=CpuSeries(*(tuple(round(x, 1) for x in v) for v in (bs, b2s, cs))),
+            reference_in_candidate_us=_stats(rs)["median_us"],
+            cross_process_speedup=cross,
         )

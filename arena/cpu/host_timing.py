@@ -279,10 +279,14 @@ class Side:
             raise RuntimeError(f"{self.name}: the worker's socket is closed")
         return self.client.sock
 
-    def setup(self, spec: SlotSpec, params: Mapping[str, Any], timeout_s: float) -> None:
+    def setup(self, spec: SlotSpec, params: Mapping[str, Any], timeout_s: float, target: str | None = None) -> None:
+        """Map this side's arena in its worker for `target` (default: the side's own). A second
+        target shares the arena: the candidate's worker also runs the reference (case.py says why)."""
         lay = self.arena.layout
         calls = tuple(lay.call_views() for _ in range(lay.calls))
-        msg = P.TimedSetup(self.target, spec.id, lay.call_bytes, calls, dict(params))
+        msg = P.TimedSetup(target or self.target, spec.id, lay.call_bytes, calls, dict(params))
+        if self.frozen:  # a second target: the worker must run to map it
+            self.thaw()
         sock = self._sock()
         fd = sock.fileno()
         wire.send(fd, P.request(msg), None, time.monotonic() + timeout_s)
@@ -369,13 +373,13 @@ class Side:
         self.members = {p: c if c >= 0 else self.members[p] for p, c in now.items()}
         return used
 
-    def run_batch(self, calls: int, timeout_s: float) -> tuple[int, int]:
+    def run_batch(self, calls: int, timeout_s: float, target: str | None = None) -> tuple[int, int]:
         """One timed batch: (wall ns, CPU ns) on the host's clock and the kernel's accounting."""
         fd = self._sock().fileno()
         deadline = time.monotonic() + timeout_s
         t0 = time.perf_counter_ns()
         self.thaw()
-        wire.send(fd, P.request(P.TimedRun(calls)), None, deadline)
+        wire.send(fd, P.request(P.TimedRun(calls, target or self.target)), None, deadline)
         raw, _ = wire.recv(fd, max_bytes=1 << 16, deadline=deadline)
         self.freeze()
         t1 = time.perf_counter_ns()

@@ -60,10 +60,12 @@ class CpuQualifier:
     # kernel as B and C read 0.82-1.09x over 7 runs on a loaded 2-core box (docs/benchmarks.md),
     # with paired bands of 1.2-2.3 %. So CPU timing is never trusted below 4.5 %: bar >= 1.09.
     noise_floor: float = 0.045
-    # ... and a stock-equivalent kernel read 1.12x in a CI run on a busier box: beyond what the
-    # floor can absorb (settlement's max_noise is 5 %), so a CPU speedup is reported net of this
-    # allowance for that bias (C/B / 1.06): a no-gain kernel must read >= 1.155x to clear the bar.
-    bias_allowance: float = 0.06
+    # The two workers also differ by a bias B vs B' cannot see: the same reference code read
+    # 1.10-1.25x cross-process on a loaded 2-core box (docs/benchmarks.md). Each case's speedup is
+    # therefore the lower of that ratio and the one against the reference run inside the
+    # candidate's own worker (case.py), which read 0.94-1.05x for the same code. An operator may
+    # still discount every CPU speedup by this fraction (C/B / (1 + allowance)); 0 by default.
+    bias_allowance: float = 0.0
     call_timeout_s: float = 300.0
     label: str = "cpu-timing"
 
@@ -76,7 +78,7 @@ class CpuQualifier:
     @property
     def arena_id(self) -> str:
         ident = (
-            f"cpu-slot-timing/v4-host-clock-paired/{self.tier}/{self.cases}/{self.max_case_bytes}"
+            f"cpu-slot-timing/v5-host-clock-paired-inprocess-guard/{self.tier}/{self.cases}/{self.max_case_bytes}"
             f"/floor{self.noise_floor:g}/bias{self.bias_allowance:g}"
         )
         return "cpu-" + hashlib.sha256(ident.encode()).hexdigest()[:12]
@@ -150,11 +152,16 @@ class CpuQualifier:
             vs_incumbent,
             vs_stock,
             noise,
-            f"{speed_words(vs_stock, 'the fp32 reference')} ({vs_stock:.3f}x: {measured:.3f}x measured, net of "
-            f"the {self.bias_allowance:.0%} cross-process bias allowance) over {len(rows)} shapes, host clock, "
-            f"every timed output checked (noise {noise:.2%})",
+            f"{speed_words(vs_stock, 'the fp32 reference')} ({self._figure_words(vs_stock, measured)}) over "
+            f"{len(rows)} shapes, host clock, the lower of the cross-process and in-process ratios, every timed "
+            f"output checked (noise {noise:.2%})",
             rows,
         )
+
+    def _figure_words(self, vs_stock: float, measured: float) -> str:
+        if not self.bias_allowance:
+            return f"{vs_stock:.3f}x"
+        return f"{vs_stock:.3f}x: {measured:.3f}x measured, net of the {self.bias_allowance:.0%} bias allowance"
 
     def pick_cases(self, spec, op: OpEntry, dtype: str) -> list:
         """The largest eligible shapes that fit the CPU budget (largest first)."""

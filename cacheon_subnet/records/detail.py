@@ -175,6 +175,10 @@ class CpuCase:
     frozen_cpu_ns: int
     clock: str
     series_us: CpuSeries
+    # The in-process guard (case.py): the reference run inside the candidate's own worker, and the
+    # ratio it gives; `speedup` is the lower of this and the cross-process ratio. Absent in older rows.
+    reference_in_candidate_us: float | None = reading()
+    cross_process_speedup: float | None = reading()
 
 
 @dataclass(frozen=True)

@@ -156,8 +156,12 @@ class TimedSetup:
 
 @dataclass(frozen=True)
 class TimedRun:
+    """One batch of `n` calls of the target `op` set up earlier (a worker may hold several: the
+    candidate's op and the in-process reference the CPU arena guards its ratio with)."""
+
     TAG: ClassVar[str] = "timed_run"
     n: int
+    op: str = field(metadata=bound(NAME_CHARS))
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,8 @@ class Worker:
         self.group = group  # this rank's ProcessGroup (collective runs only)
         self.kernels: dict[str, tuple[SlotSpec, Callable[..., Any]]] = {}
         self.compiled: dict[str, Callable[..., Any]] = {}
-        self.timed: tuple[Callable[..., Any], list[dict[str, torch.Tensor]], dict[str, Any]] | None = None
+        # host-clocked timing targets by op key (the op, and "@reference" on either worker)
+        self.timed: dict[str, tuple[Callable[..., Any], list[dict[str, torch.Tensor]], dict[str, Any]]] = {}
 
     def _params(self, spec: SlotSpec, given: Mapping[str, Any], by_name: bool = False) -> dict[str, Any]:
         """Scalar params, plus `group=` for collective slots (its name when it crosses a custom op)."""
@@ -215,7 +216,9 @@ class Worker:
             calls = map_arena(fds[0], req.call_bytes, P.request(req)["calls"])
             os.close(fds[0])
             fn = reference_kernel(get_slot(req.slot)) if req.op == "@reference" else self.kernels[req.op][1]
-            self.timed = (fn, calls, dict(req.params))
+            if req.op not in self.timed and len(self.timed) >= 2:
+                raise RuntimeError("at most two timed targets (the op and the reference) per worker")
+            self.timed[req.op] = (fn, calls, dict(req.params))
         except BaseException as e:  # noqa: BLE001
             wire.send(self.fd, P.reply(P.TimedReady(False, P.Reason.SETUP, _tail(e))))
             return
@@ -226,9 +229,9 @@ class Worker:
         from cacheon_subnet.bench_timing import run_calls
 
         try:
-            if self.timed is None:
-                raise RuntimeError("timed_run before timed_setup")
-            fn, calls, params = self.timed
+            if req.op not in self.timed:
+                raise RuntimeError(f"timed_run of {req.op!r} before its timed_setup")
+            fn, calls, params = self.timed[req.op]
             run_calls(fn, calls, params, min(req.n, len(calls)))
         except BaseException as e:  # noqa: BLE001
             wire.send(self.fd, P.reply(P.TimedDone(False, P.Reason.EXCEPTION, _tail(e))))

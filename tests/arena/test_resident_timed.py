@@ -245,3 +245,16 @@ def test_the_h200_measurement_script_runs_on_the_fake_engine(tmp_path):
     rows = json.loads(out.read_text())["resident"]["rows"]
     assert [x["reused"] for x in rows] == [False, True] and all(x["post_ok"] for x in rows), rows
     assert rows[1]["role_bias"] is not None
+
+
+@pytest.mark.slow
+def test_a_contribution_for_another_local_slot_reuses_the_timed_engine(env, pool):
+    """The resident engine arms every local adapter (arena/run.py `_resident_bindings`): its key
+    no longer changes with the slot, so a mixed queue (norm, then activation) keeps one engine. On
+    the H200 a queue alternating slots paid a ~112 s start for every verdict (docs/benchmarks.md)."""
+    norm = _run(env, pool, h.torch_bundle("a"), "a")
+    silu = _run(env, pool, load_bundle(h.REPO / "examples" / "activation.silu_and_mul"), "silu")
+    assert not _reused(norm) and _reused(silu), silu["resident_engine"]
+    assert {"norm", "activation", "attention"} <= set(silu["armed"]), silu["armed"]
+    assert silu["bindings"] == ["activation"]  # what a fresh (confirmation) engine arms
+    assert silu["verdict"] != "PASS", silu["reason"]  # the fake engine never calls the activation

@@ -323,9 +323,9 @@ def test_cpu_arena_worker_start_failure_is_not_the_miners_fail(monkeypatch):
 
 
 @pytest.mark.parametrize("measured, crowned", [(1.12, False), (1.60, True)])
-def test_cpu_speedups_are_net_of_the_cross_process_bias_allowance(monkeypatch, measured, crowned):
-    """A stock-equivalent kernel read 1.12x in a CI run (the two workers' bias, which B vs B' in
-    one process cannot see): reported net of the 6 % allowance it stays under the bar; the demo's
+def test_cpu_speedups_are_net_of_an_operators_bias_allowance(monkeypatch, measured, crowned):
+    """An operator's allowance (0 by default: the in-process guard, arena/cpu/case.py, removes the
+    worker bias) discounts every CPU speedup: 1.12x net of 6 % stays under the bar; the demo's
     fast kernel (1.45-1.67x) stays crowned."""
     from arena.cpu import qualifier as qualify
     from cacheon_subnet.bundle import load_bundle
@@ -346,7 +346,7 @@ def test_cpu_speedups_are_net_of_the_cross_process_bias_allowance(monkeypatch, m
     monkeypatch.setattr(qualify, "WorkerClient", FakeWorker)
     monkeypatch.setattr(qualify, "CaseTimer", Reads)
     bundle = load_bundle(EXAMPLES / "norm.rmsnorm")
-    q = qualify.CpuQualifier()
+    q = qualify.CpuQualifier(bias_allowance=0.06)
     r = q.qualify(bundle, bundle.manifest.ops[0], None)
     assert r.verdict == "PASS" and r.speedup_vs_stock == pytest.approx(measured / 1.06), r.reason
     assert (r.speedup_vs_stock > SpeedPolicy().bar(r.noise)) is crowned, (r.speedup_vs_stock, r.noise)

@@ -33,7 +33,7 @@ HOST_MESSAGES = [
         min_iters=8,
     ),
     P.TimedSetup("@reference", "norm.rmsnorm", 4096, ({"x": P.View(0, (4, 8), (8, 1), "bfloat16")},), {"eps": 1e-6}),
-    P.TimedRun(5),
+    P.TimedRun(5, "norm.rmsnorm/default"),
     P.Exit(),
 ]
 WORKER_MESSAGES = [

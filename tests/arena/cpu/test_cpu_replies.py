@@ -33,6 +33,7 @@ def side():
     s.client = SimpleNamespace(sock=host)
     s.freeze = s.thaw = lambda: None
     s.snapshot = lambda: 0
+    s.frozen = False
     yield s, worker
     s.arena.close()
     host.close()
