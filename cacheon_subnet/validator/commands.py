@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cacheon_subnet.cliout import PRETTY, Exit, add_log_to, emit, show_defaults
-from cacheon_subnet.env import HOME, LOCAL_CHAIN
+from cacheon_subnet.env import HOME
 from cacheon_subnet.errors import CacheonError, UsageError
-from cacheon_subnet.validator.startup import CPU_OPT_IN_LABEL
+from cacheon_subnet.validator.run_args import add_run_args  # noqa: F401 - neurons/validator.py imports it from here
 
 if TYPE_CHECKING:
     from cacheon_subnet.validator.run_args import ValidatorArgs
@@ -68,157 +68,6 @@ def load_qualifier(spec: str) -> Any:
         except (CacheonError, RuntimeError) as exc:  # a bad arena config, or no SGLang / GPU here
             raise UsageError(f"--arena {path}: {exc}") from None
     raise UsageError(f'--arena {path}: kind = {kind!r}; expected "gpu" or "cpu"')
-
-
-def add_run_args(p: argparse.ArgumentParser) -> None:
-    """The validator flags, in the conventions Bittensor operators expect."""
-    p.add_argument("--netuid", type=int, required=True, help="the subnet's uid on the chain (required)")
-    p.add_argument(
-        "--subtensor.network",
-        dest="subtensor_network",
-        default="finney",
-        help="finney | test | local | ws://... (bittensor chain only)",
-    )
-    p.add_argument("--wallet.name", dest="wallet_name", default="default", help="bittensor wallet (coldkey) name")
-    p.add_argument(
-        "--wallet.hotkey",
-        dest="wallet_hotkey",
-        default="default",
-        help="wallet hotkey name; on --chain local it is the hotkey itself",
-    )
-    p.add_argument(
-        "--wallet.path",
-        dest="wallet_path",
-        default=None,
-        help="wallets directory (default: the SDK's, ~/.bittensor/wallets)",
-    )
-    p.add_argument(
-        "--chain",
-        choices=("local", "bittensor"),
-        default="bittensor",
-        help="bittensor: the real chain (--subtensor.network); local: a LocalChain SQLite file (--local-chain)",
-    )
-    p.add_argument(
-        "--local-chain",
-        dest="local_chain",
-        default=LOCAL_CHAIN.get(),
-        help=f"LocalChain SQLite file (--chain local; env {LOCAL_CHAIN.name})",
-    )
-    p.add_argument(
-        "--state-dir",
-        dest="state_dir",
-        default=None,
-        help=f"default ${HOME.name}/validator/<network>/<netuid>/<hotkey> ({HOME.name}: {HOME.default})",
-    )
-    p.add_argument(
-        "--arena",
-        default=None,
-        help='configs/arena/<name>.toml (kind = "gpu"; required on a '
-        'non-local chain) or "cpu" (the default on a local chain)',
-    )
-    p.add_argument(
-        "--allow-cpu-timing",
-        dest="allow_cpu_timing",
-        action="store_true",
-        help="on a non-local chain, publish weights from CPU timing (host-timed slot calls, advisory, "
-        f"not engine measurements); every record is labelled {CPU_OPT_IN_LABEL!r}",
-    )
-    p.add_argument(
-        "--screen-device", dest="screen_device", default="cpu", help="device verify screens bundles on: cpu or cuda"
-    )
-    p.add_argument("--interval", type=float, default=60.0, help="seconds between passes")
-    p.add_argument(
-        "--once",
-        action="store_true",
-        help="one pass, print its summary as JSON, exit 0 if it did its job, 1 if it failed "
-        "(chain error, weights refused/failed, or every item a stage tried ended in an error)",
-    )
-    p.add_argument(
-        "--dry-run",
-        dest="dry_run",
-        action="store_true",
-        help="everything (checks, sync, fetch, verify, arena, settle) but set_weights: the vector is logged",
-    )
-    p.add_argument(
-        "--no-warm",
-        dest="no_warm",
-        action="store_true",
-        help="skip the start-up warm of the engines' JIT seed caches (done only when they are empty: "
-        "one pristine engine, ~2 min on the H200; see `cacheon arena warm`)",
-    )
-    p.add_argument(
-        "--arena-gpus",
-        dest="arena_gpus",
-        default=None,
-        help="GPUs of this host, one arena each: 0,1,2,3 (or TP groups 0+1,2+3); default: one arena",
-    )
-    p.add_argument(
-        "--arena-workers",
-        dest="arena_workers",
-        default=None,
-        help="qualify on a Ray cluster: ray://HOST:PORT or auto (optional extra `ray`)",
-    )
-    p.add_argument(
-        "--metrics-port",
-        dest="metrics_port",
-        type=int,
-        default=None,
-        metavar="PORT",
-        help="serve Prometheus metrics on PORT (off by default; see docs/observability.md)",
-    )
-    p.add_argument(
-        "--metrics-addr",
-        dest="metrics_addr",
-        default="127.0.0.1",
-        help="address the metrics endpoint binds (default 127.0.0.1)",
-    )
-    p.add_argument(
-        "--verify-max-cases",
-        dest="verify_max_cases",
-        type=int,
-        default=None,
-        help="screen with at most N shapes per dtype (a quick local trial; default: all)",
-    )
-    p.add_argument(
-        "--screen-workers",
-        dest="screen_workers",
-        type=int,
-        default=1,
-        metavar="N",
-        help="screens run at once beside the arena, each a sandboxed worker (default 1)",
-    )
-    p.add_argument(
-        "--screen-cpu-share",
-        dest="screen_cpu_share",
-        type=float,
-        default=0.25,
-        metavar="F",
-        help="share of this host's cores pinned to screening; the arena keeps the rest (default 0.25; "
-        "0: no pinning; hosts under 4 cores are never split)",
-    )
-    p.add_argument(
-        "--no-overlap",
-        dest="overlap",
-        action="store_false",
-        default=None,
-        help="screen and judge one after the other in the loop's thread (default: screens overlap a GPU "
-        "arena; always serial with CPU timing, whose windows a CPU screen would disturb)",
-    )
-    p.add_argument(
-        "--leaderboard",
-        metavar="HOST:PORT",
-        default=None,
-        help="serve the read-only leaderboard page and JSON API on HOST:PORT and announce it on "
-        "chain as this hotkey's axon (off by default)",
-    )
-    p.add_argument(
-        "--leaderboard-announce",
-        dest="leaderboard_announce",
-        metavar="IP:PORT",
-        default=None,
-        help="the public address to announce (default: the --leaderboard address; required when that "
-        "is 0.0.0.0/::/a host name); 'none' serves without announcing",
-    )
 
 
 def fan_out(qualifier: Any, gpus: str | None, workers: str | None) -> Any:
