@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from cacheon_subnet.cliout import PRETTY, Exit, add_log_to, emit, show_defaults
 from cacheon_subnet.env import HOME
 from cacheon_subnet.errors import CacheonError, UsageError
-from cacheon_subnet.validator.run_args import add_run_args  # noqa: F401 - neurons/validator.py imports it from here
+from cacheon_subnet.validator.run_args import add_run_args  # noqa: F401 - re-exported: callers import the verb's parser from here
 
 if TYPE_CHECKING:
     from cacheon_subnet.validator.run_args import ValidatorArgs
