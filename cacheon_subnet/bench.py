@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -23,6 +24,7 @@ from cacheon_subnet import progress, sandbox
 from cacheon_subnet.bench_words import CaseCost, baseline_label
 from cacheon_subnet.bundle import Bundle
 from cacheon_subnet.log import get_logger
+from cacheon_subnet.records import crownable
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.retarget import profile_cases
 from cacheon_subnet.slots.spec import dtype_of
@@ -206,7 +208,14 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
     finally:
         client.cleanup()
     return BenchReport(
-        bundle.digest, opts.device, tuple(rows), tuple(errors), env, hbm, time.monotonic() - t0, _arena_line(opts.arena)
+        bundle.digest,
+        opts.device,
+        tuple(rows),
+        tuple(errors),
+        env,
+        hbm,
+        time.monotonic() - t0,
+        _arena_line(opts.arena, sorted({o.slot for o in bundle.manifest.ops})),
     )
 
 
@@ -268,9 +277,10 @@ def _cases(spec, op, opts: BenchOptions) -> list[tuple[Any, str]]:  # noqa: ANN0
     return [(c, w) for c, w in placed if op.eligible(c.dims)][: opts.max_cases or None]
 
 
-def _arena_line(arena: Any) -> str:
+def _arena_line(arena: Any, slots: Sequence[str] = ()) -> str:
     if arena is None:
         return ""
+    gains = "".join(f"\n{crownable.line(arena.name or arena.profile, s)}" for s in slots)
     window = (
         ", ".join(f"{k} {'bs ' if k == 'decode' else ''}{n}{' tokens' if k == 'prefill' else ''}" for k, n in arena.window)
         or "unknown"
@@ -279,6 +289,7 @@ def _arena_line(arena: Any) -> str:
     return (
         f"arena {arena.name or arena.profile}: its timed window runs {window}{ctx}; it also captures decode at "
         f"bs {', '.join(map(str, arena.decode_batches))} and prefills {', '.join(map(str, arena.prefill_tokens))} tokens"
+        + gains
     )
 
 

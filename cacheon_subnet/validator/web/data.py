@@ -29,6 +29,7 @@ from cacheon_subnet.records import (
     SpeedBrief,
     SpeedMetric,
     board_of,
+    crownable,
     loads,
     read_detail,
 )
@@ -164,7 +165,10 @@ def crowns(source: Source | Path) -> dict[str, Any]:
                 }
             )
         slots = sorted(set(_targets(db)) | {c["target"] for c in out})
-        return clean({"schema": SCHEMA, "last_sync_block": block, "crowns": out, "slots": slots})
+        # additive (webapi: extra fields keep the schema id): each slot's smallest crownable gain
+        gains = crownable.load()
+        board = {"schema": SCHEMA, "last_sync_block": block, "crowns": out, "slots": slots}
+        return clean({**board, "crownable": {s: crownable.slot_doc(s, gains) for s in slots}})
     finally:
         db.close()
 
