@@ -6,14 +6,16 @@ them into an artifact: a lexical pre-scan of every directive (scan.py), nvcc and
 OS wall with the validator's flags and limits (lane.py), each kernel's parameters read from the
 PTX and checked against the manifest (ptx.py), sealed and cached by what it was built from
 (artifact.py). Only device code is used: no host code of a bundle is ever compiled into anything
-that runs. The pinned toolchain: toolchain.py. The launcher that runs an artifact's kernels
-(issue 32, part 2) reads the Descriptor and nothing else.
+that runs. The pinned toolchain: toolchain.py. The launcher (launcher.py: argcheck.py's checks,
+driver.py's cuda-python calls) runs an artifact's kernels; bundle code reaches `native.launch`
+and `native.scratch` and nothing else of this package (the policy scan holds that).
 """
 
 from native.artifact import Artifact, Descriptor, KernelEntry
 from native.build import BuildOptions, build_op, default_cache
 from native.diag import CompileRefused, Diagnostic, NativeError, Stage
 from native.lane import DEFAULT_ARCH, CompileBudget
+from native.launcher import launch, scratch
 from native.toolchain import ToolchainMissing, locate
 
 __all__ = [
@@ -30,5 +32,7 @@ __all__ = [
     "ToolchainMissing",
     "build_op",
     "default_cache",
+    "launch",
     "locate",
+    "scratch",
 ]

@@ -24,8 +24,8 @@ from typing import Any
 
 from cacheon_subnet.bundle.archive import Bundle
 from cacheon_subnet.bundle.digest import content_digest
-from cacheon_subnet.bundle.manifest import OpEntry
-from cacheon_subnet.errors import BundleError
+from cacheon_subnet.bundle.manifest import OpEntry, parse_manifest
+from cacheon_subnet.errors import BundleError, CacheonError
 from cacheon_subnet.policy.scan import scan_files
 
 TREE_FILE = "tree.json"
@@ -105,7 +105,11 @@ def policy_gate(package: str, files: dict[str, bytes]) -> None:
             "policy",
             f"{shadowed[0]}: module shadowed by package {shadowed[0][:-3]}/__init__.py (one source per module name)",
         )
-    findings = scan_files(files)
+    try:  # the CUDA ops' entry modules, the only ones that may import the launcher
+        cuda = parse_manifest(files["manifest.toml"], frozenset(files)).cuda_modules(files)
+    except (KeyError, CacheonError):
+        cuda = frozenset()
+    findings = scan_files(files, cuda_modules=cuda)
     if findings:
         raise BundleError(
             package,

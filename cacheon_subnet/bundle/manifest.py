@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +97,13 @@ class Manifest:
     schema: str
     name: str
     ops: tuple[OpEntry, ...]
+
+    def cuda_modules(self, files: Container[str]) -> frozenset[str]:
+        """The entry modules of ops with [ops.cuda] and of no other op: the only bundle files the
+        policy scan lets `import native` (the validator's kernel launcher)."""
+        paths = {o: [p for p in o.module_paths() if p in files] for o in self.ops}
+        cuda = {p for o, ps in paths.items() if o.cuda is not None for p in ps}
+        return frozenset(cuda - {p for o, ps in paths.items() if o.cuda is None for p in ps})
 
     def to_json(self) -> dict[str, Any]:
         return {

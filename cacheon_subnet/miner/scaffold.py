@@ -2,9 +2,9 @@
 
 The examples/ tree is the single source of faithful kernels (CI verifies every one of them),
 so a scaffold always passes `cacheon verify` before the miner changes a line. `--lang cuda` copies
-examples/cuda/<slot>/: CUDA C++ kernels plus the Python wrapper that will launch them; its launch
-is a marked placeholder until the launcher lands (issue 32, part 2), and its kernels compile and
-check (`cacheon native build`, `cacheon verify`) today.
+examples/cuda/<slot>/: CUDA C++ kernels plus the Python wrapper that launches them through the
+validator's launcher (`native.launch`); its kernels compile and check (`cacheon native build`,
+`cacheon verify`) on any box, its trials run on a GPU validator.
 """
 
 from __future__ import annotations
@@ -46,11 +46,18 @@ CUDA bundle for slot `{key}` (`cacheon slots` shows its contract).
     {signature}
 
 The kernels are `extern "C" __global__` functions in kernels/*.cu, each declared with its
-parameter types in manifest.toml `[ops.cuda.kernels]`; rmsnorm.py is the op's entry. Its launch
-is a PLACEHOLDER until the validator-owned launcher lands (issue 32, part 2).
+parameter types in manifest.toml `[ops.cuda.kernels]`; rmsnorm.py is the op's entry. It launches
+them through the validator's launcher, the one call CUDA wrappers may make:
+
+    native.launch("rmsnorm_bf16", grid=(T,), block=(256,), args=(out, x, weight, H, sx, so, eps))
+
+`args` follow the declared parameter types: a tensor of this call (or `native.scratch(shape,
+dtype)`) for each ptr, a Python int for i32/u32/i64/u64, a float for f32/f64. Grid and block are
+within CUDA's limits (block <= 1024 threads, grid.y/z <= 65535), `shared_mem=` (dynamic shared
+memory) <= 227 KiB on sm_90. Each wrong argument is refused by name before anything runs.
 
     cacheon native build .             # compile behind the sandbox wall: nvcc 13.0, sm_90a, file:line errors
-    cacheon verify .                   # + the static checks; says the CUDA trials need the launcher and a GPU
+    cacheon verify .                   # + the static checks; exit 3: the CUDA trials need a GPU validator
     cacheon pack . -o bundle.tar.gz    # deterministic archive + digest to publish
 
 Rules (README "CUDA kernels"): sources are .cu/.cuh files listed in `[ops.cuda] sources`;

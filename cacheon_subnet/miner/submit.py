@@ -408,7 +408,19 @@ def _check_served(url: str, digest: str, archive: Path, urls: UrlPolicy = STRICT
 
 def _verify(bundle: Any, device: str, options: Any) -> float:
     from cacheon_subnet.verify import VerifyOptions, verify_bundle
+    from cacheon_subnet.verify.native_gate import check_native, has_cuda
 
+    if has_cuda(bundle):  # compiled behind the wall + static checks; its trials run on a GPU validator
+        t0 = time.monotonic()
+        native = check_native(bundle)
+        log.info("submit.verify", digest=bundle.digest, status="FAIL" if native.failed else "NOT_RUN")
+        if native.failed:
+            raise SubmitError(
+                "verify",
+                f"{bundle.source} FAILS verify; validators would reject it, nothing was committed",
+                tuple(native.reasons),
+            )
+        return time.monotonic() - t0
     opts = options if options is not None else VerifyOptions(device=device)
     if opts.device.startswith("cuda"):
         import torch

@@ -50,7 +50,13 @@ IMPORTS: Mapping[tuple[str, str | None], tuple[str, str]] = {
     ("triton.language", None): ("triton", "triton"),
     ("triton.language", "tl"): ("tl", "triton.language"),
     ("math", None): ("math", "math"),
+    ("native", None): ("native", "native"),  # only in a CUDA op's entry module (scan.py, NATIVE_CALLS)
 }
+# The validator-owned launcher (native/launcher.py): the one way a CUDA op's wrapper runs its
+# kernels. `import native` is allowed only in the entry module of an op with [ops.cuda]; every
+# other module (a Triton op's, a helper) is refused the import and may not import from that module.
+NATIVE_MODULE = "native"
+NATIVE_CALLS = frozenset({"native.launch", "native.scratch"})
 TYPING_NAMES = frozenset({"Any", "Optional", "Union", "Tuple", "List", "Dict", "Sequence", "Mapping", "Callable"})
 
 # Kinds: "call" (only as the function of a call), "value" (an immutable constant), "annotation"
@@ -120,6 +126,7 @@ def _table() -> dict[str, str]:
     )
     out.update({f"math.{n}": "call" for n in ("sqrt", "exp", "log", "log2", "ceil", "floor", "isqrt")})
     out.update({"math.pi": "value", "math.e": "value", "math.inf": "value"})
+    out.update(dict.fromkeys(NATIVE_CALLS, "call"))
     return out
 
 

@@ -20,6 +20,7 @@ class RuleHost:
     mods: Mapping[str, ModuleIndex]
     files: frozenset[str]
     dirs: frozenset[str]  # every directory holding a member (a set, not a scan of the members per name)
+    cuda_modules: frozenset[str]  # entry modules of ops with [ops.cuda]: the only ones that may import native
 
     if TYPE_CHECKING:
 

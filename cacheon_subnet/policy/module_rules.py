@@ -27,7 +27,14 @@ class ModuleRules(RuleHost):
             return
         if isinstance(st, ast.Import):
             for a in st.names:
-                if (a.name, a.asname) not in A.IMPORTS:
+                if a.name == A.NATIVE_MODULE and (a.asname is not None or self.m.path not in self.cuda_modules):
+                    self.add(
+                        st,
+                        "P003",
+                        "import of 'native' (the validator's kernel launcher): only as `import native`, in the entry "
+                        "module of an op with [ops.cuda] (a Triton op or a helper module never launches CUDA kernels)",
+                    )
+                elif (a.name, a.asname) not in A.IMPORTS:
                     self.add(
                         st,
                         A.module_code(a.name),
@@ -99,7 +106,11 @@ class ModuleRules(RuleHost):
                 self.add(st, "P015", "star import")
                 continue
             self.module_name(st, a.asname or a.name)
-            why = self.definition(resolve_relative(self.m.path, st.level, st.module), a.name, set())
+            target = resolve_relative(self.m.path, st.level, st.module)
+            why = self.definition(target, a.name, set())
+            src = self.mods.get(target) if target is not None else None
+            if not why and src is not None and src.path in self.cuda_modules and self.m.path not in self.cuda_modules:
+                why = f"{src.path} is a CUDA op's entry module: only another CUDA op's entry may import from it"
             if why:
                 self.add(st, "P021", f"from {'.' * st.level}{st.module or ''} import {a.name}: {why}")
 

@@ -41,7 +41,14 @@ MAX_DEPTH = 100  # AST levels; real kernels stay under 25, the checker needs abo
 RULES = A.RULES
 _ALL_BUILTINS = frozenset(dir(builtins))
 _TRITON_INTERNAL = frozenset({"_semantic", "_builder", "_generator"})  # Triton passes its internals by these names
-_CANON = {"torch": "torch", "triton": "triton", "math": "math", "tl": "triton.language", "dist": "torch.distributed"}
+_CANON = {
+    "torch": "torch",
+    "triton": "triton",
+    "math": "math",
+    "tl": "triton.language",
+    "dist": "torch.distributed",
+    "native": "native",
+}
 _EXPRS = (
     ast.BinOp,
     ast.BoolOp,
@@ -100,11 +107,13 @@ def scan_files(
     files: Mapping[str, bytes],
     progress: Callable[[str, str], None] | None = None,
     parsed: dict[str, ast.Module] | None = None,
+    cuda_modules: frozenset[str] = frozenset(),
 ) -> list[Finding]:
     """Every .py member of a bundle, checked together (relative imports resolve inside it).
-    `progress(step, path)` is told each step as it starts (policy/child.py: which file a scan that
-    ran out of its budget was at); `parsed` gets path -> tree of every module indexed (the child
-    hands them to the identity: parsing is its largest single cost)."""
+        `progress(step, path)` is told each step as it starts (policy/child.py: which file a scan that
+        ran out of its budget was at); `parsed` gets path -> tree of every module indexed (the child
+        hands them to the identity: parsing is its largest single cost). `cuda_modules`: the paths of
+    the entry modules of ops with [ops.cuda], the only ones that may `import native` (the launcher)."""
     out: list[Finding] = []
     mods: dict[str, ModuleIndex] = {}
     sources = sorted(p for p in files if p.endswith(".py"))
@@ -156,7 +165,7 @@ def scan_files(
     names, dirs = frozenset(files), directories(files)
     for key in sorted(mods):
         step("checking", mods[key].path)
-        out.extend(_Checker(mods[key], mods, names, params, key, groups, dirs).run())
+        out.extend(_Checker(mods[key], mods, names, params, key, groups, dirs, cuda_modules).run())
     return out
 
 
@@ -174,10 +183,12 @@ class _Checker(ModuleRules, TritonRules):
         key: str = "",
         groups: Mapping[tuple[str, str], frozenset[str]] | None = None,
         dirs: frozenset[str] | None = None,
+        cuda_modules: frozenset[str] = frozenset(),
     ):
         self.m, self.mods, self.files, self.kernel_params = mod, mods, files, params
         self.key, self.groups = key, groups or {}
         self.dirs = directories(files) if dirs is None else dirs
+        self.cuda_modules = cuda_modules
         self.required = required_table(mod.tree)  # every scope's required params, in one pass
         self.findings: list[Finding] = []
         self.scopes: list[tuple[frozenset[str], set[str]]] = []  # (required params, bound names), innermost last
@@ -388,7 +399,9 @@ class _Checker(ModuleRules, TritonRules):
                 )
                 return
             kind = A.MODULE_ATTRS.get(full)
-            if kind is None:
+            if full in A.NATIVE_CALLS and self.jit:
+                self.add(node, "P018", f"{full} inside a Triton kernel: the launcher is called from the op's wrapper")
+            elif kind is None:
                 self.add(node, A.chain_code(full), f"{full} is not on the allowlist")
             elif not (kind == pos or (pos == "annotation" and kind == "value")):
                 self.add(node, "P016", f"{full} ({kind}) used as {'a value' if pos == 'value' else pos}")

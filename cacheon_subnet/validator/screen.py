@@ -24,6 +24,7 @@ class ScreenResult:
     passed: bool
     reasons: tuple[str, ...]
     detail: dict[str, Any] = field(default_factory=dict)
+    undecided: bool = False  # not judged here (a CUDA bundle on a validator without the GPU launch): no_decision
 
 
 class Screener(Protocol):
@@ -65,6 +66,10 @@ class VerifyScreener:
 
     def __call__(self, bundle: Bundle) -> ScreenResult:
         from cacheon_subnet.verify import VerifyOptions, verify_bundle
+        from cacheon_subnet.verify.native_gate import has_cuda, screen_native
+
+        if has_cuda(bundle):  # compiled behind the wall + static checks; its trials need a GPU validator
+            return ScreenResult(*screen_native(bundle))
 
         deadline = self.deadline_s if self.deadline_s is not None else (900.0 if self.device.startswith("cuda") else 3600.0)
         opts = VerifyOptions(

@@ -39,3 +39,21 @@ _WHY = _toolchain_why()
 needs_nvcc = pytest.mark.skipif(
     _WHY is not None, reason=f"the pinned CUDA toolchain is not installed ({_WHY}); CI installs it (make install)"
 )
+
+
+def fake_artifact(decl: dict[str, list[str]], arch: str = "sm_90a"):
+    """An Artifact whose descriptor declares `decl` (kernel -> param types) and holds no cubin:
+    the launcher's checks read only the descriptor, so they run on a CPU box without nvcc."""
+    from pathlib import Path
+
+    from cacheon_subnet.bundle.cuda import ParamType
+    from native.artifact import Artifact, Descriptor, KernelEntry
+    from native.toolchain import ToolchainId
+
+    kernels = tuple(
+        KernelEntry(name, tuple(ParamType(p) for p in ps), tuple(ParamType(p).ptx_class for p in ps), "k.cu", "unit0.cubin")
+        for name, ps in sorted(decl.items())
+    )
+    tc = ToolchainId("-", "-", "-", ())
+    desc = Descriptor("cacheon.native/1", "norm.rmsnorm", "default", arch, "0" * 64, "0" * 64, tc, (), kernels)
+    return Artifact(Path("/nonexistent"), "f" * 64, desc, cached=False)

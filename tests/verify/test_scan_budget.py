@@ -145,7 +145,8 @@ def test_every_example_scans_far_under_the_budget_with_the_in_process_answer() -
         policy_bound.forget()
         res = policy_bound.static_check(bundle, identity=True)
         assert res.breach is None, (manifest.parent.name, res.breach)
-        assert res.findings == tuple(str(f) for f in scan_files(bundle.files)), manifest.parent.name
+        cuda = bundle.manifest.cuda_modules(bundle.files)  # the CUDA ops' entries may import native
+        assert res.findings == tuple(str(f) for f in scan_files(bundle.files, cuda_modules=cuda)), manifest.parent.name
         if res.passed:
             assert res.identity_done and res.norm_id == normalized_identity(bundle), manifest.parent.name
         worst = max(worst, res.cpu_s)

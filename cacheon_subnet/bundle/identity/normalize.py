@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cacheon_subnet.bundle.archive import Bundle
+from cacheon_subnet.bundle.identity.cuda_form import normal_form
 from cacheon_subnet.bundle.identity.rules import manifest_doc, reserved_param
 from cacheon_subnet.bundle.identity.tidy import tidy
 
@@ -422,9 +423,14 @@ def _bound(n: ast.AST) -> list[str]:
 
 def other_files(files: Mapping[str, bytes]) -> dict[str, str]:
     """Path -> sha256 of every member that is neither Python nor the manifest: they count by path
-    and bytes (the bounded child gets these hashes, never the bytes: verify/static/bound.py)."""
+    and bytes (the bounded child gets these hashes, never the bytes: verify/static/bound.py);
+    CUDA sources by their normal form (identity/cuda_form.py: a renamed copy is still a copy)."""
     return {
-        p: hashlib.sha256(d).hexdigest() for p, d in sorted(files.items()) if not p.endswith(".py") and p != "manifest.toml"
+        p: ("cu-norm:" + hashlib.sha256(normal_form(d).encode()).hexdigest())
+        if p.endswith((".cu", ".cuh"))
+        else hashlib.sha256(d).hexdigest()
+        for p, d in sorted(files.items())
+        if not p.endswith(".py") and p != "manifest.toml"
     }
 
 

@@ -109,6 +109,10 @@ class VerifyStage:
             self.db.transition(c.id, "verified", "verify PASS", todo=todo, detail=detail)
             ps.advanced("verified")
             self.log.info("verify.pass", contribution=c.id, targets=list(todo), wall_s=wall_s)
+        elif result.undecided:  # not the bundle's fault, not a pass: e.g. CUDA trials on a CPU validator
+            why = storable("verify: " + "; ".join(result.reasons))[:2000]
+            self.db.transition(c.id, "no_decision", why, detail=detail)
+            self.log.info("verify.no_decision", contribution=c.id, reasons=list(result.reasons)[:5], wall_s=wall_s)
         else:
             why = storable("verify: " + "; ".join(result.reasons))[:2000]  # a bundle's own words: storable
             self.db.transition(c.id, "failed", why, detail=detail)

@@ -150,6 +150,7 @@ def _payload(bundle: Bundle, identity: bool) -> bytes:
         manifest=None if manifest is None else len(manifest),
         identity=identity,
         other=other_files(bundle.files) if identity else {},
+        cuda=tuple(sorted(bundle.manifest.cuda_modules(bundle.files))),
     )
     return b"".join([P.head_line(head), *(bundle.files[p] for p in py), manifest or b""])
 

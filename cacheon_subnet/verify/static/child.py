@@ -53,7 +53,9 @@ def run(head: Head, files: dict[str, bytes], manifest: bytes | None) -> None:
     from cacheon_subnet.policy import scan as policy
 
     parsed: dict[str, Any] = {}
-    findings = policy.scan_files(files, progress=lambda step, path: _emit(At(step, path)), parsed=parsed)
+    findings = policy.scan_files(
+        files, progress=lambda step, path: _emit(At(step, path)), parsed=parsed, cuda_modules=frozenset(head.cuda)
+    )
     _emit(Findings(tuple(str(f) for f in findings)))
     if head.identity and not findings and manifest is not None:
         _emit(At("computing the normalized identity", ""))

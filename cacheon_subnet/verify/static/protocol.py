@@ -59,6 +59,7 @@ class Head:
     manifest: int | None
     identity: bool
     other: Mapping[str, str]
+    cuda: tuple[str, ...] = ()  # the CUDA ops' entry modules: the only ones that may import native
 
 
 # -- child -> host --------------------------------------------------------------------------
