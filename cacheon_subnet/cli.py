@@ -19,6 +19,7 @@ from cacheon_subnet.cliout import Exit, add_log_to, emit, show_defaults
 from cacheon_subnet.env import LOG_LEVEL
 from cacheon_subnet.errors import BundleError, CacheonError, UsageError
 from cacheon_subnet.miner import commands as miner_commands
+from cacheon_subnet.release import commands as release_commands
 from cacheon_subnet.validator import commands as validator_commands
 from native import commands as native_commands
 from seams import commands as seams_commands
@@ -138,7 +139,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return Exit.FAIL
     from cacheon_subnet.verify.native_gate import check_native, has_cuda
 
-    if has_cuda(bundle):  # compiled + static checks; the trials need the launcher (issue 32 part 2): exit 3
+    if has_cuda(bundle):  # compiled + static checks; CUDA trials need a GPU validator: exit 3
         native = check_native(bundle)
         emit(args, native.to_json(), native.render())
         return native.exit_code
@@ -365,7 +366,16 @@ def build_parser() -> argparse.ArgumentParser:
     return show_defaults(p)
 
 
-EXTENSIONS = (miner_commands, validator_commands, demo, chain_commands, seams_commands, arena_commands, native_commands)
+EXTENSIONS = (
+    miner_commands,
+    validator_commands,
+    demo,
+    chain_commands,
+    seams_commands,
+    arena_commands,
+    native_commands,
+    release_commands,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

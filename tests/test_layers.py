@@ -43,12 +43,18 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("records", ("cacheon_subnet.records",)),
     ("chain", ("cacheon_subnet.chain", "cacheon_subnet.netfetch")),
     ("native", ("native",)),  # the CUDA compile lane: sandbox, bundle, records below; verify and arena above
-    ("seams", ("seams",)),
+    ("seams", ("seams", "cacheon_subnet.release.runtime", "cacheon_subnet.release.descriptor")),  # serving half
     ("verify", ("cacheon_subnet.verify", "cacheon_subnet.bench_timing")),
     ("arena", ("arena",)),
     (
         "validator, miner",
-        ("cacheon_subnet.validator", "cacheon_subnet.miner", "cacheon_subnet.bench", "cacheon_subnet.bench_words"),
+        (
+            "cacheon_subnet.validator",
+            "cacheon_subnet.miner",
+            "cacheon_subnet.bench",
+            "cacheon_subnet.bench_words",
+            "cacheon_subnet.release",  # build/sign/verify read validator state; runtime+descriptor sit at seams
+        ),
     ),
     ("cli", ("cacheon_subnet.cli", "cacheon_subnet.demo", "cacheon_subnet.__main__")),
     ("entry points", ("neurons", "scripts")),

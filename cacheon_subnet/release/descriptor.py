@@ -1,0 +1,146 @@
+"""The release descriptor (`cacheon.release/1`): what a release binds, as one canonical document.
+
+Why canonical bytes: the owner signs them, the wheel's package name is derived from their digest,
+and the serving runtime reads them back; one byte form (sorted keys, no spaces, no NaN, read back
+through the strict records codec and re-encoded to the same bytes) leaves nothing to argue about.
+Sealed file paths are relative to the release package, so the name can follow from the digest.
+This module sits beside the serving runtime (seams layer): it imports no validator, chain or sandbox.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+
+from cacheon_subnet.pins import SGLANG_KERNEL_PIN, SGLANG_PIN, TORCH_PIN, TRITON_PIN
+from cacheon_subnet.records.codec import RecordError, from_json, to_json
+from seams.table import HOOK_TARGETS, PLUGIN_GROUP, SEAM_ADAPTERS
+
+SCHEMA = "cacheon.release/1"
+PREFIX = "cacheon_release_"
+DESCRIPTOR_FILE = "release.json"
+SIGNATURE_FILE = "release.sig"
+TREE_DIR = "tree"
+STOCK = "stock"  # what serves every call the policy does not route: SGLang's own kernel
+
+
+@dataclass(frozen=True)
+class RuntimePins:
+    """The exact runtime the release was built for (cacheon_subnet/pins.py at build time)."""
+
+    sglang: str
+    torch: str
+    triton: str
+    sglang_kernel: str
+
+
+def pinned_runtime() -> RuntimePins:
+    return RuntimePins(SGLANG_PIN, TORCH_PIN, TRITON_PIN, SGLANG_KERNEL_PIN)
+
+
+@dataclass(frozen=True)
+class ReleaseCrown:
+    """One crowned slot. Speedups are None for a release built from bundles nobody measured."""
+
+    slot: str
+    bundle_digest: str
+    contribution_id: str
+    arena_id: str
+    measured_speedup: float | None
+    speedup_vs_stock: float | None
+
+
+@dataclass(frozen=True)
+class DimRule:
+    """A manifest dim constraint: a call outside it goes to stock."""
+
+    dim: str
+    min: int | None
+    max: int | None
+    multiple_of: int | None
+    one_of: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Route:
+    """Calls of `slot` in `dtypes` whose dims satisfy every rule go to this kernel."""
+
+    slot: str
+    variant: str
+    bundle_digest: str
+    dtypes: tuple[str, ...]
+    constraints: tuple[DimRule, ...]
+
+
+@dataclass(frozen=True)
+class ServingPolicy:
+    routes: tuple[Route, ...]
+    bindings: tuple[str, ...]  # the seam bindings armed (seams/table.py); every other seam stays off
+    fallback: str  # "stock": what serves an unrouted call, and a routed call whose kernel fails
+
+
+@dataclass(frozen=True)
+class SealedFile:
+    path: str  # relative to the release package
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class NativeArtifact:
+    op: str  # "slot/variant"
+    digest: str
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    schema: str
+    runtime: RuntimePins
+    seam_table: str  # seam_table_digest() of the cacheon that built it
+    tree_digest: str  # the sealed engine tree's digest (bundle/engine_tree.py)
+    crowns: tuple[ReleaseCrown, ...]
+    policy: ServingPolicy
+    native: tuple[NativeArtifact, ...]  # empty until CUDA crowns are released
+    files: tuple[SealedFile, ...]
+
+
+def seam_table_digest() -> str:
+    """SHA-256 of the seam table every row of which the release routes through: a runtime whose
+    table differs would route (or patch) otherwise than the arena that measured the crowns."""
+    doc = {
+        "adapters": [asdict(a) for a in SEAM_ADAPTERS],
+        "plugin_group": PLUGIN_GROUP,
+        "hook_targets": sorted(HOOK_TARGETS),
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def canonical(desc: Descriptor) -> bytes:
+    return json.dumps(to_json(desc), sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def descriptor_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def package_name(data: bytes) -> str:
+    """The release's import package (and distribution) name follows from its descriptor's bytes."""
+    return PREFIX + descriptor_digest(data)[:12]
+
+
+def parse(data: bytes) -> Descriptor:
+    """Strict read: the schema, every field's type, and the bytes must be the canonical form."""
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise RecordError(f"{DESCRIPTOR_FILE}: not JSON ({e})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise RecordError(f"{DESCRIPTOR_FILE}: schema {got!r}, expected {SCHEMA!r}")
+    desc = from_json(Descriptor, doc)
+    if canonical(desc) != data:
+        raise RecordError(
+            f"{DESCRIPTOR_FILE}: not in canonical form (sorted keys, no spaces): the signed bytes are ambiguous"
+        )
+    return desc

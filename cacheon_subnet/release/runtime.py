@@ -1,0 +1,122 @@
+"""Serving time: a release wheel's plugin, run by SGLang's `load_plugins()` in every process.
+
+Why this shape: the arena routes a crowned slot through seams/ (the SEAM_ADAPTERS table, the
+scheduler-rank gate, the sealed engine tree); a release must route the same way or it serves
+something nobody measured. So `load_release` only builds the launch environment the arena host
+would have written (the crowned bindings' gates, the release's sealed tree and its digest, serving
+mode: a failing kernel falls back to stock) and hands it to seams.activate.activate_scheduler from
+an AROUND hook on Scheduler.__init__, in exactly the scheduler ranks. It never touches os.environ,
+so the project's own `cacheon` plugin stays off beside it.
+
+Never a crash: on another SGLang version, a seam table other than the one released, or anything
+unreadable, it logs one warning line and returns; SGLang's stock kernels serve. No validator,
+chain or sandbox is imported here (tests/release/test_runtime.py imports it with those blocked).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from cacheon_subnet.env import ENGINE_TREE, ENGINE_TREE_DIGEST, RECEIPT_DIR, SEAM_STRICT
+from cacheon_subnet.release.descriptor import DESCRIPTOR_FILE, TREE_DIR, package_name, parse, seam_table_digest
+from seams.table import HOOK_TARGETS, seam_environment
+
+log = logging.getLogger("cacheon.release")
+
+
+def installed_version(dist: str) -> str | None:
+    """The installed distribution's version, None when absent (tests replace this to fake one)."""
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a scheduler rank activates: the release's name and its fixed launch environment."""
+
+    name: str
+    environ: Mapping[str, str]
+    slots: tuple[str, ...]
+
+
+def plan(pkg_dir: Path) -> Plan | str:
+    """The activation plan for the release installed at `pkg_dir`, or why it must stay off."""
+    data = (pkg_dir / DESCRIPTOR_FILE).read_bytes()
+    desc = parse(data)
+    name = package_name(data)
+    if pkg_dir.name != name:
+        return f"package {pkg_dir.name} does not match its descriptor (expected {name})"
+    found = installed_version("sglang")
+    if found != desc.runtime.sglang:
+        return f"SGLang {found or '(not installed)'} here, the release was built for SGLang {desc.runtime.sglang}"
+    if desc.seam_table != seam_table_digest():
+        return "the installed cacheon-subnet's seam table differs from the one the release was built with"
+    env = seam_environment(desc.policy.bindings)
+    env[ENGINE_TREE.name] = str(pkg_dir / TREE_DIR)
+    env[ENGINE_TREE_DIGEST.name] = desc.tree_digest
+    env[SEAM_STRICT.name] = "0"  # serving: a kernel that fails its call falls back to stock
+    receipts = os.environ.get(RECEIPT_DIR.name)
+    if receipts:  # the operator asked for per-rank receipts (how many calls each kernel served)
+        env[RECEIPT_DIR.name] = receipts
+    return Plan(name, MappingProxyType(env), tuple(r.slot for r in desc.policy.routes))
+
+
+def scheduler_hook(p: Plan, activate: Callable[..., bool] | None = None) -> Callable[..., Any]:
+    """The AROUND hook on Scheduler.__init__: activate the release's kernels in this rank, then
+    build the scheduler (and the model: layers bind their forward at construction)."""
+
+    def cacheon_release_scheduler_init(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        tp_rank = int(kwargs.get("tp_rank", args[4] if len(args) > 4 else 0))
+        try:
+            if activate is None:
+                from seams.activate import activate_scheduler
+
+                run: Callable[..., bool] = activate_scheduler
+            else:
+                run = activate
+            if not run(tp_rank, environ=dict(p.environ)):
+                log.warning("cacheon release %s: rank %d activated nothing; stock kernels serve", p.name, tp_rank)
+        except Exception as e:  # noqa: BLE001 - serving never crashes on the release's account
+            log.warning(
+                "cacheon release %s: rank %d not activated (%s: %s); stock kernels serve",
+                p.name,
+                tp_rank,
+                type(e).__name__,
+                e,
+            )
+        return original(*args, **kwargs)
+
+    return cacheon_release_scheduler_init
+
+
+def register(p: Plan) -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    target = next(t for t in HOOK_TARGETS if t.endswith("Scheduler.__init__")).replace(":", ".")
+    HookRegistry.register(target, scheduler_hook(p), HookType.AROUND)
+
+
+def load_release(pkg_dir: Path) -> bool:
+    """The release plugin's body. True when its hook is registered; False (one warning) when not."""
+    try:
+        p = plan(pkg_dir)
+        if isinstance(p, str):
+            log.warning("cacheon release %s not activated: %s; SGLang's stock kernels serve", pkg_dir.name, p)
+            return False
+        register(p)
+    except Exception as e:  # noqa: BLE001 - a broken release must leave a working stock engine
+        log.warning(
+            "cacheon release %s not activated (%s: %s); SGLang's stock kernels serve", pkg_dir.name, type(e).__name__, e
+        )
+        return False
+    log.info("cacheon release %s: routing %s in every scheduler rank", p.name, ", ".join(p.slots))
+    return True

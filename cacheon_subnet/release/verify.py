@@ -1,0 +1,232 @@
+"""`cacheon release verify WHEEL [--owner SS58]`: is this wheel the release its owner signed, and
+does this host run the runtime it was built for?
+
+Why every check names what differs: an operator who is refused must be able to tell a tampered
+file from a stale SGLang without reading code. Checks, in order: the wheel's layout; the descriptor
+(strict, canonical); the package name against the descriptor's digest; the signature (and the
+owner); RECORD against every member; every sealed file against the descriptor (missing, changed,
+extra); the dist-info the release declares (its plugin entry point); the tree digest; the policy's
+bindings; this cacheon's seam table; then the installed runtime, where SGLang is installed.
+
+Exit codes (cliout.Exit): 0 the wheel and this host's runtime verified; 1 refused (each difference
+listed); 2 usage (no such file); 3 the wheel verified but SGLang is not installed here, so the
+runtime was not checked (a build or CI host: install next to SGLang and verify again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from cacheon_subnet.cliout import Exit
+from cacheon_subnet.errors import UsageError
+from cacheon_subnet.records.codec import RecordError
+from cacheon_subnet.release import runtime
+from cacheon_subnet.release.descriptor import (
+    DESCRIPTOR_FILE,
+    SIGNATURE_FILE,
+    TREE_DIR,
+    Descriptor,
+    package_name,
+    parse,
+    seam_table_digest,
+)
+from cacheon_subnet.release.sign import _layout, read_signature, signature_problem
+from cacheon_subnet.release.wheel import WheelError, entry_points, parse_record, read_wheel, record_hash, wheel_file
+from seams.table import PLUGIN_GROUP, adapters_for_slot
+
+NO_SGLANG = "runtime: sglang not installed — checked the wheel only"
+
+
+class Outcome(Enum):
+    VERIFIED = "verified"
+    WHEEL_ONLY = "wheel-only"  # the wheel verified; no SGLang here to check the runtime against
+    REFUSED = "refused"
+
+    @property
+    def exit(self) -> Exit:
+        return {Outcome.VERIFIED: Exit.OK, Outcome.WHEEL_ONLY: Exit.NO_DECISION, Outcome.REFUSED: Exit.FAIL}[self]
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str  # layout | descriptor | name | signature | record | file | dist-info | tree | policy | seams | runtime
+    detail: str
+
+
+@dataclass(frozen=True)
+class Report:
+    wheel: str
+    name: str | None
+    signer: str | None
+    findings: tuple[Finding, ...]
+    runtime: tuple[str, ...]  # what the runtime check found, line by line
+
+    @property
+    def outcome(self) -> Outcome:
+        if self.findings:
+            return Outcome.REFUSED
+        return Outcome.WHEEL_ONLY if NO_SGLANG in self.runtime else Outcome.VERIFIED
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "wheel": self.wheel,
+            "name": self.name,
+            "signer": self.signer,
+            "outcome": self.outcome.value,
+            "refused": [{"check": f.check, "detail": f.detail} for f in self.findings],
+            "runtime": list(self.runtime),
+        }
+
+    def render(self) -> str:
+        head = f"{self.wheel}: {self.outcome.value.upper()}"
+        lines = [head] + [f"  {f.check}: {f.detail}" for f in self.findings]
+        if self.signer:
+            lines.append(f"  signed by {self.signer}")
+        return "\n".join(lines + [f"  {r}" for r in self.runtime])
+
+
+def _public(v: str) -> str:
+    return v.split("+", 1)[0]  # torch 2.11.0+cu130 is torch 2.11.0 built for CUDA 13.0
+
+
+def runtime_lines(desc: Descriptor) -> tuple[list[str], list[Finding]]:
+    found = runtime.installed_version("sglang")
+    if found is None:
+        return [NO_SGLANG], []
+    lines, bad = [], []
+    for dist, want in (
+        ("sglang", desc.runtime.sglang),
+        ("torch", desc.runtime.torch),
+        ("triton", desc.runtime.triton),
+        ("sglang-kernel", desc.runtime.sglang_kernel),
+    ):
+        have = runtime.installed_version(dist)
+        if have is None:
+            bad.append(Finding("runtime", f"{dist} not installed, the release pins {want}"))
+        elif _public(have) != want:
+            bad.append(Finding("runtime", f"{dist} {have} installed, the release pins {want}"))
+        else:
+            lines.append(f"runtime: {dist} {have} (pinned {want})")
+    return lines, bad
+
+
+def _record(members: dict[str, bytes], dist_info: str) -> list[Finding]:
+    rec_path = f"{dist_info}/RECORD"
+    if rec_path not in members:
+        return [Finding("record", f"{rec_path} missing")]
+    try:
+        rows = parse_record(members[rec_path], rec_path)
+    except WheelError as e:
+        return [Finding("record", str(e))]
+    out = [Finding("record", f"{p} is in the wheel but not in RECORD") for p in sorted(set(members) - set(rows))]
+    for p, (h, size) in sorted(rows.items()):
+        if p == rec_path:
+            continue
+        if p not in members:
+            out.append(Finding("record", f"RECORD lists {p}, which the wheel does not hold"))
+        elif h != record_hash(members[p]) or size != str(len(members[p])):
+            out.append(Finding("record", f"{p}: content differs from its RECORD hash/size"))
+    return out
+
+
+def _files(members: dict[str, bytes], pkg: str, desc: Descriptor) -> list[Finding]:
+    out = []
+    sealed = {f.path: f for f in desc.files}
+    held = {p[len(pkg) + 1 :]: d for p, d in members.items() if p.startswith(pkg + "/")}
+    for rel, f in sorted(sealed.items()):
+        if rel not in held:
+            out.append(Finding("file", f"{pkg}/{rel}: sealed in the descriptor, missing from the wheel"))
+        elif hashlib.sha256(held[rel]).hexdigest() != f.sha256 or len(held[rel]) != f.size:
+            out.append(
+                Finding(
+                    "file", f"{pkg}/{rel}: sha256 {hashlib.sha256(held[rel]).hexdigest()[:16]}… != sealed {f.sha256[:16]}…"
+                )
+            )
+    for rel in sorted(set(held) - set(sealed) - {DESCRIPTOR_FILE, SIGNATURE_FILE}):
+        out.append(Finding("file", f"{pkg}/{rel}: in the wheel but not sealed in the descriptor"))
+    strays = sorted(p for p in members if not p.startswith(pkg + "/") and ".dist-info/" not in p)
+    out += [Finding("file", f"{p}: outside the release package") for p in strays]
+    tree = held.get(f"{TREE_DIR}/tree.json")
+    if tree is not None and hashlib.sha256(tree).hexdigest() != desc.tree_digest:
+        out.append(Finding("tree", f"tree.json digest differs from the descriptor's {desc.tree_digest[:16]}…"))
+    return out
+
+
+def _dist_info(members: dict[str, bytes], pkg: str, dist_info: str) -> list[Finding]:
+    want = {
+        "WHEEL": wheel_file(),
+        "entry_points.txt": entry_points(PLUGIN_GROUP, pkg, f"{pkg}:load"),
+    }
+    out = []
+    for name, data in want.items():
+        if members.get(f"{dist_info}/{name}") != data:
+            out.append(Finding("dist-info", f"{dist_info}/{name} differs from what a release declares"))
+    meta = members.get(f"{dist_info}/METADATA", b"").decode("utf-8", "replace").splitlines()
+    if f"Name: {pkg}" not in meta:
+        out.append(Finding("dist-info", f"{dist_info}/METADATA does not name {pkg}"))
+    known = set(want) | {"METADATA", "RECORD"}
+    out += [
+        Finding("dist-info", f"{p}: not part of a release")
+        for p in sorted(members)
+        if p.startswith(dist_info + "/") and p[len(dist_info) + 1 :] not in known
+    ]
+    return out
+
+
+def _policy(desc: Descriptor) -> list[Finding]:
+    out = []
+    crowned = {c.bundle_digest for c in desc.crowns}
+    out += [
+        Finding("policy", f"route {r.slot}/{r.variant}: bundle {r.bundle_digest[:12]} is not crowned")
+        for r in desc.policy.routes
+        if r.bundle_digest not in crowned
+    ]
+    want = tuple(sorted({a.binding for c in desc.crowns for a in adapters_for_slot(c.slot)}))
+    if desc.policy.bindings != want:
+        out.append(Finding("policy", f"bindings {list(desc.policy.bindings)} != those of the crowned slots {list(want)}"))
+    if desc.seam_table != seam_table_digest():
+        out.append(Finding("seams", "this cacheon-subnet's seam table differs from the one the release was built with"))
+    return out
+
+
+def verify_wheel(path: Path, owner: str | None = None) -> Report:
+    if not path.is_file():
+        raise UsageError(f"{path}: no such wheel")
+    try:
+        members = read_wheel(path)
+        pkg, wn = _layout(members, str(path))
+    except WheelError as e:
+        return Report(str(path), None, None, (Finding("layout", str(e)),), ())
+    found: list[Finding] = []
+    if path.name != wn.filename:
+        found.append(Finding("layout", f"file name {path.name} differs from its dist-info ({wn.filename})"))
+    data = members[f"{pkg}/{DESCRIPTOR_FILE}"]
+    try:
+        desc = parse(data)
+    except RecordError as e:
+        return Report(str(path), pkg, None, (*found, Finding("descriptor", str(e))), ())
+    if package_name(data) != pkg or wn.dist != pkg:
+        found.append(Finding("name", f"package {pkg} / dist {wn.dist}: the descriptor's digest names {package_name(data)}"))
+    signer = None
+    raw_sig = members.get(f"{pkg}/{SIGNATURE_FILE}")
+    if raw_sig is None:
+        found.append(Finding("signature", f"{pkg}/{SIGNATURE_FILE} missing: the release is unsigned (cacheon release sign)"))
+    else:
+        try:
+            sig = read_signature(raw_sig)
+            signer = sig.signer
+            problem = signature_problem(sig, data, owner)
+            if problem:
+                found.append(Finding("signature", problem))
+        except RecordError as e:
+            found.append(Finding("signature", str(e)))
+    found += _record(members, wn.dist_info) + _files(members, pkg, desc) + _dist_info(members, pkg, wn.dist_info)
+    found += _policy(desc)
+    lines, bad = runtime_lines(desc)
+    if owner is None and signer is not None:
+        lines.insert(0, f"owner: not checked (pass --owner SS58 to bind the signer {signer})")
+    return Report(str(path), pkg, signer, tuple(found + bad), tuple(lines))
