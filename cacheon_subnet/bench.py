@@ -21,18 +21,19 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from cacheon_subnet import progress, sandbox
+from cacheon_subnet.bench_arena import Prediction, fixture_constants, inputs_line, predict
 from cacheon_subnet.bench_words import CaseCost, baseline_label
 from cacheon_subnet.bundle import Bundle
 from cacheon_subnet.log import get_logger
-from cacheon_subnet.records import crownable
-from cacheon_subnet.slots import get_slot
+from cacheon_subnet.records import crownable, slot_inputs
+from cacheon_subnet.slots import fixture_draw, get_slot
 from cacheon_subnet.slots.retarget import profile_cases
 from cacheon_subnet.slots.spec import dtype_of
 from cacheon_subnet.verify import judge
 from cacheon_subnet.verify import protocol as P
 from cacheon_subnet.verify.client import WorkerClient, WorkerConfig, WorkerDied, WorkerTimeout
 from cacheon_subnet.verify.report import Failure
-from cacheon_subnet.verify.shapes import arena_cases
+from cacheon_subnet.verify.shapes import arena_cases, token_count
 
 log = get_logger("cacheon.bench")
 
@@ -50,6 +51,7 @@ class BenchOptions:
     stock: bool = True
     model: Any = None  # slots.profiles.ModelProfile of a real checkpoint: its shapes replace the built-in ones
     arena: Any = None  # verify.shapes.ArenaShapes: time the sizes this arena runs, its window's own first
+    fixtures: Any = None  # where the arenas' slot-input fixtures are (Path; default configs/arena/fixtures)
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class BenchRow:
     rel_stderr: float
     recheck: str
     where: str = ""  # with --arena: "window decode|prefill" (the timed window's own size) or "arena decode|prefill"
+    inputs: str = "synthetic"  # "fixture": drawn with the arena's recorded statistics (records/slot_inputs.py)
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ class BenchReport:
     hbm_gbps: float | None = None
     duration_s: float = 0.0
     arena: str = ""  # what the arena's timed window runs, when benched against one
+    predictions: tuple[Prediction, ...] = ()  # window rows against the arena's fixture (bench_arena.py)
 
     @property
     def ok(self) -> bool:
@@ -108,6 +112,9 @@ class BenchReport:
                 + f"{r.candidate_us:9.2f} {r.baseline_us:9.2f} {r.speedup:7.3f}x "
                 f"{r.candidate_gbps:8.1f} {pct:>6} {r.n:6d} {100 * r.rel_stderr:6.2f}%  {r.recheck:7}  {r.baseline}"
             )
+        if self.predictions:
+            lines.append("predicted in the arena (per-call gain x the slot's measured share of the step):")
+            lines += [p.line() for p in self.predictions]
         lines += [f"error: {e}" for e in self.errors]
         lines.append(f"({self.duration_s:.1f} s)")
         return "\n".join(lines)
@@ -121,11 +128,19 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
     policy = sandbox.SandboxPolicy(wall_timeout_s=opts.call_timeout_s, cpu_seconds=None, drop_privileges=False)
     stock = tuple(sorted({o.slot for o in bundle.manifest.ops})) if opts.stock else ()
     warm = _stock_warmup(bundle, opts) if opts.stock else ()
-    client = WorkerClient(bundle, WorkerConfig(device=opts.device, policy=policy, preload_stock=stock, preload_cases=warm))
+    from cacheon_subnet.verify.native_gate import worker_artifacts
+
+    native = worker_artifacts(bundle, opts.device)  # CUDA ops: compiled here behind the lane's wall, loaded sealed there
+    client = WorkerClient(
+        bundle, WorkerConfig(device=opts.device, policy=policy, preload_stock=stock, preload_cases=warm, native=native)
+    )
     rows: list[BenchRow] = []
     errors: list[str] = []
+    predictions: list[Prediction] = []
     env: dict[str, Any] = {}
     hbm = None
+    fixture = _fixture(opts)
+    drawn: dict[str, bool] = {}
     try:
         progress.note(
             f"bench: starting the sandboxed worker on {opts.device}"
@@ -157,7 +172,8 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
             if dtype not in op.dtypes:
                 errors.append(f"{op.key}: dtype {dtype} not declared by the bundle")
                 continue
-            placed = _cases(spec, op, opts)
+            placed = _cases(spec, op, opts, fixture)
+            drawn[op.slot] = any(fixture_draw.from_fixture(c.constants) for c, _ in placed)
             ratio: float | None = None
             if not placed:
                 model = opts.arena.model if opts.arena is not None else opts.model
@@ -199,6 +215,12 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
                 )
                 t_check = time.monotonic()
                 rows.append(_row(op.key, spec, case, dtype, r, sides, tensors, hbm, where, ref, opts.device))
+                row = rows[-1]
+                pred = predict(
+                    op.key, op.slot, row.case, where, token_count(spec, case) or 0, row.speedup, row.baseline_us, fixture,
+                    row.baseline, str(env.get("gpu", opts.device)),
+                )  # fmt: skip
+                predictions += [pred] if pred is not None else []
                 progress.note(
                     f"{tag}: re-check {rows[-1].recheck} ({time.monotonic() - t_check:.1f} s; "
                     f"the case took {time.monotonic() - t_case:.1f} s)"
@@ -215,7 +237,9 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
         env,
         hbm,
         time.monotonic() - t0,
-        _arena_line(opts.arena, sorted({o.slot for o in bundle.manifest.ops})),
+        _arena_line(opts.arena, sorted({o.slot for o in bundle.manifest.ops}))
+        + (f"\n{inputs_line(opts.arena.name, fixture, drawn)}" if opts.arena is not None else ""),
+        tuple(predictions),
     )
 
 
@@ -260,15 +284,26 @@ def _stock_warmup(bundle: Bundle, opts: BenchOptions) -> tuple[tuple[str, str, d
         dtype = opts.dtype or op.dtypes[0]
         if spec.collective or dtype not in op.dtypes:
             continue
-        for case, _ in _cases(spec, op, opts):
+        for case, _ in _cases(spec, op, opts, _fixture(opts)):
             out.setdefault((op.slot, dtype, case.label), (op.slot, dtype, case.to_json()))
     return tuple(out.values())
 
 
-def _cases(spec, op, opts: BenchOptions) -> list[tuple[Any, str]]:  # noqa: ANN001
-    """(case, where) to time: the arena's own sizes (window first) or the tier's cases."""
+def _fixture(opts: BenchOptions) -> slot_inputs.ArenaFixture | None:
+    if opts.arena is None:
+        return None
+    return slot_inputs.load(opts.arena.name, opts.fixtures or slot_inputs.FIXTURES)
+
+
+def _cases(spec, op, opts: BenchOptions, fixture: slot_inputs.ArenaFixture | None = None) -> list[tuple[Any, str]]:  # noqa: ANN001
+    """(case, where) to time: the arena's own sizes (window first, drawn like its engine's inputs
+    where its fixture records them) or the tier's cases."""
     if opts.arena is not None:
-        placed = arena_cases(spec, spec.cases(opts.tier), opts.arena)
+        consts = fixture_constants(spec.id, fixture.slot(spec.id) if fixture is not None else None)
+        placed = [
+            (replace(c, constants={**c.constants, **consts}) if consts else c, w)
+            for c, w in arena_cases(spec, spec.cases(opts.tier), opts.arena)
+        ]
     else:
         cases = spec.cases(opts.tier)
         if opts.model is not None:
@@ -362,4 +397,5 @@ def _row(
         rel_stderr=max(cand.rel_stderr, base.rel_stderr),
         recheck="ok" if f is None else f"FAIL {f.reason}",
         where=where,
+        inputs="fixture" if fixture_draw.from_fixture(case.constants) else "synthetic",
     )

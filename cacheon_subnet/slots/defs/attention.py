@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from cacheon_subnet.slots import gen, profiles
+from cacheon_subnet.slots import fixture_draw, gen, profiles
 from cacheon_subnet.slots.spec import ArgSpec, ParamSpec, ShapeCase, SlotSpec, Tolerance, case
 
 if TYPE_CHECKING:  # torch is imported by the functions that make or read tensors: loading the catalog needs none
@@ -151,7 +151,8 @@ def _inputs(c: ShapeCase, dt: torch.dtype, g: torch.Generator) -> dict[str, torc
 
     d = c.dims
     B, HQ, HK, D, S, N = d["B"], d["HQ"], d["HK"], d["D"], d["S"], d["N"]
-    lens = seq_lens(B, max_context(c), g)
+    lens = fixture_draw.kv_lengths(c.constants, B, max_context(c), g)  # an arena's recorded lengths
+    lens = seq_lens(B, max_context(c), g) if lens is None else lens
     total = int(lens.sum())
     indptr = torch.zeros(B + 1, dtype=torch.int32)
     indptr[1:] = torch.cumsum(lens, 0)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from cacheon_subnet.slots import gen, profiles
+from cacheon_subnet.slots import fixture_draw, gen, profiles
 from cacheon_subnet.slots.spec import ArgSpec, ParamSpec, ShapeCase, SlotSpec, Tolerance, case
 
 if TYPE_CHECKING:  # torch is imported by the functions that make or read tensors: loading the catalog needs none
@@ -174,7 +174,10 @@ def _experts_ref(t: Mapping[str, torch.Tensor], p: Mapping[str, Any]) -> dict[st
 def _experts_inputs(c: ShapeCase, dt: torch.dtype, g: torch.Generator) -> dict[str, torch.Tensor]:
     T, H, I, E, K = (c.dims[k] for k in ("T", "H", "I", "E", "K"))
     cold = max(1, E // 8) if E - max(1, E // 8) > K else 0
-    weights, ids = softmax_topk(router_logits(T, E, K, g, cold=cold), K, renormalize=True)
+    # an arena's recorded tokens-per-expert load (bench --arena with a fixture), else a trained-looking gate
+    weights, ids = fixture_draw.routing(c.constants, T, E, K, g) or softmax_topk(
+        router_logits(T, E, K, g, cold=cold), K, renormalize=True
+    )
     return {
         "hidden_states": gen.hidden_states((T, H), dt, g),
         "w13": gen.weights((E, 2 * I, H), dt, g, fan_in=H),
