@@ -38,7 +38,7 @@ from arena.records import (
     TimedStage,
     WindowRecord,
 )
-from arena.verdict import calibrate, grading
+from arena.verdict import calibrate, floor_arena, grading
 from arena.verdict import quality as q
 from arena.verdict import sequential as seq
 from arena.verdict.evidence import check, leaks, receipts_from_answers, tampering
@@ -206,7 +206,10 @@ class Qualification:
         if self.bundle is None:
             return {STOCK_AS_CANDIDATE.name: self.op.slot}, None
         inc = [(self.incumbent[0], [self.incumbent[1]])] if self.incumbent else []
-        tree = build_tree(tree_root, [(self.bundle, [self.op])], incumbents=inc)
+        from cacheon_subnet.verify.native_gate import tree_artifacts  # CUDA ops: compiled on the host, sealed in the tree
+
+        arts = tree_artifacts([(self.bundle, [self.op]), *inc])
+        tree = build_tree(tree_root, [(self.bundle, [self.op])], incumbents=inc, artifacts=arts)
         return {ENGINE_TREE.name: str(tree.root), ENGINE_TREE_DIGEST.name: tree.digest}, tree.digest
 
     def _outcome(
@@ -330,6 +333,11 @@ class Qualification:
             cfg.speed.metric,
             cfg.speed,
         )
+        # the physical-floor guard: a PASS its kernel could not deliver is NO_DECISION (arena/verdict/floor_arena.py)
+        spin_on_b = self.opts.handicap_us if self.opts.control == "handicap" else 0.0
+        speed, note = floor_arena.check(speed, cfg, self.op.slot, spin_on_b)
+        floor = [*self.result.setup.get("floor", ()), note]  # one note a judged stage: resident, then confirm
+        self.result = replace(self.result, setup={**self.result.setup, "floor": floor})
         rows = [(r.window, dict(r.readings)) for r in stage.windows]
         return replace(stage, speed=speed, by_metric=judge_each(rows, SPEED_METRICS, cfg.speed))
 

@@ -139,7 +139,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return Exit.FAIL
     from cacheon_subnet.verify.native_gate import check_native, has_cuda
 
-    if has_cuda(bundle):  # compiled + static checks; CUDA trials need a GPU validator: exit 3
+    if has_cuda(bundle) and not _cuda_visible(args.device):  # compiled + static checks; trials need a GPU: exit 3
         native = check_native(bundle)
         emit(args, native.to_json(), native.render())
         return native.exit_code
@@ -164,6 +164,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     report = verify_bundle(bundle, opts)
     emit(args, report.to_json(), report.render())
     return Exit.OK if report.passed else Exit.FAIL
+
+
+def _cuda_visible(device: str) -> bool:
+    """--device cuda on a box with a CUDA device: a CUDA bundle's trials run (verify_bundle compiles first)."""
+    import torch
+
+    return device.startswith("cuda") and torch.cuda.is_available()
 
 
 def _arena_shapes(path: str):  # noqa: ANN202 - ArenaShapes, imported lazily

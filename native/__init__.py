@@ -11,12 +11,38 @@ driver.py's cuda-python calls) runs an artifact's kernels; bundle code reaches `
 and `native.scratch` and nothing else of this package (the policy scan holds that).
 """
 
-from native.artifact import Artifact, Descriptor, KernelEntry
-from native.build import BuildOptions, build_op, default_cache
-from native.diag import CompileRefused, Diagnostic, NativeError, Stage
-from native.lane import DEFAULT_ARCH, CompileBudget
+import importlib
+from typing import Any
+
 from native.launcher import launch, scratch
-from native.toolchain import ToolchainMissing, locate
+
+# The compile lane (build, lane: the sandbox wall) loads only when asked for: bundle code and a
+# release's serving runtime import this package for the launcher alone, and must not pull in the
+# sandbox (tests/release/test_release_runtime.py blocks it).
+_LAZY = {
+    "Artifact": "native.artifact",
+    "Descriptor": "native.artifact",
+    "KernelEntry": "native.artifact",
+    "BuildOptions": "native.build",
+    "build_op": "native.build",
+    "default_cache": "native.build",
+    "CompileRefused": "native.diag",
+    "Diagnostic": "native.diag",
+    "NativeError": "native.diag",
+    "Stage": "native.diag",
+    "DEFAULT_ARCH": "native.lane",
+    "CompileBudget": "native.lane",
+    "ToolchainMissing": "native.toolchain",
+    "locate": "native.toolchain",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'native' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "DEFAULT_ARCH",

@@ -71,8 +71,6 @@ class Driver:
 
     def launch(self, art: Artifact, entry: KernelEntry, c: Checked) -> None:
         """`c` (already checked) on the current stream of the current device."""
-        import ctypes
-
         import torch
 
         drv = _driver()
@@ -83,18 +81,44 @@ class Driver:
             attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             _check(drv.cuFuncSetAttribute(fn, attr, c.shared_mem), "cuFuncSetAttribute(max dynamic shared memory)")
             self._shared[key] = c.shared_mem
-        ctype = {
-            ParamType.PTR: ctypes.c_void_p,
-            ParamType.I32: ctypes.c_int32,
-            ParamType.U32: ctypes.c_uint32,
-            ParamType.I64: ctypes.c_int64,
-            ParamType.U64: ctypes.c_uint64,
-            ParamType.F32: ctypes.c_float,
-            ParamType.F64: ctypes.c_double,
-        }
-        params = (c.values, tuple(ctype[t] for t in c.types))
+        params = Packed(c)
         stream = drv.CUstream(torch.cuda.current_stream().cuda_stream)
-        _check(drv.cuLaunchKernel(fn, *c.grid, *c.block, c.shared_mem, stream, params, 0), f"cuLaunchKernel({c.kernel})")
+        _check(
+            drv.cuLaunchKernel(fn, *c.grid, *c.block, c.shared_mem, stream, params.pointers, 0),
+            f"cuLaunchKernel({c.kernel})",
+        )
+
+
+# numpy types of the parameter types: the kernel reads each argument's bytes as the type it declared
+_NP = {
+    ParamType.PTR: "u8",
+    ParamType.I32: "i4",
+    ParamType.U32: "u4",
+    ParamType.I64: "i8",
+    ParamType.U64: "u8",
+    ParamType.F32: "f4",
+    ParamType.F64: "f8",
+}
+
+
+class Packed:
+    """A launch's `void** kernelParams`, built without ctypes: each value in its own numpy cell
+    of its declared type, and an array of their addresses (a buffer cuda-python reads directly).
+
+    Why not cuda-python's (values, ctypes types) form: it falls back to ctypes.addressof, an event
+    the worker's audit guard refuses once a bundle is imported (a launch would be refused as
+    contribution code on the GPU box, never on a CPU one). Kept alive until the launch returns:
+    cuLaunchKernel copies the parameters at the call."""
+
+    def __init__(self, c: Checked) -> None:
+        import numpy as np
+
+        self.cells = [np.array([v], dtype=_NP[t]) for t, v in zip(c.types, c.values)]
+        self.pointers = np.array([a.__array_interface__["data"][0] for a in self.cells], dtype="u8")
+
+    def read(self, i: int) -> int | float:
+        """Parameter i's value as the kernel will read it (tests)."""
+        return self.cells[i][0].item()
 
 
 _DRIVER: Driver | None = None

@@ -11,6 +11,7 @@
 #   bash scripts/device_trust.sh warmfaithful  # `cacheon arena warm` (cold), then faithful on warm seeds;
 #                                              # packs the seed caches into $OUT/seeds.tar.xz
 #   bash scripts/device_trust.sh gpucorpus  # the CUDA-only red-team bundles through `cacheon verify --device cuda`
+#   bash scripts/device_trust.sh cuda       # issue 32: the CUDA example built, verified, benched, its GPU corpus, the arena
 #   bash scripts/device_trust.sh e2e-product    # scripts/gpu_e2e.py, product phase (neurons/validator.py --once)
 #   bash scripts/device_trust.sh e2e-handicap   # scripts/gpu_e2e.py, TEST handicap phase (crown, weights, read-back)
 #   bash scripts/device_trust.sh e2e-champion   # scripts/gpu_e2e.py, champion phase: examples/attention.decode crowned
@@ -112,6 +113,16 @@ case "${1:-}" in
     done
     step verify-faithful 200 $C verify examples/norm.rmsnorm --device cuda
     tail -4 "$OUT/verify-faithful.txt"
+    ;;
+  cuda)  # issue 32: the CUDA contribution (examples/cuda/norm.rmsnorm) through verify, bench, its GPU corpus and the arena
+    [ -d /tmp/nvvm-site ] && cp -a /tmp/nvvm-site/. /tmp/site/ && chmod -R o+rX /tmp/site  # nvvm: carried alone (60 MB)
+    python3 -c 'import cuda.bindings.driver, native.toolchain as t; print(t.locate().identity)' || echo "cuda: toolchain or cuda-bindings missing (docs/benchmarks.md, last section)"
+    step cuda-build 120 $C native build examples/cuda/norm.rmsnorm; head -8 "$OUT/cuda-build.txt"
+    step cuda-verify 200 $C verify examples/cuda/norm.rmsnorm --device cuda; tail -6 "$OUT/cuda-verify.txt"
+    step cuda-bench 140 $C bench examples/cuda/norm.rmsnorm --device cuda --arena configs/arena/dense.toml; head -20 "$OUT/cuda-bench.txt"
+    step cuda-corpus 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/adversarial/native_gpu; tail -12 "$OUT/cuda-corpus.txt"
+    step cuda-arena 575 $C arena run --config configs/arena/dense.toml --bundle examples/cuda/norm.rmsnorm --grade-always \
+      --out "$OUT/cuda-arena.json"; head -16 "$OUT/cuda-arena.txt"
     ;;
   e2e-product|e2e-handicap|e2e-champion)  # warm seeds first when empty (an operator runs `cacheon arena warm` once)
     ph=${1#e2e-}; [ "$ph" = handicap ] && ph=test-handicap
@@ -283,11 +294,12 @@ PY
       sm-controls) need 150 "$m" && mode sm-controls ;;
       sm-speed) need 300 "$m" && mode sm-speed ;;
       judge=*) need 400 "$m" && mode judge "${m#judge=}" ;;
+      cuda) need 300 cuda && mode cuda ;;
       rt=*) need 300 "$m" && mode rt "${m#rt=}" ;;
       *) need 300 "$m" && mode "$m" ;;
     esac; pkill -9 -f 'arena[.]engine[.]child|sglang[.]srt' 2>/dev/null; done; [ -n "${PACK:-}" ] && packcache
     ;;
-  *) echo "usage: $0 wall|wall2|handicap|faithful|warmfaithful|gpucorpus|e2e-product|e2e-handicap|e2e-champion|startfix|warm|bench|attnsweep|example DIR|h2h [DIR]|verify DIR|mini DIR|seq MODE..."
+  *) echo "usage: $0 wall|wall2|handicap|faithful|warmfaithful|gpucorpus|cuda|e2e-product|e2e-handicap|e2e-champion|startfix|warm|bench|attnsweep|example DIR|h2h [DIR]|verify DIR|mini DIR|seq MODE..."
      exit 2 ;;
 esac
 }

@@ -26,12 +26,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from cacheon_subnet.bundle.engine_tree import TreeOp, open_tree
+from cacheon_subnet.bundle.engine_tree import NATIVE_DIR, TreeOp, open_tree
 from cacheon_subnet.bundle.jitkeys import salt_kernel_keys
 from cacheon_subnet.env import ENGINE_TREE, ENGINE_TREE_DIGEST, RECEIPT_DIR, RESIDENT, SEAM_STRICT
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.custom_op import register_slot_op
 from cacheon_subnet.slots.spec import dtype_of
+from native import runtime as native_runtime
+from native.launcher import Launches
 from seams.controls import handicap, register_handicap, register_slowdown, register_stock_controls, slowdown, stock_controls
 from seams.dispatch import REGISTRY, Candidate, Registry, guarded, receipt_key
 from seams.receipts import Receipts
@@ -60,11 +62,14 @@ def register_candidates(
     registry: Registry,
     suffix: str = "",
     wrap: Callable[[Callable[..., None]], Callable[..., None]] | None = None,
+    native_driver: Launches | None = None,
 ) -> tuple[str, ...]:
     """Register what the launch environment names (a sealed tree's ops, or a host-set control) as
     candidates; returns the sealed packages imported. `suffix` makes custom-op namespaces unique
     per install and `wrap` stands between torch's dispatcher and the body (a resident timed
-    engine installs and removes contributions: seams/resident.py)."""
+    engine installs and removes contributions: seams/resident.py). A CUDA op's body runs each call
+    in the launcher's scope over the artifact the tree sealed (`native_driver`: a test's recorder;
+    default the real driver on a GPU, a refusal without one)."""
     controls, slow_baseline, slow_candidate = stock_controls(env), handicap(env), slowdown(env)
     if controls:
         register_stock_controls(controls, slots, registry)
@@ -84,6 +89,9 @@ def register_candidates(
             continue
         spec = get_slot(op.slot)
         fn = getattr(importlib.import_module(op.qualified_module), op.attr)
+        if op.native:  # launches only inside each call's scope, only of this artifact's kernels
+            art = native_runtime.open_sealed(tree.root / NATIVE_DIR, op.native)
+            fn = native_runtime.wrap(fn, art, native_driver or _rank_driver())
         salt_kernel_keys(op.package)  # before any launch: no Triton cache key shared with another kernel
         packages.append(op.package)
         stock = None
@@ -100,6 +108,12 @@ def register_candidates(
             Candidate(op.slot, op.variant, op.package, tuple(dtype_of(d) for d in op.dtypes), op.constraints, call, op.role),
         )
     return tuple(dict.fromkeys(packages))
+
+
+def _rank_driver() -> Launches:
+    import torch
+
+    return native_runtime.driver_for(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
 
 
 def note_active(registry: Registry, slots: list[str]) -> None:

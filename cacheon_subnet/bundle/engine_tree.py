@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ class TreeOp:
     dtypes: tuple[str, ...]
     constraints: tuple[tuple[str, dict[str, Any]], ...]
     role: str = "challenger"  # or "incumbent": the crowned kernel the arena's B windows run
+    native: str = ""  # a CUDA op: its sealed artifact's digest, at <root>/native/<digest>/
 
     @property
     def qualified_module(self) -> str:
@@ -61,6 +62,35 @@ class SealedTree:
 
 
 ROLES = ("challenger", "incumbent")
+
+
+NATIVE_DIR = "native"
+
+
+def _seal_native(root: Path, bundle: Bundle, op: OpEntry, artifacts: Mapping[tuple[str, str], Path]) -> str:
+    """A CUDA op's artifact (the host compiled it: native/build.py) copied read-only into the
+    tree; its digest goes into tree.json, so the tree digest binds the cubin. '' for other ops."""
+    if op.cuda is None:
+        return ""
+    src = artifacts.get((bundle.digest, op.key))
+    if src is None:
+        raise BundleError(op.key, "native-missing", "a CUDA op enters an engine only with the artifact the host compiled")
+    files = _native_files(Path(src))
+    digest = content_digest(files)
+    if digest != Path(src).name:
+        raise BundleError(op.key, "native-content", f"artifact {Path(src).name[:16]}… digests to {digest[:16]}…")
+    dst = root / NATIVE_DIR / digest
+    if not dst.exists():
+        dst.mkdir(parents=True)
+        for name, data in files.items():
+            (dst / name).write_bytes(data)
+            os.chmod(dst / name, 0o444)
+        os.chmod(dst, 0o555)
+    return digest
+
+
+def _native_files(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.is_file() and not p.is_symlink()}
 
 
 def _op_json(pkg: str, digest: str, op: OpEntry, role: str = "challenger") -> dict[str, Any]:
@@ -124,12 +154,14 @@ def build_tree(
     incumbents: Sequence[tuple[Bundle, Sequence[OpEntry]]] = (),
     *,
     scan_policy: bool = True,
+    artifacts: Mapping[tuple[str, str], Path] | None = None,
 ) -> SealedTree:
     """Write the sealed tree for `selections` (bundle, the ops of it to activate) into `root`;
     `incumbents` are the crowned ops the arena's baseline (B) windows run instead of stock.
     scan_policy=False is for the seam tests' instrumented stand-in kernels only (a Python
     argument, never a flag or variable an operator or a bundle can set); the tree records it and
-    every scheduler re-scans a tree that says it was scanned."""
+    every scheduler re-scans a tree that says it was scanned. `artifacts`: (bundle digest, op key)
+    -> the sealed artifact dir of each CUDA op (a CUDA op without one is refused)."""
     root.mkdir(parents=True, exist_ok=False)
     ops = []
     for role, group in (("challenger", selections), ("incumbent", incumbents)):
@@ -139,7 +171,10 @@ def build_tree(
                 policy_gate(pkg, dict(bundle.files))
             if not (root / pkg).exists():
                 bundle.write_to(root / pkg, read_only=True)
-            ops += [_op_json(pkg, bundle.digest, op, role) for op in chosen]
+            for op in chosen:
+                doc_op = _op_json(pkg, bundle.digest, op, role)
+                native = _seal_native(root, bundle, op, artifacts or {})
+                ops.append({**doc_op, "native": native} if native else doc_op)
     doc = {
         "version": TREE_VERSION,
         "policy_scanned": scan_policy,
@@ -179,6 +214,14 @@ def open_tree(root: Path, expected_digest: str) -> SealedTree:
             if doc.get("policy_scanned", True):
                 policy_gate(pkg, files)
             checked.add(pkg)
+        native = o.get("native", "")
+        if native:
+            try:
+                got = content_digest(_native_files(root / NATIVE_DIR / native)) if len(native) == 64 else "not a digest"
+            except OSError as e:
+                got = f"unreadable ({e.strerror})"
+            if got != native:
+                raise BundleError(pkg, "tree-native", f"artifact {native[:16]}… digests to {got[:16]}…")
         role = o.get("role", "challenger")
         if role not in ROLES:
             raise BundleError(TREE_FILE, "tree-role", f"op {o['slot']}: unknown role {role!r}")
@@ -193,6 +236,7 @@ def open_tree(root: Path, expected_digest: str) -> SealedTree:
                 tuple(o["dtypes"]),
                 tuple(sorted((k, v) for k, v in o["constraints"].items())),
                 role,
+                native,
             )
         )
     return SealedTree(root, digest, tuple(ops))

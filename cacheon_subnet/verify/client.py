@@ -40,6 +40,9 @@ class WorkerConfig:
     preload_stock: tuple[str, ...] = ()
     # bench: (slot, dtype, case) calls each stock kernel makes once before arming (JIT builds)
     preload_cases: tuple[tuple[str, str, dict[str, Any]], ...] = ()
+    # CUDA ops: (op key, sealed artifact dir) the host compiled (verify/native_gate.py
+    # worker_artifacts); copied read-only into the worker's view, re-digested by the worker
+    native: tuple[tuple[str, str], ...] = ()
 
 
 CPU_ADDRESS_SPACE = 8 << 30  # a CPU worker (torch + triton interpreter) maps about 1 GiB
@@ -67,6 +70,28 @@ def worker_policy(config: WorkerConfig, **overrides: object) -> sandbox.SandboxP
     if config.device == "cpu" and config.policy.address_space_bytes is None:
         wall["address_space_bytes"] = CPU_ADDRESS_SPACE  # a memory balloon ends in MemoryError
     return sandbox.SandboxPolicy(**{**config.policy.__dict__, "extra_env": env, **wall, **overrides})
+
+
+def write_natives(base: Path, native: tuple[tuple[str, str], ...]) -> tuple[Path | None, list[str]]:
+    """The host-built artifacts, copied read-only under base/native/<digest> (only these, never
+    the host's whole cache), and the worker's `--native OPKEY=DIGEST` arguments."""
+    if not native:
+        return None, []
+    root = base / "native"
+    root.mkdir()
+    argv: list[str] = []
+    for key, path in native:
+        src = Path(path)
+        dst = root / src.name
+        if not dst.exists():
+            dst.mkdir()
+            for f in sorted(src.iterdir()):
+                (dst / f.name).write_bytes(f.read_bytes())
+                os.chmod(dst / f.name, 0o444)
+            os.chmod(dst, 0o555)
+        argv += ["--native", f"{key}={src.name}"]
+    os.chmod(root, 0o555)
+    return root, ["--native-root", str(root), *argv]
 
 
 def write_namespace(base: Path, bundle: Bundle) -> tuple[Path, str]:
@@ -104,7 +129,9 @@ class WorkerClient:
         ns, pkg = write_namespace(base, self.bundle)
         work = base / "work"
         host_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        policy = dataclasses.replace(worker_policy(self.config), ro_paths=(str(ns),))  # bundle visible, read-only
+        natives, native_argv = write_natives(base, self.config.native)
+        ro = (str(ns),) + ((str(natives),) if natives is not None else ())
+        policy = dataclasses.replace(worker_policy(self.config), ro_paths=ro)  # bundle (+ artifacts) visible, read-only
         # through a pipe the host drains (capped on disk): handed the file itself, the worker wrote up
         # to its RLIMIT_FSIZE (256 MiB) onto the validator's disk per verify (red team 2026-12-04)
         self._log = log = LogSink(self.log_path)
@@ -122,6 +149,7 @@ class WorkerClient:
                     pkg,
                     "--device",
                     self.config.device,
+                    *native_argv,
                     *(["--preload-stock", ",".join(self.config.preload_stock)] if self.config.preload_stock else []),
                     *(
                         [

@@ -14,14 +14,18 @@ report: a FAIL fails the contribution, otherwise it is `no_decision` with TRIALS
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from cacheon_subnet.bundle import Bundle
+from cacheon_subnet.bundle import Bundle, OpEntry
 from cacheon_subnet.cliout import Exit
 from cacheon_subnet.verify.static import bound as policy_bound
 from native.build import BuildOptions
 from native.commands import OpBuild, build_all
+from native.diag import NativeError
+from native.lane import DEFAULT_ARCH
 
 TRIALS_NOT_RUN = (
     "CUDA trials need a GPU validator: the kernels run only through the validator's launcher on a CUDA "
@@ -88,3 +92,57 @@ def screen_native(bundle: Bundle, opts: BuildOptions | None = None) -> tuple[boo
     if report.failed:
         return False, tuple(report.reasons), detail, False
     return False, (TRIALS_NOT_RUN,), detail, True
+
+
+def device_arch(device: str) -> str:
+    """The cubin arch for `device`: its compute capability (sm_90a on the H200: the `a` features
+    from Hopper on), DEFAULT_ARCH for a CPU device (compiled, never launched there)."""
+    if not device.startswith("cuda"):
+        return DEFAULT_ARCH
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(torch.device(device))
+    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
+
+
+def worker_artifacts(bundle: Bundle, device: str, opts: BuildOptions | None = None) -> tuple[tuple[str, str], ...]:
+    """The host side of a run of `bundle` on `device`: every CUDA op compiled in the walled lane
+    for that device's arch, as (op key, sealed artifact dir) for the worker (client.WorkerConfig
+    .native). The compile never runs inside the worker: it only loads what this sealed.
+    CompileRefused (the bundle's FAIL, file:line) for the first op that does not build;
+    NativeError when this host cannot launch what it built (cuda-python missing on a GPU box)."""
+    if not has_cuda(bundle):
+        return ()
+    if device.startswith("cuda"):
+        from native.driver import DriverMissing, _driver
+
+        try:
+            _driver()
+        except DriverMissing as e:
+            raise NativeError(str(e)) from None
+    return _built(bundle, opts or BuildOptions(arch=device_arch(device)))
+
+
+def _built(bundle: Bundle, opts: BuildOptions) -> tuple[tuple[str, str], ...]:
+    out = []
+    for b in build_all(bundle, opts):
+        if b.artifact is None:
+            assert b.refused is not None
+            raise b.refused
+        out.append((b.op.key, str(b.artifact.path)))
+    return tuple(out)
+
+
+def tree_artifacts(
+    selections: Sequence[tuple[Bundle, Sequence[OpEntry]]], arch: str = DEFAULT_ARCH
+) -> dict[tuple[str, str], Path]:
+    """engine_tree.build_tree's `artifacts` for these selections: each CUDA op compiled on the host
+    for `arch` (the arena's H200 by default: the host process never opens a CUDA context of its
+    own beside the engine's), keyed (bundle digest, op key). CompileRefused for one that does not build."""
+    out: dict[tuple[str, str], Path] = {}
+    for bundle, ops in selections:
+        wanted = {op.key for op in ops if op.cuda is not None}
+        if wanted:
+            built = dict(_built(bundle, BuildOptions(arch=arch)))
+            out.update({(bundle.digest, k): Path(built[k]) for k in wanted})
+    return out

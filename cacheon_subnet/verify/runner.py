@@ -44,6 +44,7 @@ from cacheon_subnet.verify.client import (
 )
 from cacheon_subnet.verify.draws import Draws
 from cacheon_subnet.verify.multirank import load_failure, plan_ranks, verify_collective
+from cacheon_subnet.verify.native_gate import has_cuda, worker_artifacts
 from cacheon_subnet.verify.op_trials import OpTrials as _OpTrials
 from cacheon_subnet.verify.opplan import OpPlan, op_plan, trial_plan
 from cacheon_subnet.verify.report import Failure, OpResult, VerifyReport
@@ -51,6 +52,7 @@ from cacheon_subnet.verify.shapes import ArenaShapes
 from cacheon_subnet.verify.shm import Frame, Parcel
 from cacheon_subnet.verify.static import bound as policy_bound
 from cacheon_subnet.verify.trials import Budget
+from native.diag import CompileRefused
 
 log = get_logger("cacheon.verify")
 __all__ = ["OpPlan", "VerifyOptions", "op_plan", "trial_plan", "verify_bundle"]
@@ -85,6 +87,8 @@ class VerifyOptions:
     # call's limit, must not hold the validator's (serial) screening stage for half an hour
     deadline_s: float | None = None
     deadline_at: float | None = None  # time.monotonic() at which it is spent (set by verify_bundle)
+    # CUDA ops: (op key, sealed artifact dir), compiled by verify_bundle on the host before the worker starts
+    native: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.draw_device is not None and self.draw_device != "cpu" and not self.draw_device.startswith("cuda"):
@@ -127,12 +131,32 @@ def verify_bundle(bundle: Bundle, opts: VerifyOptions = VerifyOptions()) -> Veri
             duration_s=time.monotonic() - t0,
             **base,
         )
+    refused = _native_refused(bundle, opts)
+    if isinstance(refused, tuple):
+        opts = dataclasses.replace(opts, native=refused)
+    else:
+        f = Failure("native", "; ".join(d.render() for d in refused.diagnostics)[:900])
+        other = Failure("not_run", "a CUDA op of this bundle did not compile; code was not executed")
+        ops = tuple(_op_result(op, "FAIL", 0, 0, f if op.cuda is not None else other) for op in bundle.manifest.ops)
+        reasons = tuple(f"native: {d.render()}" for d in refused.diagnostics)
+        return VerifyReport(status="FAIL", reasons=reasons, findings=(), ops=ops, duration_s=time.monotonic() - t0, **base)
     results, env = _run_all(bundle, opts, seed, plan)
     reasons = tuple(f"{r.key}: {r.failure}" for r in results if r.failure)
     status = "PASS" if results and not reasons else "FAIL"
     return VerifyReport(
         status=status, reasons=reasons, findings=(), ops=tuple(results), env=env, duration_s=time.monotonic() - t0, **base
     )
+
+
+def _native_refused(bundle: Bundle, opts: VerifyOptions) -> tuple[tuple[str, str], ...] | CompileRefused:
+    """The CUDA ops' artifacts for the worker (compiled here, on the host, behind the lane's wall),
+    or the refusal (a FAIL with file:line). Given ones (a caller that compiled) are kept."""
+    if opts.native or not has_cuda(bundle):
+        return opts.native
+    try:
+        return worker_artifacts(bundle, opts.device)
+    except CompileRefused as e:
+        return e
 
 
 def _run_all(
@@ -183,7 +207,7 @@ class _Run:
         # trips, "digest": comparing digests) and, summed over the threads that draw ahead,
         # "draw", "reference", "draw_digest", "draw_frame"; "draw_wait": the loop waiting for them
         self.timing: dict[str, float] = dict.fromkeys(("draw", "worker", "digest", "reference"), 0.0)
-        self.client = WorkerClient(bundle, WorkerConfig(device=opts.device, policy=opts.policy))
+        self.client = WorkerClient(bundle, WorkerConfig(device=opts.device, policy=opts.policy, native=opts.native))
 
     def close(self) -> None:
         self.client.cleanup()

@@ -6,6 +6,11 @@ channel is impossible: the host checks the numbers itself.
 
     python -m cacheon_subnet.verify.worker --fd N --bundle-root DIR --package NAME --device D
         [--rank R --world-size W --init-file PATH]   # one rank of a collective (rank_launch.py)
+        [--native-root DIR --native OPKEY=DIGEST ...]  # CUDA ops: sealed artifacts the host built
+
+A CUDA op's artifact is opened (re-digested) and its modules loaded before the guard is armed;
+its entry then runs each call inside the launcher's call scope (native/runtime.py), so every
+path below (eager, compiled, graph capture, bench, host-clocked timing) launches the same way.
 
 A rank joins its process group (gloo on CPU, NCCL on CUDA, file:// rendezvous in the scratch
 dir) before the audit guard is armed and before any bundle import; collective kernels then get
@@ -35,6 +40,9 @@ from cacheon_subnet.tensor_views import rebase, tensor_digest
 from cacheon_subnet.verify import protocol as P
 from cacheon_subnet.verify import wire
 from cacheon_subnet.verify.judge import BIG_INPUT
+from native import runtime as native_runtime
+from native.artifact import Artifact
+from native.launcher import Launches
 
 _SYNC_METHODS = frozenset(
     {"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__", "nonzero", "synchronize"}
@@ -67,12 +75,23 @@ class HostSyncWatch(TorchFunctionMode):
 
 
 class Worker:
-    def __init__(self, fd: int, bundle_root: str, package: str, device: str, group: Any = None) -> None:
+    def __init__(
+        self,
+        fd: int,
+        bundle_root: str,
+        package: str,
+        device: str,
+        group: Any = None,
+        natives: Mapping[str, Artifact] | None = None,
+        driver: Launches | None = None,
+    ) -> None:
         self.fd = fd
         self.root = os.path.realpath(bundle_root) + os.sep
         self.package = package
         self.device = torch.device(device)
         self.group = group  # this rank's ProcessGroup (collective runs only)
+        self.natives = dict(natives or {})  # op key -> its sealed artifact (CUDA ops)
+        self.driver = driver if driver is not None else native_runtime.driver_for(self.device)
         self.kernels: dict[str, tuple[SlotSpec, Callable[..., Any]]] = {}
         self.compiled: dict[str, Callable[..., Any]] = {}
         # host-clocked timing targets by op key (the op, and "@reference" on either worker)
@@ -122,6 +141,9 @@ class Worker:
                     results[op.key] = P.LoadResult(False, P.Reason.ENTRY_MISSING, why)
                     continue
                 salt_kernel_keys(self.package)  # as in the engine: no Triton cache key shared with another kernel
+                art = self.natives.get(op.key)
+                if art is not None:  # every call of a CUDA op inside its call scope
+                    fn = native_runtime.wrap(fn, art, self.driver, self.device)
                 self.kernels[op.key] = (get_slot(op.slot), fn)
                 results[op.key] = P.LoadResult(True)
             except BaseException as e:  # noqa: BLE001 - any import failure is the bundle's
@@ -362,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--world-size", type=int, default=1)
     ap.add_argument("--init-file", help="file:// rendezvous of the rank group (world size > 1)")
     ap.add_argument("--pg-timeout", type=float, default=600.0)
+    ap.add_argument("--native-root", help="dir of the sealed CUDA artifacts the host built (read-only)")
+    ap.add_argument("--native", action="append", default=[], help="OPKEY=DIGEST: a CUDA op's artifact")
     ap.add_argument("--preload-stock", default="", help="bench: slots whose stock kernels load before the guard")
     ap.add_argument(
         "--preload-cases", default="", help="bench: JSON [{slot, dtype, case}] each stock kernel runs once before the guard"
@@ -395,6 +419,9 @@ def main(argv: list[str] | None = None) -> int:
 
         for why in warm_stock(calls, torch.device(device), on_done=done):
             print(f"bench: stock warm-up: {why}", file=sys.stderr, flush=True)
+    # the CUDA ops' artifacts and their loaded modules: before the guard (cuda-python's import and
+    # cuModuleLoadData are the validator's), never inside a timed or captured call
+    natives, driver = native_runtime.open_for_process(a.native_root, a.native, torch.device(device))
     if os.environ.get("TRITON_INTERPRET") == "1":
         from cacheon_subnet.verify import interp_fix
 
@@ -403,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
 
     install_guard(os.path.join(a.bundle_root, a.package), guard_writable(dict(os.environ), os.getcwd()))
     sys.path.insert(0, a.bundle_root)
-    Worker(a.fd, os.path.join(a.bundle_root, a.package), a.package, device, group).serve()
+    Worker(a.fd, os.path.join(a.bundle_root, a.package), a.package, device, group, natives, driver).serve()
     return 0
 
 

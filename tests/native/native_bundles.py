@@ -57,3 +57,60 @@ def fake_artifact(decl: dict[str, list[str]], arch: str = "sm_90a"):
     tc = ToolchainId("-", "-", "-", ())
     desc = Descriptor("cacheon.native/1", "norm.rmsnorm", "default", arch, "0" * 64, "0" * 64, tc, (), kernels)
     return Artifact(Path("/nonexistent"), "f" * 64, desc, cached=False)
+
+
+# -- a CUDA op through verify's worker, in process, the driver a recorder (tests only) ---------
+RMS_KEY = "norm.rmsnorm@1:default"
+RMS_DECL = {f"rmsnorm_{s}": ["ptr", "ptr", "ptr", "i32", "i64", "i64", "f32"] for s in ("bf16", "f16", "f32")}
+
+
+class RecordingDriver:
+    """Stands in for native/driver.py: records each launch with the tensors of its call scope."""
+
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def launch(self, art, entry, checked) -> None:
+        from native import launcher
+
+        scope = launcher._SCOPE.get()
+        self.calls.append((art.digest, entry.symbol, checked, scope.tensors if scope else None))
+
+
+def worker_with(tmp_path, wrapper: str, driver=None, natives: bool = True):
+    """A Worker on cpu holding `wrapper` as norm.rmsnorm's entry (module rmsnorm, attr rmsnorm),
+    its artifact declaring RMS_DECL; returns (worker, host socket, child socket, Loaded)."""
+    import socket
+    import sys
+    import uuid
+
+    from cacheon_subnet.verify import protocol as P
+    from cacheon_subnet.verify import wire
+    from cacheon_subnet.verify.worker import Worker
+
+    host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pkg = f"cuda_rt_{uuid.uuid4().hex[:8]}"
+    (tmp_path / pkg).mkdir()
+    (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / pkg / "rmsnorm.py").write_text(wrapper)
+    if str(tmp_path) not in sys.path:
+        sys.path.insert(0, str(tmp_path))
+    arts = {RMS_KEY: fake_artifact(RMS_DECL)} if natives else {}
+    w = Worker(child.fileno(), str(tmp_path / pkg), pkg, "cpu", natives=arts, driver=driver)
+    w.on_load(P.Load((P.LoadOp(RMS_KEY, "norm.rmsnorm", "rmsnorm", "rmsnorm"),)), {})
+    head, _ = wire.recv(host.fileno())
+    return w, host, child, P.read_reply(head, P.Loaded)
+
+
+def call_op(w, host, T: int = 4, H: int = 64, mode: str = "eager"):
+    """One P.Call of the op through the worker's on_call; its P.Result."""
+    import torch
+
+    from cacheon_subnet.verify import protocol as P
+    from cacheon_subnet.verify import wire
+
+    x, weight = torch.randn(T, H), torch.randn(H)
+    alloc = {"out": P.Alloc("float32", (T, H), 0)}
+    w.on_call(P.Call(RMS_KEY, {"eps": 1e-6}, alloc, False, P.CallMode(mode), "n" * 32), {"x": x, "weight": weight})
+    head, _ = wire.recv(host.fileno())
+    return P.read_reply(head, P.Result)

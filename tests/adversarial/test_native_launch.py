@@ -1,19 +1,31 @@
-"""The validator-owned launcher on CPU (issue 32 part 2): the kernel named only from the op's own
-artifact, the argument table, grid/block/shared-memory limits, the call scope, the driver stubbed.
-The example's wrapper is called in a dry-run scope for several trial shapes of its slot."""
+"""Launch-time attacks on the validator's launcher that a CPU box can judge (issue 32, item 6).
+
+First the launcher's checks one by one (the kernel named only from the op's own artifact, the
+argument table, grid/block/shared-memory limits, the call scope, the driver stubbed; the example's
+wrapper in a dry-run scope for trial shapes of its slot); then each attack as a CUDA op's wrapper
+run through verify's worker call path, with a recording driver in place of the GPU
+(tests/native/native_bundles.py): each ends refused with its reason, as the op's FAIL, and nothing
+reaches the driver. The GPU-only attacks (trap, hang, out-of-bounds, capture): native_gpu/.
+(Moved here from tests/native/test_native_launch.py.)
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import EXAMPLES
-from native_bundles import fake_artifact
 
-import native
-from native.argcheck import LaunchRefused, shared_limit
-from native.launcher import MAX_LAUNCHES, op_call
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "native"))
+from native_bundles import RecordingDriver, call_op, fake_artifact, worker_with  # noqa: E402
+
+import native  # noqa: E402
+from cacheon_subnet.verify import protocol as P  # noqa: E402
+from native.argcheck import LaunchRefused, shared_limit  # noqa: E402
+from native.launcher import MAX_LAUNCHES, op_call  # noqa: E402
 
 DECL = {"scale": ["ptr", "ptr", "i32", "f32"], "wide": ["ptr", "u32", "i64", "u64", "f64"]}
 CPU = torch.device("cpu")
@@ -174,3 +186,82 @@ def test_the_driver_is_imported_only_for_a_launch():
             d._driver()
     else:
         pytest.skip("cuda-python is installed here")
+
+
+# -- the attacks through verify's worker call path ---------------------------------------------
+HEAD = "import native\nimport torch\nKEPT = [torch.empty(64)]\n\n\ndef rmsnorm(x, weight, out, eps):\n"
+OK_ARGS = "(out, x, weight, x.shape[1], x.stride(0), out.stride(0), eps)"
+ATTACKS = {
+    "too_few_args": ("native.launch('rmsnorm_f32', x.shape[0], 256, (out, x, weight))", "3 arguments for 7 parameters"),
+    "too_many_args": (f"native.launch('rmsnorm_f32', x.shape[0], 256, {OK_ARGS} + (1,))", "8 arguments for 7 parameters"),
+    "float_for_int": (
+        "native.launch('rmsnorm_f32', 1, 256, (out, x, weight, 64.0, 64, 64, eps))",
+        "parameter 3: i32 takes a Python int",
+    ),
+    "oversized_grid": (f"native.launch('rmsnorm_f32', (1, 70000), 256, {OK_ARGS})", "grid.y = 70000 is outside 1..65535"),
+    "oversized_block": (f"native.launch('rmsnorm_f32', 1, 2048, {OK_ARGS})", "block.x = 2048 is outside 1..1024"),
+    "oversized_shared": (
+        f"native.launch('rmsnorm_f32', 1, 256, {OK_ARGS}, shared_mem=1 << 20)",
+        "dynamic shared memory is 0..232448 bytes",
+    ),
+    "tensor_not_this_calls": (
+        "native.launch('rmsnorm_f32', 1, 256, (KEPT[0], x, weight, 64, 64, 64, eps))",
+        "not one of this call's argument tensors",
+    ),
+    "fresh_tensor": (
+        "native.launch('rmsnorm_f32', 1, 256, (torch.empty_like(out), x, weight, 64, 64, 64, eps))",
+        "not one of this call's argument tensors",
+    ),
+    "tensor_on_another_device": (
+        "native.launch('rmsnorm_f32', 1, 256, (out.to('meta'), x, weight, 64, 64, 64, eps))",
+        "parameter 0: the tensor is on meta, the call runs on cpu",
+    ),
+    "host_int_as_pointer": (
+        "native.launch('rmsnorm_f32', 1, 256, (out.data_ptr() + 4096, x, weight, 64, 64, 64, eps))",
+        "parameter 0: ptr takes a tensor of this call",
+    ),
+    "another_ops_kernel": (f"native.launch('silu_and_mul_f32', 1, 256, {OK_ARGS})", "not a kernel of this op's artifact"),
+    "kernel_named_by_object": (f"native.launch(b'rmsnorm_f32', 1, 256, {OK_ARGS})", "the kernel is named by a str"),
+    "launch_cap": (
+        f"for _ in range({MAX_LAUNCHES} + 1):\n        native.launch('rmsnorm_f32', 1, 32, {OK_ARGS})",
+        f"more than {MAX_LAUNCHES} launches in one call",
+    ),
+    "scratch_balloon": ("native.scratch((1 << 40,), torch.float32)", "bytes of scratch >"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_each_launch_attack_is_refused_with_its_reason_and_nothing_launches(tmp_path, name):
+    body, why = ATTACKS[name]
+    rec = RecordingDriver()
+    w, host, child, loaded = worker_with(tmp_path, HEAD + "    " + body + "\n", rec)
+    try:
+        assert loaded.results["norm.rmsnorm@1:default"].ok
+        res = call_op(w, host, T=4, H=64)
+        assert not res.ok and res.reason is P.Reason.EXCEPTION, res
+        assert "LaunchRefused" in res.error and why in res.error, res.error
+        limit = MAX_LAUNCHES if name == "launch_cap" else 0  # the cap's loop: its first 4096 were fine
+        assert len(rec.calls) == limit
+    finally:
+        host.close()
+        child.close()
+
+
+def test_a_launch_outside_the_call_scope_is_refused(tmp_path):
+    """At import, from a closure kept past its call, or from an op the host gave no artifact."""
+    rec = RecordingDriver()
+    at_import = "import native\nnative.launch('rmsnorm_f32', 1, 32, ())\n\n\ndef rmsnorm(x, weight, out, eps):\n    pass\n"
+    w, host, child, loaded = worker_with(tmp_path, at_import, rec)
+    host.close(), child.close()
+    assert (
+        not loaded.results["norm.rmsnorm@1:default"].ok
+        and "no CUDA op call in progress" in loaded.results["norm.rmsnorm@1:default"].error
+    )
+    honest = HEAD + f"    native.launch('rmsnorm_f32', x.shape[0], 256, {OK_ARGS})\n"
+    w, host, child, _ = worker_with(tmp_path, honest, rec, natives=False)
+    try:
+        res = call_op(w, host)
+        assert not res.ok and "no CUDA op call in progress" in res.error and rec.calls == []
+    finally:
+        host.close()
+        child.close()
