@@ -93,11 +93,13 @@ def worker_with(tmp_path, wrapper: str, driver=None, natives: bool = True):
     (tmp_path / pkg).mkdir()
     (tmp_path / pkg / "__init__.py").write_text("")
     (tmp_path / pkg / "rmsnorm.py").write_text(wrapper)
-    if str(tmp_path) not in sys.path:
-        sys.path.insert(0, str(tmp_path))
-    arts = {RMS_KEY: fake_artifact(RMS_DECL)} if natives else {}
-    w = Worker(child.fileno(), str(tmp_path / pkg), pkg, "cpu", natives=arts, driver=driver)
-    w.on_load(P.Load((P.LoadOp(RMS_KEY, "norm.rmsnorm", "rmsnorm", "rmsnorm"),)), {})
+    sys.path.insert(0, str(tmp_path))
+    try:
+        arts = {RMS_KEY: fake_artifact(RMS_DECL)} if natives else {}
+        w = Worker(child.fileno(), str(tmp_path / pkg), pkg, "cpu", natives=arts, driver=driver)
+        w.on_load(P.Load((P.LoadOp(RMS_KEY, "norm.rmsnorm", "rmsnorm", "rmsnorm"),)), {})
+    finally:  # the module is loaded; a temp dir left on sys.path would be handed to every later sandboxed child
+        sys.path.remove(str(tmp_path))
     head, _ = wire.recv(host.fileno())
     return w, host, child, P.read_reply(head, P.Loaded)
 
