@@ -29,6 +29,7 @@ from cacheon_subnet.release.descriptor import (
     SealedFile,
     ServingPolicy,
     canonical,
+    engine_settings,
     package_name,
     pinned_runtime,
     seam_table_digest,
@@ -72,13 +73,18 @@ class Selected:
 def from_state(state_dir: Path) -> list[Selected]:
     """Every settled crown of the validator whose state lives in `state_dir`."""
     from cacheon_subnet.validator.fetch import load_cached
-    from cacheon_subnet.validator.ledger import crowns
+    from cacheon_subnet.validator.ledger import crown_of, crowns
     from cacheon_subnet.validator.state import StateDB
 
     db = StateDB(state_dir, readonly=True)
     try:
         out = []
         for c in crowns(db):
+            if crown_of(db, c.target) != c:  # its holder is being re-measured after an arena change
+                raise UsageError(
+                    f"{state_dir}: crown {c.target} is being re-measured after an arena change (a pin bump; "
+                    f"measured in {c.arena_id}): build the release after its verdict (cacheon status)"
+                )
             row = db.find(c.contribution_id)
             if row is None or not row.digest:
                 raise UsageError(
@@ -160,7 +166,12 @@ def describe(selected: Sequence[Selected], tree_digest: str, files: dict[str, by
         seam_table=seam_table_digest(),
         tree_digest=tree_digest,
         crowns=tuple(sorted((s.crown for s in selected), key=lambda c: c.slot)),
-        policy=ServingPolicy(tuple(sorted(routes, key=lambda r: (r.slot, r.variant))), bindings, STOCK),
+        policy=ServingPolicy(
+            tuple(sorted(routes, key=lambda r: (r.slot, r.variant))),
+            bindings,
+            STOCK,
+            engine_settings([s.crown.slot for s in selected]),
+        ),
         native=(),
         files=sealed,
     )

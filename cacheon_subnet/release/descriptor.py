@@ -74,10 +74,51 @@ class Route:
 
 
 @dataclass(frozen=True)
+class EngineSetting:
+    """An engine setting a crowned slot needs to take effect at all: SGLang must call the chokepoint
+    the seam routes (seams/table.py). `server_arg` is the ServerArgs field (`--attention-backend`)."""
+
+    slot: str
+    server_arg: str
+    value: str
+    why: str
+
+    @property
+    def flag(self) -> str:
+        return f"--{self.server_arg.replace('_', '-')} {self.value}"
+
+    def line(self) -> str:
+        """The one line `release verify` and the runtime say."""
+        return f"serving: {self.slot} takes effect only with {self.flag} ({self.why})"
+
+
+# Per slot, what the engine must run for the crowned kernel to be called. attention.decode routes
+# the triton backend's decode_attention_fwd; SGLang's default decode attention on Hopper is FA3,
+# which never calls it: without the flag the release loads, and the crown serves nothing.
+ENGINE_NEEDS: dict[str, tuple[EngineSetting, ...]] = {
+    "attention.decode": (
+        EngineSetting(
+            "attention.decode",
+            "attention_backend",
+            "triton",
+            "the crown replaces the triton backend's decode_attention_fwd; "
+            "SGLang's default decode attention on Hopper is FA3, which never calls it",
+        ),
+    ),
+}
+
+
+def engine_settings(slots: tuple[str, ...] | list[str]) -> tuple[EngineSetting, ...]:
+    """What the engine must run for these crowned slots, in slot order (empty: any settings)."""
+    return tuple(e for slot in sorted(set(slots)) for e in ENGINE_NEEDS.get(slot, ()))
+
+
+@dataclass(frozen=True)
 class ServingPolicy:
     routes: tuple[Route, ...]
     bindings: tuple[str, ...]  # the seam bindings armed (seams/table.py); every other seam stays off
     fallback: str  # "stock": what serves an unrouted call, and a routed call whose kernel fails
+    engine: tuple[EngineSetting, ...] = ()  # settings a crowned slot needs to take effect (ENGINE_NEEDS)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,14 @@ from types import MappingProxyType
 from typing import Any
 
 from cacheon_subnet.env import ENGINE_TREE, ENGINE_TREE_DIGEST, RECEIPT_DIR, SEAM_STRICT
-from cacheon_subnet.release.descriptor import DESCRIPTOR_FILE, TREE_DIR, package_name, parse, seam_table_digest
+from cacheon_subnet.release.descriptor import (
+    DESCRIPTOR_FILE,
+    TREE_DIR,
+    EngineSetting,
+    package_name,
+    parse,
+    seam_table_digest,
+)
 from seams.table import HOOK_TARGETS, seam_environment
 
 log = logging.getLogger("cacheon.release")
@@ -46,6 +53,22 @@ class Plan:
     name: str
     environ: Mapping[str, str]
     slots: tuple[str, ...]
+    engine: tuple[EngineSetting, ...] = ()  # settings a crowned slot needs to take effect
+
+
+# a ServerArgs field that overrides another for the part a crown replaces (decode attention)
+_OVERRIDES = {"attention_backend": "decode_attention_backend"}
+
+
+def unmet(engine: tuple[EngineSetting, ...], server_args: Any) -> list[str]:
+    """The settings this engine does not run, one warning each (the crown loads but is never called)."""
+    out = []
+    for e in engine:
+        over = _OVERRIDES.get(e.server_arg)
+        have = (getattr(server_args, over, None) if over else None) or getattr(server_args, e.server_arg, None)
+        if have != e.value:
+            out.append(f"{e.slot} needs {e.flag}, this engine runs {e.server_arg}={have!r}: that crown is not in effect")
+    return out
 
 
 def plan(pkg_dir: Path) -> Plan | str:
@@ -67,7 +90,7 @@ def plan(pkg_dir: Path) -> Plan | str:
     receipts = os.environ.get(RECEIPT_DIR.name)
     if receipts:  # the operator asked for per-rank receipts (how many calls each kernel served)
         env[RECEIPT_DIR.name] = receipts
-    return Plan(name, MappingProxyType(env), tuple(r.slot for r in desc.policy.routes))
+    return Plan(name, MappingProxyType(env), tuple(r.slot for r in desc.policy.routes), desc.policy.engine)
 
 
 def scheduler_hook(p: Plan, activate: Callable[..., bool] | None = None) -> Callable[..., Any]:
@@ -77,6 +100,9 @@ def scheduler_hook(p: Plan, activate: Callable[..., bool] | None = None) -> Call
     def cacheon_release_scheduler_init(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         tp_rank = int(kwargs.get("tp_rank", args[4] if len(args) > 4 else 0))
         try:
+            server_args = kwargs.get("server_args", args[1] if len(args) > 1 else None)
+            for line in unmet(p.engine, server_args) if tp_rank == 0 and server_args is not None else ():
+                log.warning("cacheon release %s: %s", p.name, line)
             if activate is None:
                 from seams.activate import activate_scheduler
 
@@ -119,4 +145,6 @@ def load_release(pkg_dir: Path) -> bool:
         )
         return False
     log.info("cacheon release %s: routing %s in every scheduler rank", p.name, ", ".join(p.slots))
+    for need in p.engine:
+        log.info("cacheon release %s: %s", p.name, need.line())
     return True

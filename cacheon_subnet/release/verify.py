@@ -6,7 +6,8 @@ file from a stale SGLang without reading code. Checks, in order: the wheel's lay
 (strict, canonical); the package name against the descriptor's digest; the signature (and the
 owner); RECORD against every member; every sealed file against the descriptor (missing, changed,
 extra); the dist-info the release declares (its plugin entry point); the tree digest; the policy's
-bindings; this cacheon's seam table; then the installed runtime, where SGLang is installed.
+bindings and engine settings (ENGINE_NEEDS: said one line each); this cacheon's seam table; then
+the installed runtime, where SGLang is installed.
 
 Exit codes (cliout.Exit): 0 the wheel and this host's runtime verified; 1 refused (each difference
 listed); 2 usage (no such file); 3 the wheel verified but SGLang is not installed here, so the
@@ -30,6 +31,7 @@ from cacheon_subnet.release.descriptor import (
     SIGNATURE_FILE,
     TREE_DIR,
     Descriptor,
+    engine_settings,
     package_name,
     parse,
     seam_table_digest,
@@ -188,6 +190,15 @@ def _policy(desc: Descriptor) -> list[Finding]:
     want = tuple(sorted({a.binding for c in desc.crowns for a in adapters_for_slot(c.slot)}))
     if desc.policy.bindings != want:
         out.append(Finding("policy", f"bindings {list(desc.policy.bindings)} != those of the crowned slots {list(want)}"))
+    need = engine_settings([c.slot for c in desc.crowns])
+    if desc.policy.engine != need:  # dropped, the operator is never told and the crown serves nothing
+        out.append(
+            Finding(
+                "policy",
+                f"engine settings {[e.flag for e in desc.policy.engine]} != those the crowned slots need "
+                f"{[e.flag for e in need]}",
+            )
+        )
     if desc.seam_table != seam_table_digest():
         out.append(Finding("seams", "this cacheon-subnet's seam table differs from the one the release was built with"))
     return out
@@ -227,6 +238,7 @@ def verify_wheel(path: Path, owner: str | None = None) -> Report:
     found += _record(members, wn.dist_info) + _files(members, pkg, desc) + _dist_info(members, pkg, wn.dist_info)
     found += _policy(desc)
     lines, bad = runtime_lines(desc)
+    lines[:0] = [e.line() for e in desc.policy.engine]
     if owner is None and signer is not None:
         lines.insert(0, f"owner: not checked (pass --owner SS58 to bind the signer {signer})")
     return Report(str(path), pkg, signer, tuple(found + bad), tuple(lines))

@@ -17,7 +17,13 @@ from typing import Any
 
 from cacheon_subnet.records import QualifyResult, detail_json
 from cacheon_subnet.scoring.settle import Crown, Decision, Evidence, SpeedPolicy, settle_target
+from cacheon_subnet.validator import bumps
 from cacheon_subnet.validator.blame import incumbent_blamed
+from cacheon_subnet.validator.crownrows import crown_of as crown_of  # re-exported: crown reads live there
+from cacheon_subnet.validator.crownrows import crowns as crowns
+from cacheon_subnet.validator.crownrows import requeue as _requeue
+from cacheon_subnet.validator.crownrows import retire as _retire
+from cacheon_subnet.validator.crownrows import write_crown as _write_crown
 from cacheon_subnet.validator.state import ACTIVE, StateDB, StateError
 
 WEIGHT_STATES = ("pending", "published", "verified", "failed", "deferred")
@@ -106,33 +112,20 @@ def evidence_rows(db: StateDB, cid: str | None = None) -> list[dict[str, Any]]:
 
 
 def unsettled_targets(db: StateDB) -> list[str]:
+    """Targets with unsettled evidence, and those whose re-measure after an arena change must close
+    without any (the holder failed verification under the new pins: bumps.stranded)."""
     rows = db.con.execute("SELECT DISTINCT target FROM evidence WHERE settled=0 ORDER BY target")
-    return [r[0] for r in rows]
+    return sorted({r[0] for r in rows} | set(bumps.stranded(db, db.con)))
+
+
+def remeasure_foreign_crowns(db: StateDB, arena_id: str) -> list[tuple[str, str, str]]:
+    """At start: every crown measured in another arena (a pin bump, a new arena config) is kept,
+    labelled with its old arena, while its holder is verified again and timed against the new stock;
+    settlement then keeps, hands over or retires it with its reason (validator/bumps.py)."""
+    return bumps.rebase_foreign_crowns(db, arena_id, bumps.current_pins())
 
 
 # -- crowns ---------------------------------------------------------------------------------
-
-
-def _crown(r: sqlite3.Row) -> Crown:
-    return Crown(
-        r["target"],
-        r["hotkey"],
-        r["contribution_id"],
-        r["commit_block"],
-        r["crowned_block"],
-        r["measured_speedup"],
-        r["speedup_vs_stock"],
-        r["arena_id"],
-    )
-
-
-def crown_of(db: StateDB, target: str, con: sqlite3.Connection | None = None) -> Crown | None:
-    row = (con or db.con).execute("SELECT * FROM crowns WHERE target=?", (target,)).fetchone()
-    return _crown(row) if row else None
-
-
-def crowns(db: StateDB) -> list[Crown]:
-    return [_crown(r) for r in db.con.execute("SELECT * FROM crowns ORDER BY target")]
 
 
 def _holders(con: sqlite3.Connection, target: str, max_commit: int, block: int, hold_blocks: int) -> list[str]:
@@ -175,12 +168,15 @@ def settle(
             " c.id=e.contribution_id WHERE e.settled=0 AND e.target=? ORDER BY e.id",
             (target,),
         ).fetchall()
-        if not rows:
+        bump = bumps.open_bump(con, target)  # the crown is being re-measured after an arena change
+        if bump is not None and bumps.holder_busy(db, con, bump):
+            return [bump.contribution_id]  # its measurement against the new stock comes first
+        if not rows and bump is None:
             return None
         # the wait is bounded per row too: each contribution holds for hold_blocks after its intake,
         # but fresh evidence raises the commit horizon for the next holder, so alternating Sybils
         # (or busy honest traffic) chained holds forever (red team); the oldest row waits no longer
-        waited = block - min(int(r["evaluated_block"]) for r in rows)
+        waited = block - min((int(r["evaluated_block"]) for r in rows), default=block - hold_blocks)
         held = (
             _holders(con, target, max(r["commit_block"] for r in rows), block, hold_blocks) if waited < hold_blocks else []
         )
@@ -227,6 +223,20 @@ def settle(
             )
             if done.rowcount != 1:
                 raise StateError(f"evidence {r['id']} of {r['contribution_id']} was settled twice")
+        if bump is not None:  # incumbent is None here: crown_of hides a crown under re-measure
+            new, retry = bumps.resolve(db, con, bump, result, rows, sid)
+            skip = {bump.contribution_id}
+            again = _remeasure(
+                db,
+                con,
+                target,
+                [d for d in result.decisions if d.contribution_id not in skip],
+                rows,
+                None,
+                policy,
+                max_remeasure,
+            )
+            return SettleOutcome(target, sid, at, new, new is not None, result.decisions, (*again, *filter(None, [retry])))
         changed = new is not None and new != incumbent
         if changed:
             assert new is not None
@@ -244,94 +254,6 @@ def settle(
             _requeue(db, con, target, blamed, "the incumbent it was measured against was retired")
         again = _remeasure(db, con, target, result.decisions, rows, incumbent, policy, max_remeasure)
         return SettleOutcome(target, sid, at, new, changed, result.decisions, again)
-
-
-def _write_crown(con: sqlite3.Connection, c: Crown, sid: int, reason: str) -> None:
-    values = (
-        c.target,
-        c.hotkey,
-        c.contribution_id,
-        c.commit_block,
-        c.crowned_block,
-        c.measured_speedup,
-        c.speedup_vs_stock,
-        c.arena_id,
-        sid,
-    )
-    con.execute(
-        "INSERT OR REPLACE INTO crowns(target, hotkey, contribution_id, commit_block,"
-        " crowned_block, measured_speedup, speedup_vs_stock, arena_id, settlement_id,"
-        " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (*values, time.time()),
-    )
-    con.execute(
-        "INSERT INTO crown_history(target, hotkey, contribution_id, commit_block, crowned_block,"
-        " measured_speedup, speedup_vs_stock, arena_id, settlement_id, reason, at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (*values, reason, time.time()),
-    )
-
-
-def retire_foreign_crowns(db: StateDB, arena_id: str) -> list[tuple[str, str]]:
-    """Crowns measured in another arena than the one this validator runs now (a pin bump, a new
-    arena config): each is removed (its history row says why) and its holder sent back to be
-    verified (the new arena's shapes, the new pins) and measured here, like any challenger. Kept, such a crown could never be challenged (every new
-    PASS is "not comparable with" its arena, settle_target) and would never be re-judged under
-    the new pins. The target's share burns until a crown is settled in this arena. Returns
-    (target, contribution id) for each crown retired."""
-    out = []
-    with db.tx() as con:
-        for r in con.execute("SELECT * FROM crowns WHERE arena_id!=?", (arena_id,)).fetchall():
-            why = (
-                f"crown retired: measured in arena {r['arena_id']!r}, this validator now runs {arena_id!r}; "
-                "the holder is measured again here"
-            )
-            out.append((r["target"], _retire(db, con, r, why)))
-    return out
-
-
-def _retire(db: StateDB, con: sqlite3.Connection, r: sqlite3.Row, why: str) -> str:
-    """Remove crown row `r` (history says why) and send its holder back to be verified and
-    measured again like any challenger. Returns the holder's contribution id."""
-    con.execute("DELETE FROM crowns WHERE target=?", (r["target"],))
-    con.execute(
-        "INSERT INTO crown_history(target, hotkey, contribution_id, commit_block, crowned_block,"
-        " measured_speedup, speedup_vs_stock, arena_id, settlement_id, reason, at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            r["target"],
-            r["hotkey"],
-            r["contribution_id"],
-            r["commit_block"],
-            r["crowned_block"],
-            r["measured_speedup"],
-            r["speedup_vs_stock"],
-            r["arena_id"],
-            r["settlement_id"],
-            why,
-            time.time(),
-        ),
-    )
-    c = db.contribution(r["contribution_id"], con)
-    if c.state == "qualified" and c.rule is None:  # verified again under the new pins and shapes, then
-        # measured (remeasures+1: a fresh job key, dispatch.job_key)
-        db.move(con, c.id, "screened", why, remeasures=c.remeasures + 1)
-    elif c.state == "verified" and c.rule is None:
-        db.update(con, c.id, {"todo": tuple(sorted({*c.todo, r["target"]})), "remeasures": c.remeasures + 1})
-    return c.id
-
-
-def _requeue(db: StateDB, con: sqlite3.Connection, target: str, ids: Sequence[str], why: str) -> None:
-    """Queue `target` again for contributions whose no_decision was not theirs (any count)."""
-    for cid in ids:
-        c = db.contribution(cid, con)
-        if c.rule is not None or c.state not in ("qualified", "verified", "no_decision"):
-            continue
-        todo = tuple(sorted({*c.todo, target}))
-        if c.state == "verified":
-            db.update(con, c.id, {"todo": todo, "remeasures": c.remeasures + 1})
-        else:
-            db.move(con, c.id, "verified", f"re-measure {target}: {why}", todo=todo, remeasures=c.remeasures + 1)
 
 
 def _remeasure(

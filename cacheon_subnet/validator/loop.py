@@ -117,7 +117,7 @@ class Validator:
         )
         self.order: tuple[Stage, ...] = self.stages.order  # what one pass runs, in this order
         removed = clear_partials(config.cache_dir)
-        retired = ledger.retire_foreign_crowns(self.db, qualifier.arena_id) if qualifier.arena_id else []
+        retired = ledger.remeasure_foreign_crowns(self.db, qualifier.arena_id) if qualifier.arena_id else []
         self.log.info(
             "validator.start",
             state=str(self.db.path),
@@ -128,7 +128,7 @@ class Validator:
             overlap=self.workers.screens is not None,
             reaped=[r["killed"] for r in reaped],
             scratch_swept=len(swept),
-            crowns_retired=retired,
+            crowns_remeasured=retired,
             **self.db.counts(),
         )
 

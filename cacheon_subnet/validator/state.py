@@ -102,8 +102,18 @@ _NORM_ID = (
     "ALTER TABLE contributions ADD COLUMN norm_id TEXT",
     "CREATE INDEX contributions_norm_id ON contributions(norm_id)",
 )
+# 3: a crown measured in another arena (a pin bump) is re-measured against the new stock before it
+# is kept or retired (validator/bumps.py); one row per re-measure, at most one open per target
+_PIN_BUMPS = (
+    "CREATE TABLE pin_bumps(id INTEGER PRIMARY KEY AUTOINCREMENT, target TEXT NOT NULL,"
+    " contribution_id TEXT NOT NULL, hotkey TEXT NOT NULL, old_arena TEXT NOT NULL,"
+    " new_arena TEXT NOT NULL, old_pins TEXT, new_pins TEXT NOT NULL, state TEXT NOT NULL,"
+    " tries INTEGER NOT NULL DEFAULT 0, speedup REAL, reason TEXT NOT NULL DEFAULT '',"
+    " opened_at REAL NOT NULL, closed_at REAL)",
+    "CREATE UNIQUE INDEX pin_bumps_open ON pin_bumps(target) WHERE state='open'",
+)
 # Append-only: migration N brings a DB from version N-1 to N. Never edit a shipped entry.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_CONTRIBUTIONS + _EVIDENCE + _CHAIN, _NORM_ID)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_CONTRIBUTIONS + _EVIDENCE + _CHAIN, _NORM_ID, _PIN_BUMPS)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cacheon_subnet.validator import bumps
 from cacheon_subnet.validator.state import STATES, StateDB
 from cacheon_subnet.words import (
     ID_NOTE,
@@ -59,6 +60,7 @@ def collect(state_dir: str | Path) -> dict[str, Any]:
                 }
             )
         crowns = [dict(r) for r in con.execute("SELECT * FROM crowns ORDER BY target")]
+        remeasured = bumps.report(con)  # crowns re-measured after an arena change (a pin bump)
         weights = [dict(r) for r in con.execute("SELECT * FROM weights ORDER BY id DESC LIMIT 5")]
         for w in weights:
             w["uids"], w["vals"] = json.loads(w["uids"]), json.loads(w["vals"])
@@ -72,6 +74,7 @@ def collect(state_dir: str | Path) -> dict[str, Any]:
             "counts": db.counts(),
             "contributions": contributions,
             "crowns": crowns,
+            "remeasured": remeasured,
             "weights": weights[0] if weights else None,
             "recent_weights": weights,
             "chain_errors": n_err,
@@ -171,6 +174,11 @@ def render(report: dict[str, Any]) -> str:
         )
     if not report["crowns"]:
         out.append("  none: every target's share burns to the owner")
+    if report.get("remeasured"):
+        out += ["", f"re-measured after a pin bump ({len(report['remeasured'])}):"]
+        for b in report["remeasured"]:
+            head = f"  {b['target']:26} {printable(b['hotkey'])[:16]:16} {_short(b['contribution_id']):14} {b['state']:9} "
+            out += block(head, b["line"])
     w = report["weights"]
     out += ["", "weights:"]
     if w is None:

@@ -8,8 +8,9 @@ the arena). Each attack ends failed / refused / ignored with its reason asserted
 * a crown holder whose uid is taken over by another hotkey pays nothing to the newcomer;
 * a qualifier answer with NaN/inf in it (was: every pass aborted on the same row, weights frozen)
   is arena trouble, retried, then NO_DECISION, and the pass still publishes;
-* an arena change (pin bump, new config) retires crowns measured in the old arena (was: the old
-  crown could never be challenged again and was never re-judged) and re-measures their holders;
+* an arena change (pin bump, new config) re-measures the holders of crowns measured in the old arena
+  against the new stock (was: the old crown could never be challenged again and was never
+  re-judged), keeping the crown labelled with its old arena until the verdict (validator/bumps.py);
 * reasons with terminal escape sequences are printed escaped by `cacheon status`;
 * the CPU arena's own baseline worker breaking is NO_DECISION, not the miner's FAIL.
 """
@@ -209,14 +210,16 @@ def test_arena_change_retires_the_old_crown_and_remeasures_its_holder(tmp_path, 
     commit(chain, "m1", db_, srv.add(f"{tmp_path.name}-f", b))
     chain.advance(2)
     v = Validator(config(tmp_path), chain, FakeQualifier(arena_id="new-pins"), screener=fake_screener())
-    history = v.db.con.execute("SELECT reason FROM crown_history ORDER BY id DESC LIMIT 1").fetchone()[0]
-    assert "crown retired: measured in arena 'old-pins'" in history
+    (kept,) = ledger.crowns(v.db)  # kept, labelled with its old arena, until the re-measure's verdict
+    assert (kept.hotkey, kept.arena_id) == ("m0", "old-pins") and ledger.crown_of(v.db, "norm.rmsnorm") is None
     holder = next(c for c in v.db.contributions() if c.hotkey == "m0")
     assert holder.state == "screened"  # verified again under the new arena before it is timed there
     v.run_once()
     crown = ledger.crown_of(v.db, "norm.rmsnorm")  # was: m0 kept an 'old-pins' crown; m1 no_decision forever
     assert crown is not None and crown.hotkey == "m1" and crown.arena_id == "new-pins"
     assert outcomes(v)["m0"] == ["crowned", "superseded"]  # re-measured in the new arena, beaten there
+    history = v.db.con.execute("SELECT reason FROM crown_history WHERE hotkey='m0' ORDER BY id DESC").fetchone()[0]
+    assert history.startswith("crown retired: arena change old-pins -> new-pins (pins unchanged): re-measured at C/B")
     v.close()
 
 
@@ -230,7 +233,8 @@ def test_arena_change_alone_re_crowns_the_holder_in_the_new_arena(tmp_path, srv)
     v.close()
     chain.advance(1)
     v = Validator(config(tmp_path), chain, FakeQualifier(arena_id="new-pins"), screener=fake_screener())
-    assert ledger.crowns(v.db) == []  # burns until measured here
+    (kept,) = ledger.crowns(v.db)  # still paid, labelled with its old arena, until measured here
+    assert kept.arena_id == "old-pins" and ledger.crown_of(v.db, "norm.rmsnorm") is None
     v.run_once()
     crown = ledger.crown_of(v.db, "norm.rmsnorm")
     assert crown.hotkey == "m0" and crown.arena_id == "new-pins"

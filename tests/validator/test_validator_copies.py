@@ -103,7 +103,7 @@ def test_migration_adds_the_column_to_a_schema_1_db(tmp_path):
     con.commit()
     con.close()
     db = StateDB(d)
-    assert db.schema_version() == SCHEMA_VERSION == 2
+    assert db.schema_version() == SCHEMA_VERSION == 3
     assert db.contribution("x").norm_id is None  # old rows: no identity until screened
 
 

@@ -33,6 +33,7 @@ from cacheon_subnet.records import (
     loads,
     read_detail,
 )
+from cacheon_subnet.validator import bumps
 from cacheon_subnet.validator.state import STATES, TARGETS_KEY, StateDB, StateError
 from cacheon_subnet.validator.web.snapshot import SNAPSHOT
 from cacheon_subnet.webapi import MAX_PAGE, SCHEMA, clean
@@ -167,10 +168,17 @@ def crowns(source: Source | Path) -> dict[str, Any]:
         slots = sorted(set(_targets(db)) | {c["target"] for c in out})
         # additive (webapi: extra fields keep the schema id): each slot's smallest crownable gain
         gains = crownable.load()
-        board = {"schema": SCHEMA, "last_sync_block": block, "crowns": out, "slots": slots}
+        board = {"schema": SCHEMA, "last_sync_block": block, "crowns": out, "slots": slots, "remeasured": _bumps(db)}
         return clean({**board, "crownable": {s: crownable.slot_doc(s, gains) for s in slots}})
     finally:
         db.close()
+
+
+def _bumps(db: Any) -> list[dict[str, Any]]:
+    """Crowns re-measured after an arena change (a pin bump), newest first: one line each."""
+    if db.con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='pin_bumps'").fetchone() is None:
+        return []  # a snapshot written before schema 3
+    return bumps.report(db.con)
 
 
 def _targets(db: Any) -> list[str]:
