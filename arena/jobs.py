@@ -70,6 +70,41 @@ def _prompts(cfg: ArenaConfig, seed: int, n: int, length: int) -> dict[str, Any]
 prompt_spec = _prompts  # the resident timed engine's canary takes its prompts the same way (arena/engine/postcondition.py)
 
 
+def greedy_and_throughput_steps(
+    cfg: ArenaConfig, greedy_prompts: int, greedy_tokens: int, reps: int, greedy_top_k: int = 0
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """An engine's greedy comparison step (its outputs kept) and `reps` timed throughput steps on
+    the arena's workload: what a whole-engine A/B (scripts/seam_proof.py, scripts/release_serve.py)
+    runs in every engine, the same prompts in each. greedy_top_k 1 keeps the chosen token's logprob."""
+    w = cfg.workload
+    greedy = {
+        "op": "generate",
+        "tag": "greedy",
+        "keep_outputs": True,
+        "top_k": greedy_top_k,
+        "max_new_tokens": greedy_tokens,
+        "prompts": {"seed": 777, "n": greedy_prompts, "len": 128, "low": 100, "high": cfg.profile.vocab},
+    }
+    tput = [
+        {
+            "op": "generate",
+            "tag": f"tput-{i}",
+            "timed": True,
+            "top_k": 0,
+            "max_new_tokens": w.output_len,
+            "prompts": {
+                "seed": 5000 + i,
+                "n": w.prompts_per_window,
+                "len": w.input_len,
+                "low": 100,
+                "high": cfg.profile.vocab,
+            },
+        }
+        for i in range(reps)
+    ]
+    return greedy, tput
+
+
 def window_tag(w: Window) -> str:
     return f"w{w.index:03d}-{w.role}"
 

@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 from arena.config import load_config  # noqa: E402
 from arena.engine.home import seed_caches  # noqa: E402
 from arena.engine.host import EngineSpec, run_engine  # noqa: E402
-from arena.jobs import checkpoint_job, engine_kwargs  # noqa: E402
+from arena.jobs import checkpoint_job, engine_kwargs, greedy_and_throughput_steps  # noqa: E402
 from arena.verdict.quality import QualityPolicy  # noqa: E402
 from cacheon_subnet.env import RECEIPT_DIR  # noqa: E402
 from cacheon_subnet.release import runtime  # noqa: E402
@@ -117,33 +117,7 @@ def agreement(ref: list[dict[str, Any]], got: list[dict[str, Any]], gate: Qualit
 
 
 def steps(cfg: Any, a: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    w = cfg.workload
-    greedy = {
-        "op": "generate",
-        "tag": "greedy",
-        "keep_outputs": True,
-        "top_k": 1,  # the chosen token's logprob at every position
-        "max_new_tokens": a.greedy_tokens,
-        "prompts": {"seed": 777, "n": a.greedy_prompts, "len": 128, "low": 100, "high": cfg.profile.vocab},
-    }
-    tput = [
-        {
-            "op": "generate",
-            "tag": f"tput-{i}",
-            "timed": True,
-            "top_k": 0,
-            "max_new_tokens": w.output_len,
-            "prompts": {
-                "seed": 5000 + i,
-                "n": w.prompts_per_window,
-                "len": w.input_len,
-                "low": 100,
-                "high": cfg.profile.vocab,
-            },
-        }
-        for i in range(a.reps)
-    ]
-    return greedy, tput
+    return greedy_and_throughput_steps(cfg, a.greedy_prompts, a.greedy_tokens, a.reps, greedy_top_k=1)
 
 
 def run(a: argparse.Namespace) -> dict[str, Any]:

@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 from arena.config import load_config  # noqa: E402
 from arena.engine.home import seed_caches  # noqa: E402
 from arena.engine.host import EngineSpec, run_engine  # noqa: E402
-from arena.jobs import checkpoint_job, engine_kwargs  # noqa: E402
+from arena.jobs import checkpoint_job, engine_kwargs, greedy_and_throughput_steps  # noqa: E402
 from cacheon_subnet.bundle import load_bundle  # noqa: E402
 from cacheon_subnet.bundle.engine_tree import build_tree  # noqa: E402
 from cacheon_subnet.env import ENGINE_TREE, ENGINE_TREE_DIGEST, RECEIPT_DIR, SEAM_STRICT  # noqa: E402
@@ -69,32 +69,7 @@ def main() -> int:
     work = Path(a.work)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    w = cfg.workload
-    greedy = {
-        "op": "generate",
-        "tag": "greedy",
-        "keep_outputs": True,
-        "top_k": 0,
-        "max_new_tokens": a.greedy_tokens,
-        "prompts": {"seed": 777, "n": a.greedy_prompts, "len": 128, "low": 100, "high": cfg.profile.vocab},
-    }
-    tput = [
-        {
-            "op": "generate",
-            "tag": f"tput-{i}",
-            "timed": True,
-            "top_k": 0,
-            "max_new_tokens": w.output_len,
-            "prompts": {
-                "seed": 5000 + i,
-                "n": w.prompts_per_window,
-                "len": w.input_len,
-                "low": 100,
-                "high": cfg.profile.vocab,
-            },
-        }
-        for i in range(a.reps)
-    ]
+    greedy, tput = greedy_and_throughput_steps(cfg, a.greedy_prompts, a.greedy_tokens, a.reps)
     base = {
         "engine_kwargs": engine_kwargs(cfg),
         "engine_factory": a.engine_factory,
