@@ -20,7 +20,8 @@ OUTCOME_WORDS = {
     "crowned": "crowned",
     "below_bar": "below the bar (not faster by the required margin)",
     "failed": "failed",
-    "no_decision": "no decision yet (too noisy to judge; retried, never charged to the miner)",
+    "no_decision": "no decision yet (too noisy to judge, or a gain over the margin that the run's noise "
+    "could not confirm; measured again, never charged to the miner)",
     "beaten_by_earlier": "beaten by an earlier commit",
     "superseded": "superseded by the miner's newer commit",
 }

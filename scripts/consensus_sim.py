@@ -2,13 +2,17 @@
 
     python3 scripts/consensus_sim.py extract          # docs/results -> configs/consensus/h200-stock-windows.json
     python3 scripts/consensus_sim.py run [--arena qwen3-moe-mini] [--rounds 300] [--validators 8] [--seed 0]
-        [--margin M] [--scan]
+        [--margin M] [--arena-margin M] [--remeasures N] [--no-band] [--bar G] [--scan]
 
 `run` feeds the recorded stock-vs-stock windows into N validators (arena/verdict/consensus.py):
 the real judge, confirmation, settlement, weights and Yuma. Contributions: a loser, stock, a
 clear win and five borderline ones at bar-2σ .. bar+2σ (σ: one validator's spread of C/B).
---margin overrides the settlement margin (SpeedPolicy.margin); --scan tries margins until every
-borderline contribution of the current bar is decided alike in >= 99 % of rounds.
+--margin overrides the settlement margin (SpeedPolicy.margin), --arena-margin the arena's [speed]
+margin, --remeasures the validator's max_remeasure (default 2); --no-band reads the judge's
+"over the margin, under the noise-raised bar" NO_DECISION as the FAIL it was before 2026-12-05;
+--bar centres the borderline contributions on G instead of this run's g50 (to hold them fixed
+across settings); --scan tries margins until every borderline one is decided alike in >= 99 %.
+"re-meas/100": arena runs (GPU verdicts) spent on re-measures per 100 validator measurements.
 """
 
 from __future__ import annotations
@@ -106,9 +110,19 @@ def contributions(bar: float, sigma: float) -> list[Contribution]:
 
 def table(report: Any, title: str) -> None:
     print(f"\n{title}  ({report.rounds} rounds; every contribution decided alike by all: {report.all_agree:.1%})")
-    print(f"{'contribution':<12} {'gain':>7} {'crowned':>8} {'unanimous':>9} {'Yuma paid':>9} {'paid|all':>8}")
+    print(
+        f"{'contribution':<12} {'gain':>7} {'crowned':>8} {'unanimous':>9} {'Yuma paid':>9} {'paid|all':>8} "
+        f"{'re-meas/100':>11} {'undecided':>9}"
+    )
     for r in report.rows:
-        print(f"{r.name:<12} {r.gain:>7.4f} {r.crown_rate:>8.1%} {r.unanimous:>9.1%} {r.paid:>9.3f} {r.paid_if_all:>8.3f}")
+        print(
+            f"{r.name:<12} {r.gain:>7.4f} {r.crown_rate:>8.1%} {r.unanimous:>9.1%} {r.paid:>9.3f} {r.paid_if_all:>8.3f} "
+            f"{r.remeasures:>11.1f} {r.undecided:>9.1%}"
+        )
+    near = [r for r in report.rows if r.name.startswith("bar")]
+    if near:
+        cost = sum(r.remeasures for r in near) / len(near)
+        print(f"borderline (bar ± 2σ): {cost:.1f} re-measures per 100 contributions a validator measures")
 
 
 def curve(arena: Any, cfg: SimConfig, rounds: int, seed: int) -> tuple[float, float, float]:
@@ -132,12 +146,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kernel-skew", type=float, default=0.0, help="see arena/verdict/consensus.py (default 0)")
     ap.add_argument("--margin", type=float, default=None, help="settlement margin (default: SpeedPolicy's)")
+    ap.add_argument("--arena-margin", type=float, default=None, help="the arena's [speed] margin (default: the config's)")
+    ap.add_argument("--remeasures", type=int, default=2, help="the validator's max_remeasure (default 2)")
+    ap.add_argument("--no-band", action="store_true", help="the rule before 2026-12-05: under the noise-raised bar is FAIL")
+    ap.add_argument("--bar", type=float, default=None, help="centre the borderline contributions here (default: g50)")
     ap.add_argument("--scan", action="store_true", help="raise the margin until the borderline ones agree >= 99 %%")
     a = ap.parse_args(argv)
     if a.verb == "extract":
         return extract()
     arena = load_windows(FIXTURE)[a.arena]
-    cfg = SimConfig(speed=load_config(REPO / arena.config).speed, validators=a.validators, kernel_skew=a.kernel_skew)
+    speed = load_config(REPO / arena.config).speed
+    if a.arena_margin is not None:
+        speed = replace(speed, margin=a.arena_margin)
+    cfg = SimConfig(
+        speed=speed, validators=a.validators, kernel_skew=a.kernel_skew, remeasures=a.remeasures, band=not a.no_band
+    )
     if a.margin is not None:
         cfg = replace(cfg, settle=replace(cfg.settle, margin=a.margin))
     sigma = ratio_sigma(arena, cfg, 400, a.seed)
@@ -145,11 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"arena {a.arena} ({len(arena.runs)} recorded runs, {arena.config}); {a.validators} validators; "
         f"kernel skew {a.kernel_skew}; arena margin {cfg.speed.margin}, k {cfg.speed.k_noise}; settlement margin "
-        f"{cfg.settle.margin}, k {cfg.settle.k}\none validator's C/B SD σ = {sigma:.4%}; half the validators crown at "
+        f"{cfg.settle.margin}, k {cfg.settle.k}; max_remeasure {cfg.remeasures}; "
+        f"{'band re-measured' if cfg.band else 'no band (before 2026-12-05)'}\none validator's C/B SD σ = {sigma:.4%}; half the validators crown at "
         f"{g50:.4f}; all reject (>= 99 % of rounds) up to {reject:.4f}; all crown (>= 99 %) from {crown:.4f}"
     )
-    cons = contributions(g50, sigma)
-    table(simulate(arena, cons, cfg, a.rounds, a.seed), f"bar (g50) {g50:.4f}")
+    centre = g50 if a.bar is None else a.bar
+    cons = contributions(centre, sigma)
+    table(simulate(arena, cons, cfg, a.rounds, a.seed), f"bar ({'g50' if a.bar is None else 'given'}) {centre:.4f}")
     if a.scan:
         fixed = [c for c in cons if c.name.startswith("bar")]
         margin = cfg.settle.margin

@@ -25,13 +25,13 @@ import json
 import random
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from arena.config import SpeedSection
-from arena.verdict.speed import SpeedVerdict, Window, judge
+from arena.verdict.speed import UNCONFIRMED, SpeedVerdict, Window, judge
 from cacheon_subnet.errors import CacheonError
 from cacheon_subnet.scoring.settle import Evidence, SpeedPolicy, Verdict, settle_target
 from cacheon_subnet.scoring.weights import WeightPolicy, compute_weights, to_u16
@@ -140,7 +140,10 @@ class SimConfig:
     card_spread: tuple[float, float] = (0.85, 0.95)  # cards 5-15 % apart in absolute speed
     kernel_skew: float = 0.0  # how far the kernel's speed on a card may differ from the rest's
     stakes: tuple[float, ...] = ()  # empty: equal stakes
-    remeasures: int = 1  # a NO_DECISION is measured again this often (validator ledger: max_remeasure)
+    remeasures: int = 2  # a NO_DECISION is measured again this often (ValidatorConfig.max_remeasure)
+    # False: the judge's NO_DECISION for a ratio in [1 + margin, noise-raised bar) is read as the
+    # FAIL it was before 2026-12-05 (the before/after comparison and the test's control)
+    band: bool = True
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,7 @@ class Judged:
     verdict: Verdict
     ratio: float
     noise: float
+    remeasures: int = 0  # arena runs spent after the first (each a GPU verdict: engine, maybe confirmation)
 
 
 def _run(rng: random.Random, arena: ArenaWindows, cycles: int, gain: float, speed: float) -> list[tuple[Window, float]]:
@@ -163,10 +167,18 @@ def _run(rng: random.Random, arena: ArenaWindows, cycles: int, gain: float, spee
     return samples
 
 
+def _verdict(v: SpeedVerdict, cfg: SimConfig) -> Verdict:
+    if not cfg.band and v.verdict == "NO_DECISION" and v.reason.startswith(UNCONFIRMED):
+        return Verdict.FAIL  # the rule before the band: under the noise-raised bar is FAIL
+    return Verdict(v.verdict)
+
+
 def _once(rng: random.Random, arena: ArenaWindows, cfg: SimConfig, gain: float, speed: float) -> Judged:
     first: SpeedVerdict = judge(_run(rng, arena, cfg.cycles, gain, speed), cfg.speed)
-    verdict = Verdict(first.verdict)
+    verdict = _verdict(first, cfg)
     if verdict == Verdict.PASS and cfg.speed.confirm_cycles:
+        # arena/run.py: a confirmation that is not PASS (FAIL, or NO_DECISION in the band) makes
+        # the whole run NO_DECISION "not confirmed"
         again = judge(_run(rng, arena, cfg.speed.confirm_cycles, gain, speed), cfg.speed)
         if again.verdict != "PASS":
             verdict = Verdict.NO_DECISION
@@ -178,10 +190,10 @@ def measure(rng: random.Random, arena: ArenaWindows, cfg: SimConfig, gain: float
     NO_DECISION measured again up to `remeasures` times (the ledger's max_remeasure)."""
     speed = card.rest  # absolute speed: every window scales (the ratio does not)
     j = _once(rng, arena, cfg, gain, speed)
-    for _ in range(cfg.remeasures):
+    for n in range(1, cfg.remeasures + 1):
         if j.verdict != Verdict.NO_DECISION:
             break
-        j = _once(rng, arena, cfg, gain, speed)
+        j = replace(_once(rng, arena, cfg, gain, speed), remeasures=n)
     return j
 
 
@@ -196,6 +208,8 @@ class Row:
     paid: float  # mean Yuma incentive to its miner, as a share of its target's share
     paid_if_all: float  # what it is paid when every validator crowns it (same units; nan if never)
     min_trust: float  # mean over rounds of the lowest validator trust
+    remeasures: float = 0.0  # arena runs spent on re-measures per 100 validator measurements of it
+    undecided: float = 0.0  # share of validator-rounds still NO_DECISION after every re-measure
 
 
 @dataclass(frozen=True)
@@ -224,6 +238,8 @@ def simulate(arena: ArenaWindows, contributions: Sequence[Contribution], cfg: Si
     if len(stakes) != cfg.validators:
         raise ValueError(f"SimConfig.stakes: {len(stakes)} stakes for {cfg.validators} validators")
     crowned = {n: 0 for n in names}
+    spent = {n: 0 for n in names}
+    undecided = {n: 0 for n in names}
     unanimous = {n: 0 for n in names}
     paid: dict[str, list[float]] = {n: [] for n in names}
     paid_all: dict[str, list[float]] = {n: [] for n in names}
@@ -238,6 +254,8 @@ def simulate(arena: ArenaWindows, contributions: Sequence[Contribution], cfg: Si
             crowns = []
             for c in contributions:
                 j = measure(rng, arena, cfg, card.gain(c.gain, cfg.kernel_share), card)
+                spent[c.name] += j.remeasures
+                undecided[c.name] += j.verdict == Verdict.NO_DECISION
                 e = Evidence(c.name, c.name, c.name, 1, j.verdict, True, j.ratio, j.noise, arena.arena, 10 + r, None)
                 s = settle_target(c.name, None, [e], cfg.settle, 20 + r)
                 outcomes[c.name].append(s.crown is not None)
@@ -269,6 +287,8 @@ def simulate(arena: ArenaWindows, contributions: Sequence[Contribution], cfg: Si
             statistics.fmean(paid[c.name]),
             statistics.fmean(paid_all[c.name]) if paid_all[c.name] else float("nan"),
             statistics.fmean(trust),
+            100 * spent[c.name] / (rounds * cfg.validators),
+            undecided[c.name] / (rounds * cfg.validators),
         )
         for c in contributions
     )

@@ -40,9 +40,57 @@ def test_stock_equivalent_fails():
     assert v.verdict == "FAIL" and abs(v.ratio - 1) < 0.01
 
 
-def test_gain_below_the_noise_band_fails():
-    v = judge(samples(0.008, 0.012, seed=3), POLICY)
-    assert v.bar > 1.012 and v.verdict == "FAIL", v
+def test_gain_under_the_margin_on_a_noisy_box_fails():
+    v = judge(samples(0.002, 0.012, seed=3), POLICY)
+    assert v.bar > 1.012 and v.ratio < 1 + POLICY.margin and v.verdict == "FAIL", v
+
+
+def exact(ratio: float, drift: float, cycles: int = 4):
+    """Windows whose statistics are known exactly: B 100, B′ 100 (1 + drift), every C window at
+    `ratio` x the pooled baseline median, so C/B = ratio and noise = |drift| (the MAD term is
+    a third of it)."""
+    base = 100 * (1 + drift / 2)
+    value = {"B": 100.0, "B'": 100 * (1 + drift), "C": ratio * base}
+    return [(w, value.get(w.role, 100.0)) for w in plan(cycles, 1)]
+
+
+@pytest.mark.parametrize(
+    ("ratio", "drift", "want"),
+    [
+        (1.005, 0.005, "FAIL"),  # under 1 + margin (1.01): a decision, whatever the noise
+        (1.0101, 0.005, "NO_DECISION"),  # at 1 + margin, under the noise-raised bar 1.015
+        (1.0145, 0.005, "NO_DECISION"),  # just under that bar
+        (1.0155, 0.005, "PASS"),  # over it
+        (1.0095, 0.001, "FAIL"),  # a quiet run: bar = 1 + margin, the band is empty
+        (1.0105, 0.001, "PASS"),
+    ],
+)
+def test_a_gain_over_the_margin_the_runs_noise_cannot_confirm_is_re_measured(ratio, drift, want):
+    """Under a bar this run's own noise raised, a ratio over 1 + margin is NO_DECISION (re-measured:
+    the consensus simulation showed honest validators splitting on exactly these when they were a
+    final FAIL, docs/benchmarks.md "Validators that agree"); under 1 + margin it stays FAIL."""
+    from arena.verdict.speed import UNCONFIRMED
+
+    v = judge(exact(ratio, drift), POLICY)
+    assert v.ratio == pytest.approx(ratio, abs=1e-9) and v.noise == pytest.approx(drift, abs=1e-9), v
+    assert v.verdict == want, v
+    if want == "NO_DECISION":
+        assert v.reason.startswith(UNCONFIRMED) and f"bar {v.bar:.4f}" in v.reason
+        assert "re-measured" in v.reason and v.bar == pytest.approx(1 + POLICY.k_noise * drift)
+
+
+def test_the_band_never_passes_an_early_stop_and_an_sprt_fail_stays_a_decision():
+    """The SPRT stop lets a PASS through only when the fixed verdict is PASS: a ratio in the band
+    continues (and ends NO_DECISION); the SPRT's own FAIL (the ratios favour no gain over alt_gain)
+    stays a FAIL."""
+    from arena.verdict.sequential import SprtPolicy, early_stop
+
+    sprt = SprtPolicy(stop_on_pass=True)
+    decision, state = early_stop(exact(1.0125, 0.005), POLICY, sprt)
+    assert state.decision == "PASS" and decision == "CONTINUE", state
+    assert judge(exact(1.0125, 0.005), POLICY).verdict == "NO_DECISION"
+    assert early_stop(exact(0.999, 0.005), POLICY, sprt)[0] == "FAIL"
+    assert early_stop(exact(1.0155, 0.005), POLICY, sprt)[0] == "PASS"
 
 
 def test_small_real_gain_on_a_quiet_box_passes():
