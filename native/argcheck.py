@@ -168,14 +168,16 @@ def _pointer(k: str, i: int, a: object, device: torch.device, spans: list[tuple[
 
 
 def _span(t: torch.Tensor) -> tuple[int, int]:
-    """The bytes [start, end) the tensor's elements occupy (any strides; empty: a point)."""
-    start = t.data_ptr()
+    """The bytes [start, end) the tensor's elements occupy (any strides; empty: a point). Plain
+    ints: an int subclass from a tensor subclass's data_ptr could compare as inside any span and
+    still reach the driver as a wild address (red team, session 16; wall 1 already refuses the class)."""
+    start = int(t.data_ptr())
     if t.numel() == 0:
         return start, start
     if any(s < 0 for s in t.stride()):
         raise LaunchRefused("", None, "a tensor with negative strides")
-    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
-    return start, start + (last + 1) * t.element_size()
+    last = sum((int(n) - 1) * int(s) for n, s in zip(t.shape, t.stride()))
+    return start, start + (last + 1) * int(t.element_size())
 
 
 def _is_int(v: object) -> bool:

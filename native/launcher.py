@@ -103,8 +103,14 @@ def scratch(shape: object, dtype: object) -> torch.Tensor:
         shape = (shape,)
     if not isinstance(shape, (tuple, list)) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
         raise LaunchRefused("scratch", None, f"shape must be an int or a tuple of ints, got {type(shape).__name__}")
-    if any(d < 0 for d in shape) or not isinstance(dtype, torch.dtype):
-        raise LaunchRefused("scratch", None, f"shape {tuple(shape)} must be non-negative and dtype a torch.dtype")
+    if any(not 0 <= d < 2**63 for d in shape) or not isinstance(dtype, torch.dtype):
+        raise LaunchRefused(
+            "scratch",
+            None,
+            f"shape {tuple(shape)[:8]} must be non-negative and dtype a torch.dtype (each dim an int64)",
+        )
+    if len(scope.scratch) >= MAX_LAUNCHES:  # each launch checks its pointers against every one
+        raise LaunchRefused("scratch", None, f"more than {MAX_LAUNCHES} scratch tensors in one call")
     n = 1
     for d in shape:
         n *= d

@@ -97,11 +97,23 @@ def call_tensors(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[torc
     return tuple(out)
 
 
+def resolved(device: torch.device | None) -> torch.device | None:
+    """`cuda` as the device it means here (cuda:N, the current one): `--device cuda` gives a bare
+    torch.device("cuda"), which never equals the cuda:0 every tensor reports, so argcheck's device
+    check refused every honest launch of verify's worker (red team, session 16)."""
+    if device is not None and device.type == "cuda" and device.index is None:
+        import torch
+
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def wrap(
     fn: Callable[..., Any], art: Artifact, driver: Launches | None, device: torch.device | None = None
 ) -> Callable[..., Any]:
     """`fn` (a CUDA op's entry) with every call inside `op_call(art, device, its tensors, driver)`.
     `device`: the process's (verify's worker); None takes the first tensor's (a scheduler rank)."""
+    device = resolved(device)
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:

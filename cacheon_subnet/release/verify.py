@@ -150,12 +150,20 @@ def _files(members: dict[str, bytes], pkg: str, desc: Descriptor) -> list[Findin
             )
     for rel in sorted(set(held) - set(sealed) - {DESCRIPTOR_FILE, SIGNATURE_FILE}):
         out.append(Finding("file", f"{pkg}/{rel}: in the wheel but not sealed in the descriptor"))
-    strays = sorted(p for p in members if not p.startswith(pkg + "/") and ".dist-info/" not in p)
+    # Only the release's own dist-info: a path merely containing ".dist-info/" (sglang/x.dist-info/y)
+    # would install an unsigned file into another package's dir (red team, session 16).
+    strays = sorted(p for p in members if not p.startswith(pkg + "/") and not _own_dist_info(p, pkg))
     out += [Finding("file", f"{p}: outside the release package") for p in strays]
     tree = held.get(f"{TREE_DIR}/tree.json")
     if tree is not None and hashlib.sha256(tree).hexdigest() != desc.tree_digest:
         out.append(Finding("tree", f"tree.json digest differs from the descriptor's {desc.tree_digest[:16]}…"))
     return out
+
+
+def _own_dist_info(path: str, pkg: str) -> bool:
+    """A member of the release's own `{pkg}-{version}.dist-info/` (top level; _layout holds there is one)."""
+    top, sep, _ = path.partition("/")
+    return bool(sep) and top.startswith(pkg + "-") and top.endswith(".dist-info")
 
 
 def _dist_info(members: dict[str, bytes], pkg: str, dist_info: str) -> list[Finding]:
