@@ -334,6 +334,7 @@ class GuardedListener:
             return
         if self.table.evicted > evicted:
             self.dropped.note(reason="total connection cap: the heaviest network made room", cap=self.limits.max_conns)
+            await asyncio.sleep(0)  # abort() closes the evicted fd on the next loop pass: let it, before serving this one
         _tune(conn, self.limits)
         try:
             transport, _ = await loop.connect_accepted_socket(self.factory, conn)

@@ -474,4 +474,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    from cacheon_subnet.procs import run_main
+
+    run_main(lambda: main(sys.argv))  # the engine is shut down by now: skip the interpreter's teardown

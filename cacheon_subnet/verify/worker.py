@@ -466,4 +466,6 @@ def _join_group(a: argparse.Namespace, device: str) -> Any:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from cacheon_subnet.procs import run_main
+
+    run_main(main, wind_down=False)  # no teardown, and nothing the contribution registered runs at exit
