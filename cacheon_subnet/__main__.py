@@ -1,8 +1,6 @@
 """`python -m cacheon_subnet ...` runs the `cacheon` CLI where the console script is not installed
 (e.g. the GPU box, where the package travels as a source tree on PYTHONPATH)."""
 
-import sys
+from cacheon_subnet.cli import run
 
-from cacheon_subnet.cli import main
-
-sys.exit(main())
+run()

@@ -177,3 +177,24 @@ def test_a_file_unlinked_and_only_mapped_counts_too(tmp_path):
     finally:
         libc.munmap(addr, 4 << 20)
     assert w.check() is None
+
+
+def test_a_ballast_held_for_a_second_of_a_young_engine_is_seen(tmp_path):
+    """CI (2026-12-05): a fake engine that unlinked 48 MiB at import lived ~1 s; sampled every
+    second, the watch looked before and after and the verdict read its speed instead. An engine's
+    first YOUNG_S are sampled every YOUNG_INTERVAL_S (red at the plain interval)."""
+    import time
+
+    w = DiskWatch([tmp_path], DiskLimits(growth_bytes=1 << 20, max_files=100, reserve_bytes=0), interval_s=60)
+    w.members = lambda: [os.getpid()]
+    w.start()
+    try:
+        time.sleep(0.1)
+        with open(tmp_path / "held", "wb") as f:
+            f.write(os.urandom(2 << 20))
+            f.flush()
+            os.unlink(tmp_path / "held")
+            time.sleep(1.0)
+        assert w.breach and "unlinked and holds open" in w.breach[1], w.breach
+    finally:
+        w.stop()
