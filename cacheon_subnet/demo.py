@@ -131,6 +131,7 @@ def run_demo(state_dir: Path, max_passes: int = 12, verify_cases: int = 2) -> in
     from cacheon_subnet.scoring.weights import WeightPolicy
     from cacheon_subnet.validator.loop import Validator, ValidatorConfig
     from cacheon_subnet.validator.publish import PublishPolicy
+    from cacheon_subnet.verify.runner import VerifyOptions
 
     t0 = time.monotonic()
     log_path = _prepare(state_dir)
@@ -166,6 +167,7 @@ def run_demo(state_dir: Path, max_passes: int = 12, verify_cases: int = 2) -> in
                     base_url=server.base_url,
                     reveal_after_blocks=REVEAL_BLOCKS,
                     state_dir=state_dir / "miners" / m.hotkey,
+                    verify_options=VerifyOptions(max_cases=verify_cases),  # as deep as the validators' screen
                 )
                 cid = hotkey_bound_digest(r.digest, m.hotkey)
             else:
@@ -315,5 +317,10 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
         help="recreated on every run (only if the demo created it: it refuses an unmarked non-empty dir)",
     )
     p.add_argument("--max-passes", type=int, default=12, help="validator passes before the demo gives up")
-    p.add_argument("--verify-cases", type=int, default=2, help="workload shapes per dtype in screening")
+    p.add_argument(
+        "--verify-cases",
+        type=int,
+        default=2,
+        help="workload shapes per dtype in every verify (the miners' own check before submitting and the validators' screen)",
+    )
     p.set_defaults(handler=_cmd)

@@ -78,7 +78,7 @@ def test_four_times_the_defs_cost_about_four_times_the_cpu(build) -> None:
     def cpu(n: int) -> float:
         b = bundle_from_files(build(n))
         best = float("inf")
-        for _ in range(3):  # the best of three: a loaded box only ever adds
+        for _ in range(2):  # the best of two: a loaded box only ever adds
             gc.collect()  # a collection of the test process's own heap is not the scan's cost (CI read 9x once)
             gc.disable()
             try:
