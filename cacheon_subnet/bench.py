@@ -71,6 +71,7 @@ class BenchRow:
     recheck: str
     where: str = ""  # with --arena: "window decode|prefill" (the timed window's own size) or "arena decode|prefill"
     inputs: str = "synthetic"  # "fixture": drawn with the arena's recorded statistics (records/slot_inputs.py)
+    clock: str = ""  # bench_timing.GRAPH_CLOCK on a GPU, or why the sides ran eager; "host clock" on CPU
 
 
 @dataclass(frozen=True)
@@ -112,12 +113,28 @@ class BenchReport:
                 + f"{r.candidate_us:9.2f} {r.baseline_us:9.2f} {r.speedup:7.3f}x "
                 f"{r.candidate_gbps:8.1f} {pct:>6} {r.n:6d} {100 * r.rel_stderr:6.2f}%  {r.recheck:7}  {r.baseline}"
             )
+        lines += clock_lines(self.rows)
         if self.predictions:
             lines.append("predicted in the arena (per-call gain x the slot's measured share of the step):")
             lines += [p.line() for p in self.predictions]
         lines += [f"error: {e}" for e in self.errors]
         lines.append(f"({self.duration_s:.1f} s)")
         return "\n".join(lines)
+
+
+def clock_lines(rows: tuple[BenchRow, ...]) -> list[str]:
+    """What each row's times are: GPU work replayed as the engine runs it, or eager calls whose
+    host dispatch is in the time (which the engine's graphs never pay)."""
+    clocks = {r.clock for r in rows if r.clock}
+    if not clocks:
+        return []
+    if len(clocks) == 1:
+        (c,) = clocks
+        return [
+            f"timed on: {c}"
+            + (" (each side's call captured once and replayed, as the engine runs it)" if c == P.GRAPH_CLOCK else "")
+        ]
+    return [f"timed on: {r.clock}  [{r.op} {r.case} {r.dtype}]" for r in rows if r.clock]
 
 
 def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchReport:
@@ -398,4 +415,5 @@ def _row(
         recheck="ok" if f is None else f"FAIL {f.reason}",
         where=where,
         inputs="fixture" if fixture_draw.from_fixture(case.constants) else "synthetic",
+        clock=r.clock or "",
     )

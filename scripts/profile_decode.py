@@ -50,12 +50,27 @@ SLOT_PATTERNS: tuple[tuple[str, str], ...] = (
 )
 
 
+# A slot call that launches several kernels: the kernels from the first to the last (same stream,
+# in time order) are that call's, whatever their own names match (fused_experts' act_and_mul and
+# copy are not activation.silu_and_mul or elementwise calls; H100, 2026-12-05).
+SLOT_SPANS: dict[str, tuple[str, str]] = {
+    "moe.fused_experts": (r"(?i)moe_align_block_size", r"(?i)moe_sum_reduce"),
+}
+# The kernel that runs once per call of a multi-kernel slot: `calls` counts it, not every kernel
+# (a fixture read 20 fused_experts "calls" a decode step for 4, so 7.8 us a call for ~40).
+CALL_ANCHORS: dict[str, str] = {
+    "moe.fused_experts": r"(?i)moe_sum_reduce",
+    "attention.decode": r"(?i)_fwd_kernel_stage2|decode_att",
+}
+
+
 @dataclass(frozen=True)
 class Share:
     category: str
     us: float
-    calls: int
+    calls: int  # slot calls (CALL_ANCHORS), else kernels
     share: float  # of the stage's summed kernel time
+    kernels: int = 0
 
 
 @dataclass(frozen=True)
@@ -82,18 +97,47 @@ def kernel_events(doc: dict[str, Any]) -> Iterable[dict[str, Any]]:
             yield ev
 
 
+def _stream(ev: dict[str, Any]) -> str:
+    args = ev.get("args") or {}
+    return str(args.get("stream", ev.get("tid", "")))
+
+
+def attribute(events: Iterable[dict[str, Any]]) -> Iterable[tuple[str, dict[str, Any]]]:
+    """(category, event) in time order per stream, the kernels inside a SLOT_SPANS call booked to it."""
+    open_span: dict[str, str] = {}
+    for ev in sorted(events, key=lambda e: (_stream(e), float(e.get("ts", 0.0)))):
+        name, stream = str(ev.get("name", "")), _stream(ev)
+        slot = open_span.get(stream)
+        if slot is None:
+            slot = next((s for s, (first, _) in SLOT_SPANS.items() if re.search(first, name)), None)
+            if slot is not None:
+                open_span[stream] = slot
+        if slot is None:
+            yield categorize(name), ev
+            continue
+        yield slot, ev
+        if re.search(SLOT_SPANS[slot][1], name):
+            del open_span[stream]
+
+
 def stage_profile(doc: dict[str, Any], stage: str, trace: str, steps: int) -> StageProfile:
     by: dict[str, list[float]] = {}
+    anchors: dict[str, int] = {}
     other: dict[str, float] = {}
-    for ev in kernel_events(doc):
-        cat, dur = categorize(str(ev.get("name", ""))), float(ev["dur"])
+    for cat, ev in attribute(kernel_events(doc)):
+        name, dur = str(ev.get("name", "")), float(ev["dur"])
         by.setdefault(cat, []).append(dur)
+        if cat in CALL_ANCHORS and re.search(CALL_ANCHORS[cat], name):
+            anchors[cat] = anchors.get(cat, 0) + 1
         if cat == "other":
-            other[str(ev.get("name", ""))] = other.get(str(ev.get("name", "")), 0.0) + dur
+            other[name] = other.get(name, 0.0) + dur
     total = sum(sum(v) for v in by.values())
     shares = tuple(
         sorted(
-            (Share(c, round(sum(v), 1), len(v), sum(v) / total if total else 0.0) for c, v in by.items()),
+            (
+                Share(c, round(sum(v), 1), anchors.get(c) or len(v), sum(v) / total if total else 0.0, len(v))
+                for c, v in by.items()
+            ),
             key=lambda s: -s.us,
         )
     )

@@ -215,6 +215,10 @@ class SideTiming:
     n: int
 
 
+# bench_timing reads each side on this clock on a GPU: the call captured in a CUDA graph, replayed.
+GRAPH_CLOCK = "CUDA-graph replay"
+
+
 @dataclass(frozen=True)
 class BenchReply:
     TAG: ClassVar[str] = "bench"
@@ -224,6 +228,7 @@ class BenchReply:
     timings: Mapping[str, SideTiming] | None = absent(8)  # "candidate", "baseline" (bench_timing.time_pair)
     baseline: str | None = absent(ERROR_CHARS)
     hbm_gbps: float | None = absent()
+    clock: str | None = absent(ERROR_CHARS)  # bench_timing.GRAPH_CLOCK, or why the sides ran eager
 
 
 @dataclass(frozen=True)
