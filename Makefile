@@ -12,8 +12,10 @@ TRITON_SPEC ?= triton==3.6.0
 # and CUTLASS/CuTe headers for it: headers only, so without the wheel's Python dependencies (scipy, cuda-python ...).
 CUTLASS_SPEC ?= nvidia-cutlass==4.2.0.0
 # pytest-xdist workers: on the 2-core CI box a serial run left a core idle while tests waited on
-# sandboxed subprocesses (full suite: 26.6 min serial; 18.9 min with 2 workers, measured)
-TEST_JOBS ?= 2
+# sandboxed subprocesses (full suite: 26.6 min serial; 18.9 min with 2 workers, measured). Three on
+# two cores: the suite's tests wait on subprocesses, sockets and sleeps, and a third worker fills
+# those waits (same clone, same box, 2026-12-05: 673 s with -n 2, 617 s with -n 3; vmstat idle 0-5 %)
+TEST_JOBS ?= 3
 # --dist worksteal: a worker that runs dry takes half of the other's queue. The default (load) hands
 # each worker a fixed first eighth of the collection, so tests/conftest.py's heavy-first files all
 # landed on one worker (simulated from measured durations: 889 s vs 651 s; worksteal 772 vs 767).

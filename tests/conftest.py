@@ -25,6 +25,12 @@ dtypes = ["bfloat16"]
 # The suite's engines start cold, each from nothing: no test warms or reads the validator's
 # default seed caches under /var/tmp/cacheon/jit (tests/arena/test_warm.py turns them on).
 os.environ.setdefault("CACHEON_JIT_SEEDS", "off")
+# Triton in this process is the CPU interpreter, whatever imports it first: `@triton.jit` reads the
+# variable when it decorates, and so does triton.language's own library. A test that sets it only
+# before loading its kernel, after another test imported triton.language without it, interprets a
+# kernel whose `tl.zeros` is a compiled-mode JITFunction ("Cannot call @triton.jit'd outside of the
+# scope of a kernel": tests/slots/test_attention.py under -n 3, 2026-12-05). The suite has no GPU.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 # One BLAS/OpenMP thread in every test process and child (CLI, engine, validator; verify workers
 # already run with one: verify/client.py): two xdist workers on a 2-core box each spinning a
 # 2-thread pool burned 2-3x the CPU-seconds of the same work (tests/arena/test_train.py on a
