@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from cacheon_subnet import bench, bench_timing
+from cacheon_subnet import bench_report as bench
+from cacheon_subnet import bench_timing
 from cacheon_subnet.verify.protocol import GRAPH_CLOCK
 
 

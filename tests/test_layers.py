@@ -53,6 +53,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "cacheon_subnet.miner",
             "cacheon_subnet.bench",
             "cacheon_subnet.bench_words",
+            "cacheon_subnet.bench_report",
             "cacheon_subnet.bench_arena",
             "cacheon_subnet.release",  # build/sign/verify read validator state; runtime+descriptor sit at seams
         ),
