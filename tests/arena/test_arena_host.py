@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import secrets
 import subprocess
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -15,13 +18,48 @@ def job(factory: str, steps: list) -> dict:
 
 
 @pytest.mark.slow
+def _marked(marker: str) -> list[str]:
+    """`sleep 300` processes that carry this run's marker in their environment: another test's
+    hanging engine (another xdist worker, at the same moment) is not this engine's grandchild."""
+    found = []
+    for pid in subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True).stdout.split():
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        if f"CACHEON_TEST_MARK={marker}".encode() in env:
+            found.append(pid)
+    return found
+
+
 def test_hung_engine_is_killed_with_its_group(tmp_path):
+    marker = secrets.token_hex(8)
     t = time.monotonic()
-    run = run_engine(EngineSpec("hang", job("HangingEngine", []), timeout_s=4), tmp_path)
+    spec = EngineSpec("hang", job("HangingEngine", []), timeout_s=4, env={"CACHEON_TEST_MARK": marker})
+    runs = []
+    worker = threading.Thread(target=lambda: runs.append(run_engine(spec, tmp_path)))
+    worker.start()
+    seen = False
+    while worker.is_alive() and not seen:  # the marker reaches the grandchild: the check below can see it
+        seen = bool(_marked(marker))
+        time.sleep(0.1)
+    worker.join()
+    (run,) = runs
+    assert seen, "the engine's grandchild was never seen with the run's marker"
     assert run.timed_out and time.monotonic() - t < 60
     assert "wall-clock limit" in run.error
-    ps = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True).stdout.split()
-    assert ps == [], "a grandchild of the engine survived"
+    assert _marked(marker) == [], "a grandchild of the engine survived"
+
+
+def test_the_marker_finds_a_surviving_grandchild(tmp_path):
+    """The check above can fail: a marked `sleep 300` left running is found."""
+    marker = secrets.token_hex(8)
+    p = subprocess.Popen(["sleep", "300"], env={"PATH": "/usr/bin:/bin", "CACHEON_TEST_MARK": marker})
+    try:
+        assert _marked(marker) == [str(p.pid)]
+    finally:
+        p.kill()
+        p.wait()
 
 
 @pytest.mark.slow
