@@ -122,8 +122,9 @@ def _stats(xs: list[float]) -> dict[str, float]:
     }
 
 
-def _capture(fn: Callable[[], None], restore: Callable[[], None]) -> Callable[[], None]:
-    """fn captured in a CUDA graph (after one call on a side stream, as torch asks); its replay."""
+def capture_graph(fn: Callable[[], None], restore: Callable[[], None] = lambda: None) -> Callable[[], None]:
+    """fn captured in a CUDA graph (after one call on a side stream, as torch asks); its replay,
+    which holds the graph."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -148,7 +149,7 @@ def graph_sides(
     replays = {}
     for name, fn in sides.items():
         try:
-            replays[name] = (capture or _capture)(fn, restore)
+            replays[name] = (capture or capture_graph)(fn, restore)
         except Exception as e:  # noqa: BLE001 - reported in the clock; the sides run eager
             why = " ".join(f"{type(e).__name__}: {e}".split())[:200]
             return (

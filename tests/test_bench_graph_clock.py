@@ -68,7 +68,7 @@ def test_time_pair_on_a_gpu_times_the_replays(monkeypatch) -> None:  # noqa: ANN
             return 1.0
 
     monkeypatch.setattr(bench_timing, "_Timer", FakeTimer)
-    monkeypatch.setattr(bench_timing, "_capture", _fake_capture(log))
+    monkeypatch.setattr(bench_timing, "capture_graph", _fake_capture(log))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
     stats, clock = bench_timing.time_pair(
         _sides(log), lambda: None, torch.device("cuda"), 0.0, 1.0, min_iters=2, max_iters=4

@@ -9,19 +9,11 @@ from typing import Any
 
 def graphed(fn: Callable[[], None]) -> tuple[Callable[[], None], Any]:
     """fn captured in a CUDA graph (warmed on a side stream first), as the arena replays decode."""
-    import torch
+    from cacheon_subnet.bench_timing import capture_graph
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    torch.cuda.synchronize()
-    return g.replay, g
+    fn()  # one more warm call than capture_graph's own: autotuned launches settle first
+    replay = capture_graph(fn)
+    return replay, replay.__self__
 
 
 def time_sides(sides: dict[str, Callable[[], None]], reps: int, timer: Any) -> dict[str, dict[str, float]]:
