@@ -28,6 +28,7 @@ def main() -> int:
 
     import torch
 
+    from cacheon_subnet.bench_timing import capture_graph
     from seams.stock.moe import STOCK
 
     T, H, I, E, K = a.tokens, 1024, 512, 16, 4  # configs/arena/moe.toml's model (qwen3-moe-mini)
@@ -72,29 +73,22 @@ def main() -> int:
     torch.cuda.synchronize()
     back_to_back = s.elapsed_time(e) * 1e3 / a.reps
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        call()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):  # (d)
-        call()
-    graph.replay()
+    replay = capture_graph(call)  # (d): bench's own capture
+    replay()
     torch.cuda.synchronize()
     s, e = ev(), ev()
     s.record()
     for _ in range(a.reps):
-        graph.replay()
+        replay()
     e.record()
     torch.cuda.synchronize()
-    replay = s.elapsed_time(e) * 1e3 / a.reps
+    replay_us = s.elapsed_time(e) * 1e3 / a.reps
     replay_flushed = []
     for _ in range(a.reps):
         flush.zero_()
         s, e = ev(), ev()
         s.record()
-        graph.replay()
+        replay()
         e.record()
         torch.cuda.synchronize()
         replay_flushed.append(s.elapsed_time(e) * 1e3)
@@ -115,7 +109,7 @@ def main() -> int:
         "a_bench_way_us_median": statistics.median(bench_way),
         "b_host_dispatch_us_median": statistics.median(host),
         "c_eager_back_to_back_us": back_to_back,
-        "d_graph_replay_us": replay,
+        "d_graph_replay_us": replay_us,
         "d_graph_replay_after_flush_us_median": statistics.median(replay_flushed),
         "e_profiler_kernel_sum_us": sum(kernels.values()),
         "e_profiler_kernels_us": {k[:80]: round(v, 2) for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])},
