@@ -124,7 +124,7 @@ def to_qualify_result(
     quality_ok = result.quality is not None and result.quality.passed == Verdict.PASS
     metric = SpeedMetric(result.metric)
     confirm = result.confirm
-    path = result.identity.get("result_path")
+    path = result.identity.result_path
     detail = GpuDetail(
         result_json=None if path is None else str(path),
         speedup_basis=basis,

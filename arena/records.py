@@ -12,7 +12,10 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from arena.engine.postcondition import PostCondition
 from arena.verdict.evidence import Evidence
+from arena.verdict.quality import QualityVerdict
+from arena.verdict.sequential import SprtState
 from arena.verdict.speed import SpeedVerdict, Window
 
 SCHEMA = "cacheon.arena-result/2"
@@ -121,35 +124,99 @@ class TimedStage:
 class QualityRecord:
     """The verdict of T on a sample of one timed stage's outputs, and which outputs those were."""
 
-    verdict: Mapping[str, Any]  # arena.verdict.quality.verdict_to_json
+    verdict: QualityVerdict
     sample: tuple[tuple[str, str, int], ...]  # (C window tag, paired baseline window tag, prompt index)
 
     @property
     def passed(self) -> str:
-        return str(self.verdict["verdict"])
+        return self.verdict.verdict
 
     def to_json(self) -> dict[str, Any]:
-        return {**dict(self.verdict), "sample": [list(s) for s in self.sample]}
+        return {**self.verdict.to_json(), "sample": [list(s) for s in self.sample]}
+
+
+@dataclass(frozen=True)
+class ArenaIdentity:
+    """Which qualification this is: the arena, the contribution (or control), and where it is written."""
+
+    arena_id: str
+    arena: str
+    control: str | None
+    config: str
+    bundle_digest: str | None
+    op: str
+    slot: str
+    started: str
+    result_path: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "arena_id": self.arena_id,
+            "arena": self.arena,
+            "control": self.control,
+            "config": self.config,
+            "bundle_digest": self.bundle_digest,
+            "op": self.op,
+            "slot": self.slot,
+            "started": self.started,
+            "result_path": self.result_path,
+        }
+
+
+@dataclass(frozen=True)
+class ArenaSetup:
+    """What the timed engines were set up with: the baseline, the bindings, the sealed tree, the
+    controls' spin, and one physical-floor note a judged stage (resident, then confirmation)."""
+
+    baseline: str | None = None
+    handicap_us: float | None = None
+    candidate_control: str | None = None  # the slowdown control's description
+    bindings: tuple[str, ...] | None = None
+    tree_digest: str | None = None
+    swaps: int | None = None
+    armed: tuple[str, ...] | None = None  # what the resident timed engine arms ([engine] resident)
+    floor: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {}
+        for k in ("baseline", "handicap_us", "candidate_control", "tree_digest", "swaps"):
+            if (v := getattr(self, k)) is not None:
+                doc[k] = v
+        for k in ("bindings", "armed"):
+            if (t := getattr(self, k)) is not None:
+                doc[k] = list(t)
+        if self.floor:
+            doc["floor"] = list(self.floor)
+        return doc
+
+
+@dataclass(frozen=True)
+class GatedCycle:
+    """The sequential test's state after one gated cycle, and the gate's decision."""
+
+    state: SprtState
+    gated: str  # CONTINUE, or the decision that ended the cycles
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.state.to_json(), "gated": self.gated}
 
 
 @dataclass(frozen=True)
 class ArenaResult:
     """Everything one qualification decided, stage by stage."""
 
-    identity: Mapping[str, Any]  # arena id, arena, control, config, bundle digest, op, slot, started, path
+    identity: ArenaIdentity
     metric: str
     stages: tuple[StageRecord, ...] = ()
-    setup: Mapping[str, Any] = field(default_factory=dict)  # baseline, bindings, tree digest, swaps, handicap
+    setup: ArenaSetup = ArenaSetup()
     resident: TimedStage | None = None
     receipts: tuple[Mapping[str, Any], ...] = ()
     role_bias: float | None = None
     quality: QualityRecord | None = None
     confirm: TimedStage | None = None
     confirm_quality: QualityRecord | None = None
-    sequential: tuple[Mapping[str, Any], ...] = ()  # the SPRT's state after each gated cycle (arena/verdict/sequential.py)
-    resident_engine: Mapping[str, Any] | None = (
-        None  # the resident timed engine's post-condition (arena/engine/postcondition.py)
-    )
+    sequential: tuple[GatedCycle, ...] = ()  # the SPRT's state after each gated cycle (arena/verdict/sequential.py)
+    resident_engine: PostCondition | None = None  # the resident timed engine's post-condition
     verdict: str | None = None
     reason: str | None = None
     finished: str | None = None
@@ -161,8 +228,8 @@ class ArenaResult:
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "schema": SCHEMA,
-            **dict(self.identity),
-            **dict(self.setup),
+            **self.identity.to_json(),
+            **self.setup.to_json(),
             "stages": {s.name: s.to_json() for s in self.stages},
         }
         if self.resident is not None:
@@ -175,9 +242,9 @@ class ArenaResult:
         if self.role_bias is not None:
             doc["role_bias"] = self.role_bias
         if self.sequential:
-            doc["sequential"] = [dict(s) for s in self.sequential]
+            doc["sequential"] = [s.to_json() for s in self.sequential]
         if self.resident_engine is not None:
-            doc["resident_engine"] = dict(self.resident_engine)
+            doc["resident_engine"] = self.resident_engine.to_json()
         if self.quality is not None:
             doc["quality"] = self.quality.to_json()
         if self.confirm is not None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from arena.config import SPEED_METRICS, ArenaConfig
 from arena.engine.host import EngineRun
+from arena.engine.postcondition import PostCondition
 from arena.engine.stage import StageContext, resident_stage, resident_timed_stage, run_stage
 from arena.jobs import (
     mirror,
@@ -33,7 +34,10 @@ from arena.prepare import (  # noqa: F401 - re-exported: callers import them fro
     stock_control_op,
 )
 from arena.records import (
+    ArenaIdentity,
     ArenaResult,
+    ArenaSetup,
+    GatedCycle,
     QualityRecord,
     TimedStage,
     WindowRecord,
@@ -95,17 +99,17 @@ class Qualification:
         self.baseline = "incumbent" if incumbent or opts.control == "handicap" else "stock"
         self.out = opts.workdir / "result.json"
         self.result = ArenaResult(
-            identity={
-                "arena_id": cfg.arena_id,
-                "arena": cfg.name,
-                "control": opts.control,
-                "config": cfg.path,
-                "bundle_digest": bundle.digest if bundle else opts.control,
-                "op": op.key,
-                "slot": op.slot,
-                "started": _now(),
-                "result_path": str(self.out),
-            },
+            identity=ArenaIdentity(
+                arena_id=cfg.arena_id,
+                arena=cfg.name,
+                control=opts.control,
+                config=cfg.path,
+                bundle_digest=bundle.digest if bundle else opts.control,
+                op=op.key,
+                slot=op.slot,
+                started=_now(),
+                result_path=str(self.out),
+            ),
             metric=cfg.speed.metric,
         )
         self.samples: dict[str, tuple[tuple[str, str, int], ...]] = {}
@@ -113,7 +117,7 @@ class Qualification:
         self._files: dict[str, list[dict[str, Any]]] = {}
         self.stopped: tuple[str, seq.SprtState] | None = None  # the sequential test ended the cycles
         self.install: dict[str, str] = {}  # what the resident timed engine installs ([engine] resident)
-        self.post: Any = None  # its post-condition after this contribution (arena/engine/postcondition.py)
+        self.post: PostCondition | None = None  # its post-condition after this contribution (arena/engine/postcondition.py)
 
     @property
     def sequential_on(self) -> bool:
@@ -132,7 +136,7 @@ class Qualification:
                 if w.role != "warmup" and (t := window_tag(w)) in by_tag and by_tag[t].get(metric) is not None
             ]
             decision, state = seq.early_stop(samples, self.cfg.speed, policy)
-            self.result = replace(self.result, sequential=self.result.sequential + ({**state.to_json(), "gated": decision},))
+            self.result = replace(self.result, sequential=self.result.sequential + (GatedCycle(state, decision),))
             if decision == "CONTINUE":
                 return True
             self.stopped = (decision, state)
@@ -302,7 +306,7 @@ class Qualification:
         run, record, self.post = resident_timed_stage(
             ctx, "resident", job, env, self.install, pool, ranks=ranks, receipts_dir=receipts_dir, choose=choose, gate=gate
         )
-        self.result = replace(self.result.with_stage(record), resident_engine=self.post.to_json())
+        self.result = replace(self.result.with_stage(record), resident_engine=self.post)
         self.save()
         return run
 
@@ -336,8 +340,8 @@ class Qualification:
         # the physical-floor guard: a PASS its kernel could not deliver is NO_DECISION (arena/verdict/floor_arena.py)
         spin_on_b = self.opts.handicap_us if self.opts.control == "handicap" else 0.0
         speed, note = floor_arena.check(speed, cfg, self.op.slot, spin_on_b)
-        floor = [*self.result.setup.get("floor", ()), note]  # one note a judged stage: resident, then confirm
-        self.result = replace(self.result, setup={**self.result.setup, "floor": floor})
+        floor = (*self.result.setup.floor, note)  # one note a judged stage: resident, then confirm
+        self.result = replace(self.result, setup=replace(self.result.setup, floor=floor))
         rows = [(r.window, dict(r.readings)) for r in stage.windows]
         return replace(stage, speed=speed, by_metric=judge_each(rows, SPEED_METRICS, cfg.speed))
 
@@ -367,23 +371,31 @@ class Qualification:
             return self.finish("NO_DECISION", why)
         graded = self.opts.control != "stock-as-candidate"  # the role-bias control has nothing to grade
         steps, windows = resident_steps(cfg, self.baseline, quality=graded, gates=self.sequential_on)
-        setup: dict[str, Any] = {
-            "baseline": (f"incumbent {self.incumbent[0].digest} ({self.incumbent[1].key})" if self.incumbent else "stock")
-        }
+        setup = ArenaSetup(
+            baseline=f"incumbent {self.incumbent[0].digest} ({self.incumbent[1].key})" if self.incumbent else "stock"
+        )
         if (spin_us := self.opts.handicap_us) and self.opts.control == "handicap":
-            setup.update(baseline=f"stock + {spin_us:g} µs GPU spin per call (handicap control)", handicap_us=spin_us)
+            setup = replace(
+                setup, baseline=f"stock + {spin_us:g} µs GPU spin per call (handicap control)", handicap_us=spin_us
+            )
         elif spin_us:
-            setup.update(
-                candidate_control=f"stock + {spin_us:g} µs GPU spin per call (slowdown control)", handicap_us=spin_us
+            setup = replace(
+                setup,
+                candidate_control=f"stock + {spin_us:g} µs GPU spin per call (slowdown control)",
+                handicap_us=spin_us,
             )
         env = {**seam_environment(bindings), SEAM_STRICT.name: "1", "SGLANG_PLUGINS": "cacheon"}
         self.install = candidate_env  # the resident timed engine installs it; a fresh engine starts with it
         fresh_env = {**env, **candidate_env}
         armed = self._resident_bindings(bindings)
         resident_env = {**env, **seam_environment(armed)}
-        setup.update(bindings=list(bindings), tree_digest=tree_digest, swaps=count_swaps(windows, "candidate"))
-        if self.cfg.engine.resident:
-            setup.update(armed=list(armed))
+        setup = replace(
+            setup,
+            bindings=bindings,
+            tree_digest=tree_digest,
+            swaps=count_swaps(windows, "candidate"),
+            armed=armed if self.cfg.engine.resident else None,
+        )
         self.update(setup=setup)
 
         # evidence first: a kernel that never ran is never timed as a win
@@ -478,7 +490,7 @@ class Qualification:
             spread = calibrate.stock_spread(g["B"], [b for _, b, _ in self.samples[name]])
             if spread is not None:
                 qv = replace(qv, metrics={**qv.metrics, "stock_spread": spread})
-            rec = QualityRecord(q.verdict_to_json(qv), self.samples[name])
+            rec = QualityRecord(qv, self.samples[name])
             self.update(**{"quality" if name == "resident" else "confirm_quality": rec})
             if qv.verdict != "PASS":
                 where = "" if name == "resident" else " (confirmation engine)"

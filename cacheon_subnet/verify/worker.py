@@ -19,7 +19,6 @@ that group as `group=`.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib
 import os
@@ -33,12 +32,12 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from cacheon_subnet.bundle.jitkeys import salt_kernel_keys
-from cacheon_subnet.env import SANDBOX_MODE, SANDBOX_SCRATCH
 from cacheon_subnet.slots import get_slot
 from cacheon_subnet.slots.spec import GROUP_ARG, SlotSpec, dtype_of
 from cacheon_subnet.tensor_views import rebase, tensor_digest
 from cacheon_subnet.verify import protocol as P
 from cacheon_subnet.verify import wire
+from cacheon_subnet.verify import worker_boot as boot
 from cacheon_subnet.verify.judge import BIG_INPUT
 from native import runtime as native_runtime
 from native.artifact import Artifact
@@ -375,50 +374,10 @@ def _env(device: torch.device) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--fd", type=int, required=True)
-    ap.add_argument("--bundle-root", required=True)
-    ap.add_argument("--package", required=True)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--rank", type=int, default=0)
-    ap.add_argument("--world-size", type=int, default=1)
-    ap.add_argument("--init-file", help="file:// rendezvous of the rank group (world size > 1)")
-    ap.add_argument("--pg-timeout", type=float, default=600.0)
-    ap.add_argument("--native-root", help="dir of the sealed CUDA artifacts the host built (read-only)")
-    ap.add_argument("--native", action="append", default=[], help="OPKEY=DIGEST: a CUDA op's artifact")
-    ap.add_argument("--preload-stock", default="", help="bench: slots whose stock kernels load before the guard")
-    ap.add_argument(
-        "--preload-cases", default="", help="bench: JSON [{slot, dtype, case}] each stock kernel runs once before the guard"
-    )
-    a = ap.parse_args(argv)
-    device = a.device
-    if device == "cuda" and a.world_size > 1:
-        device = f"cuda:{a.rank}"  # one GPU per rank, all visible to every rank (NCCL P2P)
-    if device.startswith("cuda"):
-        torch.cuda.init()
-        torch.cuda.set_device(torch.device(device if ":" in device else "cuda:0"))
-    group = _join_group(a, device) if a.world_size > 1 else None
-    try:
-        import triton  # noqa: F401 - imported before the guard so its own setup is not audited
-    except ImportError:
-        pass
-    if a.preload_stock:  # memoized: run_bench_request gets these, loaded while nothing is armed
-        from seams.stock import stock_kernel
-
-        for slot in filter(None, a.preload_stock.split(",")):
-            stock_kernel(slot)
-    if a.preload_cases:  # JIT builds (nvcc) and their dlopen happen on first call: before arming
-        import json
-
-        from cacheon_subnet.bench_timing import warm_stock
-
-        calls = json.loads(a.preload_cases)  # a frame per call done: the host shows it (a first call may build minutes)
-
-        def done(i: int) -> None:
-            wire.send(a.fd, P.reply(P.Progress("warm", i, len(calls))))
-
-        for why in warm_stock(calls, torch.device(device), on_done=done):
-            print(f"bench: stock warm-up: {why}", file=sys.stderr, flush=True)
+    a = boot.parse_args(argv)
+    device = boot.device_of(a)
+    group = boot.join_group(a, device) if a.world_size > 1 else None
+    boot.preload(a, device)
     # the CUDA ops' artifacts and their loaded modules: before the guard (cuda-python's import and
     # cuModuleLoadData are the validator's), never inside a timed or captured call
     natives, driver = native_runtime.open_for_process(a.native_root, a.native, torch.device(device))
@@ -428,41 +387,10 @@ def main(argv: list[str] | None = None) -> int:
         interp_fix.apply()
     from cacheon_subnet.guard import install_guard
 
-    install_guard(os.path.join(a.bundle_root, a.package), guard_writable(dict(os.environ), os.getcwd()))
+    install_guard(os.path.join(a.bundle_root, a.package), boot.guard_writable(dict(os.environ), os.getcwd()))
     sys.path.insert(0, a.bundle_root)
     Worker(a.fd, os.path.join(a.bundle_root, a.package), a.package, device, group, natives, driver).serve()
     return 0
-
-
-def guard_writable(env: dict[str, str], cwd: str) -> list[str]:
-    """Where bundle code may write: its scratch, the TVM cache, and TMPDIR (Triton builds its
-    launcher there): behind the wall /tmp is the child's own tmpfs; in weak mode TMPDIR is the
-    child's private short dir (sandbox.short_tmpdir), never the shared /tmp."""
-    writable = [env.get(SANDBOX_SCRATCH.name, cwd)] + [env[k] for k in ("TVM_FFI_CACHE_DIR",) if env.get(k)]
-    mode = SANDBOX_MODE.get(env)
-    if mode == "wall":
-        writable.append(env.get("TMPDIR") or "/tmp")
-    elif mode == "weak" and env.get("TMPDIR") and env["TMPDIR"] not in ("/tmp", "/var/tmp"):
-        writable.append(env["TMPDIR"])
-    return writable
-
-
-def _join_group(a: argparse.Namespace, device: str) -> Any:
-    """Rendezvous through a file in the shared scratch dir (no TCP store; inside the rank group's
-    own network namespace, only loopback exists). Returns a fresh group over all ranks, as
-    SGLang hands kernels a `new_group` (its `device_group`), not the default group."""
-    import datetime
-
-    import torch.distributed as dist
-
-    if not a.init_file:
-        raise SystemExit("--init-file is required when --world-size > 1")
-    backend = "nccl" if device.startswith("cuda") else "gloo"
-    timeout = datetime.timedelta(seconds=a.pg_timeout)
-    dist.init_process_group(
-        backend, init_method=f"file://{a.init_file}", rank=a.rank, world_size=a.world_size, timeout=timeout
-    )
-    return dist.new_group(ranks=list(range(a.world_size)), backend=backend, timeout=timeout)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ sys.path.insert(0, str(REPO / "tests" / "seams"))
 import seam_harness  # noqa: E402
 
 from arena.config import QualitySection, SpeedSection, WorkloadSection, load_config  # noqa: E402
+from arena.records import ArenaIdentity  # noqa: E402
 from arena.run import RunOptions, qualify  # noqa: E402
 from cacheon_subnet.bundle import Bundle, bundle_from_files  # noqa: E402
 
@@ -58,3 +59,10 @@ def torch_bundle(salt: str = "a") -> Bundle:
     files = {p.name: p.read_bytes() for p in demo.iterdir() if p.is_file()}
     files["kernel.py"] += f"\n# salt: {salt}\n".encode()
     return bundle_from_files(files, source=f"<arena-test {salt}>")
+
+
+def identity(result_path: str = "/x/result.json") -> ArenaIdentity:
+    """A hand-built result's identity (the arena writes the real one in arena/run.py)."""
+    return ArenaIdentity(
+        "arena-x", "test", None, "configs/arena/dense.toml", "d" * 64, "op", "norm.rmsnorm", "t0", result_path
+    )

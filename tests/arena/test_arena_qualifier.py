@@ -11,6 +11,7 @@ import pytest
 from arena.qualifier import to_qualify_result
 from arena.records import ArenaResult, QualityRecord, TimedStage, WindowRecord
 from arena.verdict.evidence import Evidence
+from arena.verdict.quality import QualityVerdict
 from arena.verdict.speed import SpeedVerdict, Window
 from cacheon_subnet.bundle import load_bundle
 from cacheon_subnet.records import GpuDetail, Role, SpeedMetric, Verdict, read_detail
@@ -22,10 +23,10 @@ M = "decode_gpu_tokens_per_s"
 EVIDENCE = Evidence(True, (), (), {0: {"norm.rmsnorm": {"fired": 3}}}, {0: [{"epoch": 1, "route": "candidate"}]})
 SPEED = SpeedVerdict("PASS", 1.05, (1.0,), (0.0,), 0.003, 1.02, "C/B 1.0500", 0.001, paired_ratio=1.0)
 RESULT = ArenaResult(
-    identity={"result_path": "/x/result.json"},
+    identity=h.identity("/x/result.json"),
     metric=M,
     resident=TimedStage((), EVIDENCE, speed=SPEED),
-    quality=QualityRecord({"verdict": "PASS"}, ()),
+    quality=QualityRecord(QualityVerdict("PASS", (), {}), ()),
     verdict="PASS",
     reason="speed: ...",
     wall_s=12.5,
@@ -58,7 +59,7 @@ def test_without_the_incumbents_bundle_the_ratio_is_derived_and_labelled():
 
 
 def test_no_speed_stage_never_reads_as_a_gain():
-    bare = ArenaResult(identity={}, metric=M, verdict="FAIL", reason="execution evidence: ...")
+    bare = ArenaResult(identity=h.identity(""), metric=M, verdict="FAIL", reason="execution evidence: ...")
     q = to_qualify_result(bare, OP, None, "arena-x", "gpu-arena")
     assert q.verdict == "FAIL" and q.speedup == 1.0 and not q.quality_ok
     assert (gpu(q).windows, gpu(q).metric, gpu(q).speed, gpu(q).evidence) == (None, None, None, None)

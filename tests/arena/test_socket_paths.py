@@ -160,7 +160,7 @@ def test_a_real_socket_at_the_limit_binds_and_one_past_it_does_not(tmp_path):
 def test_bundle_code_may_write_its_weak_mode_tmpdir_but_not_the_shared_tmp(tmp_path):
     """Weak mode moved TMPDIR out of the scratch (to keep it short): the verify worker's guard
     must still let Triton build its launcher there, and never open the shared /tmp."""
-    from cacheon_subnet.verify.worker import guard_writable
+    from cacheon_subnet.verify.worker_boot import guard_writable
 
     tmp = sandbox.short_tmpdir()
     try:

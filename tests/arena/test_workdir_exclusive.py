@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import arena_harness as h
+
 import arena.qualifier as aq
 from arena import qualifier_from_config
 from arena.records import ArenaResult
@@ -31,7 +33,7 @@ def test_concurrent_runs_of_one_bundle_get_their_own_workdirs(tmp_path, monkeypa
         inside.wait(timeout=10)  # all three runs are inside at once
         release.wait(timeout=10)
         return ArenaResult(
-            identity={"path": str(opts.workdir / "result.json")},
+            identity=h.identity(str(opts.workdir / "result.json")),
             metric="gpu_tokens_per_s",
             verdict="NO_DECISION",
             reason="fake",

@@ -13,11 +13,12 @@ import types
 import typing
 from collections.abc import Mapping
 from enum import Enum
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 import pytest
 
 from arena.config import SPEED_METRICS
+from arena.records import ArenaResult
 from cacheon_subnet.records import ContributionState, QualifyResult, Role, SpeedMetric
 from cacheon_subnet.validator import state
 from cacheon_subnet.validator.web import data
@@ -35,6 +36,8 @@ def untyped_fields(root: type) -> list[str]:
         origin = typing.get_origin(hint)
         if hint is Any or hint is object:
             out.append(f"{where}: {hint}")
+        elif origin is Literal:  # a closed set of leaf values
+            return
         elif origin in (Union, types.UnionType) or origin is tuple:
             for arg in typing.get_args(hint):
                 if arg is not Ellipsis:
@@ -59,6 +62,27 @@ def untyped_fields(root: type) -> list[str]:
 
 def test_no_field_reachable_from_a_verdict_is_an_untyped_table():
     assert untyped_fields(QualifyResult) == []
+
+
+# What an arena result keeps verbatim from the engine child (decoded by arena/engine/protocol.py,
+# never re-read to decide a verdict): everything else in it is a typed record. A new untyped field
+# (the identity or the setup as a dict again) turns the test below red.
+ARENA_RAW = {
+    "StageRecord.startup": "the child's startup records",
+    "StageRecord.routes": "the child's route records",
+    "StageRecord.host_timing": "the host's named timings of one engine",
+    "WindowRecord.readings": "one window's clocks as the child reported them",
+    "Evidence.per_rank": "fired counts a rank, as each rank reported them",
+    "Evidence.routes": "route epochs a rank",
+    "TimedStage.by_metric": "one typed SpeedVerdict a metric name",
+    "ArenaResult.receipts": "the seam's receipts files",
+    "QualityVerdict.metrics": "what the quality verdict was computed from",
+    "PostCondition.detail": "the post-condition's digests and leftovers",
+}
+
+
+def test_an_arena_result_is_typed_except_the_engine_records_it_keeps_verbatim():
+    assert {x.split(":")[0] for x in untyped_fields(ArenaResult)} == set(ARENA_RAW)
 
 
 @dataclasses.dataclass(frozen=True)
