@@ -1,4 +1,5 @@
-"""The leaderboard's aiohttp app: GET/HEAD only, rate-limited per client IP, strict headers.
+"""The leaderboard's aiohttp app: GET/HEAD only, rate-limited per client IP and per network by
+what each request costs, strict headers.
 
 The validator serves it from its own process and uid (supervisor.py, child.py) over a snapshot
 of its state; `Leaderboard` below runs it in the calling process (tests, embedding). Either
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,7 @@ from cacheon_subnet.env import WEB
 from cacheon_subnet.errors import CacheonError
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.validator.web import data, page
-from cacheon_subnet.validator.web.ratelimit import TokenBuckets
+from cacheon_subnet.validator.web.ratelimit import ClientBuckets, TokenBuckets
 from cacheon_subnet.webapi import MAX_PAGE, PATH_CONTRIBUTIONS, PATH_CROWNS, PATH_HEALTH, SCHEMA
 
 log = get_logger("cacheon.validator.web")
@@ -49,7 +51,9 @@ HEADERS = {
 }
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 SOURCE: web.AppKey[data.Source] = web.AppKey("source", data.Source)
-BUCKETS: web.AppKey[TokenBuckets] = web.AppKey("buckets", TokenBuckets)
+BUCKETS: web.AppKey[ClientBuckets] = web.AppKey("buckets", ClientBuckets)
+LIGHT: web.AppKey[ThreadPoolExecutor] = web.AppKey("light", ThreadPoolExecutor)
+ROWS_A_TOKEN = 50  # a list page costs 1 + limit // ROWS_A_TOKEN tokens (the default 100 rows: 3)
 _dumps = partial(json.dumps, allow_nan=False, sort_keys=True)
 
 
@@ -67,11 +71,24 @@ def _error(status: int, message: str, html: bool) -> web.Response:
     return _json({"schema": SCHEMA, "error": message}, status)
 
 
+def request_cost(request: web.Request) -> float:
+    """The tokens a request spends: what it makes the server read and render. A list page (the
+    index, /api/contributions) grows with its rows; one contribution decodes its plot figures;
+    the rest are a few rows. A malformed query costs 1 (it is refused before any read)."""
+    path = request.path
+    if path in ("/", PATH_CONTRIBUTIONS):
+        raw = request.query.get("limit", "100")
+        return 1.0 + (int(raw) // ROWS_A_TOKEN if _is_int(raw) and int(raw) <= MAX_PAGE else 0)
+    if path.startswith(("/contributions/", PATH_CONTRIBUTIONS + "/")):
+        return 2.0
+    return 1.0
+
+
 @web.middleware
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Rate limit first (a 429 costs no DB read), then the handler, then the headers."""
     html = not request.path.startswith("/api/")
-    wait = request.app[BUCKETS].take(client_key(request.remote or "?"))
+    wait = request.app[BUCKETS].take(client_key(request.remote or "?"), request_cost(request))
     if wait > 0:
         resp: web.StreamResponse = _error(429, "too many requests from this address; slow down", html)
         resp.headers["Retry-After"] = str(max(1, int(wait + 0.999)))
@@ -91,16 +108,24 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     return resp
 
 
-async def _read(request: web.Request, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-    """SQLite reads run in the default executor: a slow disk never stalls the event loop."""
-    return await asyncio.get_running_loop().run_in_executor(None, partial(fn, request.app[SOURCE], *args, **kw))
+async def _read(request: web.Request, fn: Callable[..., Any], *args: Any, light: bool = False, **kw: Any) -> Any:
+    """SQLite reads run in an executor: a slow disk never stalls the event loop. The light reads
+    (health, crowns: a few rows) have a thread of their own, so a monitor's health check never
+    queues behind list pages."""
+    executor = request.app[LIGHT] if light else None
+    return await asyncio.get_running_loop().run_in_executor(executor, partial(fn, request.app[SOURCE], *args, **kw))
+
+
+def _is_int(raw: str) -> bool:
+    """ASCII digits only: `str.isdigit` takes '²', which int() refuses (a 500, red team 2026-12-05)."""
+    return raw.isascii() and raw.isdigit() and len(raw) <= 12
 
 
 def _int(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
     raw = request.query.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or not lo <= int(raw) <= hi:
+    if not _is_int(raw) or not lo <= int(raw) <= hi:
         raise web.HTTPBadRequest(reason=f"query {name}={raw[:40]!r}: expected an integer in {lo}..{hi}")
     return int(raw)
 
@@ -128,11 +153,11 @@ def _cid(request: web.Request) -> str:
 
 
 async def api_health(request: web.Request) -> web.Response:
-    return _json(await _read(request, data.health))
+    return _json(await _read(request, data.health, light=True))
 
 
 async def api_crowns(request: web.Request) -> web.Response:
-    return _json(await _read(request, data.crowns))
+    return _json(await _read(request, data.crowns, light=True))
 
 
 async def api_contributions(request: web.Request) -> web.Response:
@@ -165,12 +190,22 @@ async def _not_found(request: web.Request) -> web.Response:
     raise web.HTTPNotFound(reason="not found")
 
 
-def make_app(state_dir: str | Path, buckets: TokenBuckets | None = None, *, snapshot: bool = False) -> web.Application:
+def make_app(
+    state_dir: str | Path, buckets: ClientBuckets | TokenBuckets | None = None, *, snapshot: bool = False
+) -> web.Application:
     """The app over one state dir, or (snapshot=True) a snapshot dir; either need not hold a DB
-    yet: requests answer 503 until it does."""
+    yet: requests answer 503 until it does. `buckets`: a bare TokenBuckets limits per client only."""
     app = web.Application(middlewares=[guard], client_max_size=1024)
     app[SOURCE] = data.Source(Path(state_dir), snapshot)
-    app[BUCKETS] = buckets if buckets is not None else TokenBuckets()  # (an empty table is falsy: len 0)
+    if isinstance(buckets, TokenBuckets):
+        buckets = ClientBuckets(buckets, None)
+    app[BUCKETS] = buckets if buckets is not None else ClientBuckets()  # (an empty table is falsy: len 0)
+    app[LIGHT] = ThreadPoolExecutor(1, thread_name_prefix="board-light")
+
+    async def _close_light(app: web.Application) -> None:
+        app[LIGHT].shutdown(wait=False, cancel_futures=True)
+
+    app.on_cleanup.append(_close_light)
     for path, fn in (
         ("/", html_index),
         ("/contributions/{cid}", html_contribution),
@@ -188,7 +223,7 @@ def parse_listen(text: str) -> tuple[str, int]:
     """HOST:PORT ([v6]:PORT for IPv6); a clear error naming the flag value otherwise."""
     host, sep, port = text.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+    if not sep or not host or not _is_int(port) or not 0 <= int(port) < 65536:
         raise LeaderboardError(f"listen address {text!r}: expected HOST:PORT (e.g. {DEFAULT_LISTEN}, [::1]:8090)")
     return host, int(port)
 
@@ -199,7 +234,12 @@ class Leaderboard:
     a process and uid of its own (supervisor.WebSupervisor)."""
 
     def __init__(
-        self, state_dir: str | Path, host: str, port: int, buckets: TokenBuckets | None = None, limits: Limits = LIMITS
+        self,
+        state_dir: str | Path,
+        host: str,
+        port: int,
+        buckets: ClientBuckets | TokenBuckets | None = None,
+        limits: Limits = LIMITS,
     ) -> None:
         self.state_dir, self.host, self.port = Path(state_dir), host, port
         self.buckets, self.limits = buckets, limits

@@ -20,6 +20,7 @@ from typing import Any
 
 from cacheon_subnet.records import NO_FIGURES, BoardFigures, RecordError, board_json, board_of, read_detail
 from cacheon_subnet.validator.state import DB_NAME, TARGETS_KEY, StateDB
+from cacheon_subnet.validator.web.stages import stages_of
 
 SNAPSHOT = "leaderboard.sqlite"
 COLUMNS = {
@@ -74,7 +75,7 @@ COLUMNS = {
     "schema_version": ("version", "applied_at"),
 }
 KV_KEYS = ("last_sync_block", "last_sync_at", TARGETS_KEY)
-DETAIL_KEYS = tuple(BoardFigures.__dataclass_fields__)  # what data.stages_of reads
+DETAIL_KEYS = tuple(BoardFigures.__dataclass_fields__)  # what stages.stages_of reads
 INDEXES = (
     "CREATE INDEX c_order ON contributions(commit_block, id)",
     "CREATE INDEX c_hotkey ON contributions(hotkey, commit_block)",
@@ -99,15 +100,16 @@ def signature(state_dir: Path) -> tuple[int, ...] | None:
     return tuple(out)
 
 
-def _detail(text: Any) -> str:
-    """A row's plot figures (records.BoardFigures), decoded from its detail here, once: the web
-    process reads only that record. A detail that does not decode has none to show (the web
-    process, reading the state dir itself, logs why)."""
+def _figures(text: Any) -> tuple[str, int]:
+    """A row's plot figures (records.BoardFigures), decoded from its detail here, once, and
+    whether they hold a timed stage to plot (`has_windows`, what a list page shows): the web
+    process reads only these. A detail that does not decode has none to show (the web process,
+    reading the state dir itself, logs why)."""
     try:
         figures = board_of(read_detail(text))
     except RecordError:
         figures = NO_FIGURES
-    return board_json(figures)
+    return board_json(figures), int(bool(stages_of(figures)))
 
 
 def write(state_dir: Path, out_dir: Path) -> Path | None:
@@ -153,13 +155,17 @@ def write(state_dir: Path, out_dir: Path) -> Path | None:
 
 
 def _copy(src: sqlite3.Connection, dst: sqlite3.Connection, table: str, cols: tuple[str, ...]) -> None:
-    dst.execute(f"CREATE TABLE {table}({', '.join(cols)})")
+    """One table's shown columns; an evidence row's detail becomes its figures, plus `has_windows`."""
+    derived = ("has_windows",) if "detail" in cols else ()
+    dst.execute(f"CREATE TABLE {table}({', '.join(cols + derived)})")
     have = {r[1] for r in src.execute(f"PRAGMA table_info({table})")}
     picked = ", ".join(c if c in have else "NULL" for c in cols)
-    insert = f"INSERT INTO {table} VALUES ({', '.join('?' * len(cols))})"
-    detail = cols.index("detail") if "detail" in cols else -1
+    insert = f"INSERT INTO {table} VALUES ({', '.join('?' * len(cols + derived))})"
+    detail = cols.index("detail") if derived else -1
     cur = src.execute(f"SELECT {picked} FROM {table}")
     while rows := cur.fetchmany(1000):
         if detail >= 0:
-            rows = [(*r[:detail], _detail(r[detail]), *r[detail + 1 :]) for r in rows]
+            rows = [
+                (*r[:detail], figures, *r[detail + 1 :], plotted) for r in rows for figures, plotted in [_figures(r[detail])]
+            ]
         dst.executemany(insert, rows)

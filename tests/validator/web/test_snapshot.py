@@ -189,3 +189,31 @@ def test_a_full_page_sorts_within_the_web_process_file_size_limit(tmp_path):
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
     assert len(doc["contributions"]) == 200 and doc["total"] == 203
+
+
+def test_a_list_page_over_a_snapshot_never_decodes_a_rows_figures(tmp_path, monkeypatch):
+    """Red team 2026-12-05: decoding every row's plot figures was most of a 500-row list page's
+    0.27 s of CPU, though a list shows no plot. The snapshot marks `has_windows` once; a list page
+    reads the mark (the same answer as decoding), and only a detail page decodes."""
+    from cacheon_subnet.validator.web import data
+
+    state = make_state(tmp_path)
+    out = tmp_path / "snap"
+    out.mkdir()
+    snapshot.write(state, out)
+
+    def marks(source: data.Source) -> dict[str, list[bool]]:
+        doc = data.contributions(source, limit=100)
+        return {c["id"]: [e["has_windows"] for e in c["evidence"]] for c in doc["contributions"]}
+
+    want = marks(data.Source(state, False))  # the state DB: decoded here
+    flat = [m for ms in want.values() for m in ms]
+    assert True in flat and False in flat, want  # both kinds of row, so the comparison can fail
+
+    def no_decoding(*a: object) -> object:
+        raise AssertionError("a list page decoded a row's figures")
+
+    monkeypatch.setattr(data, "_figures", no_decoding)
+    assert marks(data.Source(out, True)) == want
+    with pytest.raises(AssertionError, match="decoded"):  # the detail page still decodes them
+        data.contribution(data.Source(out, True), next(c for c, ms in want.items() if True in ms))
