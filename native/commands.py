@@ -73,14 +73,18 @@ def cuda_ops(bundle: Bundle) -> list[OpEntry]:
     return [op for op in bundle.manifest.ops if op.cuda is not None]
 
 
-def build_all(bundle: Bundle, opts: BuildOptions) -> list[OpBuild]:
-    """Every CUDA op of `bundle`, each built or refused (NativeError, the host's, propagates)."""
+def build_all(bundle: Bundle, opts: BuildOptions, first_refusal: bool = False) -> list[OpBuild]:
+    """Every CUDA op of `bundle`, each built or refused (NativeError, the host's, propagates).
+    first_refusal: stop at the first op refused (a validator: one refusal FAILs the bundle, and
+    the rest would only cost its host a scan and a compile each)."""
     out = []
     for op in cuda_ops(bundle):
         try:
             out.append(OpBuild(op, build_op(bundle, op, opts), None))
         except CompileRefused as e:
             out.append(OpBuild(op, None, e))
+            if first_refusal:
+                break
     return out
 
 

@@ -37,6 +37,7 @@ ALLOWED_DIRECTIVES = frozenset(
 ALLOWED_PRAGMAS = ("once", "unroll", "nounroll")
 FORBIDDEN_WORDS = re.compile(r"\b(_Pragma|__pragma|__has_include|__has_include_next|__has_embed)\b")
 HEADER_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./+\-]{0,199}$")
+MAX_DIAGNOSTICS = 20  # a file's first findings: the miner fixes those; more only cost the host
 _TRIGRAPH = re.compile(r"\?\?[=/'()!<>\-]")
 _SPLICE = re.compile(r"\\[ \t]*\n")
 _RAW_PREFIX = re.compile(r"(?:^|[^A-Za-z0-9_])(?:u8|u|U|L)?R$")
@@ -79,11 +80,19 @@ def scan_file(path: str, text: str, sources: frozenset[str], bundle_paths: froze
     text = text.replace("\r\n", "\n")
     if "\r" in text:
         return [Diagnostic(path, text[: text.index("\r")].count("\n") + 1, "a carriage return outside a CRLF line end")]
-    for m in _TRIGRAPH.finditer(text):
-        out.append(Diagnostic(path, text[: m.start()].count("\n") + 1, f"trigraph {m[0]!r} is not allowed"))
+    line, at = 1, 0
+    for m in _TRIGRAPH.finditer(text):  # the line counted on from the last match: linear, not
+        line, at = line + text.count("\n", at, m.start()), m.start()  # a count from 0 a match
+        out.append(Diagnostic(path, line, f"trigraph {m[0]!r} is not allowed"))
+        if len(out) >= MAX_DIAGNOSTICS:
+            break
+    if out:  # a trigraph changes how the rest lexes: nothing after it reads as the compiler would
+        return out
     lines, problem = logical_lines(text)
     for ln in lines:
         out += _check_line(path, ln, sources, bundle_paths)
+        if len(out) >= MAX_DIAGNOSTICS:
+            return out[:MAX_DIAGNOSTICS]
     if problem:
         out.append(Diagnostic(path, problem[0], problem[1]))
     return out

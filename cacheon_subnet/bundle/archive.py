@@ -24,6 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import IO
 
+from cacheon_subnet.bundle.cuda import check_source_sizes
 from cacheon_subnet.bundle.digest import content_digest
 from cacheon_subnet.bundle.limits import (
     DEFAULT_LIMITS,
@@ -102,6 +103,7 @@ def _finish(files: dict[str, bytes], source: str) -> Bundle:
         raise BundleError(MANIFEST, "manifest-missing", "manifest.toml must sit at the bundle root")
     _check_no_file_dir_clash(files)
     manifest = parse_manifest(files[MANIFEST], frozenset(files))
+    check_source_sizes(manifest.ops, files)
     return Bundle(MappingProxyType(dict(files)), content_digest(files), manifest, source)
 
 

@@ -15,6 +15,7 @@ is used; `.cu` files are translation units, `.cuh` files may only be included.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -130,3 +131,28 @@ def _kernels(field: str, raw: Any, limits: CudaLimits) -> tuple[KernelDecl, ...]
             raise ManifestError(f"{field}.{name}", f"unknown parameter type {bad[0]!r} (allowed: {allowed})")
         out.append(KernelDecl(name, tuple(ParamType(p) for p in params)))
     return tuple(out)
+
+
+def check_source_sizes(ops: Sequence[Any], files: Mapping[str, bytes], limits: CudaLimits = DEFAULT_CUDA_LIMITS) -> None:
+    """Every op's `[ops.cuda]` sources within the byte limits, checked when the bundle loads (a
+    length each, no read of their bytes): one file, one op's together, and all ops' added up (a
+    file two ops share counts twice). Why the last: the lexical pre-scan (native/scan.py) and the
+    copy identity's normal form (identity/cuda_form.py) run on the validator's host at ~1 s a MiB,
+    once an op, and 64 ops naming the same 2 MiB made ~2 h of screening (red team 2026-12-05)."""
+    added = 0
+    for i, op in enumerate(ops):
+        spec = getattr(op, "cuda", None)
+        if spec is None:
+            continue
+        sizes = {p: len(files[p]) for p in spec.sources if p in files}
+        for p, n in sizes.items():
+            if n > limits.source_bytes:
+                raise ManifestError(f"ops[{i}].cuda.sources", f"{p}: {n} bytes > {limits.source_bytes} per CUDA source")
+        total = sum(sizes.values())
+        if total > limits.total_bytes:
+            raise ManifestError(f"ops[{i}].cuda.sources", f"{total} bytes together > {limits.total_bytes} an op")
+        added += total
+        if added > limits.bundle_bytes:
+            raise ManifestError(
+                f"ops[{i}].cuda.sources", f"the ops' CUDA sources add up to {added} bytes > {limits.bundle_bytes} a bundle"
+            )

@@ -53,6 +53,7 @@ class CudaLimits:
     sources: int = 32  # files in `sources` (.cu translation units and the .cuh headers they include)
     source_bytes: int = 512 * 1024  # one file
     total_bytes: int = 2 * MiB  # all of an op's sources together
+    bundle_bytes: int = 4 * MiB  # every op's sources added up (a shared file counts once an op)
     kernels: int = 32  # declared kernels per op
     params: int = 64  # parameters per kernel
 

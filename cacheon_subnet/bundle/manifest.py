@@ -45,6 +45,12 @@ _CONSTRAINT_KEYS = {"min", "max", "multiple_of", "in"}
 _ENTRY = re.compile(r"^(?P<mod>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*):(?P<attr>[A-Za-z_][A-Za-z0-9_]*)$")
 _VARIANT = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,31}$")
 MAX_OPS = 64
+MANIFEST_BYTES = 256 * 1024
+"""manifest.toml's size cap. tomllib is pure Python (~0.7 s a MiB) and a bundle's manifest is
+parsed at every stage (fetch, screen, verify, qualify, and as every challenger's incumbent): a
+valid 16 MiB manifest (a constraint's `in` list of 8.4 M integers, a 136 KiB archive) cost
+11.6 s of the validator's CPU a load (red team 2026-12-05). The examples' largest is 604 bytes."""
+MAX_ONE_OF = 256  # a constraint's `in` list: the sizes a kernel was tuned for, not a table
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,8 @@ class Manifest:
 
 def parse_manifest(text: bytes | str, files: frozenset[str] | None = None) -> Manifest:
     """Parse and validate. `files` (bundle member paths) lets us check entry modules exist."""
+    if len(text) > MANIFEST_BYTES:  # chars of a str: at most 4 bytes each, bounded all the same
+        raise ManifestError("", f"{len(text)} bytes > {MANIFEST_BYTES}: a manifest names ops, it holds no data")
     try:
         raw = tomllib.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
@@ -251,6 +259,8 @@ def _parse_constraints(where: str, raw: Any, spec) -> tuple[DimConstraint, ...]:
             or not all(isinstance(x, int) and not isinstance(x, bool) for x in one_of)
         ):
             raise ManifestError(f"{field}.in", "must be a non-empty list of integers")
+        if one_of is not None and len(one_of) > MAX_ONE_OF:
+            raise ManifestError(f"{field}.in", f"{len(one_of)} values > {MAX_ONE_OF}")
         out.append(DimConstraint(dim, vals["min"], vals["max"], vals["multiple_of"], tuple(one_of) if one_of else None))
     return tuple(out)
 

@@ -79,7 +79,7 @@ def has_cuda(bundle: Bundle) -> bool:
 def check_native(bundle: Bundle, opts: BuildOptions | None = None) -> NativeReport:
     """The static scan and every CUDA op's compile; NativeError (no toolchain, no wall) propagates."""
     findings = tuple(policy_bound.static_check(bundle).findings)
-    return NativeReport(bundle.source, findings, tuple(build_all(bundle, opts or BuildOptions())))
+    return NativeReport(bundle.source, findings, tuple(build_all(bundle, opts or BuildOptions(), first_refusal=True)))
 
 
 def screen_native(bundle: Bundle, opts: BuildOptions | None = None) -> tuple[bool, tuple[str, ...], dict[str, Any], bool]:
@@ -125,7 +125,7 @@ def worker_artifacts(bundle: Bundle, device: str, opts: BuildOptions | None = No
 
 def _built(bundle: Bundle, opts: BuildOptions) -> tuple[tuple[str, str], ...]:
     out = []
-    for b in build_all(bundle, opts):
+    for b in build_all(bundle, opts, first_refusal=True):
         if b.artifact is None:
             assert b.refused is not None
             raise b.refused

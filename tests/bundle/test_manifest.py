@@ -93,3 +93,23 @@ def test_every_manifest_in_the_repo_is_schema_2_unless_it_carries_cuda():
         man = parse_manifest(m.read_bytes())
         cuda = any(op.cuda is not None for op in man.ops)
         assert man.schema == ("cacheon.bundle/3" if cuda else "cacheon.bundle/2"), m
+
+
+def test_a_manifest_is_small_and_an_in_list_short():
+    """Red team 2026-12-05: a valid 16 MiB manifest (an `in` list of 8.4 M integers, a 136 KiB
+    archive) cost 11.6 s of tomllib at each of a bundle's loads."""
+    from cacheon_subnet.bundle.manifest import MANIFEST_BYTES, MAX_ONE_OF
+
+    def listed(n: int) -> str:
+        return _m(
+            f'[[ops]]\nslot="norm.rmsnorm"\nentry="kernel:rmsnorm"\n[ops.constraints]\nT={{in=[{", ".join(["1"] * n)}]}}\n'
+        )
+
+    assert parse_manifest(listed(MAX_ONE_OF), frozenset(OK)).ops[0].eligible({"T": 1})
+    with pytest.raises(ManifestError, match=f"> {MAX_ONE_OF}") as e:
+        parse_manifest(listed(MAX_ONE_OF + 1), frozenset(OK))
+    assert e.value.field.endswith(".in")
+    padded = listed(1) + "#" * (MANIFEST_BYTES - len(listed(1)))
+    assert parse_manifest(padded, frozenset(OK))  # at the cap: read
+    with pytest.raises(ManifestError, match=f"> {MANIFEST_BYTES}"):
+        parse_manifest(padded + "#", frozenset(OK))

@@ -34,7 +34,7 @@ import hashlib
 import json
 import sys
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -421,24 +421,32 @@ def _bound(n: ast.AST) -> list[str]:
     return []
 
 
-def other_files(files: Mapping[str, bytes]) -> dict[str, str]:
+def other_files(files: Mapping[str, bytes], cuda_sources: Container[str]) -> dict[str, str]:
     """Path -> sha256 of every member that is neither Python nor the manifest: they count by path
     and bytes (the bounded child gets these hashes, never the bytes: verify/static/bound.py);
-    CUDA sources by their normal form (identity/cuda_form.py: a renamed copy is still a copy)."""
+    the CUDA sources an op compiles (`cuda_sources`, bundle.cuda.check_source_sizes bounds them)
+    by their normal form (identity/cuda_form.py: a renamed copy is still a copy). A `.cu` no op
+    names is never compiled and counts by its bytes: normalising it cost the validator's host
+    ~0.7 s a MiB for nothing (14 unlisted 16 MiB files: 170 s, red team 2026-12-05)."""
     return {
         p: ("cu-norm:" + hashlib.sha256(normal_form(d).encode()).hexdigest())
-        if p.endswith((".cu", ".cuh"))
+        if p in cuda_sources and p.endswith((".cu", ".cuh"))
         else hashlib.sha256(d).hexdigest()
         for p, d in sorted(files.items())
         if not p.endswith(".py") and p != "manifest.toml"
     }
 
 
+def compiled_sources(bundle: Bundle) -> frozenset[str]:
+    """Every file an op's `[ops.cuda]` names."""
+    return frozenset(p for op in bundle.manifest.ops if op.cuda is not None for p in op.cuda.sources)
+
+
 def normalized_document(
     bundle: Bundle, other: Mapping[str, str] | None = None, parsed: Mapping[str, ast.Module] | None = None
 ) -> dict[str, Any] | None:
     """What the identity hashes (for tests and for explaining a match); None: it does not parse.
-    `other`: other_files(bundle.files), when the caller holds it and not those bytes; `parsed`:
+    `other`: other_files(bundle.files, compiled_sources(bundle)), when the caller holds it and not those bytes; `parsed`:
     path -> ast.parse(source, filename=path) already made (policy.scan_files'), consumed here."""
     try:
         prog = _Program(bundle, parsed)
@@ -450,7 +458,7 @@ def normalized_document(
         "ops": manifest_doc(bundle, ident["entries"]),
         "modules": ident["modules"],
         "packages": ident["packages"],
-        "files": dict(other) if other is not None else other_files(bundle.files),
+        "files": dict(other) if other is not None else other_files(bundle.files, compiled_sources(bundle)),
     }
 
 

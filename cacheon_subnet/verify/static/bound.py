@@ -140,7 +140,7 @@ def _bounded(bundle: Bundle, identity: bool, budget: ScanBudget, walled: bool) -
 
 
 def _payload(bundle: Bundle, identity: bool) -> bytes:
-    from cacheon_subnet.bundle.identity.normalize import other_files
+    from cacheon_subnet.bundle.identity.normalize import compiled_sources, other_files
 
     py = sorted(p for p in bundle.files if p.endswith(".py"))
     manifest = bundle.files.get("manifest.toml") if identity else None
@@ -149,7 +149,7 @@ def _payload(bundle: Bundle, identity: bool) -> bytes:
         py=tuple(P.PyFile(p, len(bundle.files[p])) for p in py),
         manifest=None if manifest is None else len(manifest),
         identity=identity,
-        other=other_files(bundle.files) if identity else {},
+        other=other_files(bundle.files, compiled_sources(bundle)) if identity else {},
         cuda=tuple(sorted(bundle.manifest.cuda_modules(bundle.files))),
     )
     return b"".join([P.head_line(head), *(bundle.files[p] for p in py), manifest or b""])
