@@ -27,7 +27,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import TCPConnector
 from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
+
+from cacheon_subnet.dnspool import PooledResolver
 
 MAX_URL_LENGTH = 512
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})  # what plain http may name (local chain)
@@ -150,7 +151,7 @@ class GuardedResolver(AbstractResolver):
 
     def __init__(self, policy: UrlPolicy, inner: AbstractResolver | None = None) -> None:
         self.policy = policy
-        self.inner = inner or DefaultResolver()
+        self.inner = inner or PooledResolver()
 
     async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
         results = await self.inner.resolve(host, port, family)

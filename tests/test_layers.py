@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         tuple(
             f"cacheon_subnet.{m}"
             for m in (
-                "errors log retry pins resources guard sockpath fdbudget netpolicy webapi progress connguard "
+                "errors log retry pins resources guard sockpath fdbudget netpolicy dnspool webapi progress connguard "
                 "owned_dir httpsite lifecycle procs env cliout words jsonform msgcodec"
             ).split()
         )

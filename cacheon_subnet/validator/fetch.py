@@ -33,8 +33,11 @@ __all__ = [
 ]
 
 
+ARCHIVE_SUFFIX = ".tar.gz"
+
+
 def cache_path(cache_dir: Path, digest: str) -> Path:
-    return cache_dir / f"{digest}.tar.gz"
+    return cache_dir / f"{digest}{ARCHIVE_SUFFIX}"
 
 
 def load_cached(cache_dir: Path, digest: str) -> Bundle | None:

@@ -118,6 +118,17 @@ def unsettled_targets(db: StateDB) -> list[str]:
     return sorted({r[0] for r in rows} | set(bumps.stranded(db, db.con)))
 
 
+def archives_in_use(db: StateDB) -> frozenset[str]:
+    """The digests whose archives a stage may still read (stages/prune.py): contributions in the
+    intake, those with unsettled evidence, and crown holders."""
+    rows = db.con.execute(
+        "SELECT digest FROM contributions WHERE state IN ('queued', 'fetched', 'screened', 'verified')"
+        " UNION SELECT c.digest FROM evidence e JOIN contributions c ON c.id = e.contribution_id WHERE e.settled = 0"
+        " UNION SELECT c.digest FROM crowns k JOIN contributions c ON c.id = k.contribution_id"
+    )
+    return frozenset(r[0] for r in rows if r[0])
+
+
 def remeasure_foreign_crowns(db: StateDB, arena_id: str) -> list[tuple[str, str, str]]:
     """At start: every crown measured in another arena (a pin bump, a new arena config) is kept,
     labelled with its old arena, while its holder is verified again and timed against the new stock;

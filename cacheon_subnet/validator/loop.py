@@ -1,4 +1,4 @@
-"""The validator loop: sync -> intake -> fetch -> screen -> verify -> qualify -> settle -> publish.
+"""The validator loop: sync -> intake -> fetch -> screen -> verify -> qualify -> settle -> publish -> prune.
 
 Each stage is an object built with its collaborators (validator/stages/, composed in
 wiring.py); a pass makes a fresh `PassState`, hands it to every stage in order and turns it

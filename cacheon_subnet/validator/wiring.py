@@ -20,6 +20,7 @@ from cacheon_subnet.validator.stages.fetch import Fetcher, FetchStage
 from cacheon_subnet.validator.stages.items import Archives, Items, RetryPolicy
 from cacheon_subnet.validator.stages.pipeline import Pipeline
 from cacheon_subnet.validator.stages.ports import ArenaPool, HeadToHead, Log, PairedQualifier, Stage, VerdictCounter
+from cacheon_subnet.validator.stages.prune import PruneStage
 from cacheon_subnet.validator.stages.qualify import Filing, QualifyStage
 from cacheon_subnet.validator.stages.screen import ScreenStage
 from cacheon_subnet.validator.stages.settle import PublishStage, SettleStage
@@ -41,10 +42,11 @@ class Stages:
     pipeline: Pipeline
     settle: SettleStage
     publish: PublishStage
+    prune: PruneStage
 
     @property
     def order(self) -> tuple[Stage, ...]:
-        return (self.sync, self.fetch, self.screen, self.pipeline, self.settle, self.publish)
+        return (self.sync, self.fetch, self.screen, self.pipeline, self.settle, self.publish, self.prune)
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ def build_stages(cfg: ValidatorConfig, w: Collaborators) -> Stages:
         pipeline=Pipeline(verify, judge, w.workers, cfg.busy_poll_s),
         settle=SettleStage(db, chain, cfg.speed, log, hold_blocks=cfg.settle_hold_blocks, max_remeasure=cfg.max_remeasure),
         publish=PublishStage(publisher, log),
+        prune=PruneStage(db, cfg.cache_dir, log),
     )
 
 
