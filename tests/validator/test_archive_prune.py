@@ -5,21 +5,10 @@ limit filled the validator's disk (8 commits of 64 MiB: 510 MiB)."""
 from __future__ import annotations
 
 import pytest
-from validator_fakes import (
-    EXAMPLES,
-    NETUID,
-    VALIDATOR,
-    FakeQualifier,
-    FileServer,
-    commit,
-    fake_screener,
-    make_archive,
-    make_chain,
-)
+from validator_fakes import EXAMPLES, FakeQualifier, FileServer, commit, fake_screener, fast_config, make_archive, make_chain
 
-from cacheon_subnet.netpolicy import LOCAL
 from cacheon_subnet.validator import ledger
-from cacheon_subnet.validator.loop import Validator, ValidatorConfig
+from cacheon_subnet.validator.loop import Validator
 from cacheon_subnet.validator.stages.passstate import PassState
 
 TARGET = "norm.rmsnorm"
@@ -42,19 +31,7 @@ def test_only_the_crown_and_the_unfinished_keep_their_archives(tmp_path, srv):
         arch, digests[miner] = make_archive(EXAMPLES / "norm.rmsnorm", tmp_path, miner, {"speed.txt": speed})
         commit(chain, miner, digests[miner], srv.add(f"{tmp_path.name}-{miner}.tar.gz", arch))
     chain.advance(2)
-    cfg = ValidatorConfig(
-        netuid=NETUID,
-        hotkey=VALIDATOR,
-        state_dir=tmp_path / "state",
-        interval_s=0,
-        targets=(TARGET,),
-        retry_base_s=0.0,
-        retry_max_s=0.0,
-        chain_backoff_base_s=0.01,
-        chain_call_retry_s=0.0,
-        url_policy=LOCAL,
-        settle_hold_blocks=0,
-    )
+    cfg = fast_config(tmp_path / "state", (TARGET,), settle_hold_blocks=0)
     v = Validator(cfg, chain, FakeQualifier(), screener=fake_screener())
     try:
         v.run_once()  # fetched, screened, qualified and settled in one drained pass

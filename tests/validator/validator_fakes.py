@@ -41,6 +41,23 @@ def make_archive(src: str | Path, out_dir: Path, name: str, extra: dict[str, str
     return archive, bundle.digest
 
 
+def fast_config(state_dir: Path, targets: tuple[str, ...], **cfg: Any) -> Any:
+    """A ValidatorConfig for a local chain and local archive servers: no pauses, no retry waits."""
+    from cacheon_subnet.netpolicy import LOCAL
+    from cacheon_subnet.validator.loop import ValidatorConfig
+
+    opts: dict[str, Any] = {
+        "interval_s": 0,
+        "retry_base_s": 0.0,
+        "retry_max_s": 0.0,
+        "chain_backoff_base_s": 0.01,
+        "chain_call_retry_s": 0.0,
+        "url_policy": LOCAL,
+        **cfg,
+    }
+    return ValidatorConfig(netuid=NETUID, hotkey=VALIDATOR, state_dir=state_dir, targets=targets, **opts)
+
+
 def make_chain(
     path: Path, *, version_key: int = 29, rate_limit: int = 5, seconds_per_block: float = 0.0, miners: int = 0
 ) -> LocalChain:
