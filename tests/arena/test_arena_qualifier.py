@@ -82,7 +82,7 @@ def test_an_unfinished_run_is_refused():
 
 def test_the_stored_detail_keeps_what_the_leaderboard_plots():
     """Each timed stage's windows on the judged metric, its noise and bar (arena-result/2 keys)."""
-    from cacheon_subnet.validator.web.data import stages_of
+    from cacheon_subnet.validator.web.stages import stages_of
 
     cycle = [("B", 100.0), ("C", 110.0), ("C", 111.0), ("B'", 101.0)] * 2
     win = tuple(WindowRecord(Window(i, i // 4, r, "x"), {M: v, "s": 1.0}) for i, (r, v) in enumerate(cycle))

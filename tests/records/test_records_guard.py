@@ -21,7 +21,7 @@ from arena.config import SPEED_METRICS
 from arena.records import ArenaResult
 from cacheon_subnet.records import ContributionState, QualifyResult, Role, SpeedMetric
 from cacheon_subnet.validator import state
-from cacheon_subnet.validator.web import data
+from cacheon_subnet.validator.web import stages
 
 LEAVES = (str, int, float, bool, type(None))
 
@@ -122,7 +122,7 @@ def test_the_closed_sets_match_the_code_that_speaks_them():
     assert tuple(m.value for m in SpeedMetric) == SPEED_METRICS
     assert set(state.STATES) == set(ContributionState) and len(state.STATES) == len(ContributionState)
     assert set(state.TRANSITIONS) == set(ContributionState)
-    assert set(data.ROLES) == set(Role) - {Role.T}
+    assert set(stages.ROLES) == set(Role) - {Role.T}
 
 
 @pytest.mark.parametrize("record", [QualifyResult])

@@ -30,7 +30,7 @@ from cacheon_subnet.records import (
 from cacheon_subnet.validator import bumps
 from cacheon_subnet.validator.state import STATES, TARGETS_KEY, StateDB, StateError
 from cacheon_subnet.validator.web.snapshot import SNAPSHOT
-from cacheon_subnet.validator.web.stages import ROLES, stages_of  # noqa: F401 - ROLES: the page's roles
+from cacheon_subnet.validator.web.stages import stages_of
 from cacheon_subnet.webapi import MAX_PAGE, SCHEMA, clean
 from cacheon_subnet.words import state_label, verdict_label
 

@@ -2,7 +2,7 @@
 baseline level median(B ∪ B′), its noise band level·(1 ± noise) and the bar level·bar a PASS
 needs C to reach (arena/verdict/speed.py judges median(C)/median(B ∪ B′) against that bar).
 
-`geometry` turns a stage (data.stages_of) into plain shapes; page.py draws them through an
+`geometry` turns a stage (stages.stages_of) into plain shapes; page.py draws them through an
 autoescaping template, so nothing here builds markup.
 """
 

@@ -165,7 +165,11 @@ def _copy(src: sqlite3.Connection, dst: sqlite3.Connection, table: str, cols: tu
     cur = src.execute(f"SELECT {picked} FROM {table}")
     while rows := cur.fetchmany(1000):
         if detail >= 0:
-            rows = [
-                (*r[:detail], figures, *r[detail + 1 :], plotted) for r in rows for figures, plotted in [_figures(r[detail])]
-            ]
+            rows = [_shown(r, detail) for r in rows]
         dst.executemany(insert, rows)
+
+
+def _shown(row: tuple[Any, ...], detail: int) -> tuple[Any, ...]:
+    """An evidence row with its detail replaced by its figures, and `has_windows` appended."""
+    figures, plotted = _figures(row[detail])
+    return (*row[:detail], figures, *row[detail + 1 :], plotted)
