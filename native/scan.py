@@ -37,7 +37,7 @@ ALLOWED_DIRECTIVES = frozenset(
 ALLOWED_PRAGMAS = ("once", "unroll", "nounroll")
 FORBIDDEN_WORDS = re.compile(r"\b(_Pragma|__pragma|__has_include|__has_include_next|__has_embed)\b")
 HEADER_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./+\-]{0,199}$")
-MAX_DIAGNOSTICS = 20  # a file's first findings: the miner fixes those; more only cost the host
+MAX_DIAGNOSTICS = 20  # an op's (and a file's) first findings: the miner fixes those; more only cost the host
 _TRIGRAPH = re.compile(r"\?\?[=/'()!<>\-]")
 _SPLICE = re.compile(r"\\[ \t]*\n")
 _RAW_PREFIX = re.compile(r"(?:^|[^A-Za-z0-9_])(?:u8|u|U|L)?R$")
@@ -72,6 +72,8 @@ def scan_sources(
             out.append(Diagnostic(path, 0, f"not UTF-8 text ({e.reason} at byte {e.start})"))
             continue
         out += scan_file(path, text, frozenset(sources), bundle_paths)
+        if len(out) >= MAX_DIAGNOSTICS:  # an op's first findings: the rest of its files are not read
+            return out[:MAX_DIAGNOSTICS]
     return out
 
 
