@@ -32,6 +32,7 @@
 #   bash scripts/device_trust.sh seq sm-controls   # issue 15: faithful, wrong math, the 5 subtle controls (CONTROLS=a,b)
 #   bash scripts/device_trust.sh seq sm-speed      # issue 15 item 4: role bias and the handicap crown in smollm2.toml
 #   CARD=H100 bash scripts/device_trust.sh seq fixtures  # issue 34 item 1: MoE stock probe, profile -> fixture, bench
+#   bash scripts/device_trust.sh seq release       # issue 33 item 3: a release served by stock SGLang (carry .btw)
 #   bash scripts/device_trust.sh seq warm judge=6  # issue 30 item 6: the whole judge over a mixed queue (judge=12 next)
 # Each step's limit is what is left of the call (DEADLINE_S, default 585 s from the start).
 set -u
@@ -268,6 +269,21 @@ PY
       --work "/var/tmp/cacheon-judge-$n" --out "$OUT/judge-$n.json" ${JUDGE_EXTRA:+--extra "$JUDGE_EXTRA"}
     tail -16 "$OUT/judge-$n.txt"; cp /var/tmp/cacheon-judge-"$n"/pass*.log "$OUT/" 2>/dev/null
     ;;
+  release)  # issue 33 item 3: the H200 crown (examples/attention.decode) as a release wheel, signed with a throwaway
+             # sr25519 key, verified, installed and served by stock SGLang A B B A (scripts/release_serve.py).
+             # Needs the bittensor SDK for the signature: carry .btw (its wheels, docs/benchmarks.md) when the image lacks it
+    [ -d .btw ] && python3 -m pip install -q --no-index --no-deps --target /tmp/btsite .btw/*.whl 2>/dev/null
+    export PYTHONPATH=$PYTHONPATH:/tmp/btsite; W=/tmp/rel; rm -rf "$W"
+    step rel-build 120 $C release build --bundle examples/attention.decode --out "$W"; tail -4 "$OUT/rel-build.txt"
+    python3 -c "from bittensor.sp_core import CRYPTO_SR25519, Keypair, serialized_keypair_to_keyfile_data as s
+k = Keypair.create_from_mnemonic(Keypair.generate_mnemonic(12), CRYPTO_SR25519)
+open('/tmp/relkey', 'wb').write(s(k)); open('/tmp/relkey.ss58', 'w').write(k.ss58_address)" || { echo "release: no bittensor SDK"; return; }
+    step rel-sign 60 $C release sign "$W"/*.whl --key-file /tmp/relkey; tail -3 "$OUT/rel-sign.txt"
+    step rel-verify 90 $C release verify "$W"/*.whl --owner "$(cat /tmp/relkey.ss58)"; cat "$OUT/rel-verify.txt"
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site "$W"/*.whl && cp "$W"/*.whl "$OUT/"
+    step rel-serve 560 python3 scripts/release_serve.py --wheel "$W"/*.whl --owner "$(cat /tmp/relkey.ss58)" \
+      --out "$OUT/release_serve.json"; tail -40 "$OUT/rel-serve.txt"
+    ;;
   rt)  # issue 30 item 4: the resident timed engine (scripts/resident_timed_bench.py; its flags in RT_ARGS,
        # e.g. RT_ARGS="--modes resident --sequence role-bias,examples/norm.rmsnorm,role-bias")
     n=rt-${2:-$(date +%s)}
@@ -306,6 +322,7 @@ PY
       sm-speed) need 300 "$m" && mode sm-speed ;;
       judge=*) need 400 "$m" && mode judge "${m#judge=}" ;;
       cuda) need 300 cuda && mode cuda ;;
+      release) need 300 release && mode release ;;
       rt=*) need 300 "$m" && mode rt "${m#rt=}" ;;
       *) need 300 "$m" && mode "$m" ;;
     esac; pkill -9 -f 'arena[.]engine[.]child|sglang[.]srt' 2>/dev/null; done; [ -n "${PACK:-}" ] && packcache
