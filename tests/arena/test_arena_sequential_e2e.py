@@ -29,11 +29,16 @@ def _seq(cfg, enabled=True, stop_on_pass=False):
 
 @pytest.mark.slow
 def test_a_clear_loser_stops_after_min_cycles_without_a_teacher(env):
-    cfg = _seq(h.small_config(cycles=4, max_noise=0.5))
+    # stops at cycle 2 (min_cycles) on a quiet box; under CI load (3 workers on 2 cores, 2026-12-05) one
+    # stalled window raised the run's SD to 69 % and the SPRT needed cycle 3: so 6 configured cycles,
+    # and the test reads "stopped early, never before min_cycles", not the exact cycle
+    cfg = _seq(h.small_config(cycles=6, max_noise=0.5))
     r = h.run(h.torch_bundle("loser"), env, engine="SlowCandidateEngine", cfg=cfg)
-    assert r["verdict"] == "FAIL" and "sequential stop after 2 of 4 cycles" in r["reason"], r["reason"]
-    assert [s["gated"] for s in r["sequential"]] == ["CONTINUE", "FAIL"]  # cycle 1 < min_cycles
-    assert len(r["windows"]) == 1 + 4 * 2  # warm-up + two cycles: cycles 3-4 never ran
+    gated = [s["gated"] for s in r["sequential"]]
+    ran = len(gated)
+    assert r["verdict"] == "FAIL" and f"sequential stop after {ran} of 6 cycles" in r["reason"], r["reason"]
+    assert 2 <= ran < 6 and gated[0] == "CONTINUE" and gated[-1] == "FAIL", gated  # cycle 1 < min_cycles
+    assert len(r["windows"]) == 1 + 4 * ran  # warm-up + the cycles run: the rest never ran
     assert "teacher" not in r["stages"] and r["evidence"]["ok"]
 
 
