@@ -148,6 +148,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_cli_world_size() -> None:
+    # --no-compile: the flag's path to two ranks is under test here; torch.compile on both ranks is
+    # test_faithful_collectives_pass_on_two_ranks' (FAST keeps the compile check; ~2 CPU-s each)
     ok = _cli(
         "verify",
         str(EXAMPLES / "collective.all_reduce"),
@@ -158,6 +160,7 @@ def test_cli_world_size() -> None:
         "--device",
         "cpu",
         "--json",
+        "--no-compile",
     )
     assert ok.returncode == 0, ok.stdout + ok.stderr
     data = json.loads(ok.stdout)
