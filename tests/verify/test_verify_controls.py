@@ -60,17 +60,12 @@ def test_output_aliasing_control_is_refused_statically():
 
 
 @pytest.mark.slow
-def test_faithful_example_passes():
+def test_faithful_example_passes_and_every_verify_draws_a_fresh_secret_seed():
     report = verify_bundle(load_bundle(EXAMPLES / "norm.rmsnorm"), OPTS)
     assert report.status == "PASS", report.render()
     assert all(op.calls > 0 for op in report.ops)
-
-
-@pytest.mark.slow
-def test_fresh_inputs_every_trial_and_secret_seed():
-    a = verify_bundle(load_bundle(EXAMPLES / "norm.rmsnorm"), VerifyOptions(device="cpu", max_cases=1))
-    b = verify_bundle(load_bundle(EXAMPLES / "norm.rmsnorm"), VerifyOptions(device="cpu", max_cases=1))
-    assert a.seed != b.seed
+    again = verify_bundle(load_bundle(EXAMPLES / "norm.rmsnorm"), VerifyOptions(device="cpu", max_cases=1))
+    assert again.status == "PASS" and again.seed != report.seed  # two verifies, two secret seeds
 
 
 @pytest.mark.slow
