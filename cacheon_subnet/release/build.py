@@ -19,6 +19,7 @@ from cacheon_subnet.bundle.engine_tree import build_tree
 from cacheon_subnet.errors import UsageError
 from cacheon_subnet.release.descriptor import (
     DESCRIPTOR_FILE,
+    RELEASE_VERSION,
     SCHEMA,
     STOCK,
     TREE_DIR,
@@ -32,12 +33,14 @@ from cacheon_subnet.release.descriptor import (
     engine_settings,
     package_name,
     pinned_runtime,
+    requirements,
     seam_table_digest,
+    summary,
 )
 from cacheon_subnet.release.wheel import WheelName, entry_points, metadata, wheel_file, write_wheel
 from seams.table import PLUGIN_GROUP, adapters_for_slot
 
-VERSION = "1"
+VERSION = RELEASE_VERSION
 # The release package's own module: name-free, so it can be sealed before the name is known.
 INIT = b'''"""A Cacheon engine release (built by `cacheon release build`; verify with `cacheon release verify`)."""
 
@@ -163,6 +166,7 @@ def describe(selected: Sequence[Selected], tree_digest: str, files: dict[str, by
     return Descriptor(
         schema=SCHEMA,
         runtime=pinned_runtime(),
+        cacheon_subnet=__version__,
         seam_table=seam_table_digest(),
         tree_digest=tree_digest,
         crowns=tuple(sorted((s.crown for s in selected), key=lambda c: c.slot)),
@@ -188,9 +192,7 @@ def build_release(selected: Sequence[Selected], out_dir: Path) -> tuple[Path, De
     wn = WheelName(name, VERSION)
     members = {f"{name}/{p}": d for p, d in files.items()}
     members[f"{name}/{DESCRIPTOR_FILE}"] = data
-    summary = "Cacheon engine release: " + ", ".join(c.slot for c in desc.crowns)
-    requires = (f"cacheon-subnet=={__version__}", f"sglang=={desc.runtime.sglang}")
-    members[f"{wn.dist_info}/METADATA"] = metadata(wn, summary, requires)
+    members[f"{wn.dist_info}/METADATA"] = metadata(wn, summary(desc), requirements(desc))
     members[f"{wn.dist_info}/WHEEL"] = wheel_file()
     members[f"{wn.dist_info}/entry_points.txt"] = entry_points(PLUGIN_GROUP, name, f"{name}:load")
     out_dir.mkdir(parents=True, exist_ok=True)

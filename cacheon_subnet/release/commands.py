@@ -7,7 +7,8 @@
 
 Exit codes (cliout.Exit): 0 ok; 1 FAIL (a bundle refused by the policy scan, a release refused by
 verify, a pin check that found breaks); 2 usage (no such path, no crown, no key); 3 `verify` only:
-the wheel verified but SGLang is not installed here, so the runtime was not checked.
+the wheel verified but no --owner was given (its signer is anyone's key) or SGLang is not installed
+here, so the runtime was not checked.
 """
 
 from __future__ import annotations
@@ -112,10 +113,12 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     v = rs.add_parser(
         "verify",
         help="check signature, every file, RECORD and the installed runtime "
-        "(exit 0 verified, 1 refused, 2 usage, 3 wheel verified but no SGLang here)",
+        "(exit 0 verified, 1 refused, 2 usage, 3 wheel verified but no --owner or no SGLang here)",
     )
     v.add_argument("wheel", metavar="WHEEL", help="the release wheel to check")
-    v.add_argument("--owner", metavar="SS58", help="the subnet owner's address the signature must be by")
+    v.add_argument(
+        "--owner", metavar="SS58", help="the subnet owner's address the signature must be by (without it: exit 3 at best)"
+    )
     v.add_argument("--json", action="store_true")
     v.set_defaults(handler=cmd_verify)
     p = sub.add_parser("pin", help="SGLang pin tools")

@@ -17,12 +17,14 @@ from cacheon_subnet.pins import SGLANG_KERNEL_PIN, SGLANG_PIN, TORCH_PIN, TRITON
 from cacheon_subnet.records.codec import RecordError, from_json, to_json
 from seams.table import HOOK_TARGETS, PLUGIN_GROUP, SEAM_ADAPTERS
 
-SCHEMA = "cacheon.release/1"
+SCHEMA = "cacheon.release/2"  # /2: the cacheon-subnet version that built it (the METADATA pin), red team s20
 PREFIX = "cacheon_release_"
 DESCRIPTOR_FILE = "release.json"
 SIGNATURE_FILE = "release.sig"
 TREE_DIR = "tree"
 STOCK = "stock"  # what serves every call the policy does not route: SGLang's own kernel
+RELEASE_VERSION = "1"  # the wheel's version: the name already follows from the content
+MAX_DESCRIPTOR_BYTES = 4 << 20  # 8192 sealed files at ~200 bytes each, with room
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,7 @@ class NativeArtifact:
 class Descriptor:
     schema: str
     runtime: RuntimePins
+    cacheon_subnet: str  # the cacheon-subnet version that built it: the wheel's METADATA requires it
     seam_table: str  # seam_table_digest() of the cacheon that built it
     tree_digest: str  # the sealed engine tree's digest (bundle/engine_tree.py)
     crowns: tuple[ReleaseCrown, ...]
@@ -170,12 +173,24 @@ def package_name(data: bytes) -> str:
     return PREFIX + descriptor_digest(data)[:12]
 
 
+def summary(desc: Descriptor) -> str:
+    """The wheel METADATA's Summary line (verify rebuilds METADATA from the descriptor)."""
+    return "Cacheon engine release: " + ", ".join(c.slot for c in desc.crowns)
+
+
+def requirements(desc: Descriptor) -> tuple[str, ...]:
+    """The wheel METADATA's Requires-Dist lines: exactly these, so pip fetches nothing unsigned."""
+    return (f"cacheon-subnet=={desc.cacheon_subnet}", f"sglang=={desc.runtime.sglang}")
+
+
 def parse(data: bytes) -> Descriptor:
     """Strict read: the schema, every field's type, and the bytes must be the canonical form."""
+    if len(data) > MAX_DESCRIPTOR_BYTES:
+        raise RecordError(f"{DESCRIPTOR_FILE}: {len(data)} bytes, more than {MAX_DESCRIPTOR_BYTES}")
     try:
         doc = json.loads(data)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise RecordError(f"{DESCRIPTOR_FILE}: not JSON ({e})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # '[' * 10**5: RecursionError
+        raise RecordError(f"{DESCRIPTOR_FILE}: not JSON ({type(e).__name__}: {str(e)[:160]})") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
         raise RecordError(f"{DESCRIPTOR_FILE}: schema {got!r}, expected {SCHEMA!r}")

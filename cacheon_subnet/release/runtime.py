@@ -6,10 +6,13 @@ something nobody measured. So `load_release` only builds the launch environment 
 would have written (the crowned bindings' gates, the release's sealed tree and its digest, serving
 mode: a failing kernel falls back to stock) and hands it to seams.activate.activate_scheduler from
 an AROUND hook on Scheduler.__init__, in exactly the scheduler ranks. It never touches os.environ,
-so the project's own `cacheon` plugin stays off beside it.
+so the project's own `cacheon` plugin stays off beside it (unless the environment itself arms it:
+then the release stays off, as it does beside a second installed release; activation runs once a
+process, so two activators would leave which one serves to entry-point order).
 
-Never a crash: on another SGLang version, a seam table other than the one released, or anything
-unreadable, it logs one warning line and returns; SGLang's stock kernels serve. No validator,
+Never a crash: on any runtime other than the pinned one (SGLang, torch, Triton, sglang-kernel), a
+seam table other than the one released, a competing activator, or anything unreadable, it logs one
+warning line and returns; SGLang's stock kernels serve. No validator,
 chain or sandbox is imported here (tests/release/test_runtime.py imports it with those blocked).
 """
 
@@ -19,7 +22,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -27,13 +30,16 @@ from typing import Any
 from cacheon_subnet.env import ENGINE_TREE, ENGINE_TREE_DIGEST, RECEIPT_DIR, SEAM_STRICT
 from cacheon_subnet.release.descriptor import (
     DESCRIPTOR_FILE,
+    PREFIX,
     TREE_DIR,
     EngineSetting,
+    RuntimePins,
     package_name,
     parse,
     seam_table_digest,
 )
-from seams.table import HOOK_TARGETS, seam_environment
+from seams.entry import PLUGIN_NAME
+from seams.table import HOOK_TARGETS, PLUGIN_GROUP, SEAM_ADAPTERS, seam_environment
 
 log = logging.getLogger("cacheon.release")
 
@@ -44,6 +50,61 @@ def installed_version(dist: str) -> str | None:
         return version(dist)
     except PackageNotFoundError:
         return None
+
+
+def public(v: str) -> str:
+    return v.split("+", 1)[0]  # torch 2.11.0+cu130 is torch 2.11.0 built for CUDA 13.0
+
+
+def pin_problems(pins: RuntimePins) -> tuple[list[str], list[str]]:
+    """(matches, mismatches) of the installed runtime against a release's pins, one line each.
+    The plugin refuses on any mismatch, as verify does: a kernel measured under torch/Triton X is
+    not the kernel under Y (it checked SGLang only until red team session 20)."""
+    ok, bad = [], []
+    for dist, want in (
+        ("sglang", pins.sglang),
+        ("torch", pins.torch),
+        ("triton", pins.triton),
+        ("sglang-kernel", pins.sglang_kernel),
+    ):
+        have = installed_version(dist)
+        if have is None:
+            bad.append(f"{dist} not installed, the release pins {want}")
+        elif public(have) != want:
+            bad.append(f"{dist} {have} installed, the release pins {want}")
+        else:
+            ok.append(f"{dist} {have} (pinned {want})")
+    return ok, bad
+
+
+def _loaded_plugins() -> list[str]:
+    """The plugin names SGLang's load_plugins() would run here (its SGLANG_PLUGINS filter applied)."""
+    allowed = {x.strip() for x in os.environ.get("SGLANG_PLUGINS", "").split(",") if x.strip()}
+    return [ep.name for ep in entry_points(group=PLUGIN_GROUP) if not allowed or ep.name in allowed]
+
+
+def other_releases(name: str) -> list[str]:
+    """Other releases SGLang would load beside `name`."""
+    return sorted({n for n in _loaded_plugins() if n.startswith(PREFIX) and n != name})
+
+
+def competing(name: str) -> str | None:
+    """Why another plugin would activate the same scheduler ranks, or None. seams.activate runs once
+    per process: the outermost Scheduler.__init__ hook (entry-point order: directory order) wins and
+    the other's activation is a silent no-op (red team session 20)."""
+    others = other_releases(name)
+    if others:
+        return (
+            f"{len(others) + 1} cacheon releases installed ({', '.join(sorted([name, *others]))}): one engine "
+            "serves one release; pip uninstall all but one"
+        )
+    armed = [a.env_gate for a in SEAM_ADAPTERS if os.environ.get(a.env_gate) == "1"]
+    if armed and PLUGIN_NAME in _loaded_plugins():
+        return (
+            f"the environment arms cacheon's own seam plugin ({', '.join(f'{g}=1' for g in armed)}), which would "
+            "activate the same ranks from the environment: unset it"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -78,11 +139,14 @@ def plan(pkg_dir: Path) -> Plan | str:
     name = package_name(data)
     if pkg_dir.name != name:
         return f"package {pkg_dir.name} does not match its descriptor (expected {name})"
-    found = installed_version("sglang")
-    if found != desc.runtime.sglang:
-        return f"SGLang {found or '(not installed)'} here, the release was built for SGLang {desc.runtime.sglang}"
+    _, bad = pin_problems(desc.runtime)
+    if bad:
+        return "; ".join(bad)
     if desc.seam_table != seam_table_digest():
         return "the installed cacheon-subnet's seam table differs from the one the release was built with"
+    clash = competing(name)
+    if clash:
+        return clash
     env = seam_environment(desc.policy.bindings)
     env[ENGINE_TREE.name] = str(pkg_dir / TREE_DIR)
     env[ENGINE_TREE_DIGEST.name] = desc.tree_digest

@@ -19,6 +19,7 @@ from cacheon_subnet.release.descriptor import DESCRIPTOR_FILE, SIGNATURE_FILE
 from cacheon_subnet.release.wheel import WheelError, WheelName, read_wheel, write_wheel
 
 SIG_SCHEMA = "cacheon.release-signature/1"
+MAX_SIGNATURE_BYTES = 4096  # an SS58 address and 64 bytes of hex, in JSON
 
 
 @dataclass(frozen=True)
@@ -83,10 +84,14 @@ def sign_wheel(wheel: Path, keypair: Any) -> Signature:
 
 
 def read_signature(data: bytes) -> Signature:
+    if len(data) > MAX_SIGNATURE_BYTES:
+        raise RecordError(f"{SIGNATURE_FILE}: {len(data)} bytes, more than {MAX_SIGNATURE_BYTES}")
     try:
         sig = from_json(Signature, json.loads(data))
-    except ValueError as e:  # RecordError is one; json's own too
+    except RecordError as e:
         raise RecordError(f"{SIGNATURE_FILE}: {e}") from None
+    except (ValueError, RecursionError) as e:  # json's own; '[' * 10**5 recurses
+        raise RecordError(f"{SIGNATURE_FILE}: not JSON ({type(e).__name__}: {str(e)[:160]})") from None
     if sig.schema != SIG_SCHEMA:
         raise RecordError(f"{SIGNATURE_FILE}: schema {sig.schema!r}, expected {SIG_SCHEMA!r}")
     return sig

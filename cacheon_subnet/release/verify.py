@@ -2,16 +2,19 @@
 does this host run the runtime it was built for?
 
 Why every check names what differs: an operator who is refused must be able to tell a tampered
-file from a stale SGLang without reading code. Checks, in order: the wheel's layout; the descriptor
-(strict, canonical); the package name against the descriptor's digest; the signature (and the
-owner); RECORD against every member; every sealed file against the descriptor (missing, changed,
-extra); the dist-info the release declares (its plugin entry point); the tree digest; the policy's
+file from a stale SGLang without reading code. Checks, in order: the wheel's layout (zipform.py:
+no byte outside the members zipfile lists); the descriptor (strict, canonical); the package name
+against the descriptor's digest; the signature (and the owner); RECORD against every member; every
+sealed file against the descriptor (missing, changed, extra); the dist-info byte for byte (WHEEL,
+the plugin entry point, METADATA rebuilt from the descriptor: pip acts on all three) and the
+version; the tree digest; the policy's
 bindings and engine settings (ENGINE_NEEDS: said one line each); this cacheon's seam table; then
 the installed runtime, where SGLang is installed.
 
-Exit codes (cliout.Exit): 0 the wheel and this host's runtime verified; 1 refused (each difference
-listed); 2 usage (no such file); 3 the wheel verified but SGLang is not installed here, so the
-runtime was not checked (a build or CI host: install next to SGLang and verify again).
+Exit codes (cliout.Exit): 0 the wheel, its owner and this host's runtime verified; 1 refused (each
+difference listed); 2 usage (no such file); 3 no decision: the wheel verified but no --owner was
+given (the signer is reported, not trusted), or SGLang is not installed here, so the runtime was
+not checked (a build or CI host: install next to SGLang and verify again).
 """
 
 from __future__ import annotations
@@ -28,16 +31,28 @@ from cacheon_subnet.records.codec import RecordError
 from cacheon_subnet.release import runtime
 from cacheon_subnet.release.descriptor import (
     DESCRIPTOR_FILE,
+    RELEASE_VERSION,
     SIGNATURE_FILE,
     TREE_DIR,
     Descriptor,
     engine_settings,
     package_name,
     parse,
+    requirements,
     seam_table_digest,
+    summary,
 )
 from cacheon_subnet.release.sign import _layout, read_signature, signature_problem
-from cacheon_subnet.release.wheel import WheelError, entry_points, parse_record, read_wheel, record_hash, wheel_file
+from cacheon_subnet.release.wheel import (
+    WheelError,
+    WheelName,
+    entry_points,
+    metadata,
+    parse_record,
+    read_wheel,
+    record_hash,
+    wheel_file,
+)
 from seams.table import PLUGIN_GROUP, adapters_for_slot
 
 NO_SGLANG = "runtime: sglang not installed — checked the wheel only"
@@ -46,11 +61,12 @@ NO_SGLANG = "runtime: sglang not installed — checked the wheel only"
 class Outcome(Enum):
     VERIFIED = "verified"
     WHEEL_ONLY = "wheel-only"  # the wheel verified; no SGLang here to check the runtime against
+    UNBOUND = "unbound"  # the wheel verified, but no --owner: its signer is anyone's key
     REFUSED = "refused"
 
     @property
     def exit(self) -> Exit:
-        return {Outcome.VERIFIED: Exit.OK, Outcome.WHEEL_ONLY: Exit.NO_DECISION, Outcome.REFUSED: Exit.FAIL}[self]
+        return Exit.OK if self is Outcome.VERIFIED else Exit.FAIL if self is Outcome.REFUSED else Exit.NO_DECISION
 
 
 @dataclass(frozen=True)
@@ -66,11 +82,16 @@ class Report:
     signer: str | None
     findings: tuple[Finding, ...]
     runtime: tuple[str, ...]  # what the runtime check found, line by line
+    owner: str | None = None  # the --owner the signer was checked against (None: not checked)
 
     @property
     def outcome(self) -> Outcome:
+        """Never VERIFIED (exit 0) without --owner: anyone can sign a wheel, so a `verify && pip install`
+        passed a mirror's self-signed wheel (red team session 20)."""
         if self.findings:
             return Outcome.REFUSED
+        if self.owner is None:
+            return Outcome.UNBOUND
         return Outcome.WHEEL_ONLY if NO_SGLANG in self.runtime else Outcome.VERIFIED
 
     def to_json(self) -> dict[str, Any]:
@@ -91,29 +112,19 @@ class Report:
         return "\n".join(lines + [f"  {r}" for r in self.runtime])
 
 
-def _public(v: str) -> str:
-    return v.split("+", 1)[0]  # torch 2.11.0+cu130 is torch 2.11.0 built for CUDA 13.0
-
-
-def runtime_lines(desc: Descriptor) -> tuple[list[str], list[Finding]]:
-    found = runtime.installed_version("sglang")
-    if found is None:
+def runtime_lines(desc: Descriptor, pkg: str | None = None) -> tuple[list[str], list[Finding]]:
+    if runtime.installed_version("sglang") is None:
         return [NO_SGLANG], []
-    lines, bad = [], []
-    for dist, want in (
-        ("sglang", desc.runtime.sglang),
-        ("torch", desc.runtime.torch),
-        ("triton", desc.runtime.triton),
-        ("sglang-kernel", desc.runtime.sglang_kernel),
-    ):
-        have = runtime.installed_version(dist)
-        if have is None:
-            bad.append(Finding("runtime", f"{dist} not installed, the release pins {want}"))
-        elif _public(have) != want:
-            bad.append(Finding("runtime", f"{dist} {have} installed, the release pins {want}"))
-        else:
-            lines.append(f"runtime: {dist} {have} (pinned {want})")
-    return lines, bad
+    ok, bad = runtime.pin_problems(desc.runtime)
+    lines = [f"runtime: {line}" for line in ok]
+    if pkg is not None:  # not refusals: the file is fine, this host needs a step first
+        others = runtime.other_releases(pkg)
+        lines += [f"runtime: {o} is installed here; pip uninstall {o} first (two releases: both stay stock)" for o in others]
+        if runtime.installed_version(pkg) is not None:
+            lines.append(
+                f"runtime: {pkg} is already installed; verify a wheel before installing it (its files run in every Python process after)"
+            )
+    return lines, [Finding("runtime", b) for b in bad]
 
 
 def _record(members: dict[str, bytes], dist_info: str) -> list[Finding]:
@@ -166,25 +177,47 @@ def _own_dist_info(path: str, pkg: str) -> bool:
     return bool(sep) and top.startswith(pkg + "-") and top.endswith(".dist-info")
 
 
-def _dist_info(members: dict[str, bytes], pkg: str, dist_info: str) -> list[Finding]:
+def _dist_info(members: dict[str, bytes], pkg: str, wn: WheelName, desc: Descriptor) -> list[Finding]:
+    """The release's own dist-info, byte for byte what `build` writes: METADATA too, since pip acts on
+    it (a Requires-Dist `x @ URL` added by a mirror fetched and installed unsigned code, red team s20)."""
+    dist_info = wn.dist_info
     want = {
         "WHEEL": wheel_file(),
         "entry_points.txt": entry_points(PLUGIN_GROUP, pkg, f"{pkg}:load"),
+        "METADATA": metadata(WheelName(pkg, RELEASE_VERSION), summary(desc), requirements(desc)),
     }
     out = []
+    if wn.version != RELEASE_VERSION:
+        out.append(
+            Finding("dist-info", f"{dist_info}: version {wn.version!r}, a release's wheel is version {RELEASE_VERSION}")
+        )
     for name, data in want.items():
-        if members.get(f"{dist_info}/{name}") != data:
-            out.append(Finding("dist-info", f"{dist_info}/{name} differs from what a release declares"))
-    meta = members.get(f"{dist_info}/METADATA", b"").decode("utf-8", "replace").splitlines()
-    if f"Name: {pkg}" not in meta:
-        out.append(Finding("dist-info", f"{dist_info}/METADATA does not name {pkg}"))
-    known = set(want) | {"METADATA", "RECORD"}
+        have = members.get(f"{dist_info}/{name}")
+        if have != data:
+            out.append(
+                Finding("dist-info", f"{dist_info}/{name} differs from what a release declares{_first_diff(have, data)}")
+            )
+    known = set(want) | {"RECORD"}
     out += [
         Finding("dist-info", f"{p}: not part of a release")
         for p in sorted(members)
         if p.startswith(dist_info + "/") and p[len(dist_info) + 1 :] not in known
     ]
     return out
+
+
+def _first_diff(have: bytes | None, want: bytes) -> str:
+    """Where a dist-info file first differs, as the two lines (`have` missing: says so)."""
+    if have is None:
+        return " (missing)"
+    got, exp = have.decode("utf-8", "replace").splitlines(), want.decode().splitlines()
+    for n, (a, b) in enumerate(zip(got, exp), 1):
+        if a != b:
+            return f" (line {n}: {a[:100]!r}, expected {b[:100]!r})"
+    if len(got) != len(exp):
+        extra = got[len(exp)] if len(got) > len(exp) else "(end of file)"
+        return f" (line {min(len(got), len(exp)) + 1}: {extra[:100]!r}, expected {len(exp)} lines)"
+    return " (line endings or a byte outside the lines)"
 
 
 def _policy(desc: Descriptor) -> list[Finding]:
@@ -243,10 +276,10 @@ def verify_wheel(path: Path, owner: str | None = None) -> Report:
                 found.append(Finding("signature", problem))
         except RecordError as e:
             found.append(Finding("signature", str(e)))
-    found += _record(members, wn.dist_info) + _files(members, pkg, desc) + _dist_info(members, pkg, wn.dist_info)
+    found += _record(members, wn.dist_info) + _files(members, pkg, desc) + _dist_info(members, pkg, wn, desc)
     found += _policy(desc)
-    lines, bad = runtime_lines(desc)
+    lines, bad = runtime_lines(desc, pkg)
     lines[:0] = [e.line() for e in desc.policy.engine]
     if owner is None and signer is not None:
-        lines.insert(0, f"owner: not checked (pass --owner SS58 to bind the signer {signer})")
-    return Report(str(path), pkg, signer, tuple(found + bad), tuple(lines))
+        lines.insert(0, f"owner: not checked (pass --owner SS58 to bind the signer {signer}); exit 3, not verified")
+    return Report(str(path), pkg, signer, tuple(found + bad), tuple(lines), owner)

@@ -74,7 +74,7 @@ def test_plugin_refuses_another_sglang_with_one_warning(
         assert runtime.load_release(pkg) is False
     assert fake_registry == []
     (line,) = [r.getMessage() for r in caplog.records]
-    assert "SGLang 0.5.22 here, the release was built for SGLang 0.5.13.post1" in line and "stock kernels serve" in line
+    assert "sglang 0.5.22 installed, the release pins 0.5.13.post1" in line and "stock kernels serve" in line
 
 
 def test_plugin_refuses_another_seam_table(

@@ -202,7 +202,10 @@ def test_descriptor_inconsistent_with_its_own_tree_or_slots_is_refused(signed: P
 
 
 def test_verify_without_owner_says_the_signer_is_unbound(signed: Path, owner: Any, versions) -> None:
+    """Anyone can sign a wheel: without --owner the answer is no decision (exit 3), never 0."""
     versions()
     report = verify_wheel(signed)
-    assert report.outcome is Outcome.VERIFIED
-    assert f"owner: not checked (pass --owner SS58 to bind the signer {owner.ss58_address})" in report.runtime
+    assert report.findings == () and report.outcome is Outcome.UNBOUND
+    line = f"owner: not checked (pass --owner SS58 to bind the signer {owner.ss58_address}); exit 3, not verified"
+    assert line in report.runtime
+    assert main(["release", "verify", str(signed)]) == Exit.NO_DECISION
