@@ -266,6 +266,12 @@ PROGRESS = EnumVar[str | None](
 )
 HOME = PathVar[str]("CACHEON_HOME", "~/.cacheon", "validator state root (state dirs under validator/)", (H,))
 MINER_STATE = PathVar[str]("CACHEON_MINER_STATE", "~/.cacheon/miner", "the miner's submission records", (H,))
+RELEASE_TRUST = PathVar[str](
+    "CACHEON_RELEASE_TRUST",
+    "~/.cacheon/release-trust.json",
+    "what `release verify` verified per owner: the newest serial (its rollback guard; --trust-file wins)",
+    (H,),
+)
 EXAMPLES = PathVar[str | None]("CACHEON_EXAMPLES", None, "example bundles (unset: the checkout's examples/)", (H,))
 LOCAL_CHAIN = PathVar[str | None]("CACHEON_LOCAL_CHAIN", None, "default --local-chain: the LocalChain SQLite file", (H,))
 NEURON_REEXEC = BoolVar(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return next((i for i, f in enumerate(HEAVY_FIRST) if path == f), len(HEAVY_FIRST))
 
     items.sort(key=rank)  # stable: the order inside a file (and its module fixtures) is kept
+
+
+@pytest.fixture(autouse=True)
+def _release_trust_per_test(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`release verify` remembers each owner's newest serial (release/trust.py): one file per test,
+    so no verdict depends on what another test verified, and none writes to ~/.cacheon."""
+    trust = tmp_path_factory.getbasetemp() / f"release-trust-{uuid.uuid4().hex}.json"
+    monkeypatch.setenv("CACHEON_RELEASE_TRUST", str(trust))
 
 
 @pytest.fixture(autouse=True)

@@ -19,6 +19,7 @@ from cacheon_subnet.bundle.engine_tree import build_tree
 from cacheon_subnet.errors import UsageError
 from cacheon_subnet.release.descriptor import (
     DESCRIPTOR_FILE,
+    MAX_SERIAL,
     RELEASE_VERSION,
     SCHEMA,
     STOCK,
@@ -29,6 +30,7 @@ from cacheon_subnet.release.descriptor import (
     Route,
     SealedFile,
     ServingPolicy,
+    Stamp,
     canonical,
     engine_settings,
     package_name,
@@ -157,7 +159,7 @@ def _check(selected: Sequence[Selected]) -> None:
             raise UsageError(f"{s.crown.slot}: no seam adapter routes this slot in SGLang (seams/table.py)")
 
 
-def describe(selected: Sequence[Selected], tree_digest: str, files: dict[str, bytes]) -> Descriptor:
+def describe(selected: Sequence[Selected], tree_digest: str, files: dict[str, bytes], stamp: Stamp) -> Descriptor:
     routes = tuple(
         Route(op.slot, op.variant, s.bundle.digest, tuple(op.dtypes), _rules(op)) for s in selected for op in s.ops
     )
@@ -165,6 +167,8 @@ def describe(selected: Sequence[Selected], tree_digest: str, files: dict[str, by
     sealed = tuple(SealedFile(p, hashlib.sha256(d).hexdigest(), len(d)) for p, d in sorted(files.items()))
     return Descriptor(
         schema=SCHEMA,
+        serial=stamp.serial,
+        issued=stamp.issued,
         runtime=pinned_runtime(),
         cacheon_subnet=__version__,
         seam_table=seam_table_digest(),
@@ -181,12 +185,16 @@ def describe(selected: Sequence[Selected], tree_digest: str, files: dict[str, by
     )
 
 
-def build_release(selected: Sequence[Selected], out_dir: Path) -> tuple[Path, Descriptor]:
-    """Write the (unsigned) release wheel into `out_dir`; returns its path and descriptor."""
+def build_release(selected: Sequence[Selected], out_dir: Path, stamp: Stamp | None = None) -> tuple[Path, Descriptor]:
+    """Write the (unsigned) release wheel into `out_dir`; returns its path and descriptor.
+    `stamp` unset: Stamp.now() (SOURCE_DATE_EPOCH or the clock)."""
     _check(selected)
+    stamp = stamp or Stamp.now()
+    if not 1 <= stamp.serial <= MAX_SERIAL or not 0 <= stamp.issued <= MAX_SERIAL:
+        raise UsageError(f"release serial {stamp.serial} / issued {stamp.issued}: outside [1, {MAX_SERIAL}]")
     tree_digest, files = _tree_files(selected)
     files["__init__.py"] = INIT
-    desc = describe(selected, tree_digest, files)
+    desc = describe(selected, tree_digest, files, stamp)
     data = canonical(desc)
     name = package_name(data)
     wn = WheelName(name, VERSION)

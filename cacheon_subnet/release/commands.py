@@ -1,12 +1,13 @@
 """`cacheon release build|sign|verify` and `cacheon pin check` (registered via cli.EXTENSIONS).
 
-  cacheon release build (--state-dir DIR | --bundle B [--bundle B ...]) --out DIR [--sign KEY FLAGS]
+  cacheon release build (--state-dir DIR | --bundle B [--bundle B ...]) --out DIR [--serial N] [--sign KEY FLAGS]
   cacheon release sign WHEEL (--key-file PATH | --wallet.name N --wallet.hotkey H [--wallet.path P])
-  cacheon release verify WHEEL [--owner SS58]
+  cacheon release verify WHEEL [--owner SS58] [--min-serial N] [--allow-rollback] [--trust-file PATH]
   cacheon pin check --wheel PATH_OR_URL
 
 Exit codes (cliout.Exit): 0 ok; 1 FAIL (a bundle refused by the policy scan, a release refused by
-verify, a pin check that found breaks); 2 usage (no such path, no crown, no key); 3 `verify` only:
+verify (a rollback included), a pin check that found breaks); 2 usage (no such path, no crown, no key,
+an unreadable trust file); 3 `verify` only:
 the wheel verified but no --owner was given (its signer is anyone's key) or SGLang is not installed
 here, so the runtime was not checked.
 """
@@ -17,6 +18,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from cacheon_subnet import env
 from cacheon_subnet.cliout import Exit, emit
 from cacheon_subnet.errors import UsageError
 
@@ -33,6 +35,7 @@ def _keypair(args: argparse.Namespace) -> Any:
 
 def cmd_build(args: argparse.Namespace) -> int:
     from cacheon_subnet.release.build import build_release, from_bundles, from_state
+    from cacheon_subnet.release.descriptor import Stamp
     from cacheon_subnet.release.sign import sign_wheel
 
     if bool(args.state_dir) == bool(args.bundle):
@@ -41,16 +44,17 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.sign and key is None:
         raise UsageError("release build --sign: name the key (--key-file PATH or --wallet.name/--wallet.hotkey)")
     selected = from_state(Path(args.state_dir)) if args.state_dir else from_bundles(args.bundle)
-    wheel, desc = build_release(selected, Path(args.out))
+    wheel, desc = build_release(selected, Path(args.out), Stamp.now(args.serial))
     signer = sign_wheel(wheel, key).signer if key is not None else None
     slots = [c.slot for c in desc.crowns]
     payload = {
         "wheel": str(wheel),
+        "serial": desc.serial,
         "slots": slots,
         "tree_digest": desc.tree_digest,
         "signed_by": signer,
     }
-    text = f"built {wheel}\n  routes {', '.join(slots)}\n  " + (
+    text = f"built {wheel}\n  serial {desc.serial}\n  routes {', '.join(slots)}\n  " + (
         f"signed by {signer}" if signer else "unsigned: cacheon release sign WHEEL --key-file ... before shipping"
     )
     emit(args, payload, text)
@@ -72,9 +76,10 @@ def cmd_sign(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from cacheon_subnet.release.verify import verify_wheel
+    from cacheon_subnet.release.verify import Guard, verify_wheel
 
-    report = verify_wheel(Path(args.wheel), args.owner)
+    guard = Guard(Path(args.trust_file or env.RELEASE_TRUST.get()), args.min_serial, args.allow_rollback)
+    report = verify_wheel(Path(args.wheel), args.owner, guard)
     emit(args, report.to_json(), report.render)
     return report.outcome.exit
 
@@ -85,6 +90,14 @@ def cmd_pin_check(args: argparse.Namespace) -> int:
     report = pin_check(args.wheel)
     emit(args, {"wheel": report.wheel, "breaks": report.breaks, "report": report.render()}, report.render)
     return Exit.FAIL if report.breaks else Exit.OK
+
+
+def _serial(raw: str) -> int:
+    from cacheon_subnet.release.descriptor import MAX_SERIAL
+
+    if not raw.isdigit() or not 0 <= int(raw) <= MAX_SERIAL:
+        raise argparse.ArgumentTypeError(f"{raw!r}: a whole number from 0 to {MAX_SERIAL}")
+    return int(raw)
 
 
 def _key_flags(p: argparse.ArgumentParser) -> None:
@@ -101,6 +114,13 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     b.add_argument("--state-dir", metavar="DIR", help="the validator's state dir: release its settled crowns")
     b.add_argument("--bundle", action="append", metavar="B", help="a bundle (dir or .tar.gz), unmeasured; repeatable")
     b.add_argument("--out", required=True, metavar="DIR", help="where the wheel is written")
+    b.add_argument(
+        "--serial",
+        type=_serial,
+        metavar="N",
+        help="the release's number in your sequence; must grow with each release "
+        "(default: the build time in UTC seconds, SOURCE_DATE_EPOCH when set)",
+    )
     b.add_argument("--sign", action="store_true", help="sign it too (with the key flags below)")
     _key_flags(b)
     b.add_argument("--json", action="store_true")
@@ -118,6 +138,23 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
     v.add_argument("wheel", metavar="WHEEL", help="the release wheel to check")
     v.add_argument(
         "--owner", metavar="SS58", help="the subnet owner's address the signature must be by (without it: exit 3 at best)"
+    )
+    v.add_argument(
+        "--min-serial",
+        type=_serial,
+        default=0,
+        metavar="N",
+        help="refuse a release numbered below N (the serial the owner announces; default: 0)",
+    )
+    v.add_argument(
+        "--allow-rollback",
+        action="store_true",
+        help="accept a release older than one this host verified from the same owner (a deliberate downgrade)",
+    )
+    v.add_argument(
+        "--trust-file",
+        metavar="PATH",
+        help=f"the newest serial verified per owner (default: ${env.RELEASE_TRUST.name} or {env.RELEASE_TRUST.default})",
     )
     v.add_argument("--json", action="store_true")
     v.set_defaults(handler=cmd_verify)

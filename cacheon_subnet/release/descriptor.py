@@ -1,4 +1,4 @@
-"""The release descriptor (`cacheon.release/1`): what a release binds, as one canonical document.
+"""The release descriptor (`cacheon.release/3`): what a release binds, as one canonical document.
 
 Why canonical bytes: the owner signs them, the wheel's package name is derived from their digest,
 and the serving runtime reads them back; one byte form (sorted keys, no spaces, no NaN, read back
@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import time
 from dataclasses import asdict, dataclass
 
+from cacheon_subnet.errors import UsageError
 from cacheon_subnet.pins import SGLANG_KERNEL_PIN, SGLANG_PIN, TORCH_PIN, TRITON_PIN
 from cacheon_subnet.records.codec import RecordError, from_json, to_json
 from seams.table import HOOK_TARGETS, PLUGIN_GROUP, SEAM_ADAPTERS
 
-SCHEMA = "cacheon.release/2"  # /2: the cacheon-subnet version that built it (the METADATA pin), red team s20
+SCHEMA = "cacheon.release/3"  # /2: the cacheon-subnet version (the METADATA pin); /3: serial and issue time (rollback guard)
 PREFIX = "cacheon_release_"
 DESCRIPTOR_FILE = "release.json"
 SIGNATURE_FILE = "release.sig"
@@ -25,6 +28,7 @@ TREE_DIR = "tree"
 STOCK = "stock"  # what serves every call the policy does not route: SGLang's own kernel
 RELEASE_VERSION = "1"  # the wheel's version: the name already follows from the content
 MAX_DESCRIPTOR_BYTES = 4 << 20  # 8192 sealed files at ~200 bytes each, with room
+MAX_SERIAL = (1 << 53) - 1  # exact in every JSON reader
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,24 @@ class RuntimePins:
     torch: str
     triton: str
     sglang_kernel: str
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """A release's place in its owner's sequence (serial) and its build time (issued, UTC seconds)."""
+
+    serial: int
+    issued: int
+
+    @staticmethod
+    def now(serial: int | None = None) -> Stamp:
+        """SOURCE_DATE_EPOCH when set (reproducible builds), else the clock; the serial defaults to
+        the same seconds, so an owner's later build has a higher serial unless they number them."""
+        raw = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+        if raw and not raw.isdigit():
+            raise UsageError(f"SOURCE_DATE_EPOCH={raw!r}: expected UTC seconds (decimal digits)")
+        issued = int(raw) if raw else int(time.time())
+        return Stamp(issued if serial is None else serial, issued)
 
 
 def pinned_runtime() -> RuntimePins:
@@ -139,6 +161,8 @@ class NativeArtifact:
 @dataclass(frozen=True)
 class Descriptor:
     schema: str
+    serial: int  # grows with each release of one owner: `verify` refuses one older than it has verified
+    issued: int  # when it was built, UTC seconds (SOURCE_DATE_EPOCH when set: builds stay reproducible)
     runtime: RuntimePins
     cacheon_subnet: str  # the cacheon-subnet version that built it: the wheel's METADATA requires it
     seam_table: str  # seam_table_digest() of the cacheon that built it
@@ -195,6 +219,10 @@ def parse(data: bytes) -> Descriptor:
         got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
         raise RecordError(f"{DESCRIPTOR_FILE}: schema {got!r}, expected {SCHEMA!r}")
     desc = from_json(Descriptor, doc)
+    for field, lowest in (("serial", 1), ("issued", 0)):
+        value = getattr(desc, field)
+        if not lowest <= value <= MAX_SERIAL:
+            raise RecordError(f"{DESCRIPTOR_FILE}: {field} {value} outside [{lowest}, {MAX_SERIAL}]")
     if canonical(desc) != data:
         raise RecordError(
             f"{DESCRIPTOR_FILE}: not in canonical form (sorted keys, no spaces): the signed bytes are ambiguous"

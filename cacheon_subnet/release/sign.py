@@ -4,6 +4,12 @@ Why the descriptor and not the wheel: the descriptor seals every file's SHA-256,
 the runtime pins and the serving policy, and the wheel's package name is its digest; so one
 signature over those bytes covers the wheel's contents, and `verify` checks the rest against it.
 The key comes through the pinned bittensor SDK (11.3.0: `bittensor.sp_core.Keypair`, `Wallet`).
+
+Why a prefix before the descriptor (signature schema /2): the owner's key signs other things too
+(extrinsics, polkadot.js `signRaw`); the prefix makes a release signature mean only "this release",
+so no signature made elsewhere over the same bytes verifies here. Why the wrapped form is refused:
+the SDK's verify also accepts a signature over `<Bytes>message</Bytes>` (what signRaw signs), a
+second message per signature that `cacheon release sign` never makes.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ from cacheon_subnet.records.codec import RecordError, from_json, to_json
 from cacheon_subnet.release.descriptor import DESCRIPTOR_FILE, SIGNATURE_FILE
 from cacheon_subnet.release.wheel import WheelError, WheelName, read_wheel, write_wheel
 
-SIG_SCHEMA = "cacheon.release-signature/1"
+SIG_SCHEMA = "cacheon.release-signature/2"  # /2: over SIGNED_PREFIX + the descriptor, never the wrapped form
+SIGNED_PREFIX = SIG_SCHEMA.encode() + b"\n"
+WRAP = (b"<Bytes>", b"</Bytes>")  # the SDK's verify fallback (btwallet's signRaw wrapping)
 MAX_SIGNATURE_BYTES = 4096  # an SS58 address and 64 bytes of hex, in JSON
 
 
@@ -66,8 +74,13 @@ def _layout(members: dict[str, bytes], where: str) -> tuple[str, WheelName]:
     return pkgs[0], WheelName(dist, version)
 
 
+def signed_message(descriptor: bytes) -> bytes:
+    """What the owner's key signs for a release: the domain prefix, then the descriptor's bytes."""
+    return SIGNED_PREFIX + descriptor
+
+
 def sign_bytes(keypair: Any, data: bytes) -> Signature:
-    return Signature(SIG_SCHEMA, str(keypair.ss58_address), bytes(keypair.sign(data)).hex())
+    return Signature(SIG_SCHEMA, str(keypair.ss58_address), bytes(keypair.sign(signed_message(data))).hex())
 
 
 def sign_wheel(wheel: Path, keypair: Any) -> Signature:
@@ -103,9 +116,20 @@ def signature_problem(sig: Signature, data: bytes, owner: str | None) -> str | N
 
     if owner is not None and sig.signer != owner:
         return f"signed by {sig.signer}, not by the owner {owner}"
+    message = signed_message(data)
     try:
         raw = bytes.fromhex(sig.signature)
-        ok = Keypair(ss58_address=sig.signer).verify(data, raw)
+        key = Keypair(ss58_address=sig.signer)
+        ok = key.verify(message, raw)
+        # A signature over the wrapped message verifies both; one over the message itself only the first.
+        wrapped = ok and key.verify(WRAP[0] + message + WRAP[1], raw)
     except ValueError as e:
         return f"signature unreadable ({e})"
-    return None if ok else f"the signature by {sig.signer} does not match the descriptor's bytes"
+    if not ok:
+        return f"the signature by {sig.signer} does not match the release's signed bytes ({SIG_SCHEMA})"
+    if wrapped:
+        return (
+            f"the signature by {sig.signer} is over the <Bytes>-wrapped message (a signRaw signature), "
+            "not the release's bytes: sign with `cacheon release sign`"
+        )
+    return None

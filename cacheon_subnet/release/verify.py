@@ -1,10 +1,11 @@
-"""`cacheon release verify WHEEL [--owner SS58]`: is this wheel the release its owner signed, and
-does this host run the runtime it was built for?
+"""`cacheon release verify WHEEL [--owner SS58]`: is this wheel the release its owner signed, not
+older than one this host verified from that owner, and does this host run its runtime?
 
 Why every check names what differs: an operator who is refused must be able to tell a tampered
 file from a stale SGLang without reading code. Checks, in order: the wheel's layout (zipform.py:
 no byte outside the members zipfile lists); the descriptor (strict, canonical); the package name
-against the descriptor's digest; the signature (and the owner); RECORD against every member; every
+against the descriptor's digest; the signature (and the owner); the serial against what this host
+verified from that owner before (trust.py: the rollback guard); RECORD against every member; every
 sealed file against the descriptor (missing, changed, extra); the dist-info byte for byte (WHEEL,
 the plugin entry point, METADATA rebuilt from the descriptor: pip acts on all three) and the
 version; the tree digest; the policy's
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -28,13 +30,14 @@ from typing import Any
 from cacheon_subnet.cliout import Exit
 from cacheon_subnet.errors import UsageError
 from cacheon_subnet.records.codec import RecordError
-from cacheon_subnet.release import runtime
+from cacheon_subnet.release import runtime, trust
 from cacheon_subnet.release.descriptor import (
     DESCRIPTOR_FILE,
     RELEASE_VERSION,
     SIGNATURE_FILE,
     TREE_DIR,
     Descriptor,
+    descriptor_digest,
     engine_settings,
     package_name,
     parse,
@@ -71,8 +74,18 @@ class Outcome(Enum):
 
 @dataclass(frozen=True)
 class Finding:
-    check: str  # layout | descriptor | name | signature | record | file | dist-info | tree | policy | seams | runtime
+    check: str  # layout | descriptor | name | signature | rollback | record | file | dist-info | tree | policy | seams | runtime
     detail: str
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The rollback guard's settings: where this host's trust state lives (trust.py), the lowest
+    serial the operator accepts (the owner's announcement), and a deliberate downgrade."""
+
+    path: Path
+    min_serial: int = 0
+    allow_rollback: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,6 +96,8 @@ class Report:
     findings: tuple[Finding, ...]
     runtime: tuple[str, ...]  # what the runtime check found, line by line
     owner: str | None = None  # the --owner the signer was checked against (None: not checked)
+    serial: int | None = None  # the descriptor's place in its owner's sequence (None: unreadable)
+    issued: int | None = None  # its build time, UTC seconds
 
     @property
     def outcome(self) -> Outcome:
@@ -99,6 +114,8 @@ class Report:
             "wheel": self.wheel,
             "name": self.name,
             "signer": self.signer,
+            "serial": self.serial,
+            "issued": self.issued,
             "outcome": self.outcome.value,
             "refused": [{"check": f.check, "detail": f.detail} for f in self.findings],
             "runtime": list(self.runtime),
@@ -109,6 +126,9 @@ class Report:
         lines = [head] + [f"  {f.check}: {f.detail}" for f in self.findings]
         if self.signer:
             lines.append(f"  signed by {self.signer}")
+        if self.serial is not None and self.issued is not None:
+            when = datetime.fromtimestamp(self.issued, UTC).strftime("%Y-%m-%d %H:%M UTC")
+            lines.append(f"  release serial {self.serial}, issued {when}")
         return "\n".join(lines + [f"  {r}" for r in self.runtime])
 
 
@@ -245,7 +265,16 @@ def _policy(desc: Descriptor) -> list[Finding]:
     return out
 
 
-def verify_wheel(path: Path, owner: str | None = None) -> Report:
+def _sequence(guard: Guard, owner: str | None, cand: trust.Candidate) -> tuple[list[str], list[Finding]]:
+    """The rollback guard: --min-serial always; with --owner, what this host verified from that owner."""
+    seen = trust.load(guard.path).get(owner) if owner is not None else None
+    problem = trust.problem(seen, cand, guard.min_serial, guard.allow_rollback)
+    if problem:
+        return [], [Finding("rollback", problem)]
+    return ([trust.note(seen, cand)] if owner is not None else []), []
+
+
+def verify_wheel(path: Path, owner: str | None = None, guard: Guard | None = None) -> Report:
     if not path.is_file():
         raise UsageError(f"{path}: no such wheel")
     try:
@@ -280,6 +309,16 @@ def verify_wheel(path: Path, owner: str | None = None) -> Report:
     found += _policy(desc)
     lines, bad = runtime_lines(desc, pkg)
     lines[:0] = [e.line() for e in desc.policy.engine]
+    cand = trust.Candidate(owner or "", desc.serial, descriptor_digest(data), pkg)
+    if guard is not None:
+        said, refused = _sequence(guard, owner, cand)
+        lines[:0] = said
+        found += refused
     if owner is None and signer is not None:
         lines.insert(0, f"owner: not checked (pass --owner SS58 to bind the signer {signer}); exit 3, not verified")
-    return Report(str(path), pkg, signer, tuple(found + bad), tuple(lines), owner)
+    report = Report(str(path), pkg, signer, tuple(found + bad), tuple(lines), owner, desc.serial, desc.issued)
+    # Only a verdict bound to --owner is remembered (VERIFIED and WHEEL_ONLY need the owner's own
+    # signature): else anyone's self-signed high serial would lock the owner's releases out.
+    if guard is not None and report.outcome in (Outcome.VERIFIED, Outcome.WHEEL_ONLY):
+        trust.record(guard.path, cand)
+    return report

@@ -46,7 +46,9 @@ def test_wheel_layout_and_descriptor(built: Path) -> None:
     assert all(rows[p] == (record_hash(d), str(len(d))) for p, d in members.items() if not p.endswith("RECORD"))
 
 
-def test_build_is_deterministic(tmp_path: Path) -> None:
+def test_build_is_deterministic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SOURCE_DATE_EPOCH fixes the stamp (serial and issue time): anyone rebuilds the owner's bytes."""
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1765000000")
     a, _ = build_release(from_bundles([str(EXAMPLE)]), tmp_path / "a")
     b, _ = build_release(from_bundles([str(EXAMPLE)]), tmp_path / "b")
     assert a.name == b.name and a.read_bytes() == b.read_bytes()

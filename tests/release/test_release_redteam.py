@@ -85,7 +85,7 @@ def test_the_metadata_pins_follow_from_the_signed_descriptor(built: Path) -> Non
     members = read_wheel(built)
     pkg, wn = _layout(members, str(built))
     desc = parse(members[f"{pkg}/release.json"])
-    assert desc.schema == "cacheon.release/2" and desc.cacheon_subnet == __version__
+    assert desc.schema == "cacheon.release/3" and desc.cacheon_subnet == __version__
     assert json.loads(members[f"{pkg}/release.json"])["cacheon_subnet"] == __version__  # signed, canonical
     meta = members[f"{wn.dist_info}/METADATA"].decode().splitlines()
     assert [x for x in meta if x.startswith("Requires-Dist")] == [
