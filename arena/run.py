@@ -13,7 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from arena.config import SPEED_METRICS, ArenaConfig
+from arena.config import ArenaConfig
+from arena.config_sections import SPEED_METRICS
 from arena.engine.host import EngineRun
 from arena.engine.postcondition import PostCondition
 from arena.engine.stage import StageContext, resident_stage, resident_timed_stage, run_stage

@@ -19,7 +19,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from arena.config import SPEED_METRICS, SpeedSection  # noqa: E402
+from arena.config_sections import SPEED_METRICS, SpeedSection  # noqa: E402
 from arena.verdict.speed import Window, judge_each  # noqa: E402
 
 

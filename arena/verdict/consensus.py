@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arena.config import SpeedSection
+from arena.config_sections import SpeedSection
 from arena.verdict.speed import UNCONFIRMED, SpeedVerdict, Window, judge
 from cacheon_subnet.errors import CacheonError
 from cacheon_subnet.scoring.settle import Evidence, SpeedPolicy, Verdict, settle_target

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from arena.config import SpeedSection
+from arena.config_sections import SpeedSection
 
 ROLES = ("B", "C", "B'")
 # the reason of a NO_DECISION in the band [1 + margin, noise-raised bar)

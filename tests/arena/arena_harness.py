@@ -13,7 +13,8 @@ sys.path.insert(0, str(REPO / "tests" / "seams"))
 
 import seam_harness  # noqa: E402
 
-from arena.config import QualitySection, SpeedSection, WorkloadSection, load_config  # noqa: E402
+from arena.config import load_config  # noqa: E402
+from arena.config_sections import QualitySection, SpeedSection, WorkloadSection  # noqa: E402
 from arena.records import ArenaIdentity  # noqa: E402
 from arena.run import RunOptions, qualify  # noqa: E402
 from cacheon_subnet.bundle import Bundle, bundle_from_files  # noqa: E402

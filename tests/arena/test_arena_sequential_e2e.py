@@ -10,7 +10,7 @@ from dataclasses import replace
 import arena_harness as h
 import pytest
 
-from arena.config import SequentialSection
+from arena.config_sections import SequentialSection
 
 
 @pytest.fixture

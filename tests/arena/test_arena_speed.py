@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from arena.config import SpeedSection
+from arena.config_sections import SpeedSection
 from arena.verdict.speed import judge, plan, swaps
 
 POLICY = SpeedSection(margin=0.01, k_noise=3.0, max_noise=0.02)
@@ -138,7 +138,8 @@ def test_plan_with_windows_per_role_keeps_abba_and_swap_count():
 def test_settle_windows_follow_every_swap_untimed():
     from dataclasses import replace
 
-    from arena.config import WorkloadSection, load_config
+    from arena.config import load_config
+    from arena.config_sections import WorkloadSection
     from arena.jobs import resident_steps
 
     cfg = load_config("configs/arena/dense.toml")

@@ -362,7 +362,7 @@ def test_profile_from_hf_config_names_the_missing_key():
 def _small_real(tmp_path: Path, ck: Path):
     from dataclasses import replace
 
-    from arena.config import QualitySection
+    from arena.config_sections import QualitySection
 
     m = scan(ck)
     write_manifest(m, tmp_path / "m.json")

@@ -13,7 +13,8 @@ from dataclasses import replace
 import arena_harness as h
 import pytest
 
-from arena.config import TeacherSection, load_config
+from arena.config import load_config
+from arena.config_sections import TeacherSection
 from arena.engine import resident
 from arena.engine.host import EngineSpec
 from arena.jobs import engine_kwargs

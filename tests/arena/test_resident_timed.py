@@ -15,7 +15,8 @@ import arena_harness as h
 import contamination as c
 import pytest
 
-from arena.config import SequentialSection, load_config
+from arena.config import load_config
+from arena.config_sections import SequentialSection
 from arena.engine.resident_timed import TimedPool
 from arena.run import RunOptions, qualify, stock_control_op
 from cacheon_subnet.bundle import load_bundle

@@ -17,7 +17,7 @@ from typing import Any, Literal, Union
 
 import pytest
 
-from arena.config import SPEED_METRICS
+from arena.config_sections import SPEED_METRICS
 from arena.records import ArenaResult
 from cacheon_subnet.records import ContributionState, QualifyResult, Role, SpeedMetric
 from cacheon_subnet.validator import state
