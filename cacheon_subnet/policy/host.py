@@ -1,4 +1,4 @@
-"""What the rule mixins (module_rules, triton_rules) call on the checker that hosts them.
+"""What the rule mixins (module_rules, triton_rules, reach_rules) call on the checker that hosts them.
 
 scan._Checker defines every member below; declaring them once here lets the type checker hold
 each mixin to the host's real signatures. Nothing is defined at run time: the attributes are bare
@@ -21,6 +21,12 @@ class RuleHost:
     files: frozenset[str]
     dirs: frozenset[str]  # every directory holding a member (a set, not a scan of the members per name)
     cuda_modules: frozenset[str]  # entry modules of ops with [ops.cuda]: the only ones that may import native
+    key: str  # this module's key in mods (policy.scope.module_key)
+    kernel_params: frozenset[str]  # every parameter name of a decorated def in the bundle (launch keywords)
+    groups: Mapping[tuple[str, str], frozenset[str]]  # (module, def) -> its process-group parameters
+    scopes: list[tuple[frozenset[str], set[str]]]  # (required params, bound names), innermost last
+    top_scope: tuple[frozenset[str], set[str]] | None  # scope of the module-level def being checked
+    jit: bool  # inside a decorated (Triton) def
 
     if TYPE_CHECKING:
 
