@@ -126,7 +126,7 @@ class Qualification:
         return self.cfg.sequential.enabled and self.opts.control != "stock-as-candidate"
 
     def _gate(self, windows: tuple[Window, ...]) -> Any:
-        """The host's go/stop after each cycle (arena/engine/host.py calls it from the record reader)."""
+        """The host's go/stop after each cycle (arena/engine/record_reader.py calls it)."""
         policy, metric = seq.policy_of(self.cfg.sequential), self.cfg.speed.metric
 
         def gate(records: tuple[dict[str, Any], ...]) -> bool:

@@ -11,7 +11,7 @@ from cacheon_subnet.env import ARENA_HOME, JIT_SEEDS
 
 class JitCache(NamedTuple):
     """One JIT cache an engine writes at start, seeded like the others (the one table: seed_caches,
-    arena.engine.host.private_caches / warm_seed_caches / the /cacheon-jit mapping, arena.engine.startdiag)."""
+    arena.engine.jit_copies.private_caches / warm_seed_caches / the /cacheon-jit mapping, arena.engine.startdiag)."""
 
     key: str  # the variable the engine's JIT reads
     name: str  # the default seed's dir, the engine's private copy and /cacheon-jit/<name> inside
@@ -51,12 +51,12 @@ def default_home() -> Path:
 
 
 def seed_caches() -> dict[str, str]:
-    """The JIT caches every engine starts from (a copy, in its own scratch: arena.engine.host.private_caches).
+    """The JIT caches every engine starts from (a copy, in its own scratch: arena.engine.jit_copies.private_caches).
     The operator's own TRITON_CACHE_DIR & co (JIT_CACHES) win key by key; the rest default to a
     validator-owned `<home>/jit/<name>` (mode 0700: engines never see it, the host copies), so a validator that set
     nothing still starts its engines warm after the first pristine one (cold start is ~2x slower).
     Only an engine that loaded no contribution code writes back, new files only
-    (arena.engine.host.warm_seed_caches). CACHEON_JIT_SEEDS=off: every engine cold."""
+    (arena.engine.jit_copies.warm_seed_caches). CACHEON_JIT_SEEDS=off: every engine cold."""
     if not JIT_SEEDS.get():
         return {}
     chosen = {k: os.environ[k] for k in CACHE_KEYS if os.environ.get(k)}
@@ -75,7 +75,7 @@ def seed_caches() -> dict[str, str]:
 
 
 # Bump when what engines write into their caches changes shape (2: the fixed in-engine path
-# /cacheon-jit, arena/engine/host.py JIT_INSIDE; build files written under another path never hit.
+# /cacheon-jit, arena/engine/jit_copies.py JIT_INSIDE; build files written under another path never hit.
 # 3: FlashInfer's JIT workspace is a seed too, /cacheon-jit/flashinfer, FLASHINFER_WORKSPACE_BASE).
 SEED_LAYOUT = 3
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import shutil
 import subprocess
@@ -29,21 +28,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arena.engine import protocol as P
-from arena.engine.channel import MAX_RECORD_BYTES, RecordStream, seal
+from arena.engine.channel import RecordStream, seal
 from arena.engine.diskwatch import DiskLimits, DiskWatch
-from arena.engine.home import CACHE_KEYS, JIT_CACHES, cache_part
-from cacheon_subnet import lifecycle, progress, sandbox
+from arena.engine.home import CACHE_KEYS
+from arena.engine.jit_copies import JIT_INSIDE, private_caches, warm_seed_caches
+from arena.engine.record_reader import RecordReader, check_copy, send_job
+from cacheon_subnet import lifecycle, sandbox
 from cacheon_subnet.env import ENGINE_TREE, RECEIPT_DIR
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.sandbox.logsink import LogSink
 
 log = get_logger("arena.engine.host")
 REPO = Path(__file__).resolve().parents[2]
-# Where every engine sees its private JIT caches. tvm-ffi writes the absolute path of its build
-# dir into build.ninja, so a copy at another path rebuilds every JIT kernel (~30 s of nvcc per
-# engine start on the H200, docs/benchmarks.md); at one fixed path the seeds hit.
-JIT_INSIDE = "/cacheon-jit"
 
 
 @dataclass(frozen=True)
@@ -141,29 +137,6 @@ def gpu_memory_used_mib(visible: str | None = None) -> list[int] | None:
     return [int(x) for x in out.split() if x.strip().isdigit()]
 
 
-def private_caches(scratch: Path, seeds: Mapping[str, str]) -> dict[str, str]:
-    """Each engine its own JIT caches (every one of arena.engine.home.JIT_CACHES: Triton, Inductor, XDG,
-    tvm-ffi, FlashInfer) under its scratch, removed with it: a candidate that writes a cache entry
-    can poison no other engine's stock kernels (the pristine teacher's above all). An operator's
-    warm cache is copied in, never shared; of FlashInfer's base only its .cache/flashinfer."""
-    env = {}
-    for c in JIT_CACHES:
-        d = scratch / "cache" / c.name
-        shutil.rmtree(d, ignore_errors=True)
-        src = seeds.get(c.key)
-        if src and cache_part(c.key, src).is_dir():
-            shutil.copytree(
-                cache_part(c.key, src),
-                cache_part(c.key, d),
-                symlinks=False,
-                ignore_dangling_symlinks=True,
-                ignore=shutil.ignore_patterns(".cacheon-tmp-*"),
-            )  # a copy-back a kill cut short
-        d.mkdir(parents=True, exist_ok=True)
-        env[c.key] = str(d)
-    return env
-
-
 def view_paths(spec: EngineSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """What the engine's sandbox view adds to the system: the sealed tree and a finished
     checkpoint read-only; its receipts/answers dir read-write; a checkpoint dir that does not
@@ -193,157 +166,6 @@ def view_paths(spec: EngineSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
 def may_warm_caches(spec: EngineSpec) -> bool:
     """Only an engine that loaded no contribution code (no sealed tree) may warm shared caches."""
     return not spec.env.get(ENGINE_TREE.name)
-
-
-def warm_seed_caches(private: Mapping[str, str], seeds: Mapping[str, str]) -> None:
-    """Copy what an engine WITHOUT contribution code compiled into the operator's caches (new
-    files only, never overwriting): later engines start warm. An engine that loaded a bundle
-    never writes back, so a candidate cannot poison the stock kernels of a later engine."""
-    for key, whole in private.items():
-        dst = seeds.get(key)
-        src = str(cache_part(key, whole))
-        if not dst or not os.path.isdir(src) or os.path.realpath(src) != str(cache_part(key, os.path.realpath(whole))):
-            continue  # FlashInfer's .cache/flashinfer must be a dir of the private copy, not a link out
-        dst = str(cache_part(key, dst))  # of FlashInfer's base only .cache/flashinfer, both ways
-        for d, _, files in os.walk(src):
-            rel = os.path.relpath(d, src)
-            for f in files:
-                a, b = os.path.join(d, f), os.path.join(dst, rel, f)
-                if os.path.islink(a) or os.path.exists(b) or f.startswith(".cacheon-tmp-"):
-                    continue
-                # whole or nothing: a seed is never rewritten, so a copy cut short (disk full, a
-                # kill) must not stay; a temp name then link(), which never overwrites, so a
-                # concurrent engine (another arena's copy-back or copy-in) sees no partial file
-                tmp = os.path.join(os.path.dirname(b), f".cacheon-tmp-{os.getpid()}-{threading.get_ident()}")
-                try:
-                    os.makedirs(os.path.dirname(b), exist_ok=True)
-                    shutil.copy2(a, tmp)
-                    os.link(tmp, b)
-                except OSError:
-                    pass
-                finally:
-                    with contextlib.suppress(OSError):
-                        os.unlink(tmp)
-
-
-def persist(log: Any, written: bytearray, line: bytes) -> None:
-    """Append one accepted record to the host's copy, fsync'd (a kill -9 of the host keeps it),
-    and to what the host knows it wrote (the copy check at the end compares the two)."""
-    data = line + b"\n"
-    log.write(data)
-    log.flush()
-    os.fsync(log.fileno())
-    written += data
-
-
-def check_copy(stream: RecordStream, path: Path, written: bytearray) -> None:
-    """The host's record copy must hold exactly what the host wrote there: anything else is forging."""
-    try:
-        same = path.read_bytes() == bytes(written)
-    except OSError:
-        same = False
-    if not same and stream.forgery is None:
-        stream.forgery = f"the host's record copy {path.name} was modified or removed by another process"
-
-
-class _Reader(threading.Thread):
-    """Drains the record pipe: validate, persist (fsync), answer the sample request."""
-
-    def __init__(
-        self,
-        fd: int,
-        stream: RecordStream,
-        log_path: Path,
-        job_w: int | None,
-        choose: Callable[[dict[str, Any]], dict[str, Any]] | None,
-        gate: Callable[[tuple[dict[str, Any], ...]], bool] | None = None,
-    ) -> None:
-        super().__init__(daemon=True, name="arena-records")
-        self.fd, self.stream, self.job_w, self.choose, self.gate = fd, stream, job_w, choose, gate
-        self.gates = {s["tag"]: s["gate_nonce"] for s in stream.job["steps"] if s.get("gate_nonce")}
-        self.log = open(log_path, "xb")  # created here, before the engine runs
-        self.written = bytearray()
-        self.started = threading.Event()
-        self.started_at: float | None = None  # time.monotonic() when the "started" record arrived
-        # one tick per timed step record (windows, route swaps): a cold engine runs for minutes
-        self.bar = progress.bar(desc="arena steps", total=len(stream.job.get("steps") or ()), unit="step")
-
-    def run(self) -> None:
-        buf = bytearray()
-        try:
-            while True:
-                chunk = os.read(self.fd, 1 << 16)
-                if not chunk:
-                    break
-                scan, start = len(buf), 0
-                buf += chunk
-                while (nl := buf.find(b"\n", scan)) >= 0:
-                    self._line(bytes(buf[start:nl]))
-                    start = scan = nl + 1
-                del buf[:start]
-                if len(buf) > MAX_RECORD_BYTES:  # only the driver writes here; bound it anyway
-                    self.stream.oversized(len(buf))
-                    break
-        finally:
-            self.bar.close()
-            self.stream.finish(bytes(buf))
-            self.log.close()
-            os.close(self.fd)
-            self._close_job()
-
-    def _line(self, line: bytes) -> None:
-        rec = self.stream.feed(line)
-        if rec is None:
-            return
-        persist(self.log, self.written, line)
-        if "step" in rec:
-            self.bar.update(1)
-        if rec.get("op") == P.Started.TAG:
-            self.started_at = time.monotonic()
-            self.started.set()
-        if rec.get("step") in self.gates and self.job_w is not None:
-            go = True
-            try:
-                go = bool(self.gate(tuple(self.stream.records))) if self.gate else True
-            except Exception as e:  # noqa: BLE001 - a bug in the test must never end a run early
-                log.warning("arena.gate.error", error=f"{type(e).__name__}: {e}"[:300])
-            if not go:
-                self.stream.stop()
-            try:
-                os.write(self.job_w, P.line(P.GateAnswer(self.gates[rec["step"]], go)))
-            except OSError:
-                pass
-        if rec.get("op") == P.OutputsReady.TAG and self.job_w is not None:
-            try:
-                os.write(self.job_w, P.line(sample_request(self.choose, rec, self.stream.job["sample_nonce"])))
-            except OSError:
-                pass
-            self._close_job()
-
-    def _close_job(self) -> None:
-        if self.job_w is not None:
-            try:
-                os.close(self.job_w)
-            except OSError:
-                pass
-            self.job_w = None
-
-
-def sample_request(
-    choose: Callable[[dict[str, Any]], dict[str, Any]] | None, ready: dict[str, Any], nonce: str
-) -> P.SampleRequest:
-    """The quality sample `choose` names after the outputs_ready record ({"sample": {tag: [keys]}};
-    none without it), with the job's sample nonce: the driver takes no other."""
-    return P.SampleRequest((choose(ready) if choose else {"sample": {}})["sample"], nonce)
-
-
-def _send_job(fd: int, job: dict[str, Any]) -> None:
-    data = (json.dumps(job) + "\n").encode()
-    try:
-        while data:
-            data = data[os.write(fd, data) :]
-    except OSError:
-        pass  # the driver died before reading: its exit says why
 
 
 def engine_policy(
@@ -407,7 +229,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
     baseline = gpu_memory_used_mib(visible)
     job_r, job_w = os.pipe()
     rec_r, rec_w = os.pipe()
-    reader = _Reader(rec_r, stream, result, job_w, spec.choose_sample, spec.gate)
+    reader = RecordReader(rec_r, stream, result, job_w, spec.choose_sample, spec.gate)
     t0 = time.monotonic()
     logf = LogSink(log_path)  # the engine's output: capped on disk, never read back whole
     with contextlib.closing(logf):
@@ -434,7 +256,7 @@ def run_engine(spec: EngineSpec, workdir: Path, gpu_free_timeout_s: float = 30.0
         reader.start()
         watch.members = functools.partial(sandbox.members, proc)  # their unlinked-but-open files count too
         watch.start()
-        threading.Thread(target=_send_job, args=(job_w, job), daemon=True).start()
+        threading.Thread(target=send_job, args=(job_w, job), daemon=True).start()
         log.info("arena.engine.start", engine=spec.name, pid=proc.pid, timeout_s=spec.timeout_s)
         timed_out = False
         start_deadline = t0 + spec.start_timeout_s if spec.start_timeout_s else None

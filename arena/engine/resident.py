@@ -36,18 +36,9 @@ from arena.engine import protocol as P
 from arena.engine.channel import MAX_RECORD_BYTES, RecordStream, nonce, seal
 from arena.engine.diskwatch import DiskLimits, DiskWatch
 from arena.engine.home import CACHE_KEYS
-from arena.engine.host import (
-    JIT_INSIDE,
-    REPO,
-    EngineRun,
-    EngineSpec,
-    check_copy,
-    engine_policy,
-    persist,
-    plugin_site,
-    private_caches,
-    sample_request,
-)
+from arena.engine.host import REPO, EngineRun, EngineSpec, engine_policy, plugin_site
+from arena.engine.jit_copies import JIT_INSIDE, private_caches
+from arena.engine.record_reader import check_copy, persist, sample_request
 from cacheon_subnet import lifecycle, sandbox
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.sandbox.logsink import LogSink
@@ -64,7 +55,7 @@ class _Job:
     written: bytearray
     done: threading.Event
     # a timed job (arena/engine/resident_timed.py): the host's quality sample and sequential go/stop,
-    # answered on the job pipe as arena/engine/host.py's reader does for a one-shot engine
+    # answered on the job pipe as arena/engine/record_reader.py does for a one-shot engine
     choose: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     gate: Callable[[tuple[dict[str, Any], ...]], bool] | None = None
 

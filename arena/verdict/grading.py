@@ -1,7 +1,7 @@
 """Grade what was timed: the host picks, after the fact, which outputs of the timed windows the
 pristine teacher T scores. The engine cannot tell a graded window from any other (every generate
 step reaches it in one form, arena/jobs.py), and the sample is drawn by the host with the OS's
-randomness only once every window has run (arena/engine/host.py answers the driver's outputs_ready),
+randomness only once every window has run (arena/engine/record_reader.py answers the driver's outputs_ready),
 so a kernel that is cheap and wrong while timed is graded on exactly those outputs.
 
 A sampled C output is paired with the same prompt in its mirror baseline window (jobs.mirror):

@@ -5,7 +5,7 @@ or receipts dir; or the validator is killed) must leave nothing, not a truncated
 import errno
 import os
 
-from arena.engine.host import warm_seed_caches
+from arena.engine.jit_copies import warm_seed_caches
 
 
 def test_a_copy_back_that_fails_midway_leaves_no_truncated_seed(tmp_path, monkeypatch):
@@ -30,7 +30,7 @@ def test_a_copy_back_that_fails_midway_leaves_no_truncated_seed(tmp_path, monkey
 
 
 def test_a_temp_file_a_kill_left_in_the_seeds_reaches_no_engine(tmp_path):
-    from arena.engine.host import private_caches
+    from arena.engine.jit_copies import private_caches
 
     seed = tmp_path / "seed"
     (seed / "abc").mkdir(parents=True)

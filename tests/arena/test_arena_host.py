@@ -171,7 +171,8 @@ def test_every_engine_gets_private_jit_caches_seeded_never_shared(tmp_path, monk
 
 def test_only_engines_without_contribution_code_warm_the_operators_cache(tmp_path):
     """A candidate's engine must never write into a cache a later engine (T, B) reads."""
-    from arena.engine.host import EngineSpec, may_warm_caches, warm_seed_caches
+    from arena.engine.host import EngineSpec, may_warm_caches
+    from arena.engine.jit_copies import warm_seed_caches
 
     assert may_warm_caches(EngineSpec("teacher", {}, {"CACHEON_SEAM_NORM": "0"}))
     assert not may_warm_caches(EngineSpec("resident", {}, {"CACHEON_ENGINE_TREE": "/x/tree"}))
@@ -214,12 +215,12 @@ def _read_through_pipe(tmp_path, payload_for):  # noqa: ANN001, ANN202
     import threading
 
     from arena.engine.channel import RecordStream, seal
-    from arena.engine.host import _Reader
+    from arena.engine.record_reader import RecordReader
 
     sealed = seal({"steps": [{"op": "generate", "tag": "g"}]}, answers=False)
     stream = RecordStream(sealed)
     r, w = os.pipe()
-    reader = _Reader(r, stream, tmp_path / "copy.jsonl", None, None)
+    reader = RecordReader(r, stream, tmp_path / "copy.jsonl", None, None)
     reader.start()
 
     def write() -> None:
@@ -252,8 +253,8 @@ def test_a_long_record_line_split_across_reads_is_kept_whole(tmp_path):
 def test_a_record_line_without_end_is_cut_at_the_cap_and_is_forging(tmp_path, monkeypatch):
     """A line longer than any record the driver writes must not take the host's memory: the
     reader stops at MAX_RECORD_BYTES and names it."""
-    import arena.engine.host
+    import arena.engine.record_reader
 
-    monkeypatch.setattr(arena.engine.host, "MAX_RECORD_BYTES", 1 << 20)
+    monkeypatch.setattr(arena.engine.record_reader, "MAX_RECORD_BYTES", 1 << 20)
     stream = _read_through_pipe(tmp_path, lambda sealed: b"{" + b"x" * (4 << 20))
     assert stream.forgery and "record line over" in stream.forgery, stream.forgery

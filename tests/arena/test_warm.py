@@ -74,7 +74,7 @@ def test_warm_fills_the_seeds_and_a_candidates_engine_never_does(home, tmp_path,
     assert (triton / "k" / "pristine.cubin").read_bytes() == b"compiled"
     assert (fi / "pristine.cubin").read_bytes() == b"compiled"  # FlashInfer's JIT build: seeded like Triton's
     assert res.files_after - res.files_before == 4 and [s.name for s in res.stages] == ["warm"]
-    from arena.engine.host import JIT_INSIDE
+    from arena.engine.jit_copies import JIT_INSIDE
 
     # the engine saw its cache at the one fixed path, whatever its scratch: path-keyed builds hit
     assert (triton / "k" / "pristine.cubin.path").read_text() == JIT_INSIDE + "/triton"
