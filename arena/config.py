@@ -110,7 +110,7 @@ class ArenaConfig:
             del doc["sequential"]["stop_on_pass"]
         if not self.engine.resident:  # optional keys: off, the id of before (the max only counts when on)
             del doc["engine"]["resident"], doc["engine"]["resident_max_jobs"]
-        else:  # the resident engine arms every local adapter (arena/run.py _resident_bindings)
+        else:  # the resident engine arms every local adapter (arena/timed_stages.py _resident_bindings)
             doc["engine"]["resident_armed"] = "local"
         doc["schema"] = SCHEMA
         doc["pins"] = {"sglang": SGLANG_PIN, "sglang_kernel": SGLANG_KERNEL_PIN, "torch": TORCH_PIN}

@@ -250,7 +250,7 @@ def test_the_h200_measurement_script_runs_on_the_fake_engine(tmp_path):
 
 @pytest.mark.slow
 def test_a_contribution_for_another_local_slot_reuses_the_timed_engine(env, pool):
-    """The resident engine arms every local adapter (arena/run.py `_resident_bindings`): its key
+    """The resident engine arms every local adapter (arena/timed_stages.py `_resident_bindings`): its key
     no longer changes with the slot, so a mixed queue (norm, then activation) keeps one engine. On
     the H200 a queue alternating slots paid a ~112 s start for every verdict (docs/benchmarks.md)."""
     norm = _run(env, pool, h.torch_bundle("a"), "a")
