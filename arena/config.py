@@ -108,6 +108,8 @@ class ArenaConfig:
             del doc["teacher"]
         if not self.sequential.stop_on_pass:  # an optional key: off, the id of before
             del doc["sequential"]["stop_on_pass"]
+        if self.engine.chunked_prefill_size is None:  # optional key: SGLang's default, the id of before
+            del doc["engine"]["chunked_prefill_size"]
         if not self.engine.resident:  # optional keys: off, the id of before (the max only counts when on)
             del doc["engine"]["resident"], doc["engine"]["resident_max_jobs"]
         else:  # the resident engine arms every local adapter (arena/timed_stages.py _resident_bindings)
@@ -232,6 +234,12 @@ def _check(path: Path, cfg: ArenaConfig, raw_model: Mapping[str, Any] | None = N
         raise bad(
             "[engine] cuda_graph_bs",
             f"{list(bs)}: strictly increasing, >= 1, ending at cuda_graph_max_bs ({cfg.engine.cuda_graph_max_bs})",
+        )
+    chunk = cfg.engine.chunked_prefill_size
+    if chunk is not None and not (256 <= chunk <= 65536 and chunk % cfg.engine.page_size == 0):
+        raise bad(
+            "[engine] chunked_prefill_size",
+            f"{chunk}: must be in 256..65536 and a multiple of page_size ({cfg.engine.page_size}), or unset",
         )
     if not 1 <= cfg.engine.resident_max_jobs <= 100000:
         raise bad("[engine] resident_max_jobs", "must be in 1..100000")

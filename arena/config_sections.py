@@ -58,6 +58,10 @@ class EngineSection:
     cuda_graph_bs: tuple[int, ...] = ()
     tp_size: int = 1
     random_seed: int = 0
+    # tokens a prefill forward holds at most; None: SGLang's default by card memory (0.5.13.post1:
+    # 8192 on 35-160 GB cards such as the H100 and H200, 16384 above). Part of the arena id when
+    # set, left out while unset so existing ids hold; verify and bench size prefill by it
+    chunked_prefill_size: int | None = None
     # one timed engine across contributions, each installed and removed by RPC and followed by the
     # post-condition (arena/engine/resident_timed.py). Off in every shipped config until the H200 measures
     # drift and role bias with it; part of the arena id when on (a warm, reused engine can change

@@ -30,6 +30,7 @@ def engine_kwargs(cfg: ArenaConfig) -> dict[str, Any]:
         "disable_radix_cache": True,  # repeated prompts would skip prefill (~30 % faster)
         "log_level": "warning",
         **({"cuda_graph_bs": list(e.cuda_graph_bs)} if e.cuda_graph_bs else {}),
+        **({"chunked_prefill_size": e.chunked_prefill_size} if e.chunked_prefill_size else {}),
     }
 
 

@@ -1,7 +1,7 @@
 """Worker-side timing for `cacheon bench` (runs inside the sandboxed worker, next to the kernel).
 
-Method (GPU MODE / KernelBench practice): CUDA events around the call only, the L2 flushed by
-a large write before every timed iteration, inout args restored from a pristine copy before
+Method (GPU MODE / KernelBench practice): CUDA events around the call only, the L2 emptied by
+a large read before every timed iteration (`flush_l2`), inout args restored from a pristine copy before
 every iteration (outside the timed region), warm-up excluded, candidate and baseline
 interleaved in rotating order so drift and position effects hit all sides alike, adaptive stop once stderr/mean falls under
 the target for both sides (or the time budget runs out). On a GPU each side's call is captured in
@@ -77,6 +77,15 @@ def reference_kernel(spec: SlotSpec) -> Callable[..., None]:
     return run
 
 
+def flush_l2(buf: torch.Tensor, sink: torch.Tensor) -> None:
+    """Empty the L2 by reading `buf` (twice its size): a read leaves clean lines, so the timed call
+    pays no write-back of the flush's own data. A write (`zero_`) left the L2 full of dirty lines:
+    the stock MoE call's replay read 55.7 µs after it, 44.0 µs warm, and the engine's profile
+    40.7 µs a call (H100, docs/benchmarks.md session 18): the engine's other kernels between two
+    calls of a slot mostly read (weights, the KV cache). Only `sink` (one element) is written."""
+    torch.amax(buf, dim=0, out=sink)
+
+
 class _Timer:
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
@@ -84,15 +93,16 @@ class _Timer:
             l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20)
             key = str(device)
             if key not in _flush_cache:
-                _flush_cache[key] = torch.empty(max(2 * l2, 256 << 20) // 4, dtype=torch.int32, device=device)
+                _flush_cache[key] = torch.zeros(max(2 * l2, 256 << 20) // 4, dtype=torch.int32, device=device)
             self.flush_buf = _flush_cache[key]
+            self.sink = torch.empty((), dtype=self.flush_buf.dtype, device=device)
 
     def time_once(self, fn: Callable[[], None]) -> Any:
         if not self.cuda:
             t0 = time.perf_counter_ns()
             fn()
             return (time.perf_counter_ns() - t0) / 1e3
-        self.flush_buf.zero_()
+        flush_l2(self.flush_buf, self.sink)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()

@@ -93,6 +93,17 @@ def main() -> int:
         torch.cuda.synchronize()
         replay_flushed.append(s.elapsed_time(e) * 1e3)
 
+    replay_swept = []  # the L2 emptied by a read (clean lines): what bench_timing.flush_l2 does
+    sink = torch.empty((), dtype=torch.uint8, device=dev)
+    for _ in range(a.reps):
+        torch.amax(flush, dim=0, out=sink)
+        s, e = ev(), ev()
+        s.record()
+        replay()
+        e.record()
+        torch.cuda.synchronize()
+        replay_swept.append(s.elapsed_time(e) * 1e3)
+
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:  # (e)
@@ -111,6 +122,7 @@ def main() -> int:
         "c_eager_back_to_back_us": back_to_back,
         "d_graph_replay_us": replay_us,
         "d_graph_replay_after_flush_us_median": statistics.median(replay_flushed),
+        "d_graph_replay_after_read_sweep_us_median": statistics.median(replay_swept),
         "e_profiler_kernel_sum_us": sum(kernels.values()),
         "e_profiler_kernels_us": {k[:80]: round(v, 2) for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])},
     }

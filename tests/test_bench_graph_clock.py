@@ -98,3 +98,13 @@ def test_the_report_says_which_clock_its_rows_were_read_on() -> None:
         "timed on: eager (candidate could not be captured ...)  [norm.rmsnorm/default d bfloat16]",
     ]
     assert bench.clock_lines((_row(""),)) == []
+
+
+def test_the_l2_flush_reads_and_writes_only_its_sink() -> None:
+    """A write flush left the L2 full of dirty lines that the timed call then wrote back (the MoE
+    replay read 55.7 µs after `zero_`, 44.0 µs warm, 40.7 µs in the engine): the flush reads."""
+    buf = torch.arange(1 << 12, dtype=torch.int32)
+    before = buf.clone()
+    sink = torch.empty((), dtype=torch.int32)
+    bench_timing.flush_l2(buf, sink)
+    assert torch.equal(buf, before) and int(sink) == int(before.max())

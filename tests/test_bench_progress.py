@@ -227,7 +227,7 @@ def test_the_baseline_is_labelled_as_what_it_is():
 
 @pytest.mark.slow
 def test_the_printed_estimate_is_within_a_factor_of_three_of_the_time_taken():
-    """The dense arena's window sizes on CPU (decode bs 256, prefill 16384): the slow case's
+    """The dense arena's window sizes on CPU (decode bs 256, prefill 8192): the slow case's
     printed estimate and the time it took agree within 3x (it was 0.05 s vs seconds: 70x)."""
     r = _cacheon(
         "bench", str(EXAMPLES / "demo" / "cpu_rmsnorm"), "--device", "cpu", "--budget", "0.05", "--max-cases", "2",
@@ -241,5 +241,5 @@ def test_the_printed_estimate_is_within_a_factor_of_three_of_the_time_taken():
     assert set(said) == set(took) == {"1", "2"}, r.stderr[-3000:]
     seconds = {k: float(v.split()[0]) / (1e3 if v.endswith("ms") else 1) for k, v in said.items()}
     slow = max(took, key=lambda k: float(took[k]))
-    assert float(took[slow]) > 1.0, took  # prefill-16384: many times the 0.05 s budget
+    assert float(took[slow]) > 1.0, took  # prefill-8192: many times the 0.05 s budget
     assert 1 / 3 < seconds[slow] / float(took[slow]) < 3, (said, took)

@@ -141,16 +141,16 @@ def test_bench_against_an_arena_times_the_window_sizes_first():
         "2",
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "its timed window runs decode bs 256, prefill 16384 tokens" in r.stdout
+    assert "its timed window runs decode bs 256, prefill 8192 tokens" in r.stdout
     rows = [ln for ln in r.stdout.splitlines() if ln.startswith("norm.rmsnorm/default")]
     assert len(rows) == 2 and "decode-bs256" in rows[0] and "window decode" in rows[0]
-    assert "prefill-16384" in rows[1] and "window prefill" in rows[1]
+    assert "prefill-8192" in rows[1] and "window prefill" in rows[1]
     # stderr is no terminal here: still one plain line per step says what bench is doing
     notes = r.stderr.splitlines()
     assert any(n.startswith("bench: starting the sandboxed worker on cpu") for n in notes), r.stderr[-1500:]
     assert any("worker ready" in n for n in notes)
     assert any("[1/2]" in n and "decode-bs256" in n for n in notes) and any(
-        "[2/2]" in n and "prefill-16384" in n for n in notes
+        "[2/2]" in n and "prefill-8192" in n for n in notes
     ), notes
     q = cacheon(
         "--quiet", "bench", str(EXAMPLES / "demo" / "cpu_rmsnorm"), "--device", "cpu", "--budget", "0.05", "--max-cases", "1"

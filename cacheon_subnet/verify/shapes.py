@@ -34,9 +34,14 @@ def sglang_default_graph_bs(max_bs: int) -> tuple[int, ...]:
     return tuple(b for b in [1, 2, 4, 8, 12] + list(range(16, 257, 8)) if b <= max_bs)
 
 
-# SGLang's default max_prefill_tokens: no prefill forward of the arena holds more tokens (its
-# default chunked_prefill_size on an H200 is smaller still), so this bounds the largest T.
+# SGLang's default max_prefill_tokens: no prefill forward of the arena holds more tokens.
 SGLANG_MAX_PREFILL_TOKENS = 16384
+# SGLang 0.5.13.post1's chunked_prefill_size when the arena leaves it unset, on the cards the subnet
+# runs (35-160 GB: the H100 and the H200; server_args' memory tiers): a prefill forward holds at
+# most this many tokens, so the window's prefill call is this size. The H100 profile of the MoE
+# arena read 493 µs a fused_experts call where bench timed 1,026 µs at 16384 tokens: 2.08x, the
+# per-token time alike (docs/benchmarks.md session 21).
+SGLANG_DEFAULT_CHUNKED_PREFILL = 8192
 FUSED_AR_NORM_MAX_TOKENS = 2048  # collective.ar_residual_rmsnorm: SGLang fuses only up to this
 # Without an arena: the odd sizes drawn on each tier (decode, prefill) ranges.
 CPU_ODD_MAX = 511
@@ -109,14 +114,16 @@ class ArenaShapes:
 
 def from_arena_config(cfg: Any) -> ArenaShapes:
     """ArenaShapes from an arena.config.ArenaConfig (duck-typed: this package never imports arena).
-    Prefill: the largest forward (min(prompts_per_window x input_len, SGLang's max_prefill_tokens)),
+    Prefill: the largest forward (min(prompts_per_window x input_len, the engine's chunked prefill
+    size: the config's, else SGLang's default on the subnet's cards, and SGLang's max_prefill_tokens)),
     one prompt, 2, 4, 8, ... prompts (quality is graded on those windows); the odd sizes
     plan_cases adds cover what lies between."""
     e, w = cfg.engine, cfg.workload
     decode = tuple(e.cuda_graph_bs) or sglang_default_graph_bs(e.cuda_graph_max_bs)
     if not e.cuda_graph:
         decode = tuple(sorted({1, e.max_running_requests} | set(sglang_default_graph_bs(e.max_running_requests))))
-    top = min(w.prompts_per_window * w.input_len, SGLANG_MAX_PREFILL_TOKENS)
+    chunk = getattr(e, "chunked_prefill_size", None) or SGLANG_DEFAULT_CHUNKED_PREFILL
+    top = min(w.prompts_per_window * w.input_len, chunk, SGLANG_MAX_PREFILL_TOKENS)
     # graded outputs come from the timed windows themselves (arena config 2): no other prompt shape
     prefill = {top, min(w.input_len, top)}
     k = 1

@@ -91,6 +91,8 @@ def test_name_and_path_are_not_identity(tmp_path):
         ("cuda_graph_bs = [1, 2, 4, 8, 16, 32, 64, 128, 192, 256]", "cuda_graph_bs = 8", "expected a list of integers"),
         ('metric = "decode_gpu_tokens_per_s"', 'metric = "gpu_seconds"', "[speed] metric"),
         ("settle_windows = 1 ", "settle_windows = -1 ", "[workload] settle_windows"),
+        ("page_size = 1", "page_size = 1\nchunked_prefill_size = 100", "[engine] chunked_prefill_size"),
+        ("page_size = 1", "page_size = 64\nchunked_prefill_size = 8200", "multiple of page_size (64)"),
     ],
 )
 def test_bad_config_names_file_table_and_key(tmp_path, old, new, needle):

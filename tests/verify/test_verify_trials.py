@@ -133,21 +133,28 @@ def test_dense_arena_shapes():
     a = _dense()
     assert a.profile == "qwen3-0.6b"
     assert a.decode_batches == (1, 2, 4, 8, 16, 32, 64, 128, 192, 256)
-    assert a.prefill_tokens == (1024, 2048, 4096, 8192, 16384)  # graded windows are timed windows: one prompt shape
+    assert a.prefill_tokens == (1024, 2048, 4096, 8192)  # graded windows are timed windows: one prompt shape
 
 
 def test_dense_arena_window_is_its_padded_batch_and_largest_forward():
     """256 prompts a window, 256 running at most, graphs captured up to 256: decode replays the
-    bs-256 graph; 256 x 1024 prompt tokens prefill in forwards of SGLang's 16384 at most."""
+    bs-256 graph; 256 x 1024 prompt tokens prefill in forwards of SGLang's chunked prefill size at
+    most (unset: 8192 on the H100 and H200, where the MoE profile read 2.08x less a call than a
+    16384-token forward), or of the size the config sets."""
     a = _dense()
-    assert a.window == (("decode", 256), ("prefill", 16384))
+    assert a.window == (("decode", 256), ("prefill", 8192))
     from dataclasses import replace
 
     from arena.config import load_config
+    from arena.jobs import engine_kwargs
 
     cfg = load_config(REPO / "configs/arena/dense.toml")
     fewer = replace(cfg, workload=replace(cfg.workload, prompts_per_window=100))
     assert shapes.from_arena_config(fewer).window[0] == ("decode", 128)  # padded up to the next captured size
+    assert "chunked_prefill_size" not in engine_kwargs(cfg) and "chunked_prefill_size" not in cfg.identity()["engine"]
+    pinned = replace(cfg, engine=replace(cfg.engine, chunked_prefill_size=4096))
+    assert shapes.from_arena_config(pinned).window[1] == ("prefill", 4096)
+    assert engine_kwargs(pinned)["chunked_prefill_size"] == 4096 and pinned.arena_id != cfg.arena_id
 
 
 def test_bench_arena_cases_put_the_window_first_then_every_other_size():
@@ -155,7 +162,7 @@ def test_bench_arena_cases_put_the_window_first_then_every_other_size():
     spec = get_slot("norm.rmsnorm")
     placed = shapes.arena_cases(spec, spec.cases("bench"), a)
     assert [w for _, w in placed[:2]] == ["window decode", "window prefill"]
-    assert placed[0][0].dims["T"] == 256 and placed[1][0].dims["T"] == 16384
+    assert placed[0][0].dims["T"] == 256 and placed[1][0].dims["T"] == 8192
     assert {c.dims["T"] for c, _ in placed} == set(a.decode_batches) | set(a.prefill_tokens)
     assert all(c.profile == "qwen3-0.6b" for c, _ in placed)
     attn = shapes.arena_cases(get_slot("attention.decode"), get_slot("attention.decode").cases("bench"), a)
@@ -237,7 +244,7 @@ def test_heavy_gpu_cases_run_in_the_arenas_dtype_with_their_pair_alone():
     assert {p.dtypes for p in fp16 if p.heavy} == {("float16",)}  # the arena's own dtype
     cpu = plan_cases(att, att.cases("gpu"), att.dtypes, random.Random(0), gpu=False, arena=a)
     assert not any(p.heavy for p in cpu)  # the CPU tier has its own byte cap
-    norm = get_slot("norm.rmsnorm")  # 16384 x 1024 bf16 prefill: light, every dtype
+    norm = get_slot("norm.rmsnorm")  # 8192 x 1024 bf16 prefill: light, every dtype
     assert not any(p.heavy for p in plan_cases(norm, norm.cases("gpu"), norm.dtypes, random.Random(0), gpu=True, arena=a))
 
 
@@ -250,9 +257,20 @@ def test_cpu_tier_samples_the_largest_an_odd_size_and_stays_bounded():
         extra = [p for p in planned if p.origin != "tier"]
         assert len(extra) <= 3 and all(len(p.dtypes) == 1 for p in extra)
         largest = [p for p in extra if p.origin == "largest"]
-        assert len(largest) == 1 and largest[0].case.dims["T"] == 16384 and largest[0].dtypes != ("float32",)
+        assert len(largest) == 1 and largest[0].case.dims["T"] == 8192 and len(largest[0].dtypes) == 1
         odd = [p.case.dims["T"] for p in extra if p.origin == "odd"]
         assert len(odd) == 1 and odd[0] % 2 and odd[0] not in {1, 7, 33}
+    # 16384 tokens (an arena that sets its chunked prefill so): in fp32 past the CPU byte cap
+    from dataclasses import replace
+
+    from arena.config import load_config
+
+    cfg = load_config(REPO / "configs/arena/dense.toml")
+    big = shapes.from_arena_config(replace(cfg, engine=replace(cfg.engine, chunked_prefill_size=16384)))
+    for seed in range(10):
+        planned = plan_cases(spec, base, spec.dtypes, random.Random(seed), gpu=False, arena=big, pool=base)
+        largest = [p for p in planned if p.origin == "largest"]
+        assert largest[0].case.dims["T"] == 16384 and largest[0].dtypes != ("float32",)
 
 
 def test_odd_sizes_avoid_the_named_ones_without_an_arena():
