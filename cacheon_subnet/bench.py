@@ -151,9 +151,10 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
                 t_check = time.monotonic()
                 rows.append(_row(op.key, spec, case, dtype, r, sides, tensors, hbm, where, ref, opts.device))
                 row = rows[-1]
+                gpu = str(env.get("gpu", opts.device))
                 pred = predict(
-                    op.key, op.slot, row.case, where, token_count(spec, case) or 0, row.speedup, row.baseline_us, fixture,
-                    row.baseline, str(env.get("gpu", opts.device)),
+                    op.key, op.slot, row.case, where, token_count(spec, case) or 0, row.speedup, row.baseline_us,
+                    _card_fixture(opts, gpu) or fixture, row.baseline, gpu,
                 )  # fmt: skip
                 predictions += [pred] if pred is not None else []
                 progress.note(
@@ -228,6 +229,13 @@ def _fixture(opts: BenchOptions) -> slot_inputs.ArenaFixture | None:
     if opts.arena is None:
         return None
     return slot_inputs.load(opts.arena.name, opts.fixtures or slot_inputs.FIXTURES)
+
+
+def _card_fixture(opts: BenchOptions, gpu: str) -> slot_inputs.ArenaFixture | None:
+    """The arena's fixture captured on this bench's card, when one is committed (slot_inputs.for_card)."""
+    if opts.arena is None:
+        return None
+    return slot_inputs.for_card(opts.arena.name, gpu, opts.fixtures or slot_inputs.FIXTURES)
 
 
 def _cases(spec, op, opts: BenchOptions, fixture: slot_inputs.ArenaFixture | None = None) -> list[tuple[Any, str]]:  # noqa: ANN001

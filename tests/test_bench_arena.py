@@ -88,3 +88,40 @@ def test_cli_bench_prints_the_prediction_beside_the_microbench():
     (p,) = doc["predictions"]
     assert p["stage"] == "decode" and p["share"]["value"] == pytest.approx(40.7 / 186787.0, abs=1e-5)
     assert p["agreement"] is None and "not the stock kernel" in p["unchecked"]  # the CPU baseline is the reference
+
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def test_the_h100_capture_agrees_with_bench_after_both_fixes():
+    """Session 21 on a lent H100: the MoE engine read 40.6 µs a fused_experts call at decode bs 256
+    and 494.3 µs at its 8192-token prefill forward. bench's stock call, replayed: 54.43 µs after a
+    write flush (DISAGREES), 45.28 µs after a read sweep; 1,025.74 µs at 16384 tokens (a size the
+    engine never runs), 514.29 µs at 8192."""
+    fx = si.for_card("qwen3-moe-mini", H100)
+    assert fx is not None and fx.card == "H100" and si.for_card("qwen3-moe-mini", "NVIDIA H200") is None
+
+    def at(where: str, tokens: int, stock_us: float) -> bench_arena.Prediction:
+        p = bench_arena.predict("op", "moe.fused_experts", "c", where, tokens, 1.0, stock_us, fx, "stock: sglang", H100)
+        assert p is not None
+        return p
+
+    assert at("window decode", 256, 45.28).agrees is True and at("window decode", 256, 54.43).agrees is False
+    assert at("window prefill", 8192, 514.29).agrees is True
+    assert at("window prefill", 16384, 1025.74).agreement is None  # another size: the engine's figure is not its
+    for f in [s for slot in fx.slots.values() for s in (slot.decode, slot.prefill) if s is not None]:
+        cited = f.stock_us.source.split(":")[0]
+        assert cited.startswith("docs/results/2026-12-06/") and (REPO / cited).is_file()
+
+
+def test_a_card_fixture_is_picked_by_the_device_and_must_say_its_card(tmp_path):
+    fx = si.for_card("qwen3-moe-mini", H100)
+    assert fx is not None
+    (tmp_path / "qwen3-moe-mini.H100.json").write_text(si.dump(fx))
+    assert si.for_card("qwen3-moe-mini", H100, tmp_path) == fx
+    assert si.for_card("qwen3-moe-mini", "NVIDIA H200", tmp_path) is None and si.for_card("", H100, tmp_path) is None
+    (tmp_path / "qwen3-moe-mini.H100.json").write_text(si.dump(fx).replace('"card": "H100"', '"card": "H200"'))
+    with pytest.raises(si.FixtureError, match="named for 'qwen3-moe-mini' on 'H100'"):
+        si.for_card("qwen3-moe-mini", H100, tmp_path)
+    opts = SimpleNamespace(arena=SimpleNamespace(name="qwen3-moe-mini"), fixtures=None)
+    assert bench._card_fixture(opts, H100) == fx and bench._card_fixture(opts, "cpu") is None  # type: ignore[arg-type]

@@ -183,5 +183,22 @@ def load(arena: str, root: Path = FIXTURES) -> ArenaFixture | None:
     return fx
 
 
+def for_card(arena: str, gpu: str, root: Path = FIXTURES) -> ArenaFixture | None:
+    """The arena's fixture measured on the card bench runs on (`<arena>.<card>.json`, the card as
+    configs/cards.toml names it, found in the device name), or None. Engine times are a card's own:
+    the H100 read the MoE call at 40.6 µs where the H200's figures said 36.6, so each card's
+    capture checks bench on that card; the plain `<arena>.json` stays what inputs are drawn from."""
+    if not arena or not gpu:
+        return None
+    for path in sorted(root.glob(f"{arena}.*.json")):
+        card = path.name[len(arena) + 1 : -len(".json")]
+        if card and card.lower() in gpu.lower():
+            fx = parse(path.read_text(), str(path))
+            if fx.arena != arena or fx.card != card:
+                raise FixtureError(f"{path}: arena {fx.arena!r}, card {fx.card!r} in a file named for {arena!r} on {card!r}")
+            return fx
+    return None
+
+
 def dump(fx: ArenaFixture) -> str:
     return json.dumps(to_json(fx), indent=1, sort_keys=True, allow_nan=False) + "\n"
