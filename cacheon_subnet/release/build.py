@@ -19,6 +19,7 @@ from cacheon_subnet.bundle.engine_tree import build_tree
 from cacheon_subnet.errors import UsageError
 from cacheon_subnet.release.descriptor import (
     DESCRIPTOR_FILE,
+    MAX_ISSUED,
     MAX_SERIAL,
     RELEASE_VERSION,
     SCHEMA,
@@ -190,8 +191,10 @@ def build_release(selected: Sequence[Selected], out_dir: Path, stamp: Stamp | No
     `stamp` unset: Stamp.now() (SOURCE_DATE_EPOCH or the clock)."""
     _check(selected)
     stamp = stamp or Stamp.now()
-    if not 1 <= stamp.serial <= MAX_SERIAL or not 0 <= stamp.issued <= MAX_SERIAL:
-        raise UsageError(f"release serial {stamp.serial} / issued {stamp.issued}: outside [1, {MAX_SERIAL}]")
+    if not 1 <= stamp.serial <= MAX_SERIAL or not 0 <= stamp.issued <= MAX_ISSUED:
+        raise UsageError(
+            f"release serial {stamp.serial} / issued {stamp.issued}: outside [1, {MAX_SERIAL}] / [0, {MAX_ISSUED}]"
+        )
     tree_digest, files = _tree_files(selected)
     files["__init__.py"] = INIT
     desc = describe(selected, tree_digest, files, stamp)

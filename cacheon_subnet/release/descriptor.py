@@ -29,6 +29,7 @@ STOCK = "stock"  # what serves every call the policy does not route: SGLang's ow
 RELEASE_VERSION = "1"  # the wheel's version: the name already follows from the content
 MAX_DESCRIPTOR_BYTES = 4 << 20  # 8192 sealed files at ~200 bytes each, with room
 MAX_SERIAL = (1 << 53) - 1  # exact in every JSON reader
+MAX_ISSUED = 253402300799  # 9999-12-31T23:59:59Z: verify prints the date; one past it crashed verify (red team s22)
 
 
 @dataclass(frozen=True)
@@ -219,10 +220,10 @@ def parse(data: bytes) -> Descriptor:
         got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
         raise RecordError(f"{DESCRIPTOR_FILE}: schema {got!r}, expected {SCHEMA!r}")
     desc = from_json(Descriptor, doc)
-    for field, lowest in (("serial", 1), ("issued", 0)):
+    for field, lowest, highest in (("serial", 1, MAX_SERIAL), ("issued", 0, MAX_ISSUED)):
         value = getattr(desc, field)
-        if not lowest <= value <= MAX_SERIAL:
-            raise RecordError(f"{DESCRIPTOR_FILE}: {field} {value} outside [{lowest}, {MAX_SERIAL}]")
+        if not lowest <= value <= highest:
+            raise RecordError(f"{DESCRIPTOR_FILE}: {field} {value} outside [{lowest}, {highest}]")
     if canonical(desc) != data:
         raise RecordError(
             f"{DESCRIPTOR_FILE}: not in canonical form (sorted keys, no spaces): the signed bytes are ambiguous"

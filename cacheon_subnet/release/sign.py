@@ -28,6 +28,7 @@ SIG_SCHEMA = "cacheon.release-signature/2"  # /2: over SIGNED_PREFIX + the descr
 SIGNED_PREFIX = SIG_SCHEMA.encode() + b"\n"
 WRAP = (b"<Bytes>", b"</Bytes>")  # the SDK's verify fallback (btwallet's signRaw wrapping)
 MAX_SIGNATURE_BYTES = 4096  # an SS58 address and 64 bytes of hex, in JSON
+SS58_FORMAT = 42  # bittensor's: the one spelling of an owner that verify compares and remembers
 
 
 @dataclass(frozen=True)
@@ -110,14 +111,23 @@ def read_signature(data: bytes) -> Signature:
     return sig
 
 
+def owner_key(address: str) -> str:
+    """`address` in bittensor's SS58 format (42). Why: SS58 spells one public key once per network
+    prefix (Polkadot 0, Kusama 2, ...) and the SDK verifies any of them; compared or stored as typed,
+    one owner had one rollback history per spelling (red team s22). ValueError: not an address."""
+    from bittensor.sp_core import ss58_decode, ss58_encode
+
+    return str(ss58_encode(ss58_decode(address), SS58_FORMAT))
+
+
 def signature_problem(sig: Signature, data: bytes, owner: str | None) -> str | None:
-    """None when `sig` is a valid signature of `data` (by `owner`, when given); else what is wrong."""
+    """None when `sig` is a valid signature of `data` (by `owner`'s key, when given); else what is wrong."""
     from bittensor.sp_core import Keypair
 
-    if owner is not None and sig.signer != owner:
-        return f"signed by {sig.signer}, not by the owner {owner}"
     message = signed_message(data)
     try:
+        if owner is not None and owner_key(sig.signer) != owner_key(owner):
+            return f"signed by {sig.signer}, not by the owner {owner}"
         raw = bytes.fromhex(sig.signature)
         key = Keypair(ss58_address=sig.signer)
         ok = key.verify(message, raw)

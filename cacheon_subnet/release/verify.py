@@ -21,7 +21,7 @@ not checked (a build or CI host: install next to SGLang and verify again).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
@@ -45,7 +45,7 @@ from cacheon_subnet.release.descriptor import (
     seam_table_digest,
     summary,
 )
-from cacheon_subnet.release.sign import _layout, read_signature, signature_problem
+from cacheon_subnet.release.sign import _layout, owner_key, read_signature, signature_problem
 from cacheon_subnet.release.wheel import (
     WheelError,
     WheelName,
@@ -277,6 +277,11 @@ def _sequence(guard: Guard, owner: str | None, cand: trust.Candidate) -> tuple[l
 def verify_wheel(path: Path, owner: str | None = None, guard: Guard | None = None) -> Report:
     if not path.is_file():
         raise UsageError(f"{path}: no such wheel")
+    if owner is not None:  # one key, one spelling: the signer is compared and remembered by key
+        try:
+            owner = owner_key(owner)
+        except ValueError as e:
+            raise UsageError(f"--owner {owner!r}: not an SS58 address ({e})") from None
     try:
         members = read_wheel(path)
         pkg, wn = _layout(members, str(path))
@@ -310,15 +315,17 @@ def verify_wheel(path: Path, owner: str | None = None, guard: Guard | None = Non
     lines, bad = runtime_lines(desc, pkg)
     lines[:0] = [e.line() for e in desc.policy.engine]
     cand = trust.Candidate(owner or "", desc.serial, descriptor_digest(data), pkg)
+    said: list[str] = []
     if guard is not None:
         said, refused = _sequence(guard, owner, cand)
-        lines[:0] = said
         found += refused
     if owner is None and signer is not None:
         lines.insert(0, f"owner: not checked (pass --owner SS58 to bind the signer {signer}); exit 3, not verified")
-    report = Report(str(path), pkg, signer, tuple(found + bad), tuple(lines), owner, desc.serial, desc.issued)
+    report = Report(str(path), pkg, signer, tuple(found + bad), tuple(said + lines), owner, desc.serial, desc.issued)
     # Only a verdict bound to --owner is remembered (VERIFIED and WHEEL_ONLY need the owner's own
     # signature): else anyone's self-signed high serial would lock the owner's releases out.
     if guard is not None and report.outcome in (Outcome.VERIFIED, Outcome.WHEEL_ONLY):
-        trust.record(guard.path, cand)
+        late = trust.record(guard.path, cand, guard.allow_rollback)  # checked again, under the lock
+        if late:
+            report = replace(report, findings=(*report.findings, Finding("rollback", late)), runtime=tuple(lines))
     return report

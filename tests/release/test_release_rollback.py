@@ -23,6 +23,7 @@ from cacheon_subnet.release.wheel import read_wheel, write_wheel
 from tests.release.fixtures import EXAMPLE, REPO, new_key, owner, versions  # noqa: F401 - fixtures
 
 NORM = REPO / "examples" / "norm.rmsnorm"
+ALICE = "5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY"  # an owner for the trust file's own tests
 
 
 def _release(tmp: Path, key: Any, serial: int, example: Path = EXAMPLE) -> Path:
@@ -97,16 +98,17 @@ def test_an_unreadable_trust_file_stops_verify_and_is_kept(tmp_path: Path, owner
 
 def test_a_write_that_dies_leaves_the_old_trust_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "trust.json"
-    trust.record(path, trust.Candidate("5Owner", 4, "d" * 64, "cacheon_release_aaaaaaaaaaaa"))
+    trust.record(path, trust.Candidate(ALICE, 4, "d" * 64, "cacheon_release_aaaaaaaaaaaa"))
     before = path.read_bytes()
 
     def dies(*_a: Any, **_k: Any) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(trust.os, "replace", dies)
-    with pytest.raises(OSError):
-        trust.record(path, trust.Candidate("5Owner", 5, "e" * 64, "cacheon_release_bbbbbbbbbbbb"))
-    assert path.read_bytes() == before and trust.load(path)["5Owner"].serial == 4
+    with pytest.raises(UsageError, match="No space left"):  # named, and the temp file is gone
+        trust.record(path, trust.Candidate(ALICE, 5, "e" * 64, "cacheon_release_bbbbbbbbbbbb"))
+    assert path.read_bytes() == before and trust.load(path)[ALICE].serial == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trust.json", "trust.json.lock"]
 
 
 def _resign(wheel: Path, sig: Signature) -> None:
@@ -174,3 +176,121 @@ def test_verify_says_the_serial_and_the_guard_reads_the_cli_flags(tmp_path: Path
     assert trust.load(custom)[owner.ss58_address].serial == 5 and _trusted() == {}
     report = verify_wheel(wheel, owner.ss58_address, Guard(custom))
     assert report.to_json()["serial"] == 5 and "verified here before" in report.render()
+
+
+# Red team (session 22): a mirror operator against the guard.
+
+
+def test_one_key_has_one_history_whatever_ss58_prefix_names_it(tmp_path: Path, owner: Any, versions, capsys) -> None:
+    """The same public key in another SS58 format (Polkadot's 0, Kusama's 2) is the same owner: a
+    mirror that rewrites release.sig's signer to the --owner an explorer shows must not get a fresh
+    history, so the older release stays refused."""
+    from bittensor.sp_core import ss58_encode
+
+    versions()
+    old, new = _release(tmp_path, owner, 5), _release(tmp_path, owner, 7)
+    assert _verify(new, owner) == Exit.OK
+    for prefix in (0, 2):
+        other = ss58_encode(owner.public_key, prefix)
+        members = read_wheel(old)
+        sig = json.loads(members[f"{_layout(members, str(old))[0]}/{SIGNATURE_FILE}"])
+        _resign(old, Signature(sig["schema"], other, sig["signature"]))  # the signer's spelling: not signed
+        capsys.readouterr()
+        assert main(["release", "verify", str(old), "--owner", other]) == Exit.FAIL
+        assert "rollback: serial 5 is older than serial 7" in capsys.readouterr().out
+    assert list(_trusted()) == [owner.ss58_address]
+    assert main(["release", "verify", str(new), "--owner", "5NotAnAddress"]) == Exit.USAGE
+
+
+def test_an_issued_time_past_year_9999_is_a_finding_not_a_crash(tmp_path: Path, versions) -> None:
+    """`issued` up to 2**53 seconds read fine, then printing its date raised ValueError: any mirror's
+    self-signed wheel crashed verify. The descriptor holds a date a clock can print."""
+    from cacheon_subnet.release.descriptor import MAX_ISSUED
+
+    versions()
+    with pytest.raises(UsageError, match="issued"):
+        build_release(from_bundles([str(EXAMPLE)]), tmp_path / "a", Stamp(5, MAX_ISSUED + 1))
+    wheel = _release(tmp_path, new_key(), 5)
+    members = read_wheel(wheel)
+    pkg, wn = _layout(members, str(wheel))
+    members[f"{pkg}/release.json"] = members[f"{pkg}/release.json"].replace(
+        b'"issued":1765000000', b'"issued":%d' % MAX_SERIAL
+    )
+    members.pop(f"{wn.dist_info}/RECORD")
+    write_wheel(wheel.parent, wn, members)
+    report = verify_wheel(wheel)
+    assert "issued" in report.render() and [f.check for f in report.findings] == ["descriptor"]
+    assert _release(tmp_path, new_key(), 6).exists()  # the control: year 9999 itself builds
+
+
+def test_a_verify_racing_another_rechecks_under_the_lock(tmp_path: Path, owner: Any, versions, monkeypatch) -> None:
+    """Two verifies at once (a fleet sharing one trust file, a script run twice) both read the file
+    before either wrote it: the older one must still be refused when it comes to record."""
+    from cacheon_subnet.release import verify
+
+    versions()
+    old, new = _release(tmp_path, owner, 5), _release(tmp_path, owner, 7)
+    path = Path(os.environ["CACHEON_RELEASE_TRUST"])
+    first = verify._sequence
+
+    def racing(guard: Guard, who: str | None, cand: trust.Candidate) -> Any:
+        said = first(guard, who, cand)  # this verify read the file; the other one records now
+        monkeypatch.setattr(verify, "_sequence", first)
+        assert verify_wheel(new, owner.ss58_address, Guard(path)).findings == ()
+        return said
+
+    monkeypatch.setattr(verify, "_sequence", racing)
+    report = verify_wheel(old, owner.ss58_address, Guard(path))
+    assert [f.check for f in report.findings] == ["rollback"], report.findings
+    assert _trusted()[owner.ss58_address].serial == 7
+
+
+def test_planted_paths_beside_the_trust_file_are_not_followed(tmp_path: Path) -> None:
+    """Whoever can write the trust file's directory (a shared CACHEON_RELEASE_TRUST) must not turn
+    verify into a writer of another file, or hang it on a FIFO."""
+    path, victim = tmp_path / "trust.json", tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    c = trust.Candidate(ALICE, 4, "d" * 64, "cacheon_release_aaaaaaaaaaaa")
+    (tmp_path / f"trust.json.{os.getpid()}.tmp").symlink_to(victim)  # the old, predictable temp name
+    trust.record(path, c)
+    assert victim.read_bytes() == b"keep" and trust.load(path)[ALICE].serial == 4
+    path.unlink()
+    (tmp_path / "trust.json.lock").unlink()
+    (tmp_path / "trust.json.lock").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(UsageError, match="trust.json.lock"):
+        trust.record(path, c)
+    assert not (tmp_path / "elsewhere").exists()
+    os.mkfifo(path)
+    with pytest.raises(UsageError, match="not a regular file"):
+        trust.load(path)
+
+
+def test_a_trust_file_that_cannot_be_written_is_usage_naming_it(
+    tmp_path: Path, owner: Any, versions, capsys, monkeypatch
+) -> None:
+    """Verify passed but cannot remember it (a read-only home, a full disk): exit 2 naming the file,
+    not a traceback."""
+    versions()
+    wheel = _release(tmp_path, owner, 5)
+
+    def full(*_a: Any, **_k: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(trust.tempfile, "mkstemp", full)
+    assert _verify(wheel, owner) == Exit.USAGE
+    assert f"{os.environ['CACHEON_RELEASE_TRUST']} (No space left on device)" in capsys.readouterr().err
+
+
+def test_a_trust_file_entry_is_checked_like_a_descriptor(tmp_path: Path, owner: Any) -> None:
+    """A serial the descriptor could not carry, or an owner spelled in another SS58 format (a
+    second history for one key), is a broken file: stop, never read around it."""
+    from bittensor.sp_core import ss58_encode
+
+    path = tmp_path / "trust.json"
+    good = {"owner": owner.ss58_address, "serial": 4, "descriptor": "d" * 64, "name": "n", "verified_at": "t"}
+    for bad in ({"serial": -1}, {"serial": MAX_SERIAL + 1}, {"owner": ss58_encode(owner.public_key, 0)}, {"owner": "x"}):
+        path.write_text(json.dumps({"schema": trust.SCHEMA, "owners": [good | bad]}))
+        with pytest.raises(UsageError, match=str(path)):
+            trust.load(path)
+    path.write_text(json.dumps({"schema": trust.SCHEMA, "owners": [good]}))
+    assert trust.load(path)[owner.ss58_address].serial == 4
