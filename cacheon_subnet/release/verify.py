@@ -129,7 +129,14 @@ class Report:
         if self.serial is not None and self.issued is not None:
             when = datetime.fromtimestamp(self.issued, UTC).strftime("%Y-%m-%d %H:%M UTC")
             lines.append(f"  release serial {self.serial}, issued {when}")
-        return "\n".join(lines + [f"  {r}" for r in self.runtime])
+        return "\n".join(_shown(line) for line in lines + [f"  {r}" for r in self.runtime])
+
+
+def _shown(text: str) -> str:
+    """`text` with each unprintable character escaped. Why: a mirror writes release.sig's signer and
+    a self-signed descriptor's strings, and an ESC sequence in them redrew REFUSED as VERIFIED on
+    the operator's terminal (red team s22); --json escapes them already."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def runtime_lines(desc: Descriptor, pkg: str | None = None) -> tuple[list[str], list[Finding]]:

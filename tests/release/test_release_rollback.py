@@ -294,3 +294,14 @@ def test_a_trust_file_entry_is_checked_like_a_descriptor(tmp_path: Path, owner: 
             trust.load(path)
     path.write_text(json.dumps({"schema": trust.SCHEMA, "owners": [good]}))
     assert trust.load(path)[owner.ss58_address].serial == 4
+
+
+def test_a_mirrors_strings_reach_the_terminal_escaped(tmp_path: Path, owner: Any, versions) -> None:
+    """release.sig's signer is not signed: an ESC sequence there must not redraw the verdict."""
+    versions()
+    wheel = _release(tmp_path, owner, 5)
+    members = read_wheel(wheel)
+    sig = json.loads(members[f"{_layout(members, str(wheel))[0]}/{SIGNATURE_FILE}"])
+    _resign(wheel, Signature(sig["schema"], "\x1b[2A\x1b[2K\r\u202eVERIFIED", sig["signature"]))
+    text = verify_wheel(wheel, owner.ss58_address).render()
+    assert "REFUSED" in text and "\x1b" not in text and "\u202e" not in text and "\\x1b[2A" in text
