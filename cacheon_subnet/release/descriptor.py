@@ -29,7 +29,7 @@ STOCK = "stock"  # what serves every call the policy does not route: SGLang's ow
 RELEASE_VERSION = "1"  # the wheel's version: the name already follows from the content
 MAX_DESCRIPTOR_BYTES = 4 << 20  # 8192 sealed files at ~200 bytes each, with room
 MAX_SERIAL = (1 << 53) - 1  # exact in every JSON reader
-MAX_ISSUED = 253402300799  # 9999-12-31T23:59:59Z: verify prints the date; one past it crashed verify (red team s22)
+MAX_ISSUED = 253402300799  # 9999-12-31T23:59:59Z: verify prints the date; one past it crashed verify (red team s21)
 
 
 @dataclass(frozen=True)

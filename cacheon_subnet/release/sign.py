@@ -114,7 +114,7 @@ def read_signature(data: bytes) -> Signature:
 def owner_key(address: str) -> str:
     """`address` in bittensor's SS58 format (42). Why: SS58 spells one public key once per network
     prefix (Polkadot 0, Kusama 2, ...) and the SDK verifies any of them; compared or stored as typed,
-    one owner had one rollback history per spelling (red team s22). ValueError: not an address."""
+    one owner had one rollback history per spelling (red team s21). ValueError: not an address."""
     from bittensor.sp_core import ss58_decode, ss58_encode
 
     return str(ss58_encode(ss58_decode(address), SS58_FORMAT))

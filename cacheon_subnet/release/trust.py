@@ -8,7 +8,7 @@ state: per owner, the highest serial verified here and the descriptor that carri
 release a host sees is trusted on first use; `--min-serial N` (from the owner's announcement)
 closes that gap. A file this module cannot read is an error, never an empty start (fail closed).
 
-Why the file is handled warily (red team s22): whoever can write its directory (a shared
+Why the file is handled warily (red team s21): whoever can write its directory (a shared
 CACHEON_RELEASE_TRUST) must not make verify write another file through a planted symlink, or hang
 it on a FIFO; and two verifies at once must not both pass on one first read, so the guard's check
 is made again under the lock, on what the file says when the verdict is written.

@@ -135,7 +135,7 @@ class Report:
 def _shown(text: str) -> str:
     """`text` with each unprintable character escaped. Why: a mirror writes release.sig's signer and
     a self-signed descriptor's strings, and an ESC sequence in them redrew REFUSED as VERIFIED on
-    the operator's terminal (red team s22); --json escapes them already."""
+    the operator's terminal (red team s21); --json escapes them already."""
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 

@@ -178,7 +178,7 @@ def test_verify_says_the_serial_and_the_guard_reads_the_cli_flags(tmp_path: Path
     assert report.to_json()["serial"] == 5 and "verified here before" in report.render()
 
 
-# Red team (session 22): a mirror operator against the guard.
+# Red team (session 21): a mirror operator against the guard.
 
 
 def test_one_key_has_one_history_whatever_ss58_prefix_names_it(tmp_path: Path, owner: Any, versions, capsys) -> None:
