@@ -54,7 +54,14 @@ def cmd_build(args: argparse.Namespace) -> int:
         "tree_digest": desc.tree_digest,
         "signed_by": signer,
     }
-    text = f"built {wheel}\n  serial {desc.serial}\n  routes {', '.join(slots)}\n  " + (
+    note = ""
+    if desc.serial < desc.issued:  # an explicit serial below the clock's default
+        note = (
+            f"\n  note: serial {desc.serial} is below the default a plain build takes now ({desc.issued}): hosts that "
+            "verified one of your default-serial releases will refuse this one as a rollback; keep one scheme"
+        )
+    payload["note"] = note.strip() or None
+    text = f"built {wheel}\n  serial {desc.serial}{note}\n  routes {', '.join(slots)}\n  " + (
         f"signed by {signer}" if signer else "unsigned: cacheon release sign WHEEL --key-file ... before shipping"
     )
     emit(args, payload, text)
@@ -118,7 +125,8 @@ def register(sub: Any, groups: dict[str, Any]) -> None:
         "--serial",
         type=_serial,
         metavar="N",
-        help="the release's number in your sequence; must grow with each release "
+        help="the release's number in your sequence; must grow with each release, and one owner keeps one "
+        "scheme: a small N after default-serial releases reads as a rollback everywhere "
         "(default: the build time in UTC seconds, SOURCE_DATE_EPOCH when set)",
     )
     b.add_argument("--sign", action="store_true", help="sign it too (with the key flags below)")

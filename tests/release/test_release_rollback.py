@@ -305,3 +305,14 @@ def test_a_mirrors_strings_reach_the_terminal_escaped(tmp_path: Path, owner: Any
     _resign(wheel, Signature(sig["schema"], "\x1b[2A\x1b[2K\r\u202eVERIFIED", sig["signature"]))
     text = verify_wheel(wheel, owner.ss58_address).render()
     assert "REFUSED" in text and "\x1b" not in text and "\u202e" not in text and "\\x1b[2A" in text
+
+
+def test_build_warns_when_an_explicit_serial_falls_below_the_default(tmp_path: Path, monkeypatch, capsys) -> None:
+    """An owner who numbers a release 2 after default (clock) serials is refused everywhere as a
+    rollback (red team s21): build says so when it happens."""
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1765000000")
+    argv = ["release", "build", "--bundle", str(EXAMPLE), "--json", "--out"]
+    assert main([*argv, str(tmp_path / "a"), "--serial", "2"]) == Exit.OK
+    assert "will refuse this one as a rollback" in json.loads(capsys.readouterr().out)["note"]
+    assert main([*argv, str(tmp_path / "b")]) == Exit.OK
+    assert json.loads(capsys.readouterr().out)["note"] is None
