@@ -25,6 +25,18 @@ from cacheon_subnet.log import get_logger
 log = get_logger("arena.engine.record_reader")
 
 
+def gate_says_go(gate: Callable[[tuple[dict[str, Any], ...]], bool] | None, records: tuple[dict[str, Any], ...]) -> bool:
+    """The host's test after a gate step (go on, or stop the run early); none, or a bug in it,
+    says go: a broken test must never end a run early."""
+    if gate is None:
+        return True
+    try:
+        return bool(gate(records))
+    except Exception as e:  # noqa: BLE001 - whatever the test raised, the run goes on
+        log.warning("arena.gate.error", error=f"{type(e).__name__}: {e}"[:300])
+        return True
+
+
 def persist(log: Any, written: bytearray, line: bytes) -> None:
     """Append one accepted record to the host's copy, fsync'd (a kill -9 of the host keeps it),
     and to what the host knows it wrote (the copy check at the end compares the two)."""
@@ -101,11 +113,7 @@ class RecordReader(threading.Thread):
             self.started_at = time.monotonic()
             self.started.set()
         if rec.get("step") in self.gates and self.job_w is not None:
-            go = True
-            try:
-                go = bool(self.gate(tuple(self.stream.records))) if self.gate else True
-            except Exception as e:  # noqa: BLE001 - a bug in the test must never end a run early
-                log.warning("arena.gate.error", error=f"{type(e).__name__}: {e}"[:300])
+            go = gate_says_go(self.gate, tuple(self.stream.records))
             if not go:
                 self.stream.stop()
             try:

@@ -38,7 +38,7 @@ from arena.engine.diskwatch import DiskLimits, DiskWatch
 from arena.engine.home import CACHE_KEYS
 from arena.engine.host import REPO, EngineRun, EngineSpec, engine_policy, plugin_site
 from arena.engine.jit_copies import JIT_INSIDE, private_caches
-from arena.engine.record_reader import check_copy, persist, sample_request
+from arena.engine.record_reader import check_copy, gate_says_go, persist, sample_request
 from cacheon_subnet import lifecycle, sandbox
 from cacheon_subnet.log import get_logger
 from cacheon_subnet.sandbox.logsink import LogSink
@@ -156,11 +156,7 @@ class ResidentEngine:
         msg: P.GateAnswer | P.SampleRequest | None = None
         step = next((s for s in cur.stream.job["steps"] if s.get("gate_nonce") and s.get("tag") == rec.get("step")), None)
         if step is not None:
-            go = True
-            try:
-                go = bool(cur.gate(tuple(cur.stream.records))) if cur.gate else True
-            except Exception as e:  # noqa: BLE001 - a bug in the test must never end a run early
-                log.warning("arena.gate.error", error=f"{type(e).__name__}: {e}"[:300])
+            go = gate_says_go(cur.gate, tuple(cur.stream.records))
             if not go:
                 cur.stream.stop()
             msg = P.GateAnswer(step["gate_nonce"], go)

@@ -258,3 +258,15 @@ def test_a_record_line_without_end_is_cut_at_the_cap_and_is_forging(tmp_path, mo
     monkeypatch.setattr(arena.engine.record_reader, "MAX_RECORD_BYTES", 1 << 20)
     stream = _read_through_pipe(tmp_path, lambda sealed: b"{" + b"x" * (4 << 20))
     assert stream.forgery and "record line over" in stream.forgery, stream.forgery
+
+
+def test_a_gate_that_raises_says_go_and_only_a_false_answer_stops():
+    """The SPRT's gate decides whether a run stops early; a bug in it must never end a run (the
+    windows are still good), so an exception reads as go, like no gate at all."""
+    from arena.engine.record_reader import gate_says_go
+
+    def broken(records):  # noqa: ANN001, ANN202
+        raise ZeroDivisionError("a bug in the test")
+
+    assert gate_says_go(None, ()) is True and gate_says_go(broken, ({"step": 1},)) is True
+    assert gate_says_go(lambda r: False, ()) is False and gate_says_go(lambda r: len(r), ({"x": 1},)) is True
