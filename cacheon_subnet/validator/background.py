@@ -164,6 +164,7 @@ class ScreenPool:
         self, screener: Screener, workers: int = 1, cpus: frozenset[int] | None = None, wake: threading.Event | None = None
     ) -> None:
         self.screener = screener
+        self.workers = workers
         self._jobs: JobThreads[ScreenJob, ScreenOutcome] = JobThreads(self._run, workers, "screen", cpus, wake)
         self.wake = self._jobs.wake
 

@@ -47,7 +47,7 @@ class ValidatorConfig:
     fetch_concurrency: int = 4
     url_policy: UrlPolicy | None = None  # None: the backend's own (loopback only on a local chain)
     overlap: bool | None = None  # screens and arena in background threads; None: unless cpu-timing
-    screen_workers: int = 1  # screens at once beside the arena (each a sandboxed worker)
+    screen_workers: int | None = None  # screens at once beside the arena; None: one per screening core
     screen_cpu_share: float = 0.25  # of this host's cores, pinned to screening (the arena keeps the rest)
     busy_poll_s: float = 10.0  # longest wait between passes while a pool that never wakes us (Ray) has work
 
@@ -57,9 +57,10 @@ class ValidatorConfig:
             raise ValueError(f"ValidatorConfig: netuid must be >= 0 and hotkey non-empty ({self.netuid}, {self.hotkey!r})")
         if self.max_attempts < 1 or self.interval_s < 0 or self.max_items_per_pass < 1:
             raise ValueError("ValidatorConfig: max_attempts and max_items_per_pass >= 1, interval_s >= 0")
-        if self.screen_workers < 1 or not 0 <= self.screen_cpu_share < 1 or self.busy_poll_s <= 0:
+        workers_ok = self.screen_workers is None or self.screen_workers >= 1
+        if not workers_ok or not 0 <= self.screen_cpu_share < 1 or self.busy_poll_s <= 0:
             raise ValueError(
-                f"ValidatorConfig: screen_workers >= 1 ({self.screen_workers}), screen_cpu_share in "
+                f"ValidatorConfig: screen_workers >= 1 or None ({self.screen_workers}), screen_cpu_share in "
                 f"[0, 1) ({self.screen_cpu_share}), busy_poll_s > 0 ({self.busy_poll_s})"
             )
 

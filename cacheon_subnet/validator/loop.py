@@ -126,6 +126,7 @@ class Validator:
             partials_removed=removed,
             url_policy=self.urls.label,
             overlap=self.workers.screens is not None,
+            screen_workers=self.workers.screens.workers if self.workers.screens is not None else 0,
             reaped=[r["killed"] for r in reaped],
             scratch_swept=len(swept),
             crowns_remeasured=retired,

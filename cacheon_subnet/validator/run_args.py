@@ -47,7 +47,7 @@ class ValidatorArgs:
     metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"
     verify_max_cases: int | None = None
-    screen_workers: int = 1
+    screen_workers: int | None = None  # None: auto (stages/workers.screen_worker_count)
     screen_cpu_share: float = 0.25
     overlap: bool | None = None  # --no-overlap: False; None: overlap unless cpu-timing
     leaderboard: str | None = None
@@ -100,6 +100,16 @@ class ValidatorArgs:
         if self.dry_run:
             config = replace(config, publish=replace(config.publish, dry_run=True))
         return config
+
+
+def _screen_workers(raw: str) -> int | None:
+    """`auto` (None: one per screening core) or a whole number >= 1 (ValidatorConfig checks it)."""
+    if raw.strip().lower() == "auto":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r}: a whole number or auto") from None
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
@@ -214,10 +224,11 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--screen-workers",
         dest="screen_workers",
-        type=int,
-        default=1,
-        metavar="N",
-        help="screens run at once beside the arena, each a sandboxed worker (default 1)",
+        type=_screen_workers,
+        default=None,
+        metavar="N|auto",
+        help="screens run at once beside the arena, each a sandboxed worker (default auto: one per core "
+        "pinned to screening, e.g. 4 of 16 cores; 1 on hosts under 4 cores and for a GPU screen)",
     )
     p.add_argument(
         "--screen-cpu-share",

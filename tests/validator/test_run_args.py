@@ -61,3 +61,11 @@ def test_a_namespace_the_parser_did_not_make_is_refused() -> None:
 def test_an_out_of_range_value_is_the_configs_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="screen_workers"):
         ValidatorArgs.from_namespace(_parse("--screen-workers", "0")).config("hk", tmp_path)
+
+
+def test_screen_workers_default_to_auto_and_take_a_number_or_auto(tmp_path: Path) -> None:
+    assert ValidatorArgs.from_namespace(_parse()).config("hk", tmp_path).screen_workers is None  # auto
+    assert ValidatorArgs.from_namespace(_parse("--screen-workers", "AUTO")).screen_workers is None
+    assert ValidatorArgs.from_namespace(_parse("--screen-workers", "3")).screen_workers == 3
+    with pytest.raises(SystemExit):
+        _parse("--screen-workers", "many")

@@ -220,3 +220,21 @@ def test_the_gpu_turn() -> None:
     assert GpuTurn(True, screens=busy, arena=busy).arena_busy() and GpuTurn(True, screens=busy).screens_busy()
     assert not GpuTurn(False, screens=busy, arena=busy).arena_busy()  # a CPU screen never waits for the GPU
     assert not GpuTurn(True, screens=idle, arena=idle).screens_busy()
+
+
+def test_screen_workers_auto_is_one_per_screening_core() -> None:
+    """Session 21's H100 host: 16 cores, 4 of them the screen's; its five CPU verifies ran one
+    after another (366 s). Auto runs four; a GPU screen (it takes turns with the arena) and an
+    unsplit host run one; a number given is kept."""
+    from cacheon_subnet.validator.stages.workers import screen_worker_count
+
+    split = CpuSplit(arena=frozenset(range(12)), screen=frozenset(range(12, 16)))
+    assert screen_worker_count(None, split, cpu_screen=True) == 4
+    assert screen_worker_count(None, split, cpu_screen=False) == 1
+    assert screen_worker_count(None, CpuSplit(), cpu_screen=True) == 1
+    assert screen_worker_count(2, split, cpu_screen=True) == 2
+    auto = _workers(FakeQualifier(), screen_workers=None)
+    assert auto.screens is not None and auto.screens.workers == 1  # this 2-core box is never split
+    auto.screens.close()
+    assert auto.own_pool is not None
+    auto.own_pool.close()
