@@ -198,6 +198,13 @@ case "${1:-}" in
     step moe-bench 140 $C bench examples/moe.fused_experts --device cuda --arena configs/arena/moe.toml --max-cases 2
     head -40 "$OUT/moe-bench.txt"
     ;;
+  agree)  # issue 34 item 1 for every slot: bench each example against the MoE arena's fixture that
+           # `fixtures` just captured on this card (seq fixtures agree): its "stock here ... vs ... in the engine" lines
+    for ex in norm.rmsnorm norm.fused_add_rmsnorm rope.neox attention.decode moe.topk_softmax; do
+      step "agree-$ex" 60 $C bench "examples/$ex" --device cuda --arena configs/arena/moe.toml --max-cases 2
+      grep -E "stock here|not measured|timed on" "$OUT/agree-$ex.txt" | head -4
+    done
+    ;;
   profile)  # issue 17: per-slot share of the prefill and decode steps (pristine engine, SGLang's profiler)
     step profile 300 python3 scripts/profile_decode.py --config configs/arena/dense.toml --out "$OUT/profile.json" \
       --trace-dir /tmp/cacheon-profile; cat "$OUT/profile.txt"
@@ -311,6 +318,7 @@ open('/tmp/relkey', 'wb').write(s(k)); open('/tmp/relkey.ss58', 'w').write(k.ss5
       h2h) need 430 h2h && mode h2h ;;
       h2h=*) need 430 "$m" && mode h2h "${m#h2h=}" ;;
       profile) need 150 profile && mode profile ;;
+      agree) need 150 agree && mode agree ;;
       attnsweep) need 300 attnsweep && mode attnsweep ;;
       sprt) need 400 sprt && mode sprt ;;
       resident) need 560 resident && mode resident ;;
