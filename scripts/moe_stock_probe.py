@@ -48,16 +48,21 @@ def main() -> int:
     torch.cuda.synchronize()
     flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
     ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+    sink = torch.empty((), dtype=torch.uint8, device=dev)
 
-    bench_way = []
-    for _ in range(a.reps):  # (a)
-        flush.zero_()
-        s, e = ev(), ev()
-        s.record()
-        call()
-        e.record()
-        torch.cuda.synchronize()
-        bench_way.append(s.elapsed_time(e) * 1e3)
+    def timed_after(prep, fn):  # noqa: ANN001, ANN202 - one event-timed call after prep(), a.reps times (µs)
+        out = []
+        for _ in range(a.reps):
+            prep()
+            s, e = ev(), ev()
+            s.record()
+            fn()
+            e.record()
+            torch.cuda.synchronize()
+            out.append(s.elapsed_time(e) * 1e3)
+        return out
+
+    bench_way = timed_after(flush.zero_, call)  # (a)
     host = []
     for _ in range(a.reps):  # (b)
         torch.cuda.synchronize()
@@ -83,26 +88,9 @@ def main() -> int:
     e.record()
     torch.cuda.synchronize()
     replay_us = s.elapsed_time(e) * 1e3 / a.reps
-    replay_flushed = []
-    for _ in range(a.reps):
-        flush.zero_()
-        s, e = ev(), ev()
-        s.record()
-        replay()
-        e.record()
-        torch.cuda.synchronize()
-        replay_flushed.append(s.elapsed_time(e) * 1e3)
-
-    replay_swept = []  # the L2 emptied by a read (clean lines): what bench_timing.flush_l2 does
-    sink = torch.empty((), dtype=torch.uint8, device=dev)
-    for _ in range(a.reps):
-        torch.amax(flush, dim=0, out=sink)
-        s, e = ev(), ev()
-        s.record()
-        replay()
-        e.record()
-        torch.cuda.synchronize()
-        replay_swept.append(s.elapsed_time(e) * 1e3)
+    replay_flushed = timed_after(flush.zero_, replay)
+    # the L2 emptied by a read (clean lines): what bench_timing.flush_l2 does
+    replay_swept = timed_after(lambda: torch.amax(flush, dim=0, out=sink), replay)
 
     from torch.profiler import ProfilerActivity, profile
 
