@@ -114,18 +114,22 @@ class ArenaShapes:
 
 def from_arena_config(cfg: Any) -> ArenaShapes:
     """ArenaShapes from an arena.config.ArenaConfig (duck-typed: this package never imports arena).
-    Prefill: the largest forward (min(prompts_per_window x input_len, the engine's chunked prefill
-    size: the config's, else SGLang's default on the subnet's cards, and SGLang's max_prefill_tokens)),
-    one prompt, 2, 4, 8, ... prompts (quality is graded on those windows); the odd sizes
-    plan_cases adds cover what lies between."""
+    Prefill sizes a kernel must be right at: up to the largest forward SGLang's defaults allow on any
+    card (max_prefill_tokens; a larger chunked prefill the config pins), one prompt, 2, 4, 8, ...
+    prompts; the odd sizes plan_cases adds cover what lies between. The window's prefill, where
+    the arena spends its time, is the chunked prefill size (the config's, else SGLang's default on
+    the H100/H200). Why two: a kernel wrong only above 8192 tokens never meets the arena on these
+    cards, yet a B200 validator's engine, or a release user's, calls it there (review, session 21)."""
     e, w = cfg.engine, cfg.workload
     decode = tuple(e.cuda_graph_bs) or sglang_default_graph_bs(e.cuda_graph_max_bs)
     if not e.cuda_graph:
         decode = tuple(sorted({1, e.max_running_requests} | set(sglang_default_graph_bs(e.max_running_requests))))
     chunk = getattr(e, "chunked_prefill_size", None) or SGLANG_DEFAULT_CHUNKED_PREFILL
-    top = min(w.prompts_per_window * w.input_len, chunk, SGLANG_MAX_PREFILL_TOKENS)
+    queued = w.prompts_per_window * w.input_len
+    top = min(queued, max(chunk, SGLANG_MAX_PREFILL_TOKENS))  # verified
+    forward = min(queued, chunk)  # timed
     # graded outputs come from the timed windows themselves (arena config 2): no other prompt shape
-    prefill = {top, min(w.input_len, top)}
+    prefill = {top, forward, min(w.input_len, top)}
     k = 1
     while w.input_len * k <= top:  # whole batches of 1, 2, 4, ... prompts (every size would cost too much)
         prefill.add(w.input_len * k)
@@ -133,7 +137,7 @@ def from_arena_config(cfg: Any) -> ArenaShapes:
     model = cfg.profile if getattr(cfg.model, "path", None) else None  # a real checkpoint: its own shapes
     running = min(w.prompts_per_window, e.max_running_requests)
     padded = next((b for b in sorted(decode) if b >= running), None) if e.cuda_graph else running
-    window = ((("decode", padded),) if padded is not None and padded in decode else ()) + (("prefill", top),)
+    window = ((("decode", padded),) if padded is not None and padded in decode else ()) + (("prefill", forward),)
     return ArenaShapes(
         profile=model.name if model else cfg.model.profile,
         decode_batches=decode,
