@@ -75,6 +75,7 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
     env: dict[str, Any] = {}
     hbm = None
     fixture = _fixture(opts)
+    card_fixtures: dict[str, slot_inputs.ArenaFixture | None] = {}
     drawn: dict[str, bool] = {}
     try:
         progress.note(
@@ -152,9 +153,11 @@ def bench_bundle(bundle: Bundle, opts: BenchOptions = BenchOptions()) -> BenchRe
                 rows.append(_row(op.key, spec, case, dtype, r, sides, tensors, hbm, where, ref, opts.device))
                 row = rows[-1]
                 gpu = str(env.get("gpu", opts.device))
+                if gpu not in card_fixtures:  # read once per device, not per row
+                    card_fixtures[gpu] = _card_fixture(opts, gpu)
                 pred = predict(
                     op.key, op.slot, row.case, where, token_count(spec, case) or 0, row.speedup, row.baseline_us,
-                    _card_fixture(opts, gpu) or fixture, row.baseline, gpu,
+                    card_fixtures[gpu] or fixture, row.baseline, gpu,
                 )  # fmt: skip
                 predictions += [pred] if pred is not None else []
                 progress.note(

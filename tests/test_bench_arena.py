@@ -125,3 +125,22 @@ def test_a_card_fixture_is_picked_by_the_device_and_must_say_its_card(tmp_path):
         si.for_card("qwen3-moe-mini", H100, tmp_path)
     opts = SimpleNamespace(arena=SimpleNamespace(name="qwen3-moe-mini"), fixtures=None)
     assert bench._card_fixture(opts, H100) == fx and bench._card_fixture(opts, "cpu") is None  # type: ignore[arg-type]
+
+
+def test_bench_checks_its_window_against_the_fixture_of_its_own_card(tmp_path):
+    """The call site: bench_bundle hands predict the `<arena>.<card>.json` of the device it ran on
+    (here "cpu"), not the plain fixture, whose engine time is another card's."""
+    from arena.config import load_config
+    from cacheon_subnet.bundle import load_bundle
+
+    plain = si.load("qwen3-0.6b-dense")
+    assert plain is not None
+    (tmp_path / "qwen3-0.6b-dense.json").write_text(si.dump(plain))
+    mine = json.loads(si.dump(plain).replace('"card": "H200"', '"card": "cpu"'))
+    mine["slots"]["norm.rmsnorm"]["decode"]["stock_us"]["source"] = "the cpu card's own capture"
+    (tmp_path / "qwen3-0.6b-dense.cpu.json").write_text(json.dumps(mine))
+    shapes = from_arena_config(load_config(REPO / "configs/arena/dense.toml"))
+    opts = bench.BenchOptions(device="cpu", budget_s=0.05, max_cases=1, arena=shapes, fixtures=tmp_path, seed=1)
+    report = bench.bench_bundle(load_bundle(str(REPO / "examples/demo/cpu_rmsnorm")), opts)
+    (p,) = report.predictions
+    assert p.engine_stock_us is not None and p.engine_stock_us.source == "the cpu card's own capture"
